@@ -1,0 +1,148 @@
+"""The ONE definition of names shared by the build, the wheels and the runtime.
+
+Library file names, the manifest location, variant labels, the environment
+variable prefix and the cache directory are all derived here. Build code, CI
+helpers and the runtime selector import these functions instead of rebuilding
+strings of their own, so the copies cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+import sys
+from pathlib import Path
+
+__all__ = [
+    "DIST_NAME",
+    "ENV_PREFIX",
+    "LIBS_DIR",
+    "MANIFEST_NAME",
+    "PACKAGE",
+    "Backend",
+    "default_cache_dir",
+    "env_var",
+    "library_filename",
+    "parse_backend",
+    "shared_library_suffix",
+    "torch_minor",
+    "variant_label",
+]
+
+#: Distribution name on the index.
+DIST_NAME = "torch-c-dlpack-ext"
+#: Import package name.
+PACKAGE = "torch_c_dlpack_ext"
+#: Manifest file name, relative to the package directory.
+MANIFEST_NAME = "manifest.json"
+#: Folder inside the package that holds the bundled libraries.
+LIBS_DIR = "libs"
+#: The one prefix every environment variable of this project uses.
+ENV_PREFIX = "TORCH_C_DLPACK_EXT_"
+
+
+class Backend(str, enum.Enum):
+    """The device backends a library is built for."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+    ROCM = "rocm"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def parse_backend(value: str | Backend) -> Backend:
+    """Return the :class:`Backend` named by ``value`` (case-insensitive).
+
+    Raises :class:`~torch_c_dlpack_ext.errors.InvalidBackendError` naming the
+    accepted values.
+    """
+    from .errors import InvalidBackendError
+
+    if isinstance(value, Backend):
+        return value
+    try:
+        return Backend(value.strip().lower())
+    except ValueError:
+        choices = ", ".join(b.value for b in Backend)
+        raise InvalidBackendError(
+            f"unknown backend {value!r}: expected one of {choices}"
+        ) from None
+
+
+_VERSION_RE = re.compile(r"^\s*(\d+)\.(\d+)")
+
+
+def torch_minor(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of a torch version string such as ``2.8.0a0+abc`` or ``2.6.0+cu124``."""
+    match = _VERSION_RE.match(version)
+    if match is None:
+        from .errors import ConfigError
+
+        raise ConfigError(f"not a torch version: {version!r} (expected e.g. '2.6.0')")
+    return int(match.group(1)), int(match.group(2))
+
+
+def shared_library_suffix(platform: str | None = None) -> str:
+    """File suffix of a shared library on ``platform`` (default: this one)."""
+    platform = sys.platform if platform is None else platform
+    if platform.startswith("win"):
+        return ".dll"
+    if platform.startswith("darwin") or platform.startswith("macos"):
+        return ".dylib"
+    return ".so"
+
+
+def library_filename(
+    major: int,
+    minor: int,
+    backend: Backend | str,
+    cxx11_abi: bool | None,
+    *,
+    platform: str | None = None,
+) -> str:
+    """File name of the exchange library for one build cell.
+
+    ``cxx11_abi`` is ``None`` on platforms without a libstdc++ dual ABI (Windows,
+    macOS); the name then carries no ABI part.
+    """
+    backend = parse_backend(backend)
+    abi = "" if cxx11_abi is None else f"-cxx11abi{int(cxx11_abi)}"
+    prefix = "" if shared_library_suffix(platform) == ".dll" else "lib"
+    return f"{prefix}torch_c_dlpack_ext-torch{major}.{minor}-{backend.value}{abi}" + (
+        shared_library_suffix(platform)
+    )
+
+
+def variant_label(
+    major: int, minor: int, backend: Backend | str, cxx11_abi: bool | None, *, with_abi: bool
+) -> str:
+    """PEP 825 variant label of a cell: ``t26_cuda``, or ``t26_cuda_abi0`` when the
+    torch minor ships with both C++ ABIs and the label must tell them apart."""
+    backend = parse_backend(backend)
+    label = f"t{major}{minor}_{backend.value}"
+    if with_abi and cxx11_abi is not None:
+        label += f"_abi{int(cxx11_abi)}"
+    return label
+
+
+def env_var(name: str) -> str:
+    """Full name of one of this project's environment variables (``JIT`` -> ``TORCH_C_DLPACK_EXT_JIT``)."""
+    return ENV_PREFIX + name
+
+
+def default_cache_dir() -> Path:
+    """Where JIT-built libraries go: ``$TORCH_C_DLPACK_EXT_CACHE_DIR``, else the
+    platform's user cache directory."""
+    override = os.environ.get(env_var("CACHE_DIR"))
+    if override:
+        return Path(override).expanduser()
+    if sys.platform.startswith("win"):
+        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / DIST_NAME

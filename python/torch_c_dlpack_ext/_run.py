@@ -1,0 +1,45 @@
+"""The one helper every subprocess of this project goes through."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .errors import CommandError
+
+__all__ = ["run"]
+
+
+def run(
+    cmd: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    echo: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd``, echoing it to stderr; raise :class:`CommandError` on failure.
+
+    Output is captured so a failure can carry the command, its exit code and its
+    stderr (compiler diagnostics, linker errors) in one exception.
+    """
+    argv = [os.fspath(part) for part in cmd]
+    if echo:
+        print(f"+ {shlex.join(argv)}", file=sys.stderr, flush=True)
+    try:
+        proc = subprocess.run(
+            argv,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise CommandError(argv, 127, "", f"{argv[0]}: command not found") from None
+    if proc.returncode != 0:
+        raise CommandError(argv, proc.returncode, proc.stdout, proc.stderr)
+    return proc

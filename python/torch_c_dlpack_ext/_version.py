@@ -1,0 +1,3 @@
+"""The one source of the package version (read by the build backend and the runtime)."""
+
+__version__ = "0.2.0"

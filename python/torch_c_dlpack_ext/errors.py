@@ -1,0 +1,111 @@
+"""Every error this package raises, one subclass per failure category.
+
+Each error carries a message that says what went wrong *and* how to fix it. The
+command-line entry points translate them at the boundary (``raise ... from None``
+with a stable exit code), so users see one clear line instead of a traceback
+unless they ask for it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ABIAuditError",
+    "ABIMismatchError",
+    "BuildError",
+    "CommandError",
+    "CompilerNotFoundError",
+    "ConfigError",
+    "DLPackHeaderNotFoundError",
+    "GPUHeadersNotFoundError",
+    "InvalidBackendError",
+    "LibraryLoadError",
+    "ManifestError",
+    "TorchCDLPackExtError",
+    "TorchInstallError",
+]
+
+
+class TorchCDLPackExtError(Exception):
+    """Base class of every error raised by torch-c-dlpack-ext."""
+
+    #: Stable process exit code used by the command-line entry points.
+    exit_code: int = 1
+
+
+class ConfigError(TorchCDLPackExtError, ValueError):
+    """A setting (environment variable, config setting, argument) has a bad value."""
+
+    exit_code = 2
+
+
+class InvalidBackendError(ConfigError):
+    """A backend name that is not one of ``cpu``, ``cuda``, ``rocm``."""
+
+
+class TorchInstallError(TorchCDLPackExtError):
+    """A path that should hold a torch installation does not (or it is unreadable)."""
+
+    exit_code = 3
+
+
+class ABIMismatchError(TorchCDLPackExtError):
+    """A requested C++ ABI (or version) contradicts what the torch installation uses."""
+
+    exit_code = 4
+
+
+class BuildError(TorchCDLPackExtError):
+    """Compiling or linking the exchange library failed."""
+
+    exit_code = 5
+
+
+class CompilerNotFoundError(BuildError):
+    """No usable C++ compiler was found."""
+
+
+class DLPackHeaderNotFoundError(BuildError):
+    """No DLPack >= 1.2 header is available to compile against."""
+
+
+class GPUHeadersNotFoundError(BuildError):
+    """A CUDA or ROCm build was requested but the toolkit headers were not found."""
+
+
+class ABIAuditError(BuildError):
+    """A built library needs dynamic symbols its target torch does not provide."""
+
+    def __init__(self, message: str, missing: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+class CommandError(TorchCDLPackExtError):
+    """A subprocess exited with a non-zero status."""
+
+    exit_code = 6
+
+    def __init__(self, cmd: list[str], returncode: int, stdout: str, stderr: str) -> None:
+        self.cmd = cmd
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        tail = (stderr or stdout).strip()
+        if len(tail) > 4000:
+            tail = "...\n" + tail[-4000:]
+        super().__init__(
+            f"command failed with exit code {returncode}: {' '.join(cmd)}"
+            + (f"\n{tail}" if tail else "")
+        )
+
+
+class ManifestError(TorchCDLPackExtError):
+    """The bundled manifest is missing, unreadable, or names a file that is not valid."""
+
+    exit_code = 7
+
+
+class LibraryLoadError(TorchCDLPackExtError):
+    """A library could not be loaded, or it did not provide a valid exchange API table."""
+
+    exit_code = 8
