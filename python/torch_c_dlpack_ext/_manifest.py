@@ -143,9 +143,10 @@ def load_manifest(path: Path) -> tuple[ManifestEntry, ...]:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ManifestError(f"manifest {path} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if schema != SCHEMA_VERSION:
         raise ManifestError(
-            f"manifest {path} has schema {data.get('schema') if isinstance(data, dict) else None!r}, "
+            f"manifest {path} has schema {schema!r}, "
             f"this version of torch-c-dlpack-ext reads schema {SCHEMA_VERSION}"
         )
     libraries = data.get("libraries")

@@ -67,9 +67,7 @@ def parse_backend(value: str | Backend) -> Backend:
         return Backend(value.strip().lower())
     except ValueError:
         choices = ", ".join(b.value for b in Backend)
-        raise InvalidBackendError(
-            f"unknown backend {value!r}: expected one of {choices}"
-        ) from None
+        raise InvalidBackendError(f"unknown backend {value!r}: expected one of {choices}") from None
 
 
 _VERSION_RE = re.compile(r"^\s*(\d+)\.(\d+)")
@@ -129,7 +127,10 @@ def variant_label(
 
 
 def env_var(name: str) -> str:
-    """Full name of one of this project's environment variables (``JIT`` -> ``TORCH_C_DLPACK_EXT_JIT``)."""
+    """Full name of one of this project's environment variables.
+
+    ``env_var("JIT")`` is ``TORCH_C_DLPACK_EXT_JIT``.
+    """
     return ENV_PREFIX + name
 
 

@@ -1,0 +1,45 @@
+"""Project-level invariants: the README's Quick start and CI run the same test command."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _quick_start_commands() -> list[str]:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```(?:bash|sh|console)?\n(.*?)```", section, re.S)
+    assert block is not None, "README Quick start has no code block"
+    return [line.strip() for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_quick_start_has_exactly_build_and_test_commands() -> None:
+    commands = _quick_start_commands()
+    assert len(commands) == 2, commands
+    assert commands[0].endswith("nox -s build")
+    assert commands[1] == "nox -s tests"
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    lines = [
+        line.strip()
+        for line in script.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    test_command = _quick_start_commands()[1]
+    runs = [line for line in lines if shlex.split(line)[:2] == ["nox", "-s"]]
+    assert runs == [test_command], f".ci/run runs {runs}, README says {test_command!r}"
+
+
+def test_version_has_one_source() -> None:
+    hits = [
+        path.relative_to(ROOT)
+        for path in (ROOT / "python").rglob("*.py")
+        if re.search(r"^__version__\s*=", path.read_text(encoding="utf-8"), re.M)
+    ]
+    assert hits == [Path("python/torch_c_dlpack_ext/_version.py")]
