@@ -1,0 +1,99 @@
+"""Summary statistics and target checks shared by every benchmark kind."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["Summary", "Target", "percentile", "ratio", "summarize"]
+
+
+def percentile(samples: Sequence[float], fraction: float) -> float:
+    """The ``fraction`` quantile (0..1) of ``samples`` by linear interpolation between
+    closest ranks (numpy's default), so p50 equals the median."""
+    if not samples:
+        raise ValueError("percentile of an empty sample")
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be within [0, 1], got {fraction}")
+    ordered = sorted(samples)
+    position = fraction * (len(ordered) - 1)
+    low = math.floor(position)
+    high = math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Summary:
+    """Median and spread of repeated measurements (in the unit of the samples)."""
+
+    median: float
+    p90: float
+    minimum: float
+    maximum: float
+    count: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "median": self.median,
+            "p90": self.p90,
+            "min": self.minimum,
+            "max": self.maximum,
+            "count": self.count,
+        }
+
+
+def summarize(samples: Sequence[float]) -> Summary:
+    """Median, p90, min and max of a non-empty sample."""
+    if not samples:
+        raise ValueError("cannot summarize an empty sample")
+    return Summary(
+        median=statistics.median(samples),
+        p90=percentile(samples, 0.9),
+        minimum=min(samples),
+        maximum=max(samples),
+        count=len(samples),
+    )
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator``, or ``None`` when either is missing or the denominator
+    is not positive (a ratio against nothing is not a number to report)."""
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Target:
+    """A goal the benchmark reports as met or missed; it never fails the run."""
+
+    description: str
+    #: The measured value, or ``None`` when it could not be measured in this run.
+    value: float | None
+    limit: float
+    #: ``"<="`` (value must not exceed the limit) or ``">="``.
+    comparison: str
+    unit: str = ""
+
+    def __post_init__(self) -> None:
+        if self.comparison not in ("<=", ">="):
+            raise ValueError(f"comparison must be '<=' or '>=', got {self.comparison!r}")
+
+    @property
+    def status(self) -> str:
+        """``met``, ``missed``, or ``n/a`` when the value was not measured."""
+        if self.value is None:
+            return "n/a"
+        met = self.value <= self.limit if self.comparison == "<=" else self.value >= self.limit
+        return "met" if met else "missed"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.description,
+            "value": self.value,
+            "limit": f"{self.comparison} {self.limit:g}{self.unit}",
+            "status": self.status,
+        }
