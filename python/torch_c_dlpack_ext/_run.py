@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .errors import CommandError
+from .errors import CommandError, CommandTimeoutError
 
 __all__ = ["run"]
 
@@ -20,11 +20,14 @@ def run(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     echo: bool = True,
+    timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``cmd``, echoing it to stderr; raise :class:`CommandError` on failure.
 
     Output is captured so a failure can carry the command, its exit code and its
-    stderr (compiler diagnostics, linker errors) in one exception.
+    stderr (compiler diagnostics, linker errors) in one exception. With
+    ``timeout`` (seconds) a command still running then is killed and
+    :class:`CommandTimeoutError` raised, so release tooling never hangs.
     """
     argv = [os.fspath(part) for part in cmd]
     if echo:
@@ -37,9 +40,20 @@ def run(
             capture_output=True,
             text=True,
             check=False,
+            timeout=timeout,
         )
+    except subprocess.TimeoutExpired as exc:
+        raise CommandTimeoutError(
+            argv, timeout or 0.0, _text(exc.stdout), _text(exc.stderr)
+        ) from None
     except FileNotFoundError:
         raise CommandError(argv, 127, "", f"{argv[0]}: command not found") from None
     if proc.returncode != 0:
         raise CommandError(argv, proc.returncode, proc.stdout, proc.stderr)
     return proc
+
+
+def _text(data: str | bytes | None) -> str:
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "replace")
+    return data or ""

@@ -13,6 +13,7 @@ __all__ = [
     "ABIMismatchError",
     "BuildError",
     "CommandError",
+    "CommandTimeoutError",
     "CompilerNotFoundError",
     "ConfigError",
     "DLPackHeaderNotFoundError",
@@ -97,6 +98,14 @@ class CommandError(TorchCDLPackExtError):
             f"command failed with exit code {returncode}: {' '.join(cmd)}"
             + (f"\n{tail}" if tail else "")
         )
+
+
+class CommandTimeoutError(CommandError):
+    """A subprocess ran longer than its time limit and was killed."""
+
+    def __init__(self, cmd: list[str], timeout: float, stdout: str, stderr: str) -> None:
+        super().__init__(cmd, -9, stdout, (stderr + f"\ntimed out after {timeout:g} s").strip())
+        self.timeout = timeout
 
 
 class ManifestError(TorchCDLPackExtError):
