@@ -21,6 +21,7 @@ __all__ = [
     "InvalidBackendError",
     "LibraryLoadError",
     "ManifestError",
+    "ReleaseError",
     "TorchCDLPackExtError",
     "TorchInstallError",
 ]
@@ -118,3 +119,10 @@ class LibraryLoadError(TorchCDLPackExtError):
     """A library could not be loaded, or it did not provide a valid exchange API table."""
 
     exit_code = 8
+
+
+class ReleaseError(TorchCDLPackExtError):
+    """Release inputs are not publishable (stale or foreign files in dist/, a version
+    that does not match the tag) or the index refused or lost an upload."""
+
+    exit_code = 9
