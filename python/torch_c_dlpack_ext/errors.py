@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "ABIAuditError",
     "ABIMismatchError",
+    "BackendUnavailableError",
     "BuildError",
     "CommandError",
     "CommandTimeoutError",
@@ -50,6 +51,10 @@ class TorchInstallError(TorchCDLPackExtError):
     exit_code = 3
 
 
+class BackendUnavailableError(TorchInstallError):
+    """A backend was requested whose libraries the torch installation lacks (CUDA on a CPU torch)."""
+
+
 class ABIMismatchError(TorchCDLPackExtError):
     """A requested C++ ABI (or version) contradicts what the torch installation uses."""
 
@@ -57,9 +62,18 @@ class ABIMismatchError(TorchCDLPackExtError):
 
 
 class BuildError(TorchCDLPackExtError):
-    """Compiling or linking the exchange library failed."""
+    """Compiling or linking the exchange library failed.
+
+    When a compiler run failed, ``command`` is its argv and ``output`` its
+    captured diagnostics; both are empty otherwise.
+    """
 
     exit_code = 5
+
+    def __init__(self, message: str, *, command: list[str] | None = None, output: str = "") -> None:
+        super().__init__(message)
+        self.command = command or []
+        self.output = output
 
 
 class CompilerNotFoundError(BuildError):
