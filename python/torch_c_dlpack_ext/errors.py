@@ -52,7 +52,7 @@ class TorchInstallError(TorchCDLPackExtError):
 
 
 class BackendUnavailableError(TorchInstallError):
-    """A backend was requested whose libraries the torch installation lacks (CUDA on a CPU torch)."""
+    """A backend whose libraries the torch installation lacks (CUDA on a CPU-only torch)."""
 
 
 class ABIMismatchError(TorchCDLPackExtError):
