@@ -1,11 +1,116 @@
 """torch-c-dlpack-ext: the DLPack C exchange API for every PyTorch.
 
-Importing this package publishes ``torch.Tensor.__dlpack_c_exchange_api__`` when the
-running torch lacks it (the drop-in contract tvm-ffi relies on).
+Importing this package runs the selector once (the drop-in contract tvm-ffi relies
+on: it imports the package, then reads the attributes):
+
+- torch already provides ``torch.Tensor.__dlpack_c_exchange_api__``: nothing is
+  loaded or changed;
+- otherwise the bundled library built for the running torch version, backend and
+  C++ ABI is verified, loaded and published as that capsule (plus the legacy int
+  ``__c_dlpack_exchange_api__``);
+- if nothing applies, import still succeeds: one :class:`TorchCDLPackExtWarning`
+  says why and what to do, and :func:`status` keeps the details.
+
+Import never compiles, spawns processes or touches the network unless
+``TORCH_C_DLPACK_EXT_JIT=1`` asks it to build a library.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._naming import ENV_PREFIX
 from ._version import __version__
 
-__all__ = ["__version__"]
+if TYPE_CHECKING:
+    from . import errors
+    from ._loader import Status
+    from ._select import DecisionKind
+    from ._settings import TorchCDLPackExtWarning
+
+__all__ = [
+    "DecisionKind",
+    "Status",
+    "TorchCDLPackExtWarning",
+    "__version__",
+    "build_for_current_torch",
+    "errors",
+    "status",
+]
+
+_PACKAGE_DIR = Path(__file__).parent
+# Names of __all__ resolved on first use (PEP 562), so the common import stays cheap.
+_LAZY = {
+    "errors": ("errors", None),
+    "Status": ("_loader", "Status"),
+    "DecisionKind": ("_select", "DecisionKind"),
+    "TorchCDLPackExtWarning": ("_settings", "TorchCDLPackExtWarning"),
+}
+
+
+def _torch_defers() -> bool:
+    """The fast path: torch provides the API and no override is set, so the selector
+    would DEFER; answering that without loading the selector keeps import ~free."""
+    if any(name.startswith(ENV_PREFIX) for name in os.environ):
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    return hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+
+
+def _run_selector() -> Status | None:
+    if _torch_defers():
+        return None
+    from ._loader import select_and_load
+
+    return select_and_load(os.environ, _PACKAGE_DIR)
+
+
+# "status" absent means "deferred on the fast path"; status() describes it on demand.
+_STATE: dict[str, Status] = {}
+_import_status = _run_selector()
+if _import_status is not None:
+    _STATE["status"] = _import_status
+del _import_status
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module_name, attr = _LAZY[name]
+        module = importlib.import_module(f".{module_name}", __name__)
+        value = module if attr is None else getattr(module, attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def status() -> Status:
+    """What importing this package did: the decision, the library loaded (if any),
+    the running torch, the reason, and the warnings emitted."""
+    if "status" not in _STATE:
+        from ._loader import deferred_status
+
+        _STATE["status"] = deferred_status()
+    return _STATE["status"]
+
+
+def build_for_current_torch() -> Path:
+    """Compile the library for the running torch (cached), load it and publish it.
+
+    The build goes to ``TORCH_C_DLPACK_EXT_CACHE_DIR`` (default: the user cache
+    directory) under a key of the full torch identity, so later calls and later
+    processes reuse it. An explicit call publishes even where torch provides the
+    API itself, replacing torch's capsule (as ``TORCH_C_DLPACK_EXT_FORCE=1`` does).
+    Returns the library's path; raises a :class:`~torch_c_dlpack_ext.errors.BuildError`
+    (or another :mod:`~torch_c_dlpack_ext.errors` class) saying what is missing.
+    """
+    from . import _jit
+
+    _STATE["status"], library = _jit.build_for_current_torch(os.environ)
+    return library

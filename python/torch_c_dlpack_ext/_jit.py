@@ -1,0 +1,107 @@
+"""Opt-in build of the library for the running torch (``TORCH_C_DLPACK_EXT_JIT=1`` or
+:func:`torch_c_dlpack_ext.build_for_current_torch`).
+
+The one compiler driver (:mod:`._compile`) does the work, with its build cache and
+file lock, so several processes asking at once produce one build. The output goes
+to ``<cache dir>/<key>/`` where the key covers the full torch identity: two torch
+builds that share ``major.minor`` (``2.8.0`` and ``2.8.0a0+abc``, or the two C++
+ABIs of 2.6) never share a library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ._loader import LOCK, LoadedLibrary, Status, open_library, publish
+from ._manifest import verify_file
+from ._naming import Backend, default_cache_dir, env_var
+from ._select import DecisionKind
+from ._settings import Settings
+from ._torchinfo import TorchInfo
+from ._version import __version__
+from .errors import BuildError, ConfigError, TorchCDLPackExtError
+
+__all__ = ["build_and_load", "build_for_current_torch", "cache_key", "python_tag"]
+
+
+def python_tag() -> str:
+    """``cp311`` / ``cp314t``: the interpreter the library's Python calls are built for."""
+    from packaging import tags
+
+    abiflags = "t" if getattr(sys, "_is_gil_enabled", lambda: True)() is False else ""
+    return f"{tags.interpreter_name()}{tags.interpreter_version()}{abiflags}"
+
+
+def cache_key(info: TorchInfo, backend: Backend, pytag: str) -> str:
+    """Directory name for one torch identity: readable prefix, digest of everything.
+
+    The digest covers ``torch.__version__`` with its local part, the C++ ABI, the
+    backend, the Python tag and this package's version (new sources, new build).
+    """
+    identity = "|".join((info.version, str(info.cxx11_abi), backend.value, pytag, __version__))
+    digest = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:16]
+    readable = re.sub(r"[^0-9A-Za-z.]+", "_", info.version)
+    return f"torch{readable}-{backend.value}-{pytag}-{digest}"
+
+
+def _cache_root(settings: Settings) -> Path:
+    return settings.cache_dir if settings.cache_dir is not None else default_cache_dir()
+
+
+def build_and_load(
+    torch: Any, info: TorchInfo, backend: Backend, settings: Settings
+) -> LoadedLibrary:
+    """Build (or reuse) the library for the running torch and open it; do not publish.
+
+    Raises a :class:`TorchCDLPackExtError` subclass: :class:`ConfigError` for an
+    unusable cache directory, the driver's :class:`BuildError` subclasses for a
+    missing compiler or DLPack header, :class:`LibraryLoadError` if the result
+    does not load.
+    """
+    output_dir = _cache_root(settings) / cache_key(info, backend, python_tag())
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe = output_dir / ".write-probe"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"JIT cache directory {output_dir} is not writable ({exc.strerror}); "
+            f"point {env_var('CACHE_DIR')} at a writable directory"
+        ) from None
+    from . import _compile
+
+    try:
+        entry = _compile.compile_library(
+            torch=Path(torch.__file__).parent, backend=backend, output_dir=output_dir
+        )
+    except TorchCDLPackExtError:
+        raise
+    except OSError as exc:
+        raise BuildError(f"JIT build in {output_dir} failed: {exc}") from None
+    return open_library(verify_file(entry, output_dir))
+
+
+def build_for_current_torch(environ: Mapping[str, str]) -> tuple[Status, Path]:
+    """Build, load and publish for the running torch; the public entry point's body."""
+    import torch
+
+    with LOCK:
+        info = TorchInfo.from_torch(torch)
+        settings = Settings.from_env(environ)
+        backend = settings.backend or info.backend
+        loaded = build_and_load(torch, info, backend, settings)
+        publish(torch, loaded.pointer)
+        status = Status(
+            kind=DecisionKind.JIT,
+            library=loaded.path,
+            torch=info,
+            reason=f"built for torch {info.version} ({backend.value}) on request",
+            settings=settings,
+        )
+        return status, loaded.path

@@ -1,0 +1,383 @@
+"""Act on the selector's decision: verify, dlopen, check the table, publish on ``torch.Tensor``.
+
+Nothing here lets an exception escape :func:`select_and_load`: every failure
+becomes a :class:`Status` with the cause and one :class:`TorchCDLPackExtWarning`.
+Attributes are set only after a table passed every check, so a consumer never
+sees a half-valid API.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import threading
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ._manifest import ManifestEntry, load_manifest, verify_file
+from ._naming import MANIFEST_NAME, Backend, env_var
+from ._select import (
+    Decision,
+    DecisionKind,
+    cpu_fallback_warning,
+    decide,
+    describe_entry,
+    manifest_needed,
+)
+from ._settings import Settings, TorchCDLPackExtWarning
+from ._torchinfo import CAPSULE_ATTR, LEGACY_INT_ATTR, TorchInfo
+from .errors import LibraryLoadError, ManifestError, TorchCDLPackExtError
+
+__all__ = [
+    "CAPSULE_NAME",
+    "EXPORT_BUILD_INFO",
+    "EXPORT_TABLE",
+    "LoadedLibrary",
+    "Status",
+    "check_table",
+    "deferred_status",
+    "open_library",
+    "publish",
+    "select_and_load",
+]
+
+#: Name every consumer checks before using the capsule's pointer.
+CAPSULE_NAME = b"dlpack_exchange_api"
+#: The exports of the library (see CONTRIBUTING.md, "Build contract").
+EXPORT_TABLE = "TorchDLPackExchangeAPIPtr"
+EXPORT_BUILD_INFO = "TorchCDLPackExtBuildInfo"
+#: The DLPack major version whose ``DLPackExchangeAPI`` layout this loader reads.
+SUPPORTED_MAJOR = 1
+
+
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = (("major", ctypes.c_uint32), ("minor", ctypes.c_uint32))
+
+
+class _DLPackExchangeAPIHeader(ctypes.Structure):
+    _fields_ = (("version", _DLPackVersion), ("prev_api", ctypes.c_void_p))
+
+
+class _DLPackExchangeAPI(ctypes.Structure):
+    # Layout shared by DLPack 1.2 and 1.3 (56 bytes on 64-bit platforms).
+    _fields_ = (
+        ("header", _DLPackExchangeAPIHeader),
+        ("managed_tensor_allocator", ctypes.c_void_p),
+        ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
+        ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
+        ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
+        ("current_work_stream", ctypes.c_void_p),
+    )
+
+
+_MEMBERS = tuple(name for name, _ in _DLPackExchangeAPI._fields_[1:])
+
+# A private prototype instead of setting argtypes on ctypes.pythonapi.PyCapsule_New,
+# which other packages in the same process may configure differently.
+_PyCapsule_New = ctypes.PYFUNCTYPE(
+    ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
+)(("PyCapsule_New", ctypes.pythonapi))
+# The capsule stores the name pointer, not a copy: this buffer must outlive every capsule.
+_CAPSULE_NAME_BUFFER = ctypes.create_string_buffer(CAPSULE_NAME)
+
+#: Serialises loading and publishing (imports from threads, build_for_current_torch).
+LOCK = threading.RLock()
+# Loaded libraries stay referenced for the life of the process: the published
+# pointer points into them, so they must never be unloaded.
+_LIBRARIES: dict[str, LoadedLibrary] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedLibrary:
+    """A library whose exchange table passed :func:`check_table`."""
+
+    path: Path
+    handle: ctypes.CDLL
+    pointer: int
+    dlpack_version: tuple[int, int]
+
+    def build_info(self) -> str | None:
+        """The library's ``TorchCDLPackExtBuildInfo`` JSON, or ``None`` if it lacks it."""
+        try:
+            func = getattr(self.handle, EXPORT_BUILD_INFO)
+        except AttributeError:
+            return None
+        func.restype = ctypes.c_char_p
+        func.argtypes = []
+        raw = func()
+        return raw.decode("utf-8", "replace") if raw else None
+
+
+def check_table(pointer: int, origin: str) -> tuple[int, int]:
+    """Check the ``DLPackExchangeAPI`` at ``pointer``; return its DLPack version.
+
+    Raises :class:`LibraryLoadError` if the pointer is NULL, the major version is
+    not 1, or any member is NULL.
+    """
+    if not pointer:
+        raise LibraryLoadError(f"{origin}: {EXPORT_TABLE}() returned NULL")
+    table = _DLPackExchangeAPI.from_address(pointer)
+    version = (int(table.header.version.major), int(table.header.version.minor))
+    if version[0] != SUPPORTED_MAJOR:
+        raise LibraryLoadError(
+            f"{origin}: exchange table has DLPack version {version[0]}.{version[1]}, "
+            f"this loader reads major version {SUPPORTED_MAJOR}; "
+            "upgrade torch-c-dlpack-ext or rebuild the library"
+        )
+    missing = [name for name in _MEMBERS if not getattr(table, name)]
+    if missing:
+        raise LibraryLoadError(
+            f"{origin}: exchange table has NULL member(s) {', '.join(missing)}; "
+            "the library is incomplete, rebuild it"
+        )
+    return version
+
+
+def open_library(path: Path) -> LoadedLibrary:
+    """dlopen ``path`` (once per process) and check its exchange table.
+
+    The caller verifies the file against the manifest first when it has an entry.
+    Raises :class:`LibraryLoadError` carrying the loader's message (for example the
+    undefined symbol of a library built for the other C++ ABI).
+    """
+    key = str(path.resolve())
+    with LOCK:
+        if key in _LIBRARIES:
+            return _LIBRARIES[key]
+        try:
+            # RTLD_LOCAL: the library resolves torch's symbols from the libraries
+            # ``import torch`` already loaded, and exports nothing to others.
+            handle = ctypes.CDLL(key, mode=ctypes.RTLD_LOCAL)
+        except OSError as exc:
+            raise LibraryLoadError(f"{path}: cannot be loaded: {exc}") from None
+        try:
+            func = getattr(handle, EXPORT_TABLE)
+        except AttributeError:
+            raise LibraryLoadError(
+                f"{path}: does not export {EXPORT_TABLE}; it is not a torch-c-dlpack-ext library"
+            ) from None
+        func.restype = ctypes.c_int64
+        func.argtypes = []
+        pointer = int(func())
+        version = check_table(pointer, str(path))
+        loaded = LoadedLibrary(path=path, handle=handle, pointer=pointer, dlpack_version=version)
+        _LIBRARIES[key] = loaded
+        return loaded
+
+
+def make_capsule(pointer: int) -> Any:
+    """A PyCapsule named ``dlpack_exchange_api`` wrapping ``pointer`` (no destructor:
+    the table is static in a library that is never unloaded)."""
+    return _PyCapsule_New(pointer, ctypes.addressof(_CAPSULE_NAME_BUFFER), None)
+
+
+def publish(torch: Any, pointer: int) -> None:
+    """Set the capsule and the legacy int attribute on ``torch.Tensor``."""
+    capsule = make_capsule(pointer)
+    with LOCK:
+        setattr(torch.Tensor, CAPSULE_ATTR, capsule)
+        setattr(torch.Tensor, LEGACY_INT_ATTR, pointer)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Status:
+    """What ``import torch_c_dlpack_ext`` did, and why (see :func:`status`)."""
+
+    #: The outcome: ``LOAD``/``JIT`` only if a library was published.
+    kind: DecisionKind
+    #: The library whose table is published (``None`` unless ``kind`` is LOAD or JIT).
+    library: Path | None = None
+    #: The running torch, ``None`` if torch could not be imported.
+    torch: TorchInfo | None = None
+    reason: str = ""
+    remedy: str = ""
+    #: Every warning emitted, in order.
+    warnings: tuple[str, ...] = ()
+    #: The selector's decision (``None`` if it could not run).
+    decision: Decision | None = None
+    settings: Settings | None = None
+
+    @property
+    def published(self) -> bool:
+        """True if this package set the attributes on ``torch.Tensor``."""
+        return self.kind in (DecisionKind.LOAD, DecisionKind.JIT, DecisionKind.PUBLISH_LEGACY)
+
+
+class _Action:
+    """Carries out one decision, collecting (and announcing) warnings as it goes."""
+
+    def __init__(
+        self,
+        torch: Any,
+        info: TorchInfo,
+        decision: Decision,
+        settings: Settings,
+        package_dir: Path,
+    ) -> None:
+        self.torch = torch
+        self.info = info
+        self.decision = decision
+        self.settings = settings
+        self.package_dir = package_dir
+        self.warnings: list[str] = []
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+        # Point at the code that imported the package, not at this module.
+        warnings.warn(message, TorchCDLPackExtWarning, stacklevel=6)
+
+    def status(
+        self, kind: DecisionKind, library: Path | None = None, reason: str = "", remedy: str = ""
+    ) -> Status:
+        return Status(
+            kind=kind,
+            library=library,
+            torch=self.info,
+            reason=reason or self.decision.reason,
+            remedy=remedy or self.decision.remedy,
+            warnings=tuple(self.warnings),
+            decision=self.decision,
+            settings=self.settings,
+        )
+
+    def unavailable(self, reason: str, remedy: str = "") -> Status:
+        """The one message of a failed selection; torch is left as it was."""
+        remedy = remedy or self.decision.remedy
+        self.warn(
+            f"torch-c-dlpack-ext: {reason}."
+            + (f" {remedy}." if remedy else "")
+            + " torch.Tensor left unchanged"
+        )
+        return self.status(DecisionKind.UNAVAILABLE, reason=reason, remedy=remedy)
+
+    def run(self) -> Status:
+        for message in self.decision.warnings:
+            self.warn(message)
+        handlers = {
+            DecisionKind.DEFER: self.nothing,
+            DecisionKind.DISABLED: self.nothing,
+            DecisionKind.UNAVAILABLE: lambda: self.unavailable(self.decision.reason),
+            DecisionKind.PUBLISH_LEGACY: self.publish_legacy,
+            DecisionKind.LOAD: self.load,
+            DecisionKind.JIT: self.jit,
+        }
+        return handlers[self.decision.kind]()
+
+    def nothing(self) -> Status:
+        return self.status(self.decision.kind)
+
+    def publish_legacy(self) -> Status:
+        try:
+            pointer = int(getattr(self.torch.Tensor, LEGACY_INT_ATTR))
+            check_table(pointer, f"torch.Tensor.{LEGACY_INT_ATTR}")
+        except (TypeError, ValueError, LibraryLoadError) as exc:
+            return self.unavailable(
+                f"torch's legacy {LEGACY_INT_ATTR} is unusable: {exc}",
+                f"unset it, or set {env_var('FORCE')}=1 to load a bundled library instead",
+            )
+        with LOCK:
+            setattr(self.torch.Tensor, CAPSULE_ATTR, make_capsule(pointer))
+        return self.status(DecisionKind.PUBLISH_LEGACY)
+
+    def load(self) -> Status:
+        if self.decision.library is not None:
+            try:
+                loaded = open_library(self.decision.library)
+            except LibraryLoadError as exc:
+                return self.unavailable(str(exc), f"fix or unset {env_var('LIBRARY')}")
+            publish(self.torch, loaded.pointer)
+            return self.status(DecisionKind.LOAD, loaded.path)
+        failures: list[str] = []
+        candidates = [self.decision.entry, *self.decision.fallbacks] if self.decision.entry else []
+        for entry in candidates:
+            try:
+                loaded = open_library(verify_file(entry, self.package_dir))
+            except (ManifestError, LibraryLoadError) as exc:
+                failures.append(str(exc))
+                continue
+            if failures:
+                self.warn_fallback(entry, failures)
+            publish(self.torch, loaded.pointer)
+            return self.status(DecisionKind.LOAD, loaded.path)
+        if self.settings.jit:
+            # Opted into JIT: build for this torch rather than give up.
+            return self.jit(
+                f"{'; '.join(failures)}; {env_var('JIT')} asks to build a library instead"
+            )
+        return self.unavailable(
+            "no library could be loaded: " + "; ".join(failures),
+            "reinstall torch-c-dlpack-ext (pip install --force-reinstall torch-c-dlpack-ext), "
+            f"or set {env_var('JIT')}=1 to build a library for this torch",
+        )
+
+    def warn_fallback(self, entry: ManifestEntry, failures: list[str]) -> None:
+        wanted = self.decision.backend
+        if wanted is not None and wanted is not Backend.CPU and entry.backend is Backend.CPU:
+            why = f"the {wanted.value} library failed to load ({failures[-1]})"
+            self.warn(cpu_fallback_warning(wanted, entry, why))
+        else:
+            self.warn(f"using {describe_entry(entry)} after: {'; '.join(failures)}")
+
+    def jit(self, reason: str = "") -> Status:
+        from . import _jit
+
+        backend = self.decision.backend or self.info.backend
+        try:
+            loaded = _jit.build_and_load(self.torch, self.info, backend, self.settings)
+        except TorchCDLPackExtError as exc:
+            return self.unavailable(
+                f"JIT build for torch {self.info.version} failed: {exc}",
+                f"fix the cause above, or unset {env_var('JIT')}",
+            )
+        publish(self.torch, loaded.pointer)
+        return self.status(DecisionKind.JIT, loaded.path, reason)
+
+
+def deferred_status() -> Status:
+    """The :class:`Status` of an import that deferred on the fast path (torch had the
+    API and no override was set); describes torch without acting on anything."""
+    import torch
+
+    info = TorchInfo.from_torch(torch)
+    reason = f"torch {info.version} provides __dlpack_c_exchange_api__ itself"
+    return Status(
+        kind=DecisionKind.DEFER,
+        torch=info,
+        reason=reason,
+        decision=Decision(kind=DecisionKind.DEFER, backend=info.backend, reason=reason),
+        settings=Settings(),
+    )
+
+
+def select_and_load(environ: Mapping[str, str], package_dir: Path) -> Status:
+    """Run the whole selector once: read settings, torch and (if needed) the manifest,
+    decide, and act. Never raises for a bad environment, a bad installation or a bad
+    library; the returned :class:`Status` says what happened."""
+    with LOCK:
+        try:
+            import torch
+        except ImportError as exc:
+            return Status(
+                kind=DecisionKind.UNAVAILABLE,
+                reason=f"torch is not importable ({exc})",
+                remedy="install torch, then import torch_c_dlpack_ext again",
+            )
+        try:
+            info = TorchInfo.from_torch(torch)
+        except Exception as exc:  # an odd torch build must not break every importer
+            return Status(
+                kind=DecisionKind.UNAVAILABLE,
+                reason=f"cannot describe the running torch: {type(exc).__name__}: {exc}",
+                remedy="report this with the output of python -m torch_c_dlpack_ext",
+            )
+        settings = Settings.from_env(environ)
+        manifest: tuple[ManifestEntry, ...] | ManifestError = ()
+        if manifest_needed(info, settings):
+            try:
+                manifest = load_manifest(package_dir / MANIFEST_NAME)
+            except ManifestError as exc:
+                manifest = exc
+        decision = decide(info, manifest, settings)
+        return _Action(torch, info, decision, settings, package_dir).run()

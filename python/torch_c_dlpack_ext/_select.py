@@ -1,0 +1,293 @@
+"""The selection policy: which library (if any) ``import torch_c_dlpack_ext`` loads.
+
+Pure: no I/O, no imports of torch. The caller reads the environment, the running
+torch and the manifest, and acts on the returned :class:`Decision`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Sequence
+from pathlib import Path
+
+from ._manifest import ManifestEntry
+from ._naming import Backend, env_var
+from ._settings import Settings
+from ._torchinfo import TorchInfo
+from .errors import ConfigError, ManifestError
+
+__all__ = [
+    "Decision",
+    "DecisionKind",
+    "cpu_fallback_warning",
+    "decide",
+    "describe_entry",
+    "manifest_needed",
+]
+
+
+class DecisionKind(str, enum.Enum):
+    """What the selector decided to do."""
+
+    #: torch provides ``__dlpack_c_exchange_api__`` itself: load nothing, change nothing.
+    DEFER = "defer"
+    #: torch has only the legacy int ``__c_dlpack_exchange_api__``: publish a capsule for it.
+    PUBLISH_LEGACY = "publish_legacy"
+    #: Load ``Decision.entry`` (then ``fallbacks`` in order), or the ``LIBRARY`` override.
+    LOAD = "load"
+    #: No bundled library applies and the user opted into building one for this torch.
+    JIT = "jit"
+    #: ``TORCH_C_DLPACK_EXT_DISABLE`` is set: load nothing, change nothing.
+    DISABLED = "disabled"
+    #: Nothing applies: load nothing; ``reason`` and ``remedy`` say why and what to do.
+    UNAVAILABLE = "unavailable"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Decision:
+    """The selector's verdict. Frozen, so it can be stored in :class:`Status` as is."""
+
+    kind: DecisionKind
+    #: Backend the choice was made for (detected, or ``TORCH_C_DLPACK_EXT_BACKEND``).
+    backend: Backend | None = None
+    #: First library to try (``LOAD`` from the manifest).
+    entry: ManifestEntry | None = None
+    #: Libraries to try, in order, if ``entry`` fails to load.
+    fallbacks: tuple[ManifestEntry, ...] = ()
+    #: ``TORCH_C_DLPACK_EXT_LIBRARY`` (``LOAD`` without a manifest entry).
+    library: Path | None = None
+    reason: str = ""
+    remedy: str = ""
+    #: Messages the caller must announce as warnings.
+    warnings: tuple[str, ...] = ()
+
+
+def describe_entry(entry: ManifestEntry) -> str:
+    """``torch 2.6 cuda cxx11abi0`` — how messages name a library."""
+    abi = "" if entry.cxx11_abi is None else f" cxx11abi{int(entry.cxx11_abi)}"
+    return f"torch {entry.torch} {entry.backend.value}{abi}"
+
+
+def _describe_torch(info: TorchInfo, backend: Backend) -> str:
+    abi = "" if info.cxx11_abi is None else f" cxx11abi{int(info.cxx11_abi)}"
+    return f"torch {info.version} ({backend.value}{abi})"
+
+
+def cpu_fallback_warning(backend: Backend, cpu_entry: ManifestEntry, why: str) -> str:
+    """The warning for serving a GPU torch with the CPU library; names the variables
+    that change the outcome."""
+    return (
+        f"{why}; using the CPU library ({describe_entry(cpu_entry)}) instead: tensors "
+        f"work, but current_work_stream reports no {backend.value} stream. Set "
+        f"{env_var('JIT')}=1 to build a {backend.value} library for this torch, or "
+        f"{env_var('BACKEND')}=cpu to choose the CPU library and silence this warning"
+    )
+
+
+def _build_remedy(manifest: Sequence[ManifestEntry]) -> str:
+    if manifest:
+        listed = "; ".join(describe_entry(e) for e in manifest)
+        have = f"This installation bundles libraries for: {listed}."
+    else:
+        have = "This installation bundles no libraries (a universal wheel)."
+    return (
+        f"{have} Build one from source after installing torch: "
+        "pip install --force-reinstall --no-deps --no-build-isolation "
+        "--no-binary torch-c-dlpack-ext "
+        f"torch-c-dlpack-ext; or set {env_var('JIT')}=1 to build one on first import"
+    )
+
+
+def _rule_bad_settings(info: TorchInfo, settings: Settings) -> Decision | None:
+    if not settings.problems:
+        return None
+    names = ", ".join(sorted({p.variable for p in settings.problems}))
+    return Decision(
+        kind=DecisionKind.UNAVAILABLE,
+        reason="; ".join(p.message for p in settings.problems)
+        + " (nothing loaded; torch's own API, if any, is unaffected)",
+        remedy=f"fix or unset {names}",
+    )
+
+
+def _rule_disabled(info: TorchInfo, settings: Settings) -> Decision | None:
+    if not settings.disable:
+        return None
+    return Decision(
+        kind=DecisionKind.DISABLED,
+        reason=f"{env_var('DISABLE')} is set: nothing loaded, torch left unchanged",
+        remedy=f"unset {env_var('DISABLE')} to enable the selector",
+    )
+
+
+def _rule_defer(info: TorchInfo, settings: Settings) -> Decision | None:
+    if not info.has_capsule or settings.force:
+        return None
+    warnings: tuple[str, ...] = ()
+    if settings.library is not None:
+        warnings = (
+            f"{env_var('LIBRARY')} is ignored: torch {info.version} provides "
+            f"__dlpack_c_exchange_api__ itself; also set {env_var('FORCE')}=1 to replace it",
+        )
+    return Decision(
+        kind=DecisionKind.DEFER,
+        reason=f"torch {info.version} provides __dlpack_c_exchange_api__ itself",
+        warnings=warnings,
+    )
+
+
+def _rule_legacy(info: TorchInfo, settings: Settings) -> Decision | None:
+    if not info.has_legacy_int or settings.force:
+        return None
+    return Decision(
+        kind=DecisionKind.PUBLISH_LEGACY,
+        reason=f"torch {info.version} provides only the legacy int "
+        "__c_dlpack_exchange_api__; publishing a capsule for the same table",
+    )
+
+
+def _rule_library_override(info: TorchInfo, settings: Settings) -> Decision | None:
+    if settings.library is None:
+        return None
+    return Decision(
+        kind=DecisionKind.LOAD,
+        backend=settings.backend or info.backend,
+        library=settings.library,
+        reason=f"{env_var('LIBRARY')} names {settings.library}",
+        warnings=(
+            f"loading {settings.library} from {env_var('LIBRARY')}: no manifest, so "
+            "no size/sha256 check was done",
+        ),
+    )
+
+
+#: Rules 1-5 of :func:`decide`, in order; none of them reads the manifest.
+_RULES_BEFORE_MANIFEST = (
+    _rule_bad_settings,
+    _rule_disabled,
+    _rule_defer,
+    _rule_legacy,
+    _rule_library_override,
+)
+
+
+def manifest_needed(info: TorchInfo, settings: Settings) -> bool:
+    """Whether :func:`decide` reads the manifest for these inputs.
+
+    The caller loads the manifest only when this is true, so a torch that provides
+    the API (on any backend) never touches it.
+    """
+    return all(rule(info, settings) is None for rule in _RULES_BEFORE_MANIFEST)
+
+
+def decide(
+    info: TorchInfo,
+    manifest: Sequence[ManifestEntry] | ManifestError,
+    settings: Settings,
+) -> Decision:
+    """Decide what importing the package does. The rules, first match wins:
+
+    1. A variable that could not be honoured (bad value, unknown name, missing
+       ``LIBRARY`` file) -> ``UNAVAILABLE`` naming it: a typo must never load the
+       wrong thing. torch's own API, if any, is left alone.
+    2. ``DISABLE`` -> ``DISABLED``.
+    3. torch already has ``__dlpack_c_exchange_api__`` -> ``DEFER`` on every backend,
+       without consulting the manifest; ``FORCE`` skips this rule (A/B tests).
+    4. torch has only the legacy int attribute -> ``PUBLISH_LEGACY`` (unless ``FORCE``).
+    5. ``LIBRARY`` -> ``LOAD`` that file, warning that no sha256 check is possible.
+    6. The manifest is unusable -> ``JIT`` if opted in, else ``UNAVAILABLE``.
+    7. The backend is ``BACKEND`` if set, else ``info.backend`` (by ``detect_backend``).
+       Entries must match torch ``major.minor`` (local versions such as
+       ``2.8.0a0+abc`` count as 2.8), the backend, and the C++ ABI exactly (``None``
+       matches only ``None``). Matching entries -> ``LOAD`` the first (one built
+       against the exact running torch first), with the remaining ones and then the
+       CPU library of the same torch/ABI as ``fallbacks``.
+    8. No backend library but a CPU one of the same torch/ABI -> with ``JIT`` opted
+       in, ``JIT`` (it builds the backend's library); else ``LOAD`` the CPU library
+       with a warning naming the variables that change the outcome.
+    9. Nothing matches -> ``JIT`` if opted in, else ``UNAVAILABLE`` listing the
+       bundled libraries, the build-from-source command and the JIT variable.
+    """
+    for rule in _RULES_BEFORE_MANIFEST:
+        decision = rule(info, settings)
+        if decision is not None:
+            return decision
+    backend = settings.backend or info.backend
+    if isinstance(manifest, ManifestError):
+        return _nothing_matches(
+            settings, backend, f"no usable manifest: {manifest}", _build_remedy(())
+        )
+    try:
+        version = info.major_minor
+    except ConfigError as exc:
+        return _nothing_matches(settings, backend, str(exc), _build_remedy(manifest))
+    return _match_manifest(info, manifest, settings, backend, version)
+
+
+def _match_manifest(
+    info: TorchInfo,
+    manifest: Sequence[ManifestEntry],
+    settings: Settings,
+    backend: Backend,
+    version: tuple[int, int],
+) -> Decision:
+    def matching(wanted: Backend) -> list[ManifestEntry]:
+        found = [
+            e
+            for e in manifest
+            if e.torch_version == version
+            and e.backend is wanted
+            and e.cxx11_abi == info.cxx11_abi
+            # ``==`` alone would let None match False.
+            and (e.cxx11_abi is None) == (info.cxx11_abi is None)
+        ]
+        # Prefer the build of the exact running torch; then a stable order.
+        return sorted(found, key=lambda e: (e.torch_build != info.version, e.file))
+
+    primary = matching(backend)
+    cpu = matching(Backend.CPU) if backend is not Backend.CPU else []
+    if primary:
+        return Decision(
+            kind=DecisionKind.LOAD,
+            backend=backend,
+            entry=primary[0],
+            fallbacks=tuple(primary[1:] + cpu),
+            reason=f"{describe_entry(primary[0])} matches {_describe_torch(info, backend)}",
+        )
+    if cpu:
+        if settings.jit:
+            return Decision(
+                kind=DecisionKind.JIT,
+                backend=backend,
+                reason=f"no bundled {backend.value} library for {_describe_torch(info, backend)}; "
+                f"{env_var('JIT')} asks to build one",
+            )
+        why = f"no bundled {backend.value} library for {_describe_torch(info, backend)}"
+        return Decision(
+            kind=DecisionKind.LOAD,
+            backend=Backend.CPU,
+            entry=cpu[0],
+            fallbacks=tuple(cpu[1:]),
+            reason=f"{why}; the CPU library of the same torch and ABI serves it",
+            warnings=(cpu_fallback_warning(backend, cpu[0], why),),
+        )
+    return _nothing_matches(
+        settings,
+        backend,
+        f"no bundled library matches {_describe_torch(info, backend)}",
+        _build_remedy(manifest),
+    )
+
+
+def _nothing_matches(settings: Settings, backend: Backend, why: str, remedy: str) -> Decision:
+    if settings.jit:
+        return Decision(
+            kind=DecisionKind.JIT,
+            backend=backend,
+            reason=f"{why}; {env_var('JIT')} asks to build one",
+        )
+    return Decision(kind=DecisionKind.UNAVAILABLE, backend=backend, reason=why, remedy=remedy)

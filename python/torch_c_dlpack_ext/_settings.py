@@ -1,0 +1,151 @@
+"""Runtime overrides: the ``TORCH_C_DLPACK_EXT_*`` environment variables read at import.
+
+Every variable shares the one prefix of :func:`._naming.env_var`. Reading them never
+raises: a bad value, an unknown name (with a "did you mean ...?" hint) or a
+``LIBRARY`` path that does not exist becomes a :class:`SettingProblem`. The selector
+turns any problem into "load nothing" and the caller announces it as a
+:class:`TorchCDLPackExtWarning`, because an exception out of ``import`` would break
+every package that imports this one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping
+from pathlib import Path
+
+from ._naming import ENV_PREFIX, Backend, env_var, parse_backend
+from .errors import ConfigError
+
+__all__ = [
+    "BUILD_TIME_VARIABLES",
+    "RUNTIME_VARIABLES",
+    "SettingProblem",
+    "Settings",
+    "TorchCDLPackExtWarning",
+    "parse_bool",
+]
+
+
+class TorchCDLPackExtWarning(UserWarning):
+    """Category of every warning torch-c-dlpack-ext emits (filter on it to silence them)."""
+
+
+#: Variables the runtime reads, by short name (without the prefix).
+RUNTIME_VARIABLES = ("DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR")
+#: Variables other parts of the project read (the build); known, so not "unknown", but
+#: ignored at import.
+BUILD_TIME_VARIABLES: tuple[str, ...] = ()
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def parse_bool(name: str, value: str) -> bool:
+    """Parse a boolean variable's value (1/0, true/false, yes/no, on/off; any case).
+
+    Raises :class:`ConfigError` naming the variable and the accepted spellings.
+    """
+    folded = value.strip().lower()
+    if folded in _TRUE:
+        return True
+    if folded in _FALSE:
+        return False
+    raise ConfigError(f"{name}={value!r} is not a boolean: use 1/0, true/false, yes/no or on/off")
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingProblem:
+    """One variable that could not be honoured, and why."""
+
+    variable: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+    """The runtime overrides in force. Build with :meth:`from_env`."""
+
+    #: Load nothing, change nothing.
+    disable: bool = False
+    #: Load our library even when torch already provides the API (replaces the attribute).
+    force: bool = False
+    #: Load this file instead of consulting the manifest (no sha256 check is possible).
+    library: Path | None = None
+    #: Use this backend instead of the detected one.
+    backend: Backend | None = None
+    #: Build a library for the running torch when no bundled one applies.
+    jit: bool = False
+    #: Where JIT builds go (``None``: :func:`._naming.default_cache_dir`).
+    cache_dir: Path | None = None
+    #: Variables that were set but could not be honoured.
+    problems: tuple[SettingProblem, ...] = ()
+    #: Every prefixed variable that was set (name -> value), for diagnostics.
+    in_force: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+        """Read the prefixed variables of ``environ``; never raises.
+
+        Empty values count as unset, so ``VAR=`` in a shell script clears an override.
+        """
+        problems: list[SettingProblem] = []
+        in_force = tuple(sorted((k, v) for k, v in environ.items() if k.startswith(ENV_PREFIX)))
+        known = {env_var(n) for n in RUNTIME_VARIABLES + BUILD_TIME_VARIABLES}
+        for name, _ in in_force:
+            if name not in known:
+                hint = difflib.get_close_matches(name, sorted(known), n=1)
+                fix = f"did you mean {hint[0]}?" if hint else "remove it"
+                problems.append(
+                    SettingProblem(name, f"{name} is not a torch-c-dlpack-ext variable ({fix})")
+                )
+
+        def value_of(short: str) -> str | None:
+            value = environ.get(env_var(short), "").strip()
+            return value or None
+
+        def flag(short: str) -> bool:
+            raw = value_of(short)
+            if raw is None:
+                return False
+            try:
+                return parse_bool(env_var(short), raw)
+            except ConfigError as exc:
+                problems.append(SettingProblem(env_var(short), str(exc)))
+                return False
+
+        backend: Backend | None = None
+        raw_backend = value_of("BACKEND")
+        if raw_backend is not None:
+            try:
+                backend = parse_backend(raw_backend)
+            except ConfigError as exc:
+                problems.append(SettingProblem(env_var("BACKEND"), f"{env_var('BACKEND')}: {exc}"))
+
+        library: Path | None = None
+        raw_library = value_of("LIBRARY")
+        if raw_library is not None:
+            candidate = Path(raw_library).expanduser()
+            if candidate.is_file():
+                library = candidate.absolute()
+            else:
+                problems.append(
+                    SettingProblem(
+                        env_var("LIBRARY"),
+                        f"{env_var('LIBRARY')}={raw_library!r} is not an existing file: "
+                        "point it at a built library or unset it",
+                    )
+                )
+
+        raw_cache = value_of("CACHE_DIR")
+        return cls(
+            disable=flag("DISABLE"),
+            force=flag("FORCE"),
+            library=library,
+            backend=backend,
+            jit=flag("JIT"),
+            cache_dir=Path(raw_cache).expanduser() if raw_cache else None,
+            problems=tuple(problems),
+            in_force=in_force,
+        )
