@@ -1,0 +1,639 @@
+"""The ONE compiler driver: compile ``csrc/`` against a given torch installation.
+
+``nox -s build``, the sdist build and the opt-in JIT all call
+:func:`compile_library`. It follows the build contract in CONTRIBUTING.md
+(include order, defines, flags, links), takes every fact about the target from
+the torch installation's files (never from whether torch imports here), and:
+
+* fails early with a typed error naming what is wrong and how to fix it;
+* builds under a lock (``<library>.lock``) so concurrent builds of one target
+  do the work once;
+* compiles to a temporary name, audits the result (:mod:`._audit`), then
+  renames it into place, so a failed or killed build never leaves a library
+  at the output path;
+* records a cache key in ``<library>.build.json``: an unchanged target
+  returns the recorded :class:`ManifestEntry` without compiling.
+
+Command line::
+
+    python -m torch_c_dlpack_ext._compile --torch PATH --backend cpu --output-dir DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._audit import audit_library
+from ._manifest import ManifestEntry, atomic_write_bytes, sha256_of, verify_file
+from ._naming import Backend, library_filename, parse_backend
+from ._run import run
+from ._torchinstall import TorchInstall
+from .errors import (
+    ABIMismatchError,
+    BackendUnavailableError,
+    BuildError,
+    CommandError,
+    CompilerNotFoundError,
+    DLPackHeaderNotFoundError,
+    GPUHeadersNotFoundError,
+    ManifestError,
+    TorchCDLPackExtError,
+)
+
+__all__ = [
+    "BuildPlan",
+    "compile_library",
+    "find_compiler",
+    "find_dlpack_include",
+    "find_gpu_toolkit",
+    "find_sources",
+    "main",
+    "plan_build",
+]
+
+#: Bump when the driver changes what it produces, so old cache records stop matching.
+_CACHE_SCHEMA = 1
+#: The oldest DLPack header that defines ``DLPackExchangeAPI``.
+_MIN_DLPACK = (1, 2)
+#: Torch 2.13's headers use C++20 constructs.
+_CXX20_FROM = (2, 13)
+_SOURCE_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc")
+#: A build of one target taking longer than this means a stuck holder of the lock.
+_LOCK_TIMEOUT_S = 3600.0
+_WANT_DLPACK = (
+    "pass dlpack_include=<dir holding dlpack/dlpack.h> or install apache-tvm-ffi, "
+    "which ships DLPack 1.3 ('pip install apache-tvm-ffi')"
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuildPlan:
+    """Everything one compile needs, resolved and validated; builds nothing by itself."""
+
+    torch: TorchInstall
+    backend: Backend
+    cxx11_abi: bool | None
+    cxx: str
+    #: First line of ``<cxx> --version`` (part of the cache key).
+    compiler_banner: str
+    #: Short compiler identity recorded in the library and manifest (``g++ 12.2.0``).
+    toolchain: str
+    std: str
+    dlpack_include: Path
+    dlpack_version: str
+    python_include: Path
+    gpu_include: Path | None
+    gpu_toolkit: str | None
+    sources: tuple[Path, ...]
+    source_dir: Path
+    output_dir: Path
+    platform: str
+
+    @property
+    def filename(self) -> str:
+        return library_filename(self.torch.major, self.torch.minor, self.backend, self.cxx11_abi)
+
+    @property
+    def output(self) -> Path:
+        return self.output_dir / self.filename
+
+    @property
+    def sidecar(self) -> Path:
+        return self.output_dir / f"{self.filename}.build.json"
+
+    def command(self, output: Path | str) -> list[str]:
+        """The compiler argv of CONTRIBUTING.md's build contract, writing ``output``."""
+        torch = self.torch
+        includes = [self.dlpack_include, *torch.include_dirs, self.python_include]
+        if self.gpu_include is not None:
+            includes.append(self.gpu_include)
+        defines = [f"TCDE_BACKEND_{self.backend.value.upper()}"]
+        if self.backend is Backend.ROCM:
+            defines += ["USE_ROCM", "__HIP_PLATFORM_AMD__"]
+        if self.cxx11_abi is not None:
+            defines.append(f"_GLIBCXX_USE_CXX11_ABI={int(self.cxx11_abi)}")
+        defines += [
+            f'TCDE_TORCH_BUILD="{torch.version}"',
+            f'TCDE_TOOLCHAIN="{self.toolchain}"',
+            f'TCDE_GPU_TOOLKIT="{self.gpu_toolkit or ""}"',
+        ]
+        libs = ["c10", "torch_cpu", "torch", "torch_python"]
+        if self.backend is Backend.CUDA:
+            libs += ["c10_cuda", "torch_cuda"]
+        elif self.backend is Backend.ROCM:
+            libs += ["c10_hip", "torch_hip"]
+        flags = ["-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
+        if self.platform.startswith("darwin"):
+            # libpython is not linked (the interpreter provides it): let the loader bind it.
+            flags += ["-undefined", "dynamic_lookup"]
+        return [
+            self.cxx,
+            *flags,
+            f"-std={self.std}",
+            *(f"-D{d}" for d in defines),
+            *(f"-I{p}" for p in includes),
+            *(str(s) for s in self.sources),
+            "-o",
+            str(output),
+            f"-L{torch.lib_dir}",
+            *(f"-l{lib}" for lib in libs),
+        ]
+
+    def cache_key(self) -> str:
+        """sha256 over everything that decides the bytes of the library."""
+        digest = hashlib.sha256()
+        record = {
+            "schema": _CACHE_SCHEMA,
+            "sources": _source_digests(self.source_dir),
+            "torch": self.torch.identity,
+            "backend": self.backend.value,
+            "compiler": [self.cxx, self.compiler_banner],
+            "command": self.command("{output}"),
+            "dlpack": [self.dlpack_version, sha256_of(self.dlpack_include / "dlpack" / "dlpack.h")],
+        }
+        digest.update(json.dumps(record, sort_keys=True, default=str).encode("utf-8"))
+        return digest.hexdigest()
+
+
+def _source_digests(source_dir: Path) -> dict[str, str]:
+    return {
+        path.relative_to(source_dir).as_posix(): sha256_of(path)
+        for path in sorted(source_dir.rglob("*"))
+        if path.is_file() and path.suffix in _SOURCE_SUFFIXES
+    }
+
+
+def find_sources(source_dir: Path | None = None) -> tuple[Path, tuple[Path, ...]]:
+    """The C++ sources to compile: ``(directory, its *.cc files)``.
+
+    Default: ``csrc/`` shipped inside the installed package (wheels and sdists put
+    it there), else the repository's ``csrc/``. Raises :class:`BuildError` when
+    the directory holds no ``.cc`` file.
+    """
+    if source_dir is None:
+        here = Path(__file__).resolve().parent
+        candidates = [here / "csrc", here.parent.parent / "csrc"]
+        source_dir = next((c for c in candidates if any(c.glob("*.cc"))), candidates[-1])
+    sources = tuple(sorted(source_dir.glob("*.cc")))
+    if not sources:
+        raise BuildError(
+            f"no C++ sources (*.cc) in {source_dir}; pass source_dir=<the project's csrc/> "
+            "or reinstall torch-c-dlpack-ext (its wheel ships them in torch_c_dlpack_ext/csrc/)"
+        )
+    return source_dir.resolve(), sources
+
+
+def _read_define(header: Path, name: str) -> int | None:
+    match = re.search(
+        rf"^\s*#\s*define\s+{name}\s+(\d+)",
+        header.read_text(encoding="utf-8", errors="replace"),
+        re.M,
+    )
+    return int(match.group(1)) if match else None
+
+
+def find_dlpack_include(dlpack_include: Path | None = None) -> tuple[Path, str]:
+    """A directory holding ``dlpack/dlpack.h`` >= 1.2, and that header's version.
+
+    ``dlpack_include`` if given, else apache-tvm-ffi's copy. Raises
+    :class:`DLPackHeaderNotFoundError` when none is found or it is too old.
+    """
+    if dlpack_include is None:
+        try:
+            from tvm_ffi.libinfo import find_dlpack_include_path
+        except ImportError:
+            raise DLPackHeaderNotFoundError(
+                f"no DLPack >= {_MIN_DLPACK[0]}.{_MIN_DLPACK[1]} header: apache-tvm-ffi is "
+                f"not installed in {sys.prefix}; {_WANT_DLPACK}"
+            ) from None
+        dlpack_include = Path(find_dlpack_include_path())
+    header = Path(dlpack_include) / "dlpack" / "dlpack.h"
+    if not header.is_file():
+        raise DLPackHeaderNotFoundError(f"{header} does not exist; {_WANT_DLPACK}")
+    major = _read_define(header, "DLPACK_MAJOR_VERSION")
+    minor = _read_define(header, "DLPACK_MINOR_VERSION")
+    if major is None or minor is None or (major, minor) < _MIN_DLPACK:
+        found = "no DLPACK_MAJOR/MINOR_VERSION" if major is None else f"DLPack {major}.{minor}"
+        raise DLPackHeaderNotFoundError(
+            f"{header} has {found}; DLPackExchangeAPI needs DLPack >= "
+            f"{_MIN_DLPACK[0]}.{_MIN_DLPACK[1]}; {_WANT_DLPACK}"
+        )
+    return Path(dlpack_include).resolve(), f"{major}.{minor}"
+
+
+def find_compiler(
+    cxx: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[str, str, str]:
+    """``(compiler, banner, toolchain)``: ``cxx``, else ``$CXX``, else ``c++``/``g++`` on PATH.
+
+    ``banner`` is the first line of ``--version``; ``toolchain`` the short identity
+    (``g++ 12.2.0``). Raises :class:`CompilerNotFoundError`.
+    """
+    environ = os.environ if environ is None else environ
+    path_var = environ.get("PATH", "")
+    if cxx is not None:
+        requested, origin = os.fspath(cxx), "the cxx argument"
+    elif environ.get("CXX"):
+        requested, origin = environ["CXX"], "$CXX"
+    else:
+        requested, origin = "", "PATH"
+    if requested:
+        found = shutil.which(requested, path=path_var)
+        if found is None:
+            raise CompilerNotFoundError(
+                f"C++ compiler {requested!r} (from {origin}) does not exist or is not "
+                "executable; pass the path of g++/clang++ or install one (apt install g++)"
+            )
+    else:
+        found = shutil.which("c++", path=path_var) or shutil.which("g++", path=path_var)
+        if found is None:
+            raise CompilerNotFoundError(
+                "no C++ compiler: $CXX is unset and neither c++ nor g++ is on PATH; "
+                "install g++ (apt install g++) or set CXX=/path/to/compiler"
+            )
+    try:
+        proc = run([found, "--version"], echo=False)
+    except CommandError as exc:
+        raise CompilerNotFoundError(
+            f"{found} --version failed ({exc.returncode}); is it a C++ compiler? "
+            "set CXX to g++ or clang++"
+        ) from None
+    banner = (proc.stdout.splitlines() or [""])[0].strip()
+    return found, banner, _toolchain_identity(banner, proc.stdout)
+
+
+def _toolchain_identity(banner: str, full: str) -> str:
+    versions = re.findall(r"\d+\.\d+(?:\.\d+)?", banner)
+    version = versions[-1] if versions else "unknown"
+    if "clang" in banner:
+        return f"clang {version}"
+    if "Free Software Foundation" in full:
+        return f"g++ {version}"
+    return f"{banner.split(maxsplit=1)[0] if banner else 'unknown'} {version}"
+
+
+def _cuda_version(include: Path) -> str | None:
+    for header, name in (("cuda_runtime_api.h", "CUDART_VERSION"), ("cuda.h", "CUDA_VERSION")):
+        if (include / header).is_file():
+            value = _read_define(include / header, name)
+            if value is not None:
+                return f"{value // 1000}.{value % 1000 // 10}"
+    return None
+
+
+def _rocm_version(home: Path) -> str | None:
+    info = home / ".info" / "version"
+    if info.is_file():
+        return info.read_text(encoding="utf-8").strip().split("-")[0] or None
+    header = home / "include" / "hip" / "hip_version.h"
+    if header.is_file():
+        major = _read_define(header, "HIP_VERSION_MAJOR")
+        minor = _read_define(header, "HIP_VERSION_MINOR")
+        if major is not None and minor is not None:
+            return f"{major}.{minor}"
+    return None
+
+
+def _site_packages_dirs(torch: TorchInstall) -> list[Path]:
+    current = [Path(sysconfig.get_paths()["purelib"]), Path(sysconfig.get_paths()["platlib"])]
+    return list(dict.fromkeys([torch.site_packages, *current]))
+
+
+def _cuda_homes(
+    torch: TorchInstall, gpu_home: Path | None, environ: Mapping[str, str]
+) -> list[tuple[str, Path]]:
+    """CUDA toolkit roots to try, in order, each with where it came from."""
+    if gpu_home is not None:
+        return [("gpu_home", gpu_home)]
+    homes = [(f"${v}", Path(environ[v])) for v in ("CUDA_HOME", "CUDA_PATH") if environ.get(v)]
+    nvcc = shutil.which("nvcc", path=environ.get("PATH", ""))
+    if nvcc is not None:
+        homes.append(("nvcc on PATH", Path(nvcc).resolve().parent.parent))
+    homes += [
+        ("nvidia-cuda-runtime wheel", site / "nvidia" / "cuda_runtime")
+        for site in _site_packages_dirs(torch)
+    ]
+    return homes
+
+
+def _rocm_homes(gpu_home: Path | None, environ: Mapping[str, str]) -> list[tuple[str, Path]]:
+    """ROCm roots to try, in order, each with where it came from."""
+    if gpu_home is not None:
+        return [("gpu_home", gpu_home)]
+    homes = [(f"${v}", Path(environ[v])) for v in ("ROCM_PATH", "ROCM_HOME") if environ.get(v)]
+    return [*homes, ("standard location", Path("/opt/rocm"))]
+
+
+def find_gpu_toolkit(
+    backend: Backend,
+    torch: TorchInstall,
+    gpu_home: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[Path | None, str | None]:
+    """``(include dir, toolkit version)`` of the CUDA / ROCm headers; ``(None, None)`` for CPU.
+
+    CUDA: ``gpu_home``, else ``$CUDA_HOME`` / ``$CUDA_PATH``, else the toolkit of
+    ``nvcc`` on PATH, else the ``nvidia-cuda-runtime-cu12`` wheel in the target
+    environment or this one. ROCm: ``gpu_home``, ``$ROCM_PATH``, ``$ROCM_HOME``,
+    ``/opt/rocm``. An explicit ``gpu_home`` is used or rejected, never skipped.
+    Raises :class:`GPUHeadersNotFoundError` listing what was tried.
+    """
+    if backend is Backend.CPU:
+        return None, None
+    environ = os.environ if environ is None else environ
+    if backend is Backend.CUDA:
+        marker = "cuda_runtime_api.h"
+        homes = _cuda_homes(torch, gpu_home, environ)
+        fix = (
+            "pass gpu_home=<CUDA toolkit root>, set CUDA_HOME, put nvcc on PATH, or install "
+            "the CUDA runtime headers ('pip install nvidia-cuda-runtime-cu12') into "
+            f"{torch.site_packages}"
+        )
+    else:
+        marker = "hip/hip_runtime_api.h"
+        homes = _rocm_homes(gpu_home, environ)
+        fix = "pass gpu_home=<ROCm root> or set ROCM_PATH to the ROCm installation"
+    for _origin, home in homes:
+        include = home / "include"
+        if (include / marker).is_file():
+            if backend is Backend.ROCM:
+                return include.resolve(), _rocm_version(home)
+            version = _cuda_version(include)
+            _warn_cuda_mismatch(torch, version)
+            return include.resolve(), version
+    tried = "; ".join(f"{origin}: {home / 'include'}" for origin, home in homes)
+    raise GPUHeadersNotFoundError(
+        f"no {backend.value.upper()} headers ({marker}) for the {backend.value} build; "
+        f"tried {tried or 'nothing'}. Fix: {fix}"
+    )
+
+
+def _warn_cuda_mismatch(torch: TorchInstall, toolkit: str | None) -> None:
+    if torch.cuda_version and toolkit and torch.cuda_version.split(".")[0] != toolkit.split(".")[0]:
+        print(
+            f"warning: CUDA {toolkit} headers for torch {torch.version} (built with CUDA "
+            f"{torch.cuda_version}); pass gpu_home of a CUDA {torch.cuda_version.split('.')[0]}.x "
+            "toolkit if the build fails",
+            file=sys.stderr,
+        )
+
+
+def _platform_tag() -> str:
+    # Same normalisation packaging.tags applies to sysconfig's platform.
+    return sysconfig.get_platform().replace("-", "_").replace(".", "_")
+
+
+def plan_build(
+    *,
+    torch: TorchInstall | Path | str,
+    backend: Backend | str,
+    output_dir: Path | str,
+    cxx11_abi: bool | None = None,
+    cxx: str | os.PathLike[str] | None = None,
+    gpu_home: Path | str | None = None,
+    dlpack_include: Path | str | None = None,
+    python_include: Path | str | None = None,
+    source_dir: Path | str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> BuildPlan:
+    """Resolve and validate every input of a build without touching ``output_dir``.
+
+    Arguments as for :func:`compile_library`. Raises the typed error of the first
+    problem found.
+    """
+    backend = parse_backend(backend)
+    install = torch if isinstance(torch, TorchInstall) else TorchInstall.from_path(torch)
+    if backend not in install.backends_available:
+        marker = "libc10_cuda" if backend is Backend.CUDA else "libc10_hip"
+        raise BackendUnavailableError(
+            f"torch {install.version} at {install.root} has no {backend.value} support "
+            f"({marker} is not in {install.lib_dir}); build the cpu backend for it, or point "
+            f"torch at an installation of a {backend.value} build of torch"
+        )
+    if cxx11_abi is not None and install.cxx11_abi is None:
+        raise ABIMismatchError(
+            f"cxx11_abi={int(cxx11_abi)} was requested but the C++ dual ABI does not apply on "
+            f"{sys.platform}; leave cxx11_abi unset"
+        )
+    if cxx11_abi is not None and cxx11_abi != install.cxx11_abi:
+        raise ABIMismatchError(
+            f"cxx11_abi={int(cxx11_abi)} was requested but torch {install.version} at "
+            f"{install.root} uses _GLIBCXX_USE_CXX11_ABI={int(bool(install.cxx11_abi))}; a library "
+            "built with another ABI fails to load. Leave cxx11_abi unset (it is read from the "
+            "installation) or point torch at an installation built with the ABI you want"
+        )
+    std = "c++20" if (install.major, install.minor) >= _CXX20_FROM else "c++17"
+    dlpack_dir, dlpack_version = find_dlpack_include(
+        Path(dlpack_include) if dlpack_include is not None else None
+    )
+    compiler, banner, toolchain = find_compiler(cxx, environ)
+    gpu_include, gpu_toolkit = find_gpu_toolkit(
+        backend, install, Path(gpu_home) if gpu_home is not None else None, environ
+    )
+    py_include = Path(python_include or sysconfig.get_paths()["include"])
+    if not (py_include / "Python.h").is_file():
+        raise BuildError(
+            f"no Python.h in {py_include}; install the Python development headers "
+            "(e.g. apt install python3-dev) or pass python_include=<dir holding Python.h>"
+        )
+    src_dir, sources = find_sources(Path(source_dir) if source_dir is not None else None)
+    return BuildPlan(
+        torch=install,
+        backend=backend,
+        cxx11_abi=install.cxx11_abi,
+        cxx=compiler,
+        compiler_banner=banner,
+        toolchain=toolchain,
+        std=std,
+        dlpack_include=dlpack_dir,
+        dlpack_version=dlpack_version,
+        python_include=py_include.resolve(),
+        gpu_include=gpu_include,
+        gpu_toolkit=gpu_toolkit,
+        sources=sources,
+        source_dir=src_dir,
+        output_dir=Path(output_dir).resolve(),
+        platform=sys.platform,
+    )
+
+
+def _cached_entry(plan: BuildPlan, key: str) -> ManifestEntry | None:
+    try:
+        record = json.loads(plan.sidecar.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("key") != key:
+        return None
+    try:
+        entry = ManifestEntry.from_json(record.get("entry"))
+        verify_file(entry, plan.output_dir)
+    except ManifestError:
+        return None
+    return entry if entry.file == plan.filename else None
+
+
+def _build(plan: BuildPlan, key: str, *, audit: bool) -> ManifestEntry:
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{plan.filename}.", suffix=".tmp", dir=plan.output_dir)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        command = plan.command(tmp)
+        started = time.monotonic()
+        try:
+            run(command)
+        except CommandError as exc:
+            raise BuildError(
+                f"compiling {plan.filename} against torch {plan.torch.version} failed "
+                f"(exit {exc.returncode}):\n{(exc.stderr or exc.stdout).strip()[-6000:]}",
+                command=exc.cmd,
+                output=exc.stderr or exc.stdout,
+            ) from None
+        print(
+            f"compiled {plan.filename} in {time.monotonic() - started:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        if audit:
+            audit_library(tmp, plan.torch, plan.backend, cxx=plan.cxx)
+        entry = ManifestEntry(
+            file=plan.filename,
+            torch=f"{plan.torch.major}.{plan.torch.minor}",
+            torch_build=plan.torch.version,
+            backend=plan.backend,
+            cxx11_abi=plan.cxx11_abi,
+            dlpack=plan.dlpack_version,
+            toolchain=plan.toolchain,
+            gpu_toolkit=plan.gpu_toolkit,
+            platform=_platform_tag(),
+            size=tmp.stat().st_size,
+            sha256=sha256_of(tmp),
+        )
+        tmp.chmod(0o755)
+        os.replace(tmp, plan.output)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    record = {"key": key, "entry": entry.to_json(), "command": plan.command(plan.output)}
+    atomic_write_bytes(plan.sidecar, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+    return entry
+
+
+def compile_library(
+    *,
+    torch: TorchInstall | Path | str,
+    backend: Backend | str,
+    output_dir: Path | str,
+    cxx11_abi: bool | None = None,
+    cxx: str | os.PathLike[str] | None = None,
+    gpu_home: Path | str | None = None,
+    dlpack_include: Path | str | None = None,
+    python_include: Path | str | None = None,
+    source_dir: Path | str | None = None,
+    audit: bool = True,
+) -> ManifestEntry:
+    """Compile the exchange library for one target and return its manifest entry.
+
+    ``torch``: a :class:`TorchInstall` or a path :meth:`TorchInstall.from_path`
+    accepts. ``cxx11_abi``: checked against the installation (``None``: use
+    the installation's). ``cxx``, ``gpu_home``, ``dlpack_include``,
+    ``python_include``, ``source_dir``: overrides of what is found
+    automatically (see :func:`find_compiler`, :func:`find_gpu_toolkit`,
+    :func:`find_dlpack_include`, :func:`find_sources`). ``audit``: run the ABI
+    audit before publishing (on Linux).
+
+    The library lands in ``output_dir`` under :func:`~._naming.library_filename`;
+    the entry's ``file`` is that bare name. An unchanged target is a cache hit
+    and compiles nothing. Raises a :class:`~.errors.TorchCDLPackExtError`
+    subclass; on failure no library is left at the output path.
+    """
+    from filelock import FileLock, Timeout
+
+    plan = plan_build(
+        torch=torch,
+        backend=backend,
+        output_dir=output_dir,
+        cxx11_abi=cxx11_abi,
+        cxx=cxx,
+        gpu_home=gpu_home,
+        dlpack_include=dlpack_include,
+        python_include=python_include,
+        source_dir=source_dir,
+    )
+    key = plan.cache_key()
+    plan.output_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(plan.output) + ".lock", timeout=_LOCK_TIMEOUT_S)
+    try:
+        with lock:
+            cached = _cached_entry(plan, key)
+            if cached is not None:
+                print(f"{plan.filename} is up to date (cache hit)", file=sys.stderr, flush=True)
+                return cached
+            return _build(plan, key, audit=audit)
+    except Timeout:
+        raise BuildError(
+            f"another build of {plan.output} held {lock.lock_file} for over "
+            f"{_LOCK_TIMEOUT_S:.0f} s; if no build is running, delete that lock file"
+        ) from None
+
+
+def _parse_abi(value: str) -> bool:
+    if value not in ("0", "1"):
+        raise argparse.ArgumentTypeError("expected 0 or 1")
+    return value == "1"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: build one library and print its manifest entry as JSON."""
+    parser = argparse.ArgumentParser(
+        prog="python -m torch_c_dlpack_ext._compile",
+        description="Compile the DLPack exchange library against a torch installation.",
+    )
+    parser.add_argument("--torch", required=True, help="torch package dir, site-packages or venv")
+    parser.add_argument("--backend", required=True, help="cpu, cuda or rocm")
+    parser.add_argument("--output-dir", required=True, type=Path)
+    parser.add_argument("--cxx11-abi", type=_parse_abi, default=None, help="0 or 1 (checked)")
+    parser.add_argument("--cxx", default=None, help="C++ compiler (default: $CXX, c++, g++)")
+    parser.add_argument("--gpu-home", type=Path, default=None, help="CUDA / ROCm root")
+    parser.add_argument("--dlpack-include", type=Path, default=None)
+    parser.add_argument("--source-dir", type=Path, default=None)
+    parser.add_argument("--no-audit", dest="audit", action="store_false")
+    parser.add_argument("--traceback", action="store_true", help="show tracebacks on errors")
+    args = parser.parse_args(argv)
+    try:
+        entry = compile_library(
+            torch=args.torch,
+            backend=args.backend,
+            output_dir=args.output_dir,
+            cxx11_abi=args.cxx11_abi,
+            cxx=args.cxx,
+            gpu_home=args.gpu_home,
+            dlpack_include=args.dlpack_include,
+            source_dir=args.source_dir,
+            audit=args.audit,
+        )
+    except TorchCDLPackExtError as exc:
+        if args.traceback:
+            raise
+        first, _, _rest = str(exc).partition("\n")
+        print(f"error: {type(exc).__name__}: {first} (--traceback for details)", file=sys.stderr)
+        return exc.exit_code
+    data: dict[str, Any] = entry.to_json()
+    print(json.dumps(data, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
