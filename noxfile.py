@@ -6,6 +6,7 @@ Every step CI and the release workflow run is a session here, so it can be run
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -95,3 +96,23 @@ def rehearse(session: nox.Session) -> None:
     """
     session.install(*_group("rehearse"))
     session.run("python", "devtools/rehearse.py", *session.posargs)
+
+
+@nox.session(venv_backend="virtualenv", default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmarks: exchange and import overhead, build cost, size (see README "Benchmarks").
+
+    ``nox -s bench -- [--only exchange,import,build,size] [--quick] [--full]
+    [--write-readme]``. pip (not uv) installs torch 2.13 here, like the tests
+    session; torch 2.8 and torch-c-dlpack-ext 0.1.5 are fetched into cached
+    environments by the benchmarks themselves. Full runs write
+    benchmarks/results/*.json; ``--quick`` runs write under build/bench/.
+    """
+    session.install("torch==2.13.0", *_group("bench"))
+    session.run(
+        "python",
+        "-m",
+        "benchmarks",
+        *session.posargs,
+        env={"PYTHONPATH": os.pathsep.join([str(ROOT / "python"), str(ROOT)])},
+    )

@@ -69,7 +69,9 @@ def _library_api(path: str, keep: list[Any]) -> int:
     return pointer
 
 
-def _python_path(torch: Any, tensors: list[Any], calls: int, repeats: int) -> dict[str, list[float]]:
+def _python_path(
+    torch: Any, tensors: list[Any], calls: int, repeats: int
+) -> dict[str, list[float]]:
     """Per-call nanoseconds of the Python-level equivalents, timed with timeit."""
     from torch.utils import dlpack
 
@@ -96,6 +98,25 @@ def _python_path(torch: Any, tensors: list[Any], calls: int, repeats: int) -> di
     return results
 
 
+def _resolve_api(torch: Any, provider: dict[str, str], keep: list[Any]) -> int | str:
+    """The provider's table address, or why it could not be had."""
+    try:
+        if provider["kind"] == "capsule":
+            return _capsule_api(torch)
+        return _library_api(provider["path"], keep)
+    except (OSError, RuntimeError, AttributeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _warm_up(function: Callable[..., int], api: int, tensors: list[Any], calls: int) -> str | None:
+    """Run ``calls`` untimed calls; return why the function is unsupported, if it is."""
+    try:
+        function(api, tensors, calls)
+    except NotImplementedError as exc:
+        return str(exc)
+    return None
+
+
 def measure(config: dict[str, Any]) -> dict[str, Any]:
     """Run every harness function for every provider; repeats interleave the providers so
     that a load spike on the shared machine hits all of them alike."""
@@ -118,22 +139,19 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
     apis: dict[str, int] = {}
     errors: dict[str, str] = {}
     for provider in config["providers"]:
-        try:
-            if provider["kind"] == "capsule":
-                apis[provider["name"]] = _capsule_api(torch)
-            else:
-                apis[provider["name"]] = _library_api(provider["path"], keep)
-        except (OSError, RuntimeError, AttributeError) as exc:
-            errors[provider["name"]] = f"{type(exc).__name__}: {exc}"
+        resolved = _resolve_api(torch, provider, keep)
+        if isinstance(resolved, str):
+            errors[provider["name"]] = resolved
+        else:
+            apis[provider["name"]] = resolved
 
     samples: dict[str, dict[str, list[float]]] = {name: {} for name in apis}
     unsupported: dict[str, dict[str, str]] = {name: {} for name in apis}
     for name, api in apis.items():
         for function_name, function in functions.items():
-            try:
-                function(api, tensors, warmup)
-            except NotImplementedError as exc:
-                unsupported[name][function_name] = str(exc)
+            problem = _warm_up(function, api, tensors, warmup)
+            if problem is not None:
+                unsupported[name][function_name] = problem
     for _ in range(repeats):
         for name, api in apis.items():
             for function_name, function in functions.items():

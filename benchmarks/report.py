@@ -36,6 +36,7 @@ __all__ = [
     "read_result",
     "render_readme_section",
     "replace_readme_section",
+    "targets_table",
     "write_result",
 ]
 
@@ -97,7 +98,11 @@ class Table:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {"title": self.title, "headers": list(self.headers), "rows": [list(r) for r in self.rows]}
+        return {
+            "title": self.title,
+            "headers": list(self.headers),
+            "rows": [list(r) for r in self.rows],
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> Table:
@@ -158,7 +163,9 @@ class Progress:
         self._start = time.monotonic()
 
     def __call__(self, message: str) -> None:
-        print(f"[bench {time.monotonic() - self._start:7.1f}s] {message}", file=sys.stderr, flush=True)
+        print(
+            f"[bench {time.monotonic() - self._start:7.1f}s] {message}", file=sys.stderr, flush=True
+        )
 
 
 def _cpu_model() -> str:
@@ -242,14 +249,18 @@ def read_result(path: Path) -> dict[str, Any]:
     return document
 
 
-def _targets_table(documents: Sequence[dict[str, Any]]) -> Table:
-    rows = []
-    for document in documents:
-        for target in document.get("targets", []):
-            value = target["value"]
-            shown = "n/a" if value is None else f"{value:.3g}"
-            rows.append((target["target"], shown, target["limit"], target["status"]))
-    return Table(title="Targets", headers=("target", "measured", "goal", "status"), rows=tuple(rows))
+def targets_table(targets: Iterable[dict[str, Any]]) -> Table:
+    """A table of targets in their JSON form (:meth:`Target.to_json`)."""
+    rows = tuple(
+        (
+            target["target"],
+            "n/a" if target["value"] is None else f"{target['value']:.3g}",
+            target["limit"],
+            target["status"],
+        )
+        for target in targets
+    )
+    return Table(title="Targets", headers=("target", "measured", "goal", "status"), rows=rows)
 
 
 def _machine_line(machine: dict[str, Any], load_after: Any) -> str:
@@ -278,7 +289,7 @@ def render_readme_section(documents: Sequence[dict[str, Any]]) -> str:
         lines.append("")
         for table in document["tables"]:
             lines += [Table.from_json(table).to_markdown(), ""]
-    targets = _targets_table(documents)
+    targets = targets_table(t for document in documents for t in document.get("targets", []))
     if targets.rows:
         lines += [targets.to_markdown(), ""]
     lines.append(README_END)

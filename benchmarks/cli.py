@@ -1,0 +1,147 @@
+"""``python -m benchmarks``: run the benchmark kinds, print tables, write result files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from torch_c_dlpack_ext.errors import ConfigError, TorchCDLPackExtError
+
+from .report import (
+    Progress,
+    Table,
+    describe_machine,
+    read_result,
+    render_readme_section,
+    replace_readme_section,
+    targets_table,
+    write_result,
+)
+from .stats import Target
+from .subjects import ROOT, BenchContext
+
+__all__ = ["KINDS", "main", "parse_only"]
+
+Runner = Callable[[BenchContext], "tuple[dict[str, Any], list[Table], list[Target]]"]
+
+
+def _runners() -> dict[str, Runner]:
+    # Imported here so `--help` and option errors cost nothing.
+    from .buildcost import run_build
+    from .exchange import run_exchange
+    from .importtime import run_import
+    from .size import run_size
+
+    return {"exchange": run_exchange, "import": run_import, "build": run_build, "size": run_size}
+
+
+#: Benchmark kinds in the order they run and appear in the README.
+KINDS = ("exchange", "import", "build", "size")
+
+
+def parse_only(value: str | None) -> tuple[str, ...]:
+    """The kinds named by ``--only`` (comma-separated), in canonical order."""
+    if value is None:
+        return KINDS
+    names = [part.strip() for part in value.split(",") if part.strip()]
+    unknown = sorted(set(names) - set(KINDS))
+    if unknown or not names:
+        raise ConfigError(
+            f"--only {value!r}: unknown kind(s) {', '.join(unknown) or '(none given)'}; "
+            f"choose from {','.join(KINDS)}"
+        )
+    return tuple(kind for kind in KINDS if kind in names)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Exchange and import overhead, build cost and size of torch-c-dlpack-ext.",
+    )
+    parser.add_argument("--only", help=f"comma-separated kinds to run (default: {','.join(KINDS)})")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer calls and repeats, for development; results go to the work dir, "
+        "not benchmarks/results, unless --results-dir is given",
+    )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="also time the whole local build matrix with --jobs 1 and --jobs 2 (long)",
+    )
+    parser.add_argument("--work-dir", type=Path, default=ROOT / "build" / "bench")
+    parser.add_argument("--results-dir", type=Path, default=None)
+    parser.add_argument(
+        "--write-readme",
+        action="store_true",
+        help="rewrite README.md's benchmark section from the result files",
+    )
+    parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _main(args)
+    except TorchCDLPackExtError as exc:
+        if args.traceback:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _main(args: argparse.Namespace) -> int:
+    kinds = parse_only(args.only)
+    work_dir: Path = args.work_dir.resolve()
+    results_dir: Path = (
+        args.results_dir
+        if args.results_dir is not None
+        else (work_dir / "results-quick" if args.quick else ROOT / "benchmarks" / "results")
+    ).resolve()
+    progress = Progress()
+    machine = describe_machine()
+    progress(
+        f"machine: {machine['cpu_model']}, {machine['cores']} cores, "
+        f"load {machine['load_average_1_5_15']}; results -> {results_dir}"
+    )
+    ctx = BenchContext(
+        quick=args.quick,
+        full=args.full,
+        work_dir=work_dir,
+        results_dir=results_dir,
+        progress=progress,
+        machine=machine,
+    )
+    runners = _runners()
+    for kind in kinds:
+        progress(f"{kind}: starting")
+        data, tables, targets = runners[kind](ctx)
+        path = write_result(
+            results_dir,
+            kind,
+            machine=machine,
+            options={"quick": args.quick, "full": args.full},
+            data=data,
+            tables=tables,
+            targets=targets,
+        )
+        print()
+        for table in tables:
+            print(table.to_text(), end="\n\n")
+        if targets:
+            print(targets_table(target.to_json() for target in targets).to_text(), end="\n\n")
+        progress(f"{kind}: wrote {path}")
+    if args.write_readme:
+        documents = [
+            read_result(results_dir / f"{kind}.json")
+            for kind in KINDS
+            if (results_dir / f"{kind}.json").is_file()
+        ]
+        replace_readme_section(ROOT / "README.md", render_readme_section(documents))
+        progress(f"README.md: benchmark section rewritten from {len(documents)} result file(s)")
+    return 0

@@ -1,0 +1,214 @@
+"""Import overhead: ``import torch_c_dlpack_ext`` after ``import torch``, in fresh processes.
+
+* defer path: the running torch 2.13 already has the API, so the package loads nothing;
+* load path: torch 2.8 with our library packaged (package dir + manifest), against
+  torch-c-dlpack-ext 0.1.5 on the same torch.
+
+Each sample is taken inside its own subprocess with ``time.perf_counter_ns`` around the
+import statement alone, so interpreter start-up and ``import torch`` are excluded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from torch_c_dlpack_ext._manifest import write_manifest
+from torch_c_dlpack_ext._naming import LIBS_DIR, MANIFEST_NAME, PACKAGE
+from torch_c_dlpack_ext._run import run
+from torch_c_dlpack_ext.errors import ConfigError, TorchCDLPackExtError
+
+from .report import Table
+from .stats import Target, summarize
+from .subjects import (
+    OLD_TORCH,
+    ROOT,
+    BenchContext,
+    BuiltLibrary,
+    build_our_library,
+    fetch_legacy_release,
+    old_torch_env,
+    subprocess_env,
+)
+
+__all__ = ["PROBE", "ImportVariant", "package_with_library", "run_import"]
+
+#: Runs in the measured process; prints what it measured and whether the API is now set.
+PROBE = """
+import json, time
+import torch
+start = time.perf_counter_ns()
+import torch_c_dlpack_ext
+elapsed = time.perf_counter_ns() - start
+print(json.dumps({
+    "ns": elapsed,
+    "torch": torch.__version__,
+    "capsule": hasattr(torch.Tensor, "__dlpack_c_exchange_api__"),
+    "module": torch_c_dlpack_ext.__file__,
+}))
+"""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ImportVariant:
+    """One way of importing the package: which interpreter, and what is on its path."""
+
+    name: str
+    python: Path
+    pythonpath: tuple[Path, ...]
+    #: Where the imported module must come from, to catch a stray installed copy.
+    expected_root: Path
+
+
+def package_with_library(library: BuiltLibrary, destination: Path) -> Path:
+    """A copy of the package source with ``library`` bundled and listed in its manifest,
+    the layout a wheel installs. Returns the directory to put on ``PYTHONPATH``."""
+    if destination.exists():
+        shutil.rmtree(destination)
+    staging = Path(tempfile.mkdtemp(prefix=".pkg.", dir=destination.parent))
+    try:
+        package = staging / PACKAGE
+        shutil.copytree(
+            ROOT / "python" / PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+        relative = f"{LIBS_DIR}/{library.path.name}"
+        (package / LIBS_DIR).mkdir(exist_ok=True)
+        shutil.copy2(library.path, package / relative)
+        entry = dataclasses.replace(library.entry, file=relative)
+        write_manifest(package / MANIFEST_NAME, [entry])
+        os.replace(staging, destination)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return destination
+
+
+def _sample(variant: ImportVariant) -> dict[str, Any]:
+    proc = run(
+        [variant.python, "-c", PROBE],
+        env=subprocess_env(pythonpath=variant.pythonpath),
+        cwd=variant.expected_root,
+        echo=False,
+    )
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    module = Path(result["module"]).resolve()
+    if variant.expected_root.resolve() not in module.parents:
+        raise ConfigError(
+            f"import variant {variant.name!r} imported {module}, not the copy under "
+            f"{variant.expected_root}; uninstall torch-c-dlpack-ext from {variant.python}'s "
+            "environment"
+        )
+    return result
+
+
+def _variants(ctx: BenchContext, errors: dict[str, str]) -> list[ImportVariant]:
+    source = ROOT / "python"
+    variants = [
+        ImportVariant(
+            name="defer (torch 2.13)",
+            python=Path(sys.executable),
+            pythonpath=(source,),
+            expected_root=source,
+        )
+    ]
+    try:
+        ctx.progress(f"import: provisioning an importable torch {OLD_TORCH} environment (cached)")
+        env = old_torch_env(OLD_TORCH)
+        legacy = fetch_legacy_release(ctx.work_dir)
+    except (TorchCDLPackExtError, ImportError) as exc:
+        errors["old"] = f"{type(exc).__name__}: {exc}"
+        return variants
+    try:
+        ctx.progress(f"import: packaging our library for torch {OLD_TORCH}")
+        ours = build_our_library(env.torch_dir, ctx.work_dir / "libs" / f"torch{OLD_TORCH}")
+        package_root = package_with_library(ours, ctx.work_dir / "import" / f"ours-{OLD_TORCH}")
+        variants.append(
+            ImportVariant(
+                name=f"load (torch {OLD_TORCH}, ours)",
+                python=env.python,
+                pythonpath=(package_root,),
+                expected_root=package_root,
+            )
+        )
+    except (TorchCDLPackExtError, ImportError) as exc:
+        errors["ours"] = f"{type(exc).__name__}: {exc}"
+        ctx.progress(f"import: our load path is unavailable: {errors['ours']}")
+    variants.append(
+        ImportVariant(
+            name=f"load (torch {OLD_TORCH}, {legacy.version})",
+            python=env.python,
+            pythonpath=(legacy.root,),
+            expected_root=legacy.root,
+        )
+    )
+    return variants
+
+
+def run_import(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[Target]]:
+    """Time the import in fresh processes, rounds interleaving the variants."""
+    repeats = 8 if ctx.quick else 30
+    errors: dict[str, str] = {}
+    variants = _variants(ctx, errors)
+    samples: dict[str, list[float]] = {v.name: [] for v in variants}
+    details: dict[str, dict[str, Any]] = {}
+    for round_number in range(repeats):
+        ctx.progress(f"import: round {round_number + 1}/{repeats}")
+        for variant in variants:
+            result = _sample(variant)
+            samples[variant.name].append(result["ns"] / 1e6)
+            details[variant.name] = {"torch": result["torch"], "capsule_set": result["capsule"]}
+    summaries = {name: summarize(values) for name, values in samples.items()}
+    rows = tuple(
+        (
+            name,
+            details[name]["torch"],
+            "yes" if details[name]["capsule_set"] else "NO",
+            f"{summaries[name].median:.2f}",
+            f"{summaries[name].p90:.2f}",
+        )
+        for name in samples
+    )
+    table = Table(
+        title=f"Import overhead of `import torch_c_dlpack_ext` after `import torch` "
+        f"(ms, {repeats} fresh processes each)",
+        headers=("variant", "torch", "API set after import", "median ms", "p90 ms"),
+        rows=rows,
+    )
+
+    def median_of(prefix: str) -> float | None:
+        for name, summary in summaries.items():
+            if name.startswith(prefix) and details[name]["capsule_set"]:
+                return summary.median
+        return None
+
+    targets = [
+        Target(
+            description="import, defer path (torch 2.13), median",
+            value=median_of("defer"),
+            limit=1.0,
+            comparison="<=",
+            unit=" ms",
+        ),
+        Target(
+            description=f"import, load path (torch {OLD_TORCH}, ours), median",
+            value=median_of(f"load (torch {OLD_TORCH}, ours)"),
+            limit=10.0,
+            comparison="<=",
+            unit=" ms",
+        ),
+    ]
+    data = {
+        "repeats": repeats,
+        "torch_versions": sorted({d["torch"] for d in details.values()}),
+        "variants": {
+            name: {**details[name], "ms": summaries[name].to_json(), "samples_ms": samples[name]}
+            for name in samples
+        },
+        "errors": errors,
+    }
+    return data, [table], targets

@@ -1,0 +1,134 @@
+"""Size: each library on disk and compressed inside a wheel, each wheel; vs 0.1.5.
+
+Compressed sizes come from the wheels in ``dist/`` when there are any (``ZipInfo``'s
+``compress_size``, exactly what a download costs). Libraries that are only built, not
+packed yet, are deflated the way a wheel stores them and marked as estimates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import zipfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from torch_c_dlpack_ext.errors import TorchCDLPackExtError
+
+from .report import Table, format_bytes
+from .stats import Target
+from .subjects import ROOT, BenchContext, fetch_legacy_release
+
+__all__ = ["LibrarySize", "deflated_size", "libraries_in_wheel", "run_size"]
+
+#: The compressed-size goal per library, in bytes.
+LIBRARY_LIMIT = 50 * 1000
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LibrarySize:
+    owner: str
+    name: str
+    size: int
+    compressed: int
+    #: Where the compressed number comes from: a wheel's file name, or "estimate".
+    source: str
+
+    def row(self) -> tuple[str, ...]:
+        return (
+            self.owner,
+            self.name,
+            format_bytes(self.size),
+            format_bytes(self.compressed),
+            self.source,
+        )
+
+
+def deflated_size(data: bytes) -> int:
+    """Bytes ``data`` takes in a zip written with ZIP_DEFLATED, as wheels are."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("member", data)
+        info = archive.getinfo("member")
+    return info.compress_size
+
+
+def libraries_in_wheel(wheel: Path, owner: str) -> list[LibrarySize]:
+    """Every shared library a wheel holds, with its stored (compressed) size."""
+    with zipfile.ZipFile(wheel) as archive:
+        return [
+            LibrarySize(
+                owner=owner,
+                name=Path(info.filename).name,
+                size=info.file_size,
+                compressed=info.compress_size,
+                source=wheel.name,
+            )
+            for info in archive.infolist()
+            if info.filename.endswith((".so", ".dylib", ".dll"))
+        ]
+
+
+def _built_libraries(paths: Iterable[Path], owner: str) -> list[LibrarySize]:
+    return [
+        LibrarySize(
+            owner=owner,
+            name=path.name,
+            size=path.stat().st_size,
+            compressed=deflated_size(path.read_bytes()),
+            source="estimate",
+        )
+        for path in sorted(paths)
+    ]
+
+
+def run_size(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[Target]]:
+    """Measure our wheels in ``dist/`` (or, without any, our built libraries) and 0.1.5's."""
+    errors: dict[str, str] = {}
+    wheels = sorted((ROOT / "dist").glob("*.whl"))
+    ours: list[LibrarySize] = []
+    for wheel in wheels:
+        ours += libraries_in_wheel(wheel, "ours")
+    if not ours:
+        # No wheel yet: fall back to what the driver built for the other benchmarks.
+        ctx.progress("size: no wheels in dist/; estimating from libraries built under the work dir")
+        built = [p for p in (ctx.work_dir / "libs").rglob("*.so") if not p.name.startswith(".")]
+        ours = _built_libraries(built, "ours")
+    legacy_libs: list[LibrarySize] = []
+    legacy_wheel: dict[str, Any] = {}
+    try:
+        legacy = fetch_legacy_release(ctx.work_dir)
+    except TorchCDLPackExtError as exc:
+        errors["legacy"] = f"{type(exc).__name__}: {exc}"
+    else:
+        legacy_libs = libraries_in_wheel(legacy.wheel, legacy.version)
+        legacy_wheel = {"name": legacy.wheel.name, "size": legacy.wheel.stat().st_size}
+
+    library_table = Table(
+        title="Library size (on disk and compressed in the wheel)",
+        headers=("package", "library", "size", "compressed", "compressed size from"),
+        rows=tuple(item.row() for item in ours + legacy_libs),
+    )
+    wheel_rows = [(w.name, format_bytes(w.stat().st_size)) for w in wheels]
+    if legacy_wheel:
+        wheel_rows.append((legacy_wheel["name"], format_bytes(legacy_wheel["size"])))
+    wheel_table = Table(title="Wheel size", headers=("wheel", "size"), rows=tuple(wheel_rows))
+    largest = max((item.compressed for item in ours), default=None)
+    targets = [
+        Target(
+            description="largest library, compressed in the wheel (KB)",
+            value=None if largest is None else largest / 1000,
+            limit=LIBRARY_LIMIT / 1000,
+            comparison="<=",
+            unit=" KB",
+        )
+    ]
+    data = {
+        "ours": [dataclasses.asdict(item) for item in ours],
+        "legacy": [dataclasses.asdict(item) for item in legacy_libs],
+        "wheels": [{"name": w.name, "size": w.stat().st_size} for w in wheels],
+        "legacy_wheel": legacy_wheel,
+        "errors": errors,
+    }
+    return data, [library_table, wheel_table], targets

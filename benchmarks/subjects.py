@@ -1,0 +1,190 @@
+"""What the benchmarks measure: our libraries, torch environments, the 0.1.5 release.
+
+Everything here is fetched or built once and cached under the bench work directory
+(``build/bench`` by default), so a second run measures instead of rebuilding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from torch_c_dlpack_ext._manifest import ManifestEntry
+from torch_c_dlpack_ext._naming import Backend
+from torch_c_dlpack_ext._run import run
+from torch_c_dlpack_ext.errors import ConfigError, TorchInstallError
+
+from .report import Progress
+
+__all__ = [
+    "LEGACY_VERSION",
+    "OLD_TORCH",
+    "ROOT",
+    "BenchContext",
+    "BuiltLibrary",
+    "LegacyRelease",
+    "OldTorchEnv",
+    "build_our_library",
+    "fetch_legacy_release",
+    "old_torch_env",
+    "running_torch_dir",
+    "subprocess_env",
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The published release we compare against.
+LEGACY_VERSION = "0.1.5"
+#: The old torch both libraries are compared on (0.1.5 ships a CPU library for it).
+OLD_TORCH = "2.8.0"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BenchContext:
+    """Settings and shared state of one ``python -m benchmarks`` run."""
+
+    quick: bool
+    full: bool
+    work_dir: Path
+    results_dir: Path
+    progress: Progress
+    machine: dict[str, Any]
+
+
+def subprocess_env(*, pythonpath: tuple[Path, ...] = (ROOT,), **extra: str) -> dict[str, str]:
+    """The environment for a benchmark subprocess: ours, minus any variable of this project
+    that would change what the subprocess loads, plus ``pythonpath`` and ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_C_DLPACK_EXT_")}
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
+    # numpy is absent from the environments; torch's warning about it is noise here.
+    env["PYTHONWARNINGS"] = "ignore"
+    env.update(extra)
+    return env
+
+
+def running_torch_dir() -> Path:
+    """The torch package directory of this interpreter, found without importing torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise TorchInstallError(
+            f"{sys.executable} has no torch; run the benchmarks through `nox -s bench`, "
+            "which installs torch 2.13"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuiltLibrary:
+    """One of our libraries, compiled by the project's driver."""
+
+    path: Path
+    entry: ManifestEntry
+    #: Wall time of the call that produced it (near zero when the driver's cache answered).
+    seconds: float
+
+
+def build_our_library(
+    torch_dir: Path, output_dir: Path, backend: Backend = Backend.CPU
+) -> BuiltLibrary:
+    """Compile (or take from the driver's cache) our library for the torch at ``torch_dir``."""
+    from torch_c_dlpack_ext._compile import compile_library
+
+    started = time.perf_counter()
+    entry = compile_library(torch=torch_dir, backend=backend, output_dir=output_dir)
+    seconds = time.perf_counter() - started
+    return BuiltLibrary(path=output_dir / entry.file, entry=entry, seconds=seconds)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OldTorchEnv:
+    """An environment holding a real, importable old torch."""
+
+    python: Path
+    torch_dir: Path
+    version: str
+
+
+def old_torch_env(version: str = OLD_TORCH) -> OldTorchEnv:
+    """A cached uv environment with an importable torch ``version`` (devtools/torchenv.py).
+
+    ``packaging`` and ``filelock`` are added because both our package and 0.1.5 import
+    them at import time.
+    """
+    from devtools.torchenv import torch_env
+
+    env = torch_env(version, importable=True, extra=("packaging", "filelock"))
+    return OldTorchEnv(python=Path(env.python), torch_dir=Path(env.torch_dir), version=env.version)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LegacyRelease:
+    """The unpacked wheel of the published release we compare against."""
+
+    version: str
+    wheel: Path
+    #: Directory the wheel was unpacked into (put it on PYTHONPATH to import it).
+    root: Path
+
+    def library(self, torch_version: str, backend: Backend = Backend.CPU) -> Path:
+        """The release's library for a torch ``major.minor`` (its own naming scheme)."""
+        major, minor = torch_version.split(".")[:2]
+        path = (
+            self.root
+            / "torch_c_dlpack_ext"
+            / f"libtorch_c_dlpack_addon_torch{major}{minor}-{backend.value}.so"
+        )
+        if not path.is_file():
+            raise ConfigError(
+                f"torch-c-dlpack-ext {self.version} ships no {backend.value} library for "
+                f"torch {major}.{minor} ({path.name} is missing from {self.wheel.name})"
+            )
+        return path
+
+    def libraries(self) -> list[Path]:
+        return sorted((self.root / "torch_c_dlpack_ext").glob("*.so"))
+
+
+def fetch_legacy_release(work_dir: Path, version: str = LEGACY_VERSION) -> LegacyRelease:
+    """Download the release's cp311 manylinux wheel with pip and unpack it (both cached)."""
+    wheels_dir = work_dir / "legacy" / version / "wheel"
+    root = work_dir / "legacy" / version / "unpacked"
+    wheels = sorted(wheels_dir.glob("*.whl"))
+    if not wheels:
+        wheels_dir.mkdir(parents=True, exist_ok=True)
+        run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                f"torch-c-dlpack-ext=={version}",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.11",
+                "--platform",
+                "manylinux_2_28_x86_64",
+                "--dest",
+                wheels_dir,
+            ]
+        )
+        wheels = sorted(wheels_dir.glob("*.whl"))
+        if not wheels:
+            raise ConfigError(f"pip downloaded no wheel of torch-c-dlpack-ext {version}")
+    if not root.is_dir():
+        # Unpack beside the final name and rename, so a half-unpacked tree is never reused.
+        staging = Path(tempfile.mkdtemp(prefix=".unpacked.", dir=root.parent))
+        try:
+            with zipfile.ZipFile(wheels[0]) as archive:
+                archive.extractall(staging)
+            os.replace(staging, root)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return LegacyRelease(version=version, wheel=wheels[0], root=root)
