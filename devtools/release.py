@@ -12,6 +12,7 @@ devtools/release.py --help``):
 - ``check-tag TAG``: the pushed tag names the version in ``_version.py``;
 - ``github-matrix FILE``: turn ``nox -s matrix`` output into ``$GITHUB_OUTPUT`` lines;
 - ``split-index DIST INDEX``: move the variants index out of the uploadable dists;
+- ``test-installed``: cibuildwheel's test command for a single-cell wheel;
 - ``verify DIST``: install each wheel that fits this interpreter with its torch
   into a fresh environment and check what ``python -m torch_c_dlpack_ext --json``
   decides.
@@ -417,6 +418,49 @@ def verify(dist: Path) -> list[str]:
     return results
 
 
+def _installed_manifest(python: Path) -> tuple[ManifestEntry, ...]:
+    # Locate the installed package without importing it (importing would run the
+    # selector before the matching torch is installed).
+    probe = (
+        "import importlib.util, sys; "
+        f"spec = importlib.util.find_spec({PACKAGE!r}); "
+        "sys.stdout.write(spec.submodule_search_locations[0])"
+    )
+    package_dir = Path(run([python, "-c", probe], timeout=DIAGNOSE_TIMEOUT).stdout.strip())
+    path = package_dir / MANIFEST_NAME
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ReleaseError(f"{path}: installed wheel has no readable manifest ({exc})") from None
+    return tuple(ManifestEntry.from_json(item) for item in data.get("libraries", []))
+
+
+def check_installed_cell(python: Path) -> str:
+    """cibuildwheel's test command: the just-built single-cell wheel is installed
+    in ``python``'s environment; install the torch of its library from the index
+    and check the selector's decision (``load`` for a CPU library; a GPU library
+    cannot be selected on a GPU-less runner, so the diagnostics must explain).
+    """
+    entries = _installed_manifest(python)
+    if len(entries) != 1:
+        raise ReleaseError(f"a cell wheel bundles one library, this one {len(entries)}")
+    (entry,) = entries
+    run(
+        [python, "-m", "pip", "install", f"torch=={entry.torch}.*"],
+        timeout=INSTALL_TIMEOUT,
+    )
+    kind, library = decision_of(diagnose(python))
+    expected = "load" if entry.backend.value == "cpu" else "unavailable"
+    if kind != expected or (
+        expected == "load" and Path(library or "").name != Path(entry.file).name
+    ):
+        raise ReleaseError(
+            f"{entry.file}: expected the selector to decide {expected}, it decided {kind} "
+            f"({library})"
+        )
+    return f"{entry.file}: torch {entry.torch} -> {kind}"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="release", description=__doc__.split("\n\n")[0])
     parser.add_argument("--traceback", action="store_true", help="show tracebacks on errors")
@@ -451,6 +495,10 @@ def _parser() -> argparse.ArgumentParser:
 
     ver = sub.add_parser("verify", help="install each wheel with its torch; check the selector")
     ver.add_argument("dist", type=Path)
+
+    sub.add_parser(
+        "test-installed", help="cibuildwheel test: install the cell's torch, run diagnostics"
+    )
     return parser
 
 
@@ -480,6 +528,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(split_index(args.dist, args.index))
         elif args.command == "verify":
             verify(args.dist)
+        elif args.command == "test-installed":
+            print(check_installed_cell(Path(sys.executable)))
     except TorchCDLPackExtError as exc:
         if args.traceback:
             raise
