@@ -92,11 +92,13 @@ class Settings:
         """
         problems: list[SettingProblem] = []
         in_force = tuple(sorted((k, v) for k, v in environ.items() if k.startswith(ENV_PREFIX)))
-        known = {env_var(n) for n in RUNTIME_VARIABLES + BUILD_TIME_VARIABLES}
+        known = RUNTIME_VARIABLES + BUILD_TIME_VARIABLES
         for name, _ in in_force:
-            if name not in known:
-                hint = difflib.get_close_matches(name, sorted(known), n=1)
-                fix = f"did you mean {hint[0]}?" if hint else "remove it"
+            short = name[len(ENV_PREFIX) :]
+            if short not in known:
+                # Compare without the shared prefix, which would make every name "close".
+                hint = difflib.get_close_matches(short, known, n=1)
+                fix = f"did you mean {env_var(hint[0])}?" if hint else "remove it"
                 problems.append(
                     SettingProblem(name, f"{name} is not a torch-c-dlpack-ext variable ({fix})")
                 )

@@ -1,0 +1,59 @@
+"""The public API of ``torch_c_dlpack_ext`` is curated and pinned."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import torch_c_dlpack_ext
+from torch_c_dlpack_ext._select import DecisionKind
+
+
+def test_all_is_pinned() -> None:
+    assert sorted(torch_c_dlpack_ext.__all__) == [
+        "DecisionKind",
+        "Status",
+        "TorchCDLPackExtWarning",
+        "__version__",
+        "build_for_current_torch",
+        "errors",
+        "status",
+    ]
+
+
+def test_every_public_name_resolves() -> None:
+    for name in torch_c_dlpack_ext.__all__:
+        assert getattr(torch_c_dlpack_ext, name) is not None, name
+
+
+def test_lazy_names_are_the_real_objects() -> None:
+    from torch_c_dlpack_ext import _loader, _settings, errors
+
+    assert torch_c_dlpack_ext.errors is errors
+    assert torch_c_dlpack_ext.Status is _loader.Status
+    assert torch_c_dlpack_ext.DecisionKind is DecisionKind
+    assert torch_c_dlpack_ext.TorchCDLPackExtWarning is _settings.TorchCDLPackExtWarning
+    assert issubclass(torch_c_dlpack_ext.TorchCDLPackExtWarning, UserWarning)
+
+
+def test_unknown_attribute_raises_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no_such_name"):
+        torch_c_dlpack_ext.no_such_name  # noqa: B018
+
+
+def test_status_is_frozen_and_describes_torch() -> None:
+    status = torch_c_dlpack_ext.status()
+    assert isinstance(status, torch_c_dlpack_ext.Status)
+    assert isinstance(status.kind, DecisionKind)
+    assert status.torch is not None
+    assert status.reason
+    assert dataclasses.is_dataclass(status)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        status.reason = "x"  # type: ignore[misc]
+
+
+def test_version_is_the_package_version() -> None:
+    from torch_c_dlpack_ext._version import __version__
+
+    assert torch_c_dlpack_ext.__version__ == __version__

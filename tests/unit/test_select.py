@@ -1,0 +1,429 @@
+"""The selection policy as a table: (torch, manifest, environment) -> decision."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torch_c_dlpack_ext._manifest import ManifestEntry
+from torch_c_dlpack_ext._naming import Backend, library_filename
+from torch_c_dlpack_ext._select import Decision, DecisionKind, decide, manifest_needed
+from torch_c_dlpack_ext._settings import Settings
+from torch_c_dlpack_ext._torchinfo import TorchInfo
+from torch_c_dlpack_ext.errors import ManifestError
+
+P = "TORCH_C_DLPACK_EXT_"
+K = DecisionKind
+
+
+def entry(torch: str, backend: str, abi: bool | None, build: str = "") -> ManifestEntry:
+    major, minor = (int(x) for x in torch.split("."))
+    return ManifestEntry(
+        file="libs/" + library_filename(major, minor, backend, abi),
+        torch=torch,
+        torch_build=build or f"{torch}.0",
+        backend=Backend(backend),
+        cxx11_abi=abi,
+        dlpack="1.3",
+        toolchain="g++ 12.2.0",
+        gpu_toolkit=None if backend == "cpu" else "12.4",
+        platform="linux_x86_64",
+        size=1,
+        sha256="0" * 64,
+    )
+
+
+def torch_info(
+    version: str = "2.6.0+cu124",
+    backend: Backend = Backend.CUDA,
+    abi: bool | None = False,
+    **flags: bool,
+) -> TorchInfo:
+    return TorchInfo(
+        version=version,
+        backend=backend,
+        cxx11_abi=abi,
+        cuda_version="12.4" if backend is Backend.CUDA else None,
+        hip_version="6.2" if backend is Backend.ROCM else None,
+        has_capsule=flags.get("has_capsule", False),
+        has_legacy_int=flags.get("has_legacy_int", False),
+    )
+
+
+CUDA26 = entry("2.6", "cuda", False, "2.6.0+cu124")
+CPU26 = entry("2.6", "cpu", False, "2.6.0+cpu")
+CUDA26_ABI1 = entry("2.6", "cuda", True, "2.6.0+cu126")
+CUDA28 = entry("2.8", "cuda", True, "2.8.0+cu128")
+CPU28 = entry("2.8", "cpu", True, "2.8.0+cpu")
+ROCM28 = entry("2.8", "rocm", True, "2.8.0+rocm6.3")
+CPU26_NOABI = entry("2.6", "cpu", None)
+FULL = (CUDA26, CPU26, CUDA28, CPU28, ROCM28)
+BROKEN = ManifestError("manifest /x/manifest.json is not valid JSON")
+
+
+@dataclasses.dataclass
+class Case:
+    id: str
+    info: TorchInfo
+    manifest: Sequence[ManifestEntry] | ManifestError
+    env: dict[str, str]
+    kind: DecisionKind
+    entry: ManifestEntry | None = None
+    fallbacks: tuple[ManifestEntry, ...] = ()
+    #: Substrings that must appear in reason + remedy + warnings.
+    says: tuple[str, ...] = ()
+    warns: bool = False
+
+
+CASES = [
+    Case("exact match", torch_info(), FULL, {}, K.LOAD, CUDA26, (CPU26,)),
+    Case(
+        "exact match cpu torch",
+        torch_info("2.6.0+cpu", Backend.CPU),
+        FULL,
+        {},
+        K.LOAD,
+        CPU26,
+    ),
+    Case(
+        "abi mismatch only",
+        torch_info(abi=True),
+        (CUDA26, CPU26),
+        {},
+        K.UNAVAILABLE,
+        says=(
+            "no bundled library matches torch 2.6.0+cu124 (cuda cxx11abi1)",
+            "torch 2.6 cuda cxx11abi0; torch 2.6 cpu cxx11abi0",
+            "pip install --force-reinstall --no-deps --no-build-isolation",
+            f"{P}JIT=1",
+        ),
+    ),
+    Case(
+        "same minor other abi present",
+        torch_info(abi=True),
+        (CUDA26, CUDA26_ABI1),
+        {},
+        K.LOAD,
+        CUDA26_ABI1,
+    ),
+    Case(
+        "backend falls back to cpu",
+        torch_info("2.6.0+cu124"),
+        (CPU26, CUDA28),
+        {},
+        K.LOAD,
+        CPU26,
+        says=("no bundled cuda library", f"{P}JIT=1", f"{P}BACKEND=cpu", "no cuda stream"),
+        warns=True,
+    ),
+    Case(
+        "backend missing, jit builds it instead of cpu fallback",
+        torch_info("2.6.0+cu124"),
+        (CPU26,),
+        {P + "JIT": "1"},
+        K.JIT,
+    ),
+    Case(
+        "rocm torch never gets the cuda library",
+        torch_info("2.8.0+rocm6.3", Backend.ROCM, True),
+        (CUDA28,),
+        {},
+        K.UNAVAILABLE,
+        says=("rocm", "torch 2.8 cuda cxx11abi1"),
+    ),
+    Case(
+        "rocm torch gets rocm",
+        torch_info("2.8.0+rocm6.3", Backend.ROCM, True),
+        FULL,
+        {},
+        K.LOAD,
+        ROCM28,
+        (CPU28,),
+    ),
+    Case(
+        "cuda torch does not get rocm",
+        torch_info("2.8.0+cu128", Backend.CUDA, True),
+        (ROCM28, CPU28),
+        {},
+        K.LOAD,
+        CPU28,
+        warns=True,
+    ),
+    Case(
+        "version not in manifest",
+        torch_info("2.5.1+cu124"),
+        FULL,
+        {},
+        K.UNAVAILABLE,
+        says=("torch 2.5.1+cu124", "torch 2.8 rocm cxx11abi1"),
+    ),
+    Case(
+        "local version counts as its minor",
+        torch_info("2.8.0a0+abc1234", Backend.CUDA, True),
+        FULL,
+        {},
+        K.LOAD,
+        CUDA28,
+        (CPU28,),
+    ),
+    Case(
+        "exact torch build preferred among same cell",
+        torch_info("2.6.0+cu126", Backend.CUDA, True),
+        (entry("2.6", "cuda", True, "2.6.0+cu124"), CUDA26_ABI1),
+        {},
+        K.LOAD,
+        CUDA26_ABI1,
+        (entry("2.6", "cuda", True, "2.6.0+cu124"),),
+    ),
+    Case(
+        "none abi matches only none",
+        torch_info("2.6.0", Backend.CPU, None),
+        (CPU26, CPU26_NOABI),
+        {},
+        K.LOAD,
+        CPU26_NOABI,
+    ),
+    Case(
+        "false abi does not match none",
+        torch_info("2.6.0", Backend.CPU, False),
+        (CPU26_NOABI,),
+        {},
+        K.UNAVAILABLE,
+    ),
+    Case("universal wheel", torch_info(), (), {}, K.UNAVAILABLE, says=("bundles no libraries",)),
+    Case(
+        "defer on capsule",
+        torch_info("2.13.0+cu130", abi=True, has_capsule=True),
+        FULL,
+        {},
+        K.DEFER,
+        says=("provides __dlpack_c_exchange_api__ itself",),
+    ),
+    Case(
+        "defer with manifest missing",
+        torch_info("2.13.0", abi=True, has_capsule=True),
+        ManifestError("no manifest at /x/manifest.json"),
+        {},
+        K.DEFER,
+    ),
+    Case(
+        "defer with manifest corrupt", torch_info("2.13.0", has_capsule=True), BROKEN, {}, K.DEFER
+    ),
+    Case(
+        "defer on rocm too",
+        torch_info("2.10.0+rocm6.4", Backend.ROCM, True, has_capsule=True),
+        BROKEN,
+        {},
+        K.DEFER,
+    ),
+    Case(
+        "capsule wins over legacy int",
+        torch_info(has_capsule=True, has_legacy_int=True),
+        FULL,
+        {},
+        K.DEFER,
+    ),
+    Case("legacy int", torch_info(has_legacy_int=True), BROKEN, {}, K.PUBLISH_LEGACY),
+    Case(
+        "disable",
+        torch_info(),
+        FULL,
+        {P + "DISABLE": "1"},
+        K.DISABLED,
+        says=(f"unset {P}DISABLE",),
+    ),
+    Case("disable off", torch_info(), FULL, {P + "DISABLE": "off"}, K.LOAD, CUDA26, (CPU26,)),
+    Case(
+        "force loads despite capsule",
+        torch_info("2.6.0+cu124", has_capsule=True),
+        FULL,
+        {P + "FORCE": "1"},
+        K.LOAD,
+        CUDA26,
+        (CPU26,),
+    ),
+    Case(
+        "force overrides legacy int",
+        torch_info(has_legacy_int=True),
+        FULL,
+        {P + "FORCE": "true"},
+        K.LOAD,
+        CUDA26,
+        (CPU26,),
+    ),
+    Case(
+        "force without a match",
+        torch_info("2.13.0", abi=True, has_capsule=True),
+        FULL,
+        {P + "FORCE": "1"},
+        K.UNAVAILABLE,
+    ),
+    Case(
+        "disable beats force",
+        torch_info(has_capsule=True),
+        FULL,
+        {P + "DISABLE": "1", P + "FORCE": "1"},
+        K.DISABLED,
+    ),
+    Case(
+        "library override",
+        torch_info(),
+        BROKEN,
+        {P + "LIBRARY": "<lib>"},
+        K.LOAD,
+        says=("no size/sha256 check was done",),
+        warns=True,
+    ),
+    Case(
+        "library override ignored when torch has the api",
+        torch_info(has_capsule=True),
+        FULL,
+        {P + "LIBRARY": "<lib>"},
+        K.DEFER,
+        says=(f"{P}LIBRARY is ignored", f"{P}FORCE=1"),
+        warns=True,
+    ),
+    Case(
+        "backend override to cpu silences fallback",
+        torch_info("2.6.0+cu124"),
+        (CPU26,),
+        {P + "BACKEND": "cpu"},
+        K.LOAD,
+        CPU26,
+    ),
+    Case(
+        "backend override picks rocm",
+        torch_info("2.8.0+rocm6.3", Backend.CPU, True),
+        FULL,
+        {P + "BACKEND": "rocm"},
+        K.LOAD,
+        ROCM28,
+        (CPU28,),
+    ),
+    Case(
+        "bad backend override",
+        torch_info(),
+        FULL,
+        {P + "BACKEND": "cdua"},
+        K.UNAVAILABLE,
+        says=(f"{P}BACKEND", "expected one of cpu, cuda, rocm", f"fix or unset {P}BACKEND"),
+    ),
+    Case(
+        "bad boolean override",
+        torch_info(),
+        FULL,
+        {P + "DISABLE": "maybe"},
+        K.UNAVAILABLE,
+        says=(f"fix or unset {P}DISABLE",),
+    ),
+    Case(
+        "unknown variable",
+        torch_info(),
+        FULL,
+        {P + "BAKEND": "cpu"},
+        K.UNAVAILABLE,
+        says=(f"did you mean {P}BACKEND?",),
+    ),
+    Case(
+        "missing library override file",
+        torch_info(),
+        FULL,
+        {P + "LIBRARY": "/nonexistent/lib.so"},
+        K.UNAVAILABLE,
+        says=(f"fix or unset {P}LIBRARY", "is not an existing file"),
+    ),
+    Case(
+        "bad override even where torch has the api",
+        torch_info(has_capsule=True),
+        FULL,
+        {P + "FORCE": "2"},
+        K.UNAVAILABLE,
+        says=("torch's own API, if any, is unaffected",),
+    ),
+    Case(
+        "manifest corrupt",
+        torch_info(),
+        BROKEN,
+        {},
+        K.UNAVAILABLE,
+        says=("no usable manifest", "not valid JSON", f"{P}JIT=1"),
+    ),
+    Case("manifest corrupt with jit", torch_info(), BROKEN, {P + "JIT": "1"}, K.JIT),
+    Case("no match with jit", torch_info("2.5.0"), FULL, {P + "JIT": "yes"}, K.JIT),
+    Case(
+        "unparsable torch version",
+        torch_info("nightly"),
+        FULL,
+        {},
+        K.UNAVAILABLE,
+        says=("not a torch version",),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_decide(case: Case, tmp_path: Path) -> None:
+    env = dict(case.env)
+    if env.get(P + "LIBRARY") == "<lib>":
+        (tmp_path / "lib.so").write_bytes(b"\x7fELF")
+        env[P + "LIBRARY"] = str(tmp_path / "lib.so")
+    settings = Settings.from_env(env)
+    decision = decide(case.info, case.manifest, settings)
+    assert decision.kind is case.kind, decision
+    assert decision.entry == case.entry
+    assert decision.fallbacks == case.fallbacks
+    if case.env.get(P + "LIBRARY") == "<lib>" and case.kind is K.LOAD:
+        assert decision.library == tmp_path / "lib.so"
+    else:
+        assert decision.library is None
+    text = " | ".join((decision.reason, decision.remedy, *decision.warnings))
+    for fragment in case.says:
+        assert fragment in text, f"{fragment!r} not in {text!r}"
+    assert bool(decision.warnings) is case.warns, decision.warnings
+    if case.kind is K.UNAVAILABLE:
+        assert decision.reason
+        assert decision.remedy
+
+
+def test_manifest_not_needed_when_torch_defers_on_any_backend() -> None:
+    for backend in Backend:
+        info = torch_info("2.10.0", backend, True, has_capsule=True)
+        assert not manifest_needed(info, Settings())
+    assert manifest_needed(torch_info(), Settings())
+    assert not manifest_needed(torch_info(), Settings(disable=True))
+    assert manifest_needed(torch_info(has_capsule=True), Settings(force=True))
+
+
+class _Exploding(Sequence[ManifestEntry]):
+    """A manifest whose use fails the test: proves a rule never looked at it."""
+
+    def __getitem__(self, index: Any) -> Any:
+        raise AssertionError("manifest was read")
+
+    def __len__(self) -> int:
+        raise AssertionError("manifest was read")
+
+    def __iter__(self) -> Any:
+        raise AssertionError("manifest was read")
+
+
+@pytest.mark.parametrize("backend", list(Backend))
+def test_defer_never_reads_manifest(backend: Backend) -> None:
+    info = torch_info("2.10.0", backend, True, has_capsule=True)
+    assert decide(info, _Exploding(), Settings()).kind is K.DEFER
+
+
+def test_decision_is_frozen() -> None:
+    decision = decide(torch_info(), FULL, Settings())
+    assert isinstance(decision, Decision)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        decision.kind = K.DEFER  # type: ignore[misc]
+
+
+def test_decide_is_pure() -> None:
+    info, settings = torch_info(), Settings()
+    assert decide(info, FULL, settings) == decide(info, FULL, settings)

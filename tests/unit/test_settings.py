@@ -1,0 +1,124 @@
+"""Settings.from_env: strict parsing, announced problems, never an exception."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torch_c_dlpack_ext._naming import Backend
+from torch_c_dlpack_ext._settings import RUNTIME_VARIABLES, Settings, parse_bool
+from torch_c_dlpack_ext.errors import ConfigError
+
+P = "TORCH_C_DLPACK_EXT_"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("1", True),
+        ("true", True),
+        ("YES", True),
+        (" On ", True),
+        ("0", False),
+        ("False", False),
+        ("no", False),
+        ("off", False),
+    ],
+)
+def test_parse_bool_accepts_documented_spellings(raw: str, expected: bool) -> None:
+    assert parse_bool("X", raw) is expected
+
+
+@pytest.mark.parametrize("raw", ["2", "maybe", "y", "enable"])
+def test_parse_bool_rejects_others_naming_the_variable(raw: str) -> None:
+    with pytest.raises(ConfigError, match=r"X=.* is not a boolean: use 1/0"):
+        parse_bool("X", raw)
+
+
+def test_empty_environment_gives_defaults() -> None:
+    settings = Settings.from_env({"PATH": "/bin"})
+    assert settings == Settings()
+    assert settings.problems == ()
+
+
+def test_all_variables_parsed(tmp_path: Path) -> None:
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(b"x")
+    settings = Settings.from_env(
+        {
+            P + "DISABLE": "no",
+            P + "FORCE": "yes",
+            P + "LIBRARY": str(lib),
+            P + "BACKEND": "ROCm",
+            P + "JIT": "1",
+            P + "CACHE_DIR": str(tmp_path / "cache"),
+        }
+    )
+    assert settings.problems == ()
+    assert (settings.disable, settings.force, settings.jit) == (False, True, True)
+    assert settings.library == lib
+    assert settings.backend is Backend.ROCM
+    assert settings.cache_dir == tmp_path / "cache"
+    assert [name for name, _ in settings.in_force] == sorted(
+        P + n for n in ("DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR")
+    )
+
+
+def test_empty_value_counts_as_unset() -> None:
+    settings = Settings.from_env({P + "BACKEND": "", P + "LIBRARY": " ", P + "JIT": ""})
+    assert settings.problems == ()
+    assert settings.backend is None
+    assert settings.library is None
+    assert settings.jit is False
+
+
+def test_unknown_variable_gets_did_you_mean() -> None:
+    settings = Settings.from_env({P + "DISABEL": "1"})
+    (problem,) = settings.problems
+    assert problem.variable == P + "DISABEL"
+    assert f"did you mean {P}DISABLE?" in problem.message
+    # A typo must not be half-honoured either.
+    assert settings.disable is False
+
+
+def test_unknown_variable_without_close_match() -> None:
+    (problem,) = Settings.from_env({P + "ZZZZZZZZZZZZ": "1"}).problems
+    assert "is not a torch-c-dlpack-ext variable (remove it)" in problem.message
+
+
+def test_bad_boolean_is_a_problem_not_an_exception() -> None:
+    settings = Settings.from_env({P + "FORCE": "sure"})
+    (problem,) = settings.problems
+    assert problem.variable == P + "FORCE"
+    assert "'sure' is not a boolean" in problem.message
+    assert settings.force is False
+
+
+def test_bad_backend_names_choices() -> None:
+    settings = Settings.from_env({P + "BACKEND": "metal"})
+    (problem,) = settings.problems
+    assert problem.variable == P + "BACKEND"
+    assert "expected one of cpu, cuda, rocm" in problem.message
+    assert settings.backend is None
+
+
+def test_missing_library_path_is_a_problem(tmp_path: Path) -> None:
+    settings = Settings.from_env({P + "LIBRARY": str(tmp_path / "nope.so")})
+    (problem,) = settings.problems
+    assert problem.variable == P + "LIBRARY"
+    assert "is not an existing file" in problem.message
+    assert settings.library is None
+
+
+def test_several_problems_all_reported() -> None:
+    settings = Settings.from_env({P + "JIT": "x", P + "BACKEND": "y", P + "NOPE": "1"})
+    assert sorted(p.variable for p in settings.problems) == [
+        P + "BACKEND",
+        P + "JIT",
+        P + "NOPE",
+    ]
+
+
+def test_runtime_variables_are_the_documented_set() -> None:
+    assert set(RUNTIME_VARIABLES) == {"DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR"}
