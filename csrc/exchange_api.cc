@@ -1,0 +1,476 @@
+// The DLPackExchangeAPI table for torch.Tensor, implemented against the ATen
+// tensor API shared by torch 2.4-2.9 and 2.13 (not at::toDLPack*, whose output
+// differs between versions), so every torch gets the same behaviour.
+//
+// Every entry point is called by a C consumer with the GIL held and must not let
+// a C++ exception escape: each one catches everything and reports it as a Python
+// exception (or through SetError for the allocator).
+#include "tcde_dlpack.h"  // must precede ATen: see the comment in that header
+#include "tcde_convert.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#if defined(TCDE_BACKEND_CUDA)
+#include <c10/cuda/CUDAStream.h>
+#elif defined(TCDE_BACKEND_ROCM)
+#include <c10/hip/HIPStream.h>
+#endif
+
+#include <cstdio>
+#include <exception>
+#include <limits>
+#include <new>
+#include <sstream>
+#include <string>
+
+namespace {
+
+constexpr const char* kLib = "torch-c-dlpack-ext";
+
+// Owner of an exported tensor. Allocated with ONE operator new together with
+// the shape and strides arrays that follow it in memory: the arrays are copies,
+// so in-place metadata changes on the Python tensor (t.resize_(), t.t_()) cannot
+// alter a DLTensor a consumer is still reading.
+struct ManagedContext {
+  at::Tensor tensor;
+  DLManagedTensorVersioned managed;
+
+  int64_t* dims() noexcept { return reinterpret_cast<int64_t*>(this + 1); }
+};
+static_assert(sizeof(ManagedContext) % alignof(int64_t) == 0, "dims() must be aligned");
+
+void DeleteManagedContext(DLManagedTensorVersioned* self) noexcept {
+  if (self == nullptr) return;
+  auto* ctx = static_cast<ManagedContext*>(self->manager_ctx);
+  ctx->~ManagedContext();
+  ::operator delete(ctx);
+}
+
+// Why a tensor cannot be exported; kNone when it can.
+enum class ExportProblem { kNone, kLayout, kNested, kDtype, kConj, kNeg, kDevice, kNoStorage };
+
+// Fills everything of `out` except shape and strides (the callers decide who
+// owns those), or says why DLPack cannot describe the tensor.
+ExportProblem Describe(const at::Tensor& t, DLTensor* out) {
+  // Order matters: later checks call accessors that throw on the earlier kinds.
+  if (t.layout() != c10::kStrided) return ExportProblem::kLayout;
+  if (t.is_nested()) return ExportProblem::kNested;
+  if (!tcde::ToDLDataType(t.scalar_type(), &out->dtype)) return ExportProblem::kDtype;
+  // DLPack has no conjugate/negative flags: exporting the raw memory would
+  // silently hand out the wrong values (torch 2.13 does; we refuse).
+  if (t.is_conj()) return ExportProblem::kConj;
+  if (t.is_neg()) return ExportProblem::kNeg;
+  if (!tcde::ToDLDevice(t.device(), &out->device)) return ExportProblem::kDevice;
+  if (!t.has_storage()) return ExportProblem::kNoStorage;
+  out->ndim = static_cast<int32_t>(t.dim());
+  // Like torch 2.13: data is the first element (storage + offset), byte_offset
+  // 0, and NULL for tensors without elements.
+  out->data = t.numel() == 0 ? nullptr : t.data_ptr();
+  out->byte_offset = 0;
+  return ExportProblem::kNone;
+}
+
+// Sets a BufferError (TypeError-free: the object is a tensor) naming the problem
+// and the fix. Error path only, so building strings here is fine.
+int RaiseExportProblem(ExportProblem problem, const at::Tensor& t) {
+  switch (problem) {
+    case ExportProblem::kLayout: {
+      std::ostringstream layout;
+      layout << t.layout();
+      PyErr_Format(PyExc_BufferError,
+                   "%s: cannot export a tensor with layout %s through DLPack, which describes "
+                   "only strided tensors; convert it with .to_dense() first",
+                   kLib, layout.str().c_str());
+      break;
+    }
+    case ExportProblem::kNested:
+      PyErr_Format(PyExc_BufferError,
+                   "%s: cannot export a nested tensor through DLPack; export its components "
+                   "(t.unbind()) one by one",
+                   kLib);
+      break;
+    case ExportProblem::kDtype:
+      PyErr_Format(PyExc_BufferError,
+                   "%s: dtype %s has no DLPack equivalent; convert the tensor first (e.g. "
+                   ".dequantize() for quantized tensors, .to(torch.float32))",
+                   kLib, c10::toString(t.scalar_type()));
+      break;
+    case ExportProblem::kConj:
+      PyErr_Format(PyExc_BufferError,
+                   "%s: cannot export a tensor with its conjugate bit set (DLPack cannot express "
+                   "a lazy conjugation); call .resolve_conj() first",
+                   kLib);
+      break;
+    case ExportProblem::kNeg:
+      PyErr_Format(PyExc_BufferError,
+                   "%s: cannot export a tensor with its negative bit set (DLPack cannot express "
+                   "a lazy negation); call .resolve_neg() first",
+                   kLib);
+      break;
+    case ExportProblem::kDevice:
+      PyErr_Format(PyExc_BufferError,
+                   "%s: tensors on device '%s' cannot be exported through DLPack; move the "
+                   "tensor to a CPU or GPU device first (e.g. .to('cpu'))",
+                   kLib, t.device().str().c_str());
+      break;
+    case ExportProblem::kNoStorage:
+      PyErr_Format(PyExc_BufferError,
+                   "%s: the tensor has no storage (a fake, functional or wrapper-subclass "
+                   "tensor?), so it has no memory to export; export a real tensor",
+                   kLib);
+      break;
+    case ExportProblem::kNone:
+      break;
+  }
+  return -1;
+}
+
+int RaiseNotATensor(PyObject* obj) {
+  PyErr_Format(PyExc_TypeError,
+               "%s: expected a torch.Tensor, got %s; pass a tensor (e.g. torch.as_tensor(x))",
+               kLib, obj == nullptr ? "NULL" : Py_TYPE(obj)->tp_name);
+  return -1;
+}
+
+// Translates the exception being handled into a Python exception and returns
+// -1. c10::Error becomes `c10_error_type` (BufferError when exporting: ATen
+// refused to describe the tensor). A Python error set before the C++ exception
+// (torch's python_error) is kept as it is. Call only from a catch block.
+int RaiseCurrentException(PyObject* c10_error_type) noexcept {
+  try {
+    throw;
+  } catch (const c10::OutOfMemoryError& e) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_MemoryError, e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    if (!PyErr_Occurred()) PyErr_SetString(c10_error_type, e.what_without_backtrace());
+  } catch (const std::bad_alloc&) {
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    if (!PyErr_Occurred()) {
+      PyErr_Format(PyExc_RuntimeError, "%s: unknown C++ exception", kLib);
+    }
+  }
+  return -1;
+}
+
+// An owning DLManagedTensorVersioned for an exportable tensor (`described` from
+// Describe()). One allocation; the tensor reference keeps the memory alive
+// until the consumer calls the deleter.
+DLManagedTensorVersioned* NewManaged(const at::Tensor& t, const DLTensor& described) {
+  const int64_t ndim = described.ndim;
+  void* raw = ::operator new(sizeof(ManagedContext) + 2 * ndim * sizeof(int64_t));
+  auto* ctx = new (raw) ManagedContext{t, DLManagedTensorVersioned{}};
+  int64_t* shape = ctx->dims();
+  int64_t* strides = shape + ndim;
+  const int64_t* sizes = t.sizes().data();
+  const int64_t* steps = t.strides().data();
+  for (int64_t i = 0; i < ndim; ++i) {
+    shape[i] = sizes[i];
+    strides[i] = steps[i];
+  }
+  DLManagedTensorVersioned& m = ctx->managed;
+  m.version.major = DLPACK_MAJOR_VERSION;
+  m.version.minor = DLPACK_MINOR_VERSION;
+  m.manager_ctx = ctx;
+  m.deleter = &DeleteManagedContext;
+  // Shares the tensor's memory, writable: no READ_ONLY and no IS_COPIED, as torch 2.13.
+  m.flags = 0;
+  m.dl_tensor = described;
+  m.dl_tensor.shape = shape;
+  m.dl_tensor.strides = strides;
+  return &m;
+}
+
+int ManagedTensorFromPyObjectNoSync(void* py_obj, DLManagedTensorVersioned** out) {
+  try {
+    if (out == nullptr) {
+      PyErr_Format(PyExc_ValueError, "%s: managed_tensor_from_py_object_no_sync: out is NULL",
+                   kLib);
+      return -1;
+    }
+    *out = nullptr;
+    auto* obj = static_cast<PyObject*>(py_obj);
+    if (obj == nullptr || !THPVariable_Check(obj)) return RaiseNotATensor(obj);
+    const at::Tensor& t = THPVariable_Unpack(obj);
+    DLTensor described{};
+    const ExportProblem problem = Describe(t, &described);
+    if (problem != ExportProblem::kNone) return RaiseExportProblem(problem, t);
+    *out = NewManaged(t, described);
+    return 0;
+  } catch (...) {
+    return RaiseCurrentException(PyExc_BufferError);
+  }
+}
+
+int DLTensorFromPyObjectNoSync(void* py_obj, DLTensor* out) {
+  try {
+    if (out == nullptr) {
+      PyErr_Format(PyExc_ValueError, "%s: dltensor_from_py_object_no_sync: out is NULL", kLib);
+      return -1;
+    }
+    auto* obj = static_cast<PyObject*>(py_obj);
+    if (obj == nullptr || !THPVariable_Check(obj)) return RaiseNotATensor(obj);
+    const at::Tensor& t = THPVariable_Unpack(obj);
+    DLTensor described{};
+    const ExportProblem problem = Describe(t, &described);
+    if (problem != ExportProblem::kNone) return RaiseExportProblem(problem, t);
+    // Non-owning: valid while the caller holds the object and does not change
+    // its metadata, which is the contract of this entry point.
+    described.shape = const_cast<int64_t*>(t.sizes().data());
+    described.strides = const_cast<int64_t*>(t.strides().data());
+    *out = described;
+    return 0;
+  } catch (...) {
+    return RaiseCurrentException(PyExc_BufferError);
+  }
+}
+
+// Storage context deleter of an imported tensor: hands the memory back to its
+// producer, exactly once, when torch frees the storage.
+void DeleteImported(void* ctx) noexcept {
+  auto* managed = static_cast<DLManagedTensorVersioned*>(ctx);
+  if (managed->deleter != nullptr) managed->deleter(managed);
+}
+
+int RaiseBadImport(const char* what, const DLTensor& dl) {
+  PyErr_Format(PyExc_BufferError,
+               "%s: cannot import a DLPack tensor: %s (dtype code=%u bits=%u lanes=%u, device "
+               "type=%d id=%d, ndim=%d); the DLManagedTensorVersioned was not consumed and its "
+               "deleter was not called",
+               kLib, what, static_cast<unsigned>(dl.dtype.code),
+               static_cast<unsigned>(dl.dtype.bits), static_cast<unsigned>(dl.dtype.lanes),
+               static_cast<int>(dl.device.device_type), static_cast<int>(dl.device.device_id),
+               static_cast<int>(dl.ndim));
+  return -1;
+}
+
+// Ownership rule: on failure (-1) ownership has NOT been taken and the deleter
+// has NOT been called; the caller still owns `src` and must delete it. This is
+// what torch 2.13's own implementation does for bad dtypes and devices (its
+// deleter is not called), and it is the only rule that lets a caller clean up
+// without risking a double free.
+int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) {
+  try {
+    if (src == nullptr || out_py == nullptr) {
+      PyErr_Format(PyExc_ValueError,
+                   "%s: managed_tensor_to_py_object_no_sync: tensor and out must not be NULL",
+                   kLib);
+      return -1;
+    }
+    *out_py = nullptr;
+    const DLTensor& dl = src->dl_tensor;
+    // A different major version may have a different layout after `flags`.
+    if (src->version.major != DLPACK_MAJOR_VERSION) {
+      PyErr_Format(PyExc_BufferError,
+                   "%s: DLManagedTensorVersioned has DLPack major version %u, this library reads "
+                   "%d; the tensor was not consumed and its deleter was not called",
+                   kLib, static_cast<unsigned>(src->version.major), DLPACK_MAJOR_VERSION);
+      return -1;
+    }
+    c10::ScalarType scalar_type{};
+    if (!tcde::FromDLDataType(dl.dtype, &scalar_type)) {
+      return RaiseBadImport("torch has no dtype for this DLPack dtype", dl);
+    }
+    c10::Device device(c10::DeviceType::CPU);
+    if (!tcde::FromDLDevice(dl.device, &device)) {
+      return RaiseBadImport("this library cannot create torch tensors on that device", dl);
+    }
+    if (dl.ndim < 0 || (dl.ndim > 0 && dl.shape == nullptr)) {
+      return RaiseBadImport("ndim is negative or shape is NULL", dl);
+    }
+    const at::IntArrayRef sizes(dl.shape, static_cast<size_t>(dl.ndim));
+    const auto itemsize = static_cast<uint64_t>(c10::elementSize(scalar_type));
+    // Like torch 2.13: an element-aligned byte_offset becomes the storage
+    // offset, so the storage starts at `data`.
+    char* data = static_cast<char*>(dl.data);
+    int64_t storage_offset = 0;
+    if (dl.byte_offset % itemsize == 0) {
+      storage_offset = static_cast<int64_t>(dl.byte_offset / itemsize);
+    } else {
+      data += dl.byte_offset;
+    }
+    auto maker = at::for_blob(data, sizes);
+    maker.context(src, &DeleteImported)
+        .target_device(device)
+        .options(at::TensorOptions().dtype(scalar_type).device(device));
+    // A NULL strides array (allowed before DLPack 1.2) means compact row-major.
+    if (dl.strides != nullptr && dl.ndim > 0) {
+      maker.strides(at::IntArrayRef(dl.strides, static_cast<size_t>(dl.ndim)));
+    }
+    if (storage_offset != 0) maker.storage_offset(storage_offset);
+    at::Tensor tensor = maker.make_tensor();
+    PyObject* wrapped = THPVariable_Wrap(tensor);
+    if (wrapped == nullptr) {
+      // Keep the ownership rule: detach our deleter before `tensor` dies.
+      tensor.storage().mutable_data_ptr().release_context();
+      return -1;
+    }
+    *out_py = wrapped;
+    return 0;
+  } catch (...) {
+    // make_tensor() failed before a storage owned the context: not consumed.
+    return RaiseCurrentException(PyExc_BufferError);
+  }
+}
+
+using SetErrorFn = void (*)(void* error_ctx, const char* kind, const char* message);
+
+int AllocatorFail(DLManagedTensorVersioned** out, void* error_ctx, SetErrorFn set_error,
+                  const char* kind, const char* message) noexcept {
+  if (out != nullptr) *out = nullptr;
+  if (set_error != nullptr) set_error(error_ctx, kind, message);
+  return -1;
+}
+
+// Errors go through SetError, not the Python error indicator: the consumer
+// decides how to surface them. Kinds: ValueError for a prototype torch cannot
+// represent, MemoryError when out of memory, RuntimeError otherwise.
+int ManagedTensorAllocator(DLTensor* prototype, DLManagedTensorVersioned** out, void* error_ctx,
+                           SetErrorFn set_error) {
+  try {
+    if (prototype == nullptr || out == nullptr) {
+      return AllocatorFail(out, error_ctx, set_error, "ValueError",
+                           "torch-c-dlpack-ext allocator: prototype and out must not be NULL");
+    }
+    *out = nullptr;
+    char message[256];
+    c10::ScalarType scalar_type{};
+    if (!tcde::FromDLDataType(prototype->dtype, &scalar_type)) {
+      std::snprintf(message, sizeof(message),
+                    "torch-c-dlpack-ext allocator: DLPack dtype (code=%u, bits=%u, lanes=%u) has "
+                    "no torch equivalent; request a dtype torch supports",
+                    static_cast<unsigned>(prototype->dtype.code),
+                    static_cast<unsigned>(prototype->dtype.bits),
+                    static_cast<unsigned>(prototype->dtype.lanes));
+      return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
+    }
+    c10::Device device(c10::DeviceType::CPU);
+    if (!tcde::FromDLDevice(prototype->device, &device)) {
+      std::snprintf(message, sizeof(message),
+                    "torch-c-dlpack-ext allocator: cannot allocate on DLPack device type %d id %d "
+                    "with this library (built for " 
+#if defined(TCDE_BACKEND_CUDA)
+                    "CUDA"
+#elif defined(TCDE_BACKEND_ROCM)
+                    "ROCm"
+#else
+                    "CPU"
+#endif
+                    ")",
+                    static_cast<int>(prototype->device.device_type),
+                    static_cast<int>(prototype->device.device_id));
+      return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
+    }
+    if (prototype->ndim < 0 || (prototype->ndim > 0 && prototype->shape == nullptr)) {
+      return AllocatorFail(out, error_ctx, set_error, "ValueError",
+                           "torch-c-dlpack-ext allocator: prototype ndim is negative or its "
+                           "shape is NULL");
+    }
+    for (int32_t i = 0; i < prototype->ndim; ++i) {
+      if (prototype->shape[i] < 0) {
+        std::snprintf(message, sizeof(message),
+                      "torch-c-dlpack-ext allocator: prototype shape[%d] is %lld; sizes must be "
+                      ">= 0",
+                      static_cast<int>(i), static_cast<long long>(prototype->shape[i]));
+        return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
+      }
+    }
+    const at::Tensor t =
+        at::empty(at::IntArrayRef(prototype->shape, static_cast<size_t>(prototype->ndim)),
+                  at::TensorOptions().dtype(scalar_type).device(device));
+    DLTensor described{};
+    if (Describe(t, &described) != ExportProblem::kNone) {
+      return AllocatorFail(out, error_ctx, set_error, "RuntimeError",
+                           "torch-c-dlpack-ext allocator: the new tensor cannot be described in "
+                           "DLPack (please report this)");
+    }
+    *out = NewManaged(t, described);
+    return 0;
+  } catch (const c10::OutOfMemoryError& e) {
+    return AllocatorFail(out, error_ctx, set_error, "MemoryError", e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    return AllocatorFail(out, error_ctx, set_error, "RuntimeError", e.what_without_backtrace());
+  } catch (const std::bad_alloc&) {
+    return AllocatorFail(out, error_ctx, set_error, "MemoryError",
+                         "torch-c-dlpack-ext allocator: out of host memory");
+  } catch (const std::exception& e) {
+    return AllocatorFail(out, error_ctx, set_error, "RuntimeError", e.what());
+  } catch (...) {
+    return AllocatorFail(out, error_ctx, set_error, "RuntimeError",
+                         "torch-c-dlpack-ext allocator: unknown C++ exception");
+  }
+}
+
+// Host memory has no stream. A CPU build answers NULL for every device type
+// (as torch 2.13's CPU build does); a GPU build answers its own GPU's current
+// stream and refuses device types it cannot query.
+int CurrentWorkStream(DLDeviceType device_type, int32_t device_id, void** out) {
+  try {
+    if (out == nullptr) {
+      PyErr_Format(PyExc_ValueError, "%s: current_work_stream: out is NULL", kLib);
+      return -1;
+    }
+    *out = nullptr;
+    if (device_type == kDLCPU || device_type == kDLCUDAHost || device_type == kDLROCMHost ||
+        device_type == kDLCUDAManaged) {
+      return 0;
+    }
+#if defined(TCDE_BACKEND_CPU)
+    (void)device_id;
+    return 0;
+#else
+#if defined(TCDE_BACKEND_CUDA)
+    const bool own_gpu = device_type == kDLCUDA;
+#else
+    // ROCm torch masquerades HIP devices as "cuda": accept both names.
+    const bool own_gpu = device_type == kDLROCM || device_type == kDLCUDA;
+#endif
+    if (!own_gpu) {
+      PyErr_Format(PyExc_ValueError,
+                   "%s: current_work_stream: device type %d is not a device this library was "
+                   "built for (%s)",
+                   kLib, static_cast<int>(device_type),
+#if defined(TCDE_BACKEND_CUDA)
+                   "CUDA"
+#else
+                   "ROCm"
+#endif
+      );
+      return -1;
+    }
+    if (device_id < -1 || device_id > std::numeric_limits<c10::DeviceIndex>::max()) {
+      PyErr_Format(PyExc_ValueError, "%s: current_work_stream: invalid device id %d", kLib,
+                   static_cast<int>(device_id));
+      return -1;
+    }
+    const auto index = static_cast<c10::DeviceIndex>(device_id);
+#if defined(TCDE_BACKEND_CUDA)
+    *out = static_cast<void*>(c10::cuda::getCurrentCUDAStream(index).stream());
+#else
+    *out = static_cast<void*>(c10::hip::getCurrentHIPStream(index).stream());
+#endif
+    return 0;
+#endif
+  } catch (...) {
+    return RaiseCurrentException(PyExc_RuntimeError);
+  }
+}
+
+// Constant-initialized: no static constructor runs at load time.
+const DLPackExchangeAPI kExchangeAPI = {
+    {{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION}, nullptr},
+    &ManagedTensorAllocator,
+    &ManagedTensorFromPyObjectNoSync,
+    &ManagedTensorToPyObjectNoSync,
+    &DLTensorFromPyObjectNoSync,
+    &CurrentWorkStream,
+};
+
+}  // namespace
+
+extern "C" int64_t TorchDLPackExchangeAPIPtr(void) {
+  return static_cast<int64_t>(reinterpret_cast<intptr_t>(&kExchangeAPI));
+}
