@@ -1,0 +1,271 @@
+"""The GitHub Actions workflows follow the release policy, checked mechanically.
+
+Each rule is a function returning the violations it finds, so the same rule is
+tested on the real workflows (no violations) and on a small bad workflow (the
+violation is found): a rule that can never fire would be worthless.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomllib
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = ROOT / ".github" / "workflows"
+WORKFLOW_FILES = sorted(WORKFLOWS.glob("*.yml"))
+
+PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
+USES_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>\S+)\s*(?P<comment>#.*)?$")
+VERSION_COMMENT = re.compile(r"^#\s*v\d+(\.\d+)*\b")
+
+
+def load(text: str) -> dict[str, Any]:
+    data = yaml.safe_load(text)
+    assert isinstance(data, dict)
+    # YAML 1.1 reads the bare key `on` as the boolean True.
+    if True in data:
+        data["on"] = data.pop(True)
+    return data
+
+
+def jobs(workflow: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return workflow.get("jobs") or {}
+
+
+def steps(workflow: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, job in jobs(workflow).items():
+        for step in job.get("steps") or []:
+            yield name, step
+
+
+# --- rules ---------------------------------------------------------------------------
+
+
+def top_level_permissions(workflow: dict[str, Any]) -> list[str]:
+    if workflow.get("permissions") != {}:
+        return [f"top-level permissions is {workflow.get('permissions')!r}, expected {{}}"]
+    return []
+
+
+def unpinned_uses(text: str) -> list[str]:
+    problems = []
+    for number, line in enumerate(text.splitlines(), 1):
+        match = USES_LINE.match(line)
+        if match is None:
+            continue
+        ref, comment = match["ref"], match["comment"] or ""
+        if ref.startswith(("./", "docker://")):
+            problems.append(f"line {number}: {ref} (local or docker actions are not allowed)")
+        elif not PINNED.match(ref):
+            problems.append(f"line {number}: {ref} is not pinned to a 40-hex commit SHA")
+        elif not VERSION_COMMENT.match(comment):
+            problems.append(f"line {number}: {ref} lacks a '# vX.Y.Z' version comment")
+    return problems
+
+
+def floating_refs(text: str) -> list[str]:
+    return [
+        f"line {n}: {line.strip()}"
+        for n, line in enumerate(text.splitlines(), 1)
+        if re.search(r"@(main|master)\b|:latest\b", line)
+    ]
+
+
+def checkout_credentials(workflow: dict[str, Any]) -> list[str]:
+    return [
+        f"job {job}: actions/checkout without persist-credentials: false"
+        for job, step in steps(workflow)
+        if str(step.get("uses", "")).startswith("actions/checkout@")
+        and (step.get("with") or {}).get("persist-credentials") is not False
+    ]
+
+
+def grants_id_token(permissions: Any) -> bool:
+    if permissions == "write-all":
+        return True
+    return isinstance(permissions, dict) and permissions.get("id-token") == "write"
+
+
+def id_token_jobs(workflow: dict[str, Any]) -> list[str]:
+    found = ["<workflow>"] if grants_id_token(workflow.get("permissions")) else []
+    found += [
+        name for name, job in jobs(workflow).items() if grants_id_token(job.get("permissions"))
+    ]
+    return found
+
+
+def jobs_without_permissions(workflow: dict[str, Any]) -> list[str]:
+    return [f"job {name} has no permissions block" for name, job in jobs(workflow).items()
+            if "permissions" not in job]  # fmt: skip
+
+
+def unused_dispatch_inputs(workflow: dict[str, Any], text: str) -> list[str]:
+    dispatch = (workflow.get("on") or {}).get("workflow_dispatch") or {}
+    inputs = (dispatch or {}).get("inputs") or {}
+    return [
+        f"workflow_dispatch input {name!r} is never used"
+        for name in inputs
+        if not re.search(rf"\binputs\.{re.escape(name)}\b", text)
+    ]
+
+
+def expressions_in_run(workflow: dict[str, Any]) -> list[str]:
+    # Values reach scripts through env:, never by template expansion into the
+    # script text (template injection).
+    return [
+        f"job {job}: run step expands {m.group(0)}"
+        for job, step in steps(workflow)
+        for m in re.finditer(r"\$\{\{[^}]*\}\}", str(step.get("run", "")))
+    ]
+
+
+# --- the real workflows ---------------------------------------------------------------
+
+
+def test_workflows_exist() -> None:
+    assert {p.name for p in WORKFLOW_FILES} >= {"ci.yml", "release.yml"}
+
+
+@pytest.fixture(params=WORKFLOW_FILES, ids=lambda p: p.name)
+def workflow_file(request: pytest.FixtureRequest) -> Path:
+    path: Path = request.param
+    return path
+
+
+def test_policy(workflow_file: Path) -> None:
+    text = workflow_file.read_text(encoding="utf-8")
+    workflow = load(text)
+    problems = (
+        top_level_permissions(workflow)
+        + unpinned_uses(text)
+        + floating_refs(text)
+        + checkout_credentials(workflow)
+        + jobs_without_permissions(workflow)
+        + unused_dispatch_inputs(workflow, text)
+        + expressions_in_run(workflow)
+    )
+    assert problems == []
+
+
+def test_every_step_action_is_pinned(workflow_file: Path) -> None:
+    # The line-based rule above must see every `uses:` the YAML has.
+    text = workflow_file.read_text(encoding="utf-8")
+    refs = [str(step["uses"]) for _, step in steps(load(text)) if "uses" in step]
+    assert refs, "a workflow without actions is suspicious"
+    assert all(PINNED.match(ref) for ref in refs), refs
+
+
+def test_id_token_only_on_publish() -> None:
+    assert id_token_jobs(load((WORKFLOWS / "ci.yml").read_text(encoding="utf-8"))) == []
+    assert id_token_jobs(load((WORKFLOWS / "release.yml").read_text(encoding="utf-8"))) == [
+        "publish"
+    ]
+
+
+@pytest.fixture(scope="module")
+def release() -> dict[str, Any]:
+    return load((WORKFLOWS / "release.yml").read_text(encoding="utf-8"))
+
+
+def test_release_triggers(release: dict[str, Any]) -> None:
+    assert release["on"]["push"]["tags"] == ["v*"]
+    assert release["on"]["workflow_dispatch"]["inputs"]
+
+
+def test_matrix_comes_from_nox(release: dict[str, Any]) -> None:
+    runs = " ".join(str(step.get("run", "")) for step in release["jobs"]["matrix"]["steps"])
+    assert "nox -s matrix" in runs
+    cells = release["jobs"]["cells"]
+    assert cells["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.cells) }}"
+    assert "matrix" in cells["needs"]
+    verify = release["jobs"]["verify"]
+    assert verify["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.verify) }}"
+
+
+def test_cells_run_cibuildwheel(release: dict[str, Any]) -> None:
+    uses = [str(s.get("uses", "")) for s in release["jobs"]["cells"]["steps"]]
+    assert any(u.startswith("pypa/cibuildwheel@") for u in uses)
+
+
+def test_assemble_uses_the_build_session(release: dict[str, Any]) -> None:
+    runs = " ".join(str(step.get("run", "")) for step in release["jobs"]["assemble"]["steps"])
+    assert "nox -s build" in runs
+    assert "nox -s release -- --check-only" in runs
+
+
+def test_publish_job(release: dict[str, Any]) -> None:
+    publish = release["jobs"]["publish"]
+    assert publish["environment"]["name"] == "pypi"
+    assert publish["permissions"] == {"id-token": "write", "attestations": "write"}
+    assert set(publish["needs"]) >= {"assemble", "sdist", "verify"}
+    by_action = {str(s.get("uses", "")).split("@")[0]: s for s in publish["steps"]}
+    assert by_action["pypa/gh-action-pypi-publish"]["with"]["attestations"] is True
+    assert "actions/attest-build-provenance" in by_action
+    # No secrets: Trusted Publishing mints a short-lived token from the OIDC identity.
+    assert "secrets." not in (WORKFLOWS / "release.yml").read_text(encoding="utf-8")
+
+
+def test_cibuildwheel_config() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    cibw = config["tool"]["cibuildwheel"]
+    for key in ("manylinux-x86_64-image", "manylinux-aarch64-image"):
+        image = cibw[key]
+        assert "manylinux_2_28" in image
+        assert re.search(r":\d{4}\.\d{2}\.\d{2}-\d+$|@sha256:[0-9a-f]{64}$", image), image
+    repair = cibw["linux"]["repair-wheel-command"]
+    for lib in ("libtorch.so", "libc10.so", "libtorch_cpu.so", "libtorch_python.so"):
+        assert f"--exclude {lib}" in repair
+    assert "torch_c_dlpack_ext" in cibw["test-command"] or "release.py" in cibw["test-command"]
+
+
+# --- the rules catch what they must ---------------------------------------------------
+
+BAD = """\
+name: bad
+on:
+  workflow_dispatch:
+    inputs:
+      forgotten: {type: string}
+permissions: write-all
+jobs:
+  build:
+    runs-on: ubuntu-latest
+    permissions:
+      id-token: write
+    steps:
+      - uses: actions/checkout@v4
+      - uses: actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065
+      - uses: some/action@main # v1
+      - run: echo "${{ github.event.head_commit.message }}"
+  other:
+    runs-on: ubuntu-latest
+    steps:
+      - run: docker pull python:latest
+"""
+
+
+def test_rules_find_violations() -> None:
+    workflow = load(BAD)
+    assert top_level_permissions(workflow)
+    unpinned = unpinned_uses(BAD)
+    assert any("actions/checkout@v4 is not pinned" in p for p in unpinned)
+    assert any("lacks a '# vX.Y.Z' version comment" in p for p in unpinned)
+    assert any("some/action@main" in p for p in unpinned)
+    assert len(floating_refs(BAD)) == 2
+    assert checkout_credentials(workflow) == [
+        "job build: actions/checkout without persist-credentials: false"
+    ]
+    assert id_token_jobs(workflow) == ["<workflow>", "build"]
+    assert jobs_without_permissions(workflow) == ["job other has no permissions block"]
+    assert unused_dispatch_inputs(workflow, BAD) == [
+        "workflow_dispatch input 'forgotten' is never used"
+    ]
+    assert expressions_in_run(workflow) == [
+        "job build: run step expands ${{ github.event.head_commit.message }}"
+    ]
