@@ -1,0 +1,57 @@
+"""One source for the version: ``_version.py``. The changelog, the release tag and
+the built metadata must all agree with it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from devtools import release
+from packaging.version import Version
+
+from torch_c_dlpack_ext import _version
+from torch_c_dlpack_ext.errors import ReleaseError
+
+ROOT = Path(__file__).resolve().parents[2]
+CHANGELOG = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+HEADING = re.compile(r"^## \[(?P<version>[^\]]+)\](?: - (?P<date>.+))?$", re.MULTILINE)
+
+
+def test_version_is_canonical_pep440() -> None:
+    assert str(Version(_version.__version__)) == _version.__version__
+
+
+def test_changelog_top_entry_is_the_current_version() -> None:
+    headings = [m["version"] for m in HEADING.finditer(CHANGELOG)]
+    assert headings, "CHANGELOG.md has no '## [version]' entries"
+    assert headings[0] == _version.__version__
+
+
+def test_changelog_entry_has_content_and_a_date_or_unreleased() -> None:
+    match = next(m for m in HEADING.finditer(CHANGELOG) if m["version"] == _version.__version__)
+    assert match["date"] == "Unreleased" or re.fullmatch(r"\d{4}-\d{2}-\d{2}", match["date"] or "")
+    body = CHANGELOG[match.end() :].split("\n## ", 1)[0]
+    assert re.search(r"^### (Added|Changed|Fixed|Removed|Deprecated|Security)$", body, re.M)
+    assert f"[{_version.__version__}]: " in CHANGELOG, "missing link reference"
+
+
+def test_changelog_versions_descend() -> None:
+    versions = [Version(m["version"]) for m in HEADING.finditer(CHANGELOG)]
+    assert versions == sorted(versions, reverse=True)
+
+
+def test_tag_must_match_version() -> None:
+    release.check_tag(f"v{_version.__version__}")
+    with pytest.raises(ReleaseError, match=r"_version\.py"):
+        release.check_tag("v0.1.5")
+    with pytest.raises(ReleaseError):
+        release.check_tag(_version.__version__)  # the "v" is part of the tag
+
+
+def test_pyproject_reads_the_version_dynamically() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert "version" not in project
+    assert "version" in project["dynamic"]
