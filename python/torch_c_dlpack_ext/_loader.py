@@ -32,12 +32,14 @@ from .errors import LibraryLoadError, ManifestError, TorchCDLPackExtError
 
 __all__ = [
     "CAPSULE_NAME",
+    "DLPackExchangeAPI",
     "EXPORT_BUILD_INFO",
     "EXPORT_TABLE",
     "LoadedLibrary",
     "Status",
     "check_table",
     "deferred_status",
+    "loaded_library",
     "open_library",
     "publish",
     "select_and_load",
@@ -56,14 +58,14 @@ class _DLPackVersion(ctypes.Structure):
     _fields_ = (("major", ctypes.c_uint32), ("minor", ctypes.c_uint32))
 
 
-class _DLPackExchangeAPIHeader(ctypes.Structure):
+class DLPackExchangeAPIHeader(ctypes.Structure):
     _fields_ = (("version", _DLPackVersion), ("prev_api", ctypes.c_void_p))
 
 
-class _DLPackExchangeAPI(ctypes.Structure):
+class DLPackExchangeAPI(ctypes.Structure):
     # Layout shared by DLPack 1.2 and 1.3 (56 bytes on 64-bit platforms).
     _fields_ = (
-        ("header", _DLPackExchangeAPIHeader),
+        ("header", DLPackExchangeAPIHeader),
         ("managed_tensor_allocator", ctypes.c_void_p),
         ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
         ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
@@ -72,7 +74,7 @@ class _DLPackExchangeAPI(ctypes.Structure):
     )
 
 
-_MEMBERS = tuple(name for name, _ in _DLPackExchangeAPI._fields_[1:])
+_MEMBERS = tuple(name for name, _ in DLPackExchangeAPI._fields_[1:])
 
 # A private prototype instead of setting argtypes on ctypes.pythonapi.PyCapsule_New,
 # which other packages in the same process may configure differently.
@@ -118,7 +120,7 @@ def check_table(pointer: int, origin: str) -> tuple[int, int]:
     """
     if not pointer:
         raise LibraryLoadError(f"{origin}: {EXPORT_TABLE}() returned NULL")
-    table = _DLPackExchangeAPI.from_address(pointer)
+    table = DLPackExchangeAPI.from_address(pointer)
     version = (int(table.header.version.major), int(table.header.version.minor))
     if version[0] != SUPPORTED_MAJOR:
         raise LibraryLoadError(
@@ -165,6 +167,12 @@ def open_library(path: Path) -> LoadedLibrary:
         loaded = LoadedLibrary(path=path, handle=handle, pointer=pointer, dlpack_version=version)
         _LIBRARIES[key] = loaded
         return loaded
+
+
+def loaded_library(path: Path) -> LoadedLibrary | None:
+    """The library this process opened from ``path``, if any."""
+    with LOCK:
+        return _LIBRARIES.get(str(path.resolve()))
 
 
 def make_capsule(pointer: int) -> Any:

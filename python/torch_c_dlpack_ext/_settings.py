@@ -34,9 +34,9 @@ class TorchCDLPackExtWarning(UserWarning):
 
 #: Variables the runtime reads, by short name (without the prefix).
 RUNTIME_VARIABLES = ("DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR")
-#: Variables other parts of the project read (the build); known, so not "unknown", but
-#: ignored at import.
-BUILD_TIME_VARIABLES: tuple[str, ...] = ()
+#: Variables other parts of the project read (the build, CI, developer tools); known,
+#: so not "unknown", but ignored at import.
+BUILD_TIME_VARIABLES: tuple[str, ...] = ("CELLS", "DEV_CACHE")
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})

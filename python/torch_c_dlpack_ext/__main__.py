@@ -1,0 +1,259 @@
+"""``python -m torch_c_dlpack_ext [--json]``: a diagnosis to paste into a bug report.
+
+Reports the running torch, the bundled libraries, the selector's decision and why,
+the overrides in force, the loaded library's build info, and the result of a
+round trip through the published capsule. Exit status 0 means a working exchange
+API is published on ``torch.Tensor``; 1 means it is not (including UNAVAILABLE).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SmokeResult", "collect", "main", "smoke_test"]
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = (("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32))
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = (("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16))
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = (
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    )
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    pass
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensorVersioned))
+_DLManagedTensorVersioned._fields_ = (
+    ("version_major", ctypes.c_uint32),
+    ("version_minor", ctypes.c_uint32),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", _DELETER),
+    ("flags", ctypes.c_uint64),
+    ("dl_tensor", _DLTensor),
+)
+
+# The producer runs with the GIL held and reports errors by setting a Python
+# exception, which PYFUNCTYPE re-raises after the call.
+_FROM_PY = ctypes.PYFUNCTYPE(
+    ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.POINTER(_DLManagedTensorVersioned))
+)
+_TO_PY = ctypes.PYFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(_DLManagedTensorVersioned), ctypes.POINTER(ctypes.c_void_p)
+)
+_GET_POINTER = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+_DECREF = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(("Py_DecRef", ctypes.pythonapi))
+
+#: DLPack device type codes by torch device type.
+_DL_DEVICE = {"cpu": 1, "cuda": 2}
+_DL_FLOAT = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class SmokeResult:
+    """Outcome of a round trip through ``torch.Tensor.__dlpack_c_exchange_api__``."""
+
+    ok: bool
+    detail: str
+
+
+def _table(capsule: Any) -> Any:
+    from ._loader import CAPSULE_NAME, DLPackExchangeAPI, check_table
+
+    pointer = _GET_POINTER(capsule, CAPSULE_NAME)
+    check_table(int(pointer or 0), "torch.Tensor.__dlpack_c_exchange_api__")
+    return DLPackExchangeAPI.from_address(pointer)
+
+
+def _check_fields(tensor: Any, dl: _DLTensor) -> list[str]:
+    problems = []
+    shape = [dl.shape[i] for i in range(dl.ndim)]
+    if shape != list(tensor.shape):
+        problems.append(f"shape {shape} != {list(tensor.shape)}")
+    if (dl.dtype.code, dl.dtype.bits, dl.dtype.lanes) != (_DL_FLOAT, 32, 1):
+        problems.append(f"dtype {(dl.dtype.code, dl.dtype.bits, dl.dtype.lanes)} != float32")
+    if (dl.data or 0) + dl.byte_offset != tensor.data_ptr():
+        problems.append(f"data {dl.data:#x}+{dl.byte_offset} != {tensor.data_ptr():#x}")
+    if dl.strides:
+        strides = [dl.strides[i] for i in range(dl.ndim)]
+        if strides != list(tensor.stride()):
+            problems.append(f"strides {strides} != {list(tensor.stride())}")
+    wanted_device = (_DL_DEVICE.get(tensor.device.type, -1), tensor.device.index or 0)
+    if (dl.device.device_type, dl.device.device_id) != wanted_device:
+        problems.append(f"device {(dl.device.device_type, dl.device.device_id)} != {wanted_device}")
+    return problems
+
+
+def smoke_test(torch: Any, device: str = "cpu") -> SmokeResult:
+    """Export a small float32 tensor through the published capsule, check its DLPack
+    metadata (shape, dtype, strides, device, data pointer), release it through its
+    deleter, then convert a second export back to a tensor that must share memory."""
+    capsule = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
+    if capsule is None:
+        return SmokeResult(False, "torch.Tensor.__dlpack_c_exchange_api__ is not set")
+    try:
+        table = _table(capsule)
+        from_py = _FROM_PY(table.managed_tensor_from_py_object_no_sync)
+        to_py = _TO_PY(table.managed_tensor_to_py_object_no_sync)
+        tensor = torch.arange(6, dtype=torch.float32, device=device).reshape(2, 3)
+        out = ctypes.POINTER(_DLManagedTensorVersioned)()
+        if from_py(tensor, ctypes.byref(out)) != 0 or not out:
+            return SmokeResult(False, "managed_tensor_from_py_object_no_sync failed")
+        problems = _check_fields(tensor, out.contents.dl_tensor)
+        if out.contents.deleter:
+            out.contents.deleter(out)
+        else:
+            problems.append("exported tensor has no deleter")
+        if problems:
+            return SmokeResult(False, "; ".join(problems))
+        if from_py(tensor, ctypes.byref(out)) != 0 or not out:
+            return SmokeResult(False, "second managed_tensor_from_py_object_no_sync failed")
+        raw = ctypes.c_void_p()
+        if to_py(out, ctypes.byref(raw)) != 0 or not raw.value:
+            return SmokeResult(False, "managed_tensor_to_py_object_no_sync failed")
+        back = ctypes.cast(raw, ctypes.py_object).value
+        _DECREF(raw)  # the producer returned a new reference; ``back`` holds its own
+    except Exception as exc:  # the diagnosis reports any failure instead of dying
+        return SmokeResult(False, f"{type(exc).__name__}: {exc}")
+    if back.data_ptr() != tensor.data_ptr() or not torch.equal(back, tensor):
+        return SmokeResult(False, "tensor converted back does not share the original's data")
+    return SmokeResult(
+        True, f"round trip of a 2x3 float32 {device} tensor: metadata, deleter, to_py ok"
+    )
+
+
+def collect(device: str = "cpu") -> dict[str, Any]:
+    """Everything the diagnosis prints, as JSON-ready data."""
+    import torch_c_dlpack_ext as package
+
+    from ._loader import loaded_library
+    from ._manifest import load_manifest
+    from ._naming import MANIFEST_NAME
+    from .errors import ManifestError
+
+    status = package.status()
+    report: dict[str, Any] = {
+        "package": {"version": package.__version__, "path": str(Path(package.__file__).parent)},
+        "python": sys.version.split()[0],
+        "torch": dataclasses.asdict(status.torch) if status.torch else None,
+    }
+    if report["torch"] is not None:
+        report["torch"]["backend"] = str(report["torch"]["backend"])
+    try:
+        entries = load_manifest(Path(package.__file__).parent / MANIFEST_NAME)
+        report["bundled"] = [e.to_json() for e in entries]
+    except ManifestError as exc:
+        report["bundled"] = {"error": str(exc)}
+    report["decision"] = {
+        "kind": status.kind.value,
+        "selected": status.decision.kind.value if status.decision else None,
+        "library": str(status.library) if status.library else None,
+        "reason": status.reason,
+        "remedy": status.remedy,
+        "warnings": list(status.warnings),
+    }
+    report["overrides"] = dict(status.settings.in_force) if status.settings else {}
+    loaded = loaded_library(status.library) if status.library else None
+    info = loaded.build_info() if loaded else None
+    try:
+        report["build_info"] = json.loads(info) if info else None
+    except json.JSONDecodeError:
+        report["build_info"] = {"unparsable": info}
+    if status.torch is None:
+        report["smoke_test"] = {"ok": False, "detail": "torch is not importable"}
+    else:
+        import torch
+
+        result = smoke_test(torch, device)
+        report["smoke_test"] = {"ok": result.ok, "detail": result.detail}
+    report["ok"] = status.kind.value != "unavailable" and report["smoke_test"]["ok"]
+    return report
+
+
+def _print_table(report: dict[str, Any]) -> None:
+    rows: list[tuple[str, str]] = [
+        ("torch-c-dlpack-ext", f"{report['package']['version']} ({report['package']['path']})"),
+        ("python", report["python"]),
+    ]
+    torch = report["torch"]
+    if torch is None:
+        rows.append(("torch", "not importable"))
+    else:
+        rows.append(
+            (
+                "torch",
+                f"{torch['version']} backend={torch['backend']} cxx11_abi={torch['cxx11_abi']} "
+                f"cuda={torch['cuda_version']} hip={torch['hip_version']} "
+                f"has_api={torch['has_capsule']}",
+            )
+        )
+    bundled = report["bundled"]
+    if isinstance(bundled, dict):
+        rows.append(("bundled", bundled["error"]))
+    elif not bundled:
+        rows.append(("bundled", "none (universal wheel)"))
+    for item in bundled if isinstance(bundled, list) else []:
+        abi = "" if item["cxx11_abi"] is None else f" cxx11abi{int(item['cxx11_abi'])}"
+        rows.append(("bundled", f"torch {item['torch']} {item['backend']}{abi}: {item['file']}"))
+    decision = report["decision"]
+    rows.append(("decision", decision["kind"]))
+    rows.append(("reason", decision["reason"]))
+    if decision["remedy"]:
+        rows.append(("remedy", decision["remedy"]))
+    if decision["library"]:
+        rows.append(("library", decision["library"]))
+    rows.extend(("warning", w) for w in decision["warnings"])
+    rows.extend(("override", f"{k}={v}") for k, v in report["overrides"].items())
+    if report["build_info"] is not None:
+        rows.append(("build info", json.dumps(report["build_info"], sort_keys=True)))
+    smoke = report["smoke_test"]
+    rows.append(("smoke test", ("ok: " if smoke["ok"] else "FAILED: ") + smoke["detail"]))
+    width = max(len(key) for key, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the diagnosis; return 0 if a working API is published, else 1."""
+    parser = argparse.ArgumentParser(
+        prog="python -m torch_c_dlpack_ext",
+        description="Show what torch-c-dlpack-ext selected, why, and test the result.",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--device", default="cpu", help="device of the smoke-test tensor (default: cpu)"
+    )
+    args = parser.parse_args(argv)
+    report = collect(args.device)
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        _print_table(report)
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Test helpers: an installed-looking package with chosen libraries, a fake library,
+and a bounded subprocess runner.
+
+``make_package`` stands in for the wheel builder: it copies the package sources,
+puts libraries into ``libs/`` and writes ``manifest.json`` with ``write_manifest``,
+so a test can point ``PYTHONPATH`` at the result in any environment (the running
+Python, or an old-torch env from ``devtools.torchenv``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from torch_c_dlpack_ext._manifest import ManifestEntry, sha256_of, write_manifest
+from torch_c_dlpack_ext._naming import (
+    ENV_PREFIX,
+    LIBS_DIR,
+    MANIFEST_NAME,
+    PACKAGE,
+    Backend,
+    library_filename,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_SOURCE = ROOT / "python" / PACKAGE
+CSRC = ROOT / "csrc"
+FAKE_LIBRARY_SOURCE = (
+    Path(__file__).resolve().parent / "integration" / "fixtures" / "fake_exchange.c"
+)
+
+__all__ = [
+    "CSRC",
+    "ROOT",
+    "Bundled",
+    "build_fake_library",
+    "clean_env",
+    "make_package",
+    "run_python",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Bundled:
+    """A library to bundle, and the cell the manifest claims it was built for."""
+
+    source: Path
+    torch: str
+    backend: Backend
+    cxx11_abi: bool | None
+    torch_build: str = ""
+    #: Manifest values to use instead of the file's real size / sha256.
+    size: int | None = None
+    sha256: str | None = None
+
+
+def build_fake_library(dest: Path, *defines: str, name: str = "libfake.so") -> Path:
+    """Compile ``fixtures/fake_exchange.c`` with ``-D<define>`` for each define."""
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / name
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "gcc"
+    subprocess.run(
+        [
+            cc,
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-fvisibility=hidden",
+            *(f"-D{d}" for d in defines),
+            "-o",
+            str(out),
+            str(FAKE_LIBRARY_SOURCE),
+        ],
+        check=True,
+        timeout=120,
+    )
+    return out
+
+
+def make_package(root: Path, bundled: Sequence[Bundled] = (), *, manifest: bool = True) -> Path:
+    """Create ``root/torch_c_dlpack_ext`` holding ``bundled`` and its manifest.
+
+    Returns the directory to put on ``PYTHONPATH``. The repository's ``csrc/`` is
+    copied in as the wheel does, so the JIT can compile from the copy.
+    """
+    package = root / PACKAGE
+    shutil.copytree(
+        PACKAGE_SOURCE, package, ignore=shutil.ignore_patterns("__pycache__", "*.so", "libs")
+    )
+    if CSRC.is_dir():
+        shutil.copytree(CSRC, package / "csrc")
+    entries = []
+    for item in bundled:
+        major, minor = (int(x) for x in item.torch.split("."))
+        name = library_filename(major, minor, item.backend, item.cxx11_abi)
+        target = package / LIBS_DIR / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(item.source, target)
+        entries.append(
+            ManifestEntry(
+                file=f"{LIBS_DIR}/{name}",
+                torch=item.torch,
+                torch_build=item.torch_build or f"{item.torch}.0",
+                backend=item.backend,
+                cxx11_abi=item.cxx11_abi,
+                dlpack="1.3",
+                toolchain="test",
+                gpu_toolkit=None,
+                platform="linux_x86_64",
+                size=item.size if item.size is not None else target.stat().st_size,
+                sha256=item.sha256 or sha256_of(target),
+            )
+        )
+    if manifest:
+        write_manifest(package / MANIFEST_NAME, entries)
+    return root
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The current environment without this project's variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env.update(extra)
+    return env
+
+
+def run_python(
+    code: str,
+    *,
+    pythonpath: Sequence[Path] = (),
+    env: Mapping[str, str] | None = None,
+    python: Path | str = sys.executable,
+    timeout: float = 300,
+    args: Sequence[str] = (),
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -c code`` in a fresh process (so a crash is a return code, not a
+    dead test runner), with ``pythonpath`` first on ``PYTHONPATH``."""
+    environ = dict(clean_env() if env is None else env)
+    paths = [str(p) for p in pythonpath]
+    if environ.get("PYTHONPATH"):
+        paths.append(environ["PYTHONPATH"])
+    environ["PYTHONPATH"] = os.pathsep.join(paths)
+    return subprocess.run(
+        [str(python), "-c", code, *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

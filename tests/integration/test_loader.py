@@ -1,0 +1,224 @@
+"""The loader on the running torch (2.13 in the nox session), with small fake libraries.
+
+torch 2.13 provides the API itself, so these tests use ``TORCH_C_DLPACK_EXT_FORCE=1``
+(the A/B switch) to make the selector load ours. Each import runs in a fresh
+process: a crash is a failed return code, and attributes never leak between tests.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import Bundled, build_fake_library, clean_env, make_package, run_python
+from torch_c_dlpack_ext import _loader
+from torch_c_dlpack_ext._naming import Backend
+from torch_c_dlpack_ext.errors import LibraryLoadError
+
+torch = pytest.importorskip("torch")
+
+P = "TORCH_C_DLPACK_EXT_"
+TORCH_MINOR = ".".join(torch.__version__.split(".")[:2])
+ABI = bool(torch.compiled_with_cxx11_abi())
+
+#: Imports the package and reports what it did, as JSON on the last line of stdout.
+PROBE = r"""
+import ctypes, json, sys, warnings
+import torch
+had = torch.Tensor.__dict__.get("__dlpack_c_exchange_api__")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch_c_dlpack_ext as pkg
+status = pkg.status()
+capsule = torch.Tensor.__dict__.get("__dlpack_c_exchange_api__")
+pointer = None
+if capsule is not None:
+    get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", ctypes.pythonapi))
+    pointer = get(capsule, b"dlpack_exchange_api")
+print(json.dumps({
+    "kind": status.kind.value,
+    "library": str(status.library) if status.library else None,
+    "reason": status.reason,
+    "remedy": status.remedy,
+    "warnings": [str(w.message) for w in caught
+                 if issubclass(w.category, pkg.TorchCDLPackExtWarning)],
+    "replaced": capsule is not had,
+    "pointer": pointer,
+    "legacy": torch.Tensor.__dict__.get("__c_dlpack_exchange_api__"),
+    "package": pkg.__file__,
+}))
+"""
+
+
+def probe(pythonpath: Path, **env: str) -> dict[str, Any]:
+    proc = run_python(PROBE, pythonpath=[pythonpath], env=clean_env(**env), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["package"].startswith(str(pythonpath)), result["package"]
+    return result
+
+
+@pytest.fixture(scope="module")
+def fake_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("fake")
+    return {
+        "good": build_fake_library(root / "good"),
+        "no_export": build_fake_library(root / "no_export", "FAKE_NO_EXPORT"),
+        "null_member": build_fake_library(root / "null_member", "FAKE_NULL_MEMBER"),
+        "major2": build_fake_library(root / "major2", "FAKE_MAJOR=2"),
+        "null_table": build_fake_library(root / "null_table", "FAKE_NULL_TABLE"),
+    }
+
+
+def cell(source: Path, backend: Backend = Backend.CPU) -> Bundled:
+    return Bundled(source, TORCH_MINOR, backend, ABI, torch_build=torch.__version__)
+
+
+def test_load_publishes_capsule_and_int(tmp_path: Path, fake_libs: dict[str, Path]) -> None:
+    root = make_package(tmp_path, [cell(fake_libs["good"])])
+    result = probe(root, **{P + "FORCE": "1"})
+    assert result["kind"] == "load"
+    assert result["library"].startswith(str(root))
+    assert result["replaced"]
+    assert result["pointer"] is not None
+    assert result["legacy"] == result["pointer"]
+    assert result["warnings"] == []
+
+
+def test_without_force_torch_with_api_defers(tmp_path: Path, fake_libs: dict[str, Path]) -> None:
+    root = make_package(tmp_path, [cell(fake_libs["good"])])
+    result = probe(root)
+    assert result["kind"] == "defer"
+    assert not result["replaced"]
+    assert result["legacy"] is None
+
+
+def test_library_override_warns_no_checksum(tmp_path: Path, fake_libs: dict[str, Path]) -> None:
+    root = make_package(tmp_path)
+    result = probe(root, **{P + "FORCE": "1", P + "LIBRARY": str(fake_libs["good"])})
+    assert result["kind"] == "load"
+    assert result["library"] == str(fake_libs["good"])
+    assert result["replaced"]
+    (warning,) = result["warnings"]
+    assert "no size/sha256 check was done" in warning
+
+
+def test_gpu_library_failure_falls_back_to_cpu(tmp_path: Path, fake_libs: dict[str, Path]) -> None:
+    root = make_package(
+        tmp_path, [cell(fake_libs["no_export"], Backend.CUDA), cell(fake_libs["good"])]
+    )
+    result = probe(root, **{P + "FORCE": "1", P + "BACKEND": "cuda"})
+    assert result["kind"] == "load"
+    assert "-cpu-" in result["library"]
+    assert result["replaced"]
+    (warning,) = result["warnings"]
+    assert "the cuda library failed to load" in warning
+    assert "does not export TorchDLPackExchangeAPIPtr" in warning
+    assert f"{P}BACKEND=cpu" in warning
+    assert f"{P}JIT=1" in warning
+
+
+def test_legacy_int_gets_a_capsule(tmp_path: Path, fake_libs: dict[str, Path]) -> None:
+    root = make_package(tmp_path)
+    code = f"""
+import ctypes, torch
+lib = ctypes.CDLL({str(fake_libs["good"])!r})
+lib.TorchDLPackExchangeAPIPtr.restype = ctypes.c_int64
+ptr = lib.TorchDLPackExchangeAPIPtr()
+del torch.Tensor.__dlpack_c_exchange_api__
+torch.Tensor.__c_dlpack_exchange_api__ = ptr
+import torch_c_dlpack_ext as pkg
+get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+assert pkg.status().kind.value == "publish_legacy", pkg.status()
+assert get(torch.Tensor.__dlpack_c_exchange_api__, b"dlpack_exchange_api") == ptr
+assert torch.Tensor.__c_dlpack_exchange_api__ == ptr
+print("ok")
+"""
+    proc = run_python(code, pythonpath=[root], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("ok")
+
+
+def test_invalid_legacy_int_is_refused(tmp_path: Path, fake_libs: dict[str, Path]) -> None:
+    root = make_package(tmp_path)
+    code = f"""
+import ctypes, torch, warnings
+lib = ctypes.CDLL({str(fake_libs["major2"])!r})
+lib.TorchDLPackExchangeAPIPtr.restype = ctypes.c_int64
+del torch.Tensor.__dlpack_c_exchange_api__
+torch.Tensor.__c_dlpack_exchange_api__ = lib.TorchDLPackExchangeAPIPtr()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch_c_dlpack_ext as pkg
+assert pkg.status().kind.value == "unavailable", pkg.status()
+assert not hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+assert len(caught) == 1, [str(w.message) for w in caught]
+print(caught[0].message)
+"""
+    proc = run_python(code, pythonpath=[root], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "DLPack version 2.3" in proc.stdout
+
+
+def test_import_twice_and_from_threads_loads_once(
+    tmp_path: Path, fake_libs: dict[str, Path]
+) -> None:
+    root = make_package(tmp_path, [cell(fake_libs["good"])])
+    code = """
+import importlib, os, threading
+from pathlib import Path
+import torch
+results = []
+def worker():
+    import torch_c_dlpack_ext
+    results.append(torch_c_dlpack_ext.status())
+threads = [threading.Thread(target=worker) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+import torch_c_dlpack_ext as pkg
+from torch_c_dlpack_ext import _loader
+first = torch.Tensor.__c_dlpack_exchange_api__
+assert len({id(s) for s in results}) == 1 and len(results) == 8
+status = _loader.select_and_load(os.environ, Path(pkg.__file__).parent)
+assert status.kind.value == "load", status
+assert torch.Tensor.__c_dlpack_exchange_api__ == first
+assert len(_loader._LIBRARIES) == 1, _loader._LIBRARIES
+print("ok")
+"""
+    proc = run_python(code, pythonpath=[root], env=clean_env(**{P + "FORCE": "1"}), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("ok")
+
+
+def test_check_table_in_process(fake_libs: dict[str, Path]) -> None:
+    loaded = _loader.open_library(fake_libs["good"])
+    assert loaded.dlpack_version == (1, 3)
+    assert _loader.open_library(fake_libs["good"]) is loaded
+    assert json.loads(loaded.build_info() or "")["torch"] == "fake"
+    with pytest.raises(LibraryLoadError, match="NULL member"):
+        _loader.open_library(fake_libs["null_member"])
+    with pytest.raises(LibraryLoadError, match="returned NULL"):
+        _loader.open_library(fake_libs["null_table"])
+    with pytest.raises(LibraryLoadError, match="does not export TorchDLPackExchangeAPIPtr"):
+        _loader.open_library(fake_libs["no_export"])
+    with pytest.raises(LibraryLoadError, match="cannot be loaded"):
+        _loader.open_library(Path(sys.executable).parent / "no-such-lib.so")
+
+
+def test_capsule_is_named_and_points_at_table() -> None:
+    table = _loader.DLPackExchangeAPI()
+    pointer = ctypes.addressof(table)
+    capsule = _loader.make_capsule(pointer)
+    is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_IsValid", ctypes.pythonapi)
+    )
+    assert is_valid(capsule, b"dlpack_exchange_api") == 1
+    assert is_valid(capsule, b"other") == 0
+    assert ctypes.sizeof(_loader.DLPackExchangeAPI) == 56
