@@ -65,6 +65,7 @@ __all__ = [
     "check_tag",
     "collect",
     "github_matrix",
+    "installs_here",
     "publish",
     "read_wheel",
     "split_index",
@@ -344,19 +345,23 @@ def split_index(dist: Path, index_dir: Path) -> Path:
     return target
 
 
-def _compatible(wheel: WheelInfo) -> bool:
+def installs_here(wheel: WheelInfo) -> bool:
+    """The wheel's tags include one this interpreter supports."""
     supported = {str(tag) for tag in sys_tags()}
     return bool(wheel.tags & supported)
 
 
-def diagnose(python: Path, *, env: dict[str, str] | None = None) -> dict[str, Any]:
+def diagnose(
+    python: Path, *, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> dict[str, Any]:
     """Run ``python -m torch_c_dlpack_ext --json`` and return its JSON report.
 
     Exit status 1 means "no working API published" (the report says why), which
     is the expected outcome in some checks, so only the JSON decides.
     """
     try:
-        stdout = run([python, "-m", PACKAGE, "--json"], env=env, timeout=DIAGNOSE_TIMEOUT).stdout
+        cmd: list[str | os.PathLike[str]] = [python, "-m", PACKAGE, "--json"]
+        stdout = run(cmd, env=env, cwd=cwd, timeout=DIAGNOSE_TIMEOUT).stdout
     except CommandError as exc:
         if exc.returncode != 1:
             raise
@@ -417,7 +422,7 @@ def verify(dist: Path) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="tcde-verify-") as tmp:
         for path in sorted(dist.glob("*.whl")):
             wheel = read_wheel(path)
-            if not _compatible(wheel) or wheel.universal:
+            if not installs_here(wheel) or wheel.universal:
                 continue
             cpu = [e for e in wheel.libraries if e.backend.value == "cpu"]
             results.extend(_verify_library(wheel, entry, Path(tmp)) for entry in cpu)
