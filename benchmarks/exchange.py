@@ -161,7 +161,9 @@ def _measure_current(ctx: BenchContext, settings: ExchangeSettings) -> dict[str,
     errors: dict[str, str] = {}
     try:
         ctx.progress("exchange: compiling our library against the running torch (cached)")
-        ours = build_our_library(running_torch_dir(), ctx.work_dir / "libs" / "current")
+        ours = build_our_library(
+            running_torch_dir(), ctx.work_dir / "libs" / "current", python=python
+        )
         providers.append({"name": "ours", "kind": "library", "path": str(ours.path)})
     except (TorchCDLPackExtError, ImportError) as exc:
         errors["ours"] = f"{type(exc).__name__}: {exc}"
@@ -186,7 +188,9 @@ def _measure_old(ctx: BenchContext, settings: ExchangeSettings) -> dict[str, Any
     errors: dict[str, str] = {}
     try:
         ctx.progress(f"exchange: compiling our library against torch {OLD_TORCH} (cached)")
-        ours = build_our_library(env.torch_dir, ctx.work_dir / "libs" / f"torch{OLD_TORCH}")
+        ours = build_our_library(
+            env.torch_dir, ctx.work_dir / "libs" / f"torch{OLD_TORCH}", python=env.python
+        )
         providers.append({"name": "ours", "kind": "library", "path": str(ours.path)})
     except (TorchCDLPackExtError, ImportError) as exc:
         errors["ours"] = f"{type(exc).__name__}: {exc}"

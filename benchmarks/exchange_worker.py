@@ -2,8 +2,9 @@
 
 Run as ``python -m benchmarks.exchange_worker CONFIG.json`` by the interpreter of the
 environment under test (the bench's own, or an old-torch environment). It needs only the
-standard library and torch, prints one JSON document on stdout and raw per-call samples in
-nanoseconds; the parent process summarizes them.
+standard library, torch and the repository's ctypes mirrors of DLPack
+(``tests/exchange_suite/dlpack_ctypes.py``, found through ``PYTHONPATH``). It prints one
+JSON document of raw per-call samples in nanoseconds; the parent summarizes them.
 
 Config keys: ``harness`` (path of the compiled harness), ``calls``, ``repeats``,
 ``warmup``, ``providers`` (a list of ``{"name", "kind": "capsule" | "library", "path"}``),
@@ -41,18 +42,17 @@ def _tensors(torch: Any) -> list[Any]:
 
 
 def _capsule_api(torch: Any) -> int:
+    from tests.exchange_suite.dlpack_ctypes import api_from_capsule
+
     capsule = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
     if capsule is None:
         raise RuntimeError(
             f"torch {torch.__version__} has no torch.Tensor.__dlpack_c_exchange_api__"
         )
-    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-    get_pointer.restype = ctypes.c_void_p
-    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    pointer = get_pointer(capsule, b"dlpack_exchange_api")
-    if not pointer:
+    address = ctypes.addressof(api_from_capsule(capsule))
+    if not address:
         raise RuntimeError("the exchange API capsule holds a NULL pointer")
-    return int(pointer)
+    return address
 
 
 def _library_api(path: str, keep: list[Any]) -> int:
@@ -104,7 +104,7 @@ def _resolve_api(torch: Any, provider: dict[str, str], keep: list[Any]) -> int |
         if provider["kind"] == "capsule":
             return _capsule_api(torch)
         return _library_api(provider["path"], keep)
-    except (OSError, RuntimeError, AttributeError) as exc:
+    except (OSError, RuntimeError, AttributeError, ValueError) as exc:
         return f"{type(exc).__name__}: {exc}"
 
 

@@ -125,7 +125,9 @@ def _variants(ctx: BenchContext, errors: dict[str, str]) -> list[ImportVariant]:
         return variants
     try:
         ctx.progress(f"import: packaging our library for torch {OLD_TORCH}")
-        ours = build_our_library(env.torch_dir, ctx.work_dir / "libs" / f"torch{OLD_TORCH}")
+        ours = build_our_library(
+            env.torch_dir, ctx.work_dir / "libs" / f"torch{OLD_TORCH}", python=env.python
+        )
         package_root = package_with_library(ours, ctx.work_dir / "import" / f"ours-{OLD_TORCH}")
         variants.append(
             ImportVariant(

@@ -91,13 +91,21 @@ class BuiltLibrary:
 
 
 def build_our_library(
-    torch_dir: Path, output_dir: Path, backend: Backend = Backend.CPU
+    torch_dir: Path, output_dir: Path, *, python: Path, backend: Backend = Backend.CPU
 ) -> BuiltLibrary:
-    """Compile (or take from the driver's cache) our library for the torch at ``torch_dir``."""
+    """Compile (or take from the driver's cache) our library for the torch at ``torch_dir``,
+    with the headers of the interpreter ``python`` that will load it."""
     from torch_c_dlpack_ext._compile import compile_library
 
+    from .harness import python_include_dir
+
     started = time.perf_counter()
-    entry = compile_library(torch=torch_dir, backend=backend, output_dir=output_dir)
+    entry = compile_library(
+        torch=torch_dir,
+        backend=backend,
+        output_dir=output_dir,
+        python_include=python_include_dir(python),
+    )
     seconds = time.perf_counter() - started
     return BuiltLibrary(path=output_dir / entry.file, entry=entry, seconds=seconds)
 
