@@ -1,0 +1,167 @@
+"""The release rehearsal, against a real pypiserver on 127.0.0.1.
+
+The fast tests drive the pieces (server lifecycle, upload, served hashes, the
+refused second upload) with a small but real wheel of a probe project. The slow
+test runs the whole rehearsal as ``nox -s rehearse`` does: build, publish,
+install into fresh environments with torch 2.13 and a real old torch, and check
+the final table.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from devtools import rehearse, release
+
+from torch_c_dlpack_ext.errors import CommandError, ReleaseError
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = "rehearsal-probe"
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def make_probe_wheel(directory: Path, version: str = "1.0") -> Path:
+    """A minimal, valid pure-Python wheel (twine checks and pypiserver accept it)."""
+    dist_info = f"rehearsal_probe-{version}.dist-info"
+    files = {
+        "rehearsal_probe/__init__.py": b"VALUE = 1\n",
+        f"{dist_info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {PROBE}\nVersion: {version}\n"
+            "Summary: probe\nDescription-Content-Type: text/plain\n\nprobe\n"
+        ).encode(),
+        f"{dist_info}/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = [_record_line(name, data) for name, data in files.items()]
+    record.append(f"{dist_info}/RECORD,,")
+    files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    path = directory / f"rehearsal_probe-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return path
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture
+def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TWINE_USERNAME", "rehearsal")
+    monkeypatch.setenv("TWINE_PASSWORD", "rehearsal")
+
+
+def test_server_serves_uploads_and_refuses_an_overwrite(tmp_path: Path, credentials: None) -> None:
+    wheel = make_probe_wheel(tmp_path)
+    served_dir = tmp_path / "index"
+    with rehearse.IndexServer(served_dir, log=tmp_path / "server.log") as server:
+        assert _port_open(server.port)
+        assert rehearse.served_hashes(server.simple_url, PROBE) == {}
+        release.twine_upload([wheel], f"{server.url}/", skip_existing=False)
+        original = rehearse.served_hashes(server.simple_url, PROBE)
+        assert original == {wheel.name: hashlib.sha256(wheel.read_bytes()).hexdigest()}
+
+        tampered = rehearse._tampered_copy(wheel, tmp_path / "again")
+        assert tampered.name == wheel.name
+        assert tampered.read_bytes() != wheel.read_bytes()
+        with pytest.raises(CommandError):
+            release.twine_upload([tampered], f"{server.url}/", skip_existing=False)
+        assert rehearse.served_hashes(server.simple_url, PROBE) == original
+        assert (served_dir / wheel.name).read_bytes() == wheel.read_bytes()
+    assert not _port_open(server.port)
+
+
+def _serve_then_fail(server: rehearse.IndexServer, seen: list[bool]) -> None:
+    with server:
+        seen.append(_port_open(server.port))
+        raise RuntimeError("boom")
+
+
+def test_server_is_stopped_when_the_body_fails(tmp_path: Path) -> None:
+    server = rehearse.IndexServer(tmp_path / "index", log=tmp_path / "server.log")
+    seen: list[bool] = []
+    with pytest.raises(RuntimeError, match="boom"):
+        _serve_then_fail(server, seen)
+    assert seen == [True]
+    assert not _port_open(server.port)
+
+
+def test_upload_refuses_credentials_in_the_url(tmp_path: Path) -> None:
+    wheel = make_probe_wheel(tmp_path)
+    with pytest.raises(Exception, match="must not carry credentials"):
+        release.twine_upload([wheel], "http://user:secret@127.0.0.1:1/", skip_existing=False)
+
+
+def test_twine_check_rejects_broken_metadata(tmp_path: Path) -> None:
+    wheel = make_probe_wheel(tmp_path)
+    broken = tmp_path / "broken" / wheel.name
+    broken.parent.mkdir()
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(broken, "w") as target:
+        for item in source.infolist():
+            data = source.read(item)
+            if item.filename.endswith("METADATA"):
+                data = data.replace(b"Name: rehearsal-probe\n", b"")
+            target.writestr(item, data)
+    release.twine_check([wheel])
+    with pytest.raises(CommandError):
+        release.twine_check([broken])
+
+
+def test_rehearse_without_cells_or_dist_is_a_config_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert rehearse.main(["--cells", ""]) == 2
+    assert "--cells selects nothing" in capsys.readouterr().err
+
+
+def test_publish_refuses_a_dist_without_this_project(tmp_path: Path) -> None:
+    make_probe_wheel(tmp_path)
+    with pytest.raises(ReleaseError, match="belongs to"):
+        release.collect(tmp_path)
+
+
+@pytest.mark.slow
+def test_full_rehearsal(tmp_path: Path) -> None:
+    """``nox -s rehearse``'s code path, end to end, bounded in time."""
+    env = dict(os.environ)
+    cmd = [sys.executable, str(ROOT / "devtools" / "rehearse.py"), "--workdir", str(tmp_path)]
+    proc = subprocess.run(
+        [*cmd, "--budget", "3000"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3300,
+        check=False,
+    )
+    output = proc.stdout
+    assert proc.returncode == 0, output + proc.stderr[-6000:]
+    for name in (
+        "upload",
+        "variants.json",
+        "torch 2.13.0",
+        f"torch {rehearse.DEFAULT_OLD_TORCH}",
+        "py3.13 wheel, torch 2.13.0",
+        "second upload",
+    ):
+        assert any(line.startswith(name) and line.rstrip().endswith("ok")
+                   for line in output.splitlines()), (name, output)  # fmt: skip
+    assert output.rstrip().endswith("0 failed")
+    # The server is gone: the log's port is closed again.
+    assert (tmp_path / "pypiserver.log").is_file()
