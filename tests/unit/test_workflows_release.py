@@ -1,0 +1,214 @@
+"""The steps the release workflow runs through ``devtools/release.py``: validating
+``dist/``, the GitHub matrix from ``nox -s matrix``, the tag check, splitting the
+variants index off the uploadable files."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+from devtools import release
+
+from torch_c_dlpack_ext._manifest import ManifestEntry, dump_manifest
+from torch_c_dlpack_ext._naming import Backend
+from torch_c_dlpack_ext._version import __version__
+from torch_c_dlpack_ext.errors import ConfigError, ReleaseError
+
+V = __version__
+
+
+def _entry(torch: str, backend: Backend) -> ManifestEntry:
+    return ManifestEntry(
+        file=f"libs/libtorch_c_dlpack_ext-torch{torch}-{backend.value}-cxx11abi1.so",
+        torch=torch,
+        torch_build=f"{torch}.0",
+        backend=backend,
+        cxx11_abi=True,
+        dlpack="1.3",
+        toolchain="g++ 12.2.0",
+        gpu_toolkit=None,
+        platform="linux_x86_64",
+        size=1,
+        sha256="0" * 64,
+    )
+
+
+def make_wheel(
+    directory: Path,
+    tag: str,
+    *,
+    version: str = V,
+    entries: tuple[ManifestEntry, ...] = (),
+    label: str | None = None,
+) -> Path:
+    name = f"torch_c_dlpack_ext-{version}-{tag}" + (f"-{label}" if label else "") + ".whl"
+    path = directory / name
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("torch_c_dlpack_ext/__init__.py", "")
+        if entries:
+            archive.writestr("torch_c_dlpack_ext/manifest.json", dump_manifest(entries))
+        if label:
+            archive.writestr(f"torch_c_dlpack_ext-{version}.dist-info/variant.json", "{}")
+    return path
+
+
+def make_sdist(directory: Path, version: str = V) -> Path:
+    path = directory / f"torch_c_dlpack_ext-{version}.tar.gz"
+    with tarfile.open(path, "w:gz"):
+        pass
+    return path
+
+
+@pytest.fixture
+def dist(tmp_path: Path) -> Path:
+    cpu = _entry("2.8", Backend.CPU)
+    make_wheel(tmp_path, "cp311-cp311-linux_x86_64", entries=(cpu, _entry("2.8", Backend.CUDA)))
+    make_wheel(tmp_path, "cp311-cp311-linux_x86_64", entries=(cpu,), label="t28_cpu")
+    make_wheel(tmp_path, "py3-none-any")
+    make_sdist(tmp_path)
+    (tmp_path / release.variants_index_name()).write_text("{}")
+    (tmp_path / f".{release.variants_index_name()}.tmp").write_text("")  # half-written
+    return tmp_path
+
+
+def test_collect_classifies_every_file(dist: Path) -> None:
+    files = release.collect(dist)
+    kinds = sorted(("universal" if w.universal else "variant" if w.variant else "combined")
+                   for w in files.wheels)  # fmt: skip
+    assert kinds == ["combined", "universal", "variant"]
+    assert [p.name for p in files.sdists] == [f"torch_c_dlpack_ext-{V}.tar.gz"]
+    assert files.variants_index == dist / release.variants_index_name()
+    combined = next(w for w in files.wheels if len(w.libraries) == 2)
+    assert "cp311-cp311-linux_x86_64" in combined.tags
+    assert len(files.dists()) == 4
+    without = files.dists(variant_wheels=False)
+    assert len(without) == 3
+    assert not any("t28_cpu" in p.name for p in without)
+
+
+def test_stale_version_is_refused(dist: Path) -> None:
+    make_wheel(dist, "py3-none-any", version="0.1.5")
+    with pytest.raises(ReleaseError, match=r"version 0\.1\.5, but _version\.py says"):
+        release.collect(dist)
+
+
+def test_foreign_files_are_refused(dist: Path) -> None:
+    (dist / "notes.txt").write_text("x")
+    with pytest.raises(ReleaseError, match=r"notes\.txt: not a wheel"):
+        release.collect(dist)
+
+
+def test_variants_index_of_another_version_is_refused(dist: Path) -> None:
+    (dist / "torch_c_dlpack_ext-0.1.5-variants.json").write_text("{}")
+    with pytest.raises(ReleaseError, match="variants index of another version"):
+        release.collect(dist)
+
+
+def test_universal_wheel_and_sdist_are_required(tmp_path: Path) -> None:
+    make_wheel(tmp_path, "cp311-cp311-linux_x86_64", entries=(_entry("2.8", Backend.CPU),))
+    make_sdist(tmp_path)
+    with pytest.raises(ReleaseError, match="no universal"):
+        release.collect(tmp_path)
+    (tmp_path / f"torch_c_dlpack_ext-{V}.tar.gz").unlink()
+    make_wheel(tmp_path, "py3-none-any")
+    with pytest.raises(ReleaseError, match="no sdist"):
+        release.collect(tmp_path)
+    assert len(release.collect(tmp_path, require_sdist=False).wheels) == 2
+
+
+def test_missing_dist_dir_says_how_to_fix(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="nox -s build"):
+        release.collect(tmp_path / "nope")
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("ftp://example.org/", "not an http"),
+        ("upload.pypi.org/legacy/", "not an http"),
+        ("https://__token__:pypi-secret@upload.pypi.org/legacy/", "must not carry credentials"),
+    ],
+)
+def test_repository_url_validation(url: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        release.validate_repository_url(url)
+
+
+def test_repository_url_accepted() -> None:
+    url = "https://upload.pypi.org/legacy/"
+    assert release.validate_repository_url(url) == url
+
+
+def test_publish_without_url_is_a_config_error(dist: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(release, "twine_check", lambda files: None)
+    with pytest.raises(ConfigError, match="--repository-url is required"):
+        release.publish(dist, repository_url=None)
+
+
+def test_github_matrix() -> None:
+    cells = {
+        "include": [
+            {"id": "a", "runner": "ubuntu-24.04", "python": "3.9"},
+            {"id": "b", "runner": "ubuntu-24.04", "python": "3.13"},
+            {"id": "c", "runner": "ubuntu-24.04", "python": "3.10"},
+            {"id": "d", "runner": "windows-2022", "python": "3.11"},
+        ]
+    }
+    out = release.github_matrix(cells)
+    assert out["cells"] == cells
+    assert out["verify"] == {
+        "include": [
+            {"runner": "ubuntu-24.04", "python": "3.13"},
+            {"runner": "windows-2022", "python": "3.11"},
+        ]
+    }
+
+
+@pytest.mark.parametrize("matrix", [{"include": []}, {"cells": []}, [], {"include": [{"id": "x"}]}])
+def test_github_matrix_rejects_bad_input(matrix: object) -> None:
+    with pytest.raises(ConfigError):
+        release.github_matrix(matrix)
+
+
+def test_github_matrix_command_prints_output_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "matrix.json"
+    path.write_text(json.dumps({"include": [{"runner": "r", "python": "3.11"}]}))
+    assert release.main(["github-matrix", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("=", 1)[0] for line in lines] == ["cells", "verify"]
+    assert json.loads(lines[1].split("=", 1)[1]) == {"include": [{"runner": "r", "python": "3.11"}]}
+
+
+def test_split_index_moves_the_file(dist: Path, tmp_path: Path) -> None:
+    target = release.split_index(dist, tmp_path / "index")
+    assert target.read_text() == "{}"
+    assert not (dist / release.variants_index_name()).exists()
+    with pytest.raises(ReleaseError, match="missing"):
+        release.split_index(dist, tmp_path / "index")
+
+
+def test_check_tag_command_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    assert release.main(["check-tag", f"v{V}"]) == 0
+    assert release.main(["check-tag", "v9.9.9"]) == ReleaseError.exit_code
+    assert "does not match" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("report", "expected"),
+    [
+        ({"decision": {"kind": "load", "library": "/x/libs/lib.so"}}, ("load", "/x/libs/lib.so")),
+        ({"decision": {"kind": "defer", "library": None}}, ("defer", None)),
+    ],
+)
+def test_decision_of(report: dict[str, object], expected: tuple[str, str | None]) -> None:
+    assert release.decision_of(report) == expected
+
+
+def test_decision_of_rejects_a_report_without_decision() -> None:
+    with pytest.raises(ReleaseError, match="no decision"):
+        release.decision_of({"ok": True})
