@@ -19,6 +19,11 @@ from typing import Any
 
 __all__ = [
     "CAPSULE_NAME",
+    "DELETER",
+    "FLAG_IS_COPIED",
+    "FLAG_IS_SUBBYTE_TYPE_PADDED",
+    "FLAG_READ_ONLY",
+    "SET_ERROR",
     "DLDataType",
     "DLDataTypeCode",
     "DLDevice",
@@ -28,15 +33,15 @@ __all__ = [
     "DLPackExchangeAPIHeader",
     "DLPackVersion",
     "DLTensor",
-    "DELETER",
-    "FLAG_IS_COPIED",
-    "FLAG_IS_SUBBYTE_TYPE_PADDED",
-    "FLAG_READ_ONLY",
     "ExchangeLibrary",
-    "SET_ERROR",
     "TensorFields",
     "api_from_capsule",
+    "export_dltensor",
+    "export_managed",
     "fields_of",
+    "import_managed",
+    "managed_fields",
+    "steal_pyobject",
 ]
 
 #: PyCapsule name under which a framework publishes its table.
@@ -240,11 +245,10 @@ def fields_of(
     """Copy a DLTensor's fields (and optionally a managed tensor's version/flags) out."""
     ndim = tensor.ndim
     shape = tuple(tensor.shape[i] for i in range(ndim)) if ndim else ()
-    strides: tuple[int, ...] | None
-    if tensor.strides:
-        strides = tuple(tensor.strides[i] for i in range(ndim))
-    else:
-        strides = None
+    # A 0-d tensor's arrays are never read, so NULL and non-NULL are equivalent.
+    strides: tuple[int, ...] | None = ()
+    if ndim:
+        strides = tuple(tensor.strides[i] for i in range(ndim)) if tensor.strides else None
     return TensorFields(
         data=tensor.data or 0,
         device_type=tensor.device.device_type,
@@ -259,3 +263,46 @@ def fields_of(
         version=None if version is None else (version.major, version.minor),
         flags=flags,
     )
+
+
+def managed_fields(managed: Any) -> TensorFields:
+    """:func:`fields_of` for a ``POINTER(DLManagedTensorVersioned)``."""
+    m = managed.contents
+    return fields_of(m.dl_tensor, version=m.version, flags=m.flags)
+
+
+def export_managed(api: DLPackExchangeAPI, obj: object) -> Any:
+    """``managed_tensor_from_py_object_no_sync``: an owning ``POINTER(DLManagedTensorVersioned)``.
+
+    The caller must call its deleter (or hand it to ``import_managed``).
+    """
+    out = _MTV_PTR()
+    api.managed_tensor_from_py_object_no_sync(obj, ctypes.byref(out))
+    return out
+
+
+def export_dltensor(api: DLPackExchangeAPI, obj: object) -> DLTensor:
+    """``dltensor_from_py_object_no_sync`` into a fresh DLTensor (valid while ``obj`` lives)."""
+    out = DLTensor()
+    api.dltensor_from_py_object_no_sync(obj, ctypes.byref(out))
+    return out
+
+
+_py_decref = ctypes.pythonapi.Py_DecRef
+_py_decref.restype = None
+_py_decref.argtypes = (ctypes.c_void_p,)
+
+
+def steal_pyobject(address: int) -> Any:
+    """The object behind a new (owned) ``PyObject*`` reference, taking over that reference."""
+    obj = ctypes.cast(ctypes.c_void_p(address), ctypes.py_object).value
+    _py_decref(address)
+    return obj
+
+
+def import_managed(api: DLPackExchangeAPI, managed: Any) -> Any:
+    """``managed_tensor_to_py_object_no_sync``: the Python tensor (ownership moves to it)."""
+    out = ctypes.c_void_p()
+    api.managed_tensor_to_py_object_no_sync(managed, ctypes.byref(out))
+    assert out.value is not None
+    return steal_pyobject(out.value)

@@ -1,0 +1,157 @@
+"""managed_tensor_allocator and current_work_stream."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import pytest
+import torch
+
+from .dlpack_ctypes import (
+    SET_ERROR,
+    DLDataTypeCode,
+    DLDeviceType,
+    DLManagedTensorVersioned,
+    DLPackExchangeAPI,
+    DLTensor,
+    ExchangeLibrary,
+    import_managed,
+    managed_fields,
+)
+
+
+class ErrorSink:
+    """A SetError callback that records (kind, message) pairs."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str]] = []
+        self.callback = SET_ERROR(self._record)
+
+    def _record(self, _ctx: Any, kind: bytes, message: bytes) -> None:
+        self.errors.append((kind.decode(), message.decode()))
+
+
+def allocate(
+    api: DLPackExchangeAPI,
+    shape: tuple[int, ...],
+    *,
+    code: int = DLDataTypeCode.kDLFloat,
+    bits: int = 32,
+    lanes: int = 1,
+    device_type: int = DLDeviceType.kDLCPU,
+    device_id: int = 0,
+) -> tuple[int, Any, ErrorSink]:
+    dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+    prototype = DLTensor()
+    prototype.ndim = len(shape)
+    prototype.shape = dims
+    prototype.dtype.code, prototype.dtype.bits, prototype.dtype.lanes = code, bits, lanes
+    prototype.device.device_type, prototype.device.device_id = device_type, device_id
+    sink = ErrorSink()
+    out = ctypes.POINTER(DLManagedTensorVersioned)()
+    status = api.managed_tensor_allocator(
+        ctypes.byref(prototype), ctypes.byref(out), None, sink.callback
+    )
+    return status, out, sink
+
+
+@pytest.mark.parametrize(
+    ("shape", "code", "bits", "dtype"),
+    [
+        ((2, 3, 4), DLDataTypeCode.kDLFloat, 32, torch.float32),
+        ((5,), DLDataTypeCode.kDLInt, 64, torch.int64),
+        ((), DLDataTypeCode.kDLBfloat, 16, torch.bfloat16),
+        ((0, 7), DLDataTypeCode.kDLBool, 8, torch.bool),
+        ((3, 1), DLDataTypeCode.kDLComplex, 128, torch.complex128),
+    ],
+)
+def test_allocator_follows_prototype(
+    api: DLPackExchangeAPI, shape: tuple[int, ...], code: int, bits: int, dtype: torch.dtype
+) -> None:
+    status, out, sink = allocate(api, shape, code=code, bits=bits)
+    assert (status, sink.errors) == (0, [])
+    fields = managed_fields(out)
+    contiguous = torch.empty(shape).stride()
+    assert fields.shape == shape
+    assert fields.strides == contiguous
+    assert (fields.code, fields.bits, fields.lanes) == (code, bits, 1)
+    assert (fields.device_type, fields.device_id) == (DLDeviceType.kDLCPU, 0)
+    assert fields.version == (1, api.header.version.minor)
+    assert fields.flags == 0
+    assert fields.byte_offset == 0
+    assert bool(fields.data) == (torch.Size(shape).numel() > 0)
+    # The allocation is a real, owned, writable tensor: hand it to torch.
+    tensor = import_managed(api, out)
+    assert tensor.dtype == dtype
+    assert tuple(tensor.shape) == shape
+    tensor.fill_(1)
+    assert tensor.eq(1).all()
+
+
+def test_allocator_matches_torch(api: DLPackExchangeAPI, need_torch_api: DLPackExchangeAPI) -> None:
+    def describe(table: DLPackExchangeAPI) -> Any:
+        status, out, _ = allocate(table, (4, 2), code=DLDataTypeCode.kDLInt, bits=16)
+        assert status == 0
+        fields = managed_fields(out)
+        out.contents.deleter(out)
+        return fields.shape, fields.strides, fields.code, fields.bits, fields.flags, fields.version
+
+    assert describe(api) == describe(need_torch_api)
+
+
+@pytest.mark.parametrize(
+    ("case", "kwargs", "kind", "needle"),
+    [
+        ("unknown dtype code", {"code": 99}, "ValueError", "dtype"),
+        ("float of 24 bits", {"bits": 24}, "ValueError", "dtype"),
+        ("vector lanes", {"lanes": 4}, "ValueError", "dtype"),
+        ("unsupported device", {"device_type": DLDeviceType.kDLVulkan}, "ValueError", "device"),
+        ("negative size", {"shape": (2, -1)}, "ValueError", "shape[1]"),
+    ],
+)
+def test_allocator_failure_calls_set_error(
+    api: DLPackExchangeAPI, case: str, kwargs: dict[str, Any], kind: str, needle: str
+) -> None:
+    shape = kwargs.pop("shape", (2, 2))
+    status, out, sink = allocate(api, shape, **kwargs)
+    assert status == -1
+    assert not out, "out must be NULL on failure"
+    assert len(sink.errors) == 1
+    assert sink.errors[0][0] == kind
+    assert needle in sink.errors[0][1]
+
+
+def test_allocator_gpu_without_gpu(api: DLPackExchangeAPI) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: CUDA allocation would succeed")
+    status, out, sink = allocate(api, (2,), device_type=DLDeviceType.kDLCUDA)
+    assert status == -1
+    assert not out
+    assert len(sink.errors) == 1
+    assert sink.errors[0][0] in ("RuntimeError", "ValueError")
+    assert sink.errors[0][1]
+
+
+def test_allocator_sets_no_python_error(api: DLPackExchangeAPI) -> None:
+    # PYFUNCTYPE would raise if a Python error were left set; SetError is the only channel.
+    status, _, sink = allocate(api, (2,), code=99)
+    assert status == -1
+    assert sink.errors
+
+
+def test_stream_cpu_is_null(api: DLPackExchangeAPI) -> None:
+    stream = ctypes.c_void_p(0x1234)
+    assert api.current_work_stream(DLDeviceType.kDLCPU, 0, ctypes.byref(stream)) == 0
+    assert stream.value is None
+
+
+def test_stream_by_build(api: DLPackExchangeAPI, exchange_library: ExchangeLibrary) -> None:
+    stream = ctypes.c_void_p(0x1234)
+    if exchange_library.build_info["backend"] == "cpu":
+        # A CPU build has no streams for any device (as torch's own CPU build).
+        assert api.current_work_stream(DLDeviceType.kDLCUDA, 0, ctypes.byref(stream)) == 0
+        assert stream.value is None
+    else:
+        with pytest.raises(ValueError, match="device type"):
+            api.current_work_stream(DLDeviceType.kDLVulkan, 0, ctypes.byref(stream))
