@@ -1,0 +1,259 @@
+"""Cached virtual environments holding a given torch release (tests, ``nox -s build``, benchmarks).
+
+``torch_env("2.6.0", importable=True)`` returns a venv with PyPI's torch 2.6.0,
+created once with uv and reused afterwards:
+
+* always: ``torch==<version>`` installed ``--no-deps`` (enough to compile against);
+* ``importable=True``: also torch's own runtime requirements, read from the
+  installed torch's ``METADATA`` with their pins, minus the ones ``import torch``
+  does not need (cuSOLVER, NVRTC, NVTX, triton: see FACTS.md), plus numpy; the
+  env is checked with ``import torch; torch.ones(2)`` and, if that fails, the
+  skipped requirements are added after all;
+* ``extra``: more requirements (``pytest``, ``psutil``).
+
+Environments live under ``$TORCH_C_DLPACK_EXT_DEV_CACHE/envs`` (default
+``~/.cache/torch-c-dlpack-ext-dev/envs``), one directory per (Python, torch,
+importable, extra). Creation holds a file lock, and a marker file written last
+says the env is complete: an env a killed run left half-built has no marker and
+is rebuilt. Packages come through uv's cache, which this module never deletes,
+so several envs share one copy of the multi-GB NVIDIA wheels (hard links).
+
+Command line: ``python -m devtools.torchenv 2.6.0 --importable [--extra pytest]``
+prints the env's path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from torch_c_dlpack_ext._manifest import atomic_write_bytes
+from torch_c_dlpack_ext._naming import env_var
+from torch_c_dlpack_ext._run import run
+from torch_c_dlpack_ext.errors import CommandError, ConfigError, TorchCDLPackExtError
+
+__all__ = ["NOT_NEEDED_TO_IMPORT", "TorchEnv", "cache_root", "find_uv", "main", "torch_env"]
+
+#: Requirements of torch that ``import torch`` does not load (checked, see FACTS.md).
+NOT_NEEDED_TO_IMPORT = frozenset(
+    {"nvidia-cusolver-cu12", "nvidia-cuda-nvrtc-cu12", "nvidia-nvtx-cu12", "triton"}
+)
+_MARKER = ".torchenv-complete.json"
+_VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?([a-z0-9.+]*)$")
+_PYTHON_RE = re.compile(r"^3\.\d+$")
+_SMOKE = "import torch; torch.ones(2); print(torch.__version__)"
+#: Creating an importable env downloads ~2.5 GB on a cold cache.
+_LOCK_TIMEOUT_S = 3600.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TorchEnv:
+    """A complete environment holding one torch release."""
+
+    root: Path
+    python: Path
+    site_packages: Path
+    torch_dir: Path
+    version: str
+    importable: bool
+
+
+def cache_root() -> Path:
+    """``$TORCH_C_DLPACK_EXT_DEV_CACHE`` or ``~/.cache/torch-c-dlpack-ext-dev``."""
+    override = os.environ.get(env_var("DEV_CACHE"))
+    if override:
+        return Path(override).expanduser()
+    return Path.home() / ".cache" / "torch-c-dlpack-ext-dev"
+
+
+def find_uv() -> str:
+    """``uv`` on PATH, else the one the ``uv`` Python package ships."""
+    found = shutil.which("uv")
+    if found:
+        return found
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        raise ConfigError(
+            "uv is not on PATH and the 'uv' package is not installed; 'pip install uv'"
+        ) from None
+    return str(find_uv_bin())
+
+
+def _log(message: str) -> None:
+    print(f"torchenv: {message}", file=sys.stderr, flush=True)
+
+
+def _env_name(version: str, python: str, importable: bool, extra: Sequence[str]) -> str:
+    name = f"py{python}-torch{version}" + ("-import" if importable else "")
+    if extra:
+        digest = hashlib.sha256("\n".join(sorted(extra)).encode()).hexdigest()[:8]
+        name += f"-x{digest}"
+    return name
+
+
+def _env_python(root: Path) -> Path:
+    if sys.platform.startswith("win"):
+        return root / "Scripts" / "python.exe"
+    return root / "bin" / "python"
+
+
+def _site_packages(root: Path) -> Path:
+    found = sorted(root.glob("lib/python3*/site-packages")) or [root / "Lib" / "site-packages"]
+    return found[0]
+
+
+def _uv(uv: str, *args: str) -> None:
+    started = time.monotonic()
+    proc = run([uv, *args])
+    # uv's summary lines ("Prepared 11 packages in ...", "Installed ...") are the progress report.
+    for line in proc.stderr.splitlines():
+        if line.strip().startswith(("Prepared", "Installed", "Resolved", "Using")):
+            _log(f"  uv: {line.strip()}")
+    _log(f"  done in {time.monotonic() - started:.1f} s")
+
+
+def import_requirements(
+    site_packages: Path, version: str, python: str
+) -> tuple[list[str], list[str]]:
+    """torch's requirements from its METADATA, split into (needed to import, not needed).
+
+    Markers are evaluated for this machine and the env's Python; extras are not
+    requested.
+    """
+    dist_infos = sorted(site_packages.glob("torch-*.dist-info/METADATA"))
+    if not dist_infos:
+        raise ConfigError(f"no torch-*.dist-info in {site_packages}: the torch install failed")
+    text = dist_infos[0].read_text(encoding="utf-8")
+    environment: dict[str, str] = {str(k): str(v) for k, v in default_environment().items()}
+    environment.update(python_version=python, python_full_version=f"{python}.0", extra="")
+    needed: list[str] = []
+    skipped: list[str] = []
+    for line in text.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        req = Requirement(line.split(":", 1)[1].strip())
+        if req.marker is not None and not req.marker.evaluate(environment):
+            continue
+        spec = f"{req.name}{req.specifier}"
+        (skipped if canonicalize_name(req.name) in NOT_NEEDED_TO_IMPORT else needed).append(spec)
+    return needed, skipped
+
+
+def _create(
+    root: Path, uv: str, version: str, *, python: str, importable: bool, extra: Sequence[str]
+) -> dict[str, object]:
+    interpreter = (
+        sys.executable if python == f"{sys.version_info[0]}.{sys.version_info[1]}" else python
+    )
+    started = time.monotonic()
+    _log(f"creating {root} (Python {python})")
+    _uv(uv, "venv", "--quiet", "--python", interpreter, str(root))
+    env_py = str(_env_python(root))
+    _log(f"installing torch=={version} --no-deps from PyPI (~1 GB on a cold uv cache)")
+    _uv(uv, "pip", "install", "--python", env_py, "--no-deps", f"torch=={version}")
+    record: dict[str, object] = {"torch": version, "python": python, "importable": importable}
+    if importable:
+        needed, skipped = import_requirements(_site_packages(root), version, python)
+        _log(f"installing what import torch needs: {' '.join(needed)} numpy")
+        _uv(uv, "pip", "install", "--python", env_py, *needed, "numpy", *extra)
+        try:
+            run([env_py, "-c", _SMOKE])
+        except CommandError as exc:
+            _log(f"import torch failed ({exc.stderr.strip().splitlines()[-1:]}); adding {skipped}")
+            _uv(uv, "pip", "install", "--python", env_py, *skipped)
+            run([env_py, "-c", _SMOKE])
+            needed += skipped
+        record["requirements"] = needed
+    elif extra:
+        _uv(uv, "pip", "install", "--python", env_py, *extra)
+    record["extra"] = list(extra)
+    record["seconds"] = round(time.monotonic() - started, 1)
+    return record
+
+
+def torch_env(
+    version: str,
+    *,
+    importable: bool,
+    python: str | None = None,
+    extra: Sequence[str] = (),
+) -> TorchEnv:
+    """The cached env with PyPI's ``torch==version`` (created on first use).
+
+    ``python``: ``"3.11"`` style (default: this interpreter's). ``importable``:
+    also install what ``import torch`` needs (verified). ``extra``: more
+    requirements. Raises :class:`ConfigError` for a malformed version and
+    :class:`CommandError` when uv fails (e.g. no such torch release).
+    """
+    from filelock import FileLock
+
+    python = python or f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if not _VERSION_RE.match(version):
+        raise ConfigError(f"torch version {version!r} is not a release version like '2.6.0'")
+    if not _PYTHON_RE.match(python):
+        raise ConfigError(f"python {python!r} is not a version like '3.11'")
+    extra = tuple(extra)
+    envs = cache_root() / "envs"
+    envs.mkdir(parents=True, exist_ok=True)
+    root = envs / _env_name(version, python, importable, extra)
+    with FileLock(str(root) + ".lock", timeout=_LOCK_TIMEOUT_S):
+        if not (root / _MARKER).is_file():
+            if root.exists():
+                _log(f"removing incomplete {root} (no {_MARKER}: an interrupted creation)")
+                shutil.rmtree(root)
+            try:
+                record = _create(
+                    root, find_uv(), version, python=python, importable=importable, extra=extra
+                )
+            except BaseException:
+                shutil.rmtree(root, ignore_errors=True)
+                raise
+            # Written last: its presence means everything above succeeded.
+            atomic_write_bytes(root / _MARKER, (json.dumps(record, indent=2) + "\n").encode())
+            _log(f"{root} ready in {record['seconds']} s")
+    site = _site_packages(root)
+    return TorchEnv(
+        root=root,
+        python=_env_python(root),
+        site_packages=site,
+        torch_dir=site / "torch",
+        version=version,
+        importable=importable,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: create (or reuse) an env and print its path."""
+    parser = argparse.ArgumentParser(prog="python -m devtools.torchenv", description=__doc__)
+    parser.add_argument("version", help="torch release, e.g. 2.6.0")
+    parser.add_argument("--importable", action="store_true", help="make 'import torch' work")
+    parser.add_argument("--python", default=None, help="e.g. 3.11 (default: this interpreter's)")
+    parser.add_argument("--extra", action="append", default=[], help="another requirement")
+    args = parser.parse_args(argv)
+    try:
+        env = torch_env(
+            args.version, importable=args.importable, python=args.python, extra=args.extra
+        )
+    except TorchCDLPackExtError as exc:
+        print(f"error: {type(exc).__name__}: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return exc.exit_code
+    print(env.root)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

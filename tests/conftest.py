@@ -1,0 +1,135 @@
+"""Session fixtures shared by the whole test tree.
+
+- ``fake_torch``: factory for a torch installation's *files* (version.py, CMake
+  config, lib markers) in ``tmp_path``, for unit tests of :class:`TorchInstall`
+  and the driver's validation;
+- ``dlpack_include``: a DLPack 1.3 header directory of known content;
+- ``build_cache``: where integration tests keep built libraries across runs
+  (the driver's cache key makes an unchanged rebuild a no-op);
+- ``torch213_library``: csrc/ compiled against the running torch;
+- ``old_torch_env``: factory for importable envs with an old PyPI torch.
+
+This file is also the parent conftest of ``tests/exchange_suite``, which runs
+inside old-torch environments that lack this project's dependencies: project
+imports therefore happen inside fixtures, never at module level.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from devtools.torchenv import TorchEnv
+
+    from torch_c_dlpack_ext._manifest import ManifestEntry
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FakeTorch = Callable[..., Path]
+
+
+@pytest.fixture
+def fake_torch(tmp_path: Path) -> FakeTorch:
+    """Factory: ``fake_torch(version="2.6.0+cu124", abi=False, cuda="12.4", ...)`` builds
+    ``<tmp>/<name>/lib/python3.11/site-packages/torch`` and returns the venv-like prefix."""
+
+    def make(
+        version: str = "2.6.0+cu124",
+        *,
+        abi: bool | None = False,
+        cmake_file: str = "Torch/TorchConfig.cmake",
+        cuda: str | None = "12.4",
+        hip: str | None = None,
+        libs: tuple[str, ...] = ("libc10.so", "libtorch_cpu.so"),
+        name: str = "env",
+    ) -> Path:
+        prefix = tmp_path / name
+        torch_dir = prefix / "lib" / "python3.11" / "site-packages" / "torch"
+        (torch_dir / "include" / "torch" / "csrc" / "api" / "include").mkdir(parents=True)
+        (torch_dir / "lib").mkdir()
+        # The same shape torch writes; the exit call proves the file is parsed, never run.
+        (torch_dir / "version.py").write_text(
+            "from typing import Optional\nimport os\nos._exit(3)\n"
+            f"__version__ = {version!r}\ndebug = False\n"
+            f"cuda: Optional[str] = {cuda!r}\nhip: Optional[str] = {hip!r}\n",
+            encoding="utf-8",
+        )
+        if abi is not None:
+            cmake = torch_dir / "share" / "cmake" / cmake_file
+            cmake.parent.mkdir(parents=True)
+            cmake.write_text(
+                'if(CMAKE_SYSTEM_NAME STREQUAL "Linux")\n'
+                f'  set(TORCH_CXX_FLAGS "-D_GLIBCXX_USE_CXX11_ABI={int(abi)}")\nendif()\n',
+                encoding="utf-8",
+            )
+        for lib in libs:
+            (torch_dir / "lib" / lib).write_bytes(b"\x7fELF fake " + lib.encode())
+        return prefix
+
+    return make
+
+
+@pytest.fixture
+def dlpack_include(tmp_path: Path) -> Path:
+    """A directory holding ``dlpack/dlpack.h`` that declares DLPack 1.3."""
+    root = tmp_path / "dlpack-include"
+    (root / "dlpack").mkdir(parents=True)
+    (root / "dlpack" / "dlpack.h").write_text(
+        "#ifndef DLPACK_DLPACK_H_\n#define DLPACK_DLPACK_H_\n"
+        "#define DLPACK_MAJOR_VERSION 1\n#define DLPACK_MINOR_VERSION 3\n#endif\n",
+        encoding="utf-8",
+    )
+    return root
+
+
+@pytest.fixture(scope="session")
+def build_cache() -> Path:
+    """``$TORCH_C_DLPACK_EXT_TEST_BUILD_CACHE`` or the repo's ``.cache/test-builds``.
+
+    Kept across runs on purpose: the driver's cache key turns an unchanged
+    rebuild into a no-op, which is what keeps ``nox -s tests`` fast on re-runs.
+    """
+    override = os.environ.get("TORCH_C_DLPACK_EXT_TEST_BUILD_CACHE")
+    path = Path(override) if override else ROOT / ".cache" / "test-builds"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def torch213_library(build_cache: Path) -> tuple[Path, ManifestEntry]:
+    """csrc/ compiled against the running torch (2.13 in ``nox -s tests``), CPU backend.
+
+    Returns ``(library path, manifest entry)``. Cached across runs by the driver.
+    """
+    torch = pytest.importorskip("torch")
+    from torch_c_dlpack_ext._compile import compile_library
+
+    entry = compile_library(
+        torch=Path(torch.__file__).parent,
+        backend="cpu",
+        output_dir=build_cache / f"running-py{sys.version_info[0]}{sys.version_info[1]}",
+    )
+    path = build_cache / f"running-py{sys.version_info[0]}{sys.version_info[1]}" / entry.file
+    return path, entry
+
+
+#: What the exchange suite needs inside an old-torch env besides torch itself.
+OLD_ENV_EXTRAS = ("pytest", "psutil")
+
+
+@pytest.fixture(scope="session")
+def old_torch_env() -> Callable[[str], TorchEnv]:
+    """Factory: ``old_torch_env("2.6.0")`` -> an importable env with PyPI's torch 2.6.0,
+    pytest and psutil (created once under the dev cache, then reused)."""
+    from devtools.torchenv import torch_env
+
+    def make(version: str) -> TorchEnv:
+        return torch_env(version, importable=True, extra=OLD_ENV_EXTRAS)
+
+    return make

@@ -1,0 +1,102 @@
+"""File names and variant labels: the one definition every other module relies on."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from torch_c_dlpack_ext._naming import (
+    Backend,
+    default_cache_dir,
+    env_var,
+    library_filename,
+    parse_backend,
+    shared_library_suffix,
+    torch_minor,
+    variant_label,
+)
+from torch_c_dlpack_ext.errors import ConfigError, InvalidBackendError
+
+LABEL_RE = re.compile(r"^[0-9a-z_.]+$")
+
+
+@pytest.mark.parametrize(
+    ("platform", "abi", "expected"),
+    [
+        ("linux", False, "libtorch_c_dlpack_ext-torch2.6-cuda-cxx11abi0.so"),
+        ("linux", True, "libtorch_c_dlpack_ext-torch2.6-cuda-cxx11abi1.so"),
+        ("darwin", None, "libtorch_c_dlpack_ext-torch2.6-cuda.dylib"),
+        ("win32", None, "torch_c_dlpack_ext-torch2.6-cuda.dll"),
+    ],
+)
+def test_library_filename_per_platform(platform: str, abi: bool | None, expected: str) -> None:
+    assert library_filename(2, 6, "cuda", abi, platform=platform) == expected
+
+
+def test_library_filenames_are_distinct_across_cells() -> None:
+    names = {
+        library_filename(2, minor, backend, abi, platform="linux")
+        for minor in range(4, 10)
+        for backend in Backend
+        for abi in (False, True)
+    }
+    assert len(names) == 6 * 3 * 2
+
+
+@pytest.mark.parametrize(
+    ("platform", "suffix"),
+    [("linux", ".so"), ("darwin", ".dylib"), ("win32", ".dll"), ("freebsd14", ".so")],
+)
+def test_shared_library_suffix(platform: str, suffix: str) -> None:
+    assert shared_library_suffix(platform) == suffix
+
+
+@pytest.mark.parametrize("backend", list(Backend))
+@pytest.mark.parametrize("abi", [None, False, True])
+@pytest.mark.parametrize("with_abi", [False, True])
+def test_variant_labels_use_the_pep825_charset(
+    backend: Backend, abi: bool | None, with_abi: bool
+) -> None:
+    label = variant_label(2, 8, backend, abi, with_abi=with_abi)
+    assert LABEL_RE.match(label), label
+    assert label != "null"
+    assert label.startswith(f"t28_{backend.value}")
+    assert label.endswith("_abi1") == (with_abi and abi is True)
+
+
+def test_variant_labels_tell_abis_apart_only_when_asked() -> None:
+    assert variant_label(2, 6, "cpu", False, with_abi=True) == "t26_cpu_abi0"
+    assert variant_label(2, 6, "cpu", True, with_abi=True) == "t26_cpu_abi1"
+    assert variant_label(2, 6, "cpu", False, with_abi=False) == "t26_cpu"
+
+
+@pytest.mark.parametrize("value", ["cpu", "CUDA", " rocm ", Backend.CUDA])
+def test_parse_backend_accepts_known_names(value: str | Backend) -> None:
+    assert parse_backend(value) in set(Backend)
+
+
+def test_parse_backend_rejects_unknown_names_listing_the_choices() -> None:
+    with pytest.raises(InvalidBackendError, match=r"'metal'.*cpu, cuda, rocm"):
+        parse_backend("metal")
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [("2.6.0+cu124", (2, 6)), ("2.8.0a0+abc123", (2, 8)), ("2.13.0", (2, 13))],
+)
+def test_torch_minor(version: str, expected: tuple[int, int]) -> None:
+    assert torch_minor(version) == expected
+
+
+def test_torch_minor_rejects_garbage() -> None:
+    with pytest.raises(ConfigError, match="not a torch version"):
+        torch_minor("latest")
+
+
+def test_cache_dir_override_uses_the_project_prefix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    monkeypatch.setenv(env_var("CACHE_DIR"), str(tmp_path))
+    assert str(default_cache_dir()) == str(tmp_path)
+    assert env_var("CACHE_DIR") == "TORCH_C_DLPACK_EXT_CACHE_DIR"
