@@ -5,7 +5,9 @@
   torch-c-dlpack-ext 0.1.5 on the same torch.
 
 Each sample is taken inside its own subprocess with ``time.perf_counter_ns`` around the
-import statement alone, so interpreter start-up and ``import torch`` are excluded.
+import statement alone, so interpreter start-up and ``import torch`` are excluded. An
+untimed warm-up round first writes bytecode (under a private ``PYTHONPYCACHEPREFIX``), so
+every variant is measured as an installed package with its ``.pyc`` files.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ def package_with_library(library: BuiltLibrary, destination: Path) -> Path:
     the layout a wheel installs. Returns the directory to put on ``PYTHONPATH``."""
     if destination.exists():
         shutil.rmtree(destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".pkg.", dir=destination.parent))
     try:
         package = staging / PACKAGE
@@ -88,13 +91,12 @@ def package_with_library(library: BuiltLibrary, destination: Path) -> Path:
     return destination
 
 
-def _sample(variant: ImportVariant) -> dict[str, Any]:
-    proc = run(
-        [variant.python, "-c", PROBE],
-        env=subprocess_env(pythonpath=variant.pythonpath),
-        cwd=variant.expected_root,
-        echo=False,
-    )
+def _sample(variant: ImportVariant, pycache: Path) -> dict[str, Any]:
+    env = subprocess_env(pythonpath=variant.pythonpath, PYTHONPYCACHEPREFIX=str(pycache))
+    # Installed packages come with bytecode (pip compiles it at install time); a
+    # developer's PYTHONDONTWRITEBYTECODE would make every sample compile from source.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    proc = run([variant.python, "-c", PROBE], env=env, cwd=variant.expected_root, echo=False)
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     module = Path(result["module"]).resolve()
     if variant.expected_root.resolve() not in module.parents:
@@ -158,10 +160,14 @@ def run_import(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[Tar
     variants = _variants(ctx, errors)
     samples: dict[str, list[float]] = {v.name: [] for v in variants}
     details: dict[str, dict[str, Any]] = {}
+    pycache = ctx.work_dir / "import" / "pycache"
+    ctx.progress("import: warm-up round (writes bytecode, fills the page cache)")
+    for variant in variants:
+        _sample(variant, pycache)
     for round_number in range(repeats):
         ctx.progress(f"import: round {round_number + 1}/{repeats}")
         for variant in variants:
-            result = _sample(variant)
+            result = _sample(variant, pycache)
             samples[variant.name].append(result["ns"] / 1e6)
             details[variant.name] = {"torch": result["torch"], "capsule_set": result["capsule"]}
     summaries = {name: summarize(values) for name, values in samples.items()}
