@@ -302,9 +302,15 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
     }
     if (storage_offset != 0) maker.storage_offset(storage_offset);
     at::Tensor tensor = maker.make_tensor();
-    PyObject* wrapped = THPVariable_Wrap(tensor);
+    // From here the storage owns `src`. If wrapping fails, detach our deleter
+    // before `tensor` dies, so the failure still leaves `src` with the caller.
+    PyObject* wrapped = nullptr;
+    try {
+      wrapped = THPVariable_Wrap(tensor);
+    } catch (...) {
+      RaiseCurrentException(PyExc_RuntimeError);
+    }
     if (wrapped == nullptr) {
-      // Keep the ownership rule: detach our deleter before `tensor` dies.
       tensor.storage().mutable_data_ptr().release_context();
       return -1;
     }

@@ -169,8 +169,9 @@ inline bool ToDLDevice(c10::Device device, DLDevice* out) noexcept {
       out->device_id = index;
       return true;
     case c10::DeviceType::MPS:
+      // torch reports the Metal device as id 0 whatever its index.
       out->device_type = kDLMetal;
-      out->device_id = index;
+      out->device_id = 0;
       return true;
     case c10::DeviceType::PrivateUse1:
       out->device_type = kDLExtDev;

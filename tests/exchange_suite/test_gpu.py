@@ -96,3 +96,19 @@ class TestGPU:
         assert (fields.device_type, fields.device_id) == (gpu_device_type(), 0)
         tensor = import_managed(api, out)
         assert tensor.device == torch.device("cuda", 0)
+
+    def test_pinned_host_memory_same_as_torch(
+        self,
+        gpu_library: ExchangeLibrary,
+        api: DLPackExchangeAPI,
+        need_torch_api: DLPackExchangeAPI,
+    ) -> None:
+        tensor = torch.ones(8).pin_memory()
+
+        def describe(table: DLPackExchangeAPI) -> object:
+            managed = export_managed(table, tensor)
+            fields = managed_fields(managed)
+            managed.contents.deleter(managed)
+            return fields
+
+        assert describe(api) == describe(need_torch_api)
