@@ -32,11 +32,12 @@ from .errors import LibraryLoadError, ManifestError, TorchCDLPackExtError
 
 __all__ = [
     "CAPSULE_NAME",
-    "DLPackExchangeAPI",
     "EXPORT_BUILD_INFO",
     "EXPORT_TABLE",
+    "DLPackExchangeAPI",
     "LoadedLibrary",
     "Status",
+    "check_elf_extent",
     "check_table",
     "deferred_status",
     "loaded_library",
@@ -137,6 +138,57 @@ def check_table(pointer: int, origin: str) -> tuple[int, int]:
     return version
 
 
+_ELF_MAGIC = b"\x7fELF"
+_PT_LOAD = 1
+
+
+def check_elf_extent(path: Path) -> None:
+    """Refuse an ELF file whose headers point past its end.
+
+    dlopen maps every loadable segment; touching a page beyond the end of a
+    truncated file raises SIGBUS, which kills the process (no ``except`` helps).
+    A manifest checksum cannot catch a file that was truncated before it was
+    hashed, so the extents are checked here too. Non-ELF files are left to dlopen,
+    which rejects them with an ordinary error.
+    """
+    import struct
+
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            ident = handle.read(16)
+            if len(ident) < 16 or not ident.startswith(_ELF_MAGIC):
+                return
+            is64, order = ident[4] == 2, "<" if ident[5] == 1 else ">"
+            header_format = order + ("HHIQQQIHHHHHH" if is64 else "HHIIIIIHHHHHH")
+            raw = handle.read(struct.calcsize(header_format))
+            if len(raw) < struct.calcsize(header_format):
+                raise LibraryLoadError(f"{path}: truncated ELF header; reinstall the library")
+            fields = struct.unpack(header_format, raw)
+            phoff, shoff = fields[4], fields[5]
+            phentsize, phnum, shentsize, shnum = fields[8], fields[9], fields[10], fields[11]
+            if phoff + phnum * phentsize > size or (shoff and shoff + shnum * shentsize > size):
+                raise LibraryLoadError(
+                    f"{path}: truncated ({size} bytes, its ELF headers describe more); "
+                    "reinstall the library"
+                )
+            segment_format = order + ("IIQQQQQQ" if is64 else "IIIIIIII")
+            for index in range(phnum):
+                handle.seek(phoff + index * phentsize)
+                segment = struct.unpack(
+                    segment_format, handle.read(struct.calcsize(segment_format))
+                )
+                kind = segment[0]
+                offset, filesz = (segment[2], segment[5]) if is64 else (segment[1], segment[4])
+                if kind == _PT_LOAD and offset + filesz > size:
+                    raise LibraryLoadError(
+                        f"{path}: truncated: a loadable segment ends at byte {offset + filesz}, "
+                        f"the file has {size}; reinstall the library"
+                    )
+    except (OSError, struct.error) as exc:
+        raise LibraryLoadError(f"{path}: cannot read its ELF headers ({exc})") from None
+
+
 def open_library(path: Path) -> LoadedLibrary:
     """dlopen ``path`` (once per process) and check its exchange table.
 
@@ -148,6 +200,7 @@ def open_library(path: Path) -> LoadedLibrary:
     with LOCK:
         if key in _LIBRARIES:
             return _LIBRARIES[key]
+        check_elf_extent(path)
         try:
             # RTLD_LOCAL: the library resolves torch's symbols from the libraries
             # ``import torch`` already loaded, and exports nothing to others.

@@ -36,7 +36,7 @@ class TorchCDLPackExtWarning(UserWarning):
 RUNTIME_VARIABLES = ("DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR")
 #: Variables other parts of the project read (the build, CI, developer tools); known,
 #: so not "unknown", but ignored at import.
-BUILD_TIME_VARIABLES: tuple[str, ...] = ("CELLS", "DEV_CACHE")
+BUILD_TIME_VARIABLES: tuple[str, ...] = ("CELLS", "DEV_CACHE", "TEST_BUILD_CACHE")
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})

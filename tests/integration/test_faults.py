@@ -1,0 +1,325 @@
+"""Faults: each must leave import working, set no attribute unless a valid table was
+obtained, and say what went wrong in exactly one warning.
+
+Every import runs in a fresh process, so a crash inside dlopen (SIGBUS on a
+truncated file) shows up as a failed return code rather than a dead test runner.
+On the running torch (2.13, which has the API) ``TORCH_C_DLPACK_EXT_FORCE=1`` makes
+the selector load ours; the ABI case uses a real old torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.helpers import Bundled, build_fake_library, clean_env, make_package, run_python
+
+from torch_c_dlpack_ext._manifest import ManifestEntry, sha256_of
+from torch_c_dlpack_ext._naming import MANIFEST_NAME, PACKAGE, Backend
+
+torch = pytest.importorskip("torch")
+
+P = "TORCH_C_DLPACK_EXT_"
+TORCH_MINOR = ".".join(torch.__version__.split(".")[:2])
+ABI = bool(torch.compiled_with_cxx11_abi())
+
+PROBE = r"""
+import json, warnings
+import torch
+had = torch.Tensor.__dict__.get("__dlpack_c_exchange_api__")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch_c_dlpack_ext as pkg
+status = pkg.status()
+print(json.dumps({
+    "kind": status.kind.value,
+    "reason": status.reason,
+    "warnings": [str(w.message) for w in caught
+                 if issubclass(w.category, pkg.TorchCDLPackExtWarning)],
+    "replaced": torch.Tensor.__dict__.get("__dlpack_c_exchange_api__") is not had,
+    "legacy": "__c_dlpack_exchange_api__" in torch.Tensor.__dict__,
+    "library": str(status.library) if status.library else None,
+}))
+"""
+
+
+def probe(
+    root: Path, python: Path | str = sys.executable, timeout: float = 120, **env: str
+) -> dict[str, Any]:
+    proc = run_python(
+        PROBE, pythonpath=[root], env=clean_env(**env), python=python, timeout=timeout
+    )
+    # A signal (SIGBUS, SIGSEGV) is a negative return code: the fault was not contained.
+    assert proc.returncode == 0, f"import died with {proc.returncode}:\n{proc.stderr[-3000:]}"
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def assert_contained(result: dict[str, Any], *fragments: str) -> None:
+    """Nothing published, one warning, and it names the cause."""
+    assert result["kind"] == "unavailable", result
+    assert not result["replaced"], result
+    assert not result["legacy"], result
+    assert len(result["warnings"]) == 1, result["warnings"]
+    for fragment in fragments:
+        assert fragment in result["warnings"][0], (fragment, result["warnings"][0])
+
+
+def bundled(source: Path, **overrides: Any) -> Bundled:
+    return Bundled(
+        source, TORCH_MINOR, Backend.CPU, ABI, torch_build=torch.__version__, **overrides
+    )
+
+
+def corrupt_copy(tmp_path: Path, library: Path, mutate: Callable[[bytes], bytes]) -> Path:
+    out = tmp_path / "corrupt" / library.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(mutate(library.read_bytes()))
+    return out
+
+
+def truncate(data: bytes) -> bytes:
+    return data[: len(data) // 2]
+
+
+def truncate_at(fraction: float) -> Callable[[bytes], bytes]:
+    return lambda data: data[: int(len(data) * fraction)]
+
+
+def random_bytes(data: bytes) -> bytes:
+    return random.Random(1234).randbytes(len(data))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        *((truncate_at(f), "truncated") for f in (0.05, 0.3, 0.5, 0.8, 0.999)),
+        (random_bytes, "cannot be loaded"),
+    ],
+    ids=[
+        "truncated-5%",
+        "truncated-30%",
+        "truncated-50%",
+        "truncated-80%",
+        "truncated-99.9%",
+        "random-bytes",
+    ],
+)
+def test_corrupt_library_with_matching_manifest_reaches_dlopen_safely(
+    tmp_path: Path,
+    torch213_library: tuple[Path, ManifestEntry],
+    mutate: Callable[[bytes], bytes],
+    message: str,
+) -> None:
+    # The manifest's size and sha256 describe the corrupt file, so only dlopen can object.
+    bad = corrupt_copy(tmp_path, torch213_library[0], mutate)
+    root = make_package(tmp_path / "pkg", [bundled(bad)])
+    assert_contained(probe(root, **{P + "FORCE": "1"}), message)
+
+
+@pytest.mark.slow
+def test_truncated_library_is_caught_before_dlopen(
+    tmp_path: Path, torch213_library: tuple[Path, ManifestEntry]
+) -> None:
+    library = torch213_library[0]
+    bad = corrupt_copy(tmp_path, library, truncate)
+    root = make_package(
+        tmp_path / "pkg",
+        [bundled(bad, size=library.stat().st_size, sha256=sha256_of(library))],
+    )
+    assert_contained(probe(root, **{P + "FORCE": "1"}), "size", "manifest says", "reinstall")
+
+
+@pytest.mark.slow
+def test_sha256_mismatch_is_caught_before_dlopen(
+    tmp_path: Path, torch213_library: tuple[Path, ManifestEntry]
+) -> None:
+    library = torch213_library[0]
+
+    def flip(data: bytes) -> bytes:
+        middle = len(data) // 2
+        return data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :]
+
+    bad = corrupt_copy(tmp_path, library, flip)
+    root = make_package(tmp_path / "pkg", [bundled(bad, sha256=sha256_of(library))])
+    assert_contained(probe(root, **{P + "FORCE": "1"}), "sha256", "does not match the manifest")
+
+
+@pytest.mark.parametrize(
+    ("defines", "message"),
+    [
+        (("FAKE_NO_EXPORT",), "does not export TorchDLPackExchangeAPIPtr"),
+        (("FAKE_NULL_MEMBER",), "NULL member(s) current_work_stream"),
+        (("FAKE_MAJOR=2",), "DLPack version 2.3"),
+        (("FAKE_NULL_TABLE",), "returned NULL"),
+    ],
+    ids=["missing-export", "null-member", "major-2", "null-table"],
+)
+def test_invalid_library_is_refused(tmp_path: Path, defines: tuple[str, ...], message: str) -> None:
+    library = build_fake_library(tmp_path / "lib", *defines)
+    root = make_package(tmp_path / "pkg", [bundled(library)])
+    assert_contained(probe(root, **{P + "FORCE": "1"}), message)
+
+
+def test_manifest_missing(tmp_path: Path) -> None:
+    root = make_package(tmp_path, manifest=False)
+    assert_contained(probe(root, **{P + "FORCE": "1"}), "no manifest at", f"{P}JIT=1")
+
+
+def test_manifest_corrupt(tmp_path: Path) -> None:
+    root = make_package(tmp_path)
+    (root / PACKAGE / MANIFEST_NAME).write_text("{not json", encoding="utf-8")
+    assert_contained(probe(root, **{P + "FORCE": "1"}), "not valid JSON")
+
+
+def test_manifest_names_missing_file(tmp_path: Path) -> None:
+    library = build_fake_library(tmp_path / "lib")
+    root = make_package(tmp_path / "pkg", [bundled(library)])
+    for path in (root / PACKAGE / "libs").iterdir():
+        path.unlink()
+    assert_contained(probe(root, **{P + "FORCE": "1"}), "listed in the manifest but not readable")
+
+
+def test_unwritable_jit_cache(tmp_path: Path) -> None:
+    root = make_package(tmp_path / "pkg", manifest=False)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory", encoding="utf-8")
+    result = probe(
+        root, **{P + "FORCE": "1", P + "JIT": "1", P + "CACHE_DIR": str(blocker / "cache")}
+    )
+    assert_contained(result, "not writable", f"{P}CACHE_DIR")
+
+
+def test_jit_without_compiler(tmp_path: Path) -> None:
+    root = make_package(tmp_path / "pkg", manifest=False)
+    # A PATH with binutils (the driver's audit needs nm) but no C++ compiler.
+    empty_bin = tmp_path / "bin"
+    empty_bin.mkdir()
+    nm = shutil.which("nm")
+    assert nm is not None
+    (empty_bin / "nm").symlink_to(nm)
+    result = probe(
+        root,
+        **{
+            P + "FORCE": "1",
+            P + "JIT": "1",
+            P + "CACHE_DIR": str(tmp_path / "cache"),
+            "PATH": str(empty_bin),
+            "CXX": "",
+        },
+    )
+    assert_contained(result, "JIT build", "no C++ compiler")
+    assert not any((tmp_path / "cache").rglob("*.so"))
+
+
+@pytest.mark.slow
+def test_rocm_torch_with_api_never_reads_manifest(tmp_path: Path) -> None:
+    """A ROCm torch that provides the API defers without touching the manifest: here
+    the manifest path is a directory, so reading it would fail loudly."""
+    root = make_package(tmp_path, manifest=False)
+    (root / PACKAGE / MANIFEST_NAME).mkdir()
+    code = """
+import sys, types, warnings
+class Tensor: __dlpack_c_exchange_api__ = object()
+fake = types.ModuleType("torch")
+fake.__version__ = "2.10.0+rocm6.4"
+fake.Tensor = Tensor
+fake.cuda = types.SimpleNamespace(is_available=lambda: True)
+fake.version = types.SimpleNamespace(cuda=None, hip="6.4")
+fake.compiled_with_cxx11_abi = lambda: True
+sys.modules["torch"] = fake
+from torch_c_dlpack_ext import _loader
+def boom(path):
+    raise AssertionError(f"manifest read: {path}")
+_loader.load_manifest = boom
+with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    import torch_c_dlpack_ext as pkg
+    import os
+    from pathlib import Path
+    for env in ({}, {"TORCH_C_DLPACK_EXT_BACKEND": "rocm"}):
+        status = _loader.select_and_load(env, Path(pkg.__file__).parent)
+        assert status.kind.value == "defer", status
+        assert status.torch.backend.value == "rocm", status.torch
+print("ok")
+"""
+    proc = run_python(code, pythonpath=[root], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("ok")
+
+
+@pytest.mark.slow
+def test_library_for_other_cxx_abi_is_refused(
+    tmp_path: Path, old_torch_env: Callable[[str], Any], build_cache: Path
+) -> None:
+    """A 2.8 library (cxx11 ABI) presented as the 2.6 entry (old ABI) to PyPI's 2.6.0:
+    dlopen reports an undefined symbol, which must become a warning, not an error."""
+    from torch_c_dlpack_ext._compile import compile_library
+
+    env28 = old_torch_env("2.8.0")
+    env26 = old_torch_env("2.6.0")
+    out = build_cache / "faults-torch2.8.0-cpu"
+    entry = compile_library(torch=env28.torch_dir, backend="cpu", output_dir=out)
+    root = make_package(
+        tmp_path, [Bundled(out / entry.file, "2.6", Backend.CPU, False, "2.6.0+cu124")]
+    )
+    result = probe(root, python=env26.python, timeout=300)
+    assert_contained(result, "cannot be loaded", "undefined symbol")
+
+
+@pytest.mark.slow
+def test_eight_processes_jit_at_once_build_once(tmp_path: Path) -> None:
+    """Eight importers, JIT on, empty cache: one compile (the driver's lock and cache),
+    eight published libraries."""
+    import subprocess
+
+    root = make_package(tmp_path / "pkg", manifest=False)
+    cache = tmp_path / "cache"
+    env = clean_env(**{P + "FORCE": "1", P + "JIT": "1", P + "CACHE_DIR": str(cache)})
+    env["PYTHONPATH"] = str(root)
+    code = PROBE
+    started = time.monotonic()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(8)
+    ]
+    outputs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=900)
+            outputs.append((proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    elapsed = time.monotonic() - started
+    for returncode, _, err in outputs:
+        assert returncode == 0, err[-3000:]
+    results = [json.loads(out.strip().splitlines()[-1]) for _, out, _ in outputs]
+    assert [r["kind"] for r in results] == ["jit"] * 8, [r["reason"] for r in results]
+    assert all(r["replaced"] and r["legacy"] for r in results)
+    assert len({r["library"] for r in results}) == 1
+    # The driver logs each compile and each cache hit to stderr.
+    compiled = sum(err.count("compiled libtorch_c_dlpack_ext") for _, _, err in outputs)
+    hits = sum(err.count("(cache hit)") for _, _, err in outputs)
+    assert (compiled, hits) == (1, 7), [err[-500:] for _, _, err in outputs]
+    libraries = list(cache.rglob("*.so"))
+    assert len(libraries) == 1, libraries
+    print(f"8 concurrent JIT imports: {elapsed:.1f} s")
+    shutil.rmtree(cache, ignore_errors=True)
+    assert not os.path.exists(cache)
