@@ -470,6 +470,7 @@ def _install_scenarios(
 
     checks = []
     new_python = _new_torch_env(work, deadline)
+    _log(f"scenario: torch {NEW_TORCH}, install from the rehearsal index")
     report = _pip_from_index(new_python, server, work / "report-new.json", deadline)
     run([new_python, "-m", "pip", "check"], timeout=120)
     checks.append(
@@ -487,6 +488,7 @@ def _install_scenarios(
     _log(f"preparing an env with a real torch {options.old_torch} (cached)")
     old = torch_env(options.old_torch, importable=True)
     site = work / "site-torch-old"
+    _log(f"scenario: torch {options.old_torch}, install from the rehearsal index")
     report = _pip_from_index(old.python, server, work / "report-old.json", deadline, target=site)
     # The package's own dependencies come from the normal indexes, like torch's.
     run(
@@ -494,6 +496,9 @@ def _install_scenarios(
          "--no-cache-dir", "packaging>=24", "filelock>=3.12"],
         timeout=deadline.left(INSTALL_TIMEOUT),
     )  # fmt: skip
+    # No GPU here: the CPU library of that torch is the one to load; if its cell
+    # was not built, the selector must explain instead.
+    library = _expected_library(files, old_minor, "cpu")
     checks.append(
         _scenario(
             f"torch {options.old_torch}",
@@ -501,12 +506,13 @@ def _install_scenarios(
             pip_report=report,
             decision=_diagnose(old.python, work, pythonpath=site),
             want_wheel="combined",
-            want_kind="load",
-            want_library=_expected_library(files, old_minor, "cpu"),
+            want_kind="load" if library else "unavailable",
+            want_library=library,
         )
     )
 
     foreign = work / "site-foreign"
+    _log(f"scenario: resolution for Python {FOREIGN_PYTHON} (no combined wheel)")
     report = _pip_from_index(
         new_python, server, work / "report-foreign.json", deadline,
         target=foreign, python_version=FOREIGN_PYTHON,
@@ -559,6 +565,7 @@ def rehearse(options: RehearsalOptions) -> list[Check]:
         files, checks = _publish(dist, server)
         if all(c.ok for c in checks):
             checks += _install_scenarios(files, server, work, options, deadline)
+            _log("second upload of an existing file name")
             checks.append(_second_upload(files, server, work))
         return checks
 
