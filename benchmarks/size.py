@@ -2,18 +2,23 @@
 
 Compressed sizes come from the wheels in ``dist/`` when there are any (``ZipInfo``'s
 ``compress_size``, exactly what a download costs). Libraries that are only built, not
-packed yet, are deflated the way a wheel stores them and marked as estimates.
+packed yet, are deflated the way a wheel stores them and marked as estimates. The
+"if stripped" column is a what-if for our libraries: the same deflate after
+``strip --strip-unneeded``, to show how much of the size is symbol table.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import shutil
+import tempfile
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from torch_c_dlpack_ext._run import run
 from torch_c_dlpack_ext.errors import TorchCDLPackExtError
 
 from .report import Table, format_bytes
@@ -34,6 +39,8 @@ class LibrarySize:
     compressed: int
     #: Where the compressed number comes from: a wheel's file name, or "estimate".
     source: str
+    #: Compressed size after ``strip --strip-unneeded`` (a what-if; ``None`` if not taken).
+    stripped_compressed: int | None = None
 
     def row(self) -> tuple[str, ...]:
         return (
@@ -41,7 +48,8 @@ class LibrarySize:
             self.name,
             format_bytes(self.size),
             format_bytes(self.compressed),
-            self.source,
+            "wheel" if self.source.endswith(".whl") else self.source,
+            format_bytes(self.stripped_compressed),
         )
 
 
@@ -54,8 +62,22 @@ def deflated_size(data: bytes) -> int:
     return info.compress_size
 
 
-def libraries_in_wheel(wheel: Path, owner: str) -> list[LibrarySize]:
-    """Every shared library a wheel holds, with its stored (compressed) size."""
+def stripped_deflated_size(data: bytes) -> int | None:
+    """:func:`deflated_size` of ``data`` after ``strip --strip-unneeded`` (the symbol
+    table a library does not need to load), or ``None`` without binutils' strip."""
+    strip = shutil.which("strip")
+    if strip is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="tcde-strip-") as tmp:
+        path = Path(tmp) / "library.so"
+        path.write_bytes(data)
+        run([strip, "--strip-unneeded", path], echo=False)
+        return deflated_size(path.read_bytes())
+
+
+def libraries_in_wheel(wheel: Path, owner: str, *, stripped: bool = False) -> list[LibrarySize]:
+    """Every shared library a wheel holds, with its stored (compressed) size; with
+    ``stripped``, also what it would take stripped."""
     with zipfile.ZipFile(wheel) as archive:
         return [
             LibrarySize(
@@ -64,6 +86,9 @@ def libraries_in_wheel(wheel: Path, owner: str) -> list[LibrarySize]:
                 size=info.file_size,
                 compressed=info.compress_size,
                 source=wheel.name,
+                stripped_compressed=(
+                    stripped_deflated_size(archive.read(info)) if stripped else None
+                ),
             )
             for info in archive.infolist()
             if info.filename.endswith((".so", ".dylib", ".dll"))
@@ -78,6 +103,7 @@ def _built_libraries(paths: Iterable[Path], owner: str) -> list[LibrarySize]:
             size=path.stat().st_size,
             compressed=deflated_size(path.read_bytes()),
             source="estimate",
+            stripped_compressed=stripped_deflated_size(path.read_bytes()),
         )
         for path in sorted(paths)
     ]
@@ -89,7 +115,7 @@ def run_size(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[Targe
     wheels = sorted((ROOT / "dist").glob("*.whl"))
     ours: list[LibrarySize] = []
     for wheel in wheels:
-        ours += libraries_in_wheel(wheel, "ours")
+        ours += libraries_in_wheel(wheel, "ours", stripped=True)
     if not ours:
         # No wheel yet: fall back to what the driver built for the other benchmarks.
         ctx.progress("size: no wheels in dist/; estimating from libraries built under the work dir")
@@ -107,7 +133,14 @@ def run_size(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[Targe
 
     library_table = Table(
         title="Library size (on disk and compressed in the wheel)",
-        headers=("package", "library", "size", "compressed", "compressed size from"),
+        headers=(
+            "package",
+            "library",
+            "size",
+            "compressed",
+            "compressed from",
+            "compressed if stripped",
+        ),
         rows=tuple(item.row() for item in ours + legacy_libs),
     )
     wheel_rows = [(w.name, format_bytes(w.stat().st_size)) for w in wheels]
