@@ -139,8 +139,9 @@ TCDE_BENCH_EXPORT int64_t tcde_bench_to_py_object(const DLPackExchangeAPI* api,
     for (int64_t j = 0; j < count; ++j) {
       void* out = NULL;
       if (api->managed_tensor_to_py_object_no_sync(batch[j], &out) != 0) {
-        /* The failed call owned batch[j]; the rest are still ours to release. */
-        for (int64_t k = j + 1; k < count; ++k) {
+        /* A failed import leaves ownership with the caller (torch 2.13 and this project
+         * both follow that rule), so batch[j] and the rest are still ours to release. */
+        for (int64_t k = j; k < count; ++k) {
           if (batch[k]->deleter != NULL) batch[k]->deleter(batch[k]);
         }
         return fail("managed_tensor_to_py_object_no_sync");
