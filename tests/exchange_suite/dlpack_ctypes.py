@@ -18,12 +18,17 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "ALLOCATOR",
     "CAPSULE_NAME",
+    "CURRENT_WORK_STREAM",
     "DELETER",
+    "DLTENSOR_FROM_PY_OBJECT",
     "FLAG_IS_COPIED",
     "FLAG_IS_SUBBYTE_TYPE_PADDED",
     "FLAG_READ_ONLY",
+    "FROM_PY_OBJECT",
     "SET_ERROR",
+    "TO_PY_OBJECT",
     "DLDataType",
     "DLDataTypeCode",
     "DLDevice",
