@@ -49,7 +49,7 @@ def _probe(torch_dir: Path, backend: str, python: Path, scratch: Path) -> dict[s
                 output_dir,
             ],
             cwd=ROOT,
-            env=subprocess_env(pythonpath=(ROOT / "python", ROOT)),
+            env=subprocess_env(pythonpath=(ROOT / "python", ROOT), keep_settings=True),
         )
     finally:
         shutil.rmtree(output_dir, ignore_errors=True)
@@ -78,7 +78,9 @@ def _matrix_wall_time(ctx: BenchContext, jobs: int) -> dict[str, Any]:
         run(
             [sys.executable, "-m", "nox", "-s", "build", "--", "--jobs", str(jobs)],
             cwd=ROOT,
-            env=subprocess_env(pythonpath=(), TORCH_C_DLPACK_EXT_CACHE_DIR=str(cache)),
+            env=subprocess_env(
+                pythonpath=(), keep_settings=True, TORCH_C_DLPACK_EXT_CACHE_DIR=str(cache)
+            ),
         )
         return {"jobs": jobs, "seconds": time.perf_counter() - started}
     finally:

@@ -58,12 +58,22 @@ class BenchContext:
     machine: dict[str, Any]
 
 
-def subprocess_env(*, pythonpath: tuple[Path, ...] = (ROOT,), **extra: str) -> dict[str, str]:
-    """The environment for a benchmark subprocess: ours, minus any variable of this project
-    that would change what the subprocess loads, plus ``pythonpath`` and ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_C_DLPACK_EXT_")}
+def subprocess_env(
+    *, pythonpath: tuple[Path, ...] = (ROOT,), keep_settings: bool = False, **extra: str
+) -> dict[str, str]:
+    """The environment for a benchmark subprocess: ours with ``pythonpath`` and ``extra``.
+
+    Unless ``keep_settings``, this project's variables (``TORCH_C_DLPACK_EXT_FORCE``,
+    ``..._LIBRARY``, ...) are dropped: a measured import or exchange must take the path a
+    user without overrides takes. Build steps keep them (a compiler override applies).
+    """
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if keep_settings or not k.startswith("TORCH_C_DLPACK_EXT_")
+    }
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
-    # numpy is absent from the environments; torch's warning about it is noise here.
+    # numpy is absent from some environments; torch's warning about it is noise here.
     env["PYTHONWARNINGS"] = "ignore"
     env.update(extra)
     return env
