@@ -1,0 +1,462 @@
+"""The ONE reader of ``matrix.toml``: platforms, indexes, torch minors and the cells they yield.
+
+``nox -s build``, ``nox -s matrix`` (CI's job matrix), the in-tree build backend
+(``TORCH_C_DLPACK_EXT_CELLS``) and the tests all call :func:`load_matrix`. The
+file is validated on read: an unknown key, platform, backend or index raises
+:class:`~torch_c_dlpack_ext.errors.ConfigError` with a "did you mean" hint.
+
+A *cell* is one library: (Python, platform, torch minor, backend, C++ ABI). Each
+``[[torch.wheel]]`` flavour yields its own backend's library and the CPU library
+of the same ABI; when two flavours yield the same cell the first listed wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from torch_c_dlpack_ext._naming import Backend, library_filename, parse_backend, variant_label
+from torch_c_dlpack_ext.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.9/3.10 only
+    import tomli as tomllib
+
+__all__ = [
+    "MATRIX_FILE",
+    "Cell",
+    "Matrix",
+    "Platform",
+    "TorchMinor",
+    "TorchWheel",
+    "load_matrix",
+]
+
+#: ``matrix.toml`` at the repository (or unpacked sdist) root.
+MATRIX_FILE = Path(__file__).resolve().parents[1] / "matrix.toml"
+SCHEMA = 1
+
+_TOP_KEYS = ("schema", "platforms", "indexes", "backends", "torch")
+_PLATFORM_KEYS = ("os", "machine", "runner", "cibw_platform", "cibw_arch", "image")
+_BACKEND_KEYS = ("toolchain", "image")
+_TORCH_KEYS = ("minor", "release", "python", "python_exclude", "wheel")
+_WHEEL_KEYS = ("index", "backend", "toolkit", "toolkit_requirements", "platforms", "cxx11_abi")
+_OSES = ("linux", "windows", "macos")
+
+
+def _hint(value: str, choices: Iterable[str]) -> str:
+    choices = list(choices)
+    close = difflib.get_close_matches(value, choices, n=1)
+    listed = ", ".join(choices)
+    return f" (did you mean {close[0]!r}?)" if close else f" (expected one of: {listed})"
+
+
+def _check_keys(where: str, table: Mapping[str, Any], allowed: Sequence[str]) -> None:
+    for key in table:
+        if key not in allowed:
+            raise ConfigError(f"matrix.toml: unknown key {key!r} in {where}{_hint(key, allowed)}")
+
+
+def _choice(where: str, value: Any, choices: Iterable[str]) -> str:
+    choices = list(choices)
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(f"matrix.toml: {where} = {value!r} is not known{_hint(str(value), choices)}")
+    return value
+
+
+def _str(where: str, table: Mapping[str, Any], key: str, *, required: bool = True) -> str | None:
+    value = table.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"matrix.toml: {where} needs {key} as a non-empty string, got {value!r}")
+    return value
+
+
+def _version_tuple(where: str, value: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in value.split("."))
+    except ValueError:
+        raise ConfigError(f"matrix.toml: {where}: {value!r} is not a dotted version") from None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Platform:
+    """A wheel platform the matrix builds for (``linux_x86_64``...)."""
+
+    name: str
+    os: str
+    #: ``platform.machine()`` on that platform (``x86_64``, ``AMD64``, ``arm64``).
+    machine: str
+    runner: str
+    cibw_platform: str
+    cibw_arch: str
+    #: manylinux image cibuildwheel builds in (Linux only).
+    image: str | None
+
+    @property
+    def dual_abi(self) -> bool:
+        """libstdc++'s dual ABI applies (Linux): library names and cells carry it."""
+        return self.os == "linux"
+
+    @property
+    def sys_platform(self) -> str:
+        return {"linux": "linux", "windows": "win32", "macos": "darwin"}[self.os]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TorchWheel:
+    """One torch wheel flavour we compile against (an index, a backend, an ABI per platform)."""
+
+    index: str
+    index_url: str
+    backend: Backend
+    #: CUDA / ROCm version of that torch build (``None`` for CPU builds).
+    toolkit: str | None
+    #: Extra requirements supplying GPU headers at build time.
+    toolkit_requirements: tuple[str, ...]
+    platforms: tuple[str, ...]
+    cxx11_abi: Mapping[str, bool]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TorchMinor:
+    """A torch minor version and the release built against."""
+
+    minor: str
+    release: str
+    python: tuple[str, ...]
+    python_exclude: Mapping[str, tuple[str, ...]]
+    wheels: tuple[TorchWheel, ...]
+
+    @property
+    def version(self) -> tuple[int, int]:
+        major, minor = self.minor.split(".")
+        return int(major), int(minor)
+
+    def pythons_for(self, platform: str) -> tuple[str, ...]:
+        """The CPython versions torch publishes wheels of on ``platform``."""
+        excluded = self.python_exclude.get(platform, ())
+        return tuple(p for p in self.python if p not in excluded)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Cell:
+    """One library to build: (Python, platform, torch minor, backend, C++ ABI)."""
+
+    python: str
+    platform: Platform
+    torch: TorchMinor
+    backend: Backend
+    cxx11_abi: bool | None
+    #: The torch flavour compiled against.
+    wheel: TorchWheel
+    #: The torch minor ships with both ABIs on this platform (labels must tell them apart).
+    abi_ambiguous: bool
+
+    @property
+    def python_tag(self) -> str:
+        return "cp" + self.python.replace(".", "")
+
+    @property
+    def label(self) -> str:
+        """PEP 825 variant label (``t26_cuda`` or ``t26_cuda_abi0``)."""
+        major, minor = self.torch.version
+        return variant_label(major, minor, self.backend, self.cxx11_abi, with_abi=self.abi_ambiguous)
+
+    @property
+    def id(self) -> str:
+        """``cp311-linux_x86_64-t26_cuda_abi0``: unique in the matrix, stable across runs."""
+        return f"{self.python_tag}-{self.platform.name}-{self.label}"
+
+    @property
+    def job_id(self) -> str:
+        """The cibuildwheel job building this cell: ``cp311-linux_x86_64-cuda``.
+
+        A GPU flavour's job also builds its CPU libraries, so CPU cells of a
+        platform that has GPU flavours belong to the first GPU group that
+        yields them; CPU-only platforms have one ``cpu`` job.
+        """
+        return f"{self.python_tag}-{self.platform.name}-{self.wheel.backend.value}"
+
+    @property
+    def library(self) -> str:
+        major, minor = self.torch.version
+        return library_filename(
+            major, minor, self.backend, self.cxx11_abi, platform=self.platform.sys_platform
+        )
+
+    @property
+    def toolkit(self) -> str | None:
+        return self.wheel.toolkit if self.backend is not Backend.CPU else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "job": self.job_id,
+            "python": self.python,
+            "platform": self.platform.name,
+            "torch": self.torch.minor,
+            "torch_release": self.torch.release,
+            "backend": self.backend.value,
+            "cxx11_abi": self.cxx11_abi,
+            "index": self.wheel.index,
+            "index_url": self.wheel.index_url,
+            "toolkit": self.toolkit,
+            "label": self.label,
+            "library": self.library,
+        }
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Matrix:
+    """The whole build matrix."""
+
+    path: Path
+    platforms: Mapping[str, Platform]
+    indexes: Mapping[str, str]
+    backend_images: Mapping[Backend, str]
+    torch: tuple[TorchMinor, ...]
+
+    def cells(self) -> tuple[Cell, ...]:
+        """Every cell, in matrix order (torch minor, flavour, platform, Python, backend)."""
+        seen: dict[tuple[str, str, str, Backend, bool | None], Cell] = {}
+        for minor in self.torch:
+            abis: dict[str, set[bool]] = {}
+            for wheel in minor.wheels:
+                for plat, abi in wheel.cxx11_abi.items():
+                    abis.setdefault(plat, set()).add(abi)
+            for wheel in minor.wheels:
+                backends = [wheel.backend] + ([Backend.CPU] if wheel.backend is not Backend.CPU else [])
+                for plat_name in wheel.platforms:
+                    platform = self.platforms[plat_name]
+                    abi = wheel.cxx11_abi.get(plat_name) if platform.dual_abi else None
+                    for python in minor.pythons_for(plat_name):
+                        for backend in backends:
+                            key = (python, plat_name, minor.minor, backend, abi)
+                            if key in seen:
+                                continue
+                            seen[key] = Cell(
+                                python=python,
+                                platform=platform,
+                                torch=minor,
+                                backend=backend,
+                                cxx11_abi=abi,
+                                wheel=wheel,
+                                abi_ambiguous=len(abis.get(plat_name, ())) > 1,
+                            )
+        return tuple(seen.values())
+
+    def pythons(self) -> tuple[str, ...]:
+        """Every Python of the matrix, oldest first."""
+        found = {p for minor in self.torch for p in minor.python}
+        return tuple(sorted(found, key=lambda v: _version_tuple("python", v)))
+
+    def select(
+        self,
+        patterns: Sequence[str] = (),
+        *,
+        python: Sequence[str] = (),
+        platform: Sequence[str] = (),
+    ) -> tuple[Cell, ...]:
+        """Cells matching every filter given.
+
+        ``patterns``: cell ids, job ids or ``fnmatch`` patterns of either
+        (``*-t26_*``). A pattern that matches nothing is an error with a hint, so
+        a typo in CI's ``--only`` never silently builds nothing.
+        """
+        cells = self.cells()
+        for value in python:
+            if value not in self.pythons():
+                raise ConfigError(f"python {value!r} is not in matrix.toml{_hint(value, self.pythons())}")
+        for value in platform:
+            _choice("platform", value, self.platforms)
+        if python:
+            cells = tuple(c for c in cells if c.python in python)
+        if platform:
+            cells = tuple(c for c in cells if c.platform.name in platform)
+        patterns = [p.strip() for p in patterns if p.strip()]
+        if not patterns:
+            return cells
+        chosen: list[Cell] = []
+        for pattern in patterns:
+            hits = [
+                c for c in cells if fnmatch.fnmatchcase(c.id, pattern) or fnmatch.fnmatchcase(c.job_id, pattern)
+            ]
+            if not hits:
+                names = sorted({c.id for c in cells} | {c.job_id for c in cells})
+                raise ConfigError(
+                    f"no matrix cell matches {pattern!r}{_hint(pattern, names)}; "
+                    "`nox -s matrix -- --list` prints every cell id"
+                )
+            chosen.extend(c for c in hits if c not in chosen)
+        return tuple(chosen)
+
+    def jobs(self, cells: Sequence[Cell] | None = None) -> list[dict[str, Any]]:
+        """CI's job matrix: one entry per cibuildwheel job (Python x platform x backend group)."""
+        grouped: dict[str, list[Cell]] = {}
+        for cell in self.cells() if cells is None else cells:
+            grouped.setdefault(cell.job_id, []).append(cell)
+        jobs = []
+        for job_id, members in grouped.items():
+            first = members[0]
+            image = first.platform.image
+            if first.wheel.backend in self.backend_images:
+                image = self.backend_images[first.wheel.backend]
+            jobs.append(
+                {
+                    "id": job_id,
+                    "python": first.python,
+                    "platform": first.platform.name,
+                    "backend": first.wheel.backend.value,
+                    "runner": first.platform.runner,
+                    "cibw_build": f"{first.python_tag}-*",
+                    "arch": first.platform.cibw_arch,
+                    "image": image or "",
+                    "cells": [c.id for c in members],
+                }
+            )
+        return jobs
+
+
+def _parse_wheel(where: str, raw: Any, platforms: Mapping[str, Platform], indexes: Mapping[str, str]) -> TorchWheel:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"matrix.toml: {where} must be a table")
+    _check_keys(where, raw, _WHEEL_KEYS)
+    index = _choice(f"{where}.index", raw.get("index"), indexes)
+    try:
+        backend = parse_backend(str(raw.get("backend")))
+    except ConfigError as exc:
+        raise ConfigError(f"matrix.toml: {where}.backend: {exc}") from None
+    plats = raw.get("platforms")
+    if not isinstance(plats, list) or not plats:
+        raise ConfigError(f"matrix.toml: {where}.platforms must be a non-empty list")
+    for plat in plats:
+        _choice(f"{where}.platforms", plat, platforms)
+    abi_raw = raw.get("cxx11_abi", {})
+    if not isinstance(abi_raw, dict):
+        raise ConfigError(f"matrix.toml: {where}.cxx11_abi must be a table platform = true|false")
+    for plat, abi in abi_raw.items():
+        _choice(f"{where}.cxx11_abi key", plat, plats)
+        if not isinstance(abi, bool):
+            raise ConfigError(f"matrix.toml: {where}.cxx11_abi.{plat} must be true or false")
+    for plat in plats:
+        if platforms[plat].dual_abi and plat not in abi_raw:
+            raise ConfigError(
+                f"matrix.toml: {where} builds for {plat} but does not say its C++ ABI; "
+                f"add cxx11_abi = {{ {plat} = true|false }}"
+            )
+    toolkit = _str(where, raw, "toolkit", required=backend is not Backend.CPU)
+    if toolkit is not None:
+        _version_tuple(f"{where}.toolkit", toolkit)
+    requirements = raw.get("toolkit_requirements", [])
+    if not isinstance(requirements, list) or not all(isinstance(r, str) for r in requirements):
+        raise ConfigError(f"matrix.toml: {where}.toolkit_requirements must be a list of strings")
+    return TorchWheel(
+        index=index,
+        index_url=indexes[index],
+        backend=backend,
+        toolkit=toolkit,
+        toolkit_requirements=tuple(requirements),
+        platforms=tuple(plats),
+        cxx11_abi=dict(abi_raw),
+    )
+
+
+def _parse_torch(where: str, raw: Any, platforms: Mapping[str, Platform], indexes: Mapping[str, str]) -> TorchMinor:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"matrix.toml: {where} must be a table")
+    _check_keys(where, raw, _TORCH_KEYS)
+    minor = str(_str(where, raw, "minor"))
+    release = str(_str(where, raw, "release"))
+    if len(_version_tuple(f"{where}.minor", minor)) != 2:
+        raise ConfigError(f"matrix.toml: {where}.minor {minor!r} must be 'X.Y'")
+    if not release.startswith(minor + "."):
+        raise ConfigError(f"matrix.toml: {where}: release {release!r} is not a {minor}.x release")
+    where = f"torch {minor}"
+    pythons = raw.get("python")
+    if not isinstance(pythons, list) or not pythons or not all(isinstance(p, str) for p in pythons):
+        raise ConfigError(f"matrix.toml: {where}.python must be a non-empty list like ['3.11']")
+    for python in pythons:
+        if len(_version_tuple(f"{where}.python", python)) != 2:
+            raise ConfigError(f"matrix.toml: {where}.python {python!r} must be 'X.Y'")
+    exclude_raw = raw.get("python_exclude", {})
+    if not isinstance(exclude_raw, dict):
+        raise ConfigError(f"matrix.toml: {where}.python_exclude must be a table platform = [...]")
+    exclude: dict[str, tuple[str, ...]] = {}
+    for plat, values in exclude_raw.items():
+        _choice(f"{where}.python_exclude key", plat, platforms)
+        for value in values:
+            _choice(f"{where}.python_exclude.{plat}", value, pythons)
+        exclude[plat] = tuple(values)
+    wheels_raw = raw.get("wheel")
+    if not isinstance(wheels_raw, list) or not wheels_raw:
+        raise ConfigError(f"matrix.toml: {where} needs at least one [[torch.wheel]] table")
+    wheels = tuple(
+        _parse_wheel(f"{where} wheel #{i + 1}", w, platforms, indexes) for i, w in enumerate(wheels_raw)
+    )
+    return TorchMinor(
+        minor=minor, release=release, python=tuple(pythons), python_exclude=exclude, wheels=wheels
+    )
+
+
+def parse_matrix(data: Mapping[str, Any], path: Path = MATRIX_FILE) -> Matrix:
+    """Validate parsed TOML and build the :class:`Matrix`. Raises :class:`ConfigError`."""
+    _check_keys("the top level", data, _TOP_KEYS)
+    if data.get("schema") != SCHEMA:
+        raise ConfigError(f"matrix.toml: schema {data.get('schema')!r}, this reader reads {SCHEMA}")
+    platforms: dict[str, Platform] = {}
+    for name, raw in dict(data.get("platforms", {})).items():
+        where = f"[platforms.{name}]"
+        _check_keys(where, raw, _PLATFORM_KEYS)
+        os_name = _choice(f"{where}.os", raw.get("os"), _OSES)
+        platforms[name] = Platform(
+            name=name,
+            os=os_name,
+            machine=str(_str(where, raw, "machine")),
+            runner=str(_str(where, raw, "runner")),
+            cibw_platform=str(_str(where, raw, "cibw_platform")),
+            cibw_arch=str(_str(where, raw, "cibw_arch")),
+            image=_str(where, raw, "image", required=False),
+        )
+    if not platforms:
+        raise ConfigError("matrix.toml: no [platforms.*] tables")
+    indexes = dict(data.get("indexes", {}))
+    for name, url in indexes.items():
+        if not isinstance(url, str) or not url.startswith("https://"):
+            raise ConfigError(f"matrix.toml: [indexes] {name} = {url!r} must be an https:// URL")
+    images: dict[Backend, str] = {}
+    for name, raw in dict(data.get("backends", {})).items():
+        _choice("[backends] table name", name, [b.value for b in Backend])
+        _check_keys(f"[backends.{name}]", raw, _BACKEND_KEYS)
+        image = _str(f"[backends.{name}]", raw, "image", required=False)
+        if image:
+            images[Backend(name)] = image
+    torch_raw = data.get("torch")
+    if not isinstance(torch_raw, list) or not torch_raw:
+        raise ConfigError("matrix.toml: no [[torch]] tables")
+    minors = tuple(_parse_torch(f"[[torch]] #{i + 1}", t, platforms, indexes) for i, t in enumerate(torch_raw))
+    names = [m.minor for m in minors]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"matrix.toml: a torch minor is listed twice: {names}")
+    return Matrix(path=path, platforms=platforms, indexes=indexes, backend_images=images, torch=minors)
+
+
+def load_matrix(path: Path | None = None) -> Matrix:
+    """Read and validate ``matrix.toml`` (default: the one next to ``build_backend/``)."""
+    path = MATRIX_FILE if path is None else path
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    return parse_matrix(data, path)

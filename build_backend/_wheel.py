@@ -1,0 +1,336 @@
+"""Wheel writing: one reproducible writer, and the backend's wheel implementations.
+
+Every wheel of the project (the backend's own, and the combined / variant /
+universal wheels ``devtools/wheels.py`` assembles) goes through
+:class:`WheelWriter`: entries sorted, timestamps from ``SOURCE_DATE_EPOCH``
+(default 1980-01-01, the oldest a zip can hold), fixed permissions, RECORD last,
+written to a temporary name and renamed into place.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import sys
+import sysconfig
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._source import PACKAGE_DIR, ROOT
+
+__all__ = [
+    "WheelWriter",
+    "build_editable_impl",
+    "build_wheel_impl",
+    "package_files",
+    "platform_tag",
+    "source_files",
+    "wheel_tag",
+]
+
+#: Python files and data of the package that every wheel installs.
+_PACKAGE_SUFFIXES = (".py", ".typed")
+_CSRC_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc")
+_ZIP_EPOCH = 315532800  # 1980-01-01T00:00:00Z
+
+
+def _zip_time() -> tuple[int, int, int, int, int, int]:
+    epoch = int(os.environ.get("SOURCE_DATE_EPOCH", _ZIP_EPOCH))
+    return time.gmtime(max(epoch, _ZIP_EPOCH))[:6]
+
+
+def _urlsafe_digest(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+class WheelWriter:
+    """Collect files, then :meth:`write` one deterministic wheel."""
+
+    def __init__(self, *, name: str, version: str, tag: str, label: str | None = None) -> None:
+        self.name = name
+        self.version = version
+        self.tag = tag
+        self.label = label
+        self._files: dict[str, tuple[bytes, bool]] = {}
+
+    @property
+    def dist_info(self) -> str:
+        return f"{self.name}-{self.version}.dist-info"
+
+    @property
+    def filename(self) -> str:
+        suffix = f"-{self.label}" if self.label else ""
+        return f"{self.name}-{self.version}-{self.tag}{suffix}.whl"
+
+    def add(self, arcname: str, data: bytes, *, executable: bool = False) -> None:
+        if arcname in self._files:
+            raise ValueError(f"{arcname} added twice to {self.filename}")
+        self._files[arcname] = (data, executable)
+
+    def add_file(self, arcname: str, path: Path) -> None:
+        self.add(arcname, path.read_bytes(), executable=os.access(path, os.X_OK))
+
+    def names(self) -> list[str]:
+        return sorted(self._files)
+
+    def write(
+        self, out_dir: Path, *, metadata: bytes, root_is_purelib: bool, extra_dist_info: Mapping[str, bytes] = {}
+    ) -> Path:
+        """Write the wheel into ``out_dir`` atomically and return its path."""
+        wheel_file = (
+            "Wheel-Version: 1.0\n"
+            "Generator: torch-c-dlpack-ext build_backend\n"
+            f"Root-Is-Purelib: {'true' if root_is_purelib else 'false'}\n"
+            + "".join(f"Tag: {t}\n" for t in _expand_tag(self.tag))
+        ).encode()
+        files = dict(self._files)
+        files[f"{self.dist_info}/METADATA"] = (metadata, False)
+        files[f"{self.dist_info}/WHEEL"] = (wheel_file, False)
+        for name, data in extra_dist_info.items():
+            files[f"{self.dist_info}/{name}"] = (data, False)
+        record_name = f"{self.dist_info}/RECORD"
+        ordered = sorted(files)
+        record = "".join(
+            f"{name},sha256={_urlsafe_digest(files[name][0])},{len(files[name][0])}\n" for name in ordered
+        ) + f"{record_name},,\n"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        target = out_dir / self.filename
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.filename}.", suffix=".tmp", dir=out_dir)
+        os.close(fd)
+        try:
+            with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                stamp = _zip_time()
+                for name in [*ordered, record_name]:
+                    data, executable = files[name] if name != record_name else (record.encode(), False)
+                    info = zipfile.ZipInfo(name, date_time=stamp)
+                    info.compress_type = zipfile.ZIP_DEFLATED
+                    info.external_attr = ((0o755 if executable else 0o644) | 0o100000) << 16
+                    info.create_system = 3
+                    archive.writestr(info, data)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+
+def _expand_tag(tag: str) -> list[str]:
+    interpreters, abis, platforms = tag.split("-")
+    return [
+        f"{i}-{a}-{p}" for i in interpreters.split(".") for a in abis.split(".") for p in platforms.split(".")
+    ]
+
+
+def platform_tag() -> str:
+    """This host's platform tag before any policy tag (``linux_x86_64``, ``win_amd64``)."""
+    return sysconfig.get_platform().replace("-", "_").replace(".", "_")
+
+
+def wheel_tag(*, python: str | None, platform: str | None) -> str:
+    """The wheel tag, computed with :mod:`packaging.tags`.
+
+    ``python=None``: ``py3-none-any`` (no library). Otherwise a CPython tag for
+    ``python`` (``3.11`` -> ``cp311-cp311``): the libraries use the full C API of
+    that interpreter. ``platform``: default this host's.
+    """
+    from packaging import tags
+
+    if python is None:
+        return str(next(iter(tags.compatible_tags(python_version=(3,), interpreter="py3", platforms=["any"]))))
+    major, minor = (int(part) for part in python.split("."))
+    plat = platform or platform_tag()
+    first = next(iter(tags.cpython_tags(python_version=(major, minor), platforms=[plat])))
+    return str(first)
+
+
+def package_files() -> list[tuple[str, Path]]:
+    """``(arcname, path)`` of the package's Python files (never libraries or caches)."""
+    found = []
+    for path in sorted(PACKAGE_DIR.rglob("*")):
+        rel = path.relative_to(PACKAGE_DIR)
+        if not path.is_file() or "__pycache__" in rel.parts or rel.parts[0] in ("libs", "csrc"):
+            continue
+        if path.suffix in _PACKAGE_SUFFIXES:
+            found.append((f"torch_c_dlpack_ext/{rel.as_posix()}", path))
+    return found
+
+
+def source_files() -> list[tuple[str, Path]]:
+    """``(arcname, path)`` of ``csrc/`` as the installed package carries it (for the JIT)."""
+    csrc = ROOT / "csrc"
+    return [
+        (f"torch_c_dlpack_ext/csrc/{p.relative_to(csrc).as_posix()}", p)
+        for p in sorted(csrc.rglob("*"))
+        if p.is_file() and p.suffix in _CSRC_SUFFIXES
+    ]
+
+
+def _find_torch(explicit: Path | None) -> Path:
+    """The torch to compile against: ``explicit``, else the one importable here (not imported)."""
+    import importlib.util
+
+    from torch_c_dlpack_ext.errors import TorchInstallError
+
+    if explicit is not None:
+        return explicit
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise TorchInstallError(
+            "building torch-c-dlpack-ext from source compiles it against the torch in the build "
+            "environment, and there is none. Install torch first, then build without isolation: "
+            "'pip install torch==<your version>' and 'pip install --no-build-isolation "
+            "torch-c-dlpack-ext' (or pass -C torch=<path of a torch installation>)"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def build_wheel_impl(
+    wheel_directory: str, config_settings: Mapping[str, Any] | None, *, editable: bool = False
+) -> str:
+    """PEP 517 ``build_wheel``: see :mod:`build_backend._options` for what gets packed."""
+    from torch_c_dlpack_ext._manifest import ManifestEntry, load_manifest
+    from torch_c_dlpack_ext._naming import Backend
+
+    from ._metadata import load_pyproject, project_metadata
+    from ._options import read_options
+
+    pyproject = load_pyproject(ROOT)
+    options = read_options(pyproject=pyproject, config_settings=config_settings, root=ROOT)
+    meta = project_metadata(ROOT, pyproject)
+    libraries: list[tuple[ManifestEntry, Path]] = []
+    python: str | None = None
+    if options.libs_dir is not None:
+        from torch_c_dlpack_ext._naming import MANIFEST_NAME
+
+        entries = load_manifest(options.libs_dir / MANIFEST_NAME)
+        libraries = [(e, options.libs_dir / e.file) for e in entries]
+        python = _python_of(options.libs_dir)
+    elif options.cells:
+        libraries, python = _build_cells(options)
+    elif not options.universal and not editable:
+        from torch_c_dlpack_ext._compile import compile_library
+        from torch_c_dlpack_ext._torchinstall import TorchInstall
+        from torch_c_dlpack_ext.errors import GPUHeadersNotFoundError
+
+        install = TorchInstall.from_path(_find_torch(options.torch))
+        out = options.build_dir if options.build_dir.is_absolute() else ROOT / options.build_dir
+        backends = sorted(install.backends_available, key=lambda b: b is not Backend.CPU)
+        for backend in backends:
+            try:
+                entry = compile_library(torch=install, backend=backend, output_dir=out)
+            except GPUHeadersNotFoundError as exc:
+                # The CPU library still serves this torch (a GPU torch on a machine
+                # without its toolkit headers); say loudly what is missing.
+                print(f"WARNING: skipping the {backend.value} library: {exc}", file=sys.stderr)
+                continue
+            libraries.append((entry, out / entry.file))
+        python = f"{sys_version()}"
+    return str(
+        assemble_wheel(
+            Path(wheel_directory),
+            meta=meta,
+            libraries=libraries,
+            python=python,
+            label=options.variant_label,
+            editable=editable,
+        )
+    )
+
+
+def sys_version() -> str:
+    """``3.11``: the running interpreter's version."""
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def _python_of(libs_dir: Path) -> str:
+    """The Python a libs dir was built for: ``python.txt`` next to its manifest (written
+    by ``nox -s build``), else this interpreter's."""
+    marker = libs_dir / "python.txt"
+    return marker.read_text(encoding="utf-8").strip() if marker.is_file() else sys_version()
+
+
+def _build_cells(options: Any) -> tuple[list[Any], str]:
+    from torch_c_dlpack_ext.errors import ConfigError
+
+    if not (ROOT / "devtools" / "build.py").is_file():
+        raise ConfigError(
+            "cells= builds matrix cells with devtools/build.py, which only a source checkout "
+            "has; build from the repository, or use libs-dir= with prebuilt libraries"
+        )
+    from devtools.build import build_cells_for_wheel
+
+    return build_cells_for_wheel(list(options.cells), options.build_dir)
+
+
+def assemble_wheel(
+    out_dir: Path,
+    *,
+    meta: Any,
+    libraries: Sequence[tuple[Any, Path]],
+    python: str | None,
+    label: str | None = None,
+    variant_json: bytes | None = None,
+    editable: bool = False,
+    platform: str | None = None,
+) -> Path:
+    """Write one wheel: the package, csrc/, the libraries and their manifest.
+
+    No libraries: a ``py3-none-any`` wheel. ``label`` + ``variant_json``: a PEP
+    825 variant wheel. ``editable``: a ``.pth`` pointing at the source tree.
+    """
+    import dataclasses
+
+    from torch_c_dlpack_ext._manifest import dump_manifest
+    from torch_c_dlpack_ext._naming import LIBS_DIR, MANIFEST_NAME
+    from torch_c_dlpack_ext.errors import ConfigError
+
+    if label is not None and (not libraries or variant_json is None and not editable):
+        if not libraries:
+            raise ConfigError(f"variant-label {label!r} needs libraries to pack (libs-dir= or cells=)")
+    platforms = {entry.platform for entry, _ in libraries}
+    if len(platforms) > 1:
+        raise ConfigError(f"one wheel cannot hold libraries of several platforms: {sorted(platforms)}")
+    tag = wheel_tag(
+        python=python if libraries else None,
+        platform=platform or (next(iter(platforms)) if platforms else None),
+    )
+    writer = WheelWriter(name=meta.name, version=meta.version, tag=tag, label=label)
+    if editable:
+        writer.add(f"_{meta.name}_editable.pth", (str(ROOT / "python") + "\n").encode())
+    else:
+        for arcname, path in [*package_files(), *source_files()]:
+            writer.add_file(arcname, path)
+    entries = []
+    for entry, path in sorted(libraries, key=lambda item: item[0].file):
+        arcname = f"{LIBS_DIR}/{Path(entry.file).name}"
+        writer.add(f"torch_c_dlpack_ext/{arcname}", path.read_bytes(), executable=True)
+        entries.append(dataclasses.replace(entry, file=arcname))
+    if not editable or entries:
+        writer.add(f"torch_c_dlpack_ext/{MANIFEST_NAME}", dump_manifest(entries))
+    extra: dict[str, bytes] = {}
+    for license_path in meta.license_files():
+        extra[f"licenses/{license_path.relative_to(meta.root).as_posix()}"] = license_path.read_bytes()
+    if variant_json is not None:
+        extra["variant.json"] = variant_json
+    return writer.write(out_dir, metadata=meta.metadata_bytes(), root_is_purelib=not entries, extra_dist_info=extra)
+
+
+def build_editable_impl(wheel_directory: str, config_settings: Mapping[str, Any] | None) -> str:
+    """PEP 660 ``build_editable``: the package from the source tree, no library (JIT/explain)."""
+    return build_wheel_impl(wheel_directory, config_settings, editable=True)
+
+
+def metadata_impl(metadata_directory: str) -> str:
+    """PEP 517 ``prepare_metadata_for_build_wheel``: METADATA and WHEEL-less dist-info."""
+    from ._metadata import project_metadata
+
+    meta = project_metadata(ROOT)
+    target = Path(metadata_directory) / meta.dist_info
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "METADATA").write_bytes(meta.metadata_bytes())
+    return meta.dist_info
