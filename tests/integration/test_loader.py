@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tests.helpers import Bundled, build_fake_library, clean_env, make_package, run_python
+
 from torch_c_dlpack_ext import _loader
 from torch_c_dlpack_ext._naming import Backend
 from torch_c_dlpack_ext.errors import LibraryLoadError
@@ -222,3 +222,35 @@ def test_capsule_is_named_and_points_at_table() -> None:
     assert is_valid(capsule, b"dlpack_exchange_api") == 1
     assert is_valid(capsule, b"other") == 0
     assert ctypes.sizeof(_loader.DLPackExchangeAPI) == 56
+
+
+AUDIT = r"""
+import sys
+events = []
+WATCHED = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.fork",
+           "os.forkpty", "socket.connect", "socket.getaddrinfo", "ctypes.dlopen"}
+def hook(event, args):
+    if event in WATCHED:
+        events.append(event if event != "ctypes.dlopen" else "dlopen:" + str(args[0]).split("/")[-1])
+import torch
+sys.addaudithook(hook)
+import torch_c_dlpack_ext as pkg
+modules = ["torch_c_dlpack_ext._loader" in sys.modules, "torch_c_dlpack_ext._select" in sys.modules]
+print(pkg.status().kind.value, sorted(set(events)), *modules)
+"""
+
+
+def test_import_spawns_nothing_and_fast_path_loads_no_selector(
+    tmp_path: Path, fake_libs: dict[str, Path]
+) -> None:
+    root = make_package(tmp_path, [cell(fake_libs["good"])])
+    deferred = run_python(AUDIT, pythonpath=[root], timeout=120)
+    assert deferred.returncode == 0, deferred.stderr
+    # torch has the API and nothing is overridden: the selector modules are not even imported.
+    assert deferred.stdout.split() == ["defer", "[]", "False", "False"], deferred.stdout
+    loaded = run_python(AUDIT, pythonpath=[root], env=clean_env(**{P + "FORCE": "1"}), timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
+    # The one dlopen is the bundled library; nothing is spawned or fetched.
+    assert loaded.stdout.startswith("load ['dlopen:libtorch_c_dlpack_ext-"), loaded.stdout
+    assert "subprocess" not in loaded.stdout and "socket" not in loaded.stdout
+    assert loaded.stdout.split()[-2:] == ["True", "True"]

@@ -1,0 +1,153 @@
+"""Opt-in JIT: ``TORCH_C_DLPACK_EXT_JIT=1`` at import, or ``build_for_current_torch()``.
+
+One cache directory is shared by the module, so the real compile happens once and
+later tests prove the cache is reused (no second compile).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from tests.helpers import clean_env, make_package, run_python
+
+from torch_c_dlpack_ext._jit import cache_key
+from torch_c_dlpack_ext._naming import Backend
+from torch_c_dlpack_ext._torchinfo import TorchInfo
+
+torch = pytest.importorskip("torch")
+
+P = "TORCH_C_DLPACK_EXT_"
+
+
+def info(version: str = "2.8.0+cu128", abi: bool | None = True) -> TorchInfo:
+    return TorchInfo(
+        version=version,
+        backend=Backend.CUDA,
+        cxx11_abi=abi,
+        cuda_version="12.8",
+        hip_version=None,
+        has_capsule=False,
+        has_legacy_int=False,
+    )
+
+
+def test_cache_key_covers_full_torch_identity() -> None:
+    base = cache_key(info(), Backend.CUDA, "cp311")
+    assert base == cache_key(info(), Backend.CUDA, "cp311")
+    variants = {
+        cache_key(info("2.8.0a0+abc123"), Backend.CUDA, "cp311"),
+        cache_key(info("2.8.1+cu128"), Backend.CUDA, "cp311"),
+        cache_key(info(abi=False), Backend.CUDA, "cp311"),
+        cache_key(info(), Backend.CPU, "cp311"),
+        cache_key(info(), Backend.CUDA, "cp312"),
+        cache_key(info(), Backend.CUDA, "cp314t"),
+    }
+    assert base not in variants
+    assert len(variants) == 6
+    assert all("/" not in key and "+" not in key for key in {base, *variants})
+
+
+@pytest.fixture(scope="module")
+def jit_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("jit-cache")
+
+
+@pytest.fixture(scope="module")
+def empty_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_package(tmp_path_factory.mktemp("pkg"), manifest=False)
+
+
+BUILD = r"""
+import json, torch
+before = torch.Tensor.__dict__.get("__dlpack_c_exchange_api__")
+import torch_c_dlpack_ext as pkg
+path = pkg.build_for_current_torch()
+status = pkg.status()
+print(json.dumps({"path": str(path), "kind": status.kind.value,
+                  "replaced": torch.Tensor.__dict__.get("__dlpack_c_exchange_api__") is not before,
+                  "legacy": torch.Tensor.__dict__.get("__c_dlpack_exchange_api__")}))
+"""
+
+
+@pytest.mark.slow
+def test_build_for_current_torch_builds_once_then_reuses(
+    empty_package: Path, jit_cache: Path
+) -> None:
+    env = clean_env(**{P + "CACHE_DIR": str(jit_cache)})
+    first = run_python(BUILD, pythonpath=[empty_package], env=env, timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    result = json.loads(first.stdout.strip().splitlines()[-1])
+    path = Path(result["path"])
+    assert path.is_file()
+    assert path.parent.parent == jit_cache
+    assert path.parent.name.startswith(f"torch{torch.__version__.replace('+', '_')}-")
+    assert result["kind"] == "jit"
+    assert result["replaced"]
+    assert isinstance(result["legacy"], int)
+    assert "compiled libtorch_c_dlpack_ext" in first.stderr
+
+    second = run_python(BUILD, pythonpath=[empty_package], env=env, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert json.loads(second.stdout.strip().splitlines()[-1])["path"] == str(path)
+    assert "(cache hit)" in second.stderr
+    assert "compiled libtorch_c_dlpack_ext" not in second.stderr
+
+
+@pytest.mark.slow
+def test_jit_at_import_uses_the_cache_and_round_trips(empty_package: Path, jit_cache: Path) -> None:
+    # Runs after the build above (same cache): import-time JIT finds the library.
+    env = clean_env(**{P + "CACHE_DIR": str(jit_cache), P + "JIT": "1", P + "FORCE": "1"})
+    env["PYTHONPATH"] = str(empty_package)
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch_c_dlpack_ext", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["decision"]["kind"] == "jit"
+    assert report["decision"]["library"].startswith(str(jit_cache))
+    assert report["build_info"]["torch"] == torch.__version__
+    assert report["smoke_test"]["ok"], report["smoke_test"]
+
+
+def test_import_never_compiles_unless_asked(empty_package: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    code = "import torch_c_dlpack_ext as p; print(p.status().kind.value)"
+    env = clean_env(**{P + "CACHE_DIR": str(cache), P + "FORCE": "1"})
+    proc = run_python(code, pythonpath=[empty_package], env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "unavailable"
+    assert not cache.exists()
+    assert "c++" not in proc.stderr
+
+
+def test_build_for_current_torch_raises_typed_error_without_compiler(
+    empty_package: Path, tmp_path: Path
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    nm = shutil.which("nm")
+    assert nm is not None
+    (bin_dir / "nm").symlink_to(nm)
+    code = """
+import torch_c_dlpack_ext as pkg
+from torch_c_dlpack_ext.errors import CompilerNotFoundError
+try:
+    pkg.build_for_current_torch()
+except CompilerNotFoundError as exc:
+    print("typed:", exc)
+"""
+    env = clean_env(**{P + "CACHE_DIR": str(tmp_path / "cache"), "PATH": str(bin_dir), "CXX": ""})
+    proc = run_python(code, pythonpath=[empty_package], env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "typed: no C++ compiler" in proc.stdout
