@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from devtools import rehearse, release
 
+from torch_c_dlpack_ext._manifest import ManifestEntry
+from torch_c_dlpack_ext._naming import Backend
 from torch_c_dlpack_ext.errors import CommandError, ReleaseError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,3 +167,87 @@ def test_full_rehearsal(tmp_path: Path) -> None:
     assert output.rstrip().endswith("0 failed")
     # The server is gone: the log's port is closed again.
     assert (tmp_path / "pypiserver.log").is_file()
+
+
+def _files(tmp_path: Path) -> release.ReleaseFiles:
+    version = release.__version__
+    entry = ManifestEntry(
+        file="libs/libtorch_c_dlpack_ext-torch2.8-cpu-cxx11abi1.so",
+        torch="2.8",
+        torch_build="2.8.0+cu128",
+        backend=Backend.CPU,
+        cxx11_abi=True,
+        dlpack="1.3",
+        toolchain="g++ 12.2.0",
+        gpu_toolkit=None,
+        platform="linux_x86_64",
+        size=1,
+        sha256="0" * 64,
+    )
+    combined = tmp_path / f"torch_c_dlpack_ext-{version}-cp311-cp311-linux_x86_64.whl"
+    universal = tmp_path / f"torch_c_dlpack_ext-{version}-py3-none-any.whl"
+    return release.ReleaseFiles(
+        version=version,
+        wheels=(
+            release.WheelInfo(path=combined, tags=frozenset(), variant=False, libraries=(entry,)),
+            release.WheelInfo(path=universal, tags=frozenset(), variant=False, libraries=()),
+        ),
+        sdists=(),
+        variants_index=None,
+    )
+
+
+def _pip_report(name: str, version: str) -> dict[str, object]:
+    return {
+        "install": [
+            {
+                "download_info": {"url": f"http://127.0.0.1:1/packages/{name}"},
+                "metadata": {"version": version},
+            }
+        ]
+    }
+
+
+def _decision(kind: str, library: str | None = None, remedy: str = "") -> tuple[str, str, dict]:
+    report = {
+        "decision": {"kind": kind, "library": library, "reason": "r", "remedy": remedy},
+        "smoke_test": {"ok": kind in ("load", "defer")},
+    }
+    return kind, Path(library).name if library else "-", report
+
+
+@pytest.mark.parametrize(
+    ("wheel", "decision", "problem"),
+    [
+        ("py3-none-any", _decision("defer"), "pip chose a universal wheel, expected a combined"),
+        ("cp311-cp311-linux_x86_64", _decision("load", "/x/libs/lib.so"), "selector decided load"),
+    ],
+)
+def test_scenario_reports_mismatches(
+    tmp_path: Path, wheel: str, decision: tuple[str, str, dict], problem: str
+) -> None:
+    files = _files(tmp_path)
+    name = f"torch_c_dlpack_ext-{files.version}-{wheel}.whl"
+    check = rehearse._scenario(
+        "s", files=files, pip_report=_pip_report(name, files.version), decision=decision,
+        want_wheel="combined", want_kind="defer",
+    )  # fmt: skip
+    assert not check.ok
+    assert problem in check.detail
+
+
+def test_scenario_checks_version_and_remedy(tmp_path: Path) -> None:
+    files = _files(tmp_path)
+    name = f"torch_c_dlpack_ext-{files.version}-py3-none-any.whl"
+    check = rehearse._scenario(
+        "s", files=files, pip_report=_pip_report(name, "0.1.5"), decision=_decision("unavailable"),
+        want_wheel="universal", want_kind="unavailable",
+    )  # fmt: skip
+    assert "installed version 0.1.5" in check.detail
+    assert "without a remedy" in check.detail
+    good = rehearse._scenario(
+        "s", files=files, pip_report=_pip_report(name, files.version),
+        decision=_decision("unavailable", remedy="install torch>=2.10"),
+        want_wheel="universal", want_kind="unavailable",
+    )  # fmt: skip
+    assert good.ok, good.detail
