@@ -76,9 +76,12 @@ __all__ = [
     "served_hashes",
 ]
 
-#: Cells built by default: small enough for CI, yet a combined wheel holding
-#: both C++ ABIs (2.6 pre-cxx11, 2.8 cxx11) and a GPU library.
-DEFAULT_CELLS = ("2.8-cpu", "2.8-cuda", "2.6-cpu")
+_PY = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+#: Cells built by default (matrix.toml cell-id patterns, for the running Python;
+#: cells of other platforms are skipped by the build): small enough for CI, yet
+#: a combined wheel holding both C++ ABIs (PyPI's 2.6 is pre-cxx11, 2.8 cxx11)
+#: and a GPU library.
+DEFAULT_CELLS = (f"{_PY}-*-t28_cpu", f"{_PY}-*-t28_cuda", f"{_PY}-*-t26_cpu_abi0")
 #: The old torch installed for real (its cell must be among the built ones).
 DEFAULT_OLD_TORCH = "2.8.0"
 #: torch with the exchange API built in; pip resolves it from the normal indexes.
