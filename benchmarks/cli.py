@@ -115,11 +115,12 @@ def _main(args: argparse.Namespace) -> int:
         work_dir=work_dir,
         results_dir=results_dir,
         progress=progress,
-        machine=machine,
     )
     runners = _runners()
     for kind in kinds:
-        progress(f"{kind}: starting")
+        # Described per kind: the load average of a shared machine changes during a run.
+        machine = describe_machine()
+        progress(f"{kind}: starting (load {machine['load_average_1_5_15']})")
         data, tables, targets = runners[kind](ctx)
         path = write_result(
             results_dir,

@@ -15,7 +15,6 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import Any
 
 from torch_c_dlpack_ext._manifest import ManifestEntry
 from torch_c_dlpack_ext._naming import Backend
@@ -55,7 +54,6 @@ class BenchContext:
     work_dir: Path
     results_dir: Path
     progress: Progress
-    machine: dict[str, Any]
 
 
 def subprocess_env(
