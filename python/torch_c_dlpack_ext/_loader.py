@@ -185,8 +185,10 @@ def check_elf_extent(path: Path) -> None:
                         f"{path}: truncated: a loadable segment ends at byte {offset + filesz}, "
                         f"the file has {size}; reinstall the library"
                     )
-    except (OSError, struct.error) as exc:
-        raise LibraryLoadError(f"{path}: cannot read its ELF headers ({exc})") from None
+    except OSError:
+        return  # unreadable: dlopen reports it with the loader's own words
+    except struct.error as exc:
+        raise LibraryLoadError(f"{path}: truncated ELF program headers ({exc})") from None
 
 
 def open_library(path: Path) -> LoadedLibrary:
