@@ -12,10 +12,10 @@ devtools/release.py --help``):
 - ``check-tag TAG``: the pushed tag names the version in ``_version.py``;
 - ``github-matrix FILE``: turn ``nox -s matrix`` output into ``$GITHUB_OUTPUT`` lines;
 - ``split-index DIST INDEX``: move the variants index out of the uploadable dists;
-- ``test-installed``: cibuildwheel's test command for a single-cell wheel;
-- ``verify DIST``: install each wheel that fits this interpreter with its torch
-  into a fresh environment and check what ``python -m torch_c_dlpack_ext --json``
-  decides.
+- ``test-installed``: cibuildwheel's test command for one job's wheel;
+- ``verify DIST``: install each wheel that fits this interpreter with each torch
+  it serves into a fresh environment and check what ``python -m
+  torch_c_dlpack_ext --json`` decides.
 
 Credentials come only from the environment (``TWINE_USERNAME`` /
 ``TWINE_PASSWORD``, or Trusted Publishing in CI) and are never printed.
@@ -392,42 +392,100 @@ def decision_of(report: dict[str, Any]) -> tuple[str, str | None]:
     return kind, (str(library) if library else None)
 
 
-def _verify_library(wheel: WheelInfo, entry: ManifestEntry, workdir: Path) -> str:
-    env_dir = workdir / f"venv-{entry.torch}-{entry.backend.value}"
-    shutil.rmtree(env_dir, ignore_errors=True)
-    run(["uv", "venv", "--python", sys.executable, env_dir], timeout=INSTALL_TIMEOUT)
-    python = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    run(
-        ["uv", "pip", "install", "--python", python, f"torch=={entry.torch}.*", wheel.path],
-        timeout=INSTALL_TIMEOUT,
-    )
-    kind, library = decision_of(diagnose(python))
-    shutil.rmtree(env_dir, ignore_errors=True)
-    if kind != "load" or library is None or Path(library).name != Path(entry.file).name:
+def expected_library(
+    entries: Sequence[ManifestEntry], torch: str, cxx11_abi: bool | None
+) -> ManifestEntry | None:
+    """The CPU library the selector must load for a torch ``major.minor`` with that
+    C++ ABI (runners have no GPU, so a GPU torch is served by the CPU library)."""
+    for entry in entries:
+        if entry.backend.value == "cpu" and entry.torch == torch and entry.cxx11_abi == cxx11_abi:
+            return entry
+    return None
+
+
+def check_against_torch(python: Path, entries: Sequence[ManifestEntry], torch: str) -> str:
+    """Diagnose the environment of ``python`` (torch ``torch`` and the package are
+    installed) and check the decision against the bundled ``entries``: load the
+    CPU library of that torch and ABI if there is one, else explain."""
+    report = diagnose(python)
+    kind, library = decision_of(report)
+    abi = (report.get("torch") or {}).get("cxx11_abi")
+    want = expected_library(entries, torch, abi)
+    if want is not None:
+        if kind != "load" or Path(library or "").name != Path(want.file).name:
+            raise ReleaseError(
+                f"torch {torch} (cxx11_abi={abi}): expected to load {want.file}, "
+                f"the selector decided {kind} ({library})"
+            )
+        if not (report.get("smoke_test") or {}).get("ok"):
+            raise ReleaseError(f"torch {torch}: smoke test failed: {report.get('smoke_test')}")
+    elif kind != "unavailable" or not (report.get("decision") or {}).get("remedy"):
         raise ReleaseError(
-            f"{wheel.path.name} with torch {entry.torch}: expected to load {entry.file}, "
-            f"the selector decided {kind} ({library})"
+            f"torch {torch} (cxx11_abi={abi}): no bundled library fits, so the selector "
+            f"must explain (unavailable with a remedy); it decided {kind}"
         )
-    return f"{wheel.path.name}: torch {entry.torch} -> load {Path(entry.file).name}"
+    return f"torch {torch} cxx11_abi={abi} -> {kind} {Path(library).name if library else ''}"
+
+
+def _venv(root: Path) -> Path:
+    shutil.rmtree(root, ignore_errors=True)
+    run(["uv", "venv", "--python", sys.executable, root], timeout=INSTALL_TIMEOUT)
+    return root / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def _same_libraries(variant: WheelInfo, combined: Sequence[WheelInfo]) -> None:
+    # A variant wheel carries one cell; its bytes must be the combined wheel's.
+    known = {(e.file, e.sha256) for w in combined for e in w.libraries}
+    for entry in variant.libraries:
+        if (entry.file, entry.sha256) not in known:
+            raise ReleaseError(
+                f"{variant.path.name}: {entry.file} (sha256 {entry.sha256[:12]}...) is in "
+                "no combined wheel; variant and combined wheels must come from one build"
+            )
 
 
 def verify(dist: Path) -> list[str]:
-    """Install each wheel that fits this interpreter, with the torch of each CPU
-    library it bundles, into a fresh environment; the selector must load that library.
+    """Install every combined wheel that fits this interpreter into a fresh
+    environment once per torch minor it bundles (torch from PyPI) and check the
+    selector's decision; the universal wheel must explain without torch.
 
-    GPU libraries are checked for presence only (size and sha256 are verified by
-    the runtime before loading); runners have no GPU to select them.
+    Variant wheels are not installable by pip; their libraries are checked to be
+    byte-identical to the combined wheels' (which were just exercised). GPU
+    libraries cannot be selected on a GPU-less runner; the runtime checks their
+    size and sha256 before any load.
     """
     results: list[str] = []
+    wheels = [read_wheel(path) for path in sorted(dist.glob("*.whl"))]
+    combined = [w for w in wheels if not w.universal and not w.variant]
     with tempfile.TemporaryDirectory(prefix="tcde-verify-") as tmp:
-        for path in sorted(dist.glob("*.whl")):
-            wheel = read_wheel(path)
-            if not installs_here(wheel) or wheel.universal:
+        for wheel in combined:
+            if not installs_here(wheel):
                 continue
-            cpu = [e for e in wheel.libraries if e.backend.value == "cpu"]
-            results.extend(_verify_library(wheel, entry, Path(tmp)) for entry in cpu)
-    if not results:
-        raise ReleaseError(f"{dist}: no wheel with a CPU library installs on this runner")
+            for torch in sorted({e.torch for e in wheel.libraries}):
+                python = _venv(Path(tmp) / f"torch{torch}")
+                run(
+                    ["uv", "pip", "install", "--python", python, f"torch=={torch}.*", wheel.path],
+                    timeout=INSTALL_TIMEOUT,
+                )
+                line = check_against_torch(python, wheel.libraries, torch)
+                results.append(f"{wheel.path.name}: {line}")
+                shutil.rmtree(python.parent.parent, ignore_errors=True)
+        for wheel in wheels:
+            if wheel.universal:
+                python = _venv(Path(tmp) / "universal")
+                run(
+                    ["uv", "pip", "install", "--python", python, wheel.path],
+                    timeout=INSTALL_TIMEOUT,
+                )
+                kind, _ = decision_of(diagnose(python))
+                if kind != "unavailable":
+                    raise ReleaseError(f"{wheel.path.name} without torch: decided {kind}")
+                results.append(f"{wheel.path.name}: no torch -> {kind}")
+            elif wheel.variant:
+                _same_libraries(wheel, combined)
+                results.append(f"{wheel.path.name}: libraries match the combined wheels")
+    if not any(" -> load " in line for line in results):
+        raise ReleaseError(f"{dist}: no wheel with a CPU library was exercised on this runner")
     for line in results:
         print(line)
     return results
@@ -450,30 +508,16 @@ def _installed_manifest(python: Path) -> tuple[ManifestEntry, ...]:
     return tuple(ManifestEntry.from_json(item) for item in data.get("libraries", []))
 
 
-def check_installed_cell(python: Path) -> str:
-    """cibuildwheel's test command: the just-built single-cell wheel is installed
-    in ``python``'s environment; install the torch of its library from the index
-    and check the selector's decision (``load`` for a CPU library; a GPU library
-    cannot be selected on a GPU-less runner, so the diagnostics must explain).
-    """
+def check_installed_job(python: Path) -> str:
+    """cibuildwheel's test command. The job's wheel is installed in ``python``'s
+    environment: install the newest torch minor it bundles (from the index, as a
+    user would) and check the decision. The verify job covers every minor."""
     entries = _installed_manifest(python)
-    if len(entries) != 1:
-        raise ReleaseError(f"a cell wheel bundles one library, this one {len(entries)}")
-    (entry,) = entries
-    run(
-        [python, "-m", "pip", "install", f"torch=={entry.torch}.*"],
-        timeout=INSTALL_TIMEOUT,
-    )
-    kind, library = decision_of(diagnose(python))
-    expected = "load" if entry.backend.value == "cpu" else "unavailable"
-    if kind != expected or (
-        expected == "load" and Path(library or "").name != Path(entry.file).name
-    ):
-        raise ReleaseError(
-            f"{entry.file}: expected the selector to decide {expected}, it decided {kind} "
-            f"({library})"
-        )
-    return f"{entry.file}: torch {entry.torch} -> {kind}"
+    if not entries:
+        raise ReleaseError("the job's wheel bundles no library; check TORCH_C_DLPACK_EXT_CELLS")
+    torch = max({e.torch for e in entries}, key=lambda v: tuple(int(p) for p in v.split(".")))
+    run([python, "-m", "pip", "install", f"torch=={torch}.*"], timeout=INSTALL_TIMEOUT)
+    return check_against_torch(python, entries, torch)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -544,7 +588,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "verify":
             verify(args.dist)
         elif args.command == "test-installed":
-            print(check_installed_cell(Path(sys.executable)))
+            print(check_installed_job(Path(sys.executable)))
     except TorchCDLPackExtError as exc:
         if args.traceback:
             raise

@@ -4,6 +4,7 @@ variants index off the uploadable files."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tarfile
 import zipfile
@@ -212,3 +213,29 @@ def test_decision_of(report: dict[str, object], expected: tuple[str, str | None]
 def test_decision_of_rejects_a_report_without_decision() -> None:
     with pytest.raises(ReleaseError, match="no decision"):
         release.decision_of({"ok": True})
+
+
+def test_expected_library_matches_torch_minor_and_abi() -> None:
+    abi1 = _entry("2.6", Backend.CPU)
+    abi0 = dataclasses.replace(abi1, file="libs/abi0.so", cxx11_abi=False)
+    gpu = _entry("2.6", Backend.CUDA)
+    entries = (gpu, abi1, abi0)
+    assert release.expected_library(entries, "2.6", False) is abi0
+    assert release.expected_library(entries, "2.6", True) is abi1
+    assert release.expected_library(entries, "2.7", True) is None
+    assert release.expected_library((gpu,), "2.6", True) is None
+
+
+def test_variant_libraries_must_come_from_the_combined_build(tmp_path: Path) -> None:
+    cpu = _entry("2.8", Backend.CPU)
+    combined = release.read_wheel(make_wheel(tmp_path, "cp311-cp311-linux_x86_64", entries=(cpu,)))
+    same = release.read_wheel(
+        make_wheel(tmp_path, "cp311-cp311-linux_x86_64", entries=(cpu,), label="t28_cpu")
+    )
+    release._same_libraries(same, [combined])
+    rebuilt = dataclasses.replace(cpu, sha256="1" * 64)
+    other = release.read_wheel(
+        make_wheel(tmp_path, "cp311-cp311-linux_x86_64", entries=(rebuilt,), label="t28_cpu")
+    )
+    with pytest.raises(ReleaseError, match="in no combined wheel"):
+        release._same_libraries(other, [combined])
