@@ -170,8 +170,10 @@ def _create(
         needed, skipped = import_requirements(_site_packages(root), version, python)
         _log(f"installing what import torch needs: {' '.join(needed)} numpy")
         _uv(uv, "pip", "install", "--python", env_py, *needed, "numpy", *extra)
+        checked = time.monotonic()
         try:
             run([env_py, "-c", _SMOKE])
+            _log(f"  import torch works ({time.monotonic() - checked:.1f} s)")
         except CommandError as exc:
             _log(f"import torch failed ({exc.stderr.strip().splitlines()[-1:]}); adding {skipped}")
             _uv(uv, "pip", "install", "--python", env_py, *skipped)

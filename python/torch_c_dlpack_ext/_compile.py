@@ -70,6 +70,9 @@ _CACHE_SCHEMA = 1
 _MIN_DLPACK = (1, 2)
 #: Torch 2.13's headers use C++20 constructs.
 _CXX20_FROM = (2, 13)
+_CUDA_MARKER = "cuda_runtime_api.h"
+_CUDA_CRT = "crt/host_defines.h"
+_HIP_MARKER = "hip/hip_runtime_api.h"
 _SOURCE_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc")
 #: A build of one target taking longer than this means a stuck holder of the lock.
 _LOCK_TIMEOUT_S = 3600.0
@@ -95,7 +98,8 @@ class BuildPlan:
     dlpack_include: Path
     dlpack_version: str
     python_include: Path
-    gpu_include: Path | None
+    #: CUDA / ROCm include dirs (two for NVIDIA's wheels: cuda_runtime and cuda_nvcc's crt/).
+    gpu_includes: tuple[Path, ...]
     gpu_toolkit: str | None
     sources: tuple[Path, ...]
     source_dir: Path
@@ -118,8 +122,7 @@ class BuildPlan:
         """The compiler argv of CONTRIBUTING.md's build contract, writing ``output``."""
         torch = self.torch
         includes = [self.dlpack_include, *torch.include_dirs, self.python_include]
-        if self.gpu_include is not None:
-            includes.append(self.gpu_include)
+        includes += self.gpu_includes
         defines = [f"TCDE_BACKEND_{self.backend.value.upper()}"]
         if self.backend is Backend.ROCM:
             defines += ["USE_ROCM", "__HIP_PLATFORM_AMD__"]
@@ -337,47 +340,68 @@ def _rocm_homes(gpu_home: Path | None, environ: Mapping[str, str]) -> list[tuple
     return [*homes, ("standard location", Path("/opt/rocm"))]
 
 
+def _cuda_includes(home: Path) -> tuple[Path, ...] | None:
+    """Include dirs of the CUDA headers under ``home``, or ``None`` if they are incomplete.
+
+    A toolkit has everything in ``include/``. NVIDIA's wheels split it: the
+    runtime headers (``nvidia/cuda_runtime``) include ``crt/host_defines.h``,
+    which only ``nvidia-cuda-nvcc-cu12`` (``nvidia/cuda_nvcc``) ships.
+    """
+    include = home / "include"
+    if not (include / _CUDA_MARKER).is_file():
+        return None
+    if (include / _CUDA_CRT).is_file():
+        return (include.resolve(),)
+    nvcc_include = home.parent / "cuda_nvcc" / "include"
+    if (nvcc_include / _CUDA_CRT).is_file():
+        return include.resolve(), nvcc_include.resolve()
+    return None
+
+
 def find_gpu_toolkit(
     backend: Backend,
     torch: TorchInstall,
     gpu_home: Path | None = None,
     environ: Mapping[str, str] | None = None,
-) -> tuple[Path | None, str | None]:
-    """``(include dir, toolkit version)`` of the CUDA / ROCm headers; ``(None, None)`` for CPU.
+) -> tuple[tuple[Path, ...], str | None]:
+    """``(include dirs, toolkit version)`` of the CUDA / ROCm headers; ``((), None)`` for CPU.
 
     CUDA: ``gpu_home``, else ``$CUDA_HOME`` / ``$CUDA_PATH``, else the toolkit of
-    ``nvcc`` on PATH, else the ``nvidia-cuda-runtime-cu12`` wheel in the target
-    environment or this one. ROCm: ``gpu_home``, ``$ROCM_PATH``, ``$ROCM_HOME``,
-    ``/opt/rocm``. An explicit ``gpu_home`` is used or rejected, never skipped.
-    Raises :class:`GPUHeadersNotFoundError` listing what was tried.
+    ``nvcc`` on PATH, else the ``nvidia-cuda-runtime-cu12`` wheel (plus
+    ``nvidia-cuda-nvcc-cu12`` for ``crt/``) in the target environment or this
+    one. ROCm: ``gpu_home``, ``$ROCM_PATH``, ``$ROCM_HOME``, ``/opt/rocm``. An
+    explicit ``gpu_home`` is used or rejected, never skipped. Raises
+    :class:`GPUHeadersNotFoundError` listing what was tried.
     """
     if backend is Backend.CPU:
-        return None, None
+        return (), None
     environ = os.environ if environ is None else environ
     if backend is Backend.CUDA:
-        marker = "cuda_runtime_api.h"
         homes = _cuda_homes(torch, gpu_home, environ)
+        for _origin, home in homes:
+            includes = _cuda_includes(home)
+            if includes is not None:
+                version = _cuda_version(includes[0])
+                _warn_cuda_mismatch(torch, version)
+                return includes, version
+        wheel = f"=={torch.cuda_version}.*" if torch.cuda_version else ""
+        marker = f"{_CUDA_MARKER} and {_CUDA_CRT}"
         fix = (
             "pass gpu_home=<CUDA toolkit root>, set CUDA_HOME, put nvcc on PATH, or install "
-            "the CUDA runtime headers ('pip install nvidia-cuda-runtime-cu12') into "
-            f"{torch.site_packages}"
+            f"the CUDA headers ('pip install nvidia-cuda-runtime-cu12{wheel} "
+            f"nvidia-cuda-nvcc-cu12{wheel}') into {torch.site_packages}"
         )
     else:
-        marker = "hip/hip_runtime_api.h"
         homes = _rocm_homes(gpu_home, environ)
+        for _origin, home in homes:
+            if (home / "include" / _HIP_MARKER).is_file():
+                return ((home / "include").resolve(),), _rocm_version(home)
+        marker = _HIP_MARKER
         fix = "pass gpu_home=<ROCm root> or set ROCM_PATH to the ROCm installation"
-    for _origin, home in homes:
-        include = home / "include"
-        if (include / marker).is_file():
-            if backend is Backend.ROCM:
-                return include.resolve(), _rocm_version(home)
-            version = _cuda_version(include)
-            _warn_cuda_mismatch(torch, version)
-            return include.resolve(), version
     tried = "; ".join(f"{origin}: {home / 'include'}" for origin, home in homes)
     raise GPUHeadersNotFoundError(
-        f"no {backend.value.upper()} headers ({marker}) for the {backend.value} build; "
-        f"tried {tried or 'nothing'}. Fix: {fix}"
+        f"no complete {backend.value.upper()} headers ({marker}) for the {backend.value} "
+        f"build; tried {tried or 'nothing'}. Fix: {fix}"
     )
 
 
@@ -440,7 +464,7 @@ def plan_build(
         Path(dlpack_include) if dlpack_include is not None else None
     )
     compiler, banner, toolchain = find_compiler(cxx, environ)
-    gpu_include, gpu_toolkit = find_gpu_toolkit(
+    gpu_includes, gpu_toolkit = find_gpu_toolkit(
         backend, install, Path(gpu_home) if gpu_home is not None else None, environ
     )
     py_include = Path(python_include or sysconfig.get_paths()["include"])
@@ -461,7 +485,7 @@ def plan_build(
         dlpack_include=dlpack_dir,
         dlpack_version=dlpack_version,
         python_include=py_include.resolve(),
-        gpu_include=gpu_include,
+        gpu_includes=gpu_includes,
         gpu_toolkit=gpu_toolkit,
         sources=sources,
         source_dir=src_dir,

@@ -230,8 +230,9 @@ def test_cxx20_from_torch_2_13(inputs: Inputs) -> None:
 
 def test_cuda_headers_from_cuda_home(inputs: Inputs, monkeypatch: pytest.MonkeyPatch) -> None:
     home = inputs.tmp / "cuda"
-    (home / "include").mkdir(parents=True)
+    (home / "include" / "crt").mkdir(parents=True)
     (home / "include" / "cuda_runtime_api.h").write_text("#define CUDART_VERSION 12040\n")
+    (home / "include" / "crt" / "host_defines.h").write_text("\n")
     monkeypatch.setenv("CUDA_HOME", str(home))
     plan = inputs.plan(inputs.fake_torch(libs=CUDA_LIBS), backend="cuda")
     cmd = plan.command("x")
@@ -242,20 +243,46 @@ def test_cuda_headers_from_cuda_home(inputs: Inputs, monkeypatch: pytest.MonkeyP
     assert cmd[-2:] == ["-lc10_cuda", "-ltorch_cuda"]
 
 
-def test_cuda_headers_from_the_runtime_wheel_in_the_target_env(
-    inputs: Inputs, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _runtime_wheel(inputs: Inputs, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A fake torch whose env has the nvidia-cuda-runtime-cu12 headers, and no nvcc on PATH."""
     prefix = inputs.fake_torch(libs=CUDA_LIBS)
     site = prefix / "lib" / "python3.11" / "site-packages"
-    wheel_include = site / "nvidia" / "cuda_runtime" / "include"
-    wheel_include.mkdir(parents=True)
-    (wheel_include / "cuda_runtime_api.h").write_text("#define CUDART_VERSION 12080\n")
+    runtime_include = site / "nvidia" / "cuda_runtime" / "include"
+    runtime_include.mkdir(parents=True)
+    (runtime_include / "cuda_runtime_api.h").write_text(
+        '#include "crt/host_defines.h"\n#define CUDART_VERSION 12040\n'
+    )
     no_nvcc = inputs.tmp / "bin"
     no_nvcc.mkdir()
     monkeypatch.setenv("PATH", str(no_nvcc))
+    return prefix, site
+
+
+def test_cuda_headers_from_the_nvidia_wheels_in_the_target_env(
+    inputs: Inputs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix, site = _runtime_wheel(inputs, monkeypatch)
+    nvcc_include = site / "nvidia" / "cuda_nvcc" / "include"
+    (nvcc_include / "crt").mkdir(parents=True)
+    (nvcc_include / "crt" / "host_defines.h").write_text("\n")
     plan = inputs.plan(prefix, backend="cuda")
-    assert plan.gpu_include == wheel_include.resolve()
-    assert plan.gpu_toolkit == "12.8"
+    runtime_include = site / "nvidia" / "cuda_runtime" / "include"
+    assert plan.gpu_includes == (runtime_include.resolve(), nvcc_include.resolve())
+    assert plan.gpu_toolkit == "12.4"
+
+
+def test_runtime_wheel_without_crt_headers_names_the_nvcc_wheel(
+    inputs: Inputs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # nvidia-cuda-runtime-cu12 alone lacks crt/host_defines.h, which its headers include.
+    prefix, _ = _runtime_wheel(inputs, monkeypatch)
+    with pytest.raises(GPUHeadersNotFoundError) as info:
+        inputs.build(prefix, backend="cuda", cxx=inputs.cxx)
+    message = str(info.value)
+    assert "crt/host_defines.h" in message
+    assert "nvidia-cuda-runtime wheel:" in message
+    assert "nvidia-cuda-nvcc-cu12==12.4.*" in message
+    inputs.assert_output_dir_empty()
 
 
 def test_rocm_defines_and_version(inputs: Inputs) -> None:

@@ -1,0 +1,117 @@
+"""The ABI audit on real libraries: it passes on every library the tests build, and it
+catches a library paired with the wrong torch (the torch-c-dlpack-ext 0.1.5 failure:
+``undefined symbol: _ZNK3c106Device3strB5cxx11Ev`` on PyPI's torch 2.6.0)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from devtools.torchenv import TorchEnv
+
+from torch_c_dlpack_ext import _audit
+from torch_c_dlpack_ext._audit import (
+    AuditOutcome,
+    audit_library,
+    dynamic_symbols,
+    undefined_symbols_not_provided,
+)
+from torch_c_dlpack_ext._compile import compile_library
+from torch_c_dlpack_ext._manifest import ManifestEntry
+from torch_c_dlpack_ext._torchinstall import TorchInstall
+from torch_c_dlpack_ext.errors import ABIAuditError
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ELF audit: Linux only"),
+]
+
+
+def _built(
+    old_torch_env: Callable[[str], TorchEnv], build_cache: Path, version: str
+) -> tuple[TorchInstall, Path]:
+    """(install, library) of the CPU library for ``version``; a cache hit after the first build."""
+    install = TorchInstall.from_path(old_torch_env(version).torch_dir)
+    out = build_cache / f"torch{version}"
+    entry = compile_library(torch=install, backend="cpu", output_dir=out)
+    return install, out / entry.file
+
+
+@pytest.mark.parametrize("version", ["2.6.0", "2.8.0"])
+def test_audit_passes_on_old_torch_libraries(
+    old_torch_env: Callable[[str], TorchEnv], build_cache: Path, version: str
+) -> None:
+    install, library = _built(old_torch_env, build_cache, version)
+    assert undefined_symbols_not_provided(library, install, "cpu") == ()
+    assert audit_library(library, install, "cpu") is AuditOutcome.PASSED
+
+
+def test_audit_passes_on_the_torch213_library(torch213_library: tuple[Path, ManifestEntry]) -> None:
+    import torch
+
+    library, _ = torch213_library
+    install = TorchInstall.from_path(Path(torch.__file__).parent)
+    assert audit_library(library, install, "cpu") is AuditOutcome.PASSED
+    # The library really needs the Python C API (provided by the interpreter, not linked).
+    assert any(name.startswith("Py") for name in dynamic_symbols(library, defined=False))
+
+
+def test_cxx11_library_against_pre_cxx11_torch_fails_naming_symbols(
+    old_torch_env: Callable[[str], TorchEnv], build_cache: Path
+) -> None:
+    _, library28 = _built(old_torch_env, build_cache, "2.8.0")
+    install26 = TorchInstall.from_path(old_torch_env("2.6.0").torch_dir)
+    missing = undefined_symbols_not_provided(library28, install26, "cpu")
+    assert missing, "a cxx11 library must not pass against a pre-cxx11 torch"
+    assert any("B5cxx11" in name for name in missing)
+    with pytest.raises(ABIAuditError) as info:
+        audit_library(library28, install26, "cpu")
+    message = str(info.value)
+    assert info.value.missing == missing
+    assert f"built with _GLIBCXX_USE_CXX11_ABI=1 but torch {install26.version} uses 0" in message
+    assert "[abi:cxx11]" in message, "symbols are shown demangled"
+    assert f"needs {len(missing)} symbol(s)" in message
+
+
+def test_pre_cxx11_library_against_cxx11_torch_fails(
+    old_torch_env: Callable[[str], TorchEnv], build_cache: Path
+) -> None:
+    _, library26 = _built(old_torch_env, build_cache, "2.6.0")
+    install28 = TorchInstall.from_path(old_torch_env("2.8.0").torch_dir)
+    with pytest.raises(ABIAuditError, match=r"missing|symbol") as info:
+        audit_library(library26, install28, "cpu")
+    assert info.value.missing
+
+
+def test_a_made_up_python_symbol_is_not_waved_through(tmp_path: Path) -> None:
+    """Py* symbols count as provided only if this interpreter really exports them; a library
+    failing the audit inside the driver is never published."""
+    torch = pytest.importorskip("torch")
+    src = tmp_path / "csrc"
+    src.mkdir()
+    (src / "bad.cc").write_text(
+        'extern "C" int PyTCDE_NoSuchFunction(void);\n'
+        'extern "C" __attribute__((visibility("default"))) int f(void) '
+        "{ return PyTCDE_NoSuchFunction(); }\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out"
+    with pytest.raises(ABIAuditError) as info:
+        compile_library(
+            torch=Path(torch.__file__).parent, backend="cpu", output_dir=out, source_dir=src
+        )
+    assert info.value.missing == ("PyTCDE_NoSuchFunction",)
+    assert [p.name for p in out.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_not_applicable_off_linux(
+    torch213_library: tuple[Path, ManifestEntry], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    library, _ = torch213_library
+    install = TorchInstall.from_path(Path(torch.__file__).parent)
+    monkeypatch.setattr(_audit.sys, "platform", "darwin")
+    assert audit_library(library, install, "cpu") is AuditOutcome.NOT_APPLICABLE
