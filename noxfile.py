@@ -72,6 +72,32 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def build(session: nox.Session) -> None:
+    """Compile every matrix cell this host can build, then assemble dist/.
+
+    ``nox -s build -- [--cells ID,PATTERN,...] [--python 3.X ...] [--all-pythons]
+    [--jobs N] [--no-assemble] [--no-repair] [--assemble-from DIR] [--out DIR]``.
+    Default: every cell of matrix.toml for this Python and platform. Each cell's
+    torch goes into a cached uv environment (never imported); unchanged cells
+    compile nothing. Writes the combined, variant and universal wheels, the
+    variants index and the sdist to dist/, and a report to build/build-report.json.
+    """
+    session.install(*_group("build"))
+    session.run("python", "-m", "devtools.build", *session.posargs)
+
+
+@nox.session(default=False)
+def matrix(session: nox.Session) -> None:
+    """Print CI's job matrix (one entry per cibuildwheel job) as JSON, from matrix.toml.
+
+    ``nox -s matrix -- [--only ID,PATTERN,...] [--output FILE] [--list]``;
+    ``--list`` prints every cell id instead.
+    """
+    session.install("packaging>=24", "filelock>=3.12", "tomli>=1.1; python_version < '3.11'")
+    session.run("python", "-m", "devtools.matrix", *session.posargs)
+
+
+@nox.session(default=False)
 def release(session: nox.Session) -> None:
     """Publish dist/: ``twine check --strict``, then ``twine upload`` to an index.
 

@@ -289,9 +289,8 @@ def assemble_wheel(
     from torch_c_dlpack_ext._naming import LIBS_DIR, MANIFEST_NAME
     from torch_c_dlpack_ext.errors import ConfigError
 
-    if label is not None and (not libraries or variant_json is None and not editable):
-        if not libraries:
-            raise ConfigError(f"variant-label {label!r} needs libraries to pack (libs-dir= or cells=)")
+    if label is not None and not libraries:
+        raise ConfigError(f"variant-label {label!r} needs libraries to pack (libs-dir= or cells=)")
     platforms = {entry.platform for entry, _ in libraries}
     if len(platforms) > 1:
         raise ConfigError(f"one wheel cannot hold libraries of several platforms: {sorted(platforms)}")

@@ -97,8 +97,12 @@ def _log(message: str) -> None:
     print(f"torchenv: {message}", file=sys.stderr, flush=True)
 
 
-def _env_name(version: str, python: str, importable: bool, extra: Sequence[str]) -> str:
+def _env_name(
+    version: str, python: str, importable: bool, extra: Sequence[str], index_url: str | None = None
+) -> str:
     name = f"py{python}-torch{version}" + ("-import" if importable else "")
+    if index_url:
+        name += "-i" + hashlib.sha256(index_url.encode()).hexdigest()[:8]
     if extra:
         digest = hashlib.sha256("\n".join(sorted(extra)).encode()).hexdigest()[:8]
         name += f"-x{digest}"
@@ -154,7 +158,14 @@ def import_requirements(
 
 
 def _create(
-    root: Path, uv: str, version: str, *, python: str, importable: bool, extra: Sequence[str]
+    root: Path,
+    uv: str,
+    version: str,
+    *,
+    python: str,
+    importable: bool,
+    extra: Sequence[str],
+    index_url: str | None = None,
 ) -> dict[str, object]:
     interpreter = (
         sys.executable if python == f"{sys.version_info[0]}.{sys.version_info[1]}" else python
@@ -164,7 +175,8 @@ def _create(
     _uv(uv, "venv", "--quiet", "--python", interpreter, str(root))
     env_py = str(_env_python(root))
     _log(f"installing torch=={version} --no-deps from PyPI (~1 GB on a cold uv cache)")
-    _uv(uv, "pip", "install", "--python", env_py, "--no-deps", f"torch=={version}")
+    index = ["--index-url", index_url] if index_url else []
+    _uv(uv, "pip", "install", "--python", env_py, "--no-deps", *index, f"torch=={version}")
     record: dict[str, object] = {"torch": version, "python": python, "importable": importable}
     if importable:
         needed, skipped = import_requirements(_site_packages(root), version, python)
@@ -193,12 +205,14 @@ def torch_env(
     importable: bool,
     python: str | None = None,
     extra: Sequence[str] = (),
+    index_url: str | None = None,
 ) -> TorchEnv:
     """The cached env with PyPI's ``torch==version`` (created on first use).
 
     ``python``: ``"3.11"`` style (default: this interpreter's). ``importable``:
     also install what ``import torch`` needs (verified). ``extra``: more
-    requirements. Raises :class:`ConfigError` for a malformed version and
+    requirements. ``index_url``: take torch from this index instead of PyPI
+    (PyTorch's per-backend indexes; the env name records it). Raises :class:`ConfigError` for a malformed version and
     :class:`CommandError` when uv fails (e.g. no such torch release).
     """
     from filelock import FileLock
@@ -211,7 +225,7 @@ def torch_env(
     extra = tuple(extra)
     envs = cache_root() / "envs"
     envs.mkdir(parents=True, exist_ok=True)
-    root = envs / _env_name(version, python, importable, extra)
+    root = envs / _env_name(version, python, importable, extra, index_url)
     with FileLock(str(root) + ".lock", timeout=_LOCK_TIMEOUT_S):
         if not (root / _MARKER).is_file():
             if root.exists():
@@ -219,7 +233,13 @@ def torch_env(
                 shutil.rmtree(root)
             try:
                 record = _create(
-                    root, find_uv(), version, python=python, importable=importable, extra=extra
+                    root,
+                    find_uv(),
+                    version,
+                    python=python,
+                    importable=importable,
+                    extra=extra,
+                    index_url=index_url,
                 )
             except BaseException:
                 shutil.rmtree(root, ignore_errors=True)

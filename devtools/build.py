@@ -1,0 +1,388 @@
+"""``nox -s build``: compile the matrix cells this host can build, then assemble dist/.
+
+Per cell: a cached environment holding that torch release (installed
+``--no-deps``, never imported; :mod:`devtools.torchenv`), one compile through
+the driver (:func:`torch_c_dlpack_ext._compile.compile_library`, which audits
+the ABI and skips unchanged targets by its cache key). Cells this host cannot
+build are skipped with the reason: another OS or architecture, an index that
+does not answer (checked with a short timeout), no ROCm toolchain, no such
+Python interpreter.
+
+Libraries land in ``build/cells/<cpXY>-<platform>/`` with a manifest; then
+:mod:`devtools.wheels` packs the combined, variant and universal wheels, the
+variants index and the sdist into ``dist/``. A report goes to
+``build/build-report.json`` (dist/ holds only what gets published).
+
+``--assemble-from DIR`` skips compiling: it merges the single-job wheels CI's
+cibuildwheel runs produced into the same artifacts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import json
+import os
+import platform as host_platform
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from devtools import ROOT
+
+from build_backend._matrix import Cell, Matrix, load_matrix
+from torch_c_dlpack_ext._manifest import ManifestEntry, atomic_write_bytes, write_manifest
+from torch_c_dlpack_ext._naming import MANIFEST_NAME, Backend
+from torch_c_dlpack_ext._run import run
+from torch_c_dlpack_ext.errors import CommandError, ConfigError, TorchCDLPackExtError
+
+__all__ = [
+    "CellResult",
+    "build_cells",
+    "build_cells_for_wheel",
+    "host_platform_name",
+    "main",
+    "skip_reason",
+]
+
+#: Seconds to wait for an index before calling it unreachable.
+INDEX_TIMEOUT_S = 5.0
+DEFAULT_BUILD_DIR = ROOT / "build" / "cells"
+REPORT_NAME = "build-report.json"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CellResult:
+    """What happened to one cell."""
+
+    cell: str
+    status: str  # built | cached | skipped | failed
+    seconds: float = 0.0
+    size: int = 0
+    reason: str = ""
+    entry: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def host_platform_name(matrix: Matrix) -> str | None:
+    """The matrix platform this host builds for (by OS and machine), or ``None``."""
+    system = {"linux": "linux", "win32": "windows", "darwin": "macos"}.get(sys.platform)
+    machine = host_platform.machine()
+    for name, plat in matrix.platforms.items():
+        if plat.os == system and plat.machine.lower() == machine.lower():
+            return name
+    return None
+
+
+_INDEX_CACHE: dict[str, str | None] = {}
+
+
+def index_unreachable(url: str, timeout: float = INDEX_TIMEOUT_S) -> str | None:
+    """``None`` when ``url`` answers within ``timeout``, else why not (cached per run)."""
+    if url in _INDEX_CACHE:
+        return _INDEX_CACHE[url]
+    reason: str | None = None
+    probe = url.rstrip("/") + "/torch/"
+    try:
+        request = urllib.request.Request(probe, method="HEAD")
+        with urllib.request.urlopen(request, timeout=timeout):
+            pass
+    except urllib.error.HTTPError as exc:
+        if exc.code >= 500:
+            reason = f"index {url} answered HTTP {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        cause = getattr(exc, "reason", exc)
+        reason = f"index {url} unreachable within {timeout:.0f} s ({cause})"
+    _INDEX_CACHE[url] = reason
+    return reason
+
+
+def _rocm_missing() -> str | None:
+    for var in ("ROCM_PATH", "ROCM_HOME"):
+        if os.environ.get(var) and (Path(os.environ[var]) / "include" / "hip").is_dir():
+            return None
+    if Path("/opt/rocm/include/hip").is_dir():
+        return None
+    return "no ROCm toolchain (set ROCM_PATH to a ROCm installation with include/hip)"
+
+
+def _python_missing(python: str) -> str | None:
+    if python == f"{sys.version_info[0]}.{sys.version_info[1]}":
+        return None
+    from devtools.torchenv import find_uv
+
+    try:
+        run([find_uv(), "python", "find", "--no-python-downloads", python], echo=False)
+    except CommandError:
+        return f"no Python {python} interpreter on this host (uv python find {python})"
+    return None
+
+
+def skip_reason(cell: Cell, host: str | None) -> str | None:
+    """Why this host cannot build ``cell`` (``None``: it can)."""
+    if cell.platform.name != host:
+        return f"builds on {cell.platform.name}, this host is {host or 'not in matrix.toml'}"
+    if cell.backend is Backend.ROCM:
+        missing = _rocm_missing()
+        if missing:
+            return missing
+    unreachable = index_unreachable(cell.wheel.index_url)
+    if unreachable:
+        return unreachable
+    return _python_missing(cell.python)
+
+
+def group_dir(build_dir: Path, cell: Cell) -> Path:
+    """Where a cell's library goes: one directory per Python x platform."""
+    return build_dir / f"{cell.python_tag}-{cell.platform.name}"
+
+
+def _python_include(python: Path) -> Path:
+    code = "import sysconfig; print(sysconfig.get_paths()['include'])"
+    return Path(run([python, "-c", code], echo=False).stdout.strip())
+
+
+def build_one(cell: Cell, build_dir: Path) -> CellResult:
+    """Provision the cell's torch and compile its library (a cache hit compiles nothing)."""
+    from devtools.torchenv import torch_env
+    from torch_c_dlpack_ext._compile import compile_library
+
+    started = time.monotonic()
+    out = group_dir(build_dir, cell)
+    try:
+        # CPU and GPU cells of one flavour share the env (same extras).
+        env = torch_env(
+            cell.torch.release,
+            importable=False,
+            python=cell.python,
+            extra=cell.wheel.toolkit_requirements,
+            index_url=None if cell.wheel.index == "pypi" else cell.wheel.index_url,
+        )
+        gpu_home = None
+        if cell.backend is Backend.CUDA:
+            # The pinned runtime headers of this torch, not whatever nvcc is on PATH.
+            gpu_home = env.site_packages / "nvidia" / "cuda_runtime"
+        target = out / cell.library
+        before = target.stat().st_mtime_ns if target.is_file() else None
+        entry = compile_library(
+            torch=env.torch_dir,
+            backend=cell.backend,
+            output_dir=out,
+            cxx11_abi=cell.cxx11_abi,
+            gpu_home=gpu_home,
+            python_include=_python_include(env.python),
+        )
+    except TorchCDLPackExtError as exc:
+        return CellResult(
+            cell=cell.id,
+            status="failed",
+            seconds=round(time.monotonic() - started, 1),
+            reason=f"{type(exc).__name__}: {str(exc).strip()[-3000:]}",
+        )
+    status = "cached" if before == target.stat().st_mtime_ns else "built"
+    return CellResult(
+        cell=cell.id,
+        status=status,
+        seconds=round(time.monotonic() - started, 1),
+        size=entry.size,
+        entry=entry.to_json(),
+    )
+
+
+def _progress(done: int, total: int, started: float, result: CellResult) -> None:
+    elapsed = time.monotonic() - started
+    eta = elapsed / done * (total - done) if done else 0.0
+    detail = result.reason.splitlines()[0][:120] if result.reason else f"{result.size} bytes"
+    print(
+        f"[cell {done}/{total}] {result.cell}: {result.status} in {result.seconds:.1f} s "
+        f"({detail}); elapsed {elapsed:.0f} s, ETA ~{eta:.0f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def build_cells(cells: Sequence[Cell], build_dir: Path, *, jobs: int = 1) -> list[CellResult]:
+    """Build ``cells`` (skipping what this host cannot build) and write each group's manifest."""
+    matrix_host = host_platform_name(load_matrix())
+    started = time.monotonic()
+    results: dict[str, CellResult] = {}
+    todo: list[Cell] = []
+    done = 0
+    for cell in cells:
+        reason = skip_reason(cell, matrix_host)
+        if reason is not None:
+            results[cell.id] = CellResult(cell=cell.id, status="skipped", reason=reason)
+            done += 1
+            _progress(done, len(cells), started, results[cell.id])
+        else:
+            todo.append(cell)
+    if jobs <= 1:
+        for cell in todo:
+            results[cell.id] = build_one(cell, build_dir)
+            done += 1
+            _progress(done, len(cells), started, results[cell.id])
+    else:
+        with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(build_one, cell, build_dir): cell for cell in todo}
+            for future in concurrent.futures.as_completed(futures):
+                result = future.result()
+                results[result.cell] = result
+                done += 1
+                _progress(done, len(cells), started, result)
+    _write_group_manifests(cells, results, build_dir)
+    return [results[cell.id] for cell in cells]
+
+
+def _write_group_manifests(
+    cells: Sequence[Cell], results: dict[str, CellResult], build_dir: Path
+) -> None:
+    groups: dict[Path, list[ManifestEntry]] = {}
+    pythons: dict[Path, str] = {}
+    for cell in cells:
+        result = results[cell.id]
+        if result.entry is None:
+            continue
+        directory = group_dir(build_dir, cell)
+        groups.setdefault(directory, []).append(ManifestEntry.from_json(result.entry))
+        pythons[directory] = cell.python
+    for directory, entries in groups.items():
+        # Merge with libraries an earlier run built here (a run for a subset of cells
+        # must not drop the others from the manifest).
+        merged = {e.file: e for e in _read_manifest(directory)}
+        merged.update({e.file: e for e in entries})
+        write_manifest(directory / MANIFEST_NAME, merged.values())
+        atomic_write_bytes(directory / "python.txt", (pythons[directory] + "\n").encode())
+
+
+def _read_manifest(directory: Path) -> list[ManifestEntry]:
+    from torch_c_dlpack_ext._manifest import load_manifest
+    from torch_c_dlpack_ext.errors import ManifestError
+
+    try:
+        entries = load_manifest(directory / MANIFEST_NAME)
+    except ManifestError:
+        return []
+    return [e for e in entries if (directory / e.file).is_file()]
+
+
+def build_cells_for_wheel(patterns: list[str], build_dir: Path) -> tuple[list[Any], str]:
+    """The backend's ``cells=`` setting: build those cells, return ``[(entry, path)]`` and the Python."""
+    matrix = load_matrix()
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    cells = [c for c in matrix.select(patterns) if c.python == python]
+    if not cells:
+        raise ConfigError(f"cells {patterns} select no cell for Python {python}")
+    directory = build_dir if build_dir.is_absolute() else ROOT / build_dir
+    results = build_cells(cells, directory)
+    failed = [r for r in results if r.status in ("failed", "skipped")]
+    if failed:
+        raise ConfigError(
+            "cells not built: " + "; ".join(f"{r.cell}: {r.status} ({r.reason})" for r in failed)
+        )
+    pairs = []
+    for cell, result in zip(cells, results):
+        assert result.entry is not None
+        entry = ManifestEntry.from_json(result.entry)
+        pairs.append((entry, group_dir(directory, cell) / entry.file))
+    return pairs, python
+
+
+def print_table(results: Sequence[CellResult]) -> None:
+    """The final table: cell, status, seconds, size."""
+    width = max([len(r.cell) for r in results] + [4])
+    print(f"{'cell':<{width}}  {'status':<8} {'seconds':>8} {'size':>10}  note")
+    for r in results:
+        note = r.reason.splitlines()[0][:90] if r.reason else ""
+        size = f"{r.size}" if r.size else "-"
+        print(f"{r.cell:<{width}}  {r.status:<8} {r.seconds:>8.1f} {size:>10}  {note}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nox -s build --", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--cells", default="", help="comma-separated cell ids, job ids or patterns (*-t26_*)"
+    )
+    parser.add_argument(
+        "--python", action="append", default=[], help="3.11 (repeatable; default: this one)"
+    )
+    parser.add_argument("--all-pythons", action="store_true", help="every Python of the matrix")
+    parser.add_argument("--jobs", type=int, default=1, help="cells built in parallel (processes)")
+    parser.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
+    parser.add_argument("--out", type=Path, default=ROOT / "dist")
+    parser.add_argument("--no-assemble", action="store_true", help="compile only")
+    parser.add_argument("--no-repair", action="store_true", help="skip auditwheel repair")
+    parser.add_argument(
+        "--assemble-from", type=Path, default=None, help="merge CI's single-job wheels from DIR"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line (what ``nox -s build`` runs)."""
+    args = _parser().parse_args(argv)
+    try:
+        return _main(args)
+    except TorchCDLPackExtError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _main(args: argparse.Namespace) -> int:
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs {args.jobs}: must be 1 or more")
+    if args.assemble_from is not None:
+        from devtools import wheels
+
+        made = wheels.assemble_from_wheels(args.assemble_from, args.out)
+        for path in made:
+            print(f"wrote {path}")
+        return 0
+    matrix = load_matrix()
+    started = time.monotonic()
+    patterns = [p for p in args.cells.split(",") if p.strip()]
+    pythons = (
+        []
+        if args.all_pythons
+        else (args.python or ([] if patterns else [f"{sys.version_info[0]}.{sys.version_info[1]}"]))
+    )
+    host = host_platform_name(matrix)
+    platforms = [] if patterns or host is None else [host]
+    cells = matrix.select(patterns, python=pythons, platform=platforms)
+    if not cells:
+        raise ConfigError("the selection holds no cell; `nox -s matrix -- --list` lists them")
+    print(f"building {len(cells)} cell(s) with --jobs {args.jobs}", file=sys.stderr)
+    build_dir = args.build_dir.resolve()
+    results = build_cells(cells, build_dir, jobs=args.jobs)
+    wall = round(time.monotonic() - started, 1)
+    print_table(results)
+    report: dict[str, Any] = {
+        "jobs": args.jobs,
+        "wall_seconds": wall,
+        "cells": [r.to_json() for r in results],
+    }
+    artifacts: list[Path] = []
+    if not args.no_assemble:
+        from devtools import wheels
+
+        groups = sorted({group_dir(build_dir, c) for c in cells if group_dir(build_dir, c).is_dir()})
+        artifacts = wheels.assemble_dist(groups, args.out, matrix=matrix, repair=not args.no_repair)
+        report["artifacts"] = [
+            {"file": p.name, "size": p.stat().st_size} for p in artifacts if p.is_file()
+        ]
+        for path in artifacts:
+            print(f"wrote {path} ({path.stat().st_size} bytes)")
+    report_path = build_dir.parent / REPORT_NAME
+    atomic_write_bytes(report_path, (json.dumps(report, indent=2) + "\n").encode())
+    print(f"report: {report_path}; wall time {wall:.1f} s")
+    return 1 if any(r.status == "failed" for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,336 @@
+"""Assemble dist/: combined, variant and universal wheels, the variants index and the sdist.
+
+All wheels are written by the in-tree backend's one writer
+(:func:`build_backend._wheel.assemble_wheel`), so tags (``packaging.tags``),
+metadata, the manifest and reproducibility (``SOURCE_DATE_EPOCH``) come from one
+place.
+
+- **combined** (one per Python x platform): every library built for it; on Linux
+  ``auditwheel repair`` gives it its manylinux tag with torch's and the GPU
+  runtimes' libraries excluded (they come from the user's torch install);
+- **variant** (PEP 825, one per cell): the cell's library plus the CPU library
+  of the same torch and ABI as a fallback, ``*.dist-info/variant.json``
+  declaring ``abi_dependency :: torch :: X.Y`` and the backend's properties;
+  the platform tag is the combined wheel's (same libraries, same policy);
+- **universal** ``py3-none-any``: no library (defers on torch >= 2.10, explains
+  or JIT-compiles elsewhere);
+- ``torch_c_dlpack_ext-<version>-variants.json`` for the index;
+- the sdist.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from devtools import ROOT
+
+from build_backend._matrix import Cell, Matrix, load_matrix
+from build_backend._metadata import project_metadata
+from build_backend._wheel import assemble_wheel
+from torch_c_dlpack_ext._manifest import ManifestEntry, load_manifest, write_manifest
+from torch_c_dlpack_ext._naming import MANIFEST_NAME, Backend
+from torch_c_dlpack_ext._run import run
+from torch_c_dlpack_ext.errors import ConfigError
+
+__all__ = [
+    "AUDITWHEEL_EXCLUDES",
+    "assemble_dist",
+    "assemble_from_wheels",
+    "cell_for_entry",
+    "variant_properties",
+    "variants_index",
+]
+
+#: Libraries a wheel must never bundle: torch's own and the GPU runtimes torch
+#: brings (a second copy would be a second libtorch / CUDA runtime in the process).
+AUDITWHEEL_EXCLUDES = (
+    "libc10.so",
+    "libc10_cuda.so",
+    "libc10_hip.so",
+    "libtorch.so",
+    "libtorch_cpu.so",
+    "libtorch_cuda.so",
+    "libtorch_hip.so",
+    "libtorch_python.so",
+    "libcudart.so.*",
+    "libamdhip64.so.*",
+)
+
+
+def cell_for_entry(matrix: Matrix, entry: ManifestEntry, python: str) -> Cell:
+    """The matrix cell a built library belongs to."""
+    for cell in matrix.cells():
+        if (
+            cell.python == python
+            and cell.torch.minor == entry.torch
+            and cell.backend is entry.backend
+            and cell.cxx11_abi == entry.cxx11_abi
+            and _same_platform(entry.platform, cell.platform.name)
+        ):
+            return cell
+    raise ConfigError(
+        f"{entry.file} (torch {entry.torch}, {entry.backend.value}, cxx11_abi={entry.cxx11_abi}, "
+        f"{entry.platform}, Python {python}) is no cell of matrix.toml; rebuild it or fix the matrix"
+    )
+
+
+def _same_platform(built: str, matrix_name: str) -> bool:
+    # macOS tags carry the deployment target of the Python that built them
+    # (macosx_11_0_arm64, macosx_14_0_arm64): compare the OS family and the arch.
+    if built.startswith("macosx_") and matrix_name.startswith("macosx_"):
+        return built.rsplit("_", 1)[-1] == matrix_name.rsplit("_", 1)[-1]
+    return built == matrix_name
+
+
+def variant_properties(cell: Cell) -> list[str]:
+    """PEP 825 properties of a cell's variant wheel (``namespace :: feature :: value``)."""
+    props = [f"abi_dependency :: torch :: {cell.torch.minor}"]
+    if cell.backend is Backend.CUDA and cell.toolkit:
+        props.append(f"nvidia :: cuda_version_lower_bound :: {cell.toolkit}")
+    elif cell.backend is Backend.ROCM and cell.toolkit:
+        props.append(f"amd :: rocm_version :: {cell.toolkit}")
+    return props
+
+
+def _variant_info() -> Any:
+    """pyproject.toml's ``[variant]`` table (providers, priorities), read by variantlib."""
+    from variantlib.pyproject_toml import VariantPyProjectToml
+
+    return VariantPyProjectToml.from_path(ROOT / "pyproject.toml")
+
+
+def variant_json(cell: Cell) -> bytes:
+    """``*.dist-info/variant.json`` of a cell's variant wheel, produced by variantlib."""
+    from variantlib.api import VariantDescription, VariantProperty, make_variant_dist_info
+
+    description = VariantDescription(
+        properties=[VariantProperty.from_str(p) for p in variant_properties(cell)],
+        label=cell.label,
+    )
+    text = make_variant_dist_info(description, variant_info=_variant_info())
+    # Canonical form (sorted keys) so equal inputs give byte-identical wheels.
+    return (json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n").encode()
+
+
+def variants_index(wheels: Sequence[Path]) -> dict[str, Any]:
+    """The ``{name}-{version}-variants.json`` content: every variant.json merged."""
+    merged: dict[str, Any] = {}
+    for path in sorted(wheels):
+        with zipfile.ZipFile(path) as archive:
+            name = next(n for n in archive.namelist() if n.endswith(".dist-info/variant.json"))
+            data = json.loads(archive.read(name))
+        if not merged:
+            merged = {k: v for k, v in data.items() if k != "variants"}
+            merged["variants"] = {}
+        for label, props in data.get("variants", {}).items():
+            known = merged["variants"].get(label)
+            if known is not None and known != props:
+                raise ConfigError(
+                    f"variant label {label!r} has different properties in {path.name}: "
+                    f"{props} vs {known}"
+                )
+            merged["variants"][label] = props
+        for key, value in data.get("providers", {}).items():
+            merged.setdefault("providers", {})[key] = value
+    return merged
+
+
+def _atomic_move(source: Path, target: Path) -> None:
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
+def _write_json(target: Path, data: Any) -> None:
+    from torch_c_dlpack_ext._manifest import atomic_write_bytes
+
+    atomic_write_bytes(target, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+
+
+def _repair(wheel: Path, out: Path, work: Path) -> Path:
+    """``auditwheel repair`` with torch's libraries excluded; returns the repaired wheel."""
+    repaired = work / "repaired"
+    shutil.rmtree(repaired, ignore_errors=True)
+    cmd: list[str] = [sys.executable, "-m", "auditwheel", "repair", "-w", str(repaired)]
+    for pattern in AUDITWHEEL_EXCLUDES:
+        cmd += ["--exclude", pattern]
+    run([*cmd, str(wheel)])
+    (result,) = sorted(repaired.glob("*.whl"))
+    grafted = [
+        n for n in zipfile.ZipFile(result).namelist() if n.startswith("torch_c_dlpack_ext.libs/")
+    ]
+    if grafted:
+        raise ConfigError(
+            f"auditwheel grafted {grafted} into {result.name}: a library needs something "
+            "beyond torch and the system; extend AUDITWHEEL_EXCLUDES only if torch provides it"
+        )
+    return result
+
+
+def _policy_platform(wheel_name: str) -> str:
+    from packaging.utils import parse_wheel_filename
+
+    _, _, _, tags = parse_wheel_filename(wheel_name)
+    return ".".join(sorted({t.platform for t in tags}))
+
+
+def _rewrite_reproducibly(wheel: Path, out: Path, python: str, platform: str, libs: Path) -> Path:
+    """auditwheel writes its own zip (timestamps, order): re-pack with our writer and the
+    repaired tag, so the combined wheel stays byte-reproducible."""
+    meta = project_metadata(ROOT)
+    entries = load_manifest(libs / MANIFEST_NAME)
+    return assemble_wheel(
+        out,
+        meta=meta,
+        libraries=[(e, libs / e.file) for e in entries],
+        python=python,
+        platform=platform,
+    )
+
+
+def assemble_group(
+    libs: Path, out: Path, *, matrix: Matrix, repair: bool, platform_override: str | None = None
+) -> list[Path]:
+    """Combined and variant wheels of one Python x platform group directory."""
+    meta = project_metadata(ROOT)
+    entries = load_manifest(libs / MANIFEST_NAME)
+    python = (libs / "python.txt").read_text(encoding="utf-8").strip()
+    if not entries:
+        return []
+    made: list[Path] = []
+    with tempfile.TemporaryDirectory(prefix="tcde-wheels-") as tmp:
+        work = Path(tmp)
+        pairs = [(e, libs / e.file) for e in entries]
+        plain = assemble_wheel(
+            work, meta=meta, libraries=pairs, python=python, platform=platform_override
+        )
+        platform = platform_override
+        if platform is None and repair and sys.platform.startswith("linux"):
+            repaired = _repair(plain, out, work)
+            platform = _policy_platform(repaired.name)
+        if platform is not None:
+            combined = _rewrite_reproducibly(plain, out, python, platform, libs)
+        else:
+            combined = out / plain.name
+            _atomic_move(plain, combined)
+        made.append(combined)
+        by_key = {(e.torch, e.backend, e.cxx11_abi): e for e in entries}
+        for entry in entries:
+            cell = cell_for_entry(matrix, entry, python)
+            chosen = [entry]
+            fallback = by_key.get((entry.torch, Backend.CPU, entry.cxx11_abi))
+            if entry.backend is not Backend.CPU and fallback is not None:
+                chosen.append(fallback)
+            made.append(
+                assemble_wheel(
+                    out,
+                    meta=meta,
+                    libraries=[(e, libs / e.file) for e in chosen],
+                    python=python,
+                    platform=platform,
+                    label=cell.label,
+                    variant_json=variant_json(cell),
+                )
+            )
+    return made
+
+
+def assemble_dist(
+    groups: Sequence[Path], out: Path, *, matrix: Matrix | None = None, repair: bool = True
+) -> list[Path]:
+    """Everything dist/ holds, from the group directories ``nox -s build`` filled."""
+    from build_backend._sdist import build_sdist_impl
+
+    matrix = load_matrix() if matrix is None else matrix
+    out.mkdir(parents=True, exist_ok=True)
+    made: list[Path] = []
+    for libs in groups:
+        made += assemble_group(libs, out, matrix=matrix, repair=repair)
+    made.append(universal_wheel(out))
+    made.append(out / build_sdist_impl(str(out), None))
+    variant_wheels = [p for p in made if _is_variant(p.name)]
+    if variant_wheels:
+        meta = project_metadata(ROOT)
+        index = out / f"{meta.name}-{meta.version}-variants.json"
+        _write_json(index, variants_index(variant_wheels))
+        made.append(index)
+    return made
+
+
+def universal_wheel(out: Path) -> Path:
+    """The ``py3-none-any`` wheel with no library."""
+    return assemble_wheel(out, meta=project_metadata(ROOT), libraries=[], python=None)
+
+
+def _is_variant(filename: str) -> bool:
+    from variantlib.constants import VALIDATION_WHEEL_NAME_REGEX
+
+    match = VALIDATION_WHEEL_NAME_REGEX.fullmatch(filename)
+    return bool(match and match.group("variant_label"))
+
+
+def assemble_from_wheels(cells_dir: Path, out: Path) -> list[Path]:
+    """CI's assemble step: merge the single-job wheels in ``cells_dir`` into dist/.
+
+    Each job wheel carries some libraries and their manifest; libraries of one
+    Python x platform are unpacked into one group directory, then packed as
+    :func:`assemble_dist` does, keeping the platform tag the job's repair gave.
+    """
+    from packaging.utils import parse_wheel_filename
+
+    wheels = sorted(p for p in cells_dir.rglob("*.whl") if not _is_variant(p.name))
+    if not wheels:
+        raise ConfigError(f"{cells_dir}: no wheels to assemble (did the cell jobs upload any?)")
+    matrix = load_matrix()
+    made: list[Path] = []
+    with tempfile.TemporaryDirectory(prefix="tcde-assemble-") as tmp:
+        groups: dict[tuple[str, str], tuple[Path, list[ManifestEntry], set[str]]] = {}
+        for wheel in wheels:
+            _, _, _, tags = parse_wheel_filename(wheel.name)
+            tag = min(tags, key=str)
+            python = f"{tag.interpreter[2]}.{tag.interpreter[3:]}"
+            arch = tag.platform.split("_", 2)[-1] if "linux" in tag.platform else tag.platform
+            key = (tag.interpreter, arch)
+            directory = Path(tmp) / f"{tag.interpreter}-{arch}"
+            directory.mkdir(exist_ok=True)
+            group = groups.setdefault(key, (directory, [], set()))
+            group[2].add(".".join(sorted({t.platform for t in tags})))
+            with zipfile.ZipFile(wheel) as archive:
+                manifest = json.loads(archive.read(f"torch_c_dlpack_ext/{MANIFEST_NAME}"))
+                for item in manifest.get("libraries", []):
+                    entry = ManifestEntry.from_json(item)
+                    name = Path(entry.file).name
+                    (directory / name).write_bytes(archive.read(f"torch_c_dlpack_ext/{entry.file}"))
+                    group[1].append(dataclasses.replace(entry, file=name))
+            (directory / "python.txt").write_text(python + "\n", encoding="utf-8")
+        for directory, entries, platforms in groups.values():
+            write_manifest(directory / MANIFEST_NAME, entries)
+            # Jobs of one group built in the same image; if they disagree, the most
+            # restrictive (oldest-glibc-first sorted last) tag set is not safe to guess.
+            if len(platforms) > 1:
+                raise ConfigError(
+                    f"{directory.name}: job wheels carry different platform tags {sorted(platforms)}"
+                )
+            made += assemble_group(
+                directory, out, matrix=matrix, repair=False, platform_override=platforms.pop()
+            )
+        made.append(universal_wheel(out))
+        from build_backend._sdist import build_sdist_impl
+
+        made.append(out / build_sdist_impl(str(out), None))
+        variant_wheels = [p for p in made if _is_variant(p.name)]
+        if variant_wheels:
+            meta = project_metadata(ROOT)
+            index = out / f"{meta.name}-{meta.version}-variants.json"
+            _write_json(index, variants_index(variant_wheels))
+            made.append(index)
+    return made
