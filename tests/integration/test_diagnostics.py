@@ -1,0 +1,125 @@
+"""``python -m torch_c_dlpack_ext``: the report, the smoke test and the exit status."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import Bundled, build_fake_library, clean_env, make_package
+from torch_c_dlpack_ext._manifest import ManifestEntry
+from torch_c_dlpack_ext._naming import Backend
+
+torch = pytest.importorskip("torch")
+
+P = "TORCH_C_DLPACK_EXT_"
+TORCH_MINOR = ".".join(torch.__version__.split(".")[:2])
+ABI = bool(torch.compiled_with_cxx11_abi())
+
+
+def diagnose(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = clean_env(**env)
+    environ["PYTHONPATH"] = str(root)
+    return subprocess.run(
+        [sys.executable, "-m", "torch_c_dlpack_ext", *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def diagnose_json(root: Path, **env: str) -> tuple[int, dict[str, Any]]:
+    proc = diagnose(root, "--json", **env)
+    report: dict[str, Any] = json.loads(proc.stdout)
+    assert report["package"]["path"].startswith(str(root))
+    return proc.returncode, report
+
+
+@pytest.fixture
+def real_package(tmp_path: Path, torch213_library: tuple[Path, ManifestEntry]) -> Path:
+    path, entry = torch213_library
+    return make_package(
+        tmp_path, [Bundled(path, entry.torch, entry.backend, entry.cxx11_abi, entry.torch_build)]
+    )
+
+
+def test_default_table_on_torch_with_api(tmp_path: Path) -> None:
+    root = make_package(tmp_path)
+    proc = diagnose(root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = dict(line.split(None, 1) for line in proc.stdout.splitlines() if " " in line)
+    assert lines["decision"].strip() == "defer"
+    assert lines["torch"].startswith(torch.__version__)
+    assert lines["smoke"].startswith("test") and "ok: round trip" in lines["smoke"]
+    assert "bundled" in lines
+
+
+@pytest.mark.slow
+def test_json_report_of_loaded_library(real_package: Path) -> None:
+    returncode, report = diagnose_json(real_package, **{P + "FORCE": "1"})
+    assert returncode == 0, report
+    assert report["ok"] is True
+    assert report["decision"]["kind"] == "load"
+    assert report["decision"]["library"].startswith(str(real_package))
+    assert report["overrides"] == {P + "FORCE": "1"}
+    (bundled,) = report["bundled"]
+    assert bundled["torch"] == TORCH_MINOR
+    info = report["build_info"]
+    assert info["torch"] == torch.__version__
+    assert info["backend"] == "cpu"
+    assert info["cxx11_abi"] == int(ABI)
+    assert (info["torch_major"], info["torch_minor"]) == tuple(
+        int(x) for x in TORCH_MINOR.split(".")
+    )
+    assert report["smoke_test"]["ok"], report["smoke_test"]
+    assert report["torch"]["version"] == torch.__version__
+
+
+def test_unavailable_exits_1_with_reason(tmp_path: Path) -> None:
+    root = make_package(tmp_path)
+    returncode, report = diagnose_json(root, **{P + "FORCE": "1"})
+    assert returncode == 1
+    assert report["ok"] is False
+    assert report["decision"]["kind"] == "unavailable"
+    assert "no bundled library matches" in report["decision"]["reason"]
+    assert f"{P}JIT=1" in report["decision"]["remedy"]
+    assert report["bundled"] == []
+
+
+def test_bad_override_is_reported(tmp_path: Path) -> None:
+    root = make_package(tmp_path)
+    proc = diagnose(root, **{P + "BACKNED": "cpu"})
+    assert proc.returncode == 1
+    assert f"did you mean {P}BACKEND?" in proc.stdout
+    assert f"override            {P}BACKNED=cpu" in proc.stdout
+
+
+def test_smoke_test_catches_a_table_that_does_not_work(tmp_path: Path) -> None:
+    # The fake library's table passes the loader's checks but every function fails.
+    library = build_fake_library(tmp_path / "lib")
+    root = make_package(
+        tmp_path / "pkg", [Bundled(library, TORCH_MINOR, Backend.CPU, ABI, torch.__version__)]
+    )
+    returncode, report = diagnose_json(root, **{P + "FORCE": "1"})
+    assert report["decision"]["kind"] == "load"
+    assert report["build_info"] == {"torch": "fake", "backend": "cpu", "dlpack": "1.3"}
+    assert report["smoke_test"]["ok"] is False
+    assert "managed_tensor_from_py_object_no_sync failed" in report["smoke_test"]["detail"]
+    assert returncode == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA or ROCm device; none is present"
+)
+def test_gpu_tensor_metadata_through_published_capsule() -> None:
+    from torch_c_dlpack_ext.__main__ import smoke_test
+
+    result = smoke_test(torch, "cuda")
+    assert result.ok, result.detail
