@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tests.helpers import Bundled, build_fake_library, clean_env, make_package
+
 from torch_c_dlpack_ext._manifest import ManifestEntry
 from torch_c_dlpack_ext._naming import Backend
 
