@@ -228,11 +228,37 @@ int DLTensorFromPyObjectNoSync(void* py_obj, DLTensor* out) {
   }
 }
 
+// The import this thread is making right now. at::TensorMaker owns the context
+// from the moment it is given and deletes it if make_tensor() throws; while the
+// import is in progress that must not reach the producer's deleter, because a
+// failed import leaves the tensor with the caller (see below).
+thread_local const void* t_import_in_progress = nullptr;
+
+class ImportInProgress {
+ public:
+  explicit ImportInProgress(const void* managed) noexcept { t_import_in_progress = managed; }
+  ~ImportInProgress() { t_import_in_progress = nullptr; }
+  ImportInProgress(const ImportInProgress&) = delete;
+  ImportInProgress& operator=(const ImportInProgress&) = delete;
+};
+
 // Storage context deleter of an imported tensor: hands the memory back to its
 // producer, exactly once, when torch frees the storage.
 void DeleteImported(void* ctx) noexcept {
+  if (ctx == t_import_in_progress) return;
   auto* managed = static_cast<DLManagedTensorVersioned*>(ctx);
   if (managed->deleter != nullptr) managed->deleter(managed);
+}
+
+bool AddOverflows(uint64_t a, uint64_t b, uint64_t* sum) noexcept {
+  *sum = a + b;
+  return *sum < a;
+}
+
+bool MulOverflows(uint64_t a, uint64_t b, uint64_t* product) noexcept {
+  if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) return true;
+  *product = a * b;
+  return false;
 }
 
 int RaiseBadImport(const char* what, const DLTensor& dl) {
@@ -245,6 +271,44 @@ int RaiseBadImport(const char* what, const DLTensor& dl) {
                static_cast<int>(dl.device.device_type), static_cast<int>(dl.device.device_id),
                static_cast<int>(dl.ndim));
   return -1;
+}
+
+// Whether torch can make a storage for `dl` (viewed from `storage_offset`
+// elements in): no negative sizes or strides (torch has none) and a byte extent
+// that fits in int64. Checked up front because at::TensorMaker computes the
+// storage size in a noexcept function: an overflow there would terminate the
+// process instead of raising.
+bool StorageExtentFits(const DLTensor& dl, uint64_t storage_offset, uint64_t itemsize) noexcept {
+  uint64_t elements = 0;  // one past the farthest element, from the storage start
+  bool any_empty = false;
+  for (int32_t i = 0; i < dl.ndim; ++i) {
+    if (dl.shape[i] < 0) return false;
+    if (dl.shape[i] == 0) any_empty = true;
+    if (dl.strides != nullptr && dl.strides[i] < 0) return false;
+  }
+  if (any_empty) return true;
+  if (dl.strides != nullptr) {
+    for (int32_t i = 0; i < dl.ndim; ++i) {
+      uint64_t step = 0;
+      if (MulOverflows(static_cast<uint64_t>(dl.shape[i] - 1),
+                       static_cast<uint64_t>(dl.strides[i]), &step) ||
+          AddOverflows(elements, step, &elements)) {
+        return false;
+      }
+    }
+    if (AddOverflows(elements, 1, &elements)) return false;
+  } else {
+    elements = 1;
+    for (int32_t i = 0; i < dl.ndim; ++i) {
+      if (MulOverflows(elements, static_cast<uint64_t>(dl.shape[i]), &elements)) {
+        return false;
+      }
+    }
+  }
+  uint64_t bytes = 0;
+  return !AddOverflows(elements, storage_offset, &elements) &&
+         !MulOverflows(elements, itemsize, &bytes) &&
+         bytes <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
 }
 
 // Ownership rule: on failure (-1) ownership has NOT been taken and the deleter
@@ -292,16 +356,26 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
     } else {
       data += dl.byte_offset;
     }
-    auto maker = at::for_blob(data, sizes);
-    maker.context(src, &DeleteImported)
-        .target_device(device)
-        .options(at::TensorOptions().dtype(scalar_type).device(device));
-    // A NULL strides array (allowed before DLPack 1.2) means compact row-major.
-    if (dl.strides != nullptr && dl.ndim > 0) {
-      maker.strides(at::IntArrayRef(dl.strides, static_cast<size_t>(dl.ndim)));
+    if (!StorageExtentFits(dl, static_cast<uint64_t>(storage_offset), itemsize)) {
+      return RaiseBadImport(
+          "negative sizes or strides, or a memory extent beyond int64 (torch supports neither)",
+          dl);
     }
-    if (storage_offset != 0) maker.storage_offset(storage_offset);
-    at::Tensor tensor = maker.make_tensor();
+    at::Tensor tensor;
+    {
+      // Declared before `maker`, so it is still in force while `maker` unwinds.
+      const ImportInProgress in_progress(src);
+      auto maker = at::for_blob(data, sizes);
+      maker.context(src, &DeleteImported)
+          .target_device(device)
+          .options(at::TensorOptions().dtype(scalar_type).device(device));
+      // A NULL strides array (allowed before DLPack 1.2) means compact row-major.
+      if (dl.strides != nullptr && dl.ndim > 0) {
+        maker.strides(at::IntArrayRef(dl.strides, static_cast<size_t>(dl.ndim)));
+      }
+      if (storage_offset != 0) maker.storage_offset(storage_offset);
+      tensor = maker.make_tensor();
+    }
     // From here the storage owns `src`. If wrapping fails, detach our deleter
     // before `tensor` dies, so the failure still leaves `src` with the caller.
     PyObject* wrapped = nullptr;
@@ -317,7 +391,7 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
     *out_py = wrapped;
     return 0;
   } catch (...) {
-    // make_tensor() failed before a storage owned the context: not consumed.
+    // make_tensor() failed; ImportInProgress kept the deleter from running: not consumed.
     return RaiseCurrentException(PyExc_BufferError);
   }
 }

@@ -161,12 +161,18 @@ def test_import_matches_torch(api: DLPackExchangeAPI, need_torch_api: DLPackExch
         ("device without torch support", {"device_type": DLDeviceType.kDLVulkan}),
         ("pinned host memory", {"device_type": DLDeviceType.kDLCUDAHost}),
         ("major version 2", {"major": 2}),
+        ("negative stride", {"shape": (2,), "strides": (-1,), "byte_offset": 8}),
+        ("negative size", {"shape": (-2,)}),
+        ("extent beyond int64", {"shape": (2**40, 2**30)}),
+        ("strided extent beyond int64", {"shape": (2, 2), "strides": (2**62, 1)}),
     ],
 )
 def test_import_refusal_keeps_ownership(
     api: DLPackExchangeAPI, change: str, kwargs: dict[str, Any]
 ) -> None:
-    built = HandBuilt([1.0, 2.0], (2,), **kwargs)
+    shape = kwargs.pop("shape", (2,))
+    strides = kwargs.pop("strides", None)
+    built = HandBuilt([1.0, 2.0], shape, strides, **kwargs)
     out = ctypes.c_void_p(1)
     with pytest.raises(BufferError, match="not called"):
         api.managed_tensor_to_py_object_no_sync(built.pointer(), ctypes.byref(out))
