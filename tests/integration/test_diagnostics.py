@@ -56,7 +56,8 @@ def test_default_table_on_torch_with_api(tmp_path: Path) -> None:
     lines = dict(line.split(None, 1) for line in proc.stdout.splitlines() if " " in line)
     assert lines["decision"].strip() == "defer"
     assert lines["torch"].startswith(torch.__version__)
-    assert lines["smoke"].startswith("test") and "ok: round trip" in lines["smoke"]
+    assert lines["smoke"].startswith("test")
+    assert "ok: round trip" in lines["smoke"]
     assert "bundled" in lines
 
 
