@@ -1,0 +1,129 @@
+"""The drop-in contract with the real apache-tvm-ffi from PyPI on a real torch 2.8.
+
+tvm-ffi's import does ``import torch_c_dlpack_ext`` and then reads
+``torch.Tensor.__dlpack_c_exchange_api__``. With our package (a bundled library
+built for this torch) on ``PYTHONPATH``, that must be our capsule and
+``tvm_ffi.from_dlpack`` must round-trip data; with a broken library, ``import
+tvm_ffi`` must still succeed.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.helpers import Bundled, clean_env, make_package, run_python
+
+from torch_c_dlpack_ext._manifest import ManifestEntry
+
+pytestmark = pytest.mark.slow
+
+TORCH = "2.8.0"
+
+
+@pytest.fixture(scope="module")
+def tvm_env() -> Any:
+    from devtools.torchenv import torch_env
+
+    return torch_env(TORCH, importable=True, extra=["apache-tvm-ffi"])
+
+
+@pytest.fixture(scope="module")
+def library28(tvm_env: Any, build_cache: Path) -> Iterator[tuple[Path, ManifestEntry]]:
+    from torch_c_dlpack_ext._compile import compile_library
+
+    out = build_cache / f"dropin-torch{TORCH}-cpu"
+    entry = compile_library(torch=tvm_env.torch_dir, backend="cpu", output_dir=out)
+    yield out / entry.file, entry
+
+
+def bundle(library: Path, entry: ManifestEntry) -> Bundled:
+    return Bundled(library, entry.torch, entry.backend, entry.cxx11_abi, entry.torch_build)
+
+
+def tvm_environ(tmp_path: Path, **extra: str) -> dict[str, str]:
+    # tvm-ffi's own JIT fallback, if it tries one, writes only under tmp_path.
+    return clean_env(TVM_FFI_CACHE_DIR=str(tmp_path / "tvm-cache"), **extra)
+
+
+DROPIN = r"""
+import ctypes, sys
+import torch
+assert not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"), "torch 2.8 has no API"
+import tvm_ffi
+assert "torch_c_dlpack_ext" in sys.modules, "tvm_ffi did not import torch_c_dlpack_ext"
+import torch_c_dlpack_ext as ext
+from torch_c_dlpack_ext._loader import loaded_library
+status = ext.status()
+assert status.kind.value == "load", status
+ours = loaded_library(status.library).pointer
+get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+assert get(torch.Tensor.__dlpack_c_exchange_api__, b"dlpack_exchange_api") == ours
+assert torch.Tensor.__c_dlpack_exchange_api__ == ours
+x = torch.arange(12, dtype=torch.float32).reshape(3, 4)[:, 1:]
+t = tvm_ffi.from_dlpack(x)
+assert tuple(t.shape) == (3, 3), t.shape
+y = torch.from_dlpack(t)
+assert torch.equal(x, y) and y.data_ptr() == x.data_ptr()
+print("dropin ok", tvm_ffi.__version__ if hasattr(tvm_ffi, "__version__") else "")
+"""
+
+
+def test_tvm_ffi_picks_up_our_api(
+    tmp_path: Path, tvm_env: Any, library28: tuple[Path, ManifestEntry]
+) -> None:
+    root = make_package(tmp_path / "pkg", [bundle(*library28)])
+    proc = run_python(
+        DROPIN, pythonpath=[root], env=tvm_environ(tmp_path), python=tvm_env.python, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert "dropin ok" in proc.stdout
+    # Our library served tvm-ffi: its own JIT never ran.
+    assert not any((tmp_path / "tvm-cache").glob("*.so"))
+
+
+BROKEN = r"""
+import torch, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import tvm_ffi
+import torch_c_dlpack_ext as ext
+ours = [str(w.message) for w in caught if issubclass(w.category, ext.TorchCDLPackExtWarning)]
+assert ext.status().kind.value == "unavailable", ext.status()
+assert len(ours) == 1, ours
+print("ours:", ours[0])
+x = torch.arange(6, dtype=torch.float32)
+assert torch.equal(torch.from_dlpack(tvm_ffi.from_dlpack(x)), x)
+print("import ok")
+"""
+
+
+def test_broken_library_does_not_break_import_tvm_ffi(
+    tmp_path: Path, tvm_env: Any, library28: tuple[Path, ManifestEntry]
+) -> None:
+    library, entry = library28
+    broken = tmp_path / "broken" / library.name
+    broken.parent.mkdir()
+    broken.write_bytes(library.read_bytes()[: library.stat().st_size // 3])
+    root = make_package(tmp_path / "pkg", [bundle(broken, entry)])
+    # No compiler on PATH: if tvm-ffi falls back to its JIT, it fails fast (and only
+    # warns) instead of compiling for minutes; nm stays for completeness.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    nm = shutil.which("nm")
+    if nm:
+        (bin_dir / "nm").symlink_to(nm)
+    proc = run_python(
+        BROKEN,
+        pythonpath=[root],
+        env=tvm_environ(tmp_path, PATH=str(bin_dir)),
+        python=tvm_env.python,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert "import ok" in proc.stdout
+    assert "truncated" in proc.stdout
