@@ -10,7 +10,6 @@ tvm_ffi`` must still succeed.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +31,12 @@ def tvm_env() -> Any:
 
 
 @pytest.fixture(scope="module")
-def library28(tvm_env: Any, build_cache: Path) -> Iterator[tuple[Path, ManifestEntry]]:
+def library28(tvm_env: Any, build_cache: Path) -> tuple[Path, ManifestEntry]:
     from torch_c_dlpack_ext._compile import compile_library
 
     out = build_cache / f"dropin-torch{TORCH}-cpu"
     entry = compile_library(torch=tvm_env.torch_dir, backend="cpu", output_dir=out)
-    yield out / entry.file, entry
+    return out / entry.file, entry
 
 
 def bundle(library: Path, entry: ManifestEntry) -> Bundled:
