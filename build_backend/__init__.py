@@ -22,7 +22,6 @@ __all__ = [
 ]
 
 
-
 def _prepare() -> None:
     from ._source import import_build_modules
 

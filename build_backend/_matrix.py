@@ -66,7 +66,9 @@ def _check_keys(where: str, table: Mapping[str, Any], allowed: Sequence[str]) ->
 def _choice(where: str, value: Any, choices: Iterable[str]) -> str:
     choices = list(choices)
     if not isinstance(value, str) or value not in choices:
-        raise ConfigError(f"matrix.toml: {where} = {value!r} is not known{_hint(str(value), choices)}")
+        raise ConfigError(
+            f"matrix.toml: {where} = {value!r} is not known{_hint(str(value), choices)}"
+        )
     return value
 
 
@@ -168,7 +170,9 @@ class Cell:
     def label(self) -> str:
         """PEP 825 variant label (``t26_cuda`` or ``t26_cuda_abi0``)."""
         major, minor = self.torch.version
-        return variant_label(major, minor, self.backend, self.cxx11_abi, with_abi=self.abi_ambiguous)
+        return variant_label(
+            major, minor, self.backend, self.cxx11_abi, with_abi=self.abi_ambiguous
+        )
 
     @property
     def id(self) -> str:
@@ -233,7 +237,9 @@ class Matrix:
                 for plat, abi in wheel.cxx11_abi.items():
                     abis.setdefault(plat, set()).add(abi)
             for wheel in minor.wheels:
-                backends = [wheel.backend] + ([Backend.CPU] if wheel.backend is not Backend.CPU else [])
+                backends = [wheel.backend] + (
+                    [Backend.CPU] if wheel.backend is not Backend.CPU else []
+                )
                 for plat_name in wheel.platforms:
                     platform = self.platforms[plat_name]
                     abi = wheel.cxx11_abi.get(plat_name) if platform.dual_abi else None
@@ -274,7 +280,9 @@ class Matrix:
         cells = self.cells()
         for value in python:
             if value not in self.pythons():
-                raise ConfigError(f"python {value!r} is not in matrix.toml{_hint(value, self.pythons())}")
+                raise ConfigError(
+                    f"python {value!r} is not in matrix.toml{_hint(value, self.pythons())}"
+                )
         for value in platform:
             _choice("platform", value, self.platforms)
         if python:
@@ -287,7 +295,9 @@ class Matrix:
         chosen: list[Cell] = []
         for pattern in patterns:
             hits = [
-                c for c in cells if fnmatch.fnmatchcase(c.id, pattern) or fnmatch.fnmatchcase(c.job_id, pattern)
+                c
+                for c in cells
+                if fnmatch.fnmatchcase(c.id, pattern) or fnmatch.fnmatchcase(c.job_id, pattern)
             ]
             if not hits:
                 names = sorted({c.id for c in cells} | {c.job_id for c in cells})
@@ -325,7 +335,9 @@ class Matrix:
         return jobs
 
 
-def _parse_wheel(where: str, raw: Any, platforms: Mapping[str, Platform], indexes: Mapping[str, str]) -> TorchWheel:
+def _parse_wheel(
+    where: str, raw: Any, platforms: Mapping[str, Platform], indexes: Mapping[str, str]
+) -> TorchWheel:
     if not isinstance(raw, dict):
         raise ConfigError(f"matrix.toml: {where} must be a table")
     _check_keys(where, raw, _WHEEL_KEYS)
@@ -369,7 +381,9 @@ def _parse_wheel(where: str, raw: Any, platforms: Mapping[str, Platform], indexe
     )
 
 
-def _parse_torch(where: str, raw: Any, platforms: Mapping[str, Platform], indexes: Mapping[str, str]) -> TorchMinor:
+def _parse_torch(
+    where: str, raw: Any, platforms: Mapping[str, Platform], indexes: Mapping[str, str]
+) -> TorchMinor:
     if not isinstance(raw, dict):
         raise ConfigError(f"matrix.toml: {where} must be a table")
     _check_keys(where, raw, _TORCH_KEYS)
@@ -399,7 +413,8 @@ def _parse_torch(where: str, raw: Any, platforms: Mapping[str, Platform], indexe
     if not isinstance(wheels_raw, list) or not wheels_raw:
         raise ConfigError(f"matrix.toml: {where} needs at least one [[torch.wheel]] table")
     wheels = tuple(
-        _parse_wheel(f"{where} wheel #{i + 1}", w, platforms, indexes) for i, w in enumerate(wheels_raw)
+        _parse_wheel(f"{where} wheel #{i + 1}", w, platforms, indexes)
+        for i, w in enumerate(wheels_raw)
     )
     return TorchMinor(
         minor=minor, release=release, python=tuple(pythons), python_exclude=exclude, wheels=wheels
@@ -441,11 +456,15 @@ def parse_matrix(data: Mapping[str, Any], path: Path = MATRIX_FILE) -> Matrix:
     torch_raw = data.get("torch")
     if not isinstance(torch_raw, list) or not torch_raw:
         raise ConfigError("matrix.toml: no [[torch]] tables")
-    minors = tuple(_parse_torch(f"[[torch]] #{i + 1}", t, platforms, indexes) for i, t in enumerate(torch_raw))
+    minors = tuple(
+        _parse_torch(f"[[torch]] #{i + 1}", t, platforms, indexes) for i, t in enumerate(torch_raw)
+    )
     names = [m.minor for m in minors]
     if len(set(names)) != len(names):
         raise ConfigError(f"matrix.toml: a torch minor is listed twice: {names}")
-    return Matrix(path=path, platforms=platforms, indexes=indexes, backend_images=images, torch=minors)
+    return Matrix(
+        path=path, platforms=platforms, indexes=indexes, backend_images=images, torch=minors
+    )
 
 
 def load_matrix(path: Path | None = None) -> Matrix:

@@ -64,17 +64,19 @@ def _hint(key: str) -> str:
     return f"did you mean {close[0]!r}?" if close else f"known settings: {', '.join(_FIELDS)}"
 
 
+def _parse_bool(key: str, value: Any, source: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in _TRUE + _FALSE:
+        raise ConfigError(f"{source}: {key} = {value!r} is not a boolean; use true or false")
+    return text in _TRUE
+
+
 def _convert(key: str, value: Any, source: str, root: Path) -> Any:
     field = _FIELDS[key]
     if field.name == "universal":
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in _TRUE:
-            return True
-        if text in _FALSE:
-            return False
-        raise ConfigError(f"{source}: {key} = {value!r} is not a boolean; use true or false")
+        return _parse_bool(key, value, source)
     if field.name == "cells":
         items = value if isinstance(value, (list, tuple)) else str(value).split(",")
         return tuple(str(item).strip() for item in items if str(item).strip())

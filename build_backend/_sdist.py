@@ -63,7 +63,7 @@ def build_sdist_impl(sdist_directory: str, config_settings: Mapping[str, Any] | 
     read_options(pyproject=pyproject, config_settings=config_settings, root=ROOT)
     meta = project_metadata(ROOT, pyproject)
     base = f"{meta.name}-{meta.version}"
-    mtime = int(os.environ.get("SOURCE_DATE_EPOCH", 315532800))
+    mtime = int(os.environ.get("SOURCE_DATE_EPOCH", "315532800"))
     buffer = io.BytesIO()
 
     def add(name: str, data: bytes, mode: int = 0o644) -> None:
@@ -89,9 +89,10 @@ def build_sdist_impl(sdist_directory: str, config_settings: Mapping[str, Any] | 
     target = out_dir / f"{base}.tar.gz"
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=out_dir)
     try:
-        with os.fdopen(fd, "wb") as raw, gzip.GzipFile(
-            filename="", mode="wb", fileobj=raw, mtime=mtime
-        ) as gz:
+        with (
+            os.fdopen(fd, "wb") as raw,
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=mtime) as gz,
+        ):
             gz.write(buffer.getvalue())
         os.replace(tmp, target)
     except BaseException:

@@ -17,7 +17,7 @@ import sysconfig
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,12 @@ class WheelWriter:
         return sorted(self._files)
 
     def write(
-        self, out_dir: Path, *, metadata: bytes, root_is_purelib: bool, extra_dist_info: Mapping[str, bytes] = {}
+        self,
+        out_dir: Path,
+        *,
+        metadata: bytes,
+        root_is_purelib: bool,
+        extra_dist_info: Mapping[str, bytes] = {},
     ) -> Path:
         """Write the wheel into ``out_dir`` atomically and return its path."""
         wheel_file = (
@@ -95,9 +100,13 @@ class WheelWriter:
             files[f"{self.dist_info}/{name}"] = (data, False)
         record_name = f"{self.dist_info}/RECORD"
         ordered = sorted(files)
-        record = "".join(
-            f"{name},sha256={_urlsafe_digest(files[name][0])},{len(files[name][0])}\n" for name in ordered
-        ) + f"{record_name},,\n"
+        record = (
+            "".join(
+                f"{name},sha256={_urlsafe_digest(files[name][0])},{len(files[name][0])}\n"
+                for name in ordered
+            )
+            + f"{record_name},,\n"
+        )
         out_dir.mkdir(parents=True, exist_ok=True)
         target = out_dir / self.filename
         fd, tmp = tempfile.mkstemp(prefix=f".{self.filename}.", suffix=".tmp", dir=out_dir)
@@ -106,7 +115,9 @@ class WheelWriter:
             with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
                 stamp = _zip_time()
                 for name in [*ordered, record_name]:
-                    data, executable = files[name] if name != record_name else (record.encode(), False)
+                    data, executable = (
+                        files[name] if name != record_name else (record.encode(), False)
+                    )
                     info = zipfile.ZipInfo(name, date_time=stamp)
                     info.compress_type = zipfile.ZIP_DEFLATED
                     info.external_attr = ((0o755 if executable else 0o644) | 0o100000) << 16
@@ -122,7 +133,10 @@ class WheelWriter:
 def _expand_tag(tag: str) -> list[str]:
     interpreters, abis, platforms = tag.split("-")
     return [
-        f"{i}-{a}-{p}" for i in interpreters.split(".") for a in abis.split(".") for p in platforms.split(".")
+        f"{i}-{a}-{p}"
+        for i in interpreters.split(".")
+        for a in abis.split(".")
+        for p in platforms.split(".")
     ]
 
 
@@ -141,7 +155,13 @@ def wheel_tag(*, python: str | None, platform: str | None) -> str:
     from packaging import tags
 
     if python is None:
-        return str(next(iter(tags.compatible_tags(python_version=(3,), interpreter="py3", platforms=["any"]))))
+        return str(
+            next(
+                iter(
+                    tags.compatible_tags(python_version=(3,), interpreter="py3", platforms=["any"])
+                )
+            )
+        )
     major, minor = (int(part) for part in python.split("."))
     plat = platform or platform_tag()
     first = next(iter(tags.cpython_tags(python_version=(major, minor), platforms=[plat])))
@@ -293,7 +313,9 @@ def assemble_wheel(
         raise ConfigError(f"variant-label {label!r} needs libraries to pack (libs-dir= or cells=)")
     platforms = {entry.platform for entry, _ in libraries}
     if len(platforms) > 1:
-        raise ConfigError(f"one wheel cannot hold libraries of several platforms: {sorted(platforms)}")
+        raise ConfigError(
+            f"one wheel cannot hold libraries of several platforms: {sorted(platforms)}"
+        )
     tag = wheel_tag(
         python=python if libraries else None,
         platform=platform or (next(iter(platforms)) if platforms else None),
@@ -313,10 +335,14 @@ def assemble_wheel(
         writer.add(f"torch_c_dlpack_ext/{MANIFEST_NAME}", dump_manifest(entries))
     extra: dict[str, bytes] = {}
     for license_path in meta.license_files():
-        extra[f"licenses/{license_path.relative_to(meta.root).as_posix()}"] = license_path.read_bytes()
+        extra[f"licenses/{license_path.relative_to(meta.root).as_posix()}"] = (
+            license_path.read_bytes()
+        )
     if variant_json is not None:
         extra["variant.json"] = variant_json
-    return writer.write(out_dir, metadata=meta.metadata_bytes(), root_is_purelib=not entries, extra_dist_info=extra)
+    return writer.write(
+        out_dir, metadata=meta.metadata_bytes(), root_is_purelib=not entries, extra_dist_info=extra
+    )
 
 
 def build_editable_impl(wheel_directory: str, config_settings: Mapping[str, Any] | None) -> str:

@@ -33,9 +33,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from devtools import ROOT
-
 from build_backend._matrix import Cell, Matrix, load_matrix
+
+from devtools import ROOT
 from torch_c_dlpack_ext._manifest import ManifestEntry, atomic_write_bytes, write_manifest
 from torch_c_dlpack_ext._naming import MANIFEST_NAME, Backend
 from torch_c_dlpack_ext._run import run
@@ -196,9 +196,13 @@ def build_one(cell: Cell, build_dir: Path) -> CellResult:
     )
 
 
-def _progress(done: int, total: int, started: float, result: CellResult) -> None:
+def _progress(done: int, total: int, started: float, result: CellResult, *, to_build: int) -> None:
+    """One progress line; the ETA extrapolates from the cells compiled so far
+    (skipped cells take no time and would make it meaningless)."""
     elapsed = time.monotonic() - started
-    eta = elapsed / done * (total - done) if done else 0.0
+    _BUILT.append(result.status != "skipped")
+    built = sum(_BUILT)
+    eta = elapsed / built * (to_build - built) if built else 0.0
     detail = result.reason.splitlines()[0][:120] if result.reason else f"{result.size} bytes"
     print(
         f"[cell {done}/{total}] {result.cell}: {result.status} in {result.seconds:.1f} s "
@@ -208,26 +212,29 @@ def _progress(done: int, total: int, started: float, result: CellResult) -> None
     )
 
 
+_BUILT: list[bool] = []
+
+
 def build_cells(cells: Sequence[Cell], build_dir: Path, *, jobs: int = 1) -> list[CellResult]:
     """Build ``cells`` (skipping what this host cannot build) and write each group's manifest."""
     matrix_host = host_platform_name(load_matrix())
     started = time.monotonic()
     results: dict[str, CellResult] = {}
-    todo: list[Cell] = []
+    reasons = {cell.id: skip_reason(cell, matrix_host) for cell in cells}
+    todo = [cell for cell in cells if reasons[cell.id] is None]
+    _BUILT.clear()
     done = 0
     for cell in cells:
-        reason = skip_reason(cell, matrix_host)
+        reason = reasons[cell.id]
         if reason is not None:
             results[cell.id] = CellResult(cell=cell.id, status="skipped", reason=reason)
             done += 1
-            _progress(done, len(cells), started, results[cell.id])
-        else:
-            todo.append(cell)
+            _progress(done, len(cells), started, results[cell.id], to_build=len(todo))
     if jobs <= 1:
         for cell in todo:
             results[cell.id] = build_one(cell, build_dir)
             done += 1
-            _progress(done, len(cells), started, results[cell.id])
+            _progress(done, len(cells), started, results[cell.id], to_build=len(todo))
     else:
         with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
             futures = {pool.submit(build_one, cell, build_dir): cell for cell in todo}
@@ -235,7 +242,7 @@ def build_cells(cells: Sequence[Cell], build_dir: Path, *, jobs: int = 1) -> lis
                 result = future.result()
                 results[result.cell] = result
                 done += 1
-                _progress(done, len(cells), started, result)
+                _progress(done, len(cells), started, result, to_build=len(todo))
     _write_group_manifests(cells, results, build_dir)
     return [results[cell.id] for cell in cells]
 
@@ -273,7 +280,10 @@ def _read_manifest(directory: Path) -> list[ManifestEntry]:
 
 
 def build_cells_for_wheel(patterns: list[str], build_dir: Path) -> tuple[list[Any], str]:
-    """The backend's ``cells=`` setting: build those cells, return ``[(entry, path)]`` and the Python."""
+    """The backend's ``cells=`` setting: build those cells.
+
+    Returns ``[(entry, path)]`` and the Python they were built for.
+    """
     matrix = load_matrix()
     python = f"{sys.version_info[0]}.{sys.version_info[1]}"
     cells = [c for c in matrix.select(patterns) if c.python == python]
@@ -371,7 +381,9 @@ def _main(args: argparse.Namespace) -> int:
     if not args.no_assemble:
         from devtools import wheels
 
-        groups = sorted({group_dir(build_dir, c) for c in cells if group_dir(build_dir, c).is_dir()})
+        groups = sorted(
+            {group_dir(build_dir, c) for c in cells if group_dir(build_dir, c).is_dir()}
+        )
         artifacts = wheels.assemble_dist(groups, args.out, matrix=matrix, repair=not args.no_repair)
         report["artifacts"] = [
             {"file": p.name, "size": p.stat().st_size} for p in artifacts if p.is_file()

@@ -13,8 +13,9 @@ import json
 import sys
 from collections.abc import Sequence
 
-import devtools  # noqa: F401 - puts python/ on sys.path
 from build_backend._matrix import load_matrix
+
+import devtools  # noqa: F401 - puts python/ on sys.path
 from torch_c_dlpack_ext._manifest import atomic_write_bytes
 from torch_c_dlpack_ext.errors import TorchCDLPackExtError
 

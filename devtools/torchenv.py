@@ -212,8 +212,9 @@ def torch_env(
     ``python``: ``"3.11"`` style (default: this interpreter's). ``importable``:
     also install what ``import torch`` needs (verified). ``extra``: more
     requirements. ``index_url``: take torch from this index instead of PyPI
-    (PyTorch's per-backend indexes; the env name records it). Raises :class:`ConfigError` for a malformed version and
-    :class:`CommandError` when uv fails (e.g. no such torch release).
+    (PyTorch's per-backend indexes; the env name records it). Raises
+    :class:`ConfigError` for a malformed version and :class:`CommandError` when
+    uv fails (e.g. no such torch release).
     """
     from filelock import FileLock
 

@@ -31,11 +31,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from devtools import ROOT
-
 from build_backend._matrix import Cell, Matrix, load_matrix
 from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
+
+from devtools import ROOT
 from torch_c_dlpack_ext._manifest import ManifestEntry, load_manifest, write_manifest
 from torch_c_dlpack_ext._naming import MANIFEST_NAME, Backend
 from torch_c_dlpack_ext._run import run
@@ -52,6 +52,7 @@ __all__ = [
 
 #: Libraries a wheel must never bundle: torch's own and the GPU runtimes torch
 #: brings (a second copy would be a second libtorch / CUDA runtime in the process).
+ABI_DEPENDENCY = "abi_dependency"
 AUDITWHEEL_EXCLUDES = (
     "libc10.so",
     "libc10_cuda.so",
@@ -79,7 +80,8 @@ def cell_for_entry(matrix: Matrix, entry: ManifestEntry, python: str) -> Cell:
             return cell
     raise ConfigError(
         f"{entry.file} (torch {entry.torch}, {entry.backend.value}, cxx11_abi={entry.cxx11_abi}, "
-        f"{entry.platform}, Python {python}) is no cell of matrix.toml; rebuild it or fix the matrix"
+        f"{entry.platform}, Python {python}) is no cell of matrix.toml; "
+        "rebuild it or fix the matrix"
     )
 
 
@@ -116,9 +118,31 @@ def variant_json(cell: Cell) -> bytes:
         properties=[VariantProperty.from_str(p) for p in variant_properties(cell)],
         label=cell.label,
     )
-    text = make_variant_dist_info(description, variant_info=_variant_info())
+    data = _declare_abi_dependency(
+        json.loads(make_variant_dist_info(description, variant_info=_variant_info()))
+    )
     # Canonical form (sorted keys) so equal inputs give byte-identical wheels.
-    return (json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n").encode()
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
+def _declare_abi_dependency(data: dict[str, Any]) -> dict[str, Any]:
+    """Fix up what variantlib 0.2 emits for the ``abi_dependency`` namespace.
+
+    variantlib writes ``abi_dependency :: torch :: X.Y`` into ``variants`` but
+    declares no provider for it (its pyproject reader refuses a provider without
+    a plugin, and raises on ``builtin`` ones), and its own ``variants.json``
+    reader then rejects the file ("providers must list providers for all
+    variants"). PEP 850 defines ``abi_dependency`` as an installer-implemented
+    provider, so it is declared here as ``builtin`` and ranked last (the torch
+    version is a hard constraint, not a preference among GPU builds).
+    """
+    used = {ns for props in data.get("variants", {}).values() for ns in props}
+    if ABI_DEPENDENCY in used:
+        namespaces = data.setdefault("default-priorities", {}).setdefault("namespace", [])
+        if ABI_DEPENDENCY not in namespaces:
+            namespaces.append(ABI_DEPENDENCY)
+        data.setdefault("providers", {})[ABI_DEPENDENCY] = {"builtin": ABI_DEPENDENCY}
+    return data
 
 
 def variants_index(wheels: Sequence[Path]) -> dict[str, Any]:
@@ -318,7 +342,8 @@ def assemble_from_wheels(cells_dir: Path, out: Path) -> list[Path]:
             # restrictive (oldest-glibc-first sorted last) tag set is not safe to guess.
             if len(platforms) > 1:
                 raise ConfigError(
-                    f"{directory.name}: job wheels carry different platform tags {sorted(platforms)}"
+                    f"{directory.name}: job wheels carry different platform tags "
+                    f"{sorted(platforms)}"
                 )
             made += assemble_group(
                 directory, out, matrix=matrix, repair=False, platform_override=platforms.pop()

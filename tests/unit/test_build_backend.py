@@ -12,12 +12,12 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-import pytest
-
 import build_backend
+import pytest
 from build_backend._metadata import load_pyproject, project_metadata
 from build_backend._options import BackendOptions, read_options
 from build_backend._source import ROOT
+
 from torch_c_dlpack_ext.errors import ConfigError, TorchInstallError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "backend"
@@ -56,18 +56,26 @@ def test_requires_hooks_add_nothing() -> None:
 # --- settings ------------------------------------------------------------------
 
 
-def _options(pyproject: dict | None = None, config: dict | None = None, env: dict | None = None) -> BackendOptions:  # type: ignore[type-arg]
-    return read_options(pyproject=pyproject or {}, config_settings=config, environ=env or {}, root=Path("/proj"))
+def _options(
+    pyproject: dict | None = None, config: dict | None = None, env: dict | None = None
+) -> BackendOptions:  # type: ignore[type-arg]
+    return read_options(
+        pyproject=pyproject or {}, config_settings=config, environ=env or {}, root=Path("/proj")
+    )
 
 
 def test_defaults() -> None:
     options = _options()
     assert options == BackendOptions()
-    assert options.libs_dir is None and not options.universal and options.cells == ()
+    assert options.libs_dir is None
+    assert not options.universal
+    assert options.cells == ()
 
 
 def test_precedence_defaults_pyproject_config_env() -> None:
-    pyproject = {"tool": {"torch-c-dlpack-ext": {"build-dir": "from-pyproject", "variant-label": "t26_cpu"}}}
+    pyproject = {
+        "tool": {"torch-c-dlpack-ext": {"build-dir": "from-pyproject", "variant-label": "t26_cpu"}}
+    }
     assert _options(pyproject).build_dir == Path("/proj/from-pyproject")
     config = {"build-dir": "from-config"}
     assert _options(pyproject, config).build_dir == Path("/proj/from-config")
@@ -84,7 +92,10 @@ def test_cells_from_env_like_cibuildwheel_passes_them() -> None:
 
 def test_runtime_env_vars_are_not_backend_settings() -> None:
     # Same prefix, other meaning (read by the runtime): ignored here, never rejected.
-    assert _options(env={"TORCH_C_DLPACK_EXT_JIT": "1", "TORCH_C_DLPACK_EXT_FORCE": "1"}) == BackendOptions()
+    assert (
+        _options(env={"TORCH_C_DLPACK_EXT_JIT": "1", "TORCH_C_DLPACK_EXT_FORCE": "1"})
+        == BackendOptions()
+    )
 
 
 @pytest.mark.parametrize(
@@ -104,7 +115,10 @@ def test_bad_config_settings(config: dict, message: str) -> None:  # type: ignor
 
 
 def test_unknown_pyproject_key_is_rejected() -> None:
-    with pytest.raises(ConfigError, match=r"\[tool.torch-c-dlpack-ext\]: unknown setting 'cell'; did you mean 'cells'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"\[tool.torch-c-dlpack-ext\]: unknown setting 'cell'; did you mean 'cells'",
+    ):
         _options({"tool": {"torch-c-dlpack-ext": {"cell": "x"}}})
 
 
@@ -152,7 +166,8 @@ def _record_ok(archive: zipfile.ZipFile) -> None:
             continue
         data = archive.read(name)
         expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        assert digest == f"sha256={expected}" and int(size) == len(data)
+        assert digest == f"sha256={expected}"
+        assert int(size) == len(data)
 
 
 def test_universal_wheel(tmp_path: Path) -> None:
@@ -161,13 +176,17 @@ def test_universal_wheel(tmp_path: Path) -> None:
     with zipfile.ZipFile(tmp_path / name) as archive:
         names = archive.namelist()
         _record_ok(archive)
-        assert {n.split("/")[0] for n in names} == {"torch_c_dlpack_ext", name.split("-py3")[0] + ".dist-info"}
+        assert {n.split("/")[0] for n in names} == {
+            "torch_c_dlpack_ext",
+            name.split("-py3")[0] + ".dist-info",
+        }
         assert "torch_c_dlpack_ext/csrc/exchange_api.cc" in names
         assert not [n for n in names if n.startswith("torch_c_dlpack_ext/libs/")]
         manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
         assert manifest["libraries"] == []
         wheel = archive.read(next(n for n in names if n.endswith("/WHEEL"))).decode()
-        assert "Root-Is-Purelib: true" in wheel and "Tag: py3-none-any" in wheel
+        assert "Root-Is-Purelib: true" in wheel
+        assert "Tag: py3-none-any" in wheel
         assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
 
 
@@ -184,8 +203,9 @@ def _fake_libs(tmp_path: Path) -> Path:
         entries.append(
             ManifestEntry(
                 file=name, torch="2.8", torch_build="2.8.0+cu128", backend=backend, cxx11_abi=True,
-                dlpack="1.3", toolchain="g++ 12.2.0", gpu_toolkit="12.8" if backend is Backend.CUDA else None,
-                platform="linux_x86_64", size=(libs / name).stat().st_size, sha256=sha256_of(libs / name),
+                dlpack="1.3", toolchain="g++ 12.2.0",
+                gpu_toolkit="12.8" if backend is Backend.CUDA else None, platform="linux_x86_64",
+                size=(libs / name).stat().st_size, sha256=sha256_of(libs / name),
             )
         )  # fmt: skip
     write_manifest(libs / "manifest.json", entries)
@@ -208,7 +228,8 @@ def test_wheel_from_prebuilt_libraries(tmp_path: Path) -> None:
         ]
         for entry in manifest["libraries"]:
             data = archive.read(f"torch_c_dlpack_ext/{entry['file']}")
-            assert hashlib.sha256(data).hexdigest() == entry["sha256"] and len(data) == entry["size"]
+            assert hashlib.sha256(data).hexdigest() == entry["sha256"]
+            assert len(data) == entry["size"]
             info = archive.getinfo(f"torch_c_dlpack_ext/{entry['file']}")
             assert (info.external_attr >> 16) & 0o777 == 0o755
         wheel = archive.read("torch_c_dlpack_ext-0.2.0.dist-info/WHEEL").decode()
@@ -225,18 +246,27 @@ def test_wheel_is_reproducible(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         stamps = {i.date_time for i in archive.infolist()}
         assert stamps == {(2023, 11, 14, 22, 13, 20)}
         names = archive.namelist()
-        assert names[:-1] == sorted(names[:-1]) and names[-1].endswith("RECORD")
+        assert names[:-1] == sorted(names[:-1])
+        assert names[-1].endswith("RECORD")
 
 
 def test_variant_label_on_backend_wheel(tmp_path: Path) -> None:
     libs = _fake_libs(tmp_path)
-    name = Path(build_backend.build_wheel(str(tmp_path), {"libs-dir": str(libs), "variant-label": "t28_cuda"})).name
+    name = Path(
+        build_backend.build_wheel(
+            str(tmp_path), {"libs-dir": str(libs), "variant-label": "t28_cuda"}
+        )
+    ).name
     assert name.endswith("-cp311-cp311-linux_x86_64-t28_cuda.whl")
 
 
-def test_wheel_without_torch_fails_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wheel_without_torch_fails_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+    )
     with pytest.raises(TorchInstallError, match="--no-build-isolation"):
         build_backend.build_wheel(str(tmp_path))
     assert list(tmp_path.iterdir()) == []
@@ -248,7 +278,9 @@ def test_torch_setting_pointing_nowhere(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_sdist_contents_and_reproducibility(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sdist_contents_and_reproducibility(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     name = build_backend.build_sdist(str(tmp_path / "a"))
     again = build_backend.build_sdist(str(tmp_path / "b"))
@@ -267,7 +299,8 @@ def test_sdist_contents_and_reproducibility(tmp_path: Path, monkeypatch: pytest.
         assert not [n for n in rel if n.endswith((".so", ".pyc")) or "/libs/" in n]
         assert not [n for n in rel if n.startswith(("tests/", "devtools/", ".github/"))]
         pkg_info = tar.extractfile(f"{base}/PKG-INFO")
-        assert pkg_info is not None and b"Name: torch-c-dlpack-ext" in pkg_info.read()
+        assert pkg_info is not None
+        assert b"Name: torch-c-dlpack-ext" in pkg_info.read()
         assert {m.mtime for m in tar.getmembers()} == {1700000000}
 
 
@@ -288,7 +321,9 @@ def test_editable_wheel_points_at_the_source(tmp_path: Path) -> None:
         assert not [n for n in archive.namelist() if n.startswith("torch_c_dlpack_ext/")]
 
 
-def test_sdist_tar_is_gzip_with_fixed_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sdist_tar_is_gzip_with_fixed_header(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     data = (tmp_path / build_backend.build_sdist(str(tmp_path))).read_bytes()
     assert data[:2] == b"\x1f\x8b"

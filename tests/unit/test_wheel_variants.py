@@ -1,0 +1,215 @@
+"""Variant metadata (PEP 825) of the wheels devtools/wheels.py assembles, checked with variantlib.
+
+No compiler here: libraries are stand-in bytes; what is under test is the
+metadata, the labels, the index file and how variantlib ranks the labels.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from build_backend._matrix import Cell, load_matrix
+
+from torch_c_dlpack_ext._manifest import ManifestEntry, sha256_of, write_manifest
+from torch_c_dlpack_ext.errors import ConfigError
+
+variantlib = pytest.importorskip("variantlib", reason="variantlib is in the test dependency group")
+
+from devtools import wheels  # noqa: E402
+
+MATRIX = load_matrix()
+PROPERTY_RE = re.compile(r"^[a-z0-9_]+ :: [a-z0-9_]+ :: [a-z0-9_.]+$")
+
+
+def _cell(cell_id: str) -> Cell:
+    (cell,) = MATRIX.select([cell_id])
+    return cell
+
+
+@pytest.mark.parametrize(
+    ("cell_id", "expected"),
+    [
+        ("cp311-linux_x86_64-t28_cpu", ["abi_dependency :: torch :: 2.8"]),
+        (
+            "cp311-linux_x86_64-t26_cuda_abi0",
+            ["abi_dependency :: torch :: 2.6", "nvidia :: cuda_version_lower_bound :: 12.4"],
+        ),
+        (
+            "cp311-linux_x86_64-t29_rocm",
+            ["abi_dependency :: torch :: 2.9", "amd :: rocm_version :: 6.4"],
+        ),
+    ],
+)
+def test_variant_properties(cell_id: str, expected: list[str]) -> None:
+    props = wheels.variant_properties(_cell(cell_id))
+    assert props == expected
+    assert all(PROPERTY_RE.match(p) for p in props)
+
+
+def test_variant_json_is_variantlib_valid() -> None:
+    from variantlib.variants_json import VariantsJson
+
+    data = json.loads(wheels.variant_json(_cell("cp311-linux_x86_64-t26_cuda_abi0")))
+    assert data["variants"] == {
+        "t26_cuda_abi0": {
+            "abi_dependency": {"torch": ["2.6"]},
+            "nvidia": {"cuda_version_lower_bound": ["12.4"]},
+        }
+    }
+    assert data["providers"]["nvidia"]["plugin-api"].startswith("nvidia_variant_provider")
+    # variantlib leaves abi_dependency undeclared (and then rejects its own file): fixed up.
+    assert data["providers"]["abi_dependency"] == {"builtin": "abi_dependency"}
+    assert data["default-priorities"]["namespace"][-1] == "abi_dependency"
+    parsed = VariantsJson(data)  # raises on anything variantlib considers invalid
+    assert list(parsed.variants) == ["t26_cuda_abi0"]
+    _check_pep825(data)
+
+
+def _check_pep825(data: dict[str, Any]) -> None:
+    """The rules PEP 825 states for variant metadata (variantlib does not ship the schema)."""
+    assert data["$schema"].startswith("https://")
+    namespaces = data["default-priorities"]["namespace"]
+    assert namespaces
+    assert len(set(namespaces)) == len(namespaces)
+    assert all(re.fullmatch(r"[a-z0-9_]+", ns) for ns in namespaces)
+    for label, props in data["variants"].items():
+        assert re.fullmatch(r"[0-9a-z._]{1,16}", label)
+        assert label != "null"
+        for namespace, features in props.items():
+            assert re.fullmatch(r"[a-z0-9_]+", namespace)
+            # Every namespace but the installer-derived abi_dependency names its provider.
+            assert namespace == "abi_dependency" or namespace in data["providers"]
+            for feature, values in features.items():
+                assert re.fullmatch(r"[a-z0-9_]+", feature)
+                assert values
+                assert all(re.fullmatch(r"[a-z0-9_.]+", v) for v in values)
+
+
+def _group(tmp_path: Path, cells: list[Cell]) -> Path:
+    libs = tmp_path / "group"
+    libs.mkdir()
+    entries = []
+    for cell in cells:
+        path = libs / cell.library
+        path.write_bytes(b"stand-in for " + cell.id.encode())
+        entries.append(
+            ManifestEntry(
+                file=cell.library, torch=cell.torch.minor, torch_build=cell.torch.release,
+                backend=cell.backend, cxx11_abi=cell.cxx11_abi, dlpack="1.3",
+                toolchain="g++ 12.2.0",
+                gpu_toolkit=cell.toolkit, platform=cell.platform.name, size=path.stat().st_size,
+                sha256=sha256_of(path),
+            )
+        )  # fmt: skip
+    write_manifest(libs / "manifest.json", entries)
+    (libs / "python.txt").write_text(cells[0].python + "\n")
+    return libs
+
+
+def test_assemble_group_combined_and_variant_wheels(tmp_path: Path) -> None:
+    cells = [
+        _cell(f"cp311-linux_x86_64-{label}")
+        for label in ("t26_cuda_abi0", "t26_cpu_abi0", "t28_cpu")
+    ]
+    libs = _group(tmp_path, cells)
+    out = tmp_path / "dist"
+    out.mkdir()
+    made = wheels.assemble_group(libs, out, matrix=MATRIX, repair=False)
+    names = sorted(p.name for p in made)
+    assert names == [
+        "torch_c_dlpack_ext-0.2.0-cp311-cp311-linux_x86_64-t26_cpu_abi0.whl",
+        "torch_c_dlpack_ext-0.2.0-cp311-cp311-linux_x86_64-t26_cuda_abi0.whl",
+        "torch_c_dlpack_ext-0.2.0-cp311-cp311-linux_x86_64-t28_cpu.whl",
+        "torch_c_dlpack_ext-0.2.0-cp311-cp311-linux_x86_64.whl",
+    ]
+    with zipfile.ZipFile(out / names[1]) as archive:
+        manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
+        # The CUDA variant carries the CPU library of its torch and ABI as a fallback.
+        assert sorted(e["file"] for e in manifest["libraries"]) == [
+            "libs/libtorch_c_dlpack_ext-torch2.6-cpu-cxx11abi0.so",
+            "libs/libtorch_c_dlpack_ext-torch2.6-cuda-cxx11abi0.so",
+        ]
+        variant = json.loads(archive.read("torch_c_dlpack_ext-0.2.0.dist-info/variant.json"))
+        assert list(variant["variants"]) == ["t26_cuda_abi0"]
+    with zipfile.ZipFile(out / names[3]) as archive:
+        assert not [n for n in archive.namelist() if n.endswith("variant.json")]
+        manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
+        assert len(manifest["libraries"]) == 3
+    index = wheels.variants_index([p for p in made if p.name != names[3]])
+    assert sorted(index["variants"]) == ["t26_cpu_abi0", "t26_cuda_abi0", "t28_cpu"]
+    _check_pep825(index)
+
+
+def test_variants_index_rejects_conflicting_labels(tmp_path: Path) -> None:
+    def wheel(name: str, props: dict[str, Any]) -> Path:
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr(
+                "x-1.dist-info/variant.json", json.dumps({"variants": {"t28_cpu": props}})
+            )
+        return path
+
+    first = wheel("a.whl", {"abi_dependency": {"torch": ["2.8"]}})
+    second = wheel("b.whl", {"abi_dependency": {"torch": ["2.9"]}})
+    with pytest.raises(ConfigError, match="t28_cpu"):
+        wheels.variants_index([first, second])
+
+
+def test_entry_outside_the_matrix_is_an_error() -> None:
+    cell = _cell("cp311-linux_x86_64-t28_cpu")
+    entry = ManifestEntry(
+        file=cell.library, torch="2.3", torch_build="2.3.0", backend=cell.backend, cxx11_abi=True,
+        dlpack="1.3", toolchain="g++", gpu_toolkit=None, platform="linux_x86_64", size=1,
+        sha256="0" * 64,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match=r"no cell of matrix\.toml"):
+        wheels.cell_for_entry(MATRIX, entry, "3.11")
+
+
+def _rank(
+    index: dict[str, Any], supported: list[str], monkeypatch: pytest.MonkeyPatch, torch: str
+) -> list[str]:
+    from variantlib.models.variant import VariantProperty
+    from variantlib.resolver.lib import sort_and_filter_supported_variants
+    from variantlib.variants_json import VariantsJson
+
+    # variantlib's documented override of the installed packages' versions.
+    monkeypatch.setenv("VARIANT_ABI_DEPENDENCY", f"torch=={torch}")
+    parsed = VariantsJson(index)
+    ranked = sort_and_filter_supported_variants(
+        list(parsed.variants.values()),
+        [VariantProperty.from_str(p) for p in supported],
+        namespace_priorities=list(parsed.namespace_priorities),
+        filter_values=True,
+    )
+    return [v.label for v in ranked]
+
+
+def _index_for(labels: list[str]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for label in labels:
+        data = json.loads(wheels.variant_json(_cell(f"cp311-linux_x86_64-{label}")))
+        merged.setdefault("variants", {}).update(data.pop("variants"))
+        merged.update(data)
+    return merged
+
+
+def test_variantlib_ranks_the_label_of_the_installed_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    index = _index_for(["t26_cuda_abi0", "t26_cpu_abi0", "t28_cuda", "t28_cpu", "t29_cpu"])
+    # No GPU provider answers: only CPU variants of the installed torch qualify.
+    assert _rank(index, [], monkeypatch, "2.8.0")[:1] == ["t28_cpu"]
+    # A CUDA 12.8-capable driver (what the nvidia provider would report): the CUDA
+    # variant of torch 2.8 first, then its CPU variant; nothing built for 2.6 or 2.9.
+    cuda = [f"nvidia :: cuda_version_lower_bound :: 12.{m}" for m in range(9)]
+    ranked = _rank(index, cuda, monkeypatch, "2.8.0")
+    assert ranked[:2] == ["t28_cuda", "t28_cpu"]
+    assert not [label for label in ranked if label.startswith(("t26", "t29"))]
+    assert _rank(index, cuda, monkeypatch, "2.6.0")[:2] == ["t26_cuda_abi0", "t26_cpu_abi0"]
+    # A driver too old for CUDA 12.4 (lower bounds up to 12.2 supported): CPU only.
+    old = [f"nvidia :: cuda_version_lower_bound :: 12.{m}" for m in range(3)]
+    assert _rank(index, old, monkeypatch, "2.6.0")[:1] == ["t26_cpu_abi0"]
