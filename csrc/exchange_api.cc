@@ -66,7 +66,15 @@ ExportProblem Describe(const at::Tensor& t, DLTensor* out) {
   out->ndim = static_cast<int32_t>(t.dim());
   // Like torch 2.13: data is the first element (storage + offset), byte_offset
   // 0, and NULL for tensors without elements.
-  out->data = t.numel() == 0 ? nullptr : t.data_ptr();
+  if (t.numel() == 0) {
+    out->data = nullptr;
+  } else {
+    out->data = t.data_ptr();
+    // Wrapper subclasses and fake tensors have elements but no memory. torch
+    // 2.13 exports them with data == NULL, which a consumer would dereference;
+    // we refuse instead.
+    if (out->data == nullptr) return ExportProblem::kNoStorage;
+  }
   out->byte_offset = 0;
   return ExportProblem::kNone;
 }
@@ -116,8 +124,8 @@ int RaiseExportProblem(ExportProblem problem, const at::Tensor& t) {
       break;
     case ExportProblem::kNoStorage:
       PyErr_Format(PyExc_BufferError,
-                   "%s: the tensor has no storage (a fake, functional or wrapper-subclass "
-                   "tensor?), so it has no memory to export; export a real tensor",
+                   "%s: the tensor has no memory to export (a fake, meta-like or "
+                   "wrapper-subclass tensor?); export a tensor backed by real storage",
                    kLib);
       break;
     case ExportProblem::kNone:

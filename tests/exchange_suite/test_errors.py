@@ -33,6 +33,25 @@ def _nested() -> torch.Tensor:
     return torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
 
 
+class _Wrapper(torch.Tensor):
+    """A __torch_dispatch__ wrapper subclass: sizes and dtype, but no memory of its own."""
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor) -> Any:
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype)
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        raise NotImplementedError(f"{func} on a test wrapper")
+
+
+def _fake() -> torch.Tensor:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        return torch.ones(3)
+
+
 INEXPRESSIBLE: list[tuple[str, Callable[[], Any], str]] = [
     ("conj", _conj, "resolve_conj"),
     ("neg", _neg, "resolve_neg"),
@@ -41,6 +60,8 @@ INEXPRESSIBLE: list[tuple[str, Callable[[], Any], str]] = [
     ("quantized", lambda: torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8), "dtype"),
     ("nested", _nested, "nested"),
     ("meta", lambda: torch.empty(3, device="meta"), "meta"),
+    ("wrapper_subclass", lambda: _Wrapper(torch.ones(3)), "memory"),
+    ("fake", _fake, "memory|FakeTensor|data pointer"),
 ]
 
 NOT_TENSORS: list[tuple[str, Any]] = [
