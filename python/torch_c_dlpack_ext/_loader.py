@@ -421,7 +421,8 @@ def select_and_load(environ: Mapping[str, str], package_dir: Path) -> Status:
     with LOCK:
         try:
             import torch
-        except ImportError as exc:
+        # OSError: a torch whose own shared libraries fail to load.
+        except (ImportError, OSError) as exc:
             return Status(
                 kind=DecisionKind.UNAVAILABLE,
                 reason=f"torch is not importable ({exc})",

@@ -256,3 +256,26 @@ def test_import_spawns_nothing_and_fast_path_loads_no_selector(
     assert "subprocess" not in loaded.stdout
     assert "socket" not in loaded.stdout
     assert loaded.stdout.split()[-2:] == ["True", "True"]
+
+
+def test_import_without_torch_succeeds_and_says_why(tmp_path: Path) -> None:
+    root = make_package(tmp_path)
+    code = """
+import sys
+sys.modules["torch"] = None  # what Python does for a package that cannot be imported
+import torch_c_dlpack_ext as pkg
+status = pkg.status()
+print(status.kind.value, status.torch, "|", status.reason, "|", status.remedy)
+"""
+    proc = run_python(code, pythonpath=[root], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("unavailable None | torch is not importable")
+    assert "install torch" in proc.stdout
+    diag = run_python(
+        "import sys; sys.modules['torch'] = None\n"
+        "from torch_c_dlpack_ext.__main__ import main; sys.exit(main([]))",
+        pythonpath=[root],
+        timeout=60,
+    )
+    assert diag.returncode == 1, diag.stderr
+    assert "not importable" in diag.stdout
