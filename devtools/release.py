@@ -311,25 +311,24 @@ def check_tag(tag: str, version: str = __version__) -> None:
 def github_matrix(matrix: Any) -> dict[str, Any]:
     """From ``nox -s matrix`` JSON, the build matrix and the verify matrix.
 
-    The build matrix is passed through unchanged (``{"include": [cells]}``); the
-    verify matrix has one entry per runner, with the newest Python built for it,
-    because a runner can only install wheels of its own platform.
+    The build matrix is passed through unchanged (``{"include": [jobs]}``). The
+    verify matrix has one entry per (runner, Python) the jobs build for: a
+    combined wheel serves one Python on one platform, and a runner can only
+    install wheels of its own platform.
     """
     if not isinstance(matrix, dict) or not isinstance(matrix.get("include"), list):
-        raise ConfigError('matrix JSON must be an object with an "include" list of cells')
-    cells = matrix["include"]
-    if not cells:
-        raise ConfigError("the matrix selects no cells; check --only against matrix.toml")
-    pythons: dict[str, str] = {}
-    for cell in cells:
-        try:
-            runner, python = str(cell["runner"]), str(cell["python"])
-        except (KeyError, TypeError):
-            raise ConfigError(f"matrix cell lacks 'runner' or 'python': {cell!r}") from None
-        best = pythons.get(runner)
-        if best is None or Version(python) > Version(best):
-            pythons[runner] = python
-    verify = {"include": [{"runner": r, "python": p} for r, p in sorted(pythons.items())]}
+        raise ConfigError('matrix JSON must be an object with an "include" list of jobs')
+    jobs = matrix["include"]
+    if not jobs:
+        raise ConfigError("the matrix selects no jobs; check --only against matrix.toml")
+    bad = [
+        job for job in jobs if not isinstance(job, dict) or not {"runner", "python"} <= job.keys()
+    ]
+    if bad:
+        raise ConfigError(f"matrix job lacks 'runner' or 'python': {bad[0]!r}")
+    pairs = {(str(job["runner"]), str(job["python"])) for job in jobs}
+    ordered = sorted(pairs, key=lambda pair: (pair[0], Version(pair[1])))
+    verify = {"include": [{"runner": r, "python": p} for r, p in ordered]}
     return {"cells": matrix, "verify": verify}
 
 

@@ -156,12 +156,15 @@ def test_github_matrix() -> None:
             {"id": "b", "runner": "ubuntu-24.04", "python": "3.13"},
             {"id": "c", "runner": "ubuntu-24.04", "python": "3.10"},
             {"id": "d", "runner": "windows-2022", "python": "3.11"},
+            {"id": "e", "runner": "ubuntu-24.04", "python": "3.10"},
         ]
     }
     out = release.github_matrix(cells)
     assert out["cells"] == cells
     assert out["verify"] == {
         "include": [
+            {"runner": "ubuntu-24.04", "python": "3.9"},
+            {"runner": "ubuntu-24.04", "python": "3.10"},
             {"runner": "ubuntu-24.04", "python": "3.13"},
             {"runner": "windows-2022", "python": "3.11"},
         ]
