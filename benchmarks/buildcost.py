@@ -1,5 +1,6 @@
-"""Build cost: seconds and peak RSS per compiled cell, the no-op rebuild, and (``--full``)
-the whole local matrix with one and two parallel jobs.
+"""Build cost: seconds and peak RSS per compiled cell, the build pipeline's fresh build and
+no-op rebuild (one cell; ``--full``: the whole local matrix with one and two jobs), and the
+report of the last ``nox -s build`` in this tree.
 
 Cells are compiled one at a time: the machine is shared, and a benchmark that runs two
 heavy compiles at once measures the contention, not the build.
@@ -16,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from torch_c_dlpack_ext._run import run
-from torch_c_dlpack_ext.errors import TorchCDLPackExtError
+from torch_c_dlpack_ext.errors import ConfigError, TorchCDLPackExtError
 
-from .report import Table
+from .report import Table, format_bytes
 from .stats import Target
 from .subjects import (
     OLD_TORCH,
@@ -69,22 +70,105 @@ def _cells(ctx: BenchContext) -> list[tuple[str, Path, str]]:
     return cells
 
 
-def _matrix_wall_time(ctx: BenchContext, jobs: int) -> dict[str, Any]:
-    """Wall time of ``nox -s build`` over the local matrix with ``jobs`` parallel compiles,
-    starting from an empty driver cache so every cell really compiles."""
-    cache = Path(tempfile.mkdtemp(prefix=f"matrix-jobs{jobs}-", dir=ctx.work_dir))
-    try:
-        started = time.perf_counter()
-        run(
-            [sys.executable, "-m", "nox", "-s", "build", "--", "--jobs", str(jobs)],
-            cwd=ROOT,
-            env=subprocess_env(
-                pythonpath=(), keep_settings=True, TORCH_C_DLPACK_EXT_CACHE_DIR=str(cache)
-            ),
-        )
-        return {"jobs": jobs, "seconds": time.perf_counter() - started}
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
+def _pipeline_cell_id() -> str:
+    """The matrix id of the torch 2.8 CPU cell for this Python on this host."""
+    from build_backend._matrix import load_matrix
+    from devtools.build import host_platform_name
+
+    matrix = load_matrix()
+    host = host_platform_name(matrix)
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    wanted = tuple(int(part) for part in OLD_TORCH.split(".")[:2])
+    for cell in matrix.select(python=[python], platform=[host] if host else []):
+        if cell.torch.version == wanted and cell.backend.value == "cpu":
+            return cell.id
+    raise ConfigError(
+        f"matrix.toml has no torch {OLD_TORCH} cpu cell for Python {python} on {host}"
+    )
+
+
+def _pipeline(build_dir: Path, *, jobs: int, cells: str | None) -> dict[str, Any]:
+    """Run the build pipeline (what ``nox -s build`` runs, without wheel assembly) and
+    return its report plus the wall time seen from outside."""
+    command: list[str | Path] = [
+        sys.executable,
+        "-m",
+        "devtools.build",
+        "--no-assemble",
+        "--jobs",
+        str(jobs),
+        "--build-dir",
+        build_dir,
+    ]
+    if cells is not None:
+        command += ["--cells", cells]
+    started = time.perf_counter()
+    run(
+        command,
+        cwd=ROOT,
+        env=subprocess_env(pythonpath=(ROOT / "python", ROOT), keep_settings=True),
+    )
+    wall = time.perf_counter() - started
+    report = json.loads((build_dir.parent / "build-report.json").read_text(encoding="utf-8"))
+    statuses = [cell["status"] for cell in report["cells"]]
+    return {
+        "jobs": jobs,
+        "wall_seconds": wall,
+        "cells": len(statuses),
+        "built": statuses.count("built"),
+        "cached": statuses.count("cached"),
+        "skipped": statuses.count("skipped"),
+        "failed": statuses.count("failed"),
+        "report": report,
+    }
+
+
+def _pipeline_runs(ctx: BenchContext, errors: dict[str, str]) -> list[dict[str, Any]]:
+    """Fresh build then no-op rebuild, of one cell (default) or of the local matrix with
+    one and then two jobs (``--full``), each in a fresh build directory."""
+    scenarios: list[tuple[str, int, str | None]]
+    if ctx.full:
+        scenarios = [("local matrix, fresh", 1, None), ("local matrix, fresh", 2, None)]
+    else:
+        scenarios = [(f"one cell ({_pipeline_cell_id()}), fresh", 1, _pipeline_cell_id())]
+    runs: list[dict[str, Any]] = []
+    for label, jobs, cells in scenarios:
+        root = ctx.work_dir / "pipeline" / f"jobs{jobs}"
+        shutil.rmtree(root, ignore_errors=True)
+        build_dir = root / "cells"
+        ctx.progress(f"build: {label} with --jobs {jobs}")
+        try:
+            runs.append({"scenario": label, **_pipeline(build_dir, jobs=jobs, cells=cells)})
+            ctx.progress(f"build: {label.replace('fresh', 'no-op rebuild')}")
+            runs.append(
+                {
+                    "scenario": label.replace("fresh", "no-op rebuild"),
+                    **_pipeline(build_dir, jobs=jobs, cells=cells),
+                }
+            )
+        except TorchCDLPackExtError as exc:
+            errors[f"{label} jobs {jobs}"] = f"{type(exc).__name__}: {exc}"
+            ctx.progress(f"build: {label} failed: {errors[f'{label} jobs {jobs}']}")
+    return runs
+
+
+def _last_build_report() -> tuple[dict[str, Any] | None, Table | None]:
+    """The report of the last ``nox -s build`` in this tree, if there is one."""
+    path = ROOT / "build" / "build-report.json"
+    if not path.is_file():
+        return None, None
+    report: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    rows = tuple(
+        (cell["cell"], cell["status"], f"{cell['seconds']:.1f}", format_bytes(cell.get("size")))
+        for cell in report.get("cells", [])
+    )
+    table = Table(
+        title=f"Last `nox -s build` in this tree (--jobs {report.get('jobs')}, "
+        f"wall {report.get('wall_seconds')} s)",
+        headers=("cell", "status", "seconds", "library size"),
+        rows=rows,
+    )
+    return report, table
 
 
 def run_build(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[Target]]:
@@ -132,24 +216,37 @@ def run_build(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[Targ
             rows=rows,
         )
     ]
-    matrix: list[dict[str, Any]] = []
-    if ctx.full:
-        for jobs in (1, 2):
-            ctx.progress(f"build: whole local matrix with --jobs {jobs} (long)")
-            try:
-                matrix.append(_matrix_wall_time(ctx, jobs))
-            except TorchCDLPackExtError as exc:
-                errors[f"matrix-jobs{jobs}"] = f"{type(exc).__name__}: {exc}"
-        tables.append(
-            Table(
-                title="Whole local matrix (`nox -s build`), empty cache",
-                headers=("jobs", "wall s"),
-                rows=tuple((str(m["jobs"]), f"{m['seconds']:.0f}") for m in matrix),
-            )
+    try:
+        pipeline = _pipeline_runs(ctx, errors)
+    except (TorchCDLPackExtError, ImportError) as exc:
+        errors["pipeline"] = f"{type(exc).__name__}: {exc}"
+        pipeline = []
+    tables.append(
+        Table(
+            title="Build pipeline (`nox -s build` without wheel assembly)",
+            headers=("scenario", "jobs", "cells", "built", "cached", "skipped", "failed", "wall s"),
+            rows=tuple(
+                (
+                    p["scenario"],
+                    str(p["jobs"]),
+                    str(p["cells"]),
+                    str(p["built"]),
+                    str(p["cached"]),
+                    str(p["skipped"]),
+                    str(p["failed"]),
+                    f"{p['wall_seconds']:.1f}",
+                )
+                for p in pipeline
+            ),
         )
+    )
+    last_report, last_table = _last_build_report()
+    if last_table is not None:
+        tables.append(last_table)
     data = {
         "cells": cells,
-        "matrix": matrix,
+        "pipeline": pipeline,
+        "last_build_report": last_report,
         "torch_versions": sorted({c["torch_build"] for c in cells.values()}),
         "errors": errors,
     }
