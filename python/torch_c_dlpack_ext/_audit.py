@@ -169,6 +169,8 @@ def undefined_symbols_not_provided(
     if not needed:
         return ()
     providers = [*_torch_libraries(torch, backend), *runtime_libraries(cxx or _default_cxx())]
+    # Smallest first: the search usually ends before the 0.5-1 GB libtorch_cuda is read.
+    providers.sort(key=lambda path: path.stat().st_size)
     missing = set(needed)
     for provider in providers:
         missing -= dynamic_symbols(provider, defined=True)
