@@ -14,14 +14,6 @@
 #define TCDE_STRINGIFY_(x) #x
 #define TCDE_STRINGIFY(x) TCDE_STRINGIFY_(x)
 
-#if defined(TCDE_BACKEND_CUDA)
-#define TCDE_BACKEND_NAME "cuda"
-#elif defined(TCDE_BACKEND_ROCM)
-#define TCDE_BACKEND_NAME "rocm"
-#else
-#define TCDE_BACKEND_NAME "cpu"
-#endif
-
 // The dual libstdc++ ABI only exists on Linux with libstdc++; elsewhere the
 // field is null, as the manifest records it.
 #if defined(__linux__) && defined(_GLIBCXX_USE_CXX11_ABI)

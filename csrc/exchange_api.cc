@@ -79,7 +79,7 @@ ExportProblem Describe(const at::Tensor& t, DLTensor* out) {
   return ExportProblem::kNone;
 }
 
-// Sets a BufferError (TypeError-free: the object is a tensor) naming the problem
+// Sets a BufferError (the object is a tensor, DLPack just cannot describe it) naming the problem
 // and the fix. Error path only, so building strings here is fine.
 int RaiseExportProblem(ExportProblem problem, const at::Tensor& t) {
   switch (problem) {
@@ -439,15 +439,7 @@ int ManagedTensorAllocator(DLTensor* prototype, DLManagedTensorVersioned** out, 
     if (!tcde::FromDLDevice(prototype->device, &device)) {
       std::snprintf(message, sizeof(message),
                     "torch-c-dlpack-ext allocator: cannot allocate on DLPack device type %d id %d "
-                    "with this library (built for " 
-#if defined(TCDE_BACKEND_CUDA)
-                    "CUDA"
-#elif defined(TCDE_BACKEND_ROCM)
-                    "ROCm"
-#else
-                    "CPU"
-#endif
-                    ")",
+                    "with this library (a " TCDE_BACKEND_NAME " build)",
                     static_cast<int>(prototype->device.device_type),
                     static_cast<int>(prototype->device.device_id));
       return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
@@ -519,14 +511,8 @@ int CurrentWorkStream(DLDeviceType device_type, int32_t device_id, void** out) {
     if (!own_gpu) {
       PyErr_Format(PyExc_ValueError,
                    "%s: current_work_stream: device type %d is not a device this library was "
-                   "built for (%s)",
-                   kLib, static_cast<int>(device_type),
-#if defined(TCDE_BACKEND_CUDA)
-                   "CUDA"
-#else
-                   "ROCm"
-#endif
-      );
+                   "built for (a " TCDE_BACKEND_NAME " build)",
+                   kLib, static_cast<int>(device_type));
       return -1;
     }
     if (device_id < -1 || device_id > std::numeric_limits<c10::DeviceIndex>::max()) {

@@ -20,6 +20,15 @@
 #error "define exactly one of TCDE_BACKEND_CPU, TCDE_BACKEND_CUDA, TCDE_BACKEND_ROCM (see CONTRIBUTING.md, build contract)"
 #endif
 
+// The backend's name as the manifest and _naming.Backend spell it.
+#if defined(TCDE_BACKEND_CUDA)
+#define TCDE_BACKEND_NAME "cuda"
+#elif defined(TCDE_BACKEND_ROCM)
+#define TCDE_BACKEND_NAME "rocm"
+#else
+#define TCDE_BACKEND_NAME "cpu"
+#endif
+
 #if defined(_WIN32)
 #define TCDE_EXPORT __declspec(dllexport)
 #else
