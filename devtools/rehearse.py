@@ -252,8 +252,15 @@ def _build(cells: Sequence[str], out: Path, deadline: _Deadline) -> Path:
     _log(f"building cells {', '.join(cells)} with nox -s build")
     cmd = [sys.executable, "-m", "nox", "-s", "build", "--"]
     cmd += ["--cells", ",".join(cells), "--out", str(out)]
-    proc = run(cmd, cwd=ROOT, timeout=deadline.left(BUILD_TIMEOUT))
-    sys.stderr.write(proc.stderr[-3000:])
+    try:
+        proc = run(cmd, cwd=ROOT, timeout=deadline.left(BUILD_TIMEOUT))
+    except CommandError as exc:
+        # nox prints the build's own output on stdout and its log on stderr.
+        raise ReleaseError(
+            f"nox -s build failed with exit code {exc.returncode}:\n"
+            f"{exc.stdout[-4000:]}\n{exc.stderr[-1500:]}"
+        ) from None
+    sys.stderr.write(proc.stdout[-3000:])
     return out
 
 
