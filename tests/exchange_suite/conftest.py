@@ -20,6 +20,9 @@ from .dlpack_ctypes import DLPackExchangeAPI, ExchangeLibrary, api_from_capsule
 #: suite must not import the package (see the module docstring).
 LIBRARY_ENV = "TORCH_C_DLPACK_EXT_TEST_LIBRARY"
 
+#: First torch release with its own ``torch.Tensor.__dlpack_c_exchange_api__``.
+TORCH_OWN_API_SINCE = (2, 10)
+
 torch = pytest.importorskip("torch", reason="the exchange suite needs torch installed")
 
 
@@ -55,9 +58,13 @@ def api(exchange_library: ExchangeLibrary) -> DLPackExchangeAPI:
 def torch_api(exchange_library: ExchangeLibrary) -> DLPackExchangeAPI | None:
     """torch's OWN table (torch >= 2.10), or None where torch has none.
 
-    A capsule that points at the library under test (published by someone who loaded
-    it into this process) is not torch's own and does not count.
+    Before torch 2.10 any capsule on torch.Tensor was published by a fallback library
+    (possibly another copy of this one), and a capsule that points at the library under
+    test is not torch's own either: neither counts.
     """
+    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    if (major, minor) < TORCH_OWN_API_SINCE:
+        return None
     capsule = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
     if capsule is None:
         return None
