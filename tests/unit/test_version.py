@@ -3,7 +3,9 @@ the built metadata must all agree with it."""
 
 from __future__ import annotations
 
+import email.parser
 import re
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,26 @@ def test_pyproject_reads_the_version_dynamically() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert "version" not in project
     assert "version" in project["dynamic"]
+
+
+def _metadata_version(text: str) -> str:
+    return email.parser.HeaderParser().parsestr(text)["Version"]
+
+
+def test_built_metadata_uses_the_version(tmp_path: Path) -> None:
+    """The in-tree backend's metadata hook and a real (universal) wheel carry it."""
+    import build_backend
+
+    dist_info = build_backend.prepare_metadata_for_build_wheel(str(tmp_path))
+    assert dist_info == f"torch_c_dlpack_ext-{_version.__version__}.dist-info"
+    metadata = (tmp_path / dist_info / "METADATA").read_text(encoding="utf-8")
+    assert _metadata_version(metadata) == _version.__version__
+
+    out = tmp_path / "wheel"
+    out.mkdir()
+    # PEP 517: the hook returns the file's basename inside the output directory.
+    wheel = out / Path(build_backend.build_wheel(str(out), {"universal": "true"})).name
+    assert wheel.name == f"torch_c_dlpack_ext-{_version.__version__}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as archive:
+        text = archive.read(f"{dist_info}/METADATA").decode("utf-8")
+    assert _metadata_version(text) == _version.__version__
