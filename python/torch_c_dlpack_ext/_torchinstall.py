@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ._naming import Backend, torch_minor
-from .errors import TorchInstallError
+from .errors import CommandError, TorchInstallError
 
 __all__ = ["TorchInstall"]
 
@@ -95,7 +95,14 @@ def _abi_from_libc10(lib_dir: Path) -> bool:
             f"cannot tell the C++ ABI of the torch at {lib_dir.parent}: its CMake config does "
             f"not state _GLIBCXX_USE_CXX11_ABI and {libc10} is missing; reinstall torch"
         )
-    return any(_CXX11_TAG in name for name in dynamic_symbols(libc10, defined=True))
+    try:
+        exported = dynamic_symbols(libc10, defined=True)
+    except CommandError as exc:
+        raise TorchInstallError(
+            f"cannot read the dynamic symbols of {libc10} ({exc.stderr.strip() or exc}); "
+            "the torch installation looks damaged, reinstall torch"
+        ) from None
+    return any(_CXX11_TAG in name for name in exported)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

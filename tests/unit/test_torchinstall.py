@@ -66,6 +66,12 @@ def test_no_abi_off_linux(fake_torch: FakeTorch, platform: str) -> None:
     assert install.cxx11_abi is None
 
 
+def test_silent_cmake_and_unreadable_libc10_is_an_error(fake_torch: FakeTorch) -> None:
+    # The fake libc10.so is not an ELF file: nm fails, which must surface as a torch problem.
+    with pytest.raises(TorchInstallError, match=r"cannot read the dynamic symbols of .*libc10"):
+        TorchInstall.from_path(fake_torch(abi=None), platform="linux")
+
+
 def test_silent_cmake_and_no_libc10_is_an_error(fake_torch: FakeTorch) -> None:
     prefix = fake_torch(abi=None, libs=("libtorch_cpu.so",))
     with pytest.raises(TorchInstallError, match=r"cannot tell the C\+\+ ABI.*libc10\.so"):
