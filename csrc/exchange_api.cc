@@ -319,6 +319,13 @@ bool StorageExtentFits(const DLTensor& dl, uint64_t storage_offset, uint64_t ite
          bytes <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
 }
 
+bool HasNoElements(const DLTensor& dl) noexcept {
+  for (int32_t i = 0; i < dl.ndim; ++i) {
+    if (dl.shape[i] == 0) return true;
+  }
+  return false;
+}
+
 // Ownership rule: on failure (-1) ownership has NOT been taken and the deleter
 // has NOT been called; the caller still owns `src` and must delete it. This is
 // what torch 2.13's own implementation does for bad dtypes and devices (its
@@ -368,6 +375,9 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
       return RaiseBadImport(
           "negative sizes or strides, or a memory extent beyond int64 (torch supports neither)",
           dl);
+    }
+    if (dl.data == nullptr && !HasNoElements(dl)) {
+      return RaiseBadImport("data is NULL but the tensor has elements", dl);
     }
     at::Tensor tensor;
     {

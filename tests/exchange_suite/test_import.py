@@ -165,6 +165,7 @@ def test_import_matches_torch(api: DLPackExchangeAPI, need_torch_api: DLPackExch
         ("negative size", {"shape": (-2,)}),
         ("extent beyond int64", {"shape": (2**40, 2**30)}),
         ("strided extent beyond int64", {"shape": (2, 2), "strides": (2**62, 1)}),
+        ("NULL data with elements", {"null_data": True}),
     ],
 )
 def test_import_refusal_keeps_ownership(
@@ -172,7 +173,10 @@ def test_import_refusal_keeps_ownership(
 ) -> None:
     shape = kwargs.pop("shape", (2,))
     strides = kwargs.pop("strides", None)
+    null_data = kwargs.pop("null_data", False)
     built = HandBuilt([1.0, 2.0], shape, strides, **kwargs)
+    if null_data:
+        built.managed.dl_tensor.data = None
     out = ctypes.c_void_p(1)
     with pytest.raises(BufferError, match="not called"):
         api.managed_tensor_to_py_object_no_sync(built.pointer(), ctypes.byref(out))
