@@ -274,14 +274,17 @@ def publish(
     ``variant_wheels=False`` leaves PEP 825 variant wheels out (for indexes that
     reject their file names).
     """
+    if not check_only:
+        # Bad arguments fail before any work is done.
+        if repository_url is None:
+            raise ConfigError("--repository-url is required to upload (or pass --check-only)")
+        validate_repository_url(repository_url)
     files = collect(dist)
     dists = files.dists(variant_wheels=variant_wheels)
     print(f"release {files.version}: {len(dists)} file(s) from {dist}", file=sys.stderr)
     twine_check(dists)
-    if check_only:
+    if check_only or repository_url is None:
         return files
-    if repository_url is None:
-        raise ConfigError("--repository-url is required to upload (or pass --check-only)")
     twine_upload(dists, repository_url, skip_existing=skip_existing)
     if files.variants_index is not None:
         if variants_dir is not None:
