@@ -80,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="rewrite README.md's benchmark section from the result files",
     )
+    parser.add_argument(
+        "--readme-only",
+        action="store_true",
+        help="run nothing; rewrite README.md's benchmark section from the result files",
+    )
     parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
     return parser
 
@@ -117,7 +122,7 @@ def _main(args: argparse.Namespace) -> int:
         progress=progress,
     )
     runners = _runners()
-    for kind in kinds:
+    for kind in () if args.readme_only else kinds:
         # Described per kind: the load average of a shared machine changes during a run.
         machine = describe_machine()
         progress(f"{kind}: starting (load {machine['load_average_1_5_15']})")
@@ -137,7 +142,7 @@ def _main(args: argparse.Namespace) -> int:
         if targets:
             print(targets_table(target.to_json() for target in targets).to_text(), end="\n\n")
         progress(f"{kind}: wrote {path}")
-    if args.write_readme:
+    if args.write_readme or args.readme_only:
         documents = [
             read_result(results_dir / f"{kind}.json")
             for kind in KINDS

@@ -32,9 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     entry = compile_library(torch=args.torch, backend=backend, output_dir=args.output_dir)
     first = time.perf_counter() - started
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    library = args.output_dir / entry.file
+    before = library.stat().st_mtime_ns
     started = time.perf_counter()
     compile_library(torch=args.torch, backend=backend, output_dir=args.output_dir)
     noop = time.perf_counter() - started
+    # In a shared tree someone may edit csrc/ between the two calls; then the second one
+    # rightly rebuilds and its time is not a no-op's.
+    rebuilt = library.stat().st_mtime_ns != before
     json.dump(
         {
             "file": entry.file,
@@ -48,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             # Linux reports ru_maxrss in KiB.
             "peak_rss_mib": usage.ru_maxrss / 1024,
             "noop_seconds": noop,
+            "noop_rebuilt": rebuilt,
         },
         sys.stdout,
     )

@@ -110,8 +110,10 @@ def summarize_worker_output(output: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _median(summary: dict[str, Any], provider: str, function: str) -> float | None:
-    value = summary.get("providers", {}).get(provider, {}).get(function, {}).get("median")
+def _median(
+    summary: dict[str, Any], provider: str, function: str, statistic: str = "median"
+) -> float | None:
+    value = summary.get("providers", {}).get(provider, {}).get(function, {}).get(statistic)
     return None if value is None else float(value)
 
 
@@ -124,10 +126,29 @@ def _comparison_table(
         ours = _median(summary, "ours", function)
         if base is None and ours is None:
             continue
-        rows.append((function, format_ns(base), format_ns(ours), format_ratio(ratio(ours, base))))
+        # The ratio of the fastest repeats too: on a shared machine the minimum is the
+        # estimate least disturbed by other processes.
+        best = ratio(
+            _median(summary, "ours", function, "min"), _median(summary, baseline, function, "min")
+        )
+        rows.append(
+            (
+                function,
+                format_ns(base),
+                format_ns(ours),
+                format_ratio(ratio(ours, base)),
+                format_ratio(best),
+            )
+        )
     return Table(
         title=title,
-        headers=("function", f"{baseline_label} ns", "ours ns", "ours / theirs"),
+        headers=(
+            "function",
+            f"{baseline_label} ns",
+            "ours ns",
+            "ours / theirs",
+            "same, fastest repeats",
+        ),
         rows=tuple(rows),
     )
 

@@ -90,7 +90,7 @@ class Table:
         align = ["---:" if num else "---" for num in numeric]
 
         def line(cells: Sequence[str]) -> str:
-            return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+            return "| " + " | ".join(_escape_markdown(c) for c in cells) + " |"
 
         return "\n".join(
             [f"**{self.title}**", "", line(self.headers), line(align)]
@@ -114,6 +114,13 @@ class Table:
             )
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"not a benchmark table: {exc!r}") from None
+
+
+def _escape_markdown(cell: str) -> str:
+    # `__dlpack__()` would otherwise render as bold "dlpack"; a pipe would end the cell.
+    for char in ("\\", "|", "_", "*"):
+        cell = cell.replace(char, "\\" + char)
+    return cell
 
 
 def _looks_numeric(cell: str) -> bool:

@@ -117,10 +117,14 @@ def run_size(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[Targe
     for wheel in wheels:
         ours += libraries_in_wheel(wheel, "ours", stripped=True)
     if not ours:
-        # No wheel yet: fall back to what the driver built for the other benchmarks.
-        ctx.progress("size: no wheels in dist/; estimating from libraries built under the work dir")
-        built = [p for p in (ctx.work_dir / "libs").rglob("*.so") if not p.name.startswith(".")]
-        ours = _built_libraries(built, "ours")
+        # No wheel yet: the libraries of the last `nox -s build`, else those the driver
+        # built for the other benchmarks.
+        for folder in (ROOT / "build" / "cells", ctx.work_dir / "libs"):
+            built = [p for p in folder.rglob("*.so") if not p.name.startswith(".")]
+            if built:
+                ctx.progress(f"size: no wheels in dist/; estimating from the libraries in {folder}")
+                ours = _built_libraries(built, "ours")
+                break
     legacy_libs: list[LibrarySize] = []
     legacy_wheel: dict[str, Any] = {}
     try:

@@ -117,14 +117,14 @@ def test_text_table_aligns_numbers_right_and_text_left() -> None:
     assert lines[4] == "to_py_object    2,140    36x"
 
 
-def test_markdown_table_escapes_pipes_and_aligns_numeric_columns() -> None:
-    table = Table(title="T", headers=("a|b", "n"), rows=(("x|y", "1.5"),))
+def test_markdown_table_escapes_and_aligns_numeric_columns() -> None:
+    table = Table(title="T", headers=("a|b", "n"), rows=(("__dlpack__() *", "1.5"),))
     assert table.to_markdown().splitlines() == [
         "**T**",
         "",
         "| a\\|b | n |",
         "| --- | ---: |",
-        "| x\\|y | 1.5 |",
+        "| \\_\\_dlpack\\_\\_() \\* | 1.5 |",
     ]
 
 
