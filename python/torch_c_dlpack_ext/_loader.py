@@ -12,7 +12,7 @@ import ctypes
 import dataclasses
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -354,16 +354,9 @@ class _Action:
             return self.status(DecisionKind.LOAD, loaded.path)
         failures: list[str] = []
         candidates = [self.decision.entry, *self.decision.fallbacks] if self.decision.entry else []
-        for entry in candidates:
-            try:
-                loaded = open_library(verify_file(entry, self.package_dir))
-            except (ManifestError, LibraryLoadError) as exc:
-                failures.append(str(exc))
-                continue
-            if failures:
-                self.warn_fallback(entry, failures)
-            publish(self.torch, loaded.pointer)
-            return self.status(DecisionKind.LOAD, loaded.path)
+        loaded_entry = self.try_entries(candidates, failures)
+        if loaded_entry is not None:
+            return self.status(DecisionKind.LOAD, loaded_entry.path)
         if self.settings.jit:
             # Opted into JIT: build for this torch rather than give up.
             return self.jit(
@@ -374,6 +367,22 @@ class _Action:
             "reinstall torch-c-dlpack-ext (pip install --force-reinstall torch-c-dlpack-ext), "
             f"or set {env_var('JIT')}=1 to build a library for this torch",
         )
+
+    def try_entries(
+        self, entries: Sequence[ManifestEntry], failures: list[str]
+    ) -> LoadedLibrary | None:
+        """Verify, open and publish the first entry that works; record why others failed."""
+        for entry in entries:
+            try:
+                loaded = open_library(verify_file(entry, self.package_dir))
+            except (ManifestError, LibraryLoadError) as exc:
+                failures.append(str(exc))
+                continue
+            if failures:
+                self.warn_fallback(entry, failures)
+            publish(self.torch, loaded.pointer)
+            return loaded
+        return None
 
     def warn_fallback(self, entry: ManifestEntry, failures: list[str]) -> None:
         wanted = self.decision.backend
@@ -390,9 +399,14 @@ class _Action:
         try:
             loaded = _jit.build_and_load(self.torch, self.info, backend, self.settings)
         except TorchCDLPackExtError as exc:
+            failures = [f"JIT build for torch {self.info.version} failed: {exc}"]
+            if self.decision.kind is DecisionKind.JIT:
+                # The CPU library of the same torch/ABI, if bundled, still serves.
+                fallback = self.try_entries(self.decision.fallbacks, failures)
+                if fallback is not None:
+                    return self.status(DecisionKind.LOAD, fallback.path, failures[-1])
             return self.unavailable(
-                f"JIT build for torch {self.info.version} failed: {exc}",
-                f"fix the cause above, or unset {env_var('JIT')}",
+                "; ".join(failures), f"fix the cause above, or unset {env_var('JIT')}"
             )
         publish(self.torch, loaded.pointer)
         return self.status(DecisionKind.JIT, loaded.path, reason)

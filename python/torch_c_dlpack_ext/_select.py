@@ -207,8 +207,9 @@ def decide(
        against the exact running torch first), with the remaining ones and then the
        CPU library of the same torch/ABI as ``fallbacks``.
     8. No backend library but a CPU one of the same torch/ABI -> with ``JIT`` opted
-       in, ``JIT`` (it builds the backend's library); else ``LOAD`` the CPU library
-       with a warning naming the variables that change the outcome.
+       in, ``JIT`` (it builds the backend's library; the CPU library is the fallback
+       if the build fails); else ``LOAD`` the CPU library with a warning naming the
+       variables that change the outcome.
     9. Nothing matches -> ``JIT`` if opted in, else ``UNAVAILABLE`` listing the
        bundled libraries, the build-from-source command and the JIT variable.
     """
@@ -263,6 +264,8 @@ def _match_manifest(
             return Decision(
                 kind=DecisionKind.JIT,
                 backend=backend,
+                # If the build fails, the CPU library still serves (with a warning).
+                fallbacks=tuple(cpu),
                 reason=f"no bundled {backend.value} library for {_describe_torch(info, backend)}; "
                 f"{env_var('JIT')} asks to build one",
             )

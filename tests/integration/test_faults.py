@@ -323,3 +323,33 @@ def test_eight_processes_jit_at_once_build_once(tmp_path: Path) -> None:
     print(f"8 concurrent JIT imports: {elapsed:.1f} s")
     shutil.rmtree(cache, ignore_errors=True)
     assert not os.path.exists(cache)
+
+
+def test_failed_jit_of_gpu_library_falls_back_to_bundled_cpu(tmp_path: Path) -> None:
+    library = build_fake_library(tmp_path / "lib")
+    root = make_package(tmp_path / "pkg", [bundled(library)])
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    nm = shutil.which("nm")
+    assert nm is not None
+    (bin_dir / "nm").symlink_to(nm)
+    result = probe(
+        root,
+        **{
+            P + "FORCE": "1",
+            P + "BACKEND": "cuda",
+            P + "JIT": "1",
+            P + "CACHE_DIR": str(tmp_path / "cache"),
+            "PATH": str(bin_dir),
+            "CXX": "",
+        },
+    )
+    assert result["kind"] == "load", result
+    assert "-cpu-" in result["library"]
+    assert result["replaced"]
+    (warning,) = result["warnings"]
+    # The build fails (a CPU torch cannot build the cuda library; nor can a PATH
+    # without a compiler): the warning says so and names the way out.
+    assert "the cuda library failed to load (JIT build for torch" in warning
+    assert "using the CPU library" in warning
+    assert f"{P}BACKEND=cpu" in warning

@@ -126,6 +126,7 @@ CASES = [
         (CPU26,),
         {P + "JIT": "1"},
         K.JIT,
+        fallbacks=(CPU26,),
     ),
     Case(
         "rocm torch never gets the cuda library",
