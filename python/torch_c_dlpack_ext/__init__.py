@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._naming import ENV_PREFIX
+from ._naming import CAPSULE_ATTR, ENV_PREFIX
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def _torch_defers() -> bool:
         import torch
     except ImportError:
         return False
-    return hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+    return hasattr(torch.Tensor, CAPSULE_ATTR)
 
 
 def _run_selector() -> Status | None:

@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 
 __all__ = [
+    "CAPSULE_ATTR",
     "DIST_NAME",
     "ENV_PREFIX",
+    "LEGACY_INT_ATTR",
     "LIBS_DIR",
     "MANIFEST_NAME",
     "PACKAGE",
@@ -40,6 +42,10 @@ MANIFEST_NAME = "manifest.json"
 LIBS_DIR = "libs"
 #: The one prefix every environment variable of this project uses.
 ENV_PREFIX = "TORCH_C_DLPACK_EXT_"
+#: The attribute torch 2.10+ sets on ``torch.Tensor`` (a PyCapsule), and the one we publish.
+CAPSULE_ATTR = "__dlpack_c_exchange_api__"
+#: The legacy int attribute (torch main for a few weeks; read by tvm-ffi 0.1.0-0.1.3).
+LEGACY_INT_ATTR = "__c_dlpack_exchange_api__"
 
 
 class Backend(str, enum.Enum):

@@ -5,14 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ._naming import Backend, torch_minor
+from ._naming import CAPSULE_ATTR, LEGACY_INT_ATTR, Backend, torch_minor
 
-__all__ = ["TorchInfo", "detect_backend"]
-
-#: The attribute newer torch (2.10+) sets on ``torch.Tensor``: a PyCapsule.
-CAPSULE_ATTR = "__dlpack_c_exchange_api__"
-#: The legacy int attribute (torch main for a few weeks; read by tvm-ffi 0.1.0-0.1.3).
-LEGACY_INT_ATTR = "__c_dlpack_exchange_api__"
+__all__ = ["CAPSULE_ATTR", "LEGACY_INT_ATTR", "TorchInfo", "detect_backend"]
 
 
 def detect_backend(torch: Any) -> Backend:
