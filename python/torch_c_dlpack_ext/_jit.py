@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -66,9 +67,9 @@ def build_and_load(
     output_dir = _cache_root(settings) / cache_key(info, backend, python_tag())
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
-        probe = output_dir / ".write-probe"
-        probe.touch()
-        probe.unlink()
+        # A unique name: several processes may probe the same directory at once.
+        with tempfile.TemporaryFile(dir=output_dir):
+            pass
     except OSError as exc:
         raise ConfigError(
             f"JIT cache directory {output_dir} is not writable ({exc.strerror}); "
