@@ -41,7 +41,8 @@ if str(ROOT / "python") not in sys.path:
     # Run from a checkout (CI jobs, nox) without installing the package.
     sys.path.insert(0, str(ROOT / "python"))
 
-from packaging.tags import sys_tags  # noqa: E402 - needs the path set above
+from packaging.specifiers import SpecifierSet  # noqa: E402 - needs the path set above
+from packaging.tags import sys_tags  # noqa: E402
 from packaging.utils import canonicalize_name, parse_sdist_filename  # noqa: E402
 from packaging.version import InvalidVersion, Version  # noqa: E402
 
@@ -68,6 +69,7 @@ __all__ = [
     "installs_here",
     "publish",
     "read_wheel",
+    "requires_python",
     "split_index",
     "twine_check",
     "twine_upload",
@@ -311,10 +313,12 @@ def check_tag(tag: str, version: str = __version__) -> None:
         )
 
 
-def github_matrix(matrix: Any) -> dict[str, Any]:
+def github_matrix(matrix: Any, *, requires_python: str | None = None) -> dict[str, Any]:
     """From ``nox -s matrix`` JSON, the build matrix and the verify matrix.
 
-    The build matrix is passed through unchanged (``{"include": [jobs]}``). The
+    The build matrix keeps the jobs as they are (``{"include": [jobs]}``), less
+    jobs for a Python outside ``requires_python``: cibuildwheel selects nothing
+    for them and fails the run. Each dropped job is announced on stderr. The
     verify matrix has one entry per (runner, Python) the jobs build for: a
     combined wheel serves one Python on one platform, and a runner can only
     install wheels of its own platform.
@@ -322,17 +326,41 @@ def github_matrix(matrix: Any) -> dict[str, Any]:
     if not isinstance(matrix, dict) or not isinstance(matrix.get("include"), list):
         raise ConfigError('matrix JSON must be an object with an "include" list of jobs')
     jobs = matrix["include"]
-    if not jobs:
-        raise ConfigError("the matrix selects no jobs; check --only against matrix.toml")
     bad = [
         job for job in jobs if not isinstance(job, dict) or not {"runner", "python"} <= job.keys()
     ]
     if bad:
         raise ConfigError(f"matrix job lacks 'runner' or 'python': {bad[0]!r}")
+    if requires_python is not None:
+        allowed = SpecifierSet(requires_python)
+        for job in jobs:
+            if Version(str(job["python"])) not in allowed:
+                print(
+                    f"warning: dropping job {job.get('id')!r}: Python {job['python']} is outside "
+                    f"requires-python {requires_python!r} (remove it from matrix.toml)",
+                    file=sys.stderr,
+                )
+        jobs = [job for job in jobs if Version(str(job["python"])) in allowed]
+    if not jobs:
+        raise ConfigError("the matrix selects no jobs; check --only against matrix.toml")
     pairs = {(str(job["runner"]), str(job["python"])) for job in jobs}
     ordered = sorted(pairs, key=lambda pair: (pair[0], Version(pair[1])))
     verify = {"include": [{"runner": r, "python": p} for r, p in ordered]}
-    return {"cells": matrix, "verify": verify}
+    return {"cells": {**matrix, "include": jobs}, "verify": verify}
+
+
+def requires_python(pyproject: Path = ROOT / "pyproject.toml") -> str | None:
+    """``[project] requires-python`` of the project."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # the release tooling runs on 3.11+; tomli for older interpreters
+        import tomli as tomllib  # type: ignore[import-not-found]
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{pyproject}: not readable TOML ({exc})") from None
+    value = data.get("project", {}).get("requires-python")
+    return str(value) if value is not None else None
 
 
 def split_index(dist: Path, index_dir: Path) -> Path:
@@ -583,7 +611,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 data = json.loads(args.matrix.read_text(encoding="utf-8"))
             except (OSError, json.JSONDecodeError) as exc:
                 raise ConfigError(f"{args.matrix}: not readable JSON ({exc})") from None
-            for key, value in github_matrix(data).items():
+            for key, value in github_matrix(data, requires_python=requires_python()).items():
                 print(f"{key}={json.dumps(value, separators=(',', ':'))}")
         elif args.command == "split-index":
             print(split_index(args.dist, args.index))

@@ -171,6 +171,29 @@ def test_github_matrix() -> None:
     }
 
 
+def test_github_matrix_drops_pythons_outside_requires_python(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    jobs = [
+        {"id": "cp38-linux_x86_64-cuda", "runner": "ubuntu-24.04", "python": "3.8"},
+        {"id": "cp39-linux_x86_64-cuda", "runner": "ubuntu-24.04", "python": "3.9"},
+    ]
+    out = release.github_matrix({"include": jobs}, requires_python=">=3.9")
+    assert [job["id"] for job in out["cells"]["include"]] == ["cp39-linux_x86_64-cuda"]
+    assert out["verify"] == {"include": [{"runner": "ubuntu-24.04", "python": "3.9"}]}
+    assert "dropping job 'cp38-linux_x86_64-cuda'" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="selects no jobs"):
+        release.github_matrix({"include": jobs[:1]}, requires_python=">=3.9")
+
+
+def test_requires_python_is_read_from_pyproject() -> None:
+    from packaging.specifiers import SpecifierSet
+
+    value = release.requires_python()
+    assert value is not None
+    assert "3.11" in SpecifierSet(value)
+
+
 @pytest.mark.parametrize("matrix", [{"include": []}, {"cells": []}, [], {"include": [{"id": "x"}]}])
 def test_github_matrix_rejects_bad_input(matrix: object) -> None:
     with pytest.raises(ConfigError):
