@@ -4,7 +4,9 @@ Compressed sizes come from the wheels in ``dist/`` when there are any (``ZipInfo
 ``compress_size``, exactly what a download costs). Libraries that are only built, not
 packed yet, are deflated the way a wheel stores them and marked as estimates. The
 "if stripped" column is a what-if for our libraries: the same deflate after
-``strip --strip-unneeded``, to show how much of the size is symbol table.
+``strip --strip-unneeded``, to show how much of the size is symbol table. The pybind11
+column says how much of the machine code is pybind11 instantiated from torch's Python
+headers rather than the exchange code itself.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from torch_c_dlpack_ext._run import run
-from torch_c_dlpack_ext.errors import TorchCDLPackExtError
+from torch_c_dlpack_ext.errors import CommandError, TorchCDLPackExtError
 
 from .report import Table, format_bytes
 from .stats import Target
@@ -41,6 +43,10 @@ class LibrarySize:
     source: str
     #: Compressed size after ``strip --strip-unneeded`` (a what-if; ``None`` if not taken).
     stripped_compressed: int | None = None
+    #: Bytes of machine code in named functions, and the part of it that is pybind11's
+    #: (instantiated from torch's Python headers), from ``nm``; ``None`` without symbols.
+    code: int | None = None
+    pybind11_code: int | None = None
 
     def row(self) -> tuple[str, ...]:
         return (
@@ -50,6 +56,7 @@ class LibrarySize:
             format_bytes(self.compressed),
             "wheel" if self.source.endswith(".whl") else self.source,
             format_bytes(self.stripped_compressed),
+            "n/a" if not self.code else f"{100 * (self.pybind11_code or 0) / self.code:.0f}%",
         )
 
 
@@ -75,12 +82,47 @@ def stripped_deflated_size(data: bytes) -> int | None:
         return deflated_size(path.read_bytes())
 
 
+def code_breakdown(data: bytes) -> tuple[int, int] | None:
+    """(bytes of function code, of which pybind11's) from the library's symbol table, or
+    ``None`` when ``nm`` is missing or the library is stripped."""
+    nm = shutil.which("nm")
+    if nm is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="tcde-nm-") as tmp:
+        path = Path(tmp) / "library.so"
+        path.write_bytes(data)
+        try:
+            listing = run([nm, "-C", "-S", "-t", "d", "--defined-only", path], echo=False).stdout
+        except CommandError:
+            # Not an object file nm understands (or no symbols): nothing to attribute.
+            return None
+    total = pybind11 = 0
+    for line in listing.splitlines():
+        parts = line.split(maxsplit=3)
+        if len(parts) == 4 and parts[2] in ("t", "T", "w", "W"):
+            size = int(parts[1])
+            total += size
+            if "pybind11" in parts[3]:
+                pybind11 += size
+    return (total, pybind11) if total else None
+
+
+def _measured(data: bytes, **fields: Any) -> LibrarySize:
+    breakdown = code_breakdown(data)
+    return LibrarySize(
+        **fields,
+        code=None if breakdown is None else breakdown[0],
+        pybind11_code=None if breakdown is None else breakdown[1],
+    )
+
+
 def libraries_in_wheel(wheel: Path, owner: str, *, stripped: bool = False) -> list[LibrarySize]:
     """Every shared library a wheel holds, with its stored (compressed) size; with
     ``stripped``, also what it would take stripped."""
     with zipfile.ZipFile(wheel) as archive:
         return [
-            LibrarySize(
+            _measured(
+                archive.read(info),
                 owner=owner,
                 name=Path(info.filename).name,
                 size=info.file_size,
@@ -97,7 +139,8 @@ def libraries_in_wheel(wheel: Path, owner: str, *, stripped: bool = False) -> li
 
 def _built_libraries(paths: Iterable[Path], owner: str) -> list[LibrarySize]:
     return [
-        LibrarySize(
+        _measured(
+            path.read_bytes(),
             owner=owner,
             name=path.name,
             size=path.stat().st_size,
@@ -144,6 +187,7 @@ def run_size(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[Targe
             "compressed",
             "compressed from",
             "compressed if stripped",
+            "pybind11 share of code",
         ),
         rows=tuple(item.row() for item in ours + legacy_libs),
     )

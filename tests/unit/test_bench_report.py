@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from benchmarks.report import (
     replace_readme_section,
     write_result,
 )
-from benchmarks.size import deflated_size, libraries_in_wheel
+from benchmarks.size import code_breakdown, deflated_size, libraries_in_wheel
 from benchmarks.stats import Target, percentile, ratio, summarize
 
 from torch_c_dlpack_ext.errors import ConfigError
@@ -203,3 +204,19 @@ def test_sizes_inside_a_wheel(tmp_path: Path) -> None:
     assert library.compressed == deflated_size(payload)
     assert library.compressed < 1_000
     assert library.source == wheel.name
+    # Zeros are no object file: no code to attribute, and no error either.
+    assert library.code is None
+
+
+def test_code_breakdown_attributes_pybind11_symbols(tmp_path: Path) -> None:
+    source = tmp_path / "demo.cc"
+    source.write_text(
+        "namespace pybind11 { int helper(int x) { return x * 3 + 1; } }\n"
+        "int exchange(int x) { return pybind11::helper(x) + 2; }\n"
+    )
+    library = tmp_path / "libdemo.so"
+    subprocess.run(["c++", "-O0", "-shared", "-fPIC", str(source), "-o", str(library)], check=True)
+    breakdown = code_breakdown(library.read_bytes())
+    assert breakdown is not None
+    total, pybind11 = breakdown
+    assert 0 < pybind11 < total
