@@ -4,13 +4,16 @@ variants index off the uploadable files."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
+import re
 import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 from devtools import release
 
 from torch_c_dlpack_ext._manifest import ManifestEntry, dump_manifest
@@ -265,3 +268,19 @@ def test_variant_libraries_must_come_from_the_combined_build(tmp_path: Path) -> 
     )
     with pytest.raises(ReleaseError, match="in no combined wheel"):
         release._same_libraries(other, [combined])
+
+
+def _subcommands() -> set[str]:
+    parser = release._parser()
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return set(action.choices)
+
+
+def test_workflow_and_cibuildwheel_call_existing_subcommands() -> None:
+    root = Path(release.__file__).resolve().parents[1]
+    text = (root / ".github" / "workflows" / "release.yml").read_text(encoding="utf-8")
+    used = set(re.findall(r"\$RELEASE_PY ([a-z-]+)", text))
+    cibw = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]
+    used |= set(re.findall(r"release\.py ([a-z-]+)", cibw["cibuildwheel"]["test-command"]))
+    assert used >= {"check-tag", "github-matrix", "split-index", "verify", "test-installed"}
+    assert used <= _subcommands()
