@@ -84,7 +84,7 @@ def _table(capsule: Any) -> Any:
     from ._loader import CAPSULE_NAME, DLPackExchangeAPI, check_table
 
     pointer = _GET_POINTER(capsule, CAPSULE_NAME)
-    check_table(int(pointer or 0), "torch.Tensor.__dlpack_c_exchange_api__")
+    check_table(int(pointer or 0), "the published capsule")
     return DLPackExchangeAPI.from_address(pointer)
 
 
@@ -107,42 +107,47 @@ def _check_fields(tensor: Any, dl: _DLTensor) -> list[str]:
     return problems
 
 
+def _round_trip(torch: Any, device: str) -> str:
+    from ._naming import CAPSULE_ATTR
+    from .errors import LibraryLoadError
+
+    capsule = getattr(torch.Tensor, CAPSULE_ATTR, None)
+    if capsule is None:
+        raise LibraryLoadError(f"torch.Tensor.{CAPSULE_ATTR} is not set")
+    table = _table(capsule)
+    from_py = _FROM_PY(table.managed_tensor_from_py_object_no_sync)
+    to_py = _TO_PY(table.managed_tensor_to_py_object_no_sync)
+    tensor = torch.arange(6, dtype=torch.float32, device=device).reshape(2, 3)
+    out = ctypes.POINTER(_DLManagedTensorVersioned)()
+    if from_py(tensor, ctypes.byref(out)) != 0 or not out:
+        raise LibraryLoadError("managed_tensor_from_py_object_no_sync failed")
+    problems = _check_fields(tensor, out.contents.dl_tensor)
+    if out.contents.deleter:
+        out.contents.deleter(out)
+    else:
+        problems.append("exported tensor has no deleter")
+    if problems:
+        raise LibraryLoadError("; ".join(problems))
+    if from_py(tensor, ctypes.byref(out)) != 0 or not out:
+        raise LibraryLoadError("second managed_tensor_from_py_object_no_sync failed")
+    raw = ctypes.c_void_p()
+    if to_py(out, ctypes.byref(raw)) != 0 or not raw.value:
+        raise LibraryLoadError("managed_tensor_to_py_object_no_sync failed")
+    back = ctypes.cast(raw, ctypes.py_object).value
+    _DECREF(raw)  # the producer returned a new reference; ``back`` holds its own
+    if back.data_ptr() != tensor.data_ptr() or not torch.equal(back, tensor):
+        raise LibraryLoadError("tensor converted back does not share the original's data")
+    return f"round trip of a 2x3 float32 {device} tensor: metadata, deleter, to_py ok"
+
+
 def smoke_test(torch: Any, device: str = "cpu") -> SmokeResult:
     """Export a small float32 tensor through the published capsule, check its DLPack
     metadata (shape, dtype, strides, device, data pointer), release it through its
     deleter, then convert a second export back to a tensor that must share memory."""
-    capsule = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
-    if capsule is None:
-        return SmokeResult(False, "torch.Tensor.__dlpack_c_exchange_api__ is not set")
     try:
-        table = _table(capsule)
-        from_py = _FROM_PY(table.managed_tensor_from_py_object_no_sync)
-        to_py = _TO_PY(table.managed_tensor_to_py_object_no_sync)
-        tensor = torch.arange(6, dtype=torch.float32, device=device).reshape(2, 3)
-        out = ctypes.POINTER(_DLManagedTensorVersioned)()
-        if from_py(tensor, ctypes.byref(out)) != 0 or not out:
-            return SmokeResult(False, "managed_tensor_from_py_object_no_sync failed")
-        problems = _check_fields(tensor, out.contents.dl_tensor)
-        if out.contents.deleter:
-            out.contents.deleter(out)
-        else:
-            problems.append("exported tensor has no deleter")
-        if problems:
-            return SmokeResult(False, "; ".join(problems))
-        if from_py(tensor, ctypes.byref(out)) != 0 or not out:
-            return SmokeResult(False, "second managed_tensor_from_py_object_no_sync failed")
-        raw = ctypes.c_void_p()
-        if to_py(out, ctypes.byref(raw)) != 0 or not raw.value:
-            return SmokeResult(False, "managed_tensor_to_py_object_no_sync failed")
-        back = ctypes.cast(raw, ctypes.py_object).value
-        _DECREF(raw)  # the producer returned a new reference; ``back`` holds its own
+        return SmokeResult(True, _round_trip(torch, device))
     except Exception as exc:  # the diagnosis reports any failure instead of dying
         return SmokeResult(False, f"{type(exc).__name__}: {exc}")
-    if back.data_ptr() != tensor.data_ptr() or not torch.equal(back, tensor):
-        return SmokeResult(False, "tensor converted back does not share the original's data")
-    return SmokeResult(
-        True, f"round trip of a 2x3 float32 {device} tensor: metadata, deleter, to_py ok"
-    )
 
 
 def collect(device: str = "cpu") -> dict[str, Any]:

@@ -244,7 +244,7 @@ def publish(torch: Any, pointer: int) -> None:
         setattr(torch.Tensor, LEGACY_INT_ATTR, pointer)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class Status:
     """What ``import torch_c_dlpack_ext`` did, and why (see :func:`status`)."""
 

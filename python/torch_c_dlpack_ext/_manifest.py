@@ -42,7 +42,7 @@ __all__ = [
 SCHEMA_VERSION = 1
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class ManifestEntry:
     """One bundled library and the exact target it was built for."""
 

@@ -47,7 +47,7 @@ class DecisionKind(str, enum.Enum):
         return self.value
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class Decision:
     """The selector's verdict. Frozen, so it can be stored in :class:`Status` as is."""
 

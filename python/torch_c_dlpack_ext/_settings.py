@@ -64,7 +64,7 @@ class SettingProblem(NamedTuple):
     message: str
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class Settings:
     """The runtime overrides in force. Build with :meth:`from_env`."""
 

@@ -25,7 +25,7 @@ def detect_backend(torch: Any) -> Backend:
     return Backend.CPU
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class TorchInfo:
     """What the selector needs to know about the running torch."""
 

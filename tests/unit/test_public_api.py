@@ -57,3 +57,37 @@ def test_version_is_the_package_version() -> None:
     from torch_c_dlpack_ext._version import __version__
 
     assert torch_c_dlpack_ext.__version__ == __version__
+
+
+#: Modules ``import torch_c_dlpack_ext`` may execute (the drop-in path and diagnostics).
+RUNTIME_MODULES = (
+    "__init__",
+    "__main__",
+    "_naming",
+    "_version",
+    "errors",
+    "_manifest",
+    "_torchinfo",
+    "_settings",
+    "_select",
+    "_loader",
+    "_jit",
+)
+
+
+def test_runtime_modules_avoid_python310_only_dataclass_options() -> None:
+    """requires-python is 3.9, where ``dataclass(kw_only=..., slots=...)`` raises
+    TypeError: at import time that would crash every importer (tvm-ffi included)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(torch_c_dlpack_ext.__file__).parent
+    offenders = []
+    for name in RUNTIME_MODULES:
+        tree = ast.parse((package / f"{name}.py").read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and any(
+                kw.arg in {"kw_only", "slots", "match_args"} for kw in node.keywords
+            ):
+                offenders.append(f"{name}.py:{node.lineno}")
+    assert offenders == []
