@@ -82,12 +82,11 @@ def test_runtime_modules_avoid_python310_only_dataclass_options() -> None:
     from pathlib import Path
 
     package = Path(torch_c_dlpack_ext.__file__).parent
-    offenders = []
-    for name in RUNTIME_MODULES:
-        tree = ast.parse((package / f"{name}.py").read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and any(
-                kw.arg in {"kw_only", "slots", "match_args"} for kw in node.keywords
-            ):
-                offenders.append(f"{name}.py:{node.lineno}")
+    offenders = [
+        f"{name}.py:{node.lineno}"
+        for name in RUNTIME_MODULES
+        for node in ast.walk(ast.parse((package / f"{name}.py").read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and any(kw.arg in {"kw_only", "slots", "match_args"} for kw in node.keywords)
+    ]
     assert offenders == []
