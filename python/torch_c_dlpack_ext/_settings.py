@@ -35,9 +35,20 @@ class TorchCDLPackExtWarning(UserWarning):
 
 #: Variables the runtime reads, by short name (without the prefix).
 RUNTIME_VARIABLES = ("DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR")
-#: Variables other parts of the project read (the build, CI, developer tools); known,
-#: so not "unknown", but ignored at import.
-BUILD_TIME_VARIABLES: tuple[str, ...] = ("CELLS", "DEV_CACHE", "TEST_BUILD_CACHE")
+#: Variables other parts of the project read: the in-tree build backend's settings
+#: (``build_backend/_options.py``), developer tools and tests. Known, so not reported as
+#: typos, but ignored at import. (A test keeps this list in step with the project.)
+BUILD_TIME_VARIABLES: tuple[str, ...] = (
+    "BUILD_DIR",
+    "CELLS",
+    "LIBS_DIR",
+    "TORCH",
+    "UNIVERSAL",
+    "VARIANT_LABEL",
+    "DEV_CACHE",
+    "TEST_BUILD_CACHE",
+    "TEST_LIBRARY",
+)
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})

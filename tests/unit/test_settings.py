@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,32 @@ def test_several_problems_all_reported() -> None:
 
 def test_runtime_variables_are_the_documented_set() -> None:
     assert set(RUNTIME_VARIABLES) == {"DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR"}
+
+
+def test_every_project_variable_is_known_to_the_runtime() -> None:
+    """A prefixed variable the runtime does not know makes import refuse to load (it
+    looks like a typo), so every one the project uses anywhere must be listed."""
+    import re
+
+    from torch_c_dlpack_ext._settings import BUILD_TIME_VARIABLES
+
+    root = Path(__file__).resolve().parents[2]
+    sources = [root / "noxfile.py", root / "pyproject.toml", root / "README.md"]
+    for folder in ("python", "devtools", "tests", "benchmarks", "build_backend", ".github"):
+        sources.extend(
+            p for p in (root / folder).rglob("*") if p.suffix in {".py", ".yml", ".toml", ".md"}
+        )
+    pattern = re.compile(r"TORCH_C_DLPACK_EXT_([A-Z0-9_]*[A-Z0-9])|env_var\(\"([A-Z0-9_]+)\"\)")
+    used = set()
+    for path in sources:
+        if path.is_file():
+            for match in pattern.finditer(path.read_text(encoding="utf-8", errors="replace")):
+                used.add(match.group(1) or match.group(2))
+    # The build backend derives its variables from its settings' field names.
+    from build_backend._options import BackendOptions
+
+    used.update(f.name.upper() for f in dataclasses.fields(BackendOptions))
+    # Names tests use on purpose as typos / unknowns.
+    deliberate = {"DISABEL", "BAKEND", "BACKNED", "NOPE", "ZZZZZZZZZZZZ"}
+    unknown = used - set(RUNTIME_VARIABLES) - set(BUILD_TIME_VARIABLES) - deliberate
+    assert unknown == set(), f"add to _settings.BUILD_TIME_VARIABLES: {sorted(unknown)}"
