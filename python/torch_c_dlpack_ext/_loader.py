@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
+import sys
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any, NamedTuple
 
 from ._manifest import ManifestEntry, load_manifest, verify_file
@@ -268,6 +271,27 @@ class Status:
         return self.kind in (DecisionKind.LOAD, DecisionKind.JIT, DecisionKind.PUBLISH_LEGACY)
 
 
+_PACKAGE_PREFIX = str(Path(__file__).parent) + os.sep
+
+
+def _importer_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first caller outside this
+    package (the line that imported it), whatever path led here. Like ``warnings``
+    itself, importlib's frames are skipped without being counted."""
+    level = 1
+    frame: FrameType | None = sys._getframe(1)  # the function about to call warnings.warn
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_PREFIX):
+        frame = frame.f_back
+        while (
+            frame is not None
+            and "importlib" in frame.f_code.co_filename
+            and ("_bootstrap" in frame.f_code.co_filename)
+        ):
+            frame = frame.f_back
+        level += 1
+    return level
+
+
 class _Action:
     """Carries out one decision, collecting (and announcing) warnings as it goes."""
 
@@ -288,8 +312,7 @@ class _Action:
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
-        # Point at the code that imported the package, not at this module.
-        warnings.warn(message, TorchCDLPackExtWarning, stacklevel=6)
+        warnings.warn(message, TorchCDLPackExtWarning, stacklevel=_importer_stacklevel())
 
     def status(
         self, kind: DecisionKind, library: Path | None = None, reason: str = "", remedy: str = ""

@@ -279,3 +279,24 @@ print(status.kind.value, status.torch, "|", status.reason, "|", status.remedy)
     )
     assert diag.returncode == 1, diag.stderr
     assert "not importable" in diag.stdout
+
+
+def test_warning_points_at_the_importing_line(tmp_path: Path) -> None:
+    root = make_package(tmp_path / "pkg")
+    script = tmp_path / "user_code.py"
+    script.write_text("import torch\nimport torch_c_dlpack_ext\n", encoding="utf-8")
+    environ = clean_env(**{P + "FORCE": "1"}, PYTHONPATH=str(root))
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"{script}:2: TorchCDLPackExtWarning: torch-c-dlpack-ext: no usable manifest" in (
+        proc.stderr
+    )
