@@ -1,0 +1,240 @@
+"""`nox -s build`'s artifacts with real installers: pip picks and installs the right wheel,
+and the installed package makes the right decision in real torch environments.
+
+CI cost is bounded: two CPU cells (torch 2.8, cxx11 ABI; torch 2.6, pre-cxx11) are
+compiled, once, into the test build cache (the driver's cache key makes re-runs
+no-ops); dist/ is assembled twice to check byte-for-byte reproducibility.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.helpers import ROOT, clean_env
+
+pytestmark = pytest.mark.slow
+
+PY = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+PLATFORM = "linux_x86_64"
+CELLS = (f"{PY}-{PLATFORM}-t28_cpu", f"{PY}-{PLATFORM}-t26_cpu_abi0")
+EPOCH = "1700000000"
+#: variantlib's command line (the package has no ``__main__``).
+VARIANTLIB = [sys.executable, "-c", "import sys; from variantlib.commands.main import main; main()"]
+
+if not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):
+    pytest.skip("the test cells are linux_x86_64 cells", allow_module_level=True)
+
+
+def _run(cmd: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
+    proc = subprocess.run(
+        cmd,
+        env=env or clean_env(),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{cmd} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout + proc.stderr
+
+
+def _build(out: Path, build_dir: Path) -> None:
+    _run(
+        [sys.executable, "-m", "devtools.build", "--cells", ",".join(CELLS), "--out", str(out),
+         "--build-dir", str(build_dir)],
+        env=clean_env(SOURCE_DATE_EPOCH=EPOCH),
+        cwd=ROOT,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> tuple[Path, Path]:
+    """dist/ built twice from the same libraries (the second build compiles nothing)."""
+    first = tmp_path_factory.mktemp("dist-a")
+    second = tmp_path_factory.mktemp("dist-b")
+    _build(first, build_cache / "cells")
+    _build(second, build_cache / "cells")
+    return first, second
+
+
+@pytest.fixture(scope="module")
+def dist(dists: tuple[Path, Path]) -> Path:
+    return dists[0]
+
+
+def _combined(dist: Path) -> Path:
+    (path,) = [p for p in dist.glob(f"*-{PY}-{PY}-manylinux_*.whl") if p.stem.endswith("x86_64")]
+    return path
+
+
+@pytest.fixture(scope="module")
+def deps_wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package's runtime requirements as wheels, so installs can use --no-index."""
+    house = tmp_path_factory.mktemp("wheelhouse")
+    _run([sys.executable, "-m", "pip", "download", "--isolated", "--only-binary", ":all:",
+          "-d", str(house), "packaging>=24", "filelock>=3.12"])  # fmt: skip
+    return house
+
+
+def _pip_install(target: Path, *args: str) -> None:
+    # --isolated: the machine-wide pip settings (extra indexes, find-links) must not apply.
+    _run([sys.executable, "-m", "pip", "install", "--isolated", "--no-index", "--target",
+          str(target), *args])  # fmt: skip
+
+
+def _diagnose(python: Path | str, target: Path) -> dict[str, Any]:
+    proc = subprocess.run(
+        [str(python), "-m", "torch_c_dlpack_ext", "--json"],
+        env=clean_env(PYTHONPATH=str(target)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    report: dict[str, Any] = json.loads(proc.stdout)
+    assert Path(report["package"]["path"]).is_relative_to(target), report["package"]
+    return report
+
+
+def test_dist_holds_every_artifact(dist: Path) -> None:
+    names = sorted(p.name for p in dist.iterdir())
+    version = "0.2.0"
+    assert f"torch_c_dlpack_ext-{version}-py3-none-any.whl" in names
+    assert f"torch_c_dlpack_ext-{version}.tar.gz" in names
+    assert f"torch_c_dlpack_ext-{version}-variants.json" in names
+    variants = sorted(n for n in names if n.endswith(("-t28_cpu.whl", "-t26_cpu_abi0.whl")))
+    assert len(variants) == 2
+    with zipfile.ZipFile(_combined(dist)) as archive:
+        top = {n.split("/")[0] for n in archive.namelist()}
+        assert top == {"torch_c_dlpack_ext", f"torch_c_dlpack_ext-{version}.dist-info"}
+        manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
+        assert sorted(e["file"] for e in manifest["libraries"]) == [
+            "libs/libtorch_c_dlpack_ext-torch2.6-cpu-cxx11abi0.so",
+            "libs/libtorch_c_dlpack_ext-torch2.8-cpu-cxx11abi1.so",
+        ]
+        assert "torch_c_dlpack_ext/csrc/exchange_api.cc" in archive.namelist()
+        assert (
+            "Root-Is-Purelib: false"
+            in archive.read(f"torch_c_dlpack_ext-{version}.dist-info/WHEEL").decode()
+        )
+
+
+def test_reproducible_byte_for_byte(dists: tuple[Path, Path]) -> None:
+    def digests(directory: Path) -> dict[str, str]:
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in directory.iterdir()}
+
+    first, second = dists
+    assert digests(first) == digests(second)
+    assert len(digests(first)) == 6
+
+
+def test_twine_and_check_wheel_contents(dist: Path) -> None:
+    plain = [str(p) for p in dist.glob("*.whl") if not p.stem.endswith(("_cpu", "_abi0"))]
+    assert len(plain) == 2  # combined + universal; variant names are not PEP 427 names
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "twine",
+            "check",
+            "--strict",
+            *plain,
+            *map(str, dist.glob("*.tar.gz")),
+        ]
+    )
+    # pyproject's [tool.check-wheel-contents] applies (run from the project root).
+    _run([sys.executable, "-m", "check_wheel_contents", *plain], cwd=ROOT)
+
+
+def test_variant_wheels_validated_by_variantlib(dist: Path, tmp_path: Path) -> None:
+    for wheel in dist.glob("*-t2*.whl"):
+        out = _run([*VARIANTLIB, "analyze-wheel", "-i", str(wheel)])
+        torch = "2.8" if wheel.stem.endswith("t28_cpu") else "2.6"
+        assert f"abi_dependency :: torch :: {torch}" in out
+        (tmp_path / wheel.name).symlink_to(wheel)
+    _run([*VARIANTLIB, "generate-index-json", "-d", str(tmp_path)])
+    generated = json.loads((tmp_path / "torch_c_dlpack_ext-0.2.0-variants.json").read_text())
+    ours = json.loads((dist / "torch_c_dlpack_ext-0.2.0-variants.json").read_text())
+    assert generated == ours
+
+
+def test_pip_ignores_variant_wheels(dist: Path, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    _run([sys.executable, "-m", "pip", "install", "--isolated", "--no-index", "--find-links",
+          str(dist), "--dry-run", "--ignore-installed", "--no-deps", "--report", str(report),
+          "torch-c-dlpack-ext"])  # fmt: skip
+    (chosen,) = json.loads(report.read_text())["install"]
+    assert chosen["download_info"]["url"].endswith(_combined(dist).name)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("2.8.0", "libtorch_c_dlpack_ext-torch2.8-cpu-cxx11abi1.so"),
+        ("2.6.0", "libtorch_c_dlpack_ext-torch2.6-cpu-cxx11abi0.so"),
+    ],
+    ids=["torch2.8", "torch2.6"],
+)
+def test_combined_wheel_loads_in_old_torch(
+    dist: Path,
+    deps_wheelhouse: Path,
+    tmp_path: Path,
+    old_torch_env: Callable[[str], Any],
+    case: tuple[str, str],
+) -> None:
+    torch, library = case
+    env = old_torch_env(torch)
+    target = tmp_path / "site"
+    _pip_install(target, "--find-links", str(dist), "--find-links", str(deps_wheelhouse),
+                 "torch-c-dlpack-ext")  # fmt: skip
+    assert not list(target.glob("*.dist-info/variant.json"))
+    report = _diagnose(env.python, target)
+    assert report["decision"]["kind"] == "load", report["decision"]
+    assert Path(report["decision"]["library"]).name == library
+
+
+def test_combined_wheel_defers_on_torch_213(
+    dist: Path, deps_wheelhouse: Path, tmp_path: Path
+) -> None:
+    torch = pytest.importorskip("torch")
+    assert hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+    target = tmp_path / "site"
+    _pip_install(target, "--no-deps", "--find-links", str(dist), "torch-c-dlpack-ext")
+    assert _diagnose(sys.executable, target)["decision"]["kind"] == "defer"
+
+
+def _install_universal(dist: Path, deps_wheelhouse: Path, target: Path) -> None:
+    (universal,) = dist.glob("*-py3-none-any.whl")
+    _pip_install(target, "--find-links", str(deps_wheelhouse), str(universal))
+    manifest = json.loads((target / "torch_c_dlpack_ext" / "manifest.json").read_text())
+    assert manifest["libraries"] == []
+
+
+def test_universal_wheel_explains_on_old_torch(
+    dist: Path, deps_wheelhouse: Path, tmp_path: Path, old_torch_env: Callable[[str], Any]
+) -> None:
+    _install_universal(dist, deps_wheelhouse, tmp_path / "site")
+    report = _diagnose(old_torch_env("2.8.0").python, tmp_path / "site")
+    assert report["decision"]["kind"] == "unavailable", report["decision"]
+    assert report["decision"]["reason"]
+    assert report["decision"]["remedy"]
+
+
+def test_universal_wheel_defers_on_torch_213(
+    dist: Path, deps_wheelhouse: Path, tmp_path: Path
+) -> None:
+    torch = pytest.importorskip("torch")
+    assert hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+    _install_universal(dist, deps_wheelhouse, tmp_path / "site")
+    assert _diagnose(sys.executable, tmp_path / "site")["decision"]["kind"] == "defer"
