@@ -282,7 +282,7 @@ print(status.kind.value, status.torch, "|", status.reason, "|", status.remedy)
 
 
 def test_warning_points_at_the_importing_line(tmp_path: Path) -> None:
-    root = make_package(tmp_path / "pkg")
+    root = make_package(tmp_path / "pkg", manifest=False)
     script = tmp_path / "user_code.py"
     script.write_text("import torch\nimport torch_c_dlpack_ext\n", encoding="utf-8")
     environ = clean_env(**{P + "FORCE": "1"}, PYTHONPATH=str(root))
