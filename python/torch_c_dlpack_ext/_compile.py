@@ -215,14 +215,17 @@ def find_dlpack_include(dlpack_include: Path | None = None) -> tuple[Path, str]:
     :class:`DLPackHeaderNotFoundError` when none is found or it is too old.
     """
     if dlpack_include is None:
-        try:
-            from tvm_ffi.libinfo import find_dlpack_include_path
-        except ImportError:
+        # Located, not imported: tvm_ffi's __init__ imports torch, and a build must
+        # never import the torch it compiles against (it may not even be importable).
+        import importlib.util
+
+        spec = importlib.util.find_spec("tvm_ffi")
+        if spec is None or not spec.submodule_search_locations:
             raise DLPackHeaderNotFoundError(
                 f"no DLPack >= {_MIN_DLPACK[0]}.{_MIN_DLPACK[1]} header: apache-tvm-ffi is "
                 f"not installed in {sys.prefix}; {_WANT_DLPACK}"
-            ) from None
-        dlpack_include = Path(find_dlpack_include_path())
+            )
+        dlpack_include = Path(next(iter(spec.submodule_search_locations))) / "include"
     header = Path(dlpack_include) / "dlpack" / "dlpack.h"
     if not header.is_file():
         raise DLPackHeaderNotFoundError(f"{header} does not exist; {_WANT_DLPACK}")
