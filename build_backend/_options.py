@@ -22,6 +22,9 @@ Settings:
     The torch installation to compile against when nothing above is given
     (default: the ``torch`` importable in the build environment, found without
     importing it).
+``backends``
+    Comma-separated backends to compile when building against the build
+    environment's torch (default: every backend that torch supports).
 ``build-dir``
     Where compiled libraries are kept between builds (default ``build/backend``).
 """
@@ -53,6 +56,7 @@ class BackendOptions:
     universal: bool = False
     cells: tuple[str, ...] = ()
     torch: Path | None = None
+    backends: tuple[str, ...] = ()
     build_dir: Path = Path("build/backend")
 
 
@@ -77,7 +81,7 @@ def _convert(key: str, value: Any, source: str, root: Path) -> Any:
     field = _FIELDS[key]
     if field.name == "universal":
         return _parse_bool(key, value, source)
-    if field.name == "cells":
+    if field.name in ("cells", "backends"):
         items = value if isinstance(value, (list, tuple)) else str(value).split(",")
         return tuple(str(item).strip() for item in items if str(item).strip())
     if not isinstance(value, str):

@@ -216,7 +216,6 @@ def build_wheel_impl(
 ) -> str:
     """PEP 517 ``build_wheel``: see :mod:`build_backend._options` for what gets packed."""
     from torch_c_dlpack_ext._manifest import ManifestEntry, load_manifest
-    from torch_c_dlpack_ext._naming import Backend
 
     from ._metadata import load_pyproject, project_metadata
     from ._options import read_options
@@ -241,7 +240,7 @@ def build_wheel_impl(
 
         install = TorchInstall.from_path(_find_torch(options.torch))
         out = options.build_dir if options.build_dir.is_absolute() else ROOT / options.build_dir
-        backends = sorted(install.backends_available, key=lambda b: b is not Backend.CPU)
+        backends = _backends(options.backends, install)
         for backend in backends:
             try:
                 entry = compile_library(torch=install, backend=backend, output_dir=out)
@@ -262,6 +261,24 @@ def build_wheel_impl(
             editable=editable,
         )
     )
+
+
+def _backends(requested: Sequence[str], install: Any) -> list[Any]:
+    """The backends to compile: ``requested`` (validated), else all the torch has (CPU first)."""
+    from torch_c_dlpack_ext._naming import Backend, parse_backend
+    from torch_c_dlpack_ext.errors import BackendUnavailableError
+
+    available = sorted(install.backends_available, key=lambda b: b is not Backend.CPU)
+    if not requested:
+        return available
+    chosen = [parse_backend(name) for name in requested]
+    missing = [b.value for b in chosen if b not in install.backends_available]
+    if missing:
+        raise BackendUnavailableError(
+            f"backends={','.join(requested)}: torch {install.version} at {install.root} has no "
+            f"{', '.join(missing)} support; choose from {', '.join(b.value for b in available)}"
+        )
+    return chosen
 
 
 def sys_version() -> str:
