@@ -25,7 +25,7 @@ from ._select import DecisionKind
 from ._settings import Settings
 from ._torchinfo import TorchInfo
 from ._version import __version__
-from .errors import BuildError, ConfigError, TorchCDLPackExtError
+from .errors import BuildError, ConfigError, TorchCDLPackExtError, TorchInstallError
 
 __all__ = ["build_and_load", "build_for_current_torch", "cache_key", "python_tag"]
 
@@ -90,7 +90,12 @@ def build_and_load(
 
 def build_for_current_torch(environ: Mapping[str, str]) -> tuple[Status, Path]:
     """Build, load and publish for the running torch; the public entry point's body."""
-    import torch
+    try:
+        import torch
+    except ImportError as exc:
+        raise TorchInstallError(
+            f"cannot build for the current torch: torch is not importable ({exc}); install it"
+        ) from None
 
     with LOCK:
         info = TorchInfo.from_torch(torch)
