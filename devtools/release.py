@@ -11,7 +11,8 @@ devtools/release.py --help``):
   upload API takes it yet (PyPI's PEP 825 support is pending);
 - ``check-tag TAG``: the pushed tag names the version in ``_version.py``;
 - ``github-matrix FILE``: turn ``nox -s matrix`` output into ``$GITHUB_OUTPUT`` lines;
-- ``split-index DIST INDEX``: move the variants index out of the uploadable dists;
+- ``split-variants DIST DEST``: move the variant wheels and the variants index out
+  of the files PyPI accepts today;
 - ``test-installed``: cibuildwheel's test command for one job's wheel;
 - ``verify DIST``: install each wheel that fits this interpreter with each torch
   it serves into a fresh environment and check what ``python -m
@@ -70,7 +71,7 @@ __all__ = [
     "publish",
     "read_wheel",
     "requires_python",
-    "split_index",
+    "split_variants",
     "twine_check",
     "twine_upload",
     "validate_repository_url",
@@ -363,16 +364,22 @@ def requires_python(pyproject: Path = ROOT / "pyproject.toml") -> str | None:
     return str(value) if value is not None else None
 
 
-def split_index(dist: Path, index_dir: Path) -> Path:
-    """Move the variants index out of ``dist`` so ``dist`` holds only uploadable files."""
-    source = dist / variants_index_name()
-    if not source.is_file():
-        raise ReleaseError(f"{source}: missing; `nox -s build` writes it next to the wheels")
-    index_dir.mkdir(parents=True, exist_ok=True)
-    target = index_dir / source.name
-    atomic_write_bytes(target, source.read_bytes())
-    source.unlink()
-    return target
+def split_variants(dist: Path, dest: Path) -> list[Path]:
+    """Move the PEP 825 variant wheels and the variants index from ``dist`` to
+    ``dest``, so ``dist`` holds only what PyPI accepts today (combined and
+    universal wheels, sdist). Returns the moved files' new paths."""
+    index = dist / variants_index_name()
+    if not index.is_file():
+        raise ReleaseError(f"{index}: missing; `nox -s build` writes it next to the wheels")
+    moving = [index] + [p for p in sorted(dist.glob("*.whl")) if read_wheel(p).variant]
+    dest.mkdir(parents=True, exist_ok=True)
+    moved = []
+    for source in moving:
+        target = dest / source.name
+        atomic_write_bytes(target, source.read_bytes())
+        source.unlink()
+        moved.append(target)
+    return moved
 
 
 def installs_here(wheel: WheelInfo) -> bool:
@@ -578,9 +585,11 @@ def _parser() -> argparse.ArgumentParser:
     gh = sub.add_parser("github-matrix", help="nox -s matrix JSON -> $GITHUB_OUTPUT lines")
     gh.add_argument("matrix", type=Path)
 
-    split = sub.add_parser("split-index", help="move variants.json out of dist/")
+    split = sub.add_parser(
+        "split-variants", help="move variant wheels and variants.json out of dist/"
+    )
     split.add_argument("dist", type=Path)
-    split.add_argument("index", type=Path)
+    split.add_argument("dest", type=Path)
 
     ver = sub.add_parser("verify", help="install each wheel with its torch; check the selector")
     ver.add_argument("dist", type=Path)
@@ -613,8 +622,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ConfigError(f"{args.matrix}: not readable JSON ({exc})") from None
             for key, value in github_matrix(data, requires_python=requires_python()).items():
                 print(f"{key}={json.dumps(value, separators=(',', ':'))}")
-        elif args.command == "split-index":
-            print(split_index(args.dist, args.index))
+        elif args.command == "split-variants":
+            for path in split_variants(args.dist, args.dest):
+                print(path)
         elif args.command == "verify":
             verify(args.dist)
         elif args.command == "test-installed":

@@ -214,12 +214,20 @@ def test_github_matrix_command_prints_output_lines(
     assert json.loads(lines[1].split("=", 1)[1]) == {"include": [{"runner": "r", "python": "3.11"}]}
 
 
-def test_split_index_moves_the_file(dist: Path, tmp_path: Path) -> None:
-    target = release.split_index(dist, tmp_path / "index")
-    assert target.read_text() == "{}"
-    assert not (dist / release.variants_index_name()).exists()
+def test_split_variants_leaves_what_pypi_accepts(dist: Path, tmp_path: Path) -> None:
+    moved = release.split_variants(dist, tmp_path / "variants")
+    assert sorted(p.name for p in moved) == sorted(
+        [
+            release.variants_index_name(),
+            f"torch_c_dlpack_ext-{V}-cp311-cp311-linux_x86_64-t28_cpu.whl",
+        ]
+    )
+    left = release.collect(dist)
+    assert not any(w.variant for w in left.wheels)
+    assert left.variants_index is None
+    assert len(left.wheels) == 2
     with pytest.raises(ReleaseError, match="missing"):
-        release.split_index(dist, tmp_path / "index")
+        release.split_variants(dist, tmp_path / "variants")
 
 
 def test_check_tag_command_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
@@ -282,5 +290,5 @@ def test_workflow_and_cibuildwheel_call_existing_subcommands() -> None:
     used = set(re.findall(r"\$RELEASE_PY ([a-z-]+)", text))
     cibw = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]
     used |= set(re.findall(r"release\.py ([a-z-]+)", cibw["cibuildwheel"]["test-command"]))
-    assert used >= {"check-tag", "github-matrix", "split-index", "verify", "test-installed"}
+    assert used >= {"check-tag", "github-matrix", "split-variants", "verify", "test-installed"}
     assert used <= _subcommands()
