@@ -38,7 +38,7 @@ def tests(session: nox.Session) -> None:
     Pass pytest arguments after ``--``.
     """
     session.install("torch==2.13.0", "packaging", "filelock", *_group("test"))
-    session.run("pytest", *(session.posargs or ["tests"]))
+    session.run("pytest", *session.posargs)
 
 
 @nox.session

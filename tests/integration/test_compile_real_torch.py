@@ -1,7 +1,7 @@
 """Real compiles against real torch releases, then the exchange suite inside each torch.
 
 - torch 2.13 (the running one): compile csrc/, run tests/exchange_suite against it;
-- PyPI torch 2.6.0 (pre-cxx11 ABI) and 2.8.0 (cxx11 ABI), really imported in
+- PyPI torch 2.4.1, 2.6.0 (pre-cxx11 ABI), 2.8.0 and 2.9.1 (cxx11 ABI), really imported in
   provisioned envs: compile against each, run the suite with that env's Python;
 - compile-only: the CUDA variant against PyPI torch 2.8.0 with the CUDA headers of
   the nvidia-cuda-runtime-cu12 wheel the env already has;
@@ -39,7 +39,11 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 SUITE_ENV = "TORCH_C_DLPACK_EXT_TEST_LIBRARY"
 EXPORTS = {"TorchDLPackExchangeAPIPtr", "TorchCDLPackExtBuildInfo"}
-OLD_TORCH = [("2.6.0", False), ("2.8.0", True)]
+# The oldest and newest supported minors, and one of each C++ ABI in between: 2.4/2.6
+# are pre-cxx11 on PyPI, 2.8/2.9 cxx11; 2.9's own headers carry DLPack 1.0.
+OLD_TORCH = [("2.4.1", False), ("2.6.0", False), ("2.8.0", True), ("2.9.1", True)]
+#: The suite has ~250 tests on old torch; far fewer passing means it mostly skipped.
+MIN_SUITE_PASSED = 200
 
 
 def timed_compile(**kwargs: Any) -> ManifestEntry:
@@ -117,7 +121,7 @@ def test_torch213_compile_and_exchange_suite(
     assert entry.backend is Backend.CPU
     assert entry.dlpack in ("1.2", "1.3")
     check_exports(library)
-    assert run_exchange_suite(sys.executable, library) > 0
+    assert run_exchange_suite(sys.executable, library) >= MIN_SUITE_PASSED
 
 
 @pytest.mark.parametrize(("version", "cxx11_abi"), OLD_TORCH)
@@ -135,7 +139,7 @@ def test_old_torch_compile_import_and_exchange_suite(
     assert entry.file.endswith(f"-cxx11abi{int(cxx11_abi)}.so")
     library = build_cache / f"torch{version}" / entry.file
     check_exports(library)
-    assert run_exchange_suite(env.python, library) > 0
+    assert run_exchange_suite(env.python, library) >= MIN_SUITE_PASSED
 
 
 def test_cuda_variant_compiles_against_pypi_torch_2_8(
