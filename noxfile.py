@@ -129,7 +129,7 @@ def bench(session: nox.Session) -> None:
     """Benchmarks: exchange and import overhead, build cost, size (see README "Benchmarks").
 
     ``nox -s bench -- [--only exchange,import,build,size] [--quick] [--full]
-    [--write-readme]``. pip (not uv) installs torch 2.13 here, like the tests
+    [--write-readme | --readme-only]``. pip (not uv) installs torch 2.13 here, like the tests
     session; torch 2.8 and torch-c-dlpack-ext 0.1.5 are fetched into cached
     environments by the benchmarks themselves. Full runs write
     benchmarks/results/*.json; ``--quick`` runs write under build/bench/.
