@@ -71,10 +71,23 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--full",
         action="store_true",
-        help="also time the whole local build matrix with --jobs 1 and --jobs 2 (long)",
+        help="time the build pipeline over the whole local matrix with --jobs 1 and --jobs 2 "
+        "instead of one cell, and add the CUDA cell to the per-cell compiles (long; "
+        "--jobs 2 runs two compiles at once)",
     )
-    parser.add_argument("--work-dir", type=Path, default=ROOT / "build" / "bench")
-    parser.add_argument("--results-dir", type=Path, default=None)
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=ROOT / "build" / "bench",
+        help="caches: the harness, our libraries, 0.1.5's wheel (default: build/bench)",
+    )
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=None,
+        help="where <kind>.json go (default: benchmarks/results; with --quick: "
+        "<work dir>/results-quick)",
+    )
     parser.add_argument(
         "--write-readme",
         action="store_true",
