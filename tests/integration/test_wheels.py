@@ -238,3 +238,43 @@ def test_universal_wheel_defers_on_torch_213(
     assert hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
     _install_universal(dist, deps_wheelhouse, tmp_path / "site")
     assert _diagnose(sys.executable, tmp_path / "site")["decision"]["kind"] == "defer"
+
+
+def test_assemble_from_job_wheels_reproduces_dist(dist: Path, tmp_path: Path) -> None:
+    """CI's assemble step (`nox -s build -- --assemble-from DIR`) merges job wheels into
+    the same artifacts `nox -s build` writes locally."""
+    jobs = tmp_path / "cells"
+    jobs.mkdir()
+    # Two job wheels (as two cibuildwheel jobs would upload), one library each.
+    combined = _combined(dist)
+    for label in ("t28_cpu", "t26_cpu_abi0"):
+        (variant,) = dist.glob(f"*-{label}.whl")
+        job_dir = jobs / label
+        job_dir.mkdir()
+        (job_dir / combined.name).write_bytes(_strip_variant(variant))
+    out = tmp_path / "out"
+    _run(
+        [sys.executable, "-m", "devtools.build", "--assemble-from", str(jobs), "--out", str(out)],
+        env=clean_env(SOURCE_DATE_EPOCH=EPOCH),
+        cwd=ROOT,
+    )
+    for name in [p.name for p in dist.iterdir()]:
+        assert (out / name).read_bytes() == (dist / name).read_bytes(), name
+
+
+def _strip_variant(wheel: Path) -> bytes:
+    """A job wheel: the variant wheel's content without its variant.json."""
+    import io
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(buffer, "w") as target:
+        for info in source.infolist():
+            if info.filename.endswith("variant.json"):
+                continue
+            data = source.read(info)
+            if info.filename.endswith("RECORD"):
+                data = b"".join(
+                    line + b"\n" for line in data.splitlines() if b"variant.json" not in line
+                )
+            target.writestr(info, data)
+    return buffer.getvalue()
