@@ -242,10 +242,10 @@ class Matrix:
                 )
                 for plat_name in wheel.platforms:
                     platform = self.platforms[plat_name]
-                    abi = wheel.cxx11_abi.get(plat_name) if platform.dual_abi else None
+                    cell_abi = wheel.cxx11_abi.get(plat_name) if platform.dual_abi else None
                     for python in minor.pythons_for(plat_name):
                         for backend in backends:
-                            key = (python, plat_name, minor.minor, backend, abi)
+                            key = (python, plat_name, minor.minor, backend, cell_abi)
                             if key in seen:
                                 continue
                             seen[key] = Cell(
@@ -253,7 +253,7 @@ class Matrix:
                                 platform=platform,
                                 torch=minor,
                                 backend=backend,
-                                cxx11_abi=abi,
+                                cxx11_abi=cell_abi,
                                 wheel=wheel,
                                 abi_ambiguous=len(abis.get(plat_name, ())) > 1,
                             )
