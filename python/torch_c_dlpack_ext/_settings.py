@@ -39,6 +39,7 @@ RUNTIME_VARIABLES = ("DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR
 #: (``build_backend/_options.py``), developer tools and tests. Known, so not reported as
 #: typos, but ignored at import. (A test keeps this list in step with the project.)
 BUILD_TIME_VARIABLES: tuple[str, ...] = (
+    "BACKENDS",
     "BUILD_DIR",
     "CELLS",
     "LIBS_DIR",
