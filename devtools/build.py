@@ -125,8 +125,21 @@ def _python_missing(python: str) -> str | None:
     return None
 
 
+def _outside_requires_python(python: str) -> str | None:
+    from build_backend._metadata import load_pyproject
+    from packaging.specifiers import SpecifierSet
+
+    spec = load_pyproject(ROOT).get("project", {}).get("requires-python")
+    if spec and f"{python}.0" not in SpecifierSet(spec):
+        return f"Python {python} is outside requires-python {spec} (torch supports it, we do not)"
+    return None
+
+
 def skip_reason(cell: Cell, host: str | None) -> str | None:
     """Why this host cannot build ``cell`` (``None``: it can)."""
+    outside = _outside_requires_python(cell.python)
+    if outside:
+        return outside
     if cell.platform.name != host:
         return f"builds on {cell.platform.name}, this host is {host or 'not in matrix.toml'}"
     if cell.backend is Backend.ROCM:
