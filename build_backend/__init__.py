@@ -29,8 +29,12 @@ def _prepare() -> None:
 
 
 def get_requires_for_build_wheel(config_settings: dict[str, Any] | None = None) -> list[str]:
-    """Nothing beyond ``[build-system] requires``: torch must already be in the build env."""
-    return []
+    """``uv`` when building matrix cells (it provisions each cell's torch), else nothing:
+    torch itself must already be in the build environment."""
+    _prepare()
+    from ._wheel import wheel_requirements
+
+    return wheel_requirements(config_settings)
 
 
 def get_requires_for_build_sdist(config_settings: dict[str, Any] | None = None) -> list[str]:

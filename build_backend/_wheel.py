@@ -30,6 +30,7 @@ __all__ = [
     "package_files",
     "platform_tag",
     "source_files",
+    "wheel_requirements",
     "wheel_tag",
 ]
 
@@ -362,6 +363,18 @@ def assemble_wheel(
     return writer.write(
         out_dir, metadata=meta.metadata_bytes(), root_is_purelib=not entries, extra_dist_info=extra
     )
+
+
+def wheel_requirements(config_settings: Mapping[str, Any] | None) -> list[str]:
+    """Build requirements beyond ``[build-system] requires`` for these settings."""
+    from ._metadata import load_pyproject
+    from ._options import read_options
+
+    options = read_options(
+        pyproject=load_pyproject(ROOT), config_settings=config_settings, root=ROOT
+    )
+    # cells= provisions one torch environment per cell with uv (devtools.torchenv).
+    return ["uv>=0.5"] if options.cells else []
 
 
 def build_editable_impl(wheel_directory: str, config_settings: Mapping[str, Any] | None) -> str:

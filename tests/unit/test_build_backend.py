@@ -49,6 +49,15 @@ def test_init_holds_only_the_hooks() -> None:
 
 def test_requires_hooks_add_nothing() -> None:
     assert build_backend.get_requires_for_build_wheel() == []
+    assert build_backend.get_requires_for_build_wheel({"universal": "true"}) == []
+
+
+def test_cells_need_uv(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert build_backend.get_requires_for_build_wheel({"cells": "cp311-*-t28_cpu"}) == ["uv>=0.5"]
+    monkeypatch.setenv("TORCH_C_DLPACK_EXT_CELLS", "cp311-linux_x86_64-cuda")
+    assert build_backend.get_requires_for_build_wheel() == ["uv>=0.5"]
+    with pytest.raises(ConfigError, match="did you mean 'cells'"):
+        build_backend.get_requires_for_build_wheel({"cell": "x"})
     assert build_backend.get_requires_for_build_sdist() == []
     assert build_backend.get_requires_for_build_editable() == []
 
