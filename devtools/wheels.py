@@ -165,7 +165,27 @@ def variants_index(wheels: Sequence[Path]) -> dict[str, Any]:
             merged["variants"][label] = props
         for key, value in data.get("providers", {}).items():
             merged.setdefault("providers", {})[key] = value
+    _warn_indistinct(merged.get("variants", {}))
     return merged
+
+
+def _warn_indistinct(variants: dict[str, Any]) -> None:
+    """Say loudly when labels carry the same properties: no PEP 825 namespace expresses
+    the C++ ABI, so the CPU variants of a torch minor built with both ABIs (2.6 on
+    Linux x86_64) look alike to an installer. The selector still checks the ABI
+    before loading (it explains instead of crashing), and plain pip / uv today
+    install the combined wheel, which carries both."""
+    seen: dict[str, str] = {}
+    for label, props in sorted(variants.items()):
+        key = json.dumps(props, sort_keys=True)
+        if key in seen:
+            print(
+                f"warning: variant labels {seen[key]!r} and {label!r} declare the same "
+                f"properties {key}; an installer cannot tell them apart",
+                file=sys.stderr,
+            )
+        else:
+            seen[key] = label
 
 
 def _atomic_move(source: Path, target: Path) -> None:

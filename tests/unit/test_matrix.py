@@ -262,3 +262,14 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
     bad.write_text("schema = [", encoding="utf-8")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_matrix(bad)
+
+
+def test_build_backend_matrix_is_the_only_reader() -> None:
+    root = Path(__file__).resolve().parents[2]
+    readers = []
+    for folder in ("python", "devtools", "build_backend", "benchmarks"):
+        for path in (root / folder).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            if "matrix.toml" in text and re.search(r"\btoml(lib|i)?\.loads?\(", text):
+                readers.append(path.relative_to(root).as_posix())
+    assert readers == ["build_backend/_matrix.py"]

@@ -213,3 +213,11 @@ def test_variantlib_ranks_the_label_of_the_installed_torch(monkeypatch: pytest.M
     # A driver too old for CUDA 12.4 (lower bounds up to 12.2 supported): CPU only.
     old = [f"nvidia :: cuda_version_lower_bound :: 12.{m}" for m in range(3)]
     assert _rank(index, old, monkeypatch, "2.6.0")[:1] == ["t26_cpu_abi0"]
+
+
+def test_indistinct_labels_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    index = _index_for(["t26_cpu_abi0", "t26_cpu_abi1", "t28_cpu"])
+    wheels._warn_indistinct(index["variants"])
+    err = capsys.readouterr().err
+    assert "'t26_cpu_abi0' and 't26_cpu_abi1' declare the same properties" in err
+    assert "t28_cpu" not in err
