@@ -132,7 +132,8 @@ def bench(session: nox.Session) -> None:
     [--write-readme | --readme-only]``. pip (not uv) installs torch 2.13 here, like the tests
     session; torch 2.8 and torch-c-dlpack-ext 0.1.5 are fetched into cached
     environments by the benchmarks themselves. Full runs write
-    benchmarks/results/*.json; ``--quick`` runs write under build/bench/.
+    benchmarks/results/*.json and re-render README's tables from them;
+    ``--quick`` runs write under build/bench/.
     """
     session.install("torch==2.13.0", *_group("bench"))
     session.run(
