@@ -88,7 +88,7 @@ def _version_tuple(where: str, value: str) -> tuple[int, ...]:
         raise ConfigError(f"matrix.toml: {where}: {value!r} is not a dotted version") from None
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class Platform:
     """A wheel platform the matrix builds for (``linux_x86_64``...)."""
 
@@ -112,7 +112,7 @@ class Platform:
         return {"linux": "linux", "windows": "win32", "macos": "darwin"}[self.os]
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class TorchWheel:
     """One torch wheel flavour we compile against (an index, a backend, an ABI per platform)."""
 
@@ -127,7 +127,7 @@ class TorchWheel:
     cxx11_abi: Mapping[str, bool]
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class TorchMinor:
     """A torch minor version and the release built against."""
 
@@ -148,7 +148,7 @@ class TorchMinor:
         return tuple(p for p in self.python if p not in excluded)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class Cell:
     """One library to build: (Python, platform, torch minor, backend, C++ ABI)."""
 
@@ -218,7 +218,7 @@ class Cell:
         }
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class Matrix:
     """The whole build matrix."""
 

@@ -47,7 +47,7 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class BackendOptions:
     """Every setting of the in-tree backend (see the module docstring)."""
 

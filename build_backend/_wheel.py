@@ -252,16 +252,15 @@ def build_wheel_impl(
                 continue
             libraries.append((entry, out / entry.file))
         python = f"{sys_version()}"
-    return str(
-        assemble_wheel(
-            Path(wheel_directory),
-            meta=meta,
-            libraries=libraries,
-            python=python,
-            label=options.variant_label,
-            editable=editable,
-        )
-    )
+    # PEP 517: the hook returns the basename of the wheel it wrote.
+    return assemble_wheel(
+        Path(wheel_directory),
+        meta=meta,
+        libraries=libraries,
+        python=python,
+        label=options.variant_label,
+        editable=editable,
+    ).name
 
 
 def _backends(requested: Sequence[str], install: Any) -> list[Any]:

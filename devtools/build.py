@@ -56,7 +56,7 @@ DEFAULT_BUILD_DIR = ROOT / "build" / "cells"
 REPORT_NAME = "build-report.json"
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class CellResult:
     """What happened to one cell."""
 

@@ -100,7 +100,7 @@ def _log(message: str) -> None:
     print(f"[rehearse {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class RehearsalOptions:
     """What to rehearse; every field has a command-line flag."""
 
@@ -114,7 +114,7 @@ class RehearsalOptions:
     budget: float = 5400.0
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class Check:
     """One row of the final table."""
 

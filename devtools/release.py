@@ -90,7 +90,7 @@ def variants_index_name(version: str = __version__) -> str:
     return f"{PACKAGE}-{version}-variants.json"
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class WheelInfo:
     """What a release needs to know about one built wheel."""
 
@@ -107,7 +107,7 @@ class WheelInfo:
         return not self.libraries
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class ReleaseFiles:
     """The publishable content of a ``dist/`` folder, validated."""
 

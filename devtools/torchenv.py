@@ -59,7 +59,7 @@ _SMOKE = "import torch; torch.ones(2); print(torch.__version__)"
 _LOCK_TIMEOUT_S = 3600.0
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class TorchEnv:
     """A complete environment holding one torch release."""
 

@@ -82,7 +82,7 @@ _WANT_DLPACK = (
 )
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class BuildPlan:
     """Everything one compile needs, resolved and validated; builds nothing by itself."""
 

@@ -105,7 +105,7 @@ def _abi_from_libc10(lib_dir: Path) -> bool:
     return any(_CXX11_TAG in name for name in exported)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class TorchInstall:
     """A torch installation on disk: what a build against it needs to know."""
 

@@ -180,7 +180,8 @@ def _record_ok(archive: zipfile.ZipFile) -> None:
 
 
 def test_universal_wheel(tmp_path: Path) -> None:
-    name = Path(build_backend.build_wheel(str(tmp_path), {"universal": "true"})).name
+    name = build_backend.build_wheel(str(tmp_path), {"universal": "true"})
+    assert name == Path(name).name, "PEP 517: build_wheel returns the basename"
     assert name.endswith("-py3-none-any.whl")
     with zipfile.ZipFile(tmp_path / name) as archive:
         names = archive.namelist()
@@ -248,8 +249,10 @@ def test_wheel_from_prebuilt_libraries(tmp_path: Path) -> None:
 def test_wheel_is_reproducible(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     libs = _fake_libs(tmp_path)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    first = Path(build_backend.build_wheel(str(tmp_path / "a"), {"libs-dir": str(libs)}))
-    second = Path(build_backend.build_wheel(str(tmp_path / "b"), {"libs-dir": str(libs)}))
+    first = tmp_path / "a" / build_backend.build_wheel(str(tmp_path / "a"), {"libs-dir": str(libs)})
+    second = (
+        tmp_path / "b" / build_backend.build_wheel(str(tmp_path / "b"), {"libs-dir": str(libs)})
+    )
     assert first.read_bytes() == second.read_bytes()
     with zipfile.ZipFile(first) as archive:
         stamps = {i.date_time for i in archive.infolist()}
@@ -316,13 +319,13 @@ def test_sdist_contents_and_reproducibility(
 def test_prepare_metadata_matches_wheel(tmp_path: Path) -> None:
     dist_info = build_backend.prepare_metadata_for_build_wheel(str(tmp_path / "meta"))
     metadata = (tmp_path / "meta" / dist_info / "METADATA").read_bytes()
-    wheel = Path(build_backend.build_wheel(str(tmp_path), {"universal": "true"}))
+    wheel = tmp_path / build_backend.build_wheel(str(tmp_path), {"universal": "true"})
     with zipfile.ZipFile(wheel) as archive:
         assert archive.read(f"{dist_info}/METADATA") == metadata
 
 
 def test_editable_wheel_points_at_the_source(tmp_path: Path) -> None:
-    wheel = Path(build_backend.build_editable(str(tmp_path)))
+    wheel = tmp_path / build_backend.build_editable(str(tmp_path))
     with zipfile.ZipFile(wheel) as archive:
         pth = [n for n in archive.namelist() if n.endswith(".pth")]
         assert len(pth) == 1
