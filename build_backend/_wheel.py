@@ -13,7 +13,6 @@ import base64
 import hashlib
 import os
 import sys
-import sysconfig
 import tempfile
 import time
 import zipfile
@@ -145,7 +144,9 @@ def _expand_tag(tag: str) -> list[str]:
 
 def platform_tag() -> str:
     """This host's platform tag before any policy tag (``linux_x86_64``, ``win_amd64``)."""
-    return sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    from torch_c_dlpack_ext._naming import host_platform_tag
+
+    return host_platform_tag()
 
 
 def wheel_tag(*, python: str | None, platform: str | None) -> str:

@@ -38,7 +38,7 @@ from typing import Any
 
 from ._audit import audit_library
 from ._manifest import ManifestEntry, atomic_write_bytes, sha256_of, verify_file
-from ._naming import Backend, library_filename, parse_backend
+from ._naming import Backend, host_platform_tag, library_filename, parse_backend
 from ._run import run
 from ._torchinstall import TorchInstall
 from .errors import (
@@ -418,11 +418,6 @@ def _warn_cuda_mismatch(torch: TorchInstall, toolkit: str | None) -> None:
         )
 
 
-def _platform_tag() -> str:
-    # Same normalisation packaging.tags applies to sysconfig's platform.
-    return sysconfig.get_platform().replace("-", "_").replace(".", "_")
-
-
 def plan_build(
     *,
     torch: TorchInstall | Path | str,
@@ -544,7 +539,7 @@ def _build(plan: BuildPlan, key: str, *, audit: bool) -> ManifestEntry:
             dlpack=plan.dlpack_version,
             toolchain=plan.toolchain,
             gpu_toolkit=plan.gpu_toolkit,
-            platform=_platform_tag(),
+            platform=host_platform_tag(),
             size=tmp.stat().st_size,
             sha256=sha256_of(tmp),
         )

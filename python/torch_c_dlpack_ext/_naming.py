@@ -25,6 +25,7 @@ __all__ = [
     "Backend",
     "default_cache_dir",
     "env_var",
+    "host_platform_tag",
     "library_filename",
     "parse_backend",
     "shared_library_suffix",
@@ -97,6 +98,15 @@ def shared_library_suffix(platform: str | None = None) -> str:
     if platform.startswith("darwin") or platform.startswith("macos"):
         return ".dylib"
     return ".so"
+
+
+def host_platform_tag() -> str:
+    """This host's wheel platform tag before any policy tag (``linux_x86_64``,
+    ``win_amd64``, ``macosx_14_0_arm64``): sysconfig's platform, normalised the way
+    :mod:`packaging.tags` normalises it."""
+    import sysconfig
+
+    return sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
 
 def library_filename(
