@@ -298,15 +298,21 @@ def assemble_dist(
     groups: Sequence[Path], out: Path, *, matrix: Matrix | None = None, repair: bool = True
 ) -> list[Path]:
     """Everything dist/ holds, from the group directories ``nox -s build`` filled."""
-    from build_backend._sdist import build_sdist_impl
 
     matrix = load_matrix() if matrix is None else matrix
     out.mkdir(parents=True, exist_ok=True)
     made: list[Path] = []
     for libs in groups:
         made += assemble_group(libs, out, matrix=matrix, repair=repair)
-    made.append(universal_wheel(out))
-    made.append(out / build_sdist_impl(str(out), None))
+    return _finish_dist(out, made)
+
+
+def _finish_dist(out: Path, made: list[Path]) -> list[Path]:
+    """Add what every dist/ holds besides the platform wheels in ``made``: the universal
+    wheel, the sdist and, when there are variant wheels, the index's variants.json."""
+    from build_backend._sdist import build_sdist_impl
+
+    made = [*made, universal_wheel(out), out / build_sdist_impl(str(out), None)]
     variant_wheels = [p for p in made if _is_variant(p.name)]
     if variant_wheels:
         meta = project_metadata(ROOT)
@@ -374,14 +380,4 @@ def assemble_from_wheels(cells_dir: Path, out: Path) -> list[Path]:
             made += assemble_group(
                 directory, out, matrix=matrix, repair=False, platform_override=platforms.pop()
             )
-        made.append(universal_wheel(out))
-        from build_backend._sdist import build_sdist_impl
-
-        made.append(out / build_sdist_impl(str(out), None))
-        variant_wheels = [p for p in made if _is_variant(p.name)]
-        if variant_wheels:
-            meta = project_metadata(ROOT)
-            index = out / f"{meta.name}-{meta.version}-variants.json"
-            _write_json(index, variants_index(variant_wheels))
-            made.append(index)
-    return made
+    return _finish_dist(out, made)
