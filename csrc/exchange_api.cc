@@ -7,9 +7,9 @@
 // exception (or through SetError for the allocator).
 #include "tcde_dlpack.h"  // must precede ATen: see the comment in that header
 #include "tcde_convert.h"
+#include "tcde_python.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/python_variable.h>
 
 #if defined(TCDE_BACKEND_CUDA)
 #include <c10/cuda/CUDAStream.h>
@@ -141,6 +141,15 @@ int RaiseNotATensor(PyObject* obj) {
   return -1;
 }
 
+// The tensor of a torch.Tensor object, or NULL with a Python error set
+// (TypeError for anything else, or the error of a failed isinstance check).
+const at::Tensor* TensorOf(PyObject* obj) {
+  const int is_tensor = obj == nullptr ? 0 : tcde::IsTensor(obj);
+  if (is_tensor == 1) return &tcde::UnpackTensor(obj);
+  if (is_tensor == 0) RaiseNotATensor(obj);
+  return nullptr;
+}
+
 // Translates the exception being handled into a Python exception and returns
 // -1. c10::Error becomes `c10_error_type` (BufferError when exporting: ATen
 // refused to describe the tensor). A Python error set before the C++ exception
@@ -200,9 +209,9 @@ int ManagedTensorFromPyObjectNoSync(void* py_obj, DLManagedTensorVersioned** out
       return -1;
     }
     *out = nullptr;
-    auto* obj = static_cast<PyObject*>(py_obj);
-    if (obj == nullptr || !THPVariable_Check(obj)) return RaiseNotATensor(obj);
-    const at::Tensor& t = THPVariable_Unpack(obj);
+    const at::Tensor* tensor = TensorOf(static_cast<PyObject*>(py_obj));
+    if (tensor == nullptr) return -1;
+    const at::Tensor& t = *tensor;
     DLTensor described{};
     const ExportProblem problem = Describe(t, &described);
     if (problem != ExportProblem::kNone) return RaiseExportProblem(problem, t);
@@ -219,9 +228,9 @@ int DLTensorFromPyObjectNoSync(void* py_obj, DLTensor* out) {
       PyErr_Format(PyExc_ValueError, "%s: dltensor_from_py_object_no_sync: out is NULL", kLib);
       return -1;
     }
-    auto* obj = static_cast<PyObject*>(py_obj);
-    if (obj == nullptr || !THPVariable_Check(obj)) return RaiseNotATensor(obj);
-    const at::Tensor& t = THPVariable_Unpack(obj);
+    const at::Tensor* tensor = TensorOf(static_cast<PyObject*>(py_obj));
+    if (tensor == nullptr) return -1;
+    const at::Tensor& t = *tensor;
     DLTensor described{};
     const ExportProblem problem = Describe(t, &described);
     if (problem != ExportProblem::kNone) return RaiseExportProblem(problem, t);

@@ -9,13 +9,8 @@
 
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
-#include <torch/version.h>
 
 #include <limits>
-
-#define TCDE_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) ||       \
-   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 namespace tcde {
 

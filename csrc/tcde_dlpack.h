@@ -36,6 +36,12 @@
 #endif
 
 #include <stdint.h>
+#include <torch/version.h>
+
+// True when compiling against torch major.minor or newer.
+#define TCDE_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||       \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 extern "C" {
 // Address of the static DLPackExchangeAPI table, as an integer (what existing

@@ -1,0 +1,71 @@
+// The torch_python symbols this library uses, declared here instead of taken
+// from <torch/csrc/autograd/python_variable.h>. That header includes pybind11,
+// and pybind11's inline templates were three quarters of the library's machine
+// code although nothing here calls them.
+//
+// Each declaration repeats torch's own, version by version; they were read from
+// the headers of torch 2.4.1, 2.5.1, 2.6.0, 2.7.1, 2.8.0, 2.9.1 and 2.13.0. A
+// declaration that does not match its torch fails the build (the driver's ABI
+// audit finds the undefined symbol) or the exchange suite (a wrong layout).
+#pragma once
+
+#include "tcde_dlpack.h"  // must precede ATen: see the comment in that header
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/MaybeOwned.h>
+#include <torch/csrc/Export.h>
+#include <torch/csrc/python_headers.h>
+
+// The torch.Tensor and torch.nn.Parameter type objects (NULL until torch's
+// Python module has initialized).
+TORCH_PYTHON_API extern PyObject* THPVariableClass;
+TORCH_PYTHON_API extern PyObject* ParameterClass;
+
+// A new reference to the Python object of a tensor. 2.4 and 2.5 take the
+// tensor by value; 2.6 and later by const reference (2.13 adds overloads).
+#if TCDE_TORCH_AT_LEAST(2, 6)
+TORCH_PYTHON_API PyObject* THPVariable_Wrap(const at::TensorBase& var);
+#else
+TORCH_PYTHON_API PyObject* THPVariable_Wrap(at::TensorBase var);
+#endif
+
+namespace tcde {
+
+// The head of torch's THPVariable, up to the tensor it wraps. 2.4-2.9 hold a
+// c10::MaybeOwned<at::Tensor>; 2.13 holds the at::Tensor itself. The versions
+// in between were not read: they have their own exchange API and are never
+// built for (matrix.toml), so a build against them stops here.
+struct PyTensor {
+  PyObject_HEAD
+#if TCDE_TORCH_AT_LEAST(2, 13)
+  at::Tensor cdata;
+#elif TCDE_TORCH_AT_LEAST(2, 10)
+#error "the THPVariable layout of torch 2.10-2.12 was not checked (see csrc/tcde_python.h); torch >= 2.10 ships its own DLPackExchangeAPI, use that"
+#else
+  c10::MaybeOwned<at::Tensor> cdata;
+#endif
+};
+
+// 1 if `obj` is a torch.Tensor (or subclass), 0 if not, -1 with a Python error
+// set if the isinstance check itself failed. Same rule as torch's
+// THPVariable_Check: exact Tensor/Parameter types first, then isinstance.
+inline int IsTensor(PyObject* obj) noexcept {
+  if (THPVariableClass == nullptr) return 0;
+  PyTypeObject* type = Py_TYPE(obj);
+  if (type == reinterpret_cast<PyTypeObject*>(THPVariableClass) ||
+      type == reinterpret_cast<PyTypeObject*>(ParameterClass)) {
+    return 1;
+  }
+  return PyObject_IsInstance(obj, THPVariableClass);
+}
+
+// The tensor inside a Python object IsTensor() accepted.
+inline const at::Tensor& UnpackTensor(PyObject* obj) noexcept {
+#if TCDE_TORCH_AT_LEAST(2, 13)
+  return reinterpret_cast<PyTensor*>(obj)->cdata;
+#else
+  return *reinterpret_cast<PyTensor*>(obj)->cdata;
+#endif
+}
+
+}  // namespace tcde
