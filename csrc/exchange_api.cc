@@ -50,31 +50,45 @@ void DeleteManagedContext(DLManagedTensorVersioned* self) noexcept {
 // Why a tensor cannot be exported; kNone when it can.
 enum class ExportProblem { kNone, kLayout, kNested, kDtype, kConj, kNeg, kDevice, kNoStorage };
 
-// Fills everything of `out` except shape and strides (the callers decide who
-// owns those), or says why DLPack cannot describe the tensor.
+// Fills `out`, with shape and strides borrowed from the tensor (valid while it
+// lives and keeps its metadata), or says why DLPack cannot describe the tensor.
+// `out` is written only after every check passed and every accessor returned,
+// so a failure (or exception) leaves it untouched. The fields are built in
+// locals and stored one by one: assembling a DLTensor on the stack and copying
+// it whole made the copy's wide loads wait on the narrow stores (a store-
+// forwarding stall that cost about a quarter of dltensor_from_py_object).
 ExportProblem Describe(const at::Tensor& t, DLTensor* out) {
   // Order matters: later checks call accessors that throw on the earlier kinds.
   if (t.layout() != c10::kStrided) return ExportProblem::kLayout;
   if (t.is_nested()) return ExportProblem::kNested;
-  if (!tcde::ToDLDataType(t.scalar_type(), &out->dtype)) return ExportProblem::kDtype;
+  DLDataType dtype;
+  if (!tcde::ToDLDataType(t.scalar_type(), &dtype)) return ExportProblem::kDtype;
   // DLPack has no conjugate/negative flags: exporting the raw memory would
   // silently hand out the wrong values (torch 2.13 does; we refuse).
   if (t.is_conj()) return ExportProblem::kConj;
   if (t.is_neg()) return ExportProblem::kNeg;
-  if (!tcde::ToDLDevice(t.device(), &out->device)) return ExportProblem::kDevice;
+  DLDevice device;
+  if (!tcde::ToDLDevice(t.device(), &device)) return ExportProblem::kDevice;
   if (!t.has_storage()) return ExportProblem::kNoStorage;
-  out->ndim = static_cast<int32_t>(t.dim());
+  const auto ndim = static_cast<int32_t>(t.dim());
   // Like torch 2.13: data is the first element (storage + offset), byte_offset
   // 0, and NULL for tensors without elements.
-  if (t.numel() == 0) {
-    out->data = nullptr;
-  } else {
-    out->data = t.data_ptr();
+  void* data = nullptr;
+  if (t.numel() != 0) {
+    data = t.data_ptr();
     // Wrapper subclasses and fake tensors have elements but no memory. torch
     // 2.13 exports them with data == NULL, which a consumer would dereference;
     // we refuse instead.
-    if (out->data == nullptr) return ExportProblem::kNoStorage;
+    if (data == nullptr) return ExportProblem::kNoStorage;
   }
+  int64_t* shape = const_cast<int64_t*>(t.sizes().data());
+  int64_t* strides = const_cast<int64_t*>(t.strides().data());
+  out->data = data;
+  out->device = device;
+  out->ndim = ndim;
+  out->dtype = dtype;
+  out->shape = shape;
+  out->strides = strides;
   out->byte_offset = 0;
   return ExportProblem::kNone;
 }
@@ -174,19 +188,17 @@ int RaiseCurrentException(PyObject* c10_error_type) noexcept {
 }
 
 // An owning DLManagedTensorVersioned for an exportable tensor (`described` from
-// Describe()). One allocation; the tensor reference keeps the memory alive
-// until the consumer calls the deleter.
+// Describe(), whose shape and strides it copies). One allocation; the tensor
+// reference keeps the memory alive until the consumer calls the deleter.
 DLManagedTensorVersioned* NewManaged(const at::Tensor& t, const DLTensor& described) {
   const int64_t ndim = described.ndim;
   void* raw = ::operator new(sizeof(ManagedContext) + 2 * ndim * sizeof(int64_t));
   auto* ctx = new (raw) ManagedContext{t, DLManagedTensorVersioned{}};
   int64_t* shape = ctx->dims();
   int64_t* strides = shape + ndim;
-  const int64_t* sizes = t.sizes().data();
-  const int64_t* steps = t.strides().data();
   for (int64_t i = 0; i < ndim; ++i) {
-    shape[i] = sizes[i];
-    strides[i] = steps[i];
+    shape[i] = described.shape[i];
+    strides[i] = described.strides[i];
   }
   DLManagedTensorVersioned& m = ctx->managed;
   m.version.major = DLPACK_MAJOR_VERSION;
@@ -195,9 +207,15 @@ DLManagedTensorVersioned* NewManaged(const at::Tensor& t, const DLTensor& descri
   m.deleter = &DeleteManagedContext;
   // Shares the tensor's memory, writable: no READ_ONLY and no IS_COPIED, as torch 2.13.
   m.flags = 0;
-  m.dl_tensor = described;
-  m.dl_tensor.shape = shape;
-  m.dl_tensor.strides = strides;
+  // Field by field, not as one struct copy: see Describe().
+  DLTensor& dl = m.dl_tensor;
+  dl.data = described.data;
+  dl.device = described.device;
+  dl.ndim = described.ndim;
+  dl.dtype = described.dtype;
+  dl.shape = shape;
+  dl.strides = strides;
+  dl.byte_offset = described.byte_offset;
   return &m;
 }
 
@@ -231,14 +249,10 @@ int DLTensorFromPyObjectNoSync(void* py_obj, DLTensor* out) {
     const at::Tensor* tensor = TensorOf(static_cast<PyObject*>(py_obj));
     if (tensor == nullptr) return -1;
     const at::Tensor& t = *tensor;
-    DLTensor described{};
-    const ExportProblem problem = Describe(t, &described);
+    // Non-owning: shape and strides stay valid while the caller holds the
+    // object and does not change its metadata, the contract of this entry point.
+    const ExportProblem problem = Describe(t, out);
     if (problem != ExportProblem::kNone) return RaiseExportProblem(problem, t);
-    // Non-owning: valid while the caller holds the object and does not change
-    // its metadata, which is the contract of this entry point.
-    described.shape = const_cast<int64_t*>(t.sizes().data());
-    described.strides = const_cast<int64_t*>(t.strides().data());
-    *out = described;
     return 0;
   } catch (...) {
     return RaiseCurrentException(PyExc_BufferError);

@@ -10,13 +10,15 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include <cstddef>
 #include <limits>
 
 namespace tcde {
 
 // DLPack dtype of an ATen scalar type. Returns false for types DLPack cannot
-// express (quantized, bit-packed "bits" types): the caller raises BufferError.
-inline bool ToDLDataType(c10::ScalarType type, DLDataType* out) noexcept {
+// express (quantized, bit-packed "bits" types). The rule; ToDLDataType() below
+// answers from a table computed from it.
+constexpr bool ToDLDataTypeRule(c10::ScalarType type, DLDataType* out) noexcept {
   using c10::ScalarType;
   uint8_t code = 0;
   uint8_t bits = 0;
@@ -73,6 +75,37 @@ inline bool ToDLDataType(c10::ScalarType type, DLDataType* out) noexcept {
   out->code = code;
   out->bits = bits;
   out->lanes = lanes;
+  return true;
+}
+
+namespace detail {
+
+constexpr size_t kNumScalarTypes = static_cast<size_t>(c10::ScalarType::NumOptions);
+
+struct DLDataTypeTable {
+  DLDataType dtype[kNumScalarTypes];
+  bool valid[kNumScalarTypes];
+};
+
+constexpr DLDataTypeTable MakeDLDataTypeTable() noexcept {
+  DLDataTypeTable table{};
+  for (size_t i = 0; i < kNumScalarTypes; ++i) {
+    table.valid[i] = ToDLDataTypeRule(static_cast<c10::ScalarType>(i), &table.dtype[i]);
+  }
+  return table;
+}
+
+inline constexpr DLDataTypeTable kDLDataTypes = MakeDLDataTypeTable();
+
+}  // namespace detail
+
+// ToDLDataTypeRule() as a table lookup: every export calls this, and the
+// switch's indirect jump mispredicted whenever consecutive exports alternated
+// dtypes (measured: about a fifth of dltensor_from_py_object).
+inline bool ToDLDataType(c10::ScalarType type, DLDataType* out) noexcept {
+  const auto index = static_cast<size_t>(static_cast<uint8_t>(type));
+  if (index >= detail::kNumScalarTypes || !detail::kDLDataTypes.valid[index]) return false;
+  *out = detail::kDLDataTypes.dtype[index];
   return true;
 }
 
