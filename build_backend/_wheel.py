@@ -35,7 +35,7 @@ __all__ = [
 
 #: Python files and data of the package that every wheel installs.
 _PACKAGE_SUFFIXES = (".py", ".typed")
-_CSRC_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc")
+_CSRC_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc", ".map")
 _ZIP_EPOCH = 315532800  # 1980-01-01T00:00:00Z
 
 

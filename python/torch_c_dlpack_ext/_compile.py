@@ -73,7 +73,9 @@ _CXX20_FROM = (2, 13)
 _CUDA_MARKER = "cuda_runtime_api.h"
 _CUDA_CRT = "crt/host_defines.h"
 _HIP_MARKER = "hip/hip_runtime_api.h"
-_SOURCE_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc")
+_SOURCE_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc", ".map")
+#: In the source dir: the linker version script naming the only exported symbols.
+_VERSION_SCRIPT = "exports.map"
 #: A build of one target taking longer than this means a stuck holder of the lock.
 _LOCK_TIMEOUT_S = 3600.0
 _WANT_DLPACK = (
@@ -139,9 +141,20 @@ class BuildPlan:
         elif self.backend is Backend.ROCM:
             libs += ["c10_hip", "torch_hip"]
         flags = ["-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
+        link: list[str] = []
         if self.platform.startswith("darwin"):
             # libpython is not linked (the interpreter provides it): let the loader bind it.
             flags += ["-undefined", "dynamic_lookup"]
+        elif self.platform.startswith("linux"):
+            # Size at no cost in speed (measured, see CONTRIBUTING.md): sections per
+            # function let the linker drop unreferenced code; the symbol table is not
+            # needed to load or call the library.
+            flags += ["-ffunction-sections", "-fdata-sections"]
+            link += ["-Wl,--gc-sections", "-Wl,--strip-all"]
+            version_script = self.source_dir / _VERSION_SCRIPT
+            if version_script.is_file():
+                # Hides what -fvisibility cannot: symbols torch's headers force to default.
+                link.append(f"-Wl,--version-script={version_script}")
         return [
             self.cxx,
             *flags,
@@ -151,6 +164,7 @@ class BuildPlan:
             *(str(s) for s in self.sources),
             "-o",
             str(output),
+            *link,
             f"-L{torch.lib_dir}",
             *(f"-l{lib}" for lib in libs),
         ]

@@ -222,6 +222,26 @@ def test_command_follows_the_build_contract(inputs: Inputs) -> None:
     assert plan.filename == "libtorch_c_dlpack_ext-torch2.6-cpu-cxx11abi0.so"
 
 
+@linux_only
+def test_linux_link_drops_unused_code_symbols_and_all_but_the_exports(inputs: Inputs) -> None:
+    prefix = inputs.fake_torch("2.8.0", abi=True)
+    without_script = inputs.plan(prefix).command("OUT.so")
+    for flag in ("-ffunction-sections", "-fdata-sections", "-Wl,--gc-sections", "-Wl,--strip-all"):
+        assert flag in without_script
+    assert not [a for a in without_script if "version-script" in a]
+    script = inputs.sources / "exports.map"
+    script.write_text("{ global: a; local: *; };\n", encoding="utf-8")
+    plan = inputs.plan(prefix)
+    cmd = plan.command("OUT.so")
+    assert f"-Wl,--version-script={script.resolve()}" in cmd
+    # Link options follow the output, before the libraries they apply to.
+    assert cmd.index("OUT.so") < cmd.index("-Wl,--gc-sections") < cmd.index("-lc10")
+    # The script decides the library's exports: editing it must rebuild.
+    key = plan.cache_key()
+    script.write_text("{ global: a; b; local: *; };\n", encoding="utf-8")
+    assert inputs.plan(prefix).cache_key() != key
+
+
 def test_cxx20_from_torch_2_13(inputs: Inputs) -> None:
     plan = inputs.plan(inputs.fake_torch("2.13.0+cpu", abi=True, cuda=None))
     assert "-std=c++20" in plan.command("x")
