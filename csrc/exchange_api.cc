@@ -23,6 +23,7 @@
 #include <new>
 #include <sstream>
 #include <string>
+#include <utility>
 
 namespace {
 
@@ -189,11 +190,13 @@ int RaiseCurrentException(PyObject* c10_error_type) noexcept {
 
 // An owning DLManagedTensorVersioned for an exportable tensor (`described` from
 // Describe(), whose shape and strides it copies). One allocation; the tensor
-// reference keeps the memory alive until the consumer calls the deleter.
-DLManagedTensorVersioned* NewManaged(const at::Tensor& t, const DLTensor& described) {
+// reference keeps the memory alive until the consumer calls the deleter. Takes
+// the tensor by value so that a caller done with it can move it in: each
+// reference count change is an atomic operation, measurable per call.
+DLManagedTensorVersioned* NewManaged(at::Tensor t, const DLTensor& described) {
   const int64_t ndim = described.ndim;
   void* raw = ::operator new(sizeof(ManagedContext) + 2 * ndim * sizeof(int64_t));
-  auto* ctx = new (raw) ManagedContext{t, DLManagedTensorVersioned{}};
+  auto* ctx = new (raw) ManagedContext{std::move(t), DLManagedTensorVersioned{}};
   int64_t* shape = ctx->dims();
   int64_t* strides = shape + ndim;
   for (int64_t i = 0; i < ndim; ++i) {
@@ -491,7 +494,7 @@ int ManagedTensorAllocator(DLTensor* prototype, DLManagedTensorVersioned** out, 
         return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
       }
     }
-    const at::Tensor t =
+    at::Tensor t =
         at::empty(at::IntArrayRef(prototype->shape, static_cast<size_t>(prototype->ndim)),
                   at::TensorOptions().dtype(scalar_type).device(device));
     DLTensor described{};
@@ -500,7 +503,7 @@ int ManagedTensorAllocator(DLTensor* prototype, DLManagedTensorVersioned** out, 
                            "torch-c-dlpack-ext allocator: the new tensor cannot be described in "
                            "DLPack (please report this)");
     }
-    *out = NewManaged(t, described);
+    *out = NewManaged(std::move(t), described);
     return 0;
   } catch (const c10::OutOfMemoryError& e) {
     return AllocatorFail(out, error_ctx, set_error, "MemoryError", e.what_without_backtrace());
