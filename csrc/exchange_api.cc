@@ -494,9 +494,11 @@ int ManagedTensorAllocator(DLTensor* prototype, DLManagedTensorVersioned** out, 
         return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
       }
     }
+    // The overload with explicit options: the same operator call as with
+    // TensorOptions, without assembling and re-checking a TensorOptions first.
     at::Tensor t =
         at::empty(at::IntArrayRef(prototype->shape, static_cast<size_t>(prototype->ndim)),
-                  at::TensorOptions().dtype(scalar_type).device(device));
+                  scalar_type, std::nullopt, device, std::nullopt, std::nullopt);
     DLTensor described{};
     if (Describe(t, &described) != ExportProblem::kNone) {
       return AllocatorFail(out, error_ctx, set_error, "RuntimeError",
