@@ -34,6 +34,10 @@ constexpr const char* kLib = "torch-c-dlpack-ext";
 // so in-place metadata changes on the Python tensor (t.resize_(), t.t_()) cannot
 // alter a DLTensor a consumer is still reading.
 struct ManagedContext {
+  // `managed` is left uninitialized: NewManaged() sets every field, and zeroing
+  // it first (a `rep stos` per export) was measurable.
+  explicit ManagedContext(at::Tensor&& t) noexcept : tensor(std::move(t)) {}
+
   at::Tensor tensor;
   DLManagedTensorVersioned managed;
 
@@ -196,7 +200,7 @@ int RaiseCurrentException(PyObject* c10_error_type) noexcept {
 DLManagedTensorVersioned* NewManaged(at::Tensor t, const DLTensor& described) {
   const int64_t ndim = described.ndim;
   void* raw = ::operator new(sizeof(ManagedContext) + 2 * ndim * sizeof(int64_t));
-  auto* ctx = new (raw) ManagedContext{std::move(t), DLManagedTensorVersioned{}};
+  auto* ctx = new (raw) ManagedContext(std::move(t));
   int64_t* shape = ctx->dims();
   int64_t* strides = shape + ndim;
   for (int64_t i = 0; i < ndim; ++i) {
