@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._naming import CAPSULE_ATTR, ENV_PREFIX
-from ._version import __version__
 
 if TYPE_CHECKING:
     from . import errors
     from ._loader import Status
     from ._select import DecisionKind
     from ._settings import TorchCDLPackExtWarning
+    from ._version import __version__
 
 __all__ = [
     "DecisionKind",
@@ -43,6 +43,7 @@ __all__ = [
 _PACKAGE_DIR = Path(__file__).parent
 # Names of __all__ resolved on first use (PEP 562), so the common import stays cheap.
 _LAZY = {
+    "__version__": ("_version", "__version__"),
     "errors": ("errors", None),
     "Status": ("_loader", "Status"),
     "DecisionKind": ("_select", "DecisionKind"),

@@ -9,7 +9,6 @@ sees a half-valid API.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import os
 import sys
 import threading
@@ -17,10 +16,12 @@ import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, NamedTuple
+from typing import Any
 
+from ._dlpack_ctypes import CAPSULE_NAME, EXCHANGE_API_MEMBERS, DLPackExchangeAPI
 from ._manifest import ManifestEntry, load_manifest, verify_file
 from ._naming import MANIFEST_NAME, Backend, env_var
+from ._record import FrozenRecord
 from ._select import (
     Decision,
     DecisionKind,
@@ -49,36 +50,11 @@ __all__ = [
     "select_and_load",
 ]
 
-#: Name every consumer checks before using the capsule's pointer.
-CAPSULE_NAME = b"dlpack_exchange_api"
 #: The exports of the library (see CONTRIBUTING.md, "Build contract").
 EXPORT_TABLE = "TorchDLPackExchangeAPIPtr"
 EXPORT_BUILD_INFO = "TorchCDLPackExtBuildInfo"
 #: The DLPack major version whose ``DLPackExchangeAPI`` layout this loader reads.
 SUPPORTED_MAJOR = 1
-
-
-class _DLPackVersion(ctypes.Structure):
-    _fields_ = (("major", ctypes.c_uint32), ("minor", ctypes.c_uint32))
-
-
-class DLPackExchangeAPIHeader(ctypes.Structure):
-    _fields_ = (("version", _DLPackVersion), ("prev_api", ctypes.c_void_p))
-
-
-class DLPackExchangeAPI(ctypes.Structure):
-    # Layout shared by DLPack 1.2 and 1.3 (56 bytes on 64-bit platforms).
-    _fields_ = (
-        ("header", DLPackExchangeAPIHeader),
-        ("managed_tensor_allocator", ctypes.c_void_p),
-        ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
-        ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
-        ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
-        ("current_work_stream", ctypes.c_void_p),
-    )
-
-
-_MEMBERS = tuple(name for name, _ in DLPackExchangeAPI._fields_[1:])
 
 # A private prototype instead of setting argtypes on ctypes.pythonapi.PyCapsule_New,
 # which other packages in the same process may configure differently.
@@ -95,8 +71,7 @@ LOCK = threading.RLock()
 _LIBRARIES: dict[str, LoadedLibrary] = {}
 
 
-# A NamedTuple, not a dataclass: creating a dataclass costs ~0.5 ms, paid on every import.
-class LoadedLibrary(NamedTuple):
+class LoadedLibrary(FrozenRecord):
     """A library whose exchange table passed :func:`check_table`."""
 
     path: Path
@@ -132,7 +107,7 @@ def check_table(pointer: int, origin: str) -> tuple[int, int]:
             f"this loader reads major version {SUPPORTED_MAJOR}; "
             "upgrade torch-c-dlpack-ext or rebuild the library"
         )
-    missing = [name for name in _MEMBERS if not getattr(table, name)]
+    missing = [name for name in EXCHANGE_API_MEMBERS if not getattr(table, name)]
     if missing:
         raise LibraryLoadError(
             f"{origin}: exchange table has NULL member(s) {', '.join(missing)}; "
@@ -247,8 +222,7 @@ def publish(torch: Any, pointer: int) -> None:
         setattr(torch.Tensor, LEGACY_INT_ATTR, pointer)
 
 
-@dataclasses.dataclass(frozen=True)
-class Status:
+class Status(FrozenRecord):
     """What ``import torch_c_dlpack_ext`` did, and why (see :func:`status`)."""
 
     #: The outcome: ``LOAD``/``JIT`` only if a library was published.
@@ -271,7 +245,7 @@ class Status:
         return self.kind in (DecisionKind.LOAD, DecisionKind.JIT, DecisionKind.PUBLISH_LEGACY)
 
 
-_PACKAGE_PREFIX = str(Path(__file__).parent) + os.sep
+_PACKAGE_PREFIX = os.path.dirname(__file__) + os.sep
 
 
 def _importer_stacklevel() -> int:

@@ -16,16 +16,15 @@ file can kill the process with SIGBUS where no ``except`` helps.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ._naming import Backend, parse_backend
+from ._record import FrozenRecord
 from .errors import ManifestError
 
 __all__ = [
@@ -42,8 +41,7 @@ __all__ = [
 SCHEMA_VERSION = 1
 
 
-@dataclasses.dataclass(frozen=True)
-class ManifestEntry:
+class ManifestEntry(FrozenRecord):
     """One bundled library and the exact target it was built for."""
 
     #: Path relative to the directory holding ``manifest.json`` (POSIX separators).
@@ -72,7 +70,7 @@ class ManifestEntry:
         return int(major), int(minor)
 
     def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        data = {name: getattr(self, name) for name in self.field_names()}
         data["backend"] = self.backend.value
         return data
 
@@ -80,7 +78,7 @@ class ManifestEntry:
     def from_json(cls, data: Any) -> ManifestEntry:
         if not isinstance(data, dict):
             raise ManifestError(f"manifest entry is not an object: {data!r}")
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = set(cls.field_names())
         missing = sorted(names - data.keys())
         if missing:
             raise ManifestError(f"manifest entry {data.get('file')!r} lacks {', '.join(missing)}")
@@ -165,6 +163,8 @@ def dump_manifest(entries: Iterable[ManifestEntry]) -> bytes:
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename,
     so readers see either the old content or the new one, never half of it."""
+    import tempfile  # writers only (the build); import reads
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

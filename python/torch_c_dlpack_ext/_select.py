@@ -6,13 +6,13 @@ torch and the manifest, and acts on the returned :class:`Decision`.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Sequence
 from pathlib import Path
 
 from ._manifest import ManifestEntry
 from ._naming import Backend, env_var
+from ._record import FrozenRecord
 from ._settings import Settings
 from ._torchinfo import TorchInfo
 from .errors import ConfigError, ManifestError
@@ -47,8 +47,7 @@ class DecisionKind(str, enum.Enum):
         return self.value
 
 
-@dataclasses.dataclass(frozen=True)
-class Decision:
+class Decision(FrozenRecord):
     """The selector's verdict. Frozen, so it can be stored in :class:`Status` as is."""
 
     kind: DecisionKind

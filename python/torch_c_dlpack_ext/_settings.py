@@ -10,13 +10,11 @@ every package that imports this one.
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
 
 from ._naming import ENV_PREFIX, Backend, env_var, parse_backend
+from ._record import FrozenRecord
 from .errors import ConfigError
 
 __all__ = [
@@ -68,16 +66,14 @@ def parse_bool(name: str, value: str) -> bool:
     raise ConfigError(f"{name}={value!r} is not a boolean: use 1/0, true/false, yes/no or on/off")
 
 
-# A NamedTuple, not a dataclass: creating a dataclass costs ~0.5 ms, paid on every import.
-class SettingProblem(NamedTuple):
+class SettingProblem(FrozenRecord):
     """One variable that could not be honoured, and why."""
 
     variable: str
     message: str
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
+class Settings(FrozenRecord):
     """The runtime overrides in force. Build with :meth:`from_env`."""
 
     #: Load nothing, change nothing.
@@ -110,6 +106,8 @@ class Settings:
             short = name[len(ENV_PREFIX) :]
             if short not in known:
                 # Compare without the shared prefix, which would make every name "close".
+                import difflib  # only for a typo, so not on every import
+
                 hint = difflib.get_close_matches(short, known, n=1)
                 fix = f"did you mean {env_var(hint[0])}?" if hint else "remove it"
                 problems.append(

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from ._naming import CAPSULE_ATTR, LEGACY_INT_ATTR, Backend, torch_minor
+from ._record import FrozenRecord
 
 __all__ = ["CAPSULE_ATTR", "LEGACY_INT_ATTR", "TorchInfo", "detect_backend"]
 
@@ -25,8 +25,7 @@ def detect_backend(torch: Any) -> Backend:
     return Backend.CPU
 
 
-@dataclasses.dataclass(frozen=True)
-class TorchInfo:
+class TorchInfo(FrozenRecord):
     """What the selector needs to know about the running torch."""
 
     #: ``torch.__version__`` including its local part (``2.6.0+cu124``, ``2.8.0a0+abc``).
