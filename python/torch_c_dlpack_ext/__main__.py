@@ -17,51 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ._dlpack_ctypes import CAPSULE_NAME, DLManagedTensorVersioned, DLPackExchangeAPI, DLTensor
+
 __all__ = ["SmokeResult", "collect", "main", "smoke_test"]
 
 
-class _DLDevice(ctypes.Structure):
-    _fields_ = (("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32))
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = (("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16))
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = (
-        ("data", ctypes.c_void_p),
-        ("device", _DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", _DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    )
-
-
-class _DLManagedTensorVersioned(ctypes.Structure):
-    pass
-
-
-_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensorVersioned))
-_DLManagedTensorVersioned._fields_ = (
-    ("version_major", ctypes.c_uint32),
-    ("version_minor", ctypes.c_uint32),
-    ("manager_ctx", ctypes.c_void_p),
-    ("deleter", _DELETER),
-    ("flags", ctypes.c_uint64),
-    ("dl_tensor", _DLTensor),
-)
-
-# The producer runs with the GIL held and reports errors by setting a Python
-# exception, which PYFUNCTYPE re-raises after the call.
-_FROM_PY = ctypes.PYFUNCTYPE(
-    ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.POINTER(_DLManagedTensorVersioned))
-)
-_TO_PY = ctypes.PYFUNCTYPE(
-    ctypes.c_int, ctypes.POINTER(_DLManagedTensorVersioned), ctypes.POINTER(ctypes.c_void_p)
-)
 _GET_POINTER = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
     ("PyCapsule_GetPointer", ctypes.pythonapi)
 )
@@ -80,15 +40,15 @@ class SmokeResult:
     detail: str
 
 
-def _table(capsule: Any) -> Any:
-    from ._loader import CAPSULE_NAME, DLPackExchangeAPI, check_table
+def _table(capsule: Any) -> DLPackExchangeAPI:
+    from ._loader import check_table
 
     pointer = _GET_POINTER(capsule, CAPSULE_NAME)
     check_table(int(pointer or 0), "the published capsule")
     return DLPackExchangeAPI.from_address(pointer)
 
 
-def _check_fields(tensor: Any, dl: _DLTensor) -> list[str]:
+def _check_fields(tensor: Any, dl: DLTensor) -> list[str]:
     problems = []
     shape = [dl.shape[i] for i in range(dl.ndim)]
     if shape != list(tensor.shape):
@@ -115,10 +75,10 @@ def _round_trip(torch: Any, device: str) -> str:
     if capsule is None:
         raise LibraryLoadError(f"torch.Tensor.{CAPSULE_ATTR} is not set")
     table = _table(capsule)
-    from_py = _FROM_PY(table.managed_tensor_from_py_object_no_sync)
-    to_py = _TO_PY(table.managed_tensor_to_py_object_no_sync)
+    from_py = table.managed_tensor_from_py_object_no_sync
+    to_py = table.managed_tensor_to_py_object_no_sync
     tensor = torch.arange(6, dtype=torch.float32, device=device).reshape(2, 3)
-    out = ctypes.POINTER(_DLManagedTensorVersioned)()
+    out = ctypes.POINTER(DLManagedTensorVersioned)()
     if from_py(tensor, ctypes.byref(out)) != 0 or not out:
         raise LibraryLoadError("managed_tensor_from_py_object_no_sync failed")
     problems = _check_fields(tensor, out.contents.dl_tensor)

@@ -1,7 +1,11 @@
-"""ctypes mirrors of the DLPack 1.3 C structs and of the ``DLPackExchangeAPI`` table.
+"""ctypes mirrors of the DLPack 1.3 C structs and of the ``DLPackExchangeAPI`` table,
+plus the helpers the conformance suite and the benchmarks use with them.
 
-Shared by the conformance suite and the benchmarks: one definition of the layout,
-so a consumer written in Python sees exactly what a C consumer (tvm-ffi) sees.
+The mirrors themselves are the package's ``torch_c_dlpack_ext/_dlpack_ctypes.py``
+(one definition of the layout for the loader, the diagnostics, this suite and the
+benchmarks). That file is loaded here by path: the suite runs inside old-torch
+environments where the package is not installed, and importing the package would
+run its selector (and publish a library) before the suite chose one.
 
 The function pointers are declared with ``ctypes.PYFUNCTYPE``: the producer
 expects the GIL to be held and reports failures by setting a Python exception,
@@ -13,9 +17,59 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import enum
+import importlib.util
 import json
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+#: The package's mirrors, by path (see the module docstring).
+MIRRORS_PATH = (
+    Path(__file__).resolve().parents[2] / "python" / "torch_c_dlpack_ext" / "_dlpack_ctypes.py"
+)
+# A private name: never mistaken for (or shadowing) the package's own module.
+_MIRRORS_MODULE = "tests_exchange_suite_dlpack_mirrors"
+
+
+def _load_mirrors() -> ModuleType:
+    loaded = sys.modules.get(_MIRRORS_MODULE)
+    if loaded is not None:
+        return loaded
+    spec = importlib.util.spec_from_file_location(_MIRRORS_MODULE, MIRRORS_PATH)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the DLPack mirrors from {MIRRORS_PATH}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_MIRRORS_MODULE] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[_MIRRORS_MODULE]
+        raise
+    return module
+
+
+_mirrors = _load_mirrors()
+CAPSULE_NAME: bytes = _mirrors.CAPSULE_NAME
+FLAG_READ_ONLY: int = _mirrors.FLAG_READ_ONLY
+FLAG_IS_COPIED: int = _mirrors.FLAG_IS_COPIED
+FLAG_IS_SUBBYTE_TYPE_PADDED: int = _mirrors.FLAG_IS_SUBBYTE_TYPE_PADDED
+DLPackVersion = _mirrors.DLPackVersion
+DLDevice = _mirrors.DLDevice
+DLDataType = _mirrors.DLDataType
+DLTensor = _mirrors.DLTensor
+DLManagedTensorVersioned = _mirrors.DLManagedTensorVersioned
+DELETER = _mirrors.DELETER
+SET_ERROR = _mirrors.SET_ERROR
+ALLOCATOR = _mirrors.ALLOCATOR
+FROM_PY_OBJECT = _mirrors.FROM_PY_OBJECT
+TO_PY_OBJECT = _mirrors.TO_PY_OBJECT
+DLTENSOR_FROM_PY_OBJECT = _mirrors.DLTENSOR_FROM_PY_OBJECT
+CURRENT_WORK_STREAM = _mirrors.CURRENT_WORK_STREAM
+DLPackExchangeAPIHeader = _mirrors.DLPackExchangeAPIHeader
+DLPackExchangeAPI = _mirrors.DLPackExchangeAPI
+_MEMBERS: tuple[str, ...] = _mirrors.EXCHANGE_API_MEMBERS
+_MTV_PTR = ctypes.POINTER(DLManagedTensorVersioned)
 
 __all__ = [
     "ALLOCATOR",
@@ -27,6 +81,7 @@ __all__ = [
     "FLAG_IS_SUBBYTE_TYPE_PADDED",
     "FLAG_READ_ONLY",
     "FROM_PY_OBJECT",
+    "MIRRORS_PATH",
     "SET_ERROR",
     "TO_PY_OBJECT",
     "DLDataType",
@@ -48,13 +103,6 @@ __all__ = [
     "managed_fields",
     "steal_pyobject",
 ]
-
-#: PyCapsule name under which a framework publishes its table.
-CAPSULE_NAME = b"dlpack_exchange_api"
-
-FLAG_READ_ONLY = 1 << 0
-FLAG_IS_COPIED = 1 << 1
-FLAG_IS_SUBBYTE_TYPE_PADDED = 1 << 2
 
 
 class DLDeviceType(enum.IntEnum):
@@ -99,92 +147,6 @@ class DLDataTypeCode(enum.IntEnum):
     kDLFloat6_e2m3fn = 15
     kDLFloat6_e3m2fn = 16
     kDLFloat4_e2m1fn = 17
-
-
-class DLPackVersion(ctypes.Structure):
-    _fields_ = (("major", ctypes.c_uint32), ("minor", ctypes.c_uint32))
-
-
-class DLDevice(ctypes.Structure):
-    _fields_ = (("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32))
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = (("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16))
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = (
-        ("data", ctypes.c_void_p),
-        ("device", DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    )
-
-
-class DLManagedTensorVersioned(ctypes.Structure):
-    pass
-
-
-#: ``void (*deleter)(DLManagedTensorVersioned*)``. CFUNCTYPE: a deleter may run
-#: without the GIL (e.g. when torch frees storage), so ctypes must take it itself.
-DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))
-
-DLManagedTensorVersioned._fields_ = (
-    ("version", DLPackVersion),
-    ("manager_ctx", ctypes.c_void_p),
-    ("deleter", DELETER),
-    ("flags", ctypes.c_uint64),
-    ("dl_tensor", DLTensor),
-)
-
-#: ``void (*SetError)(void* ctx, const char* kind, const char* message)``.
-SET_ERROR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
-
-_MTV_PTR = ctypes.POINTER(DLManagedTensorVersioned)
-
-ALLOCATOR = ctypes.PYFUNCTYPE(
-    ctypes.c_int,
-    ctypes.POINTER(DLTensor),
-    ctypes.POINTER(_MTV_PTR),
-    ctypes.c_void_p,
-    SET_ERROR,
-)
-FROM_PY_OBJECT = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(_MTV_PTR))
-TO_PY_OBJECT = ctypes.PYFUNCTYPE(ctypes.c_int, _MTV_PTR, ctypes.POINTER(ctypes.c_void_p))
-DLTENSOR_FROM_PY_OBJECT = ctypes.PYFUNCTYPE(
-    ctypes.c_int, ctypes.py_object, ctypes.POINTER(DLTensor)
-)
-CURRENT_WORK_STREAM = ctypes.PYFUNCTYPE(
-    ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p)
-)
-
-
-class DLPackExchangeAPIHeader(ctypes.Structure):
-    pass
-
-
-DLPackExchangeAPIHeader._fields_ = (
-    ("version", DLPackVersion),
-    ("prev_api", ctypes.POINTER(DLPackExchangeAPIHeader)),
-)
-
-
-class DLPackExchangeAPI(ctypes.Structure):
-    _fields_ = (
-        ("header", DLPackExchangeAPIHeader),
-        ("managed_tensor_allocator", ALLOCATOR),
-        ("managed_tensor_from_py_object_no_sync", FROM_PY_OBJECT),
-        ("managed_tensor_to_py_object_no_sync", TO_PY_OBJECT),
-        ("dltensor_from_py_object_no_sync", DLTENSOR_FROM_PY_OBJECT),
-        ("current_work_stream", CURRENT_WORK_STREAM),
-    )
-
-
-_MEMBERS = tuple(name for name, _ in DLPackExchangeAPI._fields_[1:])
 
 
 def api_from_capsule(capsule: object) -> DLPackExchangeAPI:
