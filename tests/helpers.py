@@ -10,12 +10,14 @@ Python, or an old-torch env from ``devtools.torchenv``).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from torch_c_dlpack_ext._manifest import ManifestEntry, sha256_of, write_manifest
 from torch_c_dlpack_ext._naming import (
@@ -36,11 +38,13 @@ FAKE_LIBRARY_SOURCE = (
 
 __all__ = [
     "CSRC",
+    "IMPORT_PROBE",
     "ROOT",
     "Bundled",
     "build_fake_library",
     "clean_env",
     "make_package",
+    "probe_import",
     "run_python",
 ]
 
@@ -152,3 +156,53 @@ def run_python(
         timeout=timeout,
         check=False,
     )
+
+
+#: Imports the package after torch and reports what it did, as JSON on the last line
+#: of stdout: the decision, the warnings of our category, whether the capsule was
+#: replaced (and the pointer in it), the legacy int attribute, the package's path.
+IMPORT_PROBE = r"""
+import ctypes, json, warnings
+import torch
+had = torch.Tensor.__dict__.get("__dlpack_c_exchange_api__")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch_c_dlpack_ext as pkg
+status = pkg.status()
+capsule = torch.Tensor.__dict__.get("__dlpack_c_exchange_api__")
+pointer = None
+if capsule is not None:
+    get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", ctypes.pythonapi))
+    pointer = get(capsule, b"dlpack_exchange_api")
+print(json.dumps({
+    "kind": status.kind.value,
+    "library": str(status.library) if status.library else None,
+    "reason": status.reason,
+    "remedy": status.remedy,
+    "warnings": [str(w.message) for w in caught
+                 if issubclass(w.category, pkg.TorchCDLPackExtWarning)],
+    "replaced": capsule is not had,
+    "pointer": pointer,
+    "legacy": torch.Tensor.__dict__.get("__c_dlpack_exchange_api__"),
+    "package": pkg.__file__,
+}))
+"""
+
+
+def probe_import(
+    root: Path, *, python: Path | str = sys.executable, timeout: float = 120, **env: str
+) -> dict[str, Any]:
+    """Run :data:`IMPORT_PROBE` in a fresh process with ``root`` (from :func:`make_package`)
+    first on ``PYTHONPATH`` and ``env`` added to a clean environment; return its report.
+
+    Fails the test if the import died (a signal such as SIGBUS is a negative return
+    code: the fault was not contained) or imported the package from anywhere else.
+    """
+    proc = run_python(
+        IMPORT_PROBE, pythonpath=[root], env=clean_env(**env), python=python, timeout=timeout
+    )
+    assert proc.returncode == 0, f"import died with {proc.returncode}:\n{proc.stderr[-3000:]}"
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["package"].startswith(str(root)), result["package"]
+    return result

@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import Bundled, build_fake_library, clean_env, make_package, run_python
+from tests.helpers import (
+    IMPORT_PROBE,
+    Bundled,
+    build_fake_library,
+    clean_env,
+    make_package,
+    run_python,
+)
+from tests.helpers import probe_import as probe
 
 from torch_c_dlpack_ext._manifest import ManifestEntry, sha256_of
 from torch_c_dlpack_ext._naming import MANIFEST_NAME, PACKAGE, Backend
@@ -30,37 +38,6 @@ torch = pytest.importorskip("torch")
 P = "TORCH_C_DLPACK_EXT_"
 TORCH_MINOR = ".".join(torch.__version__.split(".")[:2])
 ABI = bool(torch.compiled_with_cxx11_abi())
-
-PROBE = r"""
-import json, warnings
-import torch
-had = torch.Tensor.__dict__.get("__dlpack_c_exchange_api__")
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    import torch_c_dlpack_ext as pkg
-status = pkg.status()
-print(json.dumps({
-    "kind": status.kind.value,
-    "reason": status.reason,
-    "warnings": [str(w.message) for w in caught
-                 if issubclass(w.category, pkg.TorchCDLPackExtWarning)],
-    "replaced": torch.Tensor.__dict__.get("__dlpack_c_exchange_api__") is not had,
-    "legacy": "__c_dlpack_exchange_api__" in torch.Tensor.__dict__,
-    "library": str(status.library) if status.library else None,
-}))
-"""
-
-
-def probe(
-    root: Path, python: Path | str = sys.executable, timeout: float = 120, **env: str
-) -> dict[str, Any]:
-    proc = run_python(
-        PROBE, pythonpath=[root], env=clean_env(**env), python=python, timeout=timeout
-    )
-    # A signal (SIGBUS, SIGSEGV) is a negative return code: the fault was not contained.
-    assert proc.returncode == 0, f"import died with {proc.returncode}:\n{proc.stderr[-3000:]}"
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
 
 
 def assert_contained(result: dict[str, Any], *fragments: str) -> None:
@@ -286,7 +263,7 @@ def test_eight_processes_jit_at_once_build_once(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     env = clean_env(**{P + "FORCE": "1", P + "JIT": "1", P + "CACHE_DIR": str(cache)})
     env["PYTHONPATH"] = str(root)
-    code = PROBE
+    code = IMPORT_PROBE
     started = time.monotonic()
     procs = [
         subprocess.Popen(

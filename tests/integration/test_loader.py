@@ -11,10 +11,16 @@ import ctypes
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from tests.helpers import Bundled, build_fake_library, clean_env, make_package, run_python
+from tests.helpers import (
+    Bundled,
+    build_fake_library,
+    clean_env,
+    make_package,
+    run_python,
+)
+from tests.helpers import probe_import as probe
 
 from torch_c_dlpack_ext import _loader
 from torch_c_dlpack_ext._naming import Backend
@@ -25,43 +31,6 @@ torch = pytest.importorskip("torch")
 P = "TORCH_C_DLPACK_EXT_"
 TORCH_MINOR = ".".join(torch.__version__.split(".")[:2])
 ABI = bool(torch.compiled_with_cxx11_abi())
-
-#: Imports the package and reports what it did, as JSON on the last line of stdout.
-PROBE = r"""
-import ctypes, json, sys, warnings
-import torch
-had = torch.Tensor.__dict__.get("__dlpack_c_exchange_api__")
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    import torch_c_dlpack_ext as pkg
-status = pkg.status()
-capsule = torch.Tensor.__dict__.get("__dlpack_c_exchange_api__")
-pointer = None
-if capsule is not None:
-    get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-        ("PyCapsule_GetPointer", ctypes.pythonapi))
-    pointer = get(capsule, b"dlpack_exchange_api")
-print(json.dumps({
-    "kind": status.kind.value,
-    "library": str(status.library) if status.library else None,
-    "reason": status.reason,
-    "remedy": status.remedy,
-    "warnings": [str(w.message) for w in caught
-                 if issubclass(w.category, pkg.TorchCDLPackExtWarning)],
-    "replaced": capsule is not had,
-    "pointer": pointer,
-    "legacy": torch.Tensor.__dict__.get("__c_dlpack_exchange_api__"),
-    "package": pkg.__file__,
-}))
-"""
-
-
-def probe(pythonpath: Path, **env: str) -> dict[str, Any]:
-    proc = run_python(PROBE, pythonpath=[pythonpath], env=clean_env(**env), timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["package"].startswith(str(pythonpath)), result["package"]
-    return result
 
 
 @pytest.fixture(scope="module")
