@@ -1,0 +1,76 @@
+"""The DLPack ctypes mirrors have one definition, usable without the package's selector."""
+
+from __future__ import annotations
+
+import ast
+import ctypes
+import json
+
+import pytest
+from tests.helpers import PACKAGE_SOURCE, ROOT, run_python
+
+from torch_c_dlpack_ext import _dlpack_ctypes, _loader
+
+MIRRORS = PACKAGE_SOURCE / "_dlpack_ctypes.py"
+
+
+def test_mirrors_import_only_ctypes() -> None:
+    """Loaded by path inside old-torch envs, the file must not need the package."""
+    imported = set()
+    for node in ast.walk(ast.parse(MIRRORS.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add("." * node.level + (node.module or ""))
+    assert imported == {"__future__", "ctypes"}, imported
+
+
+def test_no_other_module_defines_ctypes_structs() -> None:
+    """The loader and the diagnostics use the mirrors instead of copies of their own."""
+    offenders = [
+        f"{path.name}:{node.lineno} {node.name}"
+        for path in sorted(PACKAGE_SOURCE.glob("*.py"))
+        if path != MIRRORS
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef)
+        and any(ast.unparse(base) in {"ctypes.Structure", "Structure"} for base in node.bases)
+    ]
+    assert offenders == []
+    assert _loader.DLPackExchangeAPI is _dlpack_ctypes.DLPackExchangeAPI
+
+
+def test_layout_of_dlpack_1_3_on_64_bit() -> None:
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        pytest.skip("the sizes below are the 64-bit ones")
+    assert ctypes.sizeof(_dlpack_ctypes.DLTensor) == 48
+    assert ctypes.sizeof(_dlpack_ctypes.DLManagedTensorVersioned) == 80
+    assert ctypes.sizeof(_dlpack_ctypes.DLPackExchangeAPI) == 56
+    assert _dlpack_ctypes.EXCHANGE_API_MEMBERS == (
+        "managed_tensor_allocator",
+        "managed_tensor_from_py_object_no_sync",
+        "managed_tensor_to_py_object_no_sync",
+        "dltensor_from_py_object_no_sync",
+        "current_work_stream",
+    )
+    # A NULL member reads as false, which is how the loader finds an incomplete table.
+    assert not _dlpack_ctypes.DLPackExchangeAPI().current_work_stream
+
+
+def test_suite_loads_the_mirrors_by_path_without_the_package() -> None:
+    code = """
+import json, sys
+from tests.exchange_suite import dlpack_ctypes as dl
+print(json.dumps({
+    "package_imported": any(m.split(".")[0] == "torch_c_dlpack_ext" for m in sys.modules),
+    "file": sys.modules[dl.DLPackExchangeAPI.__module__].__file__,
+    "members": list(dl.ExchangeLibrary.member_names()),
+}))
+"""
+    # Only the repository root on the path: the package is not importable, as in an
+    # old-torch env.
+    proc = run_python(code, pythonpath=[ROOT], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["package_imported"] is False
+    assert report["file"] == str(MIRRORS)
+    assert report["members"] == list(_dlpack_ctypes.EXCHANGE_API_MEMBERS)
