@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
 from typing import TYPE_CHECKING, Any, ClassVar
 
 __all__ = ["FrozenRecord"]
@@ -37,6 +38,7 @@ else:
 
 
 _MISSING: Any = dataclasses.MISSING
+_FIELDS_LOCK = threading.RLock()
 # How dataclasses recognises these markers in string annotations (PEP 563), the only
 # kind this project writes.
 _CLASSVAR_PREFIXES = ("ClassVar", "typing.ClassVar")
@@ -62,9 +64,14 @@ class _DataclassFieldsOnDemand:
     def __get__(self, instance: object, owner: type) -> dict[str, dataclasses.Field[Any]]:
         if owner is FrozenRecord:
             raise AttributeError("__dataclass_fields__")  # the base is not a dataclass
-        # Generates no methods (ours serve); stores the fields in the class's own
-        # __dict__, which shadows this descriptor from then on.
-        dataclasses.dataclass(init=False, repr=False, eq=False, frozen=True)(owner)
+        # Reentrant: processing a record first asks its base records for their fields.
+        # Locked: the decorator refuses to run twice on a class (frozen=True).
+        with _FIELDS_LOCK:
+            if "__dataclass_fields__" not in owner.__dict__:
+                # Generates no methods but the frozen __setattr__/__delattr__ (ours
+                # serve); stores the fields in the class's own __dict__, which shadows
+                # this descriptor from then on.
+                dataclasses.dataclass(init=False, repr=False, eq=False, frozen=True)(owner)
         fields: dict[str, dataclasses.Field[Any]] = owner.__dict__["__dataclass_fields__"]
         return fields
 

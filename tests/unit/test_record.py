@@ -125,7 +125,7 @@ from torch_c_dlpack_ext._naming import Backend
 records = [_loader.Status, _loader.LoadedLibrary, _manifest.ManifestEntry, _select.Decision,
            _settings.Settings, _settings.SettingProblem, _torchinfo.TorchInfo]
 info = _torchinfo.TorchInfo("2.8.0", Backend.CPU, True, None, None, False, False)
-settings = _settings.Settings.from_env({"TORCH_C_DLPACK_EXT_TYPO": "1"})
+settings = _settings.Settings.from_env({"TORCH_C_DLPACK_EXT_DISABEL": "1"})
 decision = _select.decide(info, (), settings)
 _loader.Status(decision.kind, torch=info, decision=decision, settings=settings)
 print(sorted(c.__name__ for c in records if "__dataclass_fields__" in c.__dict__))
@@ -153,3 +153,51 @@ def test_manifest_entry_json_round_trip_uses_fields() -> None:
     assert list(data) == list(ManifestEntry.field_names())
     assert data["backend"] == "cpu"
     assert ManifestEntry.from_json(data) == entry
+
+
+def test_dataclass_fields_are_built_once_under_concurrent_first_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Eight threads asking at once for a fresh record's fields all get the same ones,
+    and the dataclass decorator runs once (it refuses a second run on a frozen class).
+    The decorator is slowed down so that, without the lock, the threads would overlap."""
+    import threading
+    import time
+
+    class Fresh(FrozenRecord):
+        a: int
+        b: str = "b"
+
+    real_dataclass = dataclasses.dataclass
+    processed: list[type] = []
+
+    def slow_dataclass(**options: Any) -> Any:
+        decorate = real_dataclass(**options)
+
+        def wrapper(cls: type) -> type:
+            processed.append(cls)
+            time.sleep(0.05)  # releases the GIL: the other threads get to run
+            return decorate(cls)
+
+        return wrapper
+
+    monkeypatch.setattr(dataclasses, "dataclass", slow_dataclass)
+    barrier = threading.Barrier(8)
+    seen: list[tuple[str, ...]] = []
+    errors: list[BaseException] = []
+
+    def ask() -> None:
+        barrier.wait()
+        try:
+            seen.append(tuple(f.name for f in dataclasses.fields(Fresh)))  # type: ignore[arg-type]
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert seen == [("a", "b")] * 8
+    assert processed == [Fresh]
