@@ -59,9 +59,9 @@ enum class ExportProblem { kNone, kLayout, kNested, kDtype, kConj, kNeg, kDevice
 // lives and keeps its metadata), or says why DLPack cannot describe the tensor.
 // `out` is written only after every check passed and every accessor returned,
 // so a failure (or exception) leaves it untouched. The fields are built in
-// locals and stored one by one: assembling a DLTensor on the stack and copying
-// it whole made the copy's wide loads wait on the narrow stores (a store-
-// forwarding stall that cost about a quarter of dltensor_from_py_object).
+// locals and stored one by one into the caller's struct: no DLTensor is
+// assembled on the stack and copied whole, whose wide loads would wait on the
+// narrow stores just made (a store-forwarding stall).
 ExportProblem Describe(const at::Tensor& t, DLTensor* out) {
   // Order matters: later checks call accessors that throw on the earlier kinds.
   if (t.layout() != c10::kStrided) return ExportProblem::kLayout;
