@@ -21,6 +21,7 @@ from typing import Any
 from torch_c_dlpack_ext._run import run
 from torch_c_dlpack_ext.errors import TorchCDLPackExtError
 
+from .exchange_worker import HARNESS_FUNCTIONS
 from .harness import build_harness
 from .report import Table, format_ns, format_ratio
 from .stats import Target, ratio, summarize
@@ -45,14 +46,7 @@ PYTHON_EQUIVALENTS = {
     "allocator": ("torch.empty(16)",),
 }
 
-FUNCTION_ORDER = (
-    "from_py_object",
-    "dltensor_from_py_object",
-    "to_py_object",
-    "allocator",
-    "current_work_stream",
-    "loop_overhead",
-)
+FUNCTION_ORDER = HARNESS_FUNCTIONS
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -16,19 +16,15 @@ from pathlib import Path
 from torch_c_dlpack_ext._run import run
 from torch_c_dlpack_ext.errors import CompilerNotFoundError, DLPackHeaderNotFoundError
 
+from .exchange_worker import HARNESS_FUNCTIONS
+
 __all__ = ["HARNESS_SOURCE", "build_harness", "dlpack_include_dir", "python_include_dir"]
 
 HARNESS_SOURCE = Path(__file__).with_name("exchange_harness.c")
 
-#: The harness entry points, in the order the reports show them.
-FUNCTIONS = (
-    "from_py_object",
-    "dltensor_from_py_object",
-    "to_py_object",
-    "allocator",
-    "current_work_stream",
-    "loop_overhead",
-)
+#: The harness entry points, in the order the reports show them (defined once, in the
+#: standalone worker that runs inside each torch environment).
+FUNCTIONS = HARNESS_FUNCTIONS
 
 
 def dlpack_include_dir() -> Path:
