@@ -36,11 +36,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._audit import audit_library
+from ._audit import AuditOutcome, audit_library
 from ._manifest import ManifestEntry, atomic_write_bytes, sha256_of, verify_file
 from ._naming import Backend, host_platform_tag, library_filename, parse_backend
 from ._run import run
-from ._torchinstall import TorchInstall
+from ._torchinstall import TorchInstall, link_library_name
 from .errors import (
     ABIMismatchError,
     BackendUnavailableError,
@@ -51,11 +51,13 @@ from .errors import (
     GPUHeadersNotFoundError,
     ManifestError,
     TorchCDLPackExtError,
+    TorchInstallError,
 )
 
 __all__ = [
     "BuildPlan",
     "compile_library",
+    "exported_symbols",
     "find_compiler",
     "find_dlpack_include",
     "find_gpu_toolkit",
@@ -76,12 +78,32 @@ _HIP_MARKER = "hip/hip_runtime_api.h"
 _SOURCE_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc", ".map")
 #: In the source dir: the linker version script naming the only exported symbols.
 _VERSION_SCRIPT = "exports.map"
+#: In the scratch dir: ld64's export list, generated from the version script (one list).
+_DARWIN_EXPORTS = "exports.darwin.txt"
+#: Stands for the per-build scratch directory in commands that are only hashed or shown.
+_SCRATCH_PLACEHOLDER = "{scratch}"
+_MSVC_BANNER_RE = re.compile(r"Microsoft.*Compiler Version (\d+(?:\.\d+)+)")
+_WANT_MSVC = (
+    'run the build from an "x64 Native Tools Command Prompt for VS" (cibuildwheel and '
+    "the MSVC dev shell set one up) or install the Visual Studio Build Tools with the "
+    '"Desktop development with C++" workload'
+)
 #: A build of one target taking longer than this means a stuck holder of the lock.
 _LOCK_TIMEOUT_S = 3600.0
 _WANT_DLPACK = (
     "pass dlpack_include=<dir holding dlpack/dlpack.h> or install apache-tvm-ffi, "
     "which ships DLPack 1.3 ('pip install apache-tvm-ffi')"
 )
+
+
+def _torch_libraries(backend: Backend) -> list[str]:
+    """The torch libraries the exchange library links, by stem (``c10``)."""
+    libs = ["c10", "torch_cpu", "torch", "torch_python"]
+    if backend is Backend.CUDA:
+        libs += ["c10_cuda", "torch_cuda"]
+    elif backend is Backend.ROCM:
+        libs += ["c10_hip", "torch_hip"]
+    return libs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,10 +129,18 @@ class BuildPlan:
     source_dir: Path
     output_dir: Path
     platform: str
+    #: Windows only: the target Python's import library (``<base>/libs/python311.lib``).
+    python_import_lib: Path | None = None
 
     @property
     def filename(self) -> str:
-        return library_filename(self.torch.major, self.torch.minor, self.backend, self.cxx11_abi)
+        return library_filename(
+            self.torch.major,
+            self.torch.minor,
+            self.backend,
+            self.cxx11_abi,
+            platform=self.platform,
+        )
 
     @property
     def output(self) -> Path:
@@ -120,31 +150,51 @@ class BuildPlan:
     def sidecar(self) -> Path:
         return self.output_dir / f"{self.filename}.build.json"
 
-    def command(self, output: Path | str) -> list[str]:
-        """The compiler argv of CONTRIBUTING.md's build contract, writing ``output``."""
+    def _defines(self) -> list[str]:
         torch = self.torch
-        includes = [self.dlpack_include, *torch.include_dirs, self.python_include]
-        includes += self.gpu_includes
         defines = [f"TCDE_BACKEND_{self.backend.value.upper()}"]
         if self.backend is Backend.ROCM:
             defines += ["USE_ROCM", "__HIP_PLATFORM_AMD__"]
         if self.cxx11_abi is not None:
             defines.append(f"_GLIBCXX_USE_CXX11_ABI={int(self.cxx11_abi)}")
-        defines += [
+        # The quotes are part of the argv element: POSIX exec passes them as they are, and on
+        # Windows subprocess escapes them (\") so cl's command-line parser restores them.
+        return [
+            *defines,
             f'TCDE_TORCH_BUILD="{torch.version}"',
             f'TCDE_TOOLCHAIN="{self.toolchain}"',
             f'TCDE_GPU_TOOLKIT="{self.gpu_toolkit or ""}"',
         ]
-        libs = ["c10", "torch_cpu", "torch", "torch_python"]
-        if self.backend is Backend.CUDA:
-            libs += ["c10_cuda", "torch_cuda"]
-        elif self.backend is Backend.ROCM:
-            libs += ["c10_hip", "torch_hip"]
+
+    def _libraries(self) -> list[str]:
+        return _torch_libraries(self.backend)
+
+    def command(self, output: Path | str, scratch: Path | str = _SCRATCH_PLACEHOLDER) -> list[str]:
+        """The compiler argv of CONTRIBUTING.md's build contract, writing ``output``.
+
+        ``scratch``: a private directory for what the build writes besides the
+        library (MSVC's objects, import library and .exp; the macOS export list).
+        Linux uses none.
+        """
+        if self.platform.startswith("win"):
+            return self._msvc_command(output, scratch)
+        torch = self.torch
+        includes = [self.dlpack_include, *torch.include_dirs, self.python_include]
+        includes += self.gpu_includes
         flags = ["-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
         link: list[str] = []
         if self.platform.startswith("darwin"):
             # libpython is not linked (the interpreter provides it): let the loader bind it.
             flags += ["-undefined", "dynamic_lookup"]
+            if (self.source_dir / _VERSION_SCRIPT).is_file():
+                # ld64 has no version scripts: the same names, as an export list.
+                link.append(f"-Wl,-exported_symbols_list,{Path(scratch) / _DARWIN_EXPORTS}")
+            # -x drops the local symbols from the symbol table, as --strip-all does on Linux.
+            link.append("-Wl,-x")
+            # No -rpath: the library is only loaded after ``import torch``, and dyld binds
+            # its @rpath/libc10.dylib etc. to the images torch already loaded (same install
+            # names). Our own install name is @rpath-relative for the same reason.
+            link.append(f"-Wl,-install_name,@rpath/{self.filename}")
         elif self.platform.startswith("linux"):
             # The symbol table is not needed to load or call the library: a fifth of
             # its compressed size, at no cost in speed (measured, see CONTRIBUTING.md).
@@ -157,14 +207,54 @@ class BuildPlan:
             self.cxx,
             *flags,
             f"-std={self.std}",
-            *(f"-D{d}" for d in defines),
+            *(f"-D{d}" for d in self._defines()),
             *(f"-I{p}" for p in includes),
             *(str(s) for s in self.sources),
             "-o",
             str(output),
             *link,
             f"-L{torch.lib_dir}",
-            *(f"-l{lib}" for lib in libs),
+            *(f"-l{lib}" for lib in self._libraries()),
+        ]
+
+    def _msvc_command(self, output: Path | str, scratch: Path | str) -> list[str]:
+        """cl.exe's argv: compile and link in one call; every by-product goes to ``scratch``."""
+        torch = self.torch
+        includes = [self.dlpack_include, *torch.include_dirs, self.python_include]
+        includes += self.gpu_includes
+        python_lib = self.python_import_lib
+        if python_lib is None:
+            raise BuildError("a Windows build plan needs python_import_lib; use plan_build()")
+        # cl reads a trailing separator in /Fo as "a directory, one object per source".
+        scratch_dir = f"{scratch}\\"
+        implib = f"{scratch_dir}{Path(self.filename).stem}.lib"
+        return [
+            self.cxx,
+            "/nologo",
+            "/O2",
+            "/LD",
+            # The DLL runtime, as torch itself is built: objects crossing the boundary
+            # (std::string, exceptions) must share one CRT heap.
+            "/MD",
+            "/EHsc",
+            "/permissive-",
+            f"/std:{self.std}",
+            # Without it cl reports __cplusplus as 199711L and torch's headers misdetect C++17.
+            "/Zc:__cplusplus",
+            *(f"/D{d}" for d in self._defines()),
+            *(f"/I{p}" for p in includes),
+            *(str(s) for s in self.sources),
+            f"/Fo{scratch_dir}",
+            f"/Fe{output}",
+            "/link",
+            f"/LIBPATH:{torch.lib_dir}",
+            *(link_library_name(lib, self.platform) for lib in self._libraries()),
+            # Unlike ELF and Mach-O, a DLL must resolve every import at link time,
+            # libpython's included.
+            f"/LIBPATH:{python_lib.parent}",
+            python_lib.name,
+            # Keep the import library and .exp out of output_dir.
+            f"/IMPLIB:{implib}",
         ]
 
     def cache_key(self) -> str:
@@ -253,14 +343,22 @@ def find_dlpack_include(dlpack_include: Path | None = None) -> tuple[Path, str]:
 
 
 def find_compiler(
-    cxx: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+    cxx: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    platform: str | None = None,
 ) -> tuple[str, str, str]:
     """``(compiler, banner, toolchain)``: ``cxx``, else ``$CXX``, else ``c++``/``g++`` on PATH.
 
     ``banner`` is the first line of ``--version``; ``toolchain`` the short identity
-    (``g++ 12.2.0``). Raises :class:`CompilerNotFoundError`.
+    (``g++ 12.2.0``). On Windows (``platform``, default ``sys.platform``) the
+    compiler is MSVC's ``cl.exe`` instead (see :func:`_find_msvc`). Raises
+    :class:`CompilerNotFoundError`.
     """
     environ = os.environ if environ is None else environ
+    platform = sys.platform if platform is None else platform
+    if platform.startswith("win"):
+        return _find_msvc(cxx, environ)
     path_var = environ.get("PATH", "")
     if cxx is not None:
         requested, origin = os.fspath(cxx), "the cxx argument"
@@ -291,6 +389,87 @@ def find_compiler(
         ) from None
     banner = (proc.stdout.splitlines() or [""])[0].strip()
     return found, banner, _toolchain_identity(banner, proc.stdout)
+
+
+def _find_msvc(
+    cxx: str | os.PathLike[str] | None, environ: Mapping[str, str]
+) -> tuple[str, str, str]:
+    """MSVC's ``cl``: ``cxx``, else ``$CXX``, else ``cl.exe`` on PATH (a VS dev environment)."""
+    path_var = environ.get("PATH", "")
+    if cxx is not None:
+        requested, origin = os.fspath(cxx), "the cxx argument"
+    elif environ.get("CXX"):
+        requested, origin = environ["CXX"], "$CXX"
+    else:
+        requested, origin = "", "PATH"
+    if requested:
+        found = shutil.which(requested, path=path_var)
+        if found is None:
+            raise CompilerNotFoundError(
+                f"C++ compiler {requested!r} (from {origin}) does not exist or is not "
+                f"executable; pass the path of MSVC's cl.exe, or {_WANT_MSVC}"
+            )
+    else:
+        found = shutil.which("cl.exe", path=path_var) or shutil.which("cl", path=path_var)
+        if found is None:
+            raise CompilerNotFoundError(
+                f"no C++ compiler: $CXX is unset and MSVC's cl.exe is not on PATH; {_WANT_MSVC}"
+            )
+    if Path(found).stem.lower() != "cl":
+        raise CompilerNotFoundError(
+            f"{found} (from {origin}) is not MSVC's cl.exe; the Windows build passes cl's "
+            "options. Unset CXX or set it to cl.exe"
+        )
+    # cl has no --version: run without arguments it prints its banner on stderr (and a
+    # usage line), and may exit non-zero for lack of input files.
+    try:
+        proc = run([found], echo=False)
+        text = proc.stderr + proc.stdout
+    except CommandError as exc:
+        text = exc.stderr + exc.stdout
+    match = _MSVC_BANNER_RE.search(text)
+    if match is None:
+        raise CompilerNotFoundError(
+            f"{found} printed no MSVC banner ('Microsoft (R) C/C++ Optimizing Compiler "
+            f"Version ...'); is it MSVC's cl.exe? {_WANT_MSVC}"
+        )
+    return found, match.group(0).strip(), f"msvc {match.group(1)}"
+
+
+def _python_import_library(platform: str, python_lib: Path | None) -> Path | None:
+    """The import library a Windows DLL using the C API links; ``None`` elsewhere.
+
+    Default: ``<installed_base>/libs/python3XY.lib`` of the running Python (a
+    venv's ``sys.prefix`` has no ``libs``; the base installation does).
+    """
+    if not platform.startswith("win"):
+        return None
+    if python_lib is None:
+        base = sysconfig.get_config_var("installed_base") or sys.base_prefix
+        free_threaded = "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
+        name = f"python{sysconfig.get_config_var('py_version_nodot')}{free_threaded}.lib"
+        python_lib = Path(base) / "libs" / name
+    if not python_lib.is_file():
+        raise BuildError(
+            f"no Python import library {python_lib}; a Windows extension must link it. "
+            "Use a python.org / nuget CPython (they ship libs/python3XY.lib) or pass "
+            "python_lib=<path of python3XY.lib>"
+        )
+    return python_lib.resolve()
+
+
+def exported_symbols(source_dir: Path) -> tuple[str, ...]:
+    """The names ``exports.map`` lists under ``global:`` (the library's whole interface)."""
+    text = (source_dir / _VERSION_SCRIPT).read_text(encoding="utf-8")
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    match = re.search(r"global:(.*?)local:", text, re.S)
+    names = re.findall(r"([A-Za-z_]\w*)\s*;", match.group(1)) if match else []
+    if not names:
+        raise BuildError(
+            f"{source_dir / _VERSION_SCRIPT} names no symbol under 'global:'; "
+            "list the exported functions there (see CONTRIBUTING.md, Build contract)"
+        )
+    return tuple(names)
 
 
 def _toolchain_identity(banner: str, full: str) -> str:
@@ -442,14 +621,24 @@ def plan_build(
     python_include: Path | str | None = None,
     source_dir: Path | str | None = None,
     environ: Mapping[str, str] | None = None,
+    platform: str | None = None,
+    python_lib: Path | str | None = None,
 ) -> BuildPlan:
     """Resolve and validate every input of a build without touching ``output_dir``.
 
-    Arguments as for :func:`compile_library`. Raises the typed error of the first
-    problem found.
+    Arguments as for :func:`compile_library`. ``platform`` (default
+    ``sys.platform``) selects the toolchain and layout: ``win32`` (MSVC),
+    ``darwin`` (clang), else Linux. ``python_lib``: Windows only, the Python
+    import library to link (default: the running Python's). Raises the typed
+    error of the first problem found.
     """
+    platform = sys.platform if platform is None else platform
     backend = parse_backend(backend)
-    install = torch if isinstance(torch, TorchInstall) else TorchInstall.from_path(torch)
+    install = (
+        torch
+        if isinstance(torch, TorchInstall)
+        else TorchInstall.from_path(torch, platform=platform)
+    )
     if backend not in install.backends_available:
         marker = "libc10_cuda" if backend is Backend.CUDA else "libc10_hip"
         raise BackendUnavailableError(
@@ -460,7 +649,7 @@ def plan_build(
     if cxx11_abi is not None and install.cxx11_abi is None:
         raise ABIMismatchError(
             f"cxx11_abi={int(cxx11_abi)} was requested but the C++ dual ABI does not apply on "
-            f"{sys.platform}; leave cxx11_abi unset"
+            f"{platform}; leave cxx11_abi unset"
         )
     if cxx11_abi is not None and cxx11_abi != install.cxx11_abi:
         raise ABIMismatchError(
@@ -473,7 +662,17 @@ def plan_build(
     dlpack_dir, dlpack_version = find_dlpack_include(
         Path(dlpack_include) if dlpack_include is not None else None
     )
-    compiler, banner, toolchain = find_compiler(cxx, environ)
+    if not platform.startswith("linux"):
+        # Linux keeps linking with -l and lets the linker report a missing library (the
+        # fake trees of the tests hold only some); elsewhere say which file is missing.
+        missing = install.missing_link_libraries(_torch_libraries(backend), platform)
+        if missing:
+            raise TorchInstallError(
+                f"torch {install.version} at {install.root} lacks {', '.join(missing)} in "
+                f"{install.lib_dir}, which the link needs; reinstall torch from an official "
+                "wheel (pip install --force-reinstall torch==<version>)"
+            )
+    compiler, banner, toolchain = find_compiler(cxx, environ, platform=platform)
     gpu_includes, gpu_toolkit = find_gpu_toolkit(
         backend, install, Path(gpu_home) if gpu_home is not None else None, environ
     )
@@ -484,6 +683,9 @@ def plan_build(
             "(e.g. apt install python3-dev) or pass python_include=<dir holding Python.h>"
         )
     src_dir, sources = find_sources(Path(source_dir) if source_dir is not None else None)
+    python_import_lib = _python_import_library(
+        platform, Path(python_lib) if python_lib is not None else None
+    )
     return BuildPlan(
         torch=install,
         backend=backend,
@@ -500,7 +702,8 @@ def plan_build(
         sources=sources,
         source_dir=src_dir,
         output_dir=Path(output_dir).resolve(),
-        platform=sys.platform,
+        platform=platform,
+        python_import_lib=python_import_lib,
     )
 
 
@@ -523,8 +726,16 @@ def _build(plan: BuildPlan, key: str, *, audit: bool) -> ManifestEntry:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{plan.filename}.", suffix=".tmp", dir=plan.output_dir)
     os.close(fd)
     tmp = Path(tmp_name)
+    scratch = tempfile.TemporaryDirectory(prefix="tcde-build-")
     try:
-        command = plan.command(tmp)
+        scratch_dir = Path(scratch.name)
+        if plan.platform.startswith("darwin") and (plan.source_dir / _VERSION_SCRIPT).is_file():
+            # Mach-O C symbols carry a leading underscore; the export list names them so.
+            names = exported_symbols(plan.source_dir)
+            (scratch_dir / _DARWIN_EXPORTS).write_text(
+                "".join(f"_{name}\n" for name in names), encoding="utf-8"
+            )
+        command = plan.command(tmp, scratch_dir)
         started = time.monotonic()
         try:
             run(command)
@@ -540,8 +751,18 @@ def _build(plan: BuildPlan, key: str, *, audit: bool) -> ManifestEntry:
             file=sys.stderr,
             flush=True,
         )
-        if audit:
+        if audit and plan.platform.startswith("linux"):
             audit_library(tmp, plan.torch, plan.backend, cxx=plan.cxx)
+        elif audit:
+            # The audit checks ELF symbol versions and the libstdc++ dual ABI, neither of
+            # which exists on Windows or macOS: there the link itself resolved every import
+            # (MSVC) or the wheel job's load test is the check (dyld, -undefined).
+            print(
+                f"ABI audit of {plan.filename}: {AuditOutcome.NOT_APPLICABLE.value} on "
+                f"{plan.platform}",
+                file=sys.stderr,
+                flush=True,
+            )
         entry = ManifestEntry(
             file=plan.filename,
             torch=f"{plan.torch.major}.{plan.torch.minor}",
@@ -560,6 +781,8 @@ def _build(plan: BuildPlan, key: str, *, audit: bool) -> ManifestEntry:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    finally:
+        scratch.cleanup()
     record = {"key": key, "entry": entry.to_json(), "command": plan.command(plan.output)}
     atomic_write_bytes(plan.sidecar, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     return entry

@@ -19,15 +19,29 @@ from pathlib import Path
 from ._naming import Backend, torch_minor
 from .errors import CommandError, TorchInstallError
 
-__all__ = ["TorchInstall"]
+__all__ = ["TorchInstall", "link_library_name"]
 
 _CMAKE_FILES = ("share/cmake/Torch/TorchConfig.cmake", "share/cmake/Caffe2/Caffe2Config.cmake")
 _CMAKE_ABI_RE = re.compile(r"_GLIBCXX_USE_CXX11_ABI=([01])")
 #: The tag GCC puts on every symbol whose signature involves the C++11 ``std::string``.
 _CXX11_TAG = "B5cxx11"
 
-#: Library stems whose presence in ``torch/lib`` means the backend's kernels were built.
+#: Library stems whose presence in ``torch/lib`` means the backend's kernels were built
+#: (matched as substrings: ``libc10_cuda.so``, ``libc10_cuda.dylib``, ``c10_cuda.dll``/``.lib``).
 _BACKEND_MARKERS = {Backend.CUDA: "c10_cuda", Backend.ROCM: "c10_hip"}
+
+
+def link_library_name(stem: str, platform: str) -> str:
+    """The file in ``torch/lib`` a link against library ``stem`` (``c10``) reads on ``platform``.
+
+    Windows links against the import library (``c10.lib``, shipped next to
+    ``c10.dll``), macOS against ``libc10.dylib``, Linux against ``libc10.so``.
+    """
+    if platform.startswith("win"):
+        return f"{stem}.lib"
+    if platform.startswith("darwin"):
+        return f"lib{stem}.dylib"
+    return f"lib{stem}.so"
 
 
 def _candidate_torch_dirs(path: Path) -> list[Path]:
@@ -143,6 +157,11 @@ class TorchInstall:
             stat = path.stat()
             data[path.name] = [stat.st_size, stat.st_mtime_ns]
         return data
+
+    def missing_link_libraries(self, stems: list[str], platform: str) -> list[str]:
+        """Which of the libraries ``stems`` has no :func:`link_library_name` file in ``lib_dir``."""
+        names = [link_library_name(stem, platform) for stem in stems]
+        return [name for name in names if not (self.lib_dir / name).is_file()]
 
     @classmethod
     def from_path(cls, path: Path | str, *, platform: str | None = None) -> TorchInstall:

@@ -5,6 +5,7 @@ real compiler is only asked for ``--version``)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -363,3 +364,303 @@ def test_cli_rejects_a_bad_abi_value(inputs: Inputs) -> None:
 
 def test_backend_enum_is_accepted(inputs: Inputs) -> None:
     assert inputs.plan(inputs.fake_torch(), backend=Backend.CPU).backend is Backend.CPU
+
+
+# --- Windows (MSVC) and macOS (clang): command construction on a faked platform. ---------
+
+MSVC_BANNER = "Microsoft (R) C/C++ Optimizing Compiler Version 19.38.33130 for x64"
+WINDOWS_LIBS = (
+    "c10.dll",
+    "c10.lib",
+    "torch_cpu.dll",
+    "torch_cpu.lib",
+    "torch.lib",
+    "torch_python.lib",
+)
+WINDOWS_CUDA_LIBS = (*WINDOWS_LIBS, "c10_cuda.dll", "c10_cuda.lib", "torch_cuda.lib")
+MACOS_LIBS = ("libc10.dylib", "libtorch_cpu.dylib", "libtorch.dylib", "libtorch_python.dylib")
+# Stands in for cl.exe: the banner on stderr when run bare (as cl does); with arguments it
+# writes what the real compiler and linker write (the DLL at /Fe, the import library and
+# .exp at /IMPLIB:) and records its argv, so the driver's handling of them is observable.
+FAKE_CL = r"""#!/bin/sh
+if [ $# -eq 0 ]; then
+  echo "usage: cl [ option... ] filename... [ /link linkoption... ]"
+  echo "@BANNER@" >&2
+  exit 2
+fi
+printf '%s\n' "$@" > "@ARGV@"
+for a in "$@"; do
+  case "$a" in
+    /Fe*) out="${a#/Fe}" ;;
+    /IMPLIB:*) lib=$(printf '%s' "${a#/IMPLIB:}" | tr '\\' /) ;;
+  esac
+done
+printf 'MZ fake dll' > "$out"
+printf 'import lib' > "$lib"
+printf 'exports' > "${lib%.lib}.exp"
+"""
+
+
+def windows_torch(
+    root: Path, version: str = "2.8.0+cpu", libs: tuple[str, ...] = WINDOWS_LIBS
+) -> Path:
+    """A Windows venv as pip lays it out: ``Lib/site-packages/torch``, import libraries in lib/."""
+    torch_dir = root / "Lib" / "site-packages" / "torch"
+    (torch_dir / "include" / "torch" / "csrc" / "api" / "include").mkdir(parents=True)
+    (torch_dir / "lib").mkdir()
+    (torch_dir / "version.py").write_text(
+        f"__version__ = {version!r}\ncuda = None\nhip = None\n", encoding="utf-8"
+    )
+    for lib in libs:
+        (torch_dir / "lib" / lib).write_bytes(b"MZ fake " + lib.encode())
+    return root
+
+
+@dataclasses.dataclass
+class Windows:
+    """A faked Windows build: a fake cl.exe on PATH, a Python with libs/python311.lib."""
+
+    inputs: Inputs
+    cl: Path
+    argv_file: Path
+    python_lib: Path
+
+    def plan(self, prefix: Path, **kwargs: object) -> BuildPlan:
+        options: dict[str, object] = {
+            "platform": "win32",
+            "python_lib": self.python_lib,
+            "cxx": None,
+        }
+        options.update(kwargs)
+        return self.inputs.plan(prefix, **options)
+
+
+@pytest.fixture
+def windows(inputs: Inputs, monkeypatch: pytest.MonkeyPatch) -> Windows:
+    bin_dir = inputs.tmp / "msvc-bin"
+    bin_dir.mkdir()
+    argv_file = inputs.tmp / "cl-argv.txt"
+    cl = bin_dir / "cl.exe"
+    cl.write_text(
+        FAKE_CL.replace("@BANNER@", MSVC_BANNER).replace("@ARGV@", str(argv_file)),
+        encoding="utf-8",
+    )
+    cl.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    python_lib = inputs.tmp / "Python311" / "libs" / "python311.lib"
+    python_lib.parent.mkdir(parents=True)
+    python_lib.write_bytes(b"import library")
+    return Windows(inputs, cl, argv_file, python_lib)
+
+
+def test_windows_command_follows_the_build_contract(windows: Windows) -> None:
+    inputs = windows.inputs
+    plan = windows.plan(windows_torch(inputs.tmp / "win"))
+    torch = plan.torch
+    assert plan.cxx11_abi is None
+    assert plan.cxx == str(windows.cl)
+    assert plan.toolchain == "msvc 19.38.33130"
+    assert plan.filename == "torch_c_dlpack_ext-torch2.8-cpu.dll"
+    assert plan.command("OUT.dll", "SCRATCH") == [
+        str(windows.cl),
+        "/nologo",
+        "/O2",
+        "/LD",
+        "/MD",
+        "/EHsc",
+        "/permissive-",
+        "/std:c++17",
+        "/Zc:__cplusplus",
+        "/DTCDE_BACKEND_CPU",
+        '/DTCDE_TORCH_BUILD="2.8.0+cpu"',
+        '/DTCDE_TOOLCHAIN="msvc 19.38.33130"',
+        '/DTCDE_GPU_TOOLKIT=""',
+        f"/I{inputs.dlpack_include.resolve()}",
+        f"/I{torch.root / 'include'}",
+        f"/I{torch.root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
+        f"/I{plan.python_include}",
+        str(inputs.sources / "a.cc"),
+        str(inputs.sources / "b.cc"),
+        "/FoSCRATCH\\",
+        "/FeOUT.dll",
+        "/link",
+        f"/LIBPATH:{torch.lib_dir}",
+        "c10.lib",
+        "torch_cpu.lib",
+        "torch.lib",
+        "torch_python.lib",
+        f"/LIBPATH:{windows.python_lib.parent.resolve()}",
+        "python311.lib",
+        "/IMPLIB:SCRATCH\\torch_c_dlpack_ext-torch2.8-cpu.lib",
+    ]
+
+
+def test_windows_cuda_and_cxx20(windows: Windows) -> None:
+    home = windows.inputs.tmp / "cuda"
+    (home / "include" / "crt").mkdir(parents=True)
+    (home / "include" / "cuda_runtime_api.h").write_text("#define CUDART_VERSION 12060\n")
+    (home / "include" / "crt" / "host_defines.h").write_text("\n")
+    prefix = windows_torch(windows.inputs.tmp / "win", "2.13.0+cu126", WINDOWS_CUDA_LIBS)
+    plan = windows.plan(prefix, backend="cuda", gpu_home=home)
+    cmd = plan.command("OUT.dll", "S")
+    assert "/std:c++20" in cmd
+    assert "/DTCDE_BACKEND_CUDA" in cmd
+    assert f"/I{(home / 'include').resolve()}" in cmd
+    link = cmd[cmd.index("/link") + 1 :]
+    assert link[1:7] == [
+        "c10.lib",
+        "torch_cpu.lib",
+        "torch.lib",
+        "torch_python.lib",
+        "c10_cuda.lib",
+        "torch_cuda.lib",
+    ]
+    assert plan.filename == "torch_c_dlpack_ext-torch2.13-cuda.dll"
+
+
+def test_windows_without_cl_names_the_fix(
+    windows: Windows, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    empty = windows.inputs.tmp / "no-msvc"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    with pytest.raises(CompilerNotFoundError) as info:
+        windows.plan(windows_torch(windows.inputs.tmp / "win"))
+    message = str(info.value)
+    assert "cl.exe is not on PATH" in message
+    assert "x64 Native Tools Command Prompt" in message
+    assert "Visual Studio Build Tools" in message
+
+
+def test_windows_rejects_a_gcc_style_cxx(windows: Windows) -> None:
+    with pytest.raises(CompilerNotFoundError, match=r"is not MSVC's cl\.exe.*set it to cl\.exe"):
+        windows.plan(windows_torch(windows.inputs.tmp / "win"), cxx=windows.inputs.cxx)
+
+
+def test_windows_cl_without_a_banner(windows: Windows) -> None:
+    windows.cl.write_text("#!/bin/sh\necho hello\n", encoding="utf-8")
+    with pytest.raises(CompilerNotFoundError, match=r"printed no MSVC banner"):
+        windows.plan(windows_torch(windows.inputs.tmp / "win"))
+
+
+def test_windows_needs_the_python_import_library(windows: Windows) -> None:
+    missing = windows.inputs.tmp / "nowhere" / "python311.lib"
+    with pytest.raises(BuildError, match=r"no Python import library .*python311\.lib"):
+        windows.plan(windows_torch(windows.inputs.tmp / "win"), python_lib=missing)
+    windows.inputs.assert_output_dir_empty()
+
+
+def test_windows_torch_without_import_libraries(windows: Windows) -> None:
+    prefix = windows_torch(windows.inputs.tmp / "win", libs=("c10.dll", "torch_cpu.dll"))
+    with pytest.raises(TorchInstallError) as info:
+        windows.plan(prefix)
+    assert "lacks c10.lib, torch_cpu.lib, torch.lib, torch_python.lib" in str(info.value)
+    assert "reinstall torch" in str(info.value)
+
+
+def test_windows_build_keeps_msvc_by_products_out_of_output_dir(windows: Windows) -> None:
+    plan = windows.plan(windows_torch(windows.inputs.tmp / "win"))
+    entry = _compile._build(plan, plan.cache_key(), audit=True)
+    assert entry.file == plan.filename
+    assert entry.cxx11_abi is None
+    assert sorted(p.name for p in plan.output_dir.iterdir()) == [
+        plan.filename,
+        f"{plan.filename}.build.json",
+    ]
+    argv = windows.argv_file.read_text(encoding="utf-8").splitlines()
+    scratch = Path(next(a for a in argv if a.startswith("/Fo"))[3:].rstrip("\\"))
+    assert scratch.parent != plan.output_dir
+    assert not scratch.exists(), "the scratch dir (objects, .lib, .exp) must be removed"
+
+
+def test_macos_command_follows_the_build_contract(inputs: Inputs) -> None:
+    (inputs.sources / "exports.map").write_text(
+        "/* a */ { global: TorchDLPackExchangeAPIPtr; TorchCDLPackExtBuildInfo; local: *; };\n",
+        encoding="utf-8",
+    )
+    prefix = inputs.fake_torch("2.8.0", abi=None, cuda=None, libs=MACOS_LIBS)
+    plan = inputs.plan(prefix, platform="darwin")
+    torch = plan.torch
+    assert plan.cxx11_abi is None
+    assert plan.filename == "libtorch_c_dlpack_ext-torch2.8-cpu.dylib"
+    assert plan.command("OUT.dylib", "SCRATCH") == [
+        inputs.cxx,
+        "-O2",
+        "-fPIC",
+        "-shared",
+        "-fvisibility=hidden",
+        "-fvisibility-inlines-hidden",
+        "-undefined",
+        "dynamic_lookup",
+        "-std=c++17",
+        "-DTCDE_BACKEND_CPU",
+        '-DTCDE_TORCH_BUILD="2.8.0"',
+        f'-DTCDE_TOOLCHAIN="{plan.toolchain}"',
+        '-DTCDE_GPU_TOOLKIT=""',
+        f"-I{inputs.dlpack_include.resolve()}",
+        f"-I{torch.root / 'include'}",
+        f"-I{torch.root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
+        f"-I{plan.python_include}",
+        str(inputs.sources / "a.cc"),
+        str(inputs.sources / "b.cc"),
+        "-o",
+        "OUT.dylib",
+        "-Wl,-exported_symbols_list,SCRATCH/exports.darwin.txt",
+        "-Wl,-x",
+        "-Wl,-install_name,@rpath/libtorch_c_dlpack_ext-torch2.8-cpu.dylib",
+        f"-L{torch.lib_dir}",
+        "-lc10",
+        "-ltorch_cpu",
+        "-ltorch",
+        "-ltorch_python",
+    ]
+
+
+def test_macos_torch_without_dylibs(inputs: Inputs) -> None:
+    prefix = inputs.fake_torch("2.8.0", abi=None, cuda=None)  # Linux .so files only
+    with pytest.raises(TorchInstallError, match=r"lacks libc10\.dylib, libtorch_cpu\.dylib"):
+        inputs.plan(prefix, platform="darwin")
+
+
+def test_macos_build_writes_the_export_list(inputs: Inputs) -> None:
+    (inputs.sources / "exports.map").write_text(
+        "{ global: Foo; Bar; local: *; };\n", encoding="utf-8"
+    )
+    seen = inputs.tmp / "exports-seen.txt"
+    clang = inputs.tmp / "clang++"
+    # Stands in for clang: copies the export list it was given and writes the output.
+    clang.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = --version ]; then echo "Apple clang version 16.0.0"; exit 0; fi\n'
+        'for a in "$@"; do case "$a" in -Wl,-exported_symbols_list,*) '
+        f'cp "${{a#-Wl,-exported_symbols_list,}}" "{seen}";; esac; done\n'
+        'while [ "$1" != -o ]; do shift; done; printf dylib > "$2"\n',
+        encoding="utf-8",
+    )
+    clang.chmod(0o755)
+    prefix = inputs.fake_torch("2.8.0", abi=None, cuda=None, libs=MACOS_LIBS)
+    plan = inputs.plan(prefix, platform="darwin", cxx=str(clang))
+    assert plan.toolchain == "clang 16.0.0"
+    entry = _compile._build(plan, plan.cache_key(), audit=True)
+    assert entry.file == plan.filename
+    # Mach-O names C symbols with a leading underscore.
+    assert seen.read_text(encoding="utf-8") == "_Foo\n_Bar\n"
+    assert sorted(p.name for p in plan.output_dir.iterdir()) == [
+        plan.filename,
+        f"{plan.filename}.build.json",
+    ]
+
+
+def test_exports_map_names_exactly_the_exported_functions() -> None:
+    # One list for both linkers: exports.map feeds GNU ld and (generated) ld64.
+    csrc = Path(__file__).resolve().parents[2] / "csrc"
+    header = (csrc / "tcde_dlpack.h").read_text(encoding="utf-8")
+    declared = re.findall(r"^TCDE_EXPORT\s+[^;(]*?\b(\w+)\s*\(", header, re.M)
+    assert declared, "tcde_dlpack.h declares its exports with TCDE_EXPORT"
+    assert sorted(_compile.exported_symbols(csrc)) == sorted(declared)
+
+
+def test_exports_map_without_globals_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "exports.map").write_text("{ local: *; };\n", encoding="utf-8")
+    with pytest.raises(BuildError, match=r"names no symbol under 'global:'"):
+        _compile.exported_symbols(tmp_path)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from torch_c_dlpack_ext._naming import Backend
-from torch_c_dlpack_ext._torchinstall import TorchInstall
+from torch_c_dlpack_ext._torchinstall import TorchInstall, link_library_name
 from torch_c_dlpack_ext.errors import TorchInstallError
 
 FakeTorch = Callable[..., Path]
@@ -126,3 +126,60 @@ def test_identity_changes_when_libtorch_cpu_changes(fake_torch: FakeTorch) -> No
     after = TorchInstall.from_path(prefix, platform="linux").identity
     assert before != after
     assert before["version"] == after["version"]
+
+
+def _windows_venv(root: Path, libs: tuple[str, ...]) -> Path:
+    """``<venv>/Lib/site-packages/torch`` with DLLs and their import libraries in lib/."""
+    torch_dir = root / "Lib" / "site-packages" / "torch"
+    (torch_dir / "include").mkdir(parents=True)
+    (torch_dir / "lib").mkdir()
+    (torch_dir / "version.py").write_text(
+        "__version__ = '2.6.0+cu124'\ncuda = '12.4'\nhip = None\n", encoding="utf-8"
+    )
+    for lib in libs:
+        (torch_dir / "lib" / lib).write_bytes(b"MZ")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("libs", "expected"),
+    [
+        (("c10.dll", "c10.lib", "torch_cpu.dll", "torch_cpu.lib"), {Backend.CPU}),
+        (("c10.dll", "c10.lib", "c10_cuda.dll"), {Backend.CPU, Backend.CUDA}),
+        (("c10.lib", "c10_cuda.lib"), {Backend.CPU, Backend.CUDA}),
+    ],
+)
+def test_windows_layout(tmp_path: Path, libs: tuple[str, ...], expected: set[Backend]) -> None:
+    prefix = _windows_venv(tmp_path / "venv", libs)
+    install = TorchInstall.from_path(prefix, platform="win32")
+    assert install.root == (prefix / "Lib" / "site-packages" / "torch").resolve()
+    assert install.cxx11_abi is None
+    assert install.backends_available == expected
+    assert (install.major, install.minor, install.cuda_version) == (2, 6, "12.4")
+
+
+def test_windows_import_libraries_are_what_the_link_needs(tmp_path: Path) -> None:
+    # The DLLs alone cannot be linked against: MSVC reads the .lib import libraries.
+    install = TorchInstall.from_path(
+        _windows_venv(tmp_path / "venv", ("c10.dll", "c10.lib", "torch_cpu.dll")),
+        platform="win32",
+    )
+    assert install.missing_link_libraries(["c10", "torch_cpu"], "win32") == ["torch_cpu.lib"]
+
+
+def test_macos_layout(fake_torch: FakeTorch) -> None:
+    libs = ("libc10.dylib", "libtorch_cpu.dylib", "libtorch.dylib", "libtorch_python.dylib")
+    install = TorchInstall.from_path(fake_torch("2.8.0", abi=None, libs=libs), platform="darwin")
+    assert install.cxx11_abi is None
+    assert install.backends_available == {Backend.CPU}
+    stems = ["c10", "torch_cpu", "torch", "torch_python"]
+    assert install.missing_link_libraries(stems, "darwin") == []
+    assert install.missing_link_libraries(["c10_cuda"], "darwin") == ["libc10_cuda.dylib"]
+
+
+@pytest.mark.parametrize(
+    ("platform", "expected"),
+    [("win32", "c10.lib"), ("darwin", "libc10.dylib"), ("linux", "libc10.so")],
+)
+def test_link_library_name(platform: str, expected: str) -> None:
+    assert link_library_name("c10", platform) == expected
