@@ -82,7 +82,8 @@ _VERSION_SCRIPT = "exports.map"
 _DARWIN_EXPORTS = "exports.darwin.txt"
 #: Stands for the per-build scratch directory in commands that are only hashed or shown.
 _SCRATCH_PLACEHOLDER = "{scratch}"
-_MSVC_BANNER_RE = re.compile(r"Microsoft.*Compiler Version (\d+(?:\.\d+)+)")
+#: cl's banner line; only "Microsoft" and the version are matched, as the rest is localized.
+_MSVC_BANNER_RE = re.compile(r"^.*Microsoft.*?(\d+\.\d+\.\d+(?:\.\d+)?).*$", re.M)
 _WANT_MSVC = (
     'run the build from an "x64 Native Tools Command Prompt for VS" (cibuildwheel and '
     "the MSVC dev shell set one up) or install the Visual Studio Build Tools with the "
@@ -640,7 +641,7 @@ def plan_build(
         else TorchInstall.from_path(torch, platform=platform)
     )
     if backend not in install.backends_available:
-        marker = "libc10_cuda" if backend is Backend.CUDA else "libc10_hip"
+        marker = link_library_name("c10_cuda" if backend is Backend.CUDA else "c10_hip", platform)
         raise BackendUnavailableError(
             f"torch {install.version} at {install.root} has no {backend.value} support "
             f"({marker} is not in {install.lib_dir}); build the cpu backend for it, or point "

@@ -664,3 +664,11 @@ def test_exports_map_without_globals_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "exports.map").write_text("{ local: *; };\n", encoding="utf-8")
     with pytest.raises(BuildError, match=r"names no symbol under 'global:'"):
         _compile.exported_symbols(tmp_path)
+
+
+def test_windows_toolchain_from_a_localized_banner(windows: Windows) -> None:
+    banner = "Microsoft(R) C/C++ Optimizing Compiler バージョン 19.40.33811 (x64)"
+    windows.cl.write_text(f"#!/bin/sh\necho '{banner}' >&2\nexit 2\n", encoding="utf-8")
+    plan = windows.plan(windows_torch(windows.inputs.tmp / "win"))
+    assert plan.toolchain == "msvc 19.40.33811"
+    assert plan.compiler_banner == banner
