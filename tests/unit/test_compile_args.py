@@ -392,9 +392,21 @@ printf '%s\n' "$@" > "@ARGV@"
 for a in "$@"; do
   case "$a" in
     /Fe*) out="${a#/Fe}" ;;
-    /IMPLIB:*) lib=$(printf '%s' "${a#/IMPLIB:}" | tr '\\' /) ;;
+    /IMPLIB:*)
+      # Backslashes to slashes with shell builtins only: the test's PATH has no tr/sed.
+      raw="${a#/IMPLIB:}"; lib=""
+      while :; do
+        case "$raw" in
+          *\\*) lib="$lib${raw%%\\*}/"; raw="${raw#*\\}" ;;
+          *) lib="$lib$raw"; break ;;
+        esac
+      done ;;
   esac
 done
+if [ -z "${out:-}" ] || [ -z "${lib:-}" ]; then
+  echo "fake cl: the driver passed no /Fe or no /IMPLIB" >&2
+  exit 1
+fi
 printf 'MZ fake dll' > "$out"
 printf 'import lib' > "$lib"
 printf 'exports' > "${lib%.lib}.exp"
