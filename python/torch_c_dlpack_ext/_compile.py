@@ -343,6 +343,37 @@ def find_dlpack_include(dlpack_include: Path | None = None) -> tuple[Path, str]:
     return Path(dlpack_include).resolve(), f"{major}.{minor}"
 
 
+def _locate_compiler(
+    cxx: str | os.PathLike[str] | None,
+    environ: Mapping[str, str],
+    *,
+    defaults: tuple[str, ...],
+    bad_request: str,
+    none_found: str,
+) -> tuple[str, str]:
+    """``(path, origin)`` of the compiler: ``cxx``, else ``$CXX``, else the first of
+    ``defaults`` on PATH. Raises :class:`CompilerNotFoundError` with ``bad_request``
+    (what to pass instead) or ``none_found`` (how to get one)."""
+    path_var = environ.get("PATH", "")
+    if cxx is not None:
+        requested, origin = os.fspath(cxx), "the cxx argument"
+    elif environ.get("CXX"):
+        requested, origin = environ["CXX"], "$CXX"
+    else:
+        for name in defaults:
+            found = shutil.which(name, path=path_var)
+            if found is not None:
+                return found, "PATH"
+        raise CompilerNotFoundError(none_found)
+    found = shutil.which(requested, path=path_var)
+    if found is None:
+        raise CompilerNotFoundError(
+            f"C++ compiler {requested!r} (from {origin}) does not exist or is not "
+            f"executable; {bad_request}"
+        )
+    return found, origin
+
+
 def find_compiler(
     cxx: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
@@ -360,27 +391,16 @@ def find_compiler(
     platform = sys.platform if platform is None else platform
     if platform.startswith("win"):
         return _find_msvc(cxx, environ)
-    path_var = environ.get("PATH", "")
-    if cxx is not None:
-        requested, origin = os.fspath(cxx), "the cxx argument"
-    elif environ.get("CXX"):
-        requested, origin = environ["CXX"], "$CXX"
-    else:
-        requested, origin = "", "PATH"
-    if requested:
-        found = shutil.which(requested, path=path_var)
-        if found is None:
-            raise CompilerNotFoundError(
-                f"C++ compiler {requested!r} (from {origin}) does not exist or is not "
-                "executable; pass the path of g++/clang++ or install one (apt install g++)"
-            )
-    else:
-        found = shutil.which("c++", path=path_var) or shutil.which("g++", path=path_var)
-        if found is None:
-            raise CompilerNotFoundError(
-                "no C++ compiler: $CXX is unset and neither c++ nor g++ is on PATH; "
-                "install g++ (apt install g++) or set CXX=/path/to/compiler"
-            )
+    found, _ = _locate_compiler(
+        cxx,
+        environ,
+        defaults=("c++", "g++"),
+        bad_request="pass the path of g++/clang++ or install one (apt install g++)",
+        none_found=(
+            "no C++ compiler: $CXX is unset and neither c++ nor g++ is on PATH; "
+            "install g++ (apt install g++) or set CXX=/path/to/compiler"
+        ),
+    )
     try:
         proc = run([found, "--version"], echo=False)
     except CommandError as exc:
@@ -396,26 +416,15 @@ def _find_msvc(
     cxx: str | os.PathLike[str] | None, environ: Mapping[str, str]
 ) -> tuple[str, str, str]:
     """MSVC's ``cl``: ``cxx``, else ``$CXX``, else ``cl.exe`` on PATH (a VS dev environment)."""
-    path_var = environ.get("PATH", "")
-    if cxx is not None:
-        requested, origin = os.fspath(cxx), "the cxx argument"
-    elif environ.get("CXX"):
-        requested, origin = environ["CXX"], "$CXX"
-    else:
-        requested, origin = "", "PATH"
-    if requested:
-        found = shutil.which(requested, path=path_var)
-        if found is None:
-            raise CompilerNotFoundError(
-                f"C++ compiler {requested!r} (from {origin}) does not exist or is not "
-                f"executable; pass the path of MSVC's cl.exe, or {_WANT_MSVC}"
-            )
-    else:
-        found = shutil.which("cl.exe", path=path_var) or shutil.which("cl", path=path_var)
-        if found is None:
-            raise CompilerNotFoundError(
-                f"no C++ compiler: $CXX is unset and MSVC's cl.exe is not on PATH; {_WANT_MSVC}"
-            )
+    found, origin = _locate_compiler(
+        cxx,
+        environ,
+        defaults=("cl.exe", "cl"),
+        bad_request=f"pass the path of MSVC's cl.exe, or {_WANT_MSVC}",
+        none_found=(
+            f"no C++ compiler: $CXX is unset and MSVC's cl.exe is not on PATH; {_WANT_MSVC}"
+        ),
+    )
     if Path(found).stem.lower() != "cl":
         raise CompilerNotFoundError(
             f"{found} (from {origin}) is not MSVC's cl.exe; the Windows build passes cl's "
