@@ -38,9 +38,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "python") not in sys.path:
-    # Run from a checkout (CI jobs, nox) without installing the package.
-    sys.path.insert(0, str(ROOT / "python"))
+# Run from a checkout (CI jobs, nox) without installing the package: the package and
+# the in-tree build backend (the one pyproject reader) come from the tree.
+for _path in (ROOT / "python", ROOT):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from packaging.specifiers import SpecifierSet  # noqa: E402 - needs the path set above
 from packaging.tags import sys_tags  # noqa: E402
@@ -352,15 +354,9 @@ def github_matrix(matrix: Any, *, requires_python: str | None = None) -> dict[st
 
 def requires_python(pyproject: Path = ROOT / "pyproject.toml") -> str | None:
     """``[project] requires-python`` of the project."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # the release tooling runs on 3.11+; tomli for older interpreters
-        import tomli as tomllib  # type: ignore[import-not-found]
-    try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{pyproject}: not readable TOML ({exc})") from None
-    value = data.get("project", {}).get("requires-python")
+    from build_backend._metadata import load_pyproject
+
+    value = load_pyproject(pyproject.parent).get("project", {}).get("requires-python")
     return str(value) if value is not None else None
 
 
