@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import functools
 import json
 import os
 import platform as host_platform
@@ -125,11 +126,19 @@ def _python_missing(python: str) -> str | None:
     return None
 
 
-def _outside_requires_python(python: str) -> str | None:
+@functools.cache
+def _requires_python() -> str | None:
+    """``[project] requires-python``, read once per run rather than once per cell."""
     from build_backend._metadata import load_pyproject
+
+    value = load_pyproject(ROOT).get("project", {}).get("requires-python")
+    return str(value) if value is not None else None
+
+
+def _outside_requires_python(python: str) -> str | None:
     from packaging.specifiers import SpecifierSet
 
-    spec = load_pyproject(ROOT).get("project", {}).get("requires-python")
+    spec = _requires_python()
     if spec and f"{python}.0" not in SpecifierSet(spec):
         return f"Python {python} is outside requires-python {spec} (torch supports it, we do not)"
     return None
