@@ -10,8 +10,10 @@ Python interpreter.
 
 Libraries land in ``build/cells/<cpXY>-<platform>/`` with a manifest; then
 :mod:`devtools.wheels` packs the combined, variant and universal wheels, the
-variants index and the sdist into ``dist/``. A report goes to
-``build/build-report.json`` (dist/ holds only what gets published).
+variants index and the sdist into ``dist/``. A report (``build-report.json``) goes
+beside the output folder, never into it (dist/ holds only what gets published):
+``build/build-report.json`` by default, ``<DIR>/../build-report.json`` with
+``--out DIR``, or wherever ``--report`` says.
 
 ``--assemble-from DIR`` skips compiling: it merges the single-job wheels CI's
 cibuildwheel runs produced into the same artifacts.
@@ -27,6 +29,7 @@ import json
 import os
 import platform as host_platform
 import sys
+import textwrap
 import time
 import urllib.error
 import urllib.request
@@ -54,7 +57,10 @@ __all__ = [
 #: Seconds to wait for an index before calling it unreachable.
 INDEX_TIMEOUT_S = 5.0
 DEFAULT_BUILD_DIR = ROOT / "build" / "cells"
+DEFAULT_OUT = ROOT / "dist"
 REPORT_NAME = "build-report.json"
+#: Width of the note column of the final table (and of a progress line's detail).
+NOTE_WIDTH = 90
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +231,7 @@ def _progress(done: int, total: int, started: float, result: CellResult, *, to_b
     _BUILT.append(result.status != "skipped")
     built = sum(_BUILT)
     eta = elapsed / built * (to_build - built) if built else 0.0
-    detail = result.reason.splitlines()[0][:120] if result.reason else f"{result.size} bytes"
+    detail = clip(result.reason, 120) if result.reason else f"{result.size} bytes"
     print(
         f"[cell {done}/{total}] {result.cell}: {result.status} in {result.seconds:.1f} s "
         f"({detail}); elapsed {elapsed:.0f} s, ETA ~{eta:.0f} s",
@@ -326,12 +332,24 @@ def build_cells_for_wheel(patterns: list[str], build_dir: Path) -> tuple[list[An
     return pairs, python
 
 
+def clip(text: str, width: int = NOTE_WIDTH) -> str:
+    """The first line of ``text`` in at most ``width`` characters, cut at a word
+    boundary with an ellipsis (a single word longer than that is cut inside it)."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    if len(line) <= width:
+        return line
+    short = textwrap.shorten(line, width=width, placeholder=" \N{HORIZONTAL ELLIPSIS}")
+    if short.strip() == "\N{HORIZONTAL ELLIPSIS}":  # no word boundary early enough
+        return line[: width - 1] + "\N{HORIZONTAL ELLIPSIS}"
+    return short
+
+
 def print_table(results: Sequence[CellResult]) -> None:
-    """The final table: cell, status, seconds, size."""
+    """The final table: cell, status, seconds, size, and the note clipped at a word."""
     width = max([len(r.cell) for r in results] + [4])
     print(f"{'cell':<{width}}  {'status':<8} {'seconds':>8} {'size':>10}  note")
     for r in results:
-        note = r.reason.splitlines()[0][:90] if r.reason else ""
+        note = clip(r.reason) if r.reason else ""
         size = f"{r.size}" if r.size else "-"
         print(f"{r.cell:<{width}}  {r.status:<8} {r.seconds:>8.1f} {size:>10}  {note}")
 
@@ -347,7 +365,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--all-pythons", action="store_true", help="every Python of the matrix")
     parser.add_argument("--jobs", type=int, default=1, help="cells built in parallel (processes)")
     parser.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
-    parser.add_argument("--out", type=Path, default=ROOT / "dist")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="where the wheels and the sdist go (default: dist/)"
+    )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        help="the JSON report (default: build/build-report.json, or beside --out DIR)",
+    )
     parser.add_argument("--no-assemble", action="store_true", help="compile only")
     parser.add_argument("--no-repair", action="store_true", help="skip auditwheel repair")
     parser.add_argument(
@@ -366,13 +392,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
 
 
+def report_path(args: argparse.Namespace, build_dir: Path) -> Path:
+    """Where the report goes: ``--report``; else beside ``--out`` (never inside it,
+    dist/ holds only what gets published); else ``build/build-report.json``."""
+    if args.report is not None:
+        return Path(args.report).resolve()
+    if args.out is not None:
+        return Path(args.out).resolve().parent / REPORT_NAME
+    return build_dir.parent / REPORT_NAME
+
+
 def _main(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ConfigError(f"--jobs {args.jobs}: must be 1 or more")
+    out = Path(args.out) if args.out is not None else DEFAULT_OUT
     if args.assemble_from is not None:
         from devtools import wheels
 
-        made = wheels.assemble_from_wheels(args.assemble_from, args.out)
+        made = wheels.assemble_from_wheels(args.assemble_from, out)
         for path in made:
             print(f"wrote {path}")
         return 0
@@ -406,15 +443,16 @@ def _main(args: argparse.Namespace) -> int:
         groups = sorted(
             {group_dir(build_dir, c) for c in cells if group_dir(build_dir, c).is_dir()}
         )
-        artifacts = wheels.assemble_dist(groups, args.out, matrix=matrix, repair=not args.no_repair)
+        artifacts = wheels.assemble_dist(groups, out, matrix=matrix, repair=not args.no_repair)
         report["artifacts"] = [
             {"file": p.name, "size": p.stat().st_size} for p in artifacts if p.is_file()
         ]
         for path in artifacts:
             print(f"wrote {path} ({path.stat().st_size} bytes)")
-    report_path = build_dir.parent / REPORT_NAME
-    atomic_write_bytes(report_path, (json.dumps(report, indent=2) + "\n").encode())
-    print(f"report: {report_path}; wall time {wall:.1f} s")
+    path = report_path(args, build_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, (json.dumps(report, indent=2) + "\n").encode())
+    print(f"report: {path}; wall time {wall:.1f} s")
     return 1 if any(r.status == "failed" for r in results) else 0
 
 
