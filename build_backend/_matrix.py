@@ -8,6 +8,8 @@ file is validated on read: an unknown key, platform, backend or index raises
 A *cell* is one library: (Python, platform, torch minor, backend, C++ ABI). Each
 ``[[torch.wheel]]`` flavour yields its own backend's library and the CPU library
 of the same ABI; when two flavours yield the same cell the first listed wins.
+Pythons outside the project's ``requires-python`` (read from the
+``pyproject.toml`` next to ``matrix.toml``) yield no cell at all.
 """
 
 from __future__ import annotations
@@ -44,10 +46,14 @@ SCHEMA = 1
 
 _TOP_KEYS = ("schema", "platforms", "indexes", "backends", "torch")
 _PLATFORM_KEYS = ("os", "machine", "runner", "cibw_platform", "cibw_arch", "image")
-_BACKEND_KEYS = ("toolchain", "image")
+_BACKEND_KEYS = ("toolchain", "images", "allow_failure")
 _TORCH_KEYS = ("minor", "release", "python", "python_exclude", "wheel")
 _WHEEL_KEYS = ("index", "backend", "toolkit", "toolkit_requirements", "platforms", "cxx11_abi")
 _OSES = ("linux", "windows", "macos")
+
+
+#: How many close matches an unknown cell id is answered with.
+_CLOSE_MATCHES = 5
 
 
 def _hint(value: str, choices: Iterable[str]) -> str:
@@ -161,6 +167,13 @@ class Cell:
     wheel: TorchWheel
     #: The torch minor ships with both ABIs on this platform (labels must tell them apart).
     abi_ambiguous: bool
+    #: Builder image of the cell's job (``None``: the platform's default image, if any).
+    image: str | None = None
+    #: The flavour's toolkit when its backend has one builder image per toolkit version
+    #: (ROCm): jobs are split by it, since one job runs in one image.
+    job_toolkit: str | None = None
+    #: Why the cell's job may fail without failing the release (``""``: it may not).
+    allow_failure: str = ""
 
     @property
     def python_tag(self) -> str:
@@ -185,9 +198,12 @@ class Cell:
 
         A GPU flavour's job also builds its CPU libraries, so CPU cells of a
         platform that has GPU flavours belong to the first GPU group that
-        yields them; CPU-only platforms have one ``cpu`` job.
+        yields them; CPU-only platforms have one ``cpu`` job. A backend with
+        one builder image per toolkit version has one job per version
+        (``cp311-linux_x86_64-rocm6.1``): a job runs in one image.
         """
-        return f"{self.python_tag}-{self.platform.name}-{self.wheel.backend.value}"
+        suffix = self.job_toolkit or ""
+        return f"{self.python_tag}-{self.platform.name}-{self.wheel.backend.value}{suffix}"
 
     @property
     def library(self) -> str:
@@ -225,8 +241,21 @@ class Matrix:
     path: Path
     platforms: Mapping[str, Platform]
     indexes: Mapping[str, str]
-    backend_images: Mapping[Backend, str]
+    #: Builder image per toolkit version (``[backends.X.images]``), per backend.
+    backend_images: Mapping[Backend, Mapping[str, str]]
     torch: tuple[TorchMinor, ...]
+    #: ``[project] requires-python``: Pythons outside it yield no cell.
+    requires_python: str | None = None
+    #: ``[backends.X] allow_failure``: why that backend's jobs may fail.
+    allow_failure: Mapping[Backend, str] = dataclasses.field(default_factory=dict)
+
+    def supports_python(self, python: str) -> bool:
+        """``python`` (``"3.11"``) is inside the project's ``requires-python``."""
+        if self.requires_python is None:
+            return True
+        from packaging.specifiers import SpecifierSet
+
+        return SpecifierSet(self.requires_python).contains(f"{python}.0")
 
     def cells(self) -> tuple[Cell, ...]:
         """Every cell, in matrix order (torch minor, flavour, platform, Python, backend)."""
@@ -240,10 +269,13 @@ class Matrix:
                 backends = [wheel.backend] + (
                     [Backend.CPU] if wheel.backend is not Backend.CPU else []
                 )
+                images = self.backend_images.get(wheel.backend, {})
                 for plat_name in wheel.platforms:
                     platform = self.platforms[plat_name]
                     cell_abi = wheel.cxx11_abi.get(plat_name) if platform.dual_abi else None
                     for python in minor.pythons_for(plat_name):
+                        if not self.supports_python(python):
+                            continue
                         for backend in backends:
                             key = (python, plat_name, minor.minor, backend, cell_abi)
                             if key in seen:
@@ -256,12 +288,15 @@ class Matrix:
                                 cxx11_abi=cell_abi,
                                 wheel=wheel,
                                 abi_ambiguous=len(abis.get(plat_name, ())) > 1,
+                                image=images.get(wheel.toolkit or "", platform.image),
+                                job_toolkit=wheel.toolkit if images else None,
+                                allow_failure=self.allow_failure.get(wheel.backend, ""),
                             )
         return tuple(seen.values())
 
     def pythons(self) -> tuple[str, ...]:
-        """Every Python of the matrix, oldest first."""
-        found = {p for minor in self.torch for p in minor.python}
+        """Every Python of the matrix inside ``requires-python``, oldest first."""
+        found = {p for minor in self.torch for p in minor.python if self.supports_python(p)}
         return tuple(sorted(found, key=lambda v: _version_tuple("python", v)))
 
     def select(
@@ -280,9 +315,12 @@ class Matrix:
         cells = self.cells()
         for value in python:
             if value not in self.pythons():
-                raise ConfigError(
-                    f"python {value!r} is not in matrix.toml{_hint(value, self.pythons())}"
+                where = (
+                    f"outside requires-python {self.requires_python!r}"
+                    if any(value in m.python for m in self.torch)
+                    else "not in matrix.toml"
                 )
+                raise ConfigError(f"python {value!r} is {where}{_hint(value, self.pythons())}")
         for value in platform:
             _choice("platform", value, self.platforms)
         if python:
@@ -301,8 +339,10 @@ class Matrix:
             ]
             if not hits:
                 names = sorted({c.id for c in cells} | {c.job_id for c in cells})
+                close = difflib.get_close_matches(pattern, names, n=_CLOSE_MATCHES, cutoff=0.6)
+                hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
                 raise ConfigError(
-                    f"no matrix cell matches {pattern!r}{_hint(pattern, names)}; "
+                    f"no matrix cell matches {pattern[:80]!r}{hint}; "
                     "`nox -s matrix -- --list` prints every cell id"
                 )
             chosen.extend(c for c in hits if c not in chosen)
@@ -316,9 +356,7 @@ class Matrix:
         jobs = []
         for job_id, members in grouped.items():
             first = members[0]
-            image = first.platform.image
-            if first.wheel.backend in self.backend_images:
-                image = self.backend_images[first.wheel.backend]
+            image = first.image
             jobs.append(
                 {
                     "id": job_id,
@@ -329,6 +367,8 @@ class Matrix:
                     "cibw_build": f"{first.python_tag}-*",
                     "arch": first.platform.cibw_arch,
                     "image": image or "",
+                    "toolkit": first.job_toolkit or "",
+                    "allow_failure": first.allow_failure,
                     "cells": [c.id for c in members],
                 }
             )
@@ -421,8 +461,53 @@ def _parse_torch(
     )
 
 
-def parse_matrix(data: Mapping[str, Any], path: Path = MATRIX_FILE) -> Matrix:
-    """Validate parsed TOML and build the :class:`Matrix`. Raises :class:`ConfigError`."""
+def _parse_backends(
+    data: Mapping[str, Any],
+) -> tuple[dict[Backend, dict[str, str]], dict[Backend, str]]:
+    """``[backends.X]``: builder images per toolkit version, and why jobs may fail."""
+    images: dict[Backend, dict[str, str]] = {}
+    allow_failure: dict[Backend, str] = {}
+    for name, raw in dict(data.get("backends", {})).items():
+        _choice("[backends] table name", name, [b.value for b in Backend])
+        where = f"[backends.{name}]"
+        _check_keys(where, raw, _BACKEND_KEYS)
+        table = raw.get("images", {})
+        if not isinstance(table, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in table.items()
+        ):
+            raise ConfigError(f'matrix.toml: {where}.images must be a table toolkit = "image"')
+        for toolkit in table:
+            _version_tuple(f"{where}.images key", toolkit)
+        if table:
+            images[Backend(name)] = dict(table)
+        reason = _str(where, raw, "allow_failure", required=False)
+        if reason:
+            allow_failure[Backend(name)] = reason
+    return images, allow_failure
+
+
+def _check_images(
+    minors: Sequence[TorchMinor], images: Mapping[Backend, Mapping[str, str]]
+) -> None:
+    """A backend with per-version images has one for every version a flavour declares."""
+    for minor in minors:
+        for wheel in minor.wheels:
+            known = images.get(wheel.backend)
+            if known is not None and (wheel.toolkit or "") not in known:
+                raise ConfigError(
+                    f"matrix.toml: torch {minor.minor} {wheel.backend.value} {wheel.toolkit} "
+                    f"({wheel.index}) has no builder image; add it to "
+                    f"[backends.{wheel.backend.value}.images] (known: {', '.join(known)})"
+                )
+
+
+def parse_matrix(
+    data: Mapping[str, Any], path: Path = MATRIX_FILE, *, requires_python: str | None = None
+) -> Matrix:
+    """Validate parsed TOML and build the :class:`Matrix`. Raises :class:`ConfigError`.
+
+    ``requires_python``: the project's specifier; Pythons outside it yield no cell.
+    """
     _check_keys("the top level", data, _TOP_KEYS)
     if data.get("schema") != SCHEMA:
         raise ConfigError(f"matrix.toml: schema {data.get('schema')!r}, this reader reads {SCHEMA}")
@@ -446,13 +531,7 @@ def parse_matrix(data: Mapping[str, Any], path: Path = MATRIX_FILE) -> Matrix:
     for name, url in indexes.items():
         if not isinstance(url, str) or not url.startswith("https://"):
             raise ConfigError(f"matrix.toml: [indexes] {name} = {url!r} must be an https:// URL")
-    images: dict[Backend, str] = {}
-    for name, raw in dict(data.get("backends", {})).items():
-        _choice("[backends] table name", name, [b.value for b in Backend])
-        _check_keys(f"[backends.{name}]", raw, _BACKEND_KEYS)
-        image = _str(f"[backends.{name}]", raw, "image", required=False)
-        if image:
-            images[Backend(name)] = image
+    images, allow_failure = _parse_backends(data)
     torch_raw = data.get("torch")
     if not isinstance(torch_raw, list) or not torch_raw:
         raise ConfigError("matrix.toml: no [[torch]] tables")
@@ -462,13 +541,40 @@ def parse_matrix(data: Mapping[str, Any], path: Path = MATRIX_FILE) -> Matrix:
     names = [m.minor for m in minors]
     if len(set(names)) != len(names):
         raise ConfigError(f"matrix.toml: a torch minor is listed twice: {names}")
+    _check_images(minors, images)
     return Matrix(
-        path=path, platforms=platforms, indexes=indexes, backend_images=images, torch=minors
+        path=path,
+        platforms=platforms,
+        indexes=indexes,
+        backend_images=images,
+        torch=minors,
+        requires_python=requires_python,
+        allow_failure=allow_failure,
     )
 
 
+def _requires_python(pyproject: Path) -> str | None:
+    if not pyproject.is_file():
+        return None
+    from build_backend._metadata import load_pyproject
+
+    value = load_pyproject(pyproject.parent).get("project", {}).get("requires-python")
+    if value is None:
+        return None
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        SpecifierSet(str(value))
+    except InvalidSpecifier:
+        raise ConfigError(f"{pyproject}: requires-python {value!r} is not a specifier") from None
+    return str(value)
+
+
 def load_matrix(path: Path | None = None) -> Matrix:
-    """Read and validate ``matrix.toml`` (default: the one next to ``build_backend/``)."""
+    """Read and validate ``matrix.toml`` (default: the one next to ``build_backend/``).
+
+    The ``pyproject.toml`` next to it, when there is one, supplies ``requires-python``.
+    """
     path = MATRIX_FILE if path is None else path
     try:
         raw = path.read_bytes()
@@ -478,4 +584,6 @@ def load_matrix(path: Path | None = None) -> Matrix:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
-    return parse_matrix(data, path)
+    return parse_matrix(
+        data, path, requires_python=_requires_python(path.parent / "pyproject.toml")
+    )

@@ -2,8 +2,10 @@
 
 One entry per cibuildwheel job (Python x platform x backend group), each with
 the fields the release workflow uses (``id``, ``runner``, ``python``,
-``cibw_build``, ``arch``, ``image``) and the cell ids it builds. The job id is
-what the workflow passes to the backend as ``TORCH_C_DLPACK_EXT_CELLS``.
+``cibw_build``, ``arch``, ``image``, ``toolkit``, ``allow_failure``) and the
+cell ids it builds (``cells``): the workflow passes exactly those, comma-joined,
+to the backend as ``TORCH_C_DLPACK_EXT_CELLS``, so ``--only`` limits the build
+to the cells it names, not to whole jobs.
 """
 
 from __future__ import annotations

@@ -46,7 +46,8 @@ def test_torch_minors_and_releases_built_against() -> None:
 @pytest.mark.parametrize(
     ("minor", "pythons"),
     [
-        ("2.4", ("3.8", "3.9", "3.10", "3.11", "3.12")),
+        # torch 2.4.1 also has cp38 wheels; requires-python >= 3.9 leaves 3.8 out.
+        ("2.4", ("3.9", "3.10", "3.11", "3.12")),
         ("2.5", ("3.9", "3.10", "3.11", "3.12", "3.13")),
         ("2.6", ("3.9", "3.10", "3.11", "3.12", "3.13")),
         ("2.7", ("3.9", "3.10", "3.11", "3.12", "3.13")),
@@ -167,8 +168,18 @@ def test_select_patterns_and_typos() -> None:
     assert len(job) == 6
     with pytest.raises(
         ConfigError, match=r"no matrix cell matches 'cp311-linux_x86_64-t28_cdua'.*did you mean"
-    ):
+    ) as typo:
         MATRIX.select(["cp311-linux_x86_64-t28_cdua"])
+    message = str(typo.value)
+    # A few close matches and how to list all, never the whole matrix on one line.
+    assert "'cp311-linux_x86_64-t28_cuda'" in message
+    assert "nox -s matrix -- --list" in message
+    assert 1 <= message.count("'cp") - 1 <= 5
+    assert len(message) < 400
+    with pytest.raises(ConfigError) as nonsense:
+        MATRIX.select(["nonsense" * 1000])
+    assert "did you mean" not in str(nonsense.value)
+    assert len(str(nonsense.value)) < 200
     with pytest.raises(ConfigError, match=r"python '3\.7'"):
         MATRIX.select(python=["3.7"])
     with pytest.raises(ConfigError, match="did you mean 'linux_x86_64'"):
@@ -185,7 +196,9 @@ def test_jobs_group_cells_by_python_platform_backend() -> None:
     assert job["cibw_build"] == "cp311-*"
     assert "cp311-linux_x86_64-t28_cuda" in job["cells"]
     assert "cp311-linux_x86_64-t28_cpu" in job["cells"]
-    assert by_id["cp311-linux_x86_64-rocm"]["image"].startswith("rocm/")
+    assert by_id["cp311-linux_x86_64-rocm6.4"]["image"].startswith("rocm/")
+    assert job["allow_failure"] == ""
+    assert by_id["cp311-linux_x86_64-rocm6.4"]["allow_failure"]
     covered = [cell for job in jobs for cell in job["cells"]]
     assert sorted(covered) == sorted(c.id for c in MATRIX.cells())
 
@@ -197,12 +210,63 @@ def test_nox_matrix_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
     data = json.loads(capsys.readouterr().out)
     assert {job["id"] for job in data["include"]} == {
         "cp311-linux_x86_64-cuda",
-        "cp311-linux_x86_64-rocm",
+        "cp311-linux_x86_64-rocm6.1",
+        "cp311-linux_x86_64-rocm6.2",
+        "cp311-linux_x86_64-rocm6.2.4",
+        "cp311-linux_x86_64-rocm6.3",
+        "cp311-linux_x86_64-rocm6.4",
     }
     out = tmp_path / "m.json"
     assert main(["--only", "cp39-macosx_11_0_arm64-cpu", "--output", str(out)]) == 0
     assert json.loads(out.read_text())["include"][0]["runner"] == "macos-14"
     assert main(["--only", "nope"]) == 2
+
+
+def test_no_cell_for_a_python_outside_requires_python() -> None:
+    # The real matrix: every cell's Python is allowed by pyproject's requires-python.
+    from packaging.specifiers import SpecifierSet
+
+    assert MATRIX.requires_python is not None
+    allowed = SpecifierSet(MATRIX.requires_python)
+    assert all(f"{c.python}.0" in allowed for c in MATRIX.cells())
+    # A matrix listing a Python the project does not support yields no cell for it.
+    data = _fixture()
+    data["torch"][0]["python"] = ["3.8", "3.11"]
+    assert {c.python for c in parse_matrix(data).cells()} == {"3.8", "3.11"}
+    matrix = parse_matrix(data, requires_python=">=3.9")
+    assert {c.python for c in matrix.cells()} == {"3.11"}
+    assert matrix.pythons() == ("3.11",)
+    assert {job["python"] for job in matrix.jobs()} == {"3.11"}
+    with pytest.raises(ConfigError, match=r"python '3\.8' is outside requires-python '>=3\.9'"):
+        matrix.select(python=["3.8"])
+    with pytest.raises(ConfigError, match="no matrix cell matches 'cp38-"):
+        matrix.select(["cp38-linux_x86_64-t26_cpu_abi0"])
+
+
+def test_rocm_builder_image_per_declared_rocm_version() -> None:
+    # D9: each ROCm library is built in an image of the ROCm version it is labelled
+    # with (matrix toolkit -> variant property amd :: rocm_version), one job per image.
+    rocm = [c for c in MATRIX.cells() if c.backend is Backend.ROCM]
+    assert rocm
+    for cell in rocm:
+        assert cell.image is not None
+        assert f"rocm{cell.toolkit}-" in cell.image, (cell.id, cell.image)
+        assert cell.job_id.endswith(f"-rocm{cell.toolkit}")
+        assert cell.allow_failure
+    jobs = MATRIX.jobs()
+    for job in jobs:
+        images = {c.image for c in MATRIX.select(job["cells"])}
+        assert images == {job["image"] or None}, job["id"]
+
+
+def test_every_job_image_is_pinned_and_from_the_matrix() -> None:
+    for job in MATRIX.jobs():
+        platform = MATRIX.platforms[job["platform"]]
+        if platform.os != "linux":
+            assert job["image"] == ""
+        elif job["backend"] != "rocm":
+            assert job["image"] == platform.image
+            assert re.search(r":\d{4}\.\d{2}\.\d{2}-\d+$", job["image"]), job["image"]
 
 
 # --- validation -----------------------------------------------------------------
@@ -246,6 +310,12 @@ def test_fixture_matrix_parses() -> None:
         (lambda d: d["platforms"]["linux_x86_64"].update(os="linnux"), "did you mean 'linux'"),
         (lambda d: d["indexes"].update(pypi="http://pypi.org/simple"), "must be an https:// URL"),
         (lambda d: d.update(schema=2), "schema 2"),
+        (
+            lambda d: d.update(backends={"cuda": {"images": {"12.4": "img:1"}}}),
+            r"torch 2\.6 cuda 12\.6 \(other\) has no builder image",
+        ),
+        (lambda d: d.update(backends={"cuda": {"images": {"12.4": ""}}}), "must be a table"),
+        (lambda d: d.update(backends={"cuda": {"image": "x"}}), "did you mean 'images'"),
     ],
 )
 def test_validation_errors(mutate, message: str) -> None:  # type: ignore[no-untyped-def]
