@@ -11,6 +11,8 @@ ABIs of 2.6) never share a library.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
 import sys
 import tempfile
@@ -19,13 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from ._loader import LOCK, LoadedLibrary, Status, open_library, publish
-from ._manifest import verify_file
-from ._naming import Backend, default_cache_dir, env_var
+from ._manifest import ManifestEntry, verify_file
+from ._naming import Backend, default_cache_dir, env_var, library_filename
 from ._select import DecisionKind
 from ._settings import Settings
 from ._torchinfo import TorchInfo
 from ._version import __version__
-from .errors import BuildError, ConfigError, TorchCDLPackExtError, TorchInstallError
+from .errors import (
+    BuildError,
+    ConfigError,
+    ManifestError,
+    TorchCDLPackExtError,
+    TorchInstallError,
+)
 
 __all__ = ["build_and_load", "build_for_current_torch", "cache_key", "python_tag"]
 
@@ -50,8 +58,34 @@ def cache_key(info: TorchInfo, backend: Backend, pytag: str) -> str:
     return f"torch{readable}-{backend.value}-{pytag}-{digest}"
 
 
-def _cache_root(settings: Settings) -> Path:
-    return settings.cache_dir if settings.cache_dir is not None else default_cache_dir()
+def _cache_root(settings: Settings) -> tuple[Path, str]:
+    """The cache root and the fix a message should advise when it is unusable (the
+    setting it came from: the project's variable, ``XDG_CACHE_HOME``, or neither)."""
+    cache_var = env_var("CACHE_DIR")
+    point = f"point {cache_var} at a writable directory"
+    if settings.cache_dir is not None:
+        return settings.cache_dir, f"{cache_var} names it; {point}"
+    root = default_cache_dir()
+    if os.environ.get(cache_var):
+        return root, f"{cache_var} names it; {point}"
+    if not sys.platform.startswith(("win", "darwin")) and os.environ.get("XDG_CACHE_HOME"):
+        return root, f"it is under XDG_CACHE_HOME; make that writable, or {point}"
+    return root, f"it is the user cache directory; make it writable, or {point}"
+
+
+def _reuse_read_only(output_dir: Path, info: TorchInfo, backend: Backend) -> Path | None:
+    """The library an earlier build left in a cache directory we cannot write to, if
+    its build record matches this torch and its size and sha256 still check out."""
+    major, minor = info.major_minor
+    name = library_filename(major, minor, backend, info.cxx11_abi)
+    try:
+        record = json.loads((output_dir / f"{name}.build.json").read_text(encoding="utf-8"))
+        entry = ManifestEntry.from_json(record.get("entry") if isinstance(record, dict) else None)
+        if (entry.file, entry.torch_build, entry.backend) != (name, info.version, backend):
+            return None
+        return verify_file(entry, output_dir)
+    except (OSError, ValueError, ManifestError):
+        return None
 
 
 def build_and_load(
@@ -64,16 +98,21 @@ def build_and_load(
     missing compiler or DLPack header, :class:`LibraryLoadError` if the result
     does not load.
     """
-    output_dir = _cache_root(settings) / cache_key(info, backend, python_tag())
+    root, fix = _cache_root(settings)
+    output_dir = root / cache_key(info, backend, python_tag())
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         # A unique name: several processes may probe the same directory at once.
         with tempfile.TemporaryFile(dir=output_dir):
             pass
     except OSError as exc:
+        # A read-only cache (a shared or baked-in one) that already holds the build.
+        reused = _reuse_read_only(output_dir, info, backend)
+        if reused is not None:
+            return open_library(reused)
         raise ConfigError(
-            f"JIT cache directory {output_dir} is not writable ({exc.strerror}); "
-            f"point {env_var('CACHE_DIR')} at a writable directory"
+            f"JIT cache directory {root} is not writable ({exc.strerror or exc}) and holds "
+            f"no build for torch {info.version} ({backend.value}); {fix}"
         ) from None
     from . import _compile
 
@@ -100,6 +139,10 @@ def build_for_current_torch(environ: Mapping[str, str]) -> tuple[Status, Path]:
     with LOCK:
         info = TorchInfo.from_torch(torch)
         settings = Settings.from_env(environ)
+        for problem in settings.problems:
+            # A bad BACKEND must not quietly become the detected backend.
+            if problem.variable in (env_var("BACKEND"), env_var("CACHE_DIR")):
+                raise ConfigError(f"cannot build for the current torch: {problem.message}")
         backend = settings.backend or info.backend
         loaded = build_and_load(torch, info, backend, settings)
         publish(torch, loaded.pointer)

@@ -151,3 +151,79 @@ except CompilerNotFoundError as exc:
     proc = run_python(code, pythonpath=[empty_package], env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "typed: no C++ compiler" in proc.stdout
+
+
+READ_ONLY = r"""
+import json, tempfile
+def refuse(*args, **kwargs):
+    raise PermissionError(13, "Permission denied")
+tempfile.TemporaryFile = refuse  # the cache directory behaves as read-only
+import torch_c_dlpack_ext as pkg
+from torch_c_dlpack_ext.errors import ConfigError
+try:
+    path = pkg.build_for_current_torch()
+except ConfigError as exc:
+    print(json.dumps({"error": str(exc)}))
+else:
+    print(json.dumps({"path": str(path), "kind": pkg.status().kind.value}))
+"""
+
+
+@pytest.mark.slow
+def test_read_only_cache_holding_the_build_is_reused(
+    empty_package: Path, jit_cache: Path, tmp_path: Path
+) -> None:
+    # Runs after the build above (same cache): nothing may be written, nothing compiles.
+    env = clean_env(**{P + "CACHE_DIR": str(jit_cache)})
+    proc = run_python(READ_ONLY, pythonpath=[empty_package], env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result.get("kind") == "jit", result
+    assert Path(result["path"]).parent.parent == jit_cache
+    assert "compiled libtorch_c_dlpack_ext" not in proc.stderr
+
+    # A read-only cache without the build: one clear error naming the variable to change.
+    empty = tmp_path / "empty-cache"
+    env = clean_env(**{P + "CACHE_DIR": str(empty)})
+    proc = run_python(READ_ONLY, pythonpath=[empty_package], env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    error = json.loads(proc.stdout.strip().splitlines()[-1])["error"]
+    assert f"JIT cache directory {empty} is not writable (Permission denied)" in error
+    assert f"holds no build for torch {torch.__version__}" in error
+    assert f"{P}CACHE_DIR names it; point {P}CACHE_DIR at a writable directory" in error
+
+
+ERROR = r"""
+import torch_c_dlpack_ext as pkg
+from torch_c_dlpack_ext.errors import ConfigError
+try:
+    pkg.build_for_current_torch()
+except ConfigError as exc:
+    print("ConfigError:", exc)
+"""
+
+
+def test_unusable_xdg_cache_home_is_named_as_the_cause(empty_package: Path, tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "cache-file"
+    not_a_dir.write_text("a file where the cache directory should be\n", encoding="utf-8")
+    env = clean_env(XDG_CACHE_HOME=str(not_a_dir))
+    proc = run_python(ERROR, pythonpath=[empty_package], env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith(f"ConfigError: JIT cache directory {not_a_dir / 'torch-c-dlpack-ext'}")
+    assert "(Not a directory)" in line
+    assert "it is under XDG_CACHE_HOME; make that writable" in line
+    assert f"{P}CACHE_DIR names it" not in line
+
+
+def test_bad_backend_fails_instead_of_building_another(empty_package: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    env = clean_env(**{P + "BACKEND": "tpu", P + "CACHE_DIR": str(cache)})
+    proc = run_python(ERROR, pythonpath=[empty_package], env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith("ConfigError: cannot build for the current torch:")
+    assert f"{P}BACKEND" in line
+    assert "'tpu'" in line
+    assert "cpu, cuda, rocm" in line
+    assert not cache.exists(), "nothing may be built for another backend"
