@@ -244,6 +244,31 @@ class Status(FrozenRecord):
         """True if this package set the attributes on ``torch.Tensor``."""
         return self.kind in (DecisionKind.LOAD, DecisionKind.JIT, DecisionKind.PUBLISH_LEGACY)
 
+    def __str__(self) -> str:
+        """A few lines for people (``print(status())``): the outcome, the library, the
+        reason, the fix, and each warning that does not just restate the reason; long
+        values are clipped. ``repr()`` and the fields keep everything."""
+
+        def clip(text: str, width: int = 200) -> str:
+            text = " ".join(text.split())
+            return text if len(text) <= width else text[: width - 3].rstrip() + "..."
+
+        if self.torch is None:
+            torch = "torch not importable"
+        else:
+            torch = f"torch {self.torch.version}, {self.torch.backend.value}"
+        lines = [f"torch-c-dlpack-ext: {self.kind.value} ({torch})"]
+        if self.library is not None:
+            lines.append(f"  library: {clip(str(self.library))}")
+        if self.reason:
+            lines.append(f"  reason:  {clip(self.reason)}")
+        if self.remedy:
+            lines.append(f"  fix:     {clip(self.remedy)}")
+        lines.extend(
+            f"  warning: {clip(w)}" for w in self.warnings if not (self.reason and self.reason in w)
+        )
+        return "\n".join(lines)
+
 
 _PACKAGE_PREFIX = os.path.dirname(__file__) + os.sep
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 import torch_c_dlpack_ext
+from torch_c_dlpack_ext._naming import Backend
 from torch_c_dlpack_ext._select import DecisionKind
+from torch_c_dlpack_ext._torchinfo import TorchInfo
 
 
 def test_all_is_pinned() -> None:
@@ -65,7 +68,6 @@ def test_shipped_and_build_code_avoids_python310_only_dataclass_options() -> Non
     the build backend and devtools it would break the cp39 wheel builds, which run
     them under the target Python."""
     import ast
-    from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
     sources = [
@@ -82,3 +84,65 @@ def test_shipped_and_build_code_avoids_python310_only_dataclass_options() -> Non
         and any(kw.arg in {"kw_only", "slots", "match_args"} for kw in node.keywords)
     ]
     assert offenders == []
+
+
+def _info() -> TorchInfo:
+    return TorchInfo(
+        version="2.8.0+cu128",
+        backend=Backend.CUDA,
+        cxx11_abi=True,
+        cuda_version="12.8",
+        hip_version=None,
+        has_capsule=False,
+        has_legacy_int=False,
+    )
+
+
+def test_status_str_is_a_short_summary_without_repeats() -> None:
+    reason = "no bundled library matches torch 2.8.0+cu128 (cuda cxx11abi1)"
+    remedy = "reinstall torch-c-dlpack-ext: pip install --force-reinstall torch-c-dlpack-ext"
+    fallback = "the cuda library failed to load; using the CPU library instead"
+    status = torch_c_dlpack_ext.Status(
+        kind=DecisionKind.UNAVAILABLE,
+        torch=_info(),
+        reason=reason,
+        remedy=remedy,
+        # The final warning restates reason and remedy; the other says something new.
+        warnings=(fallback, f"torch-c-dlpack-ext: {reason}. {remedy}. torch.Tensor unchanged"),
+    )
+    assert str(status).splitlines() == [
+        "torch-c-dlpack-ext: unavailable (torch 2.8.0+cu128, cuda)",
+        f"  reason:  {reason}",
+        f"  fix:     {remedy}",
+        f"  warning: {fallback}",
+    ]
+    # The fields stay structured and complete.
+    assert status.warnings[1].startswith("torch-c-dlpack-ext: no bundled library")
+    assert status.reason == reason
+
+    loaded = torch_c_dlpack_ext.Status(
+        kind=DecisionKind.LOAD, library=Path("/site/libx.so"), torch=None, reason="matches"
+    )
+    assert str(loaded).splitlines() == [
+        "torch-c-dlpack-ext: load (torch not importable)",
+        "  library: /site/libx.so",
+        "  reason:  matches",
+    ]
+
+
+def test_status_str_clips_long_values() -> None:
+    status = torch_c_dlpack_ext.Status(
+        kind=DecisionKind.UNAVAILABLE, reason="bad file " + "x" * 5000, remedy="fix\nit"
+    )
+    text = str(status)
+    assert len(text) < 500
+    assert max(len(line) for line in text.splitlines()) <= 211
+    assert "..." in text
+    assert "  fix:     fix it" in text.splitlines()
+
+
+def test_status_str_of_the_running_import() -> None:
+    text = str(torch_c_dlpack_ext.status())
+    assert text.startswith("torch-c-dlpack-ext: ")
+    assert 1 < len(text.splitlines()) <= 8
+    assert torch_c_dlpack_ext.status().reason[:40] in text
