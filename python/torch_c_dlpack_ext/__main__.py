@@ -158,7 +158,33 @@ def collect(device: str = "cpu") -> dict[str, Any]:
     return report
 
 
-def _print_table(report: dict[str, Any]) -> None:
+#: Longest value the table prints (``--json`` keeps everything).
+_VALUE_WIDTH = 400
+#: Longest file name the table prints.
+_FILE_WIDTH = 100
+
+
+def _clip(text: str, width: int = _VALUE_WIDTH) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 3].rstrip() + "..."
+
+
+def _describe(item: dict[str, Any]) -> str:
+    abi = "" if item["cxx11_abi"] is None else f" cxx11abi{int(item['cxx11_abi'])}"
+    return f"torch {item['torch']} {item['backend']}{abi}"
+
+
+def _without_restatements(text: str, listed: Sequence[str]) -> str:
+    """``text`` less the sentences that only repeat the bundled list the table shows."""
+    if not listed:
+        return text
+    sentences = [s for s in text.split(". ") if not all(name in s for name in listed)]
+    return ". ".join(sentences)
+
+
+def _rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """The table's rows: each fact once (the bundled list, the reason, the fix), long
+    values clipped; ``--json`` has the unabridged report."""
     rows: list[tuple[str, str]] = [
         ("torch-c-dlpack-ext", f"{report['package']['version']} ({report['package']['path']})"),
         ("python", report["python"]),
@@ -176,26 +202,38 @@ def _print_table(report: dict[str, Any]) -> None:
             )
         )
     bundled = report["bundled"]
+    listed: list[str] = []
     if isinstance(bundled, dict):
-        rows.append(("bundled", bundled["error"]))
+        rows.append(("bundled", _clip(bundled["error"])))
     elif not bundled:
         rows.append(("bundled", "none (universal wheel)"))
     for item in bundled if isinstance(bundled, list) else []:
-        abi = "" if item["cxx11_abi"] is None else f" cxx11abi{int(item['cxx11_abi'])}"
-        rows.append(("bundled", f"torch {item['torch']} {item['backend']}{abi}: {item['file']}"))
+        listed.append(_describe(item))
+        rows.append(("bundled", f"{listed[-1]}: {_clip(item['file'], _FILE_WIDTH)}"))
     decision = report["decision"]
     rows.append(("decision", decision["kind"]))
-    rows.append(("reason", decision["reason"]))
-    if decision["remedy"]:
-        rows.append(("remedy", decision["remedy"]))
+    rows.append(("reason", _clip(decision["reason"])))
+    remedy = _without_restatements(decision["remedy"], listed)
+    if remedy:
+        rows.append(("remedy", _clip(remedy)))
     if decision["library"]:
-        rows.append(("library", decision["library"]))
-    rows.extend(("warning", w) for w in decision["warnings"])
-    rows.extend(("override", f"{k}={v}") for k, v in report["overrides"].items())
+        rows.append(("library", _clip(decision["library"])))
+    # The last warning of a failed selection restates the reason and the remedy.
+    rows.extend(
+        ("warning", _clip(w))
+        for w in decision["warnings"]
+        if not (decision["reason"] and decision["reason"] in w)
+    )
+    rows.extend(("override", _clip(f"{k}={v}")) for k, v in report["overrides"].items())
     if report["build_info"] is not None:
         rows.append(("build info", json.dumps(report["build_info"], sort_keys=True)))
     smoke = report["smoke_test"]
-    rows.append(("smoke test", ("ok: " if smoke["ok"] else "FAILED: ") + smoke["detail"]))
+    rows.append(("smoke test", ("ok: " if smoke["ok"] else "FAILED: ") + _clip(smoke["detail"])))
+    return rows
+
+
+def _print_table(report: dict[str, Any]) -> None:
+    rows = _rows(report)
     width = max(len(key) for key, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")

@@ -124,3 +124,51 @@ def test_gpu_tensor_metadata_through_published_capsule() -> None:
 
     result = smoke_test(torch, "cuda")
     assert result.ok, result.detail
+
+
+def test_forced_table_says_each_thing_once(tmp_path: Path) -> None:
+    # FORCE=1 on a torch with its own API, bundled libraries for other torch releases:
+    # the list and the advice appear once each in the table (the import's own warning
+    # on stderr is the one message the import always gives).
+    fake = tmp_path / "fake.so"
+    fake.write_bytes(b"\0" * 64)
+    bundled = [
+        Bundled(fake, minor, Backend(backend), abi)
+        for minor, abi in (("2.6", False), ("2.8", True))
+        for backend in ("cpu", "cuda")
+    ]
+    root = make_package(tmp_path / "pkg", bundled)
+    proc = diagnose(root, **{P + "FORCE": "1"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    table = proc.stdout
+    assert table.count("torch 2.6 cuda cxx11abi0") == 1, table
+    assert table.count("--no-build-isolation") == 1, table
+    assert table.count("no bundled library matches") == 1, table
+    assert "\nwarning " not in table, table
+    assert proc.stderr.count("no bundled library matches") == 1
+    assert max(len(line) for line in table.splitlines()) <= 420
+
+
+def test_long_file_name_is_clipped_in_the_table(tmp_path: Path) -> None:
+    root = make_package(tmp_path)
+    manifest = root / "torch_c_dlpack_ext" / "manifest.json"
+    data = json.loads(manifest.read_text(encoding="utf-8"))
+    entry = {
+        "file": "libs/" + "x" * 5000 + ".so",
+        "torch": "2.8",
+        "torch_build": "2.8.0",
+        "backend": "cpu",
+        "cxx11_abi": True,
+        "dlpack": "1.3",
+        "toolchain": "test",
+        "gpu_toolkit": None,
+        "platform": "linux_x86_64",
+        "size": 1,
+        "sha256": "0" * 64,
+    }
+    libraries = data["libraries"] if isinstance(data, dict) else data
+    libraries.append(entry)
+    manifest.write_text(json.dumps(data), encoding="utf-8")
+    proc = diagnose(root)
+    assert "x" * 5000 not in proc.stdout
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 420, proc.stdout
