@@ -4,9 +4,12 @@
 // code although nothing here calls them.
 //
 // Each declaration repeats torch's own, version by version; they were read from
-// the headers of torch 2.4.1, 2.5.1, 2.6.0, 2.7.1, 2.8.0, 2.9.1 and 2.13.0. A
-// declaration that does not match its torch fails the build (the driver's ABI
-// audit finds the undefined symbol) or the exchange suite (a wrong layout).
+// the headers of torch 2.4.1, 2.5.1, 2.6.0, 2.7.1, 2.8.0, 2.9.1, 2.10.0, 2.11.0,
+// 2.12.0, 2.12.1, 2.13.0, 2.14.0, 2.14.1 and 2.15.0 (PyPI wheels). A declaration
+// that does not match its torch fails the build (the driver's ABI audit finds the
+// undefined symbol) or the exchange suite (a wrong layout). The driver also reads
+// the installation's python_variable.h before compiling and refuses a THPVariable
+// whose head differs from the one below (a dev build of a checked version).
 #pragma once
 
 #include "tcde_dlpack.h"  // must precede ATen: see the comment in that header
@@ -22,7 +25,7 @@ TORCH_PYTHON_API extern PyObject* THPVariableClass;
 TORCH_PYTHON_API extern PyObject* ParameterClass;
 
 // A new reference to the Python object of a tensor. 2.4 and 2.5 take the
-// tensor by value; 2.6 and later by const reference (2.13 adds overloads).
+// tensor by value; 2.6 and later by const reference (2.10 adds overloads).
 #if TCDE_TORCH_AT_LEAST(2, 6)
 TORCH_PYTHON_API PyObject* THPVariable_Wrap(const at::TensorBase& var);
 #else
@@ -32,15 +35,20 @@ TORCH_PYTHON_API PyObject* THPVariable_Wrap(at::TensorBase var);
 namespace tcde {
 
 // The head of torch's THPVariable, up to the tensor it wraps. 2.4-2.9 hold a
-// c10::MaybeOwned<at::Tensor>; 2.13 holds the at::Tensor itself. The versions
-// in between were not read: they have their own exchange API and are never
-// built for (matrix.toml), so a build against them stops here.
+// c10::MaybeOwned<at::Tensor>; 2.10-2.15 hold the at::Tensor itself. A torch
+// outside the checked range stops the build here: its layout was never read.
+#if !TCDE_TORCH_AT_LEAST(2, 4) || TCDE_TORCH_AT_LEAST(2, 16)
+#error "the THPVariable layout of this torch was not checked: csrc/tcde_python.h supports torch 2.4-2.15 (read from 2.4.1, 2.5.1, 2.6.0, 2.7.1, 2.8.0, 2.9.1, 2.10.0, 2.11.0, 2.12.0, 2.12.1, 2.13.0, 2.14.0, 2.14.1, 2.15.0); read torch/csrc/autograd/python_variable.h of the new release and extend this header"
+#elif TCDE_TORCH_AT_LEAST(2, 10)
+#define TCDE_THPVARIABLE_HOLDS_TENSOR 1
+#else
+#define TCDE_THPVARIABLE_HOLDS_TENSOR 0
+#endif
+
 struct PyTensor {
   PyObject_HEAD
-#if TCDE_TORCH_AT_LEAST(2, 13)
+#if TCDE_THPVARIABLE_HOLDS_TENSOR
   at::Tensor cdata;
-#elif TCDE_TORCH_AT_LEAST(2, 10)
-#error "the THPVariable layout of torch 2.10-2.12 was not checked (see csrc/tcde_python.h); torch >= 2.10 ships its own DLPackExchangeAPI, use that"
 #else
   c10::MaybeOwned<at::Tensor> cdata;
 #endif
@@ -61,7 +69,7 @@ inline int IsTensor(PyObject* obj) noexcept {
 
 // The tensor inside a Python object IsTensor() accepted.
 inline const at::Tensor& UnpackTensor(PyObject* obj) noexcept {
-#if TCDE_TORCH_AT_LEAST(2, 13)
+#if TCDE_THPVARIABLE_HOLDS_TENSOR
   return reinterpret_cast<PyTensor*>(obj)->cdata;
 #else
   return *reinterpret_cast<PyTensor*>(obj)->cdata;

@@ -56,7 +56,9 @@ from .errors import (
 
 __all__ = [
     "BuildPlan",
+    "check_tensor_layout",
     "compile_library",
+    "cuda_header_wheels",
     "exported_symbols",
     "find_compiler",
     "find_dlpack_include",
@@ -70,11 +72,24 @@ __all__ = [
 _CACHE_SCHEMA = 1
 #: The oldest DLPack header that defines ``DLPackExchangeAPI``.
 _MIN_DLPACK = (1, 2)
-#: Torch 2.13's headers use C++20 constructs.
-_CXX20_FROM = (2, 13)
+#: Torch's CMake config asks dependents for C++20 from 2.12 on (``CXX_STANDARD 20`` in
+#: TorchConfig.cmake of PyPI's 2.12.0-2.15.0; 17 in 2.10.0 and 2.11.0).
+_CXX20_FROM = (2, 12)
 _CUDA_MARKER = "cuda_runtime_api.h"
 _CUDA_CRT = "crt/host_defines.h"
 _HIP_MARKER = "hip/hip_runtime_api.h"
+#: csrc/ declares the head of torch's ``THPVariable`` itself (``tcde_python.h``); the driver
+#: checks the installation's header against it before compiling such sources.
+_LAYOUT_HEADER = "tcde_python.h"
+_TORCH_VARIABLE_HEADER = "torch/csrc/autograd/python_variable.h"
+#: The head of ``struct THPVariable`` (comments and blanks removed) per torch minor range,
+#: read from python_variable.h of PyPI's wheels: 2.4.1, 2.5.1, 2.6.0, 2.7.1, 2.8.0, 2.9.1
+#: hold a ``c10::MaybeOwned<at::Tensor>``; 2.10.0, 2.11.0, 2.12.0, 2.12.1, 2.13.0, 2.14.0,
+#: 2.14.1 and 2.15.0 the tensor itself. Keep in step with csrc/tcde_python.h.
+_THPVARIABLE_HEADS: tuple[tuple[tuple[int, int], tuple[int, int], str], ...] = (
+    ((2, 4), (2, 9), "PyObject_HEAD c10::MaybeOwned<at::Tensor> cdata;"),
+    ((2, 10), (2, 15), "PyObject_HEAD at::Tensor cdata;"),
+)
 _SOURCE_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc", ".map")
 #: In the source dir: the linker version script naming the only exported symbols.
 _VERSION_SCRIPT = "exports.map"
@@ -343,6 +358,49 @@ def find_dlpack_include(dlpack_include: Path | None = None) -> tuple[Path, str]:
     return Path(dlpack_include).resolve(), f"{major}.{minor}"
 
 
+def _thpvariable_head(header: Path) -> str | None:
+    """``struct THPVariable``'s members up to ``cdata;``, comments and blanks removed."""
+    text = header.read_text(encoding="utf-8", errors="replace")
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    match = re.search(r"\bstruct\s+THPVariable\s*\{(.*?\bcdata\s*;)", text, re.S)
+    if match is None:
+        return None
+    # 2.4.1 spells it ``PyObject_HEAD;`` (an empty declaration), later releases without.
+    return " ".join(match.group(1).split()).replace("PyObject_HEAD;", "PyObject_HEAD")
+
+
+def check_tensor_layout(torch: TorchInstall) -> str:
+    """The head of ``THPVariable`` in ``torch``'s headers, if csrc/tcde_python.h declares it.
+
+    Raises :class:`TorchInstallError` naming the checked releases when the torch minor
+    is outside the checked range, or when its ``python_variable.h`` declares another head
+    than the one checked for that minor (a dev or vendor build that changed it).
+    """
+    checked = ", ".join(f"{lo[0]}.{lo[1]}-{hi[0]}.{hi[1]}" for lo, hi, _ in _THPVARIABLE_HEADS)
+    minor = (torch.major, torch.minor)
+    expected = next((head for lo, hi, head in _THPVARIABLE_HEADS if lo <= minor <= hi), None)
+    fix = (
+        f"the THPVariable layout csrc/{_LAYOUT_HEADER} declares was checked for torch "
+        f"{checked} (PyPI's releases); use one of those, or read {_TORCH_VARIABLE_HEADER} "
+        f"of this torch and extend csrc/{_LAYOUT_HEADER} and _THPVARIABLE_HEADS in "
+        "torch_c_dlpack_ext/_compile.py"
+    )
+    if expected is None:
+        raise TorchInstallError(f"torch {torch.version} at {torch.root} is not supported: {fix}")
+    header = torch.root / "include" / _TORCH_VARIABLE_HEADER
+    found = _thpvariable_head(header) if header.is_file() else None
+    if found != expected:
+        what = f"declares {found!r}" if found else "has no struct THPVariable"
+        if not header.is_file():
+            what = "is missing"
+        raise TorchInstallError(
+            f"torch {torch.version} at {torch.root}: {header} {what}, but torch "
+            f"{torch.major}.{torch.minor} was checked with {expected!r}; {fix}"
+        )
+    return expected
+
+
 def _locate_compiler(
     cxx: str | os.PathLike[str] | None,
     environ: Mapping[str, str],
@@ -529,10 +587,14 @@ def _cuda_homes(
     nvcc = shutil.which("nvcc", path=environ.get("PATH", ""))
     if nvcc is not None:
         homes.append(("nvcc on PATH", Path(nvcc).resolve().parent.parent))
-    homes += [
-        ("nvidia-cuda-runtime wheel", site / "nvidia" / "cuda_runtime")
-        for site in _site_packages_dirs(torch)
-    ]
+    # NVIDIA's CUDA 12 wheels install per component (nvidia/cuda_runtime, nvidia/cuda_nvcc);
+    # the CUDA 13 ones (nvidia-cuda-runtime, nvidia-cuda-crt 13.x) share one toolkit-like
+    # tree, nvidia/cu13/include. The tree of torch's own CUDA major is tried first.
+    wanted = f"cu{torch.cuda_version.split('.')[0]}" if torch.cuda_version else None
+    for site in _site_packages_dirs(torch):
+        trees = sorted((site / "nvidia").glob("cu[0-9]*"), key=lambda p: p.name != wanted)
+        homes += [("nvidia-cuda-runtime wheel", tree) for tree in trees]
+        homes.append(("nvidia-cuda-runtime wheel", site / "nvidia" / "cuda_runtime"))
     return homes
 
 
@@ -562,6 +624,21 @@ def _cuda_includes(home: Path) -> tuple[Path, ...] | None:
     return None
 
 
+def cuda_header_wheels(cuda_version: str | None) -> str:
+    """The PyPI requirements that supply the CUDA headers (``cuda_runtime_api.h`` and
+    ``crt/host_defines.h``) for a torch built with CUDA ``cuda_version`` (``"12.8"``).
+
+    CUDA 12: ``nvidia-cuda-runtime-cu12`` + ``nvidia-cuda-nvcc-cu12`` (the only one with
+    ``crt/``); CUDA 13 renamed them: ``nvidia-cuda-runtime`` + ``nvidia-cuda-crt`` (checked
+    on PyPI's 13.0.96 / 13.0.88 wheels, which install into ``nvidia/cu13/include``).
+    """
+    pin = f"=={cuda_version}.*" if cuda_version else ""
+    major = cuda_version.split(".")[0] if cuda_version else "12"
+    if major.isdigit() and int(major) >= 13:
+        return f"nvidia-cuda-runtime{pin} nvidia-cuda-crt{pin}"
+    return f"nvidia-cuda-runtime-cu12{pin} nvidia-cuda-nvcc-cu12{pin}"
+
+
 def find_gpu_toolkit(
     backend: Backend,
     torch: TorchInstall,
@@ -571,10 +648,11 @@ def find_gpu_toolkit(
     """``(include dirs, toolkit version)`` of the CUDA / ROCm headers; ``((), None)`` for CPU.
 
     CUDA: ``gpu_home``, else ``$CUDA_HOME`` / ``$CUDA_PATH``, else the toolkit of
-    ``nvcc`` on PATH, else the ``nvidia-cuda-runtime-cu12`` wheel (plus
-    ``nvidia-cuda-nvcc-cu12`` for ``crt/``) in the target environment or this
-    one. ROCm: ``gpu_home``, ``$ROCM_PATH``, ``$ROCM_HOME``, ``/opt/rocm``. An
-    explicit ``gpu_home`` is used or rejected, never skipped. Raises
+    ``nvcc`` on PATH, else NVIDIA's header wheels in the target environment or
+    this one (:func:`cuda_header_wheels`: CUDA 12's ``nvidia/cuda_runtime`` plus
+    ``nvidia/cuda_nvcc`` for ``crt/``; CUDA 13's ``nvidia/cu13``). ROCm:
+    ``gpu_home``, ``$ROCM_PATH``, ``$ROCM_HOME``, ``/opt/rocm``. An explicit
+    ``gpu_home`` is used or rejected, never skipped. Raises
     :class:`GPUHeadersNotFoundError` listing what was tried.
     """
     if backend is Backend.CPU:
@@ -588,12 +666,11 @@ def find_gpu_toolkit(
                 version = _cuda_version(includes[0])
                 _warn_cuda_mismatch(torch, version)
                 return includes, version
-        wheel = f"=={torch.cuda_version}.*" if torch.cuda_version else ""
         marker = f"{_CUDA_MARKER} and {_CUDA_CRT}"
         fix = (
             "pass gpu_home=<CUDA toolkit root>, set CUDA_HOME, put nvcc on PATH, or install "
-            f"the CUDA headers ('pip install nvidia-cuda-runtime-cu12{wheel} "
-            f"nvidia-cuda-nvcc-cu12{wheel}') into {torch.site_packages}"
+            f"the CUDA headers ('pip install {cuda_header_wheels(torch.cuda_version)}') "
+            f"into {torch.site_packages}"
         )
     else:
         homes = _rocm_homes(gpu_home, environ)
@@ -669,6 +746,9 @@ def plan_build(
             "installation) or point torch at an installation built with the ABI you want"
         )
     std = "c++20" if (install.major, install.minor) >= _CXX20_FROM else "c++17"
+    src_dir, sources = find_sources(Path(source_dir) if source_dir is not None else None)
+    if (src_dir / _LAYOUT_HEADER).is_file():
+        check_tensor_layout(install)
     dlpack_dir, dlpack_version = find_dlpack_include(
         Path(dlpack_include) if dlpack_include is not None else None
     )
@@ -692,7 +772,6 @@ def plan_build(
             f"no Python.h in {py_include}; install the Python development headers "
             "(e.g. apt install python3-dev) or pass python_include=<dir holding Python.h>"
         )
-    src_dir, sources = find_sources(Path(source_dir) if source_dir is not None else None)
     python_import_lib = _python_import_library(
         platform, Path(python_lib) if python_lib is not None else None
     )

@@ -242,10 +242,94 @@ def test_linux_link_strips_and_exports_only_the_version_script(inputs: Inputs) -
     assert inputs.plan(prefix).cache_key() != key
 
 
-def test_cxx20_from_torch_2_13(inputs: Inputs) -> None:
+def test_cxx20_from_torch_2_12(inputs: Inputs) -> None:
+    # TorchConfig.cmake says CXX_STANDARD 20 from 2.12.0 on, 17 up to 2.11.0 (PyPI wheels).
     plan = inputs.plan(inputs.fake_torch("2.13.0+cpu", abi=True, cuda=None))
     assert "-std=c++20" in plan.command("x")
+    assert "-std=c++20" in inputs.plan(inputs.fake_torch("2.12.0", name="t212")).command("x")
+    assert "-std=c++17" in inputs.plan(inputs.fake_torch("2.11.0", name="t211")).command("x")
     assert "-std=c++17" in inputs.plan(inputs.fake_torch("2.9.1", name="t29")).command("x")
+
+
+# --- the THPVariable layout check (sources that declare it: csrc/tcde_python.h) ---------
+
+HEAD_2_4 = "  PyObject_HEAD;\n  // Payload\n  c10::MaybeOwned<at::Tensor> cdata;\n"
+HEAD_2_10 = "  PyObject_HEAD\n  /* Payload */\n  at::Tensor cdata;\n  PyObject* hooks = nullptr;\n"
+
+
+def _with_variable_header(prefix: Path, body: str | None) -> Path:
+    """Give a fake torch a python_variable.h whose THPVariable has ``body``."""
+    torch_dir = next(prefix.glob("lib/python3*/site-packages/torch"))
+    header = torch_dir / "include" / "torch" / "csrc" / "autograd" / "python_variable.h"
+    header.parent.mkdir(parents=True, exist_ok=True)
+    if body is not None:
+        header.write_text(f"#pragma once\nstruct THPVariable {{\n{body}}};\n", encoding="utf-8")
+    return prefix
+
+
+@pytest.mark.parametrize(
+    ("version", "body"),
+    [("2.4.1", HEAD_2_4), ("2.9.1", HEAD_2_4), ("2.10.0", HEAD_2_10), ("2.15.0", HEAD_2_10)],
+)
+def test_layout_check_accepts_the_checked_heads(inputs: Inputs, version: str, body: str) -> None:
+    (inputs.sources / "tcde_python.h").write_text("#pragma once\n", encoding="utf-8")
+    prefix = _with_variable_header(inputs.fake_torch(version, abi=True), body)
+    assert inputs.plan(prefix).torch.version == version
+
+
+@pytest.mark.parametrize(
+    ("version", "body", "pattern"),
+    [
+        # a release past the checked range, even with a familiar head
+        ("2.16.0", HEAD_2_10, r"torch 2\.16\.0 .* is not supported"),
+        ("2.3.1", HEAD_2_4, r"torch 2\.3\.1 .* is not supported"),
+        # a dev build of a checked minor whose head changed
+        ("2.14.0a0+git1234", HEAD_2_4, r"declares 'PyObject_HEAD c10::MaybeOwned"),
+        ("2.8.0", HEAD_2_10, r"was checked with 'PyObject_HEAD c10::MaybeOwned"),
+        ("2.13.0", "  PyObject_HEAD\n  int gen;\n  at::Tensor cdata;\n", r"int gen;"),
+        ("2.13.0", None, r"python_variable\.h is missing"),
+    ],
+)
+def test_layout_check_refuses_naming_the_checked_versions(
+    inputs: Inputs, version: str, body: str | None, pattern: str
+) -> None:
+    (inputs.sources / "tcde_python.h").write_text("#pragma once\n", encoding="utf-8")
+    prefix = _with_variable_header(inputs.fake_torch(version, abi=True), body)
+    with pytest.raises(TorchInstallError, match=pattern) as info:
+        inputs.build(prefix, cxx=inputs.cxx)
+    assert "checked for torch 2.4-2.9, 2.10-2.15" in str(info.value)
+    assert "extend csrc/tcde_python.h" in str(info.value)
+    inputs.assert_output_dir_empty()
+
+
+def test_layout_check_only_for_sources_that_declare_the_layout(inputs: Inputs) -> None:
+    prefix = inputs.fake_torch("2.16.0", abi=True)  # no python_variable.h at all
+    assert inputs.plan(prefix).torch.minor == 16
+    with pytest.raises(TorchInstallError, match="not supported"):
+        _compile.check_tensor_layout(inputs.plan(prefix).torch)
+
+
+def test_the_real_header_declares_the_checked_heads() -> None:
+    """csrc/tcde_python.h and the driver's table name the same ranges."""
+    header = (Path(__file__).resolve().parents[2] / "csrc" / "tcde_python.h").read_text()
+    assert "TCDE_TORCH_AT_LEAST(2, 16)" in header
+    assert "!TCDE_TORCH_AT_LEAST(2, 4)" in header
+    assert "#elif TCDE_TORCH_AT_LEAST(2, 10)" in header
+    ranges = [(lo, hi) for lo, hi, _ in _compile._THPVARIABLE_HEADS]
+    assert ranges == [((2, 4), (2, 9)), ((2, 10), (2, 15))]
+
+
+@pytest.mark.parametrize(
+    ("cuda", "wheels"),
+    [
+        ("12.8", "nvidia-cuda-runtime-cu12==12.8.* nvidia-cuda-nvcc-cu12==12.8.*"),
+        ("13.0", "nvidia-cuda-runtime==13.0.* nvidia-cuda-crt==13.0.*"),
+        ("13.2", "nvidia-cuda-runtime==13.2.* nvidia-cuda-crt==13.2.*"),
+        (None, "nvidia-cuda-runtime-cu12 nvidia-cuda-nvcc-cu12"),
+    ],
+)
+def test_cuda_header_wheels_per_cuda_major(cuda: str | None, wheels: str) -> None:
+    assert _compile.cuda_header_wheels(cuda) == wheels
 
 
 def test_cuda_headers_from_cuda_home(inputs: Inputs, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -289,6 +373,28 @@ def test_cuda_headers_from_the_nvidia_wheels_in_the_target_env(
     runtime_include = site / "nvidia" / "cuda_runtime" / "include"
     assert plan.gpu_includes == (runtime_include.resolve(), nvcc_include.resolve())
     assert plan.gpu_toolkit == "12.4"
+
+
+def test_cuda13_headers_from_the_cu13_wheel_tree(
+    inputs: Inputs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # nvidia-cuda-runtime and nvidia-cuda-crt 13.x both install into nvidia/cu13/include.
+    prefix = inputs.fake_torch("2.11.0+cu130", abi=True, cuda="13.0", libs=CUDA_LIBS)
+    site = prefix / "lib" / "python3.11" / "site-packages"
+    include = site / "nvidia" / "cu13" / "include"
+    (include / "crt").mkdir(parents=True)
+    (include / "cuda_runtime_api.h").write_text("#define CUDART_VERSION 13000\n")
+    no_nvcc = inputs.tmp / "bin"
+    no_nvcc.mkdir()
+    monkeypatch.setenv("PATH", str(no_nvcc))
+    with pytest.raises(GPUHeadersNotFoundError) as info:
+        inputs.plan(prefix, backend="cuda")
+    assert "nvidia-cuda-runtime==13.0.* nvidia-cuda-crt==13.0.*" in str(info.value)
+    assert str(site / "nvidia" / "cu13" / "include") in str(info.value)
+    (include / "crt" / "host_defines.h").write_text("\n")
+    plan = inputs.plan(prefix, backend="cuda")
+    assert plan.gpu_includes == (include.resolve(),)
+    assert plan.gpu_toolkit == "13.0"
 
 
 def test_runtime_wheel_without_crt_headers_names_the_nvcc_wheel(
