@@ -23,8 +23,9 @@ __all__ = [
 
 
 def _prepare() -> None:
-    from ._source import import_build_modules
+    from ._source import import_build_modules, install_error_boundary
 
+    install_error_boundary()
     import_build_modules()
 
 

@@ -8,9 +8,14 @@ import hashlib
 import importlib.util
 import io
 import json
+import os
+import subprocess
+import sys
 import tarfile
 import zipfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import build_backend
 import pytest
@@ -342,3 +347,91 @@ def test_sdist_tar_is_gzip_with_fixed_header(
     assert int.from_bytes(data[4:8], "little") == 1700000000
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         assert {m.uid for m in tar.getmembers()} == {0}
+
+
+def test_build_requirements_match_pyproject() -> None:
+    from build_backend._source import BUILD_REQUIREMENTS
+
+    requires = load_pyproject(ROOT)["build-system"]["requires"]
+    assert sorted(BUILD_REQUIREMENTS.values()) == sorted(requires)
+
+
+def _run_hook_as_a_frontend_does(
+    tmp_path: Path, hook: str, kwargs: dict[str, Any], *, block: str = ""
+) -> tuple[int, str]:
+    """Call ``hook`` the way pip, build and uv do: pyproject_hooks' in-process script in
+    a child Python. ``block``: a module the child cannot import. Returns the child's
+    exit status and stderr."""
+    from pyproject_hooks import BuildBackendHookCaller
+
+    seen: list[subprocess.CompletedProcess[str]] = []
+
+    def runner(
+        cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None
+    ) -> None:
+        argv = list(cmd)
+        if block:
+            script, *args = argv[1:]
+            code = (
+                f"import runpy, sys; sys.modules[{block!r}] = None; "
+                f"sys.argv = {[script, *args]!r}; runpy.run_path({script!r}, run_name='__main__')"
+            )
+            argv = [argv[0], "-c", code]
+        env = {**os.environ, **(extra_environ or {}), "TMPDIR": str(tmp_path)}
+        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+        seen.append(proc)
+        if proc.returncode:
+            raise subprocess.CalledProcessError(proc.returncode, argv)
+
+    caller = BuildBackendHookCaller(
+        str(ROOT), "build_backend", backend_path=["."], runner=runner,
+        python_executable=sys.executable,
+    )  # fmt: skip
+    with pytest.raises(subprocess.CalledProcessError):
+        getattr(caller, hook)(**kwargs)
+    return seen[-1].returncode, seen[-1].stderr
+
+
+def test_frontend_sees_one_paragraph_not_a_traceback(tmp_path: Path) -> None:
+    nowhere = tmp_path / "nowhere"
+    code, stderr = _run_hook_as_a_frontend_does(
+        tmp_path,
+        "build_wheel",
+        {"wheel_directory": str(tmp_path / "out"), "config_settings": {"torch": str(nowhere)}},
+    )
+    assert code != 0
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    assert lines[0].startswith("torch-c-dlpack-ext cannot be built: no torch installation at")
+    assert str(nowhere) in lines[0]
+    saved = tmp_path / "torch-c-dlpack-ext-build-error.txt"
+    assert lines[-1] == f"(full traceback: {saved})"
+    assert len(lines) == 2
+    assert "Traceback (most recent call last)" in saved.read_text(encoding="utf-8")
+    assert "TorchInstallError" in saved.read_text(encoding="utf-8")
+
+
+def test_missing_build_requirement_says_what_to_install(tmp_path: Path) -> None:
+    code, stderr = _run_hook_as_a_frontend_does(
+        tmp_path,
+        "prepare_metadata_for_build_wheel",
+        {"metadata_directory": str(tmp_path / "meta")},
+        block="pyproject_metadata",
+    )
+    assert code != 0
+    assert "Traceback" not in stderr, stderr
+    first = stderr.strip().splitlines()[0]
+    assert "its build requirement pyproject-metadata>=0.9 is not installed" in first
+    assert "pip --no-build-isolation" in first
+    assert 'pip install "packaging>=24" "filelock>=3.12" "apache-tvm-ffi>=0.1.6"' in first
+    assert '"pyproject-metadata>=0.9"' in first
+
+
+def test_foreign_errors_keep_their_traceback() -> None:
+    from build_backend._source import brief_error
+
+    assert brief_error(KeyError("x")) is None
+    assert brief_error(ModuleNotFoundError("no", name="numpy")) is None
+    assert (
+        brief_error(ConfigError("bad -C key")) == "torch-c-dlpack-ext cannot be built: bad -C key"
+    )
