@@ -18,10 +18,11 @@ Import never compiles, spawns processes or touches the network unless
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._naming import CAPSULE_ATTR, ENV_PREFIX
+from ._naming import CAPSULE_ATTR, ENV_PREFIX, LEGACY_INT_ATTR
 
 if TYPE_CHECKING:
     from . import errors
@@ -51,16 +52,28 @@ _LAZY = {
 }
 
 
+def _is_exchange_capsule(value: object) -> bool:
+    """Whether ``value`` is a PyCapsule named ``dlpack_exchange_api`` holding a pointer:
+    ``PyCapsule_IsValid``, which checks the exact type first, so any object is safe."""
+    import ctypes  # torch has already imported it
+
+    is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_IsValid", ctypes.pythonapi)
+    )
+    return bool(is_valid(value, b"dlpack_exchange_api"))
+
+
 def _torch_defers() -> bool:
-    """The fast path: torch provides the API and no override is set, so the selector
-    would DEFER; answering that without loading the selector keeps import ~free."""
+    """The fast path: torch provides a valid API capsule and no override is set, so the
+    selector would DEFER; answering that without loading the selector keeps import ~free."""
     if any(name.startswith(ENV_PREFIX) for name in os.environ):
         return False
     try:
         import torch
-    except (ImportError, OSError):  # the full selector reports why
+
+        return _is_exchange_capsule(getattr(torch.Tensor, CAPSULE_ATTR))
+    except Exception:  # no torch, no attribute, an odd one: the full selector reports why
         return False
-    return hasattr(torch.Tensor, CAPSULE_ATTR)
 
 
 def _run_selector() -> Status | None:
@@ -71,9 +84,90 @@ def _run_selector() -> Status | None:
     return select_and_load(os.environ, _PACKAGE_DIR)
 
 
+_MISSING = object()
+_ATTRIBUTES = (CAPSULE_ATTR, LEGACY_INT_ATTR)
+
+
+def _restore(tensor: Any, saved: dict[str, object]) -> None:
+    """Put ``torch.Tensor``'s own two attributes back as they were before the selector ran."""
+    if tensor is None:
+        return
+    try:
+        for name in _ATTRIBUTES:
+            before, now = saved.get(name, _MISSING), vars(tensor).get(name, _MISSING)
+            if now is not before:
+                if before is _MISSING:
+                    delattr(tensor, name)
+                else:
+                    setattr(tensor, name, before)
+    except Exception:  # a Tensor that refuses changes: we could not have set anything either
+        return
+
+
+def _contained_status(exc: BaseException) -> Status | None:
+    """Emit the one warning for an exception the selector let out; return its status."""
+    cause = f"{type(exc).__name__}: {exc}"
+    if len(cause) > 300:
+        cause = cause[:300] + "..."
+    message = (
+        f"torch-c-dlpack-ext: selecting a library failed ({cause}); nothing published, "
+        "torch.Tensor left unchanged. Please report it with the output of: "
+        "python -m torch_c_dlpack_ext"
+    )
+    category: type[Warning] = UserWarning
+    try:
+        from .errors import TorchCDLPackExtWarning
+
+        category = TorchCDLPackExtWarning
+    except Exception:  # even errors.py is broken: still warn, as a UserWarning
+        category = UserWarning
+    warnings.warn(message, category, stacklevel=3)
+    try:
+        from ._loader import Status as StatusType
+        from ._select import DecisionKind as Kind
+
+        return StatusType(
+            kind=Kind.UNAVAILABLE,
+            reason=f"selecting a library failed ({cause})",
+            remedy="report it with the output of python -m torch_c_dlpack_ext",
+            warnings=(message,),
+        )
+    except Exception:
+        return None
+
+
+def _import_boundary() -> Status | None:
+    """Run the selector; turn ANY exception it lets out into the documented outcome.
+
+    The one place that guarantees ``import torch_c_dlpack_ext`` does not raise (the
+    code below reports every expected failure itself; this catches the unexpected,
+    including ``BaseException`` subclasses such as ``GeneratorExit``): whatever was set
+    on ``torch.Tensor`` is put back, one warning names the exception, and
+    :func:`status` says UNAVAILABLE. Only ``KeyboardInterrupt``, ``SystemExit`` and a
+    warning that the user's filters turned into an error (``-W error``) propagate,
+    after the same restore: the user asked for those.
+    """
+    tensor: Any = None
+    saved: dict[str, object] = {}
+    try:
+        try:
+            import torch  # the selector's first step anyway; here to snapshot the attributes
+
+            tensor = torch.Tensor
+            saved = {name: vars(tensor).get(name, _MISSING) for name in _ATTRIBUTES}
+        except Exception:  # no usable torch: the selector reports why
+            tensor = None
+        return _run_selector()
+    except BaseException as exc:
+        _restore(tensor, saved)
+        if isinstance(exc, (KeyboardInterrupt, SystemExit, Warning)):
+            raise
+        return _contained_status(exc)
+
+
 # "status" absent means "deferred on the fast path"; status() describes it on demand.
 _STATE: dict[str, Status] = {}
-_import_status = _run_selector()
+_import_status = _import_boundary()
 if _import_status is not None:
     _STATE["status"] = _import_status
 del _import_status

@@ -1,7 +1,8 @@
 """Act on the selector's decision: verify, dlopen, check the table, publish on ``torch.Tensor``.
 
-Nothing here lets an exception escape :func:`select_and_load`: every failure
-becomes a :class:`Status` with the cause and one :class:`TorchCDLPackExtWarning`.
+Nothing here lets an expected failure escape :func:`select_and_load`: every one
+becomes a :class:`Status` with the cause and one :class:`TorchCDLPackExtWarning`
+(the package's ``__init__`` catches the unexpected).
 Attributes are set only after a table passed every check, so a consumer never
 sees a half-valid API.
 """
@@ -25,14 +26,20 @@ from ._record import FrozenRecord
 from ._select import (
     Decision,
     DecisionKind,
-    cpu_fallback_warning,
     decide,
     describe_entry,
+    gpu_library_remedy,
     manifest_needed,
 )
-from ._settings import Settings, TorchCDLPackExtWarning
-from ._torchinfo import CAPSULE_ATTR, LEGACY_INT_ATTR, TorchInfo
-from .errors import LibraryLoadError, ManifestError, TorchCDLPackExtError
+from ._settings import Settings
+from ._torchinfo import CAPSULE_ATTR, LEGACY_INT_ATTR, TorchInfo, check_legacy_pointer
+from .errors import (
+    REINSTALL,
+    LibraryLoadError,
+    ManifestError,
+    TorchCDLPackExtError,
+    TorchCDLPackExtWarning,
+)
 
 __all__ = [
     "CAPSULE_NAME",
@@ -104,16 +111,22 @@ def check_table(pointer: int, origin: str) -> tuple[int, int]:
     if version[0] != SUPPORTED_MAJOR:
         raise LibraryLoadError(
             f"{origin}: exchange table has DLPack version {version[0]}.{version[1]}, "
-            f"this loader reads major version {SUPPORTED_MAJOR}; "
-            "upgrade torch-c-dlpack-ext or rebuild the library"
+            f"this loader reads major version {SUPPORTED_MAJOR}",
+            "upgrade torch-c-dlpack-ext or rebuild the library",
         )
     missing = [name for name in EXCHANGE_API_MEMBERS if not getattr(table, name)]
     if missing:
         raise LibraryLoadError(
-            f"{origin}: exchange table has NULL member(s) {', '.join(missing)}; "
-            "the library is incomplete, rebuild it"
+            f"{origin}: exchange table has NULL member(s) {', '.join(missing)}",
+            "the library is incomplete: rebuild it",
         )
     return version
+
+
+def _short_path(path: Path) -> str:
+    """A path for messages: whole when reasonable, else its start and its end."""
+    text = str(path)
+    return text if len(text) <= 160 else f"{text[:60]}...{text[-60:]} ({len(text)} characters)"
 
 
 _ELF_MAGIC = b"\x7fELF"
@@ -131,6 +144,7 @@ def check_elf_extent(path: Path) -> None:
     """
     import struct
 
+    name = _short_path(path)
     try:
         size = path.stat().st_size
         with path.open("rb") as handle:
@@ -141,14 +155,13 @@ def check_elf_extent(path: Path) -> None:
             header_format = order + ("HHIQQQIHHHHHH" if is64 else "HHIIIIIHHHHHH")
             raw = handle.read(struct.calcsize(header_format))
             if len(raw) < struct.calcsize(header_format):
-                raise LibraryLoadError(f"{path}: truncated ELF header; reinstall the library")
+                raise LibraryLoadError(f"{name}: truncated ELF header", REINSTALL)
             fields = struct.unpack(header_format, raw)
             phoff, shoff = fields[4], fields[5]
             phentsize, phnum, shentsize, shnum = fields[8], fields[9], fields[10], fields[11]
             if phoff + phnum * phentsize > size or (shoff and shoff + shnum * shentsize > size):
                 raise LibraryLoadError(
-                    f"{path}: truncated ({size} bytes, its ELF headers describe more); "
-                    "reinstall the library"
+                    f"{name}: truncated ({size} bytes, its ELF headers describe more)", REINSTALL
                 )
             segment_format = order + ("IIQQQQQQ" if is64 else "IIIIIIII")
             for index in range(phnum):
@@ -160,13 +173,16 @@ def check_elf_extent(path: Path) -> None:
                 offset, filesz = (segment[2], segment[5]) if is64 else (segment[1], segment[4])
                 if kind == _PT_LOAD and offset + filesz > size:
                     raise LibraryLoadError(
-                        f"{path}: truncated: a loadable segment ends at byte {offset + filesz}, "
-                        f"the file has {size}; reinstall the library"
+                        f"{name}: truncated: a loadable segment ends at byte {offset + filesz}, "
+                        f"the file has {size}",
+                        REINSTALL,
                     )
     except OSError:
         return  # unreadable: dlopen reports it with the loader's own words
     except struct.error as exc:
-        raise LibraryLoadError(f"{path}: truncated ELF program headers ({exc})") from None
+        raise LibraryLoadError(
+            f"{name}: truncated ELF program headers ({exc})", REINSTALL
+        ) from None
 
 
 def open_library(path: Path) -> LoadedLibrary:
@@ -186,17 +202,20 @@ def open_library(path: Path) -> LoadedLibrary:
             # ``import torch`` already loaded, and exports nothing to others.
             handle = ctypes.CDLL(key, mode=ctypes.RTLD_LOCAL)
         except OSError as exc:
-            raise LibraryLoadError(f"{path}: cannot be loaded: {exc}") from None
+            raise LibraryLoadError(
+                f"{_short_path(path)}: cannot be loaded: {_one_line(exc)}"
+            ) from None
         try:
             func = getattr(handle, EXPORT_TABLE)
         except AttributeError:
             raise LibraryLoadError(
-                f"{path}: does not export {EXPORT_TABLE}; it is not a torch-c-dlpack-ext library"
+                f"{_short_path(path)}: does not export {EXPORT_TABLE} (not a torch-c-dlpack-ext "
+                "library)"
             ) from None
         func.restype = ctypes.c_int64
         func.argtypes = []
         pointer = int(func())
-        version = check_table(pointer, str(path))
+        version = check_table(pointer, _short_path(path))
         loaded = LoadedLibrary(path=path, handle=handle, pointer=pointer, dlpack_version=version)
         _LIBRARIES[key] = loaded
         return loaded
@@ -291,8 +310,40 @@ def _importer_stacklevel() -> int:
     return level
 
 
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """The first line of an error's message, cut to ``limit`` characters (compiler output
+    and long paths stay in :func:`status` and the diagnostics, not in the warning)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _cause(exc: BaseException) -> str:
+    """An error's cause without its remedy (the caller names one remedy for all causes)."""
+    return str(getattr(exc, "cause", None) or _one_line(exc))
+
+
+def _sentence(message: str) -> str:
+    """``message`` as a sentence: capitalised (unless it starts with an identifier such as
+    ``torch.Tensor``) and ending in a full stop."""
+    first = message.split(" ", 1)[0]
+    if message[:1].islower() and not any(c in first for c in "._/="):
+        message = message[0].upper() + message[1:]
+    return message if message.endswith(".") else message + "."
+
+
+def _announce(messages: Sequence[str]) -> str | None:
+    """Emit everything this import has to say as ONE warning; return its text."""
+    if not messages:
+        return None
+    sentences = [_sentence(m) for m in messages]
+    text = "torch-c-dlpack-ext: " + " ".join(sentences)
+    warnings.warn(text, TorchCDLPackExtWarning, stacklevel=_importer_stacklevel())
+    return text
+
+
 class _Action:
-    """Carries out one decision, collecting (and announcing) warnings as it goes."""
+    """Carries out one decision. Whatever it has to say (the decision's notes, a
+    fallback, a failure and its remedy) is collected and emitted as one warning."""
 
     def __init__(
         self,
@@ -307,39 +358,31 @@ class _Action:
         self.decision = decision
         self.settings = settings
         self.package_dir = package_dir
-        self.warnings: list[str] = []
+        self.messages: list[str] = list(decision.warnings)
 
-    def warn(self, message: str) -> None:
-        self.warnings.append(message)
-        warnings.warn(message, TorchCDLPackExtWarning, stacklevel=_importer_stacklevel())
-
-    def status(
+    def finish(
         self, kind: DecisionKind, library: Path | None = None, reason: str = "", remedy: str = ""
     ) -> Status:
+        text = _announce(self.messages)
         return Status(
             kind=kind,
             library=library,
             torch=self.info,
             reason=reason or self.decision.reason,
             remedy=remedy or self.decision.remedy,
-            warnings=tuple(self.warnings),
+            warnings=(text,) if text else (),
             decision=self.decision,
             settings=self.settings,
         )
 
     def unavailable(self, reason: str, remedy: str = "") -> Status:
-        """The one message of a failed selection; torch is left as it was."""
+        """The outcome of a failed selection; torch is left as it was."""
         remedy = remedy or self.decision.remedy
-        self.warn(
-            f"torch-c-dlpack-ext: {reason}."
-            + (f" {remedy}." if remedy else "")
-            + " torch.Tensor left unchanged"
-        )
-        return self.status(DecisionKind.UNAVAILABLE, reason=reason, remedy=remedy)
+        self.messages += [reason, *([remedy] if remedy else [])]
+        self.messages.append("Nothing published: torch.Tensor left unchanged")
+        return self.finish(DecisionKind.UNAVAILABLE, reason=reason, remedy=remedy)
 
     def run(self) -> Status:
-        for message in self.decision.warnings:
-            self.warn(message)
         handlers = {
             DecisionKind.DEFER: self.nothing,
             DecisionKind.DISABLED: self.nothing,
@@ -351,44 +394,49 @@ class _Action:
         return handlers[self.decision.kind]()
 
     def nothing(self) -> Status:
-        return self.status(self.decision.kind)
+        return self.finish(self.decision.kind)
 
     def publish_legacy(self) -> Status:
         try:
-            pointer = int(getattr(self.torch.Tensor, LEGACY_INT_ATTR))
-            check_table(pointer, f"torch.Tensor.{LEGACY_INT_ATTR}")
-        except (TypeError, ValueError, LibraryLoadError) as exc:
+            pointer, _ = check_legacy_pointer(getattr(self.torch.Tensor, LEGACY_INT_ATTR))
+        except (AttributeError, LibraryLoadError) as exc:
             return self.unavailable(
-                f"torch's legacy {LEGACY_INT_ATTR} is unusable: {exc}",
+                f"torch's legacy {LEGACY_INT_ATTR} is unusable: {_cause(exc)}",
                 f"unset it, or set {env_var('FORCE')}=1 to load a bundled library instead",
             )
         with LOCK:
             setattr(self.torch.Tensor, CAPSULE_ATTR, make_capsule(pointer))
-        return self.status(DecisionKind.PUBLISH_LEGACY)
+        return self.finish(DecisionKind.PUBLISH_LEGACY)
 
     def load(self) -> Status:
         if self.decision.library is not None:
             try:
                 loaded = open_library(self.decision.library)
             except LibraryLoadError as exc:
-                return self.unavailable(str(exc), f"fix or unset {env_var('LIBRARY')}")
+                return self.unavailable(_cause(exc), f"fix or unset {env_var('LIBRARY')}")
             publish(self.torch, loaded.pointer)
-            return self.status(DecisionKind.LOAD, loaded.path)
+            self.messages.append(
+                f"loaded {loaded.path} from {env_var('LIBRARY')}: no manifest, so no "
+                "size/sha256 check was done"
+            )
+            return self.finish(DecisionKind.LOAD, loaded.path)
         failures: list[str] = []
         candidates = [self.decision.entry, *self.decision.fallbacks] if self.decision.entry else []
         loaded_entry = self.try_entries(candidates, failures)
         if loaded_entry is not None:
-            return self.status(DecisionKind.LOAD, loaded_entry.path)
+            return self.finish(DecisionKind.LOAD, loaded_entry.path)
         if self.settings.jit:
             # Opted into JIT: build for this torch rather than give up.
             return self.jit(
                 f"{'; '.join(failures)}; {env_var('JIT')} asks to build a library instead"
             )
-        return self.unavailable(
-            "no library could be loaded: " + "; ".join(failures),
-            "reinstall torch-c-dlpack-ext (pip install --force-reinstall torch-c-dlpack-ext), "
-            f"or set {env_var('JIT')}=1 to build a library for this torch",
+        backend = self.decision.backend
+        remedy = (
+            gpu_library_remedy(backend)
+            if backend is not None and backend is not Backend.CPU
+            else f"{REINSTALL}; or set {env_var('JIT')}=1 to build a library for this torch"
         )
+        return self.unavailable("no library could be loaded: " + "; ".join(failures), remedy)
 
     def try_entries(
         self, entries: Sequence[ManifestEntry], failures: list[str]
@@ -398,21 +446,13 @@ class _Action:
             try:
                 loaded = open_library(verify_file(entry, self.package_dir))
             except (ManifestError, LibraryLoadError) as exc:
-                failures.append(str(exc))
+                failures.append(_cause(exc))
                 continue
             if failures:
-                self.warn_fallback(entry, failures)
+                self.messages.append(f"using {describe_entry(entry)} after: {'; '.join(failures)}")
             publish(self.torch, loaded.pointer)
             return loaded
         return None
-
-    def warn_fallback(self, entry: ManifestEntry, failures: list[str]) -> None:
-        wanted = self.decision.backend
-        if wanted is not None and wanted is not Backend.CPU and entry.backend is Backend.CPU:
-            why = f"the {wanted.value} library failed to load ({failures[-1]})"
-            self.warn(cpu_fallback_warning(wanted, entry, why))
-        else:
-            self.warn(f"using {describe_entry(entry)} after: {'; '.join(failures)}")
 
     def jit(self, reason: str = "") -> Status:
         from . import _jit
@@ -421,17 +461,25 @@ class _Action:
         try:
             loaded = _jit.build_and_load(self.torch, self.info, backend, self.settings)
         except TorchCDLPackExtError as exc:
-            failures = [f"JIT build for torch {self.info.version} failed: {exc}"]
-            if self.decision.kind is DecisionKind.JIT:
-                # The CPU library of the same torch/ABI, if bundled, still serves.
-                fallback = self.try_entries(self.decision.fallbacks, failures)
-                if fallback is not None:
-                    return self.status(DecisionKind.LOAD, fallback.path, failures[-1])
             return self.unavailable(
-                "; ".join(failures), f"fix the cause above, or unset {env_var('JIT')}"
+                f"the JIT build of the {backend.value} library for torch {self.info.version} "
+                f"failed: {_one_line(exc)}",
+                f"fix that cause (python -m torch_c_dlpack_ext shows details), or unset "
+                f"{env_var('JIT')}",
             )
         publish(self.torch, loaded.pointer)
-        return self.status(DecisionKind.JIT, loaded.path, reason)
+        return self.finish(DecisionKind.JIT, loaded.path, reason)
+
+
+def _failed_before_deciding(reason: str, remedy: str) -> Status:
+    """torch could not be imported or described: nothing is decided, one warning says why."""
+    text = _announce([reason, remedy, "Nothing published"])
+    return Status(
+        kind=DecisionKind.UNAVAILABLE,
+        reason=reason,
+        remedy=remedy,
+        warnings=(text,) if text else (),
+    )
 
 
 def deferred_status() -> Status:
@@ -452,25 +500,25 @@ def deferred_status() -> Status:
 
 def select_and_load(environ: Mapping[str, str], package_dir: Path) -> Status:
     """Run the whole selector once: read settings, torch and (if needed) the manifest,
-    decide, and act. Never raises for a bad environment, a bad installation or a bad
-    library; the returned :class:`Status` says what happened."""
+    decide, and act. Never raises for a bad environment, a bad installation, a bad
+    library or an odd torch; the returned :class:`Status` says what happened, and
+    exactly one warning is emitted whenever nothing was published (and whenever
+    something needs saying after all)."""
     with LOCK:
         try:
             import torch
-        # OSError: a torch whose own shared libraries fail to load.
-        except (ImportError, OSError) as exc:
-            return Status(
-                kind=DecisionKind.UNAVAILABLE,
-                reason=f"torch is not importable ({exc})",
-                remedy="install torch, then import torch_c_dlpack_ext again",
+        # Whatever torch's own import raises (ImportError, OSError from its shared libraries...).
+        except Exception as exc:
+            return _failed_before_deciding(
+                f"torch is not importable ({type(exc).__name__}: {_one_line(exc, 200)})",
+                "install torch, then import torch_c_dlpack_ext again",
             )
         try:
             info = TorchInfo.from_torch(torch)
         except Exception as exc:  # an odd torch build must not break every importer
-            return Status(
-                kind=DecisionKind.UNAVAILABLE,
-                reason=f"cannot describe the running torch: {type(exc).__name__}: {exc}",
-                remedy="report this with the output of python -m torch_c_dlpack_ext",
+            return _failed_before_deciding(
+                f"cannot describe the running torch ({type(exc).__name__}: {_one_line(exc, 200)})",
+                "report it with the output of python -m torch_c_dlpack_ext",
             )
         settings = Settings.from_env(environ)
         manifest: tuple[ManifestEntry, ...] | ManifestError = ()

@@ -19,18 +19,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ._naming import Backend, parse_backend
+from ._naming import Backend
 from ._record import FrozenRecord
-from .errors import ManifestError
+from .errors import REINSTALL, ManifestError, brief
 
 __all__ = [
+    "MAX_MANIFEST_BYTES",
     "SCHEMA_VERSION",
     "ManifestEntry",
     "atomic_write_bytes",
+    "check_library_path",
     "dump_manifest",
     "load_manifest",
     "sha256_of",
@@ -75,87 +78,318 @@ class ManifestEntry(FrozenRecord):
         return data
 
     @classmethod
-    def from_json(cls, data: Any) -> ManifestEntry:
+    def from_json(cls, data: Any, where: str = "manifest entry") -> ManifestEntry:
+        """Validate one manifest entry (see :func:`load_manifest` for the schema).
+
+        Raises :class:`ManifestError` naming ``where`` (``manifest …: libraries[2]``),
+        the field, what it holds (shortened) and what it must be.
+        """
         if not isinstance(data, dict):
-            raise ManifestError(f"manifest entry is not an object: {data!r}")
-        names = set(cls.field_names())
-        missing = sorted(names - data.keys())
+            raise ManifestError(f"{where} is {_json_type(data)}, expected an object", REINSTALL)
+        missing = [name for name in cls.field_names() if name not in data]
         if missing:
-            raise ManifestError(f"manifest entry {data.get('file')!r} lacks {', '.join(missing)}")
-        try:
-            values = {name: data[name] for name in names}
-            values["backend"] = parse_backend(values["backend"])
-            entry = cls(**values)
-            entry.torch_version  # noqa: B018 - validates "X.Y"
-        except (TypeError, ValueError) as exc:
-            raise ManifestError(f"manifest entry {data.get('file')!r} is invalid: {exc}") from None
-        if Path(entry.file).is_absolute() or ".." in Path(entry.file).parts:
-            raise ManifestError(f"manifest entry names a path outside the package: {entry.file!r}")
-        return entry
+            raise ManifestError(f"{where} lacks {', '.join(missing)}", REINSTALL)
+        values = {name: _check_field(where, name, data[name]) for name in cls.field_names()}
+        return cls(**values)
+
+
+#: Bounds of the manifest schema. A real manifest is a few kB: one entry per bundled library.
+MAX_MANIFEST_BYTES = 1 << 20
+MAX_ENTRIES = 1024
+MAX_TEXT = 256
+MAX_FILE_PATH = 512
+MAX_LIBRARY_BYTES = 1 << 32
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({value!r})"
+    if isinstance(value, (int, float)):
+        return f"a number ({brief(value)})"
+    if isinstance(value, str):
+        return f"a string ({brief(value)})"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _is_plain_text(value: str, limit: int) -> bool:
+    return len(value) <= limit and value.isprintable()
+
+
+def _check_text(where: str, name: str, value: Any, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        expected = "a non-empty string or null" if optional else "a non-empty string"
+        raise ManifestError(
+            f"{where}.{name} is {_json_type(value)}, expected {expected}", REINSTALL
+        )
+    if not _is_plain_text(value, MAX_TEXT):
+        raise ManifestError(
+            f"{where}.{name} is {brief(value)}: longer than {MAX_TEXT} characters or holds "
+            "control characters",
+            REINSTALL,
+        )
+    return value
+
+
+def check_library_path(where: str, value: Any) -> str:
+    """A manifest ``file``: a relative POSIX path of plain names inside the package (``libs/x.so``).
+
+    No absolute path, no ``..`` or ``.``, no empty component, no backslash or colon
+    (Windows separators and drives), no NUL or other control characters, bounded length.
+    Where the file really is (symlinks, file type) is checked by :func:`verify_file`.
+    """
+    if not isinstance(value, str) or not value:
+        raise ManifestError(f"{where}.file is {_json_type(value)}, expected a file name", REINSTALL)
+    parts = value.split("/")
+    if (
+        len(value) > MAX_FILE_PATH
+        or not value.isprintable()
+        or "\\" in value
+        or ":" in value
+        or any(part in ("", ".", "..") or len(part) > 255 for part in parts)
+    ):
+        raise ManifestError(
+            f"{where}.file {brief(value)} may point outside the package: expected a relative "
+            "path of plain names separated by '/' (no '..', at most 255 characters each)",
+            REINSTALL,
+        )
+    return value
+
+
+def _check_field(where: str, name: str, value: Any) -> Any:
+    if name == "file":
+        return check_library_path(where, value)
+    if name == "backend":
+        if not isinstance(value, str) or value not in _BACKENDS:
+            raise ManifestError(
+                f"{where}.backend is {_json_type(value)}, expected one of "
+                + ", ".join(repr(b) for b in _BACKENDS),
+                REINSTALL,
+            )
+        return Backend(value)
+    if name in ("cxx11_abi",):
+        if value is not None and not isinstance(value, bool):
+            raise ManifestError(
+                f"{where}.{name} is {_json_type(value)}, expected true, false or null", REINSTALL
+            )
+        return value
+    if name == "size":
+        # bool is an int in Python; JSON true is not a size.
+        if type(value) is not int or not 0 < value <= MAX_LIBRARY_BYTES:
+            raise ManifestError(
+                f"{where}.size is {_json_type(value)}, expected an integer number of bytes "
+                f"(1 to {MAX_LIBRARY_BYTES})",
+                REINSTALL,
+            )
+        return value
+    if name == "sha256":
+        if not (
+            isinstance(value, str)
+            and len(value) == 64
+            and all(c in "0123456789abcdef" for c in value)
+        ):
+            raise ManifestError(
+                f"{where}.sha256 is {_json_type(value)}, expected 64 lowercase hex digits",
+                REINSTALL,
+            )
+        return value
+    text = _check_text(where, name, value, optional=name == "gpu_toolkit")
+    if name == "torch":
+        major, dot, minor = str(text).partition(".")
+        if not (dot and _is_number(major) and _is_number(minor)):
+            raise ManifestError(
+                f"{where}.torch is {brief(text)}, expected a torch 'major.minor' such as '2.8'",
+                REINSTALL,
+            )
+    return text
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 6
+
+
+_BACKENDS = tuple(b.value for b in Backend)
 
 
 def sha256_of(path: Path) -> str:
     """Hex sha256 of a file's content."""
+    with path.open("rb", buffering=0) as handle:
+        return _sha256_of_fd(handle.fileno())
+
+
+def _sha256_of_fd(fd: int) -> str:
     digest = hashlib.sha256()
     # One small buffer, reused: a fresh 1 MiB bytes object per read costs page faults,
     # ~0.15 ms for a 200 kB library on the import path.
     buffer = bytearray(1 << 16)
     view = memoryview(buffer)
-    with path.open("rb", buffering=0) as handle:
+    with open(fd, "rb", buffering=0, closefd=False) as handle:
         while count := handle.readinto(buffer):
             digest.update(view[:count])
     return digest.hexdigest()
 
 
-def verify_file(entry: ManifestEntry, root: Path) -> Path:
-    """Return the library's path after checking it exists with the recorded size and sha256.
+#: ``O_NONBLOCK``: opening a FIFO planted where a file should be must not block the import
+#: (the opened object is then refused as not a regular file). ``O_BINARY`` on Windows.
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
 
-    Raises :class:`ManifestError` saying which check failed.
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _open_regular(path: Path, what: str, missing: str = "") -> tuple[int, os.stat_result]:
+    """Open ``path`` read-only without blocking and return ``(fd, fstat)`` of a regular file.
+
+    Raises :class:`ManifestError` (cause only; the caller adds its remedy) for a missing,
+    unreadable or non-regular file.
+    """
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except FileNotFoundError:
+        raise ManifestError(missing or f"{what} is missing") from None
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise ManifestError(f"{what} is not readable ({reason})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ManifestError(f"{what} is {_file_kind(info.st_mode)}, not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
+
+
+def verify_file(entry: ManifestEntry, root: Path) -> Path:
+    """Return the library's path after checking it is a regular file inside ``root``
+    (a symlink may not lead out of it) with the recorded size and sha256.
+
+    Raises :class:`ManifestError` saying which check failed (``cause``) and the
+    reinstall command (``remedy``).
     """
     path = root / entry.file
+    name = brief(entry.file, 80)
     try:
-        size = path.stat().st_size
-    except OSError as exc:
+        real, real_root = os.path.realpath(path), os.path.realpath(root)
+        inside = os.path.commonpath([real, real_root]) == real_root
+    except (OSError, ValueError):
+        inside = False
+    if not inside:
         raise ManifestError(
-            f"{entry.file}: listed in the manifest but not readable ({exc.strerror}); "
-            "reinstall torch-c-dlpack-ext"
-        ) from None
-    if size != entry.size:
-        raise ManifestError(
-            f"{entry.file}: size {size} bytes, manifest says {entry.size} "
-            "(a partial copy or a full disk?); reinstall torch-c-dlpack-ext"
+            f"{name}: listed in the manifest but it leads outside the package directory "
+            "(a symlink?)",
+            REINSTALL,
         )
-    digest = sha256_of(path)
+    try:
+        fd, info = _open_regular(path, f"{name} (listed in the manifest)")
+    except ManifestError as exc:
+        raise ManifestError(exc.cause, REINSTALL) from None
+    try:
+        if info.st_size != entry.size:
+            raise ManifestError(
+                f"{name}: {info.st_size} bytes, the manifest says {entry.size} "
+                "(a partial copy or a full disk?)",
+                REINSTALL,
+            )
+        try:
+            digest = _sha256_of_fd(fd)
+        except OSError as exc:
+            raise ManifestError(f"{name}: cannot be read ({exc.strerror})", REINSTALL) from None
+    finally:
+        os.close(fd)
     if digest != entry.sha256:
         raise ManifestError(
-            f"{entry.file}: sha256 {digest[:12]}... does not match the manifest's "
-            f"{entry.sha256[:12]}...; reinstall torch-c-dlpack-ext"
+            f"{name}: sha256 {digest[:12]}... does not match the manifest's {entry.sha256[:12]}...",
+            REINSTALL,
         )
     return path
 
 
 def load_manifest(path: Path) -> tuple[ManifestEntry, ...]:
-    """Read and validate a manifest file. Raises :class:`ManifestError`."""
+    """Read and validate a manifest file. Raises :class:`ManifestError`.
+
+    Schema 1: a UTF-8 JSON object of at most :data:`MAX_MANIFEST_BYTES`,
+    ``{"schema": 1, "libraries": [entry, ...]}`` (at most :data:`MAX_ENTRIES`), every
+    entry an object with exactly-typed fields: ``file`` (see :func:`check_library_path`),
+    ``torch`` (``"2.8"``), ``backend`` (``cpu``/``cuda``/``rocm``), ``cxx11_abi``
+    (bool or null), ``size`` (integer), ``sha256`` (64 lowercase hex), ``gpu_toolkit``
+    (string or null) and the other strings (non-empty, printable, bounded). Unknown keys
+    are ignored (a newer writer may add some). The file itself must be a regular file:
+    a directory, FIFO or device is refused without blocking.
+    """
+    fd, info = _open_regular(path, f"manifest {path}", f"no manifest at {path}")
     try:
-        raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ManifestError(f"no manifest at {path}") from None
+        if info.st_size > MAX_MANIFEST_BYTES:
+            raise ManifestError(
+                f"manifest {path} is {info.st_size} bytes, more than a manifest can be "
+                f"({MAX_MANIFEST_BYTES})",
+                REINSTALL,
+            )
+        chunks: list[bytes] = []
+        total = 0
+        # Bounded even if the file grows while it is read.
+        while total <= MAX_MANIFEST_BYTES and (chunk := os.read(fd, 1 << 16)):
+            chunks.append(chunk)
+            total += len(chunk)
     except OSError as exc:
-        raise ManifestError(f"cannot read manifest {path}: {exc.strerror}") from None
+        raise ManifestError(f"cannot read manifest {path} ({exc.strerror})", REINSTALL) from None
+    finally:
+        os.close(fd)
+    if total > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"manifest {path} grew past {MAX_MANIFEST_BYTES} bytes", REINSTALL)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        raise ManifestError(f"manifest {path} is empty", REINSTALL)
     try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ManifestError(f"manifest {path} is not valid JSON: {exc}") from None
-    schema = data.get("schema") if isinstance(data, dict) else None
-    if schema != SCHEMA_VERSION:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ManifestError(
-            f"manifest {path} has schema {schema!r}, "
-            f"this version of torch-c-dlpack-ext reads schema {SCHEMA_VERSION}"
+            f"manifest {path} is not UTF-8 text (byte {exc.start})", REINSTALL
+        ) from None
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise ManifestError(f"manifest {path} is nested too deeply", REINSTALL) from None
+    except ValueError as exc:  # JSONDecodeError, or an integer too long to convert
+        raise ManifestError(
+            f"manifest {path} is not valid JSON ({brief(str(exc), 100)[1:-1]})", REINSTALL
+        ) from None
+    if not isinstance(data, dict):
+        raise ManifestError(
+            f"manifest {path} is {_json_type(data)}, expected a JSON object", REINSTALL
+        )
+    schema = data.get("schema")
+    if type(schema) is not int or schema != SCHEMA_VERSION:
+        raise ManifestError(
+            f"manifest {path} has schema {brief(schema)}, this version of torch-c-dlpack-ext "
+            f"reads schema {SCHEMA_VERSION}",
+            "install the torch-c-dlpack-ext release that wrote it, or " + REINSTALL,
         )
     libraries = data.get("libraries")
-    if not isinstance(libraries, list):
-        raise ManifestError(f"manifest {path} has no 'libraries' list")
-    return tuple(ManifestEntry.from_json(item) for item in libraries)
+    if not isinstance(libraries, list) or len(libraries) > MAX_ENTRIES:
+        raise ManifestError(
+            f"manifest {path}: 'libraries' is {_json_type(libraries)}, expected an array of "
+            f"at most {MAX_ENTRIES} entries",
+            REINSTALL,
+        )
+    return tuple(
+        ManifestEntry.from_json(item, f"manifest {path}: libraries[{index}]")
+        for index, item in enumerate(libraries)
+    )
 
 
 def dump_manifest(entries: Iterable[ManifestEntry]) -> bytes:

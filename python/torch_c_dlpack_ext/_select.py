@@ -15,14 +15,16 @@ from ._naming import Backend, env_var
 from ._record import FrozenRecord
 from ._settings import Settings
 from ._torchinfo import TorchInfo
-from .errors import ConfigError, ManifestError
+from .errors import REINSTALL, ConfigError, ManifestError
+
+REINSTALL_COMMAND = REINSTALL.partition(": ")[2]
 
 __all__ = [
     "Decision",
     "DecisionKind",
-    "cpu_fallback_warning",
     "decide",
     "describe_entry",
+    "gpu_library_remedy",
     "manifest_needed",
 ]
 
@@ -76,21 +78,20 @@ def _describe_torch(info: TorchInfo, backend: Backend) -> str:
     return f"torch {info.version} ({backend.value}{abi})"
 
 
-def cpu_fallback_warning(backend: Backend, cpu_entry: ManifestEntry, why: str) -> str:
-    """The warning for serving a GPU torch with the CPU library; names the variables
-    that change the outcome."""
+def gpu_library_remedy(backend: Backend) -> str:
+    """What to do when a GPU torch has no usable library of its backend."""
     return (
-        f"{why}; using the CPU library ({describe_entry(cpu_entry)}) instead: tensors "
-        f"work, but current_work_stream reports no {backend.value} stream. Set "
-        f"{env_var('JIT')}=1 to build a {backend.value} library for this torch, or "
-        f"{env_var('BACKEND')}=cpu to choose the CPU library and silence this warning"
+        f"set {env_var('JIT')}=1 to build the {backend.value} library for this torch, or "
+        f"install a torch-c-dlpack-ext wheel that bundles it ({REINSTALL_COMMAND}); "
+        f"{env_var('BACKEND')}=cpu uses the CPU library, which serves CPU tensors only"
     )
 
 
 def _build_remedy(manifest: Sequence[ManifestEntry]) -> str:
     if manifest:
-        listed = "; ".join(describe_entry(e) for e in manifest)
-        have = f"This installation bundles libraries for: {listed}."
+        listed = "; ".join(describe_entry(e) for e in manifest[:8])
+        more = f" and {len(manifest) - 8} more" if len(manifest) > 8 else ""
+        have = f"This installation bundles libraries for: {listed}{more}."
     else:
         have = "This installation bundles no libraries (a universal wheel)."
     return (
@@ -99,6 +100,10 @@ def _build_remedy(manifest: Sequence[ManifestEntry]) -> str:
         "--no-binary torch-c-dlpack-ext "
         f"torch-c-dlpack-ext; or set {env_var('JIT')}=1 to build one on first import"
     )
+
+
+def _broken_manifest_remedy() -> str:
+    return f"{REINSTALL}; or set {env_var('JIT')}=1 to build a library for this torch"
 
 
 def _rule_bad_settings(info: TorchInfo, settings: Settings) -> Decision | None:
@@ -156,11 +161,8 @@ def _rule_library_override(info: TorchInfo, settings: Settings) -> Decision | No
         kind=DecisionKind.LOAD,
         backend=settings.backend or info.backend,
         library=settings.library,
-        reason=f"{env_var('LIBRARY')} names {settings.library}",
-        warnings=(
-            f"loading {settings.library} from {env_var('LIBRARY')}: no manifest, so "
-            "no size/sha256 check was done",
-        ),
+        reason=f"{env_var('LIBRARY')} names {settings.library} (no manifest, so no "
+        "size/sha256 check was done)",
     )
 
 
@@ -194,24 +196,54 @@ def decide(
        ``LIBRARY`` file) -> ``UNAVAILABLE`` naming it: a typo must never load the
        wrong thing. torch's own API, if any, is left alone.
     2. ``DISABLE`` -> ``DISABLED``.
-    3. torch already has ``__dlpack_c_exchange_api__`` -> ``DEFER`` on every backend,
-       without consulting the manifest; ``FORCE`` skips this rule (A/B tests).
-    4. torch has only the legacy int attribute -> ``PUBLISH_LEGACY`` (unless ``FORCE``).
-    5. ``LIBRARY`` -> ``LOAD`` that file, warning that no sha256 check is possible.
-    6. The manifest is unusable -> ``JIT`` if opted in, else ``UNAVAILABLE``.
+    3. torch already has a *valid* ``__dlpack_c_exchange_api__`` (a PyCapsule named
+       ``dlpack_exchange_api``) -> ``DEFER`` on every backend, without consulting the
+       manifest; ``FORCE`` skips this rule (A/B tests).
+    4. torch has only a *valid* legacy int attribute (an address inside a loaded
+       shared object whose table checks out) -> ``PUBLISH_LEGACY`` (unless ``FORCE``).
+       A bogus attribute (``5``, ``None``, a capsule of another name, an int that is
+       no such address) is never deferred to and never dereferenced: it is ignored,
+       the rules below run, and the one warning names it (a library published by
+       them replaces it).
+    5. ``LIBRARY`` -> ``LOAD`` that file (no manifest, so no size/sha256 check).
+    6. The manifest is unusable -> ``JIT`` if opted in, else ``UNAVAILABLE`` naming
+       the cause and the reinstall command.
     7. The backend is ``BACKEND`` if set, else ``info.backend`` (by ``detect_backend``).
        Entries must match torch ``major.minor`` (local versions such as
        ``2.8.0a0+abc`` count as 2.8), the backend, and the C++ ABI exactly (``None``
        matches only ``None``). Matching entries -> ``LOAD`` the first (one built
-       against the exact running torch first), with the remaining ones and then the
-       CPU library of the same torch/ABI as ``fallbacks``.
-    8. No backend library but a CPU one of the same torch/ABI -> with ``JIT`` opted
-       in, ``JIT`` (it builds the backend's library; the CPU library is the fallback
-       if the build fails); else ``LOAD`` the CPU library with a warning naming the
-       variables that change the outcome.
+       against the exact running torch first), the others of the same backend as
+       ``fallbacks``. A library of another backend is never a fallback.
+    8. A GPU backend (cuda, rocm) with no library of that backend -> ``JIT`` if
+       opted in (it builds the backend's library), else ``UNAVAILABLE`` with the
+       remedies, even when a CPU library of the same torch is bundled: it would hand
+       GPU tensors' consumers no stream of torch's, so consumers must use their own
+       path. ``BACKEND=cpu`` is the explicit way to use the CPU library on a GPU torch.
     9. Nothing matches -> ``JIT`` if opted in, else ``UNAVAILABLE`` listing the
        bundled libraries, the build-from-source command and the JIT variable.
     """
+    decision = _decide(info, manifest, settings)
+    if info.bogus_attributes and decision.kind not in (DecisionKind.DEFER, DecisionKind.DISABLED):
+        # Named in the one warning of whatever happens next.
+        notes = tuple(f"{problem}: ignored" for problem in info.bogus_attributes)
+        decision = Decision(
+            kind=decision.kind,
+            backend=decision.backend,
+            entry=decision.entry,
+            fallbacks=decision.fallbacks,
+            library=decision.library,
+            reason=decision.reason,
+            remedy=decision.remedy,
+            warnings=notes + decision.warnings,
+        )
+    return decision
+
+
+def _decide(
+    info: TorchInfo,
+    manifest: Sequence[ManifestEntry] | ManifestError,
+    settings: Settings,
+) -> Decision:
     for rule in _RULES_BEFORE_MANIFEST:
         decision = rule(info, settings)
         if decision is not None:
@@ -219,7 +251,10 @@ def decide(
     backend = settings.backend or info.backend
     if isinstance(manifest, ManifestError):
         return _nothing_matches(
-            settings, backend, f"no usable manifest: {manifest}", _build_remedy(())
+            settings,
+            backend,
+            f"no usable manifest: {getattr(manifest, 'cause', manifest)}",
+            _broken_manifest_remedy(),
         )
     try:
         version = info.major_minor
@@ -249,33 +284,29 @@ def _match_manifest(
         return sorted(found, key=lambda e: (e.torch_build != info.version, e.file))
 
     primary = matching(backend)
-    cpu = matching(Backend.CPU) if backend is not Backend.CPU else []
     if primary:
         return Decision(
             kind=DecisionKind.LOAD,
             backend=backend,
             entry=primary[0],
-            fallbacks=tuple(primary[1:] + cpu),
+            fallbacks=tuple(primary[1:]),
             reason=f"{describe_entry(primary[0])} matches {_describe_torch(info, backend)}",
         )
+    cpu = matching(Backend.CPU) if backend is not Backend.CPU else []
     if cpu:
+        why = f"no bundled {backend.value} library for {_describe_torch(info, backend)}"
         if settings.jit:
             return Decision(
                 kind=DecisionKind.JIT,
                 backend=backend,
-                # If the build fails, the CPU library still serves (with a warning).
-                fallbacks=tuple(cpu),
-                reason=f"no bundled {backend.value} library for {_describe_torch(info, backend)}; "
-                f"{env_var('JIT')} asks to build one",
+                reason=f"{why}; {env_var('JIT')} asks to build one",
             )
-        why = f"no bundled {backend.value} library for {_describe_torch(info, backend)}"
         return Decision(
-            kind=DecisionKind.LOAD,
-            backend=Backend.CPU,
-            entry=cpu[0],
-            fallbacks=tuple(cpu[1:]),
-            reason=f"{why}; the CPU library of the same torch and ABI serves it",
-            warnings=(cpu_fallback_warning(backend, cpu[0], why),),
+            kind=DecisionKind.UNAVAILABLE,
+            backend=backend,
+            reason=f"{why} (the bundled CPU library, {describe_entry(cpu[0])}, is not used "
+            f"on a {backend.value} torch: it cannot give {backend.value} tensors torch's stream)",
+            remedy=gpu_library_remedy(backend),
         )
     return _nothing_matches(
         settings,

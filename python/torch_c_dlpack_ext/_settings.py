@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ._naming import ENV_PREFIX, Backend, env_var, parse_backend
 from ._record import FrozenRecord
-from .errors import ConfigError
+from .errors import ConfigError, TorchCDLPackExtWarning
 
 __all__ = [
     "BUILD_TIME_VARIABLES",
@@ -25,10 +25,6 @@ __all__ = [
     "TorchCDLPackExtWarning",
     "parse_bool",
 ]
-
-
-class TorchCDLPackExtWarning(UserWarning):
-    """Category of every warning torch-c-dlpack-ext emits (filter on it to silence them)."""
 
 
 #: Variables the runtime reads, by short name (without the prefix).

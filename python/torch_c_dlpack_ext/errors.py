@@ -24,8 +24,34 @@ __all__ = [
     "ManifestError",
     "ReleaseError",
     "TorchCDLPackExtError",
+    "TorchCDLPackExtWarning",
     "TorchInstallError",
+    "brief",
 ]
+
+#: How to repair a damaged installation (named once in any message that needs it).
+REINSTALL = (
+    "reinstall torch-c-dlpack-ext: pip install --force-reinstall --no-deps torch-c-dlpack-ext"
+)
+
+
+def brief(value: object, limit: int = 60) -> str:
+    """``repr(value)``, cut to about ``limit`` characters, for messages: a 5,000-character
+    file name or a deeply nested JSON value from a damaged manifest must not be echoed whole
+    (and must not make the message itself fail)."""
+    import reprlib  # error paths only
+
+    shortener = reprlib.Repr()
+    shortener.maxstring = shortener.maxother = limit
+    shortener.maxlevel, shortener.maxlist, shortener.maxdict = 2, 4, 4
+    text = shortener.repr(value)
+    if isinstance(value, (str, bytes)) and len(value) > limit:
+        text += f" ({len(value)} characters)"
+    return text
+
+
+class TorchCDLPackExtWarning(UserWarning):
+    """Category of every warning torch-c-dlpack-ext emits (filter on it to silence them)."""
 
 
 class TorchCDLPackExtError(Exception):
@@ -123,13 +149,24 @@ class CommandTimeoutError(CommandError):
         self.timeout = timeout
 
 
-class ManifestError(TorchCDLPackExtError):
-    """The bundled manifest is missing, unreadable, or names a file that is not valid."""
+class _CauseAndRemedy(TorchCDLPackExtError):
+    """An error whose message is ``"<cause>; <remedy>"``, with both parts kept apart so a
+    caller that reports several causes can name the one remedy once."""
+
+    def __init__(self, cause: str, remedy: str = "") -> None:
+        super().__init__(f"{cause}; {remedy}" if remedy else cause)
+        self.cause = cause
+        self.remedy = remedy
+
+
+class ManifestError(_CauseAndRemedy):
+    """The bundled manifest is missing, unreadable, malformed, or names a file that is not
+    valid (``cause`` says which; ``remedy`` is the reinstall command)."""
 
     exit_code = 7
 
 
-class LibraryLoadError(TorchCDLPackExtError):
+class LibraryLoadError(_CauseAndRemedy):
     """A library could not be loaded, or it did not provide a valid exchange API table."""
 
     exit_code = 8

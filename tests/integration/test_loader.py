@@ -78,19 +78,37 @@ def test_library_override_warns_no_checksum(tmp_path: Path, fake_libs: dict[str,
     assert "no size/sha256 check was done" in warning
 
 
-def test_gpu_library_failure_falls_back_to_cpu(tmp_path: Path, fake_libs: dict[str, Path]) -> None:
+def test_gpu_library_failure_never_falls_back_to_cpu(
+    tmp_path: Path, fake_libs: dict[str, Path]
+) -> None:
+    # Issue 13: the CPU library would answer a GPU tensor's stream with NULL (the default
+    # stream), a silent race; publishing nothing lets consumers use their own path.
     root = make_package(
         tmp_path, [cell(fake_libs["no_export"], Backend.CUDA), cell(fake_libs["good"])]
     )
     result = probe(root, **{P + "FORCE": "1", P + "BACKEND": "cuda"})
-    assert result["kind"] == "load"
+    assert result["kind"] == "unavailable", result
+    assert not result["replaced"]
+    assert result["legacy"] is None
+    (warning,) = result["warnings"]
+    assert "no library could be loaded" in warning
+    assert "does not export TorchDLPackExchangeAPIPtr" in warning
+    assert f"{P}JIT=1 to build the cuda library" in warning
+    assert "install a torch-c-dlpack-ext wheel that bundles it" in warning
+    assert f"{P}BACKEND=cpu" in warning
+
+
+def test_backend_cpu_on_request_serves_a_gpu_torch(
+    tmp_path: Path, fake_libs: dict[str, Path]
+) -> None:
+    root = make_package(
+        tmp_path, [cell(fake_libs["no_export"], Backend.CUDA), cell(fake_libs["good"])]
+    )
+    result = probe(root, **{P + "FORCE": "1", P + "BACKEND": "cpu"})
+    assert result["kind"] == "load", result
     assert "-cpu-" in result["library"]
     assert result["replaced"]
-    (warning,) = result["warnings"]
-    assert "the cuda library failed to load" in warning
-    assert "does not export TorchDLPackExchangeAPIPtr" in warning
-    assert f"{P}BACKEND=cpu" in warning
-    assert f"{P}JIT=1" in warning
+    assert result["warnings"] == []
 
 
 def test_legacy_int_gets_a_capsule(tmp_path: Path, fake_libs: dict[str, Path]) -> None:

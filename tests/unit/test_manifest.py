@@ -5,7 +5,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import re
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,7 +74,7 @@ def test_verify_accepts_the_recorded_file(package: Path) -> None:
 
 def test_verify_rejects_a_truncated_file(package: Path) -> None:
     (package / "libs" / "libx.so").write_bytes(PAYLOAD[:100])
-    with pytest.raises(ManifestError, match=r"size 100 bytes, manifest says \d+"):
+    with pytest.raises(ManifestError, match=r"100 bytes, the manifest says \d+"):
         verify_file(_entry(), package)
 
 
@@ -82,7 +86,9 @@ def test_verify_rejects_same_size_other_content(package: Path) -> None:
 
 def test_verify_rejects_a_missing_file(package: Path) -> None:
     (package / "libs" / "libx.so").unlink()
-    with pytest.raises(ManifestError, match=r"not readable.*reinstall"):
+    with pytest.raises(
+        ManifestError, match=r"is missing; reinstall torch-c-dlpack-ext: pip install"
+    ):
         verify_file(_entry(), package)
 
 
@@ -107,7 +113,7 @@ def test_load_rejects_another_schema(tmp_path: Path) -> None:
 def test_load_rejects_path_traversal(tmp_path: Path, bad: str) -> None:
     data = {"schema": 1, "libraries": [_entry().to_json() | {"file": bad}]}
     (tmp_path / "manifest.json").write_text(json.dumps(data), encoding="utf-8")
-    with pytest.raises(ManifestError, match="outside the package"):
+    with pytest.raises(ManifestError, match="may point outside the package"):
         load_manifest(tmp_path / "manifest.json")
 
 
@@ -126,7 +132,7 @@ def test_load_rejects_an_unknown_backend(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text(
         json.dumps({"schema": 1, "libraries": [entry]}), encoding="utf-8"
     )
-    with pytest.raises(ManifestError, match="invalid"):
+    with pytest.raises(ManifestError, match="expected one of 'cpu', 'cuda', 'rocm'"):
         load_manifest(tmp_path / "manifest.json")
 
 
@@ -136,3 +142,227 @@ def test_atomic_write_leaves_no_temporary_behind(tmp_path: Path) -> None:
     atomic_write_bytes(target, b"two")
     assert target.read_bytes() == b"two"
     assert [p.name for p in target.parent.iterdir()] == ["file.json"]
+
+
+# --- schema validation: every field's JSON type, and the file itself ----------------------
+
+#: A value of each JSON type; each field accepts only its own.
+JSON_VALUES: dict[str, object] = {
+    "null": None,
+    "bool": True,
+    "int": 7,
+    "float": 2.8,
+    "string": "x",
+    "array": [1],
+    "object": {"a": 1},
+}
+#: The JSON types each field accepts (its valid value of that type is the entry's own).
+ACCEPTS = {
+    "file": {"string"},
+    "torch": {"string"},
+    "torch_build": {"string"},
+    "backend": {"string"},
+    "cxx11_abi": {"bool", "null"},
+    "dlpack": {"string"},
+    "toolchain": {"string"},
+    "gpu_toolkit": {"string", "null"},
+    "platform": {"string"},
+    "size": {"int"},
+    "sha256": {"string"},
+}
+
+
+def write_raw(tmp_path: Path, data: bytes | str) -> Path:
+    path = tmp_path / "manifest.json"
+    path.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    return path
+
+
+def with_entry(tmp_path: Path, **fields: object) -> Path:
+    entry = _entry().to_json() | fields
+    return write_raw(tmp_path, json.dumps({"schema": 1, "libraries": [entry]}))
+
+
+def test_schema_covers_every_field() -> None:
+    assert set(ACCEPTS) == set(ManifestEntry.field_names())
+
+
+@pytest.mark.parametrize(
+    ("field", "kind"),
+    [(f, k) for f in ACCEPTS for k in JSON_VALUES if k not in ACCEPTS[f]],
+)
+def test_a_field_of_the_wrong_json_type_is_a_schema_error(
+    tmp_path: Path, field: str, kind: str
+) -> None:
+    path = with_entry(tmp_path, **{field: JSON_VALUES[kind]})
+    with pytest.raises(ManifestError, match=rf"libraries\[0\]\.{field} is .*expected") as info:
+        load_manifest(path)
+    # One line, the remedy once.
+    assert "\n" not in str(info.value)
+    assert str(info.value).count("pip install") == 1
+
+
+def test_a_string_size_is_a_schema_error_not_a_size_mismatch(tmp_path: Path) -> None:
+    path = with_entry(tmp_path, size=str(len(PAYLOAD)))
+    with pytest.raises(ManifestError) as info:
+        load_manifest(path)
+    message = str(info.value)
+    assert f"libraries[0].size is a string ('{len(PAYLOAD)}'), expected an integer" in message
+    assert "manifest says" not in message
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("torch", "2", "expected a torch 'major.minor'"),
+        ("torch", "2.x", "expected a torch 'major.minor'"),
+        ("torch", "٢.٨", "expected a torch 'major.minor'"),  # non-ASCII digits
+        ("size", 0, "expected an integer number of bytes"),
+        ("size", -1, "expected an integer number of bytes"),
+        ("size", 2**70, "expected an integer number of bytes"),
+        ("sha256", "A" * 64, "64 lowercase hex"),
+        ("sha256", "0" * 63, "64 lowercase hex"),
+        ("file", "libs/a\x00.so", "may point outside the package"),
+        ("file", "libs\\a.so", "may point outside the package"),
+        ("file", "C:/a.so", "may point outside the package"),
+        ("file", "libs//a.so", "may point outside the package"),
+        ("file", "./a.so", "may point outside the package"),
+        ("file", "", "expected a file name"),
+        ("toolchain", "g++\x00", "control characters"),
+        ("toolchain", "", "expected a non-empty string"),
+        ("platform", "x" * 300, "longer than 256 characters"),
+        ("backend", "CUDA", "expected one of"),
+    ],
+)
+def test_bad_field_values_are_refused(tmp_path: Path, field: str, value: object, says: str) -> None:
+    with pytest.raises(ManifestError, match=re.escape(says)):
+        load_manifest(with_entry(tmp_path, **{field: value}))
+
+
+def test_a_5000_character_file_name_is_not_echoed_whole(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError) as info:
+        load_manifest(with_entry(tmp_path, file="a" * 5000))
+    message = str(info.value)
+    assert len(message) < 500, len(message)
+    assert "(5000 characters)" in message
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"", "is empty"),
+        (b"   \n", "is empty"),
+        (b'{"schema": 1, "libraries": [', "not valid JSON"),
+        ('{"schema": 1, "libraries": []}'.encode("utf-16"), "not UTF-8"),
+        (b'{"schema": 1, "libraries": [], "x": "\xff"}', "not UTF-8 text (byte 37)"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"schema": 1, "libraries": [' + b"[" * 5000 + b"]" * 5000 + b"]}", "nested too"),
+        (b'{"schema": 1, "libraries": []' + b" " * (1 << 20) + b"}", "more than a manifest"),
+        (b'{"schema": ' + b"1" * 5000 + b', "libraries": []}', "not valid JSON"),
+        (b'{"schema": true, "libraries": []}', "has schema True"),
+        (b'{"schema": 1.0, "libraries": []}', "has schema 1.0"),
+        (b'{"schema": 1, "libraries": {}}', "'libraries' is an object"),
+        (b'{"schema": 1}', "'libraries' is null"),
+        (b'{"schema": 1, "libraries": [5]}', "libraries[0] is a number (5), expected an object"),
+        (b"[1, 2]", "is an array, expected a JSON object"),
+        (b'"\\u0000"', "is a string"),
+        (b"NaN", "is a number (nan)"),
+    ],
+)
+def test_malformed_manifests_are_refused_with_the_cause(
+    tmp_path: Path, content: bytes, says: str
+) -> None:
+    with pytest.raises(ManifestError, match=re.escape(says)) as info:
+        load_manifest(write_raw(tmp_path, content))
+    assert len(str(info.value)) < 600, str(info.value)
+
+
+def test_unknown_keys_are_ignored(tmp_path: Path) -> None:
+    (entry,) = load_manifest(with_entry(tmp_path, added_by_a_newer_writer=[1, {"x": None}]))
+    assert entry == _entry()
+
+
+def test_a_directory_in_place_of_the_manifest(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").mkdir()
+    with pytest.raises(ManifestError, match="is a directory, not a regular file"):
+        load_manifest(tmp_path / "manifest.json")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_a_fifo_in_place_of_the_manifest_does_not_block(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "manifest.json")
+    started = time.monotonic()
+    with pytest.raises(ManifestError, match="is a FIFO, not a regular file"):
+        load_manifest(tmp_path / "manifest.json")
+    assert time.monotonic() - started < 5
+
+
+def test_a_symlinked_manifest_is_read_through(tmp_path: Path) -> None:
+    real = with_entry(tmp_path)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "manifest.json").symlink_to(real)
+    assert load_manifest(tmp_path / "other" / "manifest.json") == (_entry(),)
+
+
+def test_a_dangling_or_looping_symlink_manifest(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").symlink_to(tmp_path / "manifest.json")
+    with pytest.raises(ManifestError, match="is not readable"):
+        load_manifest(tmp_path / "manifest.json")
+
+
+def test_an_unreadable_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = with_entry(tmp_path)
+    if os.geteuid() != 0:  # pragma: no cover - CI runs as root, where mode 000 still reads
+        path.chmod(0)
+    else:
+        # root reads a mode-000 file, so make the open fail as it would for anyone else.
+        real_open = os.open
+
+        def refuse(target: object, *args: object, **kwargs: object) -> int:
+            if str(target) == str(path):
+                raise PermissionError(13, "Permission denied")
+            return real_open(target, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(os, "open", refuse)
+    with pytest.raises(ManifestError, match=r"is not readable \(Permission denied\)"):
+        load_manifest(path)
+
+
+# --- verify_file: where the library really is ---------------------------------------------
+
+
+def test_verify_refuses_a_symlink_out_of_the_package(package: Path, tmp_path_factory: Any) -> None:
+    outside = tmp_path_factory.mktemp("outside") / "libx.so"
+    outside.write_bytes(PAYLOAD)
+    (package / "libs" / "libx.so").unlink()
+    (package / "libs" / "libx.so").symlink_to(outside)
+    with pytest.raises(ManifestError, match="leads outside the package directory"):
+        verify_file(_entry(), package)
+
+
+def test_verify_follows_a_symlink_inside_the_package(package: Path) -> None:
+    (package / "libs" / "libx.so").rename(package / "libs" / "real.so")
+    (package / "libs" / "libx.so").symlink_to("real.so")
+    assert verify_file(_entry(), package) == package / "libs" / "libx.so"
+
+
+def test_verify_refuses_a_directory(package: Path) -> None:
+    (package / "libs" / "libx.so").unlink()
+    (package / "libs" / "libx.so").mkdir()
+    with pytest.raises(ManifestError, match="is a directory, not a regular file"):
+        verify_file(_entry(), package)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_verify_refuses_a_fifo_without_blocking(package: Path) -> None:
+    (package / "libs" / "libx.so").unlink()
+    os.mkfifo(package / "libs" / "libx.so")
+    with pytest.raises(ManifestError, match="is a FIFO, not a regular file"):
+        verify_file(_entry(), package)
+
+
+def test_verify_message_shortens_a_long_file_name(package: Path) -> None:
+    with pytest.raises(ManifestError) as info:
+        verify_file(_entry(file="libs/" + "b" * 250), package)
+    assert len(str(info.value)) < 300
+    assert "(255 characters)" in str(info.value)

@@ -80,7 +80,7 @@ class Case:
 
 
 CASES = [
-    Case("exact match", torch_info(), FULL, {}, K.LOAD, CUDA26, (CPU26,)),
+    Case("exact match", torch_info(), FULL, {}, K.LOAD, CUDA26),
     Case(
         "exact match cpu torch",
         torch_info("2.6.0+cpu", Backend.CPU),
@@ -111,22 +111,25 @@ CASES = [
         CUDA26_ABI1,
     ),
     Case(
-        "backend falls back to cpu",
+        "gpu torch never falls back to the cpu library",
         torch_info("2.6.0+cu124"),
         (CPU26, CUDA28),
         {},
-        K.LOAD,
-        CPU26,
-        says=("no bundled cuda library", f"{P}JIT=1", f"{P}BACKEND=cpu", "no cuda stream"),
-        warns=True,
+        K.UNAVAILABLE,
+        says=(
+            "no bundled cuda library for torch 2.6.0+cu124 (cuda cxx11abi0)",
+            "torch 2.6 cpu cxx11abi0, is not used on a cuda torch",
+            f"{P}JIT=1 to build the cuda library",
+            "pip install --force-reinstall",
+            f"{P}BACKEND=cpu uses the CPU library",
+        ),
     ),
     Case(
-        "backend missing, jit builds it instead of cpu fallback",
+        "backend missing, jit builds it and nothing falls back to cpu",
         torch_info("2.6.0+cu124"),
         (CPU26,),
         {P + "JIT": "1"},
         K.JIT,
-        fallbacks=(CPU26,),
     ),
     Case(
         "rocm torch never gets the cuda library",
@@ -143,16 +146,14 @@ CASES = [
         {},
         K.LOAD,
         ROCM28,
-        (CPU28,),
     ),
     Case(
-        "cuda torch does not get rocm",
+        "cuda torch does not get rocm or cpu",
         torch_info("2.8.0+cu128", Backend.CUDA, True),
         (ROCM28, CPU28),
         {},
-        K.LOAD,
-        CPU28,
-        warns=True,
+        K.UNAVAILABLE,
+        says=("no bundled cuda library",),
     ),
     Case(
         "version not in manifest",
@@ -169,7 +170,6 @@ CASES = [
         {},
         K.LOAD,
         CUDA28,
-        (CPU28,),
     ),
     Case(
         "exact torch build preferred among same cell",
@@ -237,7 +237,7 @@ CASES = [
         K.DISABLED,
         says=(f"unset {P}DISABLE",),
     ),
-    Case("disable off", torch_info(), FULL, {P + "DISABLE": "off"}, K.LOAD, CUDA26, (CPU26,)),
+    Case("disable off", torch_info(), FULL, {P + "DISABLE": "off"}, K.LOAD, CUDA26),
     Case(
         "force loads despite capsule",
         torch_info("2.6.0+cu124", has_capsule=True),
@@ -245,7 +245,6 @@ CASES = [
         {P + "FORCE": "1"},
         K.LOAD,
         CUDA26,
-        (CPU26,),
     ),
     Case(
         "force overrides legacy int",
@@ -254,7 +253,6 @@ CASES = [
         {P + "FORCE": "true"},
         K.LOAD,
         CUDA26,
-        (CPU26,),
     ),
     Case(
         "force without a match",
@@ -277,7 +275,6 @@ CASES = [
         {P + "LIBRARY": "<lib>"},
         K.LOAD,
         says=("no size/sha256 check was done",),
-        warns=True,
     ),
     Case(
         "library override ignored when torch has the api",
@@ -303,7 +300,6 @@ CASES = [
         {P + "BACKEND": "rocm"},
         K.LOAD,
         ROCM28,
-        (CPU28,),
     ),
     Case(
         "bad backend override",
@@ -351,7 +347,12 @@ CASES = [
         BROKEN,
         {},
         K.UNAVAILABLE,
-        says=("no usable manifest", "not valid JSON", f"{P}JIT=1"),
+        says=(
+            "no usable manifest",
+            "not valid JSON",
+            f"{P}JIT=1",
+            "pip install --force-reinstall --no-deps torch-c-dlpack-ext",
+        ),
     ),
     Case("manifest corrupt with jit", torch_info(), BROKEN, {P + "JIT": "1"}, K.JIT),
     Case("no match with jit", torch_info("2.5.0"), FULL, {P + "JIT": "yes"}, K.JIT),
@@ -428,3 +429,107 @@ def test_decision_is_frozen() -> None:
 def test_decide_is_pure() -> None:
     info, settings = torch_info(), Settings()
     assert decide(info, FULL, settings) == decide(info, FULL, settings)
+
+
+def test_broken_manifest_is_not_called_a_universal_wheel() -> None:
+    decision = decide(torch_info(), BROKEN, Settings())
+    text = decision.reason + decision.remedy
+    assert "universal wheel" not in text, text
+    assert "bundles no libraries" not in text, text
+    assert text.count("pip install") == 1, text
+
+
+# The GPU selector table (issue 13): a GPU torch x its library present / absent (a CPU one
+# bundled) / nothing for this torch / the manifest broken x BACKEND / JIT. A CPU library
+# may serve a GPU torch only when BACKEND=cpu asks for it.
+GPU_TORCH = {
+    Backend.CUDA: torch_info("2.8.0+cu128", Backend.CUDA, True),
+    Backend.ROCM: torch_info("2.8.0+rocm6.3", Backend.ROCM, True),
+}
+GPU_ENTRY = {Backend.CUDA: CUDA28, Backend.ROCM: ROCM28}
+LIBRARY_STATES = ("present", "absent", "nothing", "broken")
+ENVS = {
+    "": {},
+    "BACKEND=cpu": {P + "BACKEND": "cpu"},
+    "JIT": {P + "JIT": "1"},
+    "BACKEND=cpu+JIT": {P + "BACKEND": "cpu", P + "JIT": "1"},
+}
+
+
+def gpu_manifest(backend: Backend, state: str) -> Sequence[ManifestEntry] | ManifestError:
+    other = entry("2.6", "cpu", False)
+    return {
+        "present": (GPU_ENTRY[backend], CPU28, other),
+        "absent": (CPU28, other, CUDA28 if backend is Backend.ROCM else ROCM28),
+        "nothing": (other,),
+        "broken": BROKEN,
+    }[state]
+
+
+def gpu_expected(
+    backend: Backend, state: str, env: str
+) -> tuple[DecisionKind, ManifestEntry | None, Backend]:
+    wants_cpu, jit = env.startswith("BACKEND=cpu"), "JIT" in env
+    chosen = Backend.CPU if wants_cpu else backend
+    if state == "present":
+        return K.LOAD, CPU28 if wants_cpu else GPU_ENTRY[backend], chosen
+    if state == "absent" and wants_cpu:
+        return K.LOAD, CPU28, chosen
+    return (K.JIT if jit else K.UNAVAILABLE), None, chosen
+
+
+@pytest.mark.parametrize("env", list(ENVS))
+@pytest.mark.parametrize("state", LIBRARY_STATES)
+@pytest.mark.parametrize("backend", [Backend.CUDA, Backend.ROCM])
+def test_gpu_torch_never_gets_a_library_that_cannot_serve_its_backend(
+    backend: Backend, state: str, env: str
+) -> None:
+    decision = decide(
+        GPU_TORCH[backend], gpu_manifest(backend, state), Settings.from_env(ENVS[env])
+    )
+    kind, chosen_entry, chosen_backend = gpu_expected(backend, state, env)
+    assert (decision.kind, decision.entry, decision.backend) == (
+        kind,
+        chosen_entry,
+        chosen_backend,
+    ), decision
+    # The invariant behind the table: every library the loader may try is of the chosen
+    # backend, and that is the torch's own backend unless BACKEND=cpu said otherwise.
+    candidates = [decision.entry, *decision.fallbacks] if decision.entry else []
+    assert bool(candidates) is (kind is K.LOAD), decision
+    for candidate in candidates:
+        assert candidate.backend is chosen_backend, decision
+    if kind is K.UNAVAILABLE and not env.startswith("BACKEND=cpu") and state == "absent":
+        text = decision.reason + " | " + decision.remedy
+        assert f"{P}JIT=1 to build the {backend.value} library" in text, text
+        assert "install a torch-c-dlpack-ext wheel that bundles it" in text, text
+        assert f"{P}BACKEND=cpu" in text, text
+
+
+BOGUS = "torch.Tensor.__dlpack_c_exchange_api__ is int 5, not a 'dlpack_exchange_api' capsule"
+
+
+@pytest.mark.parametrize(
+    ("env", "manifest", "kind"),
+    [
+        ({}, FULL, K.LOAD),
+        ({}, (), K.UNAVAILABLE),
+        ({}, BROKEN, K.UNAVAILABLE),
+        ({P + "JIT": "1"}, (), K.JIT),
+        ({P + "BAKEND": "x"}, FULL, K.UNAVAILABLE),
+    ],
+)
+def test_bogus_torch_attribute_is_not_deferred_to_and_is_named(
+    env: dict[str, str], manifest: Any, kind: DecisionKind
+) -> None:
+    info = dataclasses.replace(torch_info(), bogus_attributes=(BOGUS,))
+    decision = decide(info, manifest, Settings.from_env(env))
+    assert decision.kind is kind, decision
+    assert decision.warnings[0] == BOGUS + ": ignored", decision.warnings
+
+
+def test_bogus_attribute_is_quiet_when_disabled() -> None:
+    info = dataclasses.replace(torch_info(), bogus_attributes=(BOGUS,))
+    decision = decide(info, FULL, Settings.from_env({P + "DISABLE": "1"}))
+    assert decision.kind is K.DISABLED
+    assert decision.warnings == ()
