@@ -1,4 +1,5 @@
-"""Project-level invariants: the README's Quick start and CI run the same test command."""
+"""Project-level invariants: the README's Quick start and CI run the same test command,
+and CI lints first."""
 
 from __future__ import annotations
 
@@ -17,23 +18,26 @@ def _quick_start_commands() -> list[str]:
     return [line.strip() for line in block.group(1).splitlines() if line.strip()]
 
 
-def test_quick_start_has_exactly_build_and_test_commands() -> None:
+def test_quick_start_has_exactly_venv_build_and_test_commands() -> None:
     commands = _quick_start_commands()
-    assert len(commands) == 2, commands
-    assert commands[0].endswith("nox -s build")
-    assert commands[1] == "nox -s tests"
+    assert len(commands) == 3, commands
+    # A venv first: a system Python refuses `pip install` under PEP 668.
+    assert commands[0].startswith("python3 -m venv ")
+    assert commands[1].startswith("python -m pip install nox uv")
+    assert commands[1].endswith("nox -s build")
+    assert commands[2] == "nox -s tests"
 
 
-def test_ci_runs_exactly_the_readme_test_command() -> None:
+def test_ci_runs_lint_then_exactly_the_readme_test_command() -> None:
     script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     lines = [
         line.strip()
         for line in script.splitlines()
         if line.strip() and not line.lstrip().startswith("#")
     ]
-    test_command = _quick_start_commands()[1]
+    test_command = _quick_start_commands()[-1]
     runs = [line for line in lines if shlex.split(line)[:2] == ["nox", "-s"]]
-    assert runs == [test_command], f".ci/run runs {runs}, README says {test_command!r}"
+    assert runs == ["nox -s lint", test_command], f".ci/run runs {runs}"
 
 
 def test_version_has_one_source() -> None:

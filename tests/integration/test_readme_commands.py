@@ -1,0 +1,141 @@
+"""README's install commands, run as written in a fresh virtual environment.
+
+"Installing from source" runs verbatim with two substitutions, both asserted: the
+torch release is the one this test session runs (2.13, which pip installs from this
+machine's wheel cache instead of downloading torch 2.8 and its CUDA wheels), and the
+project comes from an sdist of this checkout instead of the index. The Quick start's
+"install what ``nox -s build`` made" commands then run verbatim in the same venv
+against a ``dist/`` holding a universal wheel, a variant-named wheel and the sdist.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import build_backend
+import pytest
+from tests.helpers import clean_env
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+TORCH_RELEASE = torch.__version__.split("+")[0]
+
+
+def code_blocks(section: str) -> list[str]:
+    """The ```bash blocks of the README section whose heading is ``section``."""
+    start = README.index(section)
+    body = README[start + len(section) :]
+    end = re.search(r"^#{2,3} ", body, re.M)
+    body = body[: end.start()] if end else body
+    return re.findall(r"```bash\n(.*?)```", body, re.S)
+
+
+def bash(script: str, cwd: Path, what: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` with ``bash -eu`` (each line must succeed), telling the terminal
+    what is running past pytest's capture: it takes a minute or more."""
+    print(f"\n[readme] {what} ...", file=sys.__stderr__, flush=True)
+    started = time.monotonic()
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd,
+        env=clean_env(PIP_DISABLE_PIP_VERSION_CHECK="1"),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    print(
+        f"[readme] {what}: exit {proc.returncode} in {time.monotonic() - started:.0f} s",
+        file=sys.__stderr__,
+        flush=True,
+    )
+    return proc
+
+
+@pytest.fixture(scope="module")
+def source_install(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The "Installing from source" block run in a fresh directory; (dir, output)."""
+    (block,) = code_blocks("### Installing from source")
+    lines = [line for line in block.splitlines() if line.strip()]
+    assert lines[0] == "python3 -m venv venv && . venv/bin/activate", lines
+    assert "pip install torch==2.8.0 " in lines[1], lines
+    assert lines[-1].endswith(" torch-c-dlpack-ext"), lines
+    work = tmp_path_factory.mktemp("readme")
+    sdist = Path(build_backend.build_sdist(str(work / "sdist")))
+    lines[1] = lines[1].replace("torch==2.8.0", f"torch=={TORCH_RELEASE}")
+    lines[-1] = lines[-1].removesuffix("torch-c-dlpack-ext") + str(work / "sdist" / sdist.name)
+    proc = bash(
+        "\n".join(lines), work, f"Installing from source (torch {TORCH_RELEASE})", timeout=1500
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return work, proc.stdout + proc.stderr
+
+
+def diagnose(work: Path) -> dict[str, object]:
+    proc = subprocess.run(
+        [str(work / "venv" / "bin" / "python"), "-m", "torch_c_dlpack_ext", "--json"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    report: dict[str, object] = json.loads(proc.stdout)
+    return report
+
+
+@pytest.mark.slow
+def test_installing_from_source_works_as_written(source_install: tuple[Path, str]) -> None:
+    work, output = source_install
+    assert "Successfully installed torch-c-dlpack-ext" in output
+    report = diagnose(work)
+    assert str(report["package"]["path"]).startswith(str(work / "venv"))  # type: ignore[index]
+    bundled = report["bundled"]
+    assert isinstance(bundled, list), bundled
+    minor = ".".join(TORCH_RELEASE.split(".")[:2])
+    assert [(e["torch"], e["backend"]) for e in bundled] == [(minor, "cpu")]
+    # torch 2.13 has the API itself: the library built from source is not needed.
+    assert report["decision"]["kind"] == "defer"  # type: ignore[index]
+    assert report["smoke_test"]["ok"]  # type: ignore[index]
+
+
+@pytest.mark.slow
+def test_installing_from_dist_works_as_written(source_install: tuple[Path, str]) -> None:
+    work, _ = source_install
+    blocks = code_blocks("## Quick start")
+    install = next(b for b in blocks if "--find-links dist" in b)
+    dist = work / "dist"
+    dist.mkdir()
+    universal = Path(build_backend.build_wheel(str(dist), {"universal": "true"}))
+    # A PEP 825 variant wheel's name (a label after the platform tag): pip rejects it.
+    version = universal.name.split("-")[1]
+    pytag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    variant = f"torch_c_dlpack_ext-{version}-{pytag}-{pytag}-linux_x86_64-t28_cpu.whl"
+    shutil.copyfile(dist / universal.name, dist / variant)
+    shutil.copytree(work / "sdist", dist, dirs_exist_ok=True)
+
+    activate = ". venv/bin/activate\n"
+    uninstall = bash(activate + "pip uninstall -y torch-c-dlpack-ext", work, "uninstall", 300)
+    assert uninstall.returncode == 0, uninstall.stderr
+    glob = bash(activate + "pip install dist/*.whl", work, "pip install dist/*.whl", 300)
+    assert glob.returncode != 0, "README says the glob fails; it worked"
+    rejected = glob.stdout + glob.stderr
+    assert "t28_cpu" in rejected
+    assert "Invalid build number" in rejected or "not a valid wheel filename" in rejected
+
+    proc = bash(activate + install, work, "install from dist/ as README says", 600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "Successfully installed torch-c-dlpack-ext" in proc.stdout
+    report = diagnose(work)
+    assert report["decision"]["kind"] == "defer"  # type: ignore[index]
+    # The wheel pip chose among the three candidates: the only installable wheel.
+    record = next((work / "venv").glob("lib/python3*/site-packages/torch_c_dlpack_ext-*.dist-info"))
+    assert (record / "WHEEL").read_text(encoding="utf-8").count("Tag: py3-none-any") == 1
