@@ -10,13 +10,20 @@ devtools/release.py --help``):
   ``--variants-dir`` when given (a directory an index serves), because no
   upload API takes it yet (PyPI's PEP 825 support is pending);
 - ``check-tag TAG``: the pushed tag names the version in ``_version.py``;
+- ``publish-target --event E --ref R --publish BOOL``: where this run may publish
+  (the publish guard): PyPI only from a pushed tag ``v<version>``, TestPyPI at
+  most from a manual run, nothing otherwise; ``$GITHUB_OUTPUT`` lines;
 - ``github-matrix FILE``: turn ``nox -s matrix`` output into ``$GITHUB_OUTPUT`` lines;
+- ``check-repaired DIR``: no wheel in DIR has libraries a repair tool grafted in;
+- ``contents --matrix FILE --dist DIST [--cells DIR] [--out DIR]``: the release's
+  contents, cell by cell (present, or absent and why), as JSON and Markdown notes;
 - ``split-variants DIST DEST``: move the variant wheels and the variants index out
   of the files PyPI accepts today;
 - ``test-installed``: cibuildwheel's test command for one job's wheel;
-- ``verify DIST``: install each wheel that fits this interpreter with each torch
-  it serves into a fresh environment and check what ``python -m
-  torch_c_dlpack_ext --json`` decides.
+- ``verify DIST [--expect FILE]``: every expected cell is in the release exactly
+  once (absent only where matrix.toml allows its job to fail), then install each
+  wheel that fits this interpreter with each torch it serves into a fresh
+  environment and check what ``python -m torch_c_dlpack_ext --json`` decides.
 
 Credentials come only from the environment (``TWINE_USERNAME`` /
 ``TWINE_PASSWORD``, or Trusted Publishing in CI) and are never printed.
@@ -38,11 +45,31 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-# Run from a checkout (CI jobs, nox) without installing the package: the package and
-# the in-tree build backend (the one pyproject reader) come from the tree.
+# Run from a checkout (CI jobs, nox) without installing the package: its helper
+# modules and the in-tree build backend (the one pyproject reader) come from the tree.
 for _path in (ROOT / "python", ROOT):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
+
+
+def _helpers_without_the_package() -> None:
+    """Make ``torch_c_dlpack_ext.<helper>`` importable without running the package's
+    ``__init__`` (its import-time library selection imports torch and warns about a
+    source tree that bundles no library). Only for script runs: as the script, this
+    process never imports the package itself (installed wheels are diagnosed in
+    subprocesses), and the helpers it uses (manifest, naming, errors, the subprocess
+    helper, the version) import nothing from the package's top level."""
+    import types
+
+    if "torch_c_dlpack_ext" in sys.modules:
+        return
+    stub = types.ModuleType("torch_c_dlpack_ext")
+    stub.__path__ = [str(ROOT / "python" / "torch_c_dlpack_ext")]
+    sys.modules["torch_c_dlpack_ext"] = stub
+
+
+if __name__ == "__main__":
+    _helpers_without_the_package()
 
 from packaging.specifiers import SpecifierSet  # noqa: E402 - needs the path set above
 from packaging.tags import sys_tags  # noqa: E402
@@ -64,14 +91,19 @@ from torch_c_dlpack_ext.errors import (  # noqa: E402
 )
 
 __all__ = [
+    "CellStatus",
+    "PublishTarget",
     "ReleaseFiles",
     "WheelInfo",
+    "check_repaired",
     "check_tag",
     "collect",
     "github_matrix",
     "installs_here",
     "publish",
+    "publish_target",
     "read_wheel",
+    "release_contents",
     "requires_python",
     "split_variants",
     "twine_check",
@@ -316,15 +348,58 @@ def check_tag(tag: str, version: str = __version__) -> None:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class PublishTarget:
+    """Where a release workflow run may upload (``index`` ``"none"``: nowhere)."""
+
+    index: str
+    repository_url: str = ""
+    project_url: str = ""
+
+    def output_lines(self) -> list[str]:
+        return [
+            f"index={self.index}",
+            f"repository_url={self.repository_url}",
+            f"project_url={self.project_url}",
+        ]
+
+
+def publish_target(
+    event: str, ref: str, publish: bool, *, version: str = __version__
+) -> PublishTarget:
+    """The publish guard: PyPI only from a pushed tag ``v<version>`` (every cell of
+    matrix.toml: a tag push has no ``cells`` input), TestPyPI at most from a manual
+    run (``publish`` true), nothing otherwise. A file name burned on PyPI can never
+    be uploaded again, so a partial or untagged build must never reach it."""
+    if event == "push":
+        if not ref.startswith("refs/tags/"):
+            raise ReleaseError(f"push of {ref!r} is not a tag push; only tags v<version> publish")
+        check_tag(ref.removeprefix("refs/tags/"), version)
+        return PublishTarget(
+            index="pypi",
+            repository_url="https://upload.pypi.org/legacy/",
+            project_url=f"https://pypi.org/project/{DIST_NAME}/{version}/",
+        )
+    if event == "workflow_dispatch":
+        if not publish:
+            return PublishTarget(index="none")
+        return PublishTarget(
+            index="testpypi",
+            repository_url="https://test.pypi.org/legacy/",
+            project_url=f"https://test.pypi.org/project/{DIST_NAME}/{version}/",
+        )
+    raise ReleaseError(f"event {event!r} never publishes; expected push or workflow_dispatch")
+
+
 def github_matrix(matrix: Any, *, requires_python: str | None = None) -> dict[str, Any]:
     """From ``nox -s matrix`` JSON, the build matrix and the verify matrix.
 
-    The build matrix keeps the jobs as they are (``{"include": [jobs]}``), less
-    jobs for a Python outside ``requires_python``: cibuildwheel selects nothing
-    for them and fails the run. Each dropped job is announced on stderr. The
-    verify matrix has one entry per (runner, Python) the jobs build for: a
-    combined wheel serves one Python on one platform, and a runner can only
-    install wheels of its own platform.
+    The build matrix keeps the jobs as they are (``{"include": [jobs]}``). The
+    matrix yields no job for a Python outside ``requires_python``; one in the
+    input (a hand-made file) is an error, since cibuildwheel would select
+    nothing for it. The verify matrix has one entry per (runner, Python) the
+    jobs build for: a combined wheel serves one Python on one platform, and a
+    runner can only install wheels of its own platform.
     """
     if not isinstance(matrix, dict) or not isinstance(matrix.get("include"), list):
         raise ConfigError('matrix JSON must be an object with an "include" list of jobs')
@@ -336,14 +411,12 @@ def github_matrix(matrix: Any, *, requires_python: str | None = None) -> dict[st
         raise ConfigError(f"matrix job lacks 'runner' or 'python': {bad[0]!r}")
     if requires_python is not None:
         allowed = SpecifierSet(requires_python)
-        for job in jobs:
-            if Version(str(job["python"])) not in allowed:
-                print(
-                    f"warning: dropping job {job.get('id')!r}: Python {job['python']} is outside "
-                    f"requires-python {requires_python!r} (remove it from matrix.toml)",
-                    file=sys.stderr,
-                )
-        jobs = [job for job in jobs if Version(str(job["python"])) in allowed]
+        outside = [job for job in jobs if Version(str(job["python"])) not in allowed]
+        if outside:
+            raise ConfigError(
+                f"job {outside[0].get('id')!r}: Python {outside[0]['python']} is outside "
+                f"requires-python {requires_python!r}; regenerate the file with `nox -s matrix`"
+            )
     if not jobs:
         raise ConfigError("the matrix selects no jobs; check --only against matrix.toml")
     pairs = {(str(job["runner"]), str(job["python"])) for job in jobs}
@@ -376,6 +449,215 @@ def split_variants(dist: Path, dest: Path) -> list[Path]:
         source.unlink()
         moved.append(target)
     return moved
+
+
+def check_repaired(directory: Path) -> list[Path]:
+    """Every wheel in ``directory`` bundles only its own libraries: a repair tool that
+    grafted a copy of torch's (or anything else) is an error naming the files."""
+    from devtools.wheels import grafted_libraries
+
+    found = sorted(directory.glob("*.whl"))
+    if not found:
+        raise ReleaseError(f"{directory}: no wheels; did the build and repair steps run?")
+    for wheel in found:
+        grafted = grafted_libraries(wheel)
+        if grafted:
+            raise ReleaseError(
+                f"{wheel.name}: the repair step grafted {', '.join(grafted[:5])}; "
+                "exclude them in [tool.cibuildwheel] (devtools/wheels.py AUDITWHEEL_EXCLUDES)"
+            )
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class CellStatus:
+    """One expected (or unexpected) cell of a release, as found in its wheels."""
+
+    cell: str
+    #: The job that builds it (``""`` for a cell no job expects).
+    job: str
+    #: ``present`` (one combined and one variant wheel hold it), ``absent``,
+    #: ``duplicate`` (more than one of either) or ``unexpected`` (no job expects it).
+    state: str
+    combined: tuple[str, ...] = ()
+    variants: tuple[str, ...] = ()
+    reason: str = ""
+    #: matrix.toml's ``allow_failure`` reason for the job (``""``: not allowed).
+    allowed: str = ""
+
+    @property
+    def acceptable(self) -> bool:
+        return self.state == "present" or (self.state == "absent" and bool(self.allowed))
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["combined"], data["variants"] = list(self.combined), list(self.variants)
+        return data
+
+
+def _python_of(wheel: WheelInfo) -> str:
+    interpreter = min(wheel.tags).split("-", 1)[0]
+    return f"{interpreter[2]}.{interpreter[3:]}"
+
+
+def _label_of(wheel: WheelInfo) -> str:
+    parts = wheel.path.name[: -len(".whl")].split("-")
+    return parts[-1]
+
+
+def _cells_in_wheels(
+    matrix: Any, wheels: Sequence[WheelInfo]
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """``{cell id: [wheel names]}`` for combined and for variant wheels."""
+    from devtools.wheels import cell_for_entry
+
+    combined: dict[str, list[str]] = {}
+    variants: dict[str, list[str]] = {}
+    for wheel in wheels:
+        if wheel.universal:
+            continue
+        python = _python_of(wheel)
+        for entry in wheel.libraries:
+            try:
+                cell = cell_for_entry(matrix, entry, python)
+            except ConfigError:
+                cell_id = f"{wheel.path.name}:{entry.file}"
+            else:
+                cell_id = cell.id
+                if wheel.variant and cell.label != _label_of(wheel):
+                    continue  # the CPU fallback a GPU variant wheel carries
+            (variants if wheel.variant else combined).setdefault(cell_id, []).append(
+                wheel.path.name
+            )
+    return combined, variants
+
+
+def release_contents(
+    jobs: Sequence[dict[str, Any]], wheels: Sequence[WheelInfo], *, arrived: set[str] | None = None
+) -> list[CellStatus]:
+    """Cell by cell, what the release holds of the cells ``jobs`` (``nox -s matrix``
+    entries) promise: a cell is present when exactly one combined wheel carries its
+    library and exactly one variant wheel is labelled for it. ``arrived``: ids of the
+    jobs whose artifact reached the assemble job, to say why a cell is absent."""
+    from build_backend._matrix import load_matrix
+
+    combined, variants = _cells_in_wheels(load_matrix(), wheels)
+    expected = {cell: job for job in jobs for cell in job.get("cells", [])}
+    statuses: list[CellStatus] = []
+    for cell_id, job in expected.items():
+        where_c = tuple(combined.get(cell_id, ()))
+        where_v = tuple(variants.get(cell_id, ()))
+        allowed = str(job.get("allow_failure") or "")
+        job_id = str(job.get("id", ""))
+        if len(where_c) > 1 or len(where_v) > 1:
+            state, reason = "duplicate", "in more than one wheel of a kind"
+        elif where_c and where_v:
+            state, reason = "present", ""
+        else:
+            state = "absent"
+            if arrived is not None and job_id not in arrived:
+                reason = f"job {job_id} uploaded no wheels (it failed or was cancelled)"
+            else:
+                missing = " or ".join(
+                    kind for kind, where in (("combined", where_c), ("variant", where_v))
+                    if not where
+                )  # fmt: skip
+                reason = f"no {missing} wheel holds it"
+        statuses.append(CellStatus(cell_id, job_id, state, where_c, where_v, reason, allowed))
+    statuses.extend(
+        CellStatus(
+            cell_id, "", "unexpected", tuple(combined.get(cell_id, ())),
+            tuple(variants.get(cell_id, ())), "no job of the matrix builds it",
+        )
+        for cell_id in sorted((combined.keys() | variants.keys()) - expected.keys())
+    )  # fmt: skip
+    return statuses
+
+
+def release_notes(statuses: Sequence[CellStatus], version: str = __version__) -> str:
+    """Markdown for the job summary and the release notes: what is in, what is not, why."""
+    present = [s for s in statuses if s.state == "present"]
+    expected = [s for s in statuses if s.state != "unexpected"]
+    lines = [
+        f"## {DIST_NAME} {version}: {len(present)} of {len(expected)} cells",
+        "",
+    ]
+    missing = [s for s in statuses if s.state != "present"]
+    if not missing:
+        lines.append("Every cell of the matrix is in the release.")
+    else:
+        lines += ["| cell | job | state | why | allowed to fail |", "|---|---|---|---|---|"]
+        lines += [
+            f"| `{s.cell}` | {s.job or '-'} | {s.state} | {s.reason} | {s.allowed or 'no'} |"
+            for s in missing
+        ]
+        blocking = [s for s in missing if not s.acceptable]
+        lines += [
+            "",
+            f"{len(blocking)} of these block publishing"
+            + (" (`devtools/release.py verify --expect` fails)." if blocking else "."),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def check_contents(statuses: Sequence[CellStatus]) -> None:
+    """Raise :class:`ReleaseError` unless every cell is present or allowed to be absent."""
+    bad = [s for s in statuses if not s.acceptable]
+    if bad:
+        shown = "; ".join(f"{s.cell}: {s.state} ({s.reason})" for s in bad[:8])
+        more = f"; and {len(bad) - 8} more" if len(bad) > 8 else ""
+        raise ReleaseError(
+            f"{len(bad)} cell(s) not in the release as expected: {shown}{more}. "
+            "Rerun the failed jobs, or mark their backend allow_failure in matrix.toml"
+        )
+
+
+def load_jobs(path: Path) -> list[dict[str, Any]]:
+    """The jobs of a ``nox -s matrix`` JSON file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("include"), list):
+        raise ConfigError(f'{path}: expected `nox -s matrix` output (an "include" list)')
+    return list(data["include"])
+
+
+def arrived_jobs(cells_dir: Path) -> set[str]:
+    """Job ids whose artifact (``cell-<job id>/``, as download-artifact lays them out)
+    holds at least one wheel."""
+    prefix = "cell-"
+    return {
+        d.name[len(prefix) :]
+        for d in cells_dir.iterdir()
+        if d.is_dir() and d.name.startswith(prefix) and any(d.rglob("*.whl"))
+    }
+
+
+def write_contents(
+    matrix_file: Path, dists: Sequence[Path], *, cells_dir: Path | None, out: Path | None
+) -> list[CellStatus]:
+    """``contents``: print the release notes; with ``out``, also write
+    ``release-contents.json`` and ``NOTES.md`` there. Never fails on absent cells
+    (the verify step does): the notes must be written especially then."""
+    jobs = load_jobs(matrix_file)
+    wheels = [read_wheel(p) for d in dists for p in sorted(d.glob("*.whl"))]
+    arrived = arrived_jobs(cells_dir) if cells_dir is not None else None
+    statuses = release_contents(jobs, wheels, arrived=arrived)
+    notes = release_notes(statuses)
+    if out is not None:
+        data = {
+            "version": __version__,
+            "expected": sum(s.state != "unexpected" for s in statuses),
+            "present": sum(s.state == "present" for s in statuses),
+            "cells": [s.to_json() for s in statuses],
+        }
+        atomic_write_bytes(
+            out / "release-contents.json", (json.dumps(data, indent=2) + "\n").encode()
+        )
+        atomic_write_bytes(out / "NOTES.md", notes.encode())
+    sys.stdout.write(notes)
+    return statuses
 
 
 def installs_here(wheel: WheelInfo) -> bool:
@@ -477,19 +759,23 @@ def _same_libraries(variant: WheelInfo, combined: Sequence[WheelInfo]) -> None:
             )
 
 
-def verify(dist: Path) -> list[str]:
-    """Install every combined wheel that fits this interpreter into a fresh
-    environment once per torch minor it bundles (torch from PyPI) and check the
-    selector's decision; the universal wheel must explain without torch.
+def _verify_contents(expect: Sequence[dict[str, Any]], wheels: Sequence[WheelInfo]) -> list[str]:
+    statuses = release_contents(expect, wheels)
+    check_contents(statuses)
+    present = sum(s.state == "present" for s in statuses)
+    lines = [f"contents: {present} of {len(statuses)} expected cells present"]
+    lines += [
+        f"contents: {s.cell} absent, allowed ({s.allowed}): {s.reason}"
+        for s in statuses
+        if s.state == "absent"
+    ]
+    return lines
 
-    Variant wheels are not installable by pip; their libraries are checked to be
-    byte-identical to the combined wheels' (which were just exercised). GPU
-    libraries cannot be selected on a GPU-less runner; the runtime checks their
-    size and sha256 before any load.
-    """
+
+def _install_and_diagnose(wheels: Sequence[WheelInfo], combined: Sequence[WheelInfo]) -> list[str]:
+    """verify's installing part: each fitting combined wheel with each torch it serves,
+    the universal wheel without torch, variant wheels against the combined ones."""
     results: list[str] = []
-    wheels = [read_wheel(path) for path in sorted(dist.glob("*.whl"))]
-    combined = [w for w in wheels if not w.universal and not w.variant]
     with tempfile.TemporaryDirectory(prefix="tcde-verify-") as tmp:
         for wheel in combined:
             if not installs_here(wheel):
@@ -517,6 +803,40 @@ def verify(dist: Path) -> list[str]:
             elif wheel.variant:
                 _same_libraries(wheel, combined)
                 results.append(f"{wheel.path.name}: libraries match the combined wheels")
+    return results
+
+
+def verify(
+    dist: Path, *, expect: Sequence[dict[str, Any]] | None = None, install: bool = True
+) -> list[str]:
+    """Check the release in ``dist`` (combined, universal and variant wheels).
+
+    ``expect``: the ``nox -s matrix`` jobs of the run; every cell they promise must
+    be in exactly one combined and one variant wheel, unless matrix.toml allows its
+    job to fail (the absence is then printed, not fatal). Then install every
+    combined wheel that fits this interpreter into a fresh environment once per
+    torch minor it bundles (torch from PyPI) and check the selector's decision;
+    the universal wheel must explain without torch (``install=False`` skips this).
+
+    Variant wheels are not installable by pip; their libraries are checked to be
+    byte-identical to the combined wheels' (which were just exercised). GPU
+    libraries cannot be selected on a GPU-less runner; the runtime checks their
+    size and sha256 before any load.
+    """
+    results: list[str] = []
+    wheels = [read_wheel(path) for path in sorted(dist.glob("*.whl"))]
+    combined = [w for w in wheels if not w.universal and not w.variant]
+    if expect is not None:
+        results += _verify_contents(expect, wheels)
+    if not install:
+        for wheel in wheels:
+            if wheel.variant:
+                _same_libraries(wheel, combined)
+        results.append(f"{sum(w.variant for w in wheels)} variant wheel(s) match the combined")
+        for line in results:
+            print(line)
+        return results
+    results += _install_and_diagnose(wheels, combined)
     if not any(" -> load " in line for line in results):
         raise ReleaseError(f"{dist}: no wheel with a CPU library was exercised on this runner")
     for line in results:
@@ -549,7 +869,11 @@ def check_installed_job(python: Path) -> str:
     if not entries:
         raise ReleaseError("the job's wheel bundles no library; check TORCH_C_DLPACK_EXT_CELLS")
     torch = max({e.torch for e in entries}, key=lambda v: tuple(int(p) for p in v.split(".")))
-    run([python, "-m", "pip", "install", f"torch=={torch}.*"], timeout=INSTALL_TIMEOUT)
+    # No pip cache: a CUDA torch is ~3 GB of wheels the runner's disk cannot spare.
+    run(
+        [python, "-m", "pip", "install", "--no-cache-dir", f"torch=={torch}.*"],
+        timeout=INSTALL_TIMEOUT,
+    )
     return check_against_torch(python, entries, torch)
 
 
@@ -578,8 +902,22 @@ def _parser() -> argparse.ArgumentParser:
     tag = sub.add_parser("check-tag", help="the tag is v<version of _version.py>")
     tag.add_argument("tag")
 
+    target = sub.add_parser("publish-target", help="where this run may publish (the guard)")
+    target.add_argument("--event", required=True, help="github.event_name")
+    target.add_argument("--ref", required=True, help="github.ref")
+    target.add_argument("--publish", default="false", help="the dispatch input (true/false)")
+
     gh = sub.add_parser("github-matrix", help="nox -s matrix JSON -> $GITHUB_OUTPUT lines")
     gh.add_argument("matrix", type=Path)
+
+    repaired = sub.add_parser("check-repaired", help="no wheel in DIR has grafted libraries")
+    repaired.add_argument("directory", type=Path)
+
+    contents = sub.add_parser("contents", help="cell by cell: what the release holds, and why not")
+    contents.add_argument("--matrix", type=Path, required=True, help="nox -s matrix JSON")
+    contents.add_argument("--dist", type=Path, action="append", required=True)
+    contents.add_argument("--cells", type=Path, help="the downloaded job artifacts (cell-<job>/)")
+    contents.add_argument("--out", type=Path, help="write release-contents.json and NOTES.md")
 
     split = sub.add_parser(
         "split-variants", help="move variant wheels and variants.json out of dist/"
@@ -589,6 +927,10 @@ def _parser() -> argparse.ArgumentParser:
 
     ver = sub.add_parser("verify", help="install each wheel with its torch; check the selector")
     ver.add_argument("dist", type=Path)
+    ver.add_argument("--expect", type=Path, help="nox -s matrix JSON: every cell must be there")
+    ver.add_argument(
+        "--no-install", dest="install", action="store_false", help="check contents only"
+    )
 
     sub.add_parser(
         "test-installed", help="cibuildwheel test: install the cell's torch, run diagnostics"
@@ -596,35 +938,69 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _cmd_upload(args: argparse.Namespace) -> None:
+    publish(
+        args.dist,
+        repository_url=args.repository_url,
+        skip_existing=args.skip_existing,
+        variants_dir=args.variants_dir,
+        variant_wheels=args.variant_wheels,
+        check_only=args.check_only,
+    )
+
+
+def _cmd_publish_target(args: argparse.Namespace) -> None:
+    flag = args.publish.strip().lower()
+    if flag not in ("true", "false", ""):
+        raise ConfigError(f"--publish {args.publish!r}: expected true or false")
+    for line in publish_target(args.event, args.ref, flag == "true").output_lines():
+        print(line)
+
+
+def _cmd_github_matrix(args: argparse.Namespace) -> None:
+    try:
+        data = json.loads(args.matrix.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{args.matrix}: not readable JSON ({exc})") from None
+    for key, value in github_matrix(data, requires_python=requires_python()).items():
+        print(f"{key}={json.dumps(value, separators=(',', ':'))}")
+
+
+def _cmd_check_repaired(args: argparse.Namespace) -> None:
+    for path in check_repaired(args.directory):
+        print(f"{path.name}: bundles only its own libraries")
+
+
+def _cmd_split_variants(args: argparse.Namespace) -> None:
+    for path in split_variants(args.dist, args.dest):
+        print(path)
+
+
+def _cmd_verify(args: argparse.Namespace) -> None:
+    expect = load_jobs(args.expect) if args.expect is not None else None
+    verify(args.dist, expect=expect, install=args.install)
+
+
+_COMMANDS: dict[str, Any] = {
+    "upload": _cmd_upload,
+    "check-tag": lambda args: check_tag(args.tag),
+    "publish-target": _cmd_publish_target,
+    "github-matrix": _cmd_github_matrix,
+    "check-repaired": _cmd_check_repaired,
+    "contents": lambda args: write_contents(
+        args.matrix, args.dist, cells_dir=args.cells, out=args.out
+    ),
+    "split-variants": _cmd_split_variants,
+    "verify": _cmd_verify,
+    "test-installed": lambda args: print(check_installed_job(Path(sys.executable))),
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; errors become one line and a stable exit code."""
     args = _parser().parse_args(argv)
     try:
-        if args.command == "upload":
-            publish(
-                args.dist,
-                repository_url=args.repository_url,
-                skip_existing=args.skip_existing,
-                variants_dir=args.variants_dir,
-                variant_wheels=args.variant_wheels,
-                check_only=args.check_only,
-            )
-        elif args.command == "check-tag":
-            check_tag(args.tag)
-        elif args.command == "github-matrix":
-            try:
-                data = json.loads(args.matrix.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as exc:
-                raise ConfigError(f"{args.matrix}: not readable JSON ({exc})") from None
-            for key, value in github_matrix(data, requires_python=requires_python()).items():
-                print(f"{key}={json.dumps(value, separators=(',', ':'))}")
-        elif args.command == "split-variants":
-            for path in split_variants(args.dist, args.dest):
-                print(path)
-        elif args.command == "verify":
-            verify(args.dist)
-        elif args.command == "test-installed":
-            print(check_installed_job(Path(sys.executable)))
+        _COMMANDS[args.command](args)
     except TorchCDLPackExtError as exc:
         if args.traceback:
             raise

@@ -21,6 +21,7 @@ place.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -43,16 +44,22 @@ from torch_c_dlpack_ext.errors import ConfigError
 
 __all__ = [
     "AUDITWHEEL_EXCLUDES",
+    "DELOCATE_EXCLUDES",
     "assemble_dist",
     "assemble_from_wheels",
     "cell_for_entry",
+    "combined_platform",
+    "grafted_libraries",
+    "platform_key",
     "variant_properties",
     "variants_index",
 ]
 
+ABI_DEPENDENCY = "abi_dependency"
 #: Libraries a wheel must never bundle: torch's own and the GPU runtimes torch
 #: brings (a second copy would be a second libtorch / CUDA runtime in the process).
-ABI_DEPENDENCY = "abi_dependency"
+#: THE list: ``[tool.cibuildwheel.linux] repair-wheel-command`` in pyproject.toml
+#: repeats it (TOML cannot import it) and a unit test keeps the two equal.
 AUDITWHEEL_EXCLUDES = (
     "libc10.so",
     "libc10_cuda.so",
@@ -65,6 +72,14 @@ AUDITWHEEL_EXCLUDES = (
     "libcudart.so.*",
     "libamdhip64.so.*",
 )
+#: The same for delocate on macOS (CPU builds only: no CUDA / ROCm there).
+DELOCATE_EXCLUDES = tuple(
+    name.replace(".so", ".dylib")
+    for name in AUDITWHEEL_EXCLUDES
+    if not name.endswith(".*") and "_cuda" not in name and "_hip" not in name
+)
+#: Where auditwheel (``<pkg>.libs/``) and delocate (``<pkg>/.dylibs/``) graft copies.
+_GRAFT_DIRS = ("torch_c_dlpack_ext.libs/", "torch_c_dlpack_ext/.dylibs/")
 
 
 def cell_for_entry(matrix: Matrix, entry: ManifestEntry, python: str) -> Cell:
@@ -215,15 +230,83 @@ def _repair(wheel: Path, out: Path, work: Path) -> Path:
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     run([*cmd, str(wheel)], env=env)
     (result,) = sorted(repaired.glob("*.whl"))
-    grafted = [
-        n for n in zipfile.ZipFile(result).namelist() if n.startswith("torch_c_dlpack_ext.libs/")
-    ]
+    grafted = grafted_libraries(result)
     if grafted:
         raise ConfigError(
             f"auditwheel grafted {grafted} into {result.name}: a library needs something "
             "beyond torch and the system; extend AUDITWHEEL_EXCLUDES only if torch provides it"
         )
     return result
+
+
+def grafted_libraries(wheel: Path) -> list[str]:
+    """Files a repair tool copied into ``wheel`` (auditwheel's ``.libs``, delocate's
+    ``.dylibs``): each is a library the build needs beyond torch and the system."""
+    with zipfile.ZipFile(wheel) as archive:
+        return [n for n in archive.namelist() if n.startswith(_GRAFT_DIRS) and not n.endswith("/")]
+
+
+_LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+
+
+def _linux_policy(platform: str) -> tuple[tuple[int, int] | None, str]:
+    """``(glibc, arch)`` of a Linux platform tag; glibc ``None`` for plain ``linux_*``."""
+    head, _, rest = platform.partition("_")
+    if head == "linux":
+        return None, rest
+    if head in _LEGACY_MANYLINUX:
+        return _LEGACY_MANYLINUX[head], rest
+    major, minor, arch = rest.split("_", 2)
+    return (int(major), int(minor)), arch
+
+
+def platform_key(platform: str) -> tuple[str, str]:
+    """``(family, architecture)`` of a wheel platform tag: the combined-wheel group.
+
+    Tags of one architecture differ between jobs (``manylinux_2_28_x86_64``,
+    ``manylinux_2_27_x86_64``, ``linux_x86_64``; ``macosx_11_0_arm64``,
+    ``macosx_14_0_arm64``), and they all belong in one combined wheel.
+    """
+    if platform.startswith(("manylinux", "linux_")):
+        return "linux", _linux_policy(platform)[1]
+    if platform.startswith("musllinux_"):
+        return "musllinux", platform.split("_", 3)[-1]
+    if platform.startswith("macosx_"):
+        return "macos", platform.split("_", 3)[-1]
+    return platform.split("_", 1)[0], platform.split("_", 1)[-1]
+
+
+def combined_platform(tag_sets: Sequence[frozenset[str]]) -> str:
+    """The platform tag of a wheel holding the libraries of wheels tagged ``tag_sets``.
+
+    A wheel tagged with several platforms works on each of them; its libraries need
+    at least the oldest one it names. The combined wheel needs what its most
+    demanding part needs: the newest of those minimums (glibc for manylinux, the
+    deployment target for macOS). A part that was never repaired (``linux_*``)
+    makes the whole ``linux_*``. Raises :class:`ConfigError` for tags of different
+    architectures or families, or ones this function does not know.
+    """
+    keys = {platform_key(p) for tags in tag_sets for p in tags}
+    if len(keys) != 1:
+        raise ConfigError(f"wheels of different platforms cannot be combined: {sorted(keys)}")
+    ((family, arch),) = keys
+    if family == "linux":
+        needs: list[tuple[int, int]] = []
+        for tags in tag_sets:
+            policies = [_linux_policy(p)[0] for p in tags]
+            if any(policy is None for policy in policies):
+                return f"linux_{arch}"
+            needs.append(min(policy for policy in policies if policy is not None))
+        major, minor = max(needs)
+        return f"manylinux_{major}_{minor}_{arch}"
+    if family == "macos":
+        versions = [
+            min(tuple(int(v) for v in p.split("_", 3)[1:3]) for p in tags) for tags in tag_sets
+        ]
+        major, minor = max(versions)
+        return f"macosx_{major}_{minor}_{arch}"
+    (only,) = {p for tags in tag_sets for p in tags}
+    return only
 
 
 def _policy_platform(wheel_name: str) -> str:
@@ -337,9 +420,14 @@ def _is_variant(filename: str) -> bool:
 def assemble_from_wheels(cells_dir: Path, out: Path) -> list[Path]:
     """CI's assemble step: merge the single-job wheels in ``cells_dir`` into dist/.
 
-    Each job wheel carries some libraries and their manifest; libraries of one
-    Python x platform are unpacked into one group directory, then packed as
-    :func:`assemble_dist` does, keeping the platform tag the job's repair gave.
+    ``cells_dir`` is what actions/download-artifact made of the jobs' artifacts:
+    one folder per artifact (jobs' wheels share file names, so they are never
+    merged into one folder), searched recursively. Each job wheel carries some
+    libraries and their manifest; libraries of one Python x platform family x
+    architecture are unpacked into one group directory, then packed as
+    :func:`assemble_dist` does, with the platform tag all its parts allow
+    (:func:`combined_platform`). A library two job wheels both carry must be
+    byte-identical in both; a job wheel with grafted libraries is refused.
     """
     from packaging.utils import parse_wheel_filename
 
@@ -349,35 +437,71 @@ def assemble_from_wheels(cells_dir: Path, out: Path) -> list[Path]:
     matrix = load_matrix()
     made: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="tcde-assemble-") as tmp:
-        groups: dict[tuple[str, str], tuple[Path, list[ManifestEntry], set[str]]] = {}
+        groups: dict[tuple[str, str, str], _Group] = {}
         for wheel in wheels:
             _, _, _, tags = parse_wheel_filename(wheel.name)
             tag = min(tags, key=str)
-            python = f"{tag.interpreter[2]}.{tag.interpreter[3:]}"
-            arch = tag.platform.split("_", 2)[-1] if "linux" in tag.platform else tag.platform
-            key = (tag.interpreter, arch)
-            directory = Path(tmp) / f"{tag.interpreter}-{arch}"
-            directory.mkdir(exist_ok=True)
-            group = groups.setdefault(key, (directory, [], set()))
-            group[2].add(".".join(sorted({t.platform for t in tags})))
+            family, arch = platform_key(tag.platform)
+            key = (tag.interpreter, family, arch)
+            if key not in groups:
+                directory = Path(tmp) / "-".join(key)
+                directory.mkdir()
+                python = f"{tag.interpreter[2]}.{tag.interpreter[3:]}"
+                (directory / "python.txt").write_text(python + "\n", encoding="utf-8")
+                groups[key] = _Group(directory)
+            groups[key].add(wheel, frozenset(t.platform for t in tags))
+        for group in groups.values():
+            write_manifest(group.directory / MANIFEST_NAME, group.entries.values())
+            made += assemble_group(
+                group.directory,
+                out,
+                matrix=matrix,
+                repair=False,
+                platform_override=combined_platform(group.tag_sets),
+            )
+    return _finish_dist(out, made)
+
+
+@dataclasses.dataclass
+class _Group:
+    """The libraries of one combined wheel, gathered from job wheels."""
+
+    directory: Path
+    entries: dict[str, ManifestEntry] = dataclasses.field(default_factory=dict)
+    origin: dict[str, str] = dataclasses.field(default_factory=dict)
+    tag_sets: list[frozenset[str]] = dataclasses.field(default_factory=list)
+
+    def add(self, wheel: Path, platforms: frozenset[str]) -> None:
+        self.tag_sets.append(platforms)
+        try:
+            grafted = grafted_libraries(wheel)
+            if grafted:
+                raise ConfigError(
+                    f"{wheel}: the repair step grafted {grafted[:3]} into the job wheel; torch's "
+                    "and the GPU runtimes' libraries must be excluded (AUDITWHEEL_EXCLUDES)"
+                )
             with zipfile.ZipFile(wheel) as archive:
                 manifest = json.loads(archive.read(f"torch_c_dlpack_ext/{MANIFEST_NAME}"))
                 for item in manifest.get("libraries", []):
                     entry = ManifestEntry.from_json(item)
                     name = Path(entry.file).name
-                    (directory / name).write_bytes(archive.read(f"torch_c_dlpack_ext/{entry.file}"))
-                    group[1].append(dataclasses.replace(entry, file=name))
-            (directory / "python.txt").write_text(python + "\n", encoding="utf-8")
-        for directory, entries, platforms in groups.values():
-            write_manifest(directory / MANIFEST_NAME, entries)
-            # Jobs of one group built in the same image; if they disagree, the most
-            # restrictive (oldest-glibc-first sorted last) tag set is not safe to guess.
-            if len(platforms) > 1:
-                raise ConfigError(
-                    f"{directory.name}: job wheels carry different platform tags "
-                    f"{sorted(platforms)}"
-                )
-            made += assemble_group(
-                directory, out, matrix=matrix, repair=False, platform_override=platforms.pop()
-            )
-    return _finish_dist(out, made)
+                    known = self.entries.get(name)
+                    if known is not None:
+                        if known.sha256 != entry.sha256:
+                            raise ConfigError(
+                                f"{name} differs between {self.origin[name]} and {wheel} "
+                                f"(sha256 {known.sha256[:12]} vs {entry.sha256[:12]}); one cell "
+                                "must be built by one job"
+                            )
+                        continue
+                    data = archive.read(f"torch_c_dlpack_ext/{entry.file}")
+                    if hashlib.sha256(data).hexdigest() != entry.sha256 or len(data) != entry.size:
+                        raise ConfigError(
+                            f"{wheel}: {entry.file} does not match its manifest entry (size or "
+                            "sha256); the artifact is damaged, rerun its job"
+                        )
+                    (self.directory / name).write_bytes(data)
+                    self.entries[name] = dataclasses.replace(entry, file=name)
+                    self.origin[name] = str(wheel)
+        except (KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+            raise ConfigError(f"{wheel}: not a job wheel of this project ({exc})") from None

@@ -1,0 +1,266 @@
+"""The assemble step (``nox -s build -- --assemble-from``) on job wheels laid out as the
+release workflow downloads them: one folder per job artifact, equal file names from
+different jobs, tag sets that differ between jobs of one architecture (D1, D4), and
+the release contents computed from the result."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from build_backend._matrix import Cell, load_matrix
+from build_backend._metadata import project_metadata
+from build_backend._wheel import assemble_wheel
+from devtools import dataflow, release, wheels
+
+from torch_c_dlpack_ext._manifest import sha256_of
+from torch_c_dlpack_ext.errors import ConfigError, ReleaseError
+
+ROOT = Path(__file__).resolve().parents[2]
+MATRIX = load_matrix()
+V = release.__version__
+
+
+def _cells(*ids: str) -> list[Cell]:
+    return list(MATRIX.select(list(ids)))
+
+
+def job_wheel(
+    tmp_path: Path, job: str, cells: list[Cell], platform: str, *, tamper: bool = False
+) -> Path:
+    """A job wheel (stand-in libraries, a true manifest) as job ``job`` uploads it,
+    in ``cells/cell-<job>/`` like download-artifact v4 lays it out."""
+    libs = tmp_path / "libs" / job
+    pairs = [dataflow.stand_in_library(c, libs, elf=False) for c in cells]
+    if tamper:
+        pairs[0][1].write_bytes(b"changed after the manifest was written")
+    folder = tmp_path / "cells" / f"cell-{job}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return assemble_wheel(
+        folder, meta=project_metadata(ROOT), libraries=pairs, python=cells[0].python,
+        platform=platform,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("platform", "key"),
+    [
+        ("manylinux_2_28_x86_64", ("linux", "x86_64")),
+        ("manylinux_2_17_x86_64", ("linux", "x86_64")),
+        ("manylinux2014_x86_64", ("linux", "x86_64")),
+        ("linux_x86_64", ("linux", "x86_64")),
+        ("manylinux_2_28_aarch64", ("linux", "aarch64")),
+        ("musllinux_1_2_x86_64", ("musllinux", "x86_64")),
+        ("macosx_11_0_arm64", ("macos", "arm64")),
+        ("macosx_14_0_arm64", ("macos", "arm64")),
+        ("win_amd64", ("win", "amd64")),
+    ],
+)
+def test_platform_key_is_family_and_architecture(platform: str, key: tuple[str, str]) -> None:
+    assert wheels.platform_key(platform) == key
+
+
+@pytest.mark.parametrize(
+    ("tag_sets", "combined"),
+    [
+        ([{"manylinux_2_28_x86_64"}], "manylinux_2_28_x86_64"),
+        # auditwheel without --only-plat adds tags a job is also eligible for.
+        (
+            [{"manylinux_2_27_x86_64", "manylinux_2_28_x86_64"}, {"manylinux_2_28_x86_64"}],
+            "manylinux_2_28_x86_64",
+        ),
+        (
+            [{"manylinux_2_17_x86_64", "manylinux2014_x86_64"}, {"manylinux_2_28_x86_64"}],
+            "manylinux_2_28_x86_64",
+        ),
+        ([{"manylinux_2_17_x86_64", "manylinux2014_x86_64"}], "manylinux_2_17_x86_64"),
+        ([{"manylinux_2_28_x86_64"}, {"linux_x86_64"}], "linux_x86_64"),
+        ([{"macosx_11_0_arm64"}, {"macosx_14_0_arm64"}], "macosx_14_0_arm64"),
+        ([{"win_amd64"}, {"win_amd64"}], "win_amd64"),
+    ],
+)
+def test_combined_platform_of_mixed_tag_sets(tag_sets: list[set[str]], combined: str) -> None:
+    assert wheels.combined_platform([frozenset(s) for s in tag_sets]) == combined
+
+
+def test_combined_platform_refuses_two_architectures() -> None:
+    with pytest.raises(ConfigError, match="different platforms"):
+        wheels.combined_platform(
+            [frozenset({"manylinux_2_28_x86_64"}), frozenset({"manylinux_2_28_aarch64"})]
+        )
+
+
+@pytest.fixture
+def cuda_and_rocm(tmp_path: Path) -> tuple[Path, list[Cell]]:
+    """The D1 case: two jobs of one Python and platform with equal wheel names, and
+    (D4) one of them tagged with an extra, lower policy."""
+    cuda = _cells("cp311-linux_x86_64-t28_cpu", "cp311-linux_x86_64-t28_cuda")
+    rocm = _cells("cp311-linux_x86_64-t28_rocm", "cp311-linux_x86_64-t29_rocm")
+    a = job_wheel(tmp_path, "cp311-linux_x86_64-cuda", cuda, "manylinux_2_28_x86_64")
+    b = job_wheel(
+        tmp_path, "cp311-linux_x86_64-rocm6.4", rocm,
+        "manylinux_2_27_x86_64.manylinux_2_28_x86_64",
+    )  # fmt: skip
+    mac = _cells("cp311-macosx_11_0_arm64-t28_cpu")
+    job_wheel(tmp_path, "cp311-macosx_11_0_arm64-cpu", mac, "macosx_11_0_arm64")
+    assert a.name.split("-")[:4] == b.name.split("-")[:4]
+    return tmp_path / "cells", [*cuda, *rocm, *mac]
+
+
+def _manifest(wheel: Path) -> list[dict[str, Any]]:
+    with zipfile.ZipFile(wheel) as archive:
+        data = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
+    return list(data["libraries"])
+
+
+def test_assemble_keeps_every_jobs_libraries(
+    cuda_and_rocm: tuple[Path, list[Cell]], tmp_path: Path
+) -> None:
+    cells_dir, cells = cuda_and_rocm
+    out = tmp_path / "dist"
+    made = wheels.assemble_from_wheels(cells_dir, out)
+    names = sorted(p.name for p in made if p.suffix == ".whl")
+    combined = [n for n in names if n.count("-") == 4 and "none-any" not in n]
+    assert combined == [
+        f"torch_c_dlpack_ext-{V}-cp311-cp311-macosx_11_0_arm64.whl",
+        f"torch_c_dlpack_ext-{V}-cp311-cp311-manylinux_2_28_x86_64.whl",
+    ]
+    linux = _manifest(out / combined[1])
+    assert sorted(Path(e["file"]).name for e in linux) == sorted(
+        c.library for c in cells if c.platform.name == "linux_x86_64"
+    )
+    for cell in cells:
+        assert any(n.endswith(f"-{cell.label}.whl") and cell.platform.name[:5] in n
+                   for n in names), cell.id  # fmt: skip
+    # The release contents: each cell once, nothing unexpected.
+    jobs = [
+        {"id": "cp311-linux_x86_64-cuda", "cells": [c.id for c in cells[:2]], "allow_failure": ""},
+        {
+            "id": "cp311-linux_x86_64-rocm6.4",
+            "cells": [c.id for c in cells[2:4]],
+            "allow_failure": "unproven",
+        },
+        {"id": "cp311-macosx_11_0_arm64-cpu", "cells": [cells[4].id], "allow_failure": ""},
+    ]
+    infos = [release.read_wheel(p) for p in sorted(out.glob("*.whl"))]
+    statuses = release.release_contents(jobs, infos, arrived=release.arrived_jobs(cells_dir))
+    assert [(s.cell, s.state) for s in statuses] == [(c.id, "present") for c in cells]
+    release.check_contents(statuses)
+    # The CPU fallback inside a CUDA variant wheel does not count as a second copy.
+    (cuda_variant,) = [i for i in infos if i.path.name.endswith("-t28_cuda.whl")]
+    assert len(cuda_variant.libraries) == 2
+
+
+def test_contents_name_what_is_missing_and_whether_that_is_allowed(
+    cuda_and_rocm: tuple[Path, list[Cell]], tmp_path: Path
+) -> None:
+    cells_dir, cells = cuda_and_rocm
+    out = tmp_path / "dist"
+    wheels.assemble_from_wheels(cells_dir, out)
+    infos = [release.read_wheel(p) for p in sorted(out.glob("*.whl"))]
+    jobs = [
+        {"id": "cp311-linux_x86_64-cuda", "cells": [c.id for c in cells[:2]], "allow_failure": ""},
+        {
+            "id": "cp311-linux_x86_64-rocm6.4",
+            "cells": [c.id for c in cells[2:4]],
+            "allow_failure": "unproven",
+        },
+        {"id": "cp311-macosx_11_0_arm64-cpu", "cells": [cells[4].id], "allow_failure": ""},
+        {
+            "id": "cp39-linux_x86_64-rocm6.4",
+            "cells": ["cp39-linux_x86_64-t28_rocm"],
+            "allow_failure": "unproven",
+        },
+    ]
+    statuses = release.release_contents(jobs, infos, arrived=release.arrived_jobs(cells_dir))
+    (absent,) = [s for s in statuses if s.state != "present"]
+    assert absent.cell == "cp39-linux_x86_64-t28_rocm"
+    assert (
+        absent.reason
+        == "job cp39-linux_x86_64-rocm6.4 uploaded no wheels (it failed or was cancelled)"
+    )
+    assert absent.acceptable
+    release.check_contents(statuses)  # allowed to fail: no error
+    notes = release.release_notes(statuses)
+    assert "5 of 6 cells" in notes
+    assert "`cp39-linux_x86_64-t28_rocm`" in notes
+    assert "0 of these block publishing" in notes
+    # The same absence for a job that may not fail blocks verify.
+    jobs[-1] = {"id": "cp39-linux_x86_64-cuda", "cells": ["cp39-linux_x86_64-t28_cpu"],
+                "allow_failure": ""}  # fmt: skip
+    statuses = release.release_contents(jobs, infos)
+    with pytest.raises(
+        ReleaseError, match=r"1 cell\(s\) not in the release.*cp39-linux_x86_64-t28_cpu"
+    ):
+        release.check_contents(statuses)
+    assert "1 of these block publishing" in release.release_notes(statuses)
+
+
+def test_contents_see_a_cell_no_job_expects(
+    cuda_and_rocm: tuple[Path, list[Cell]], tmp_path: Path
+) -> None:
+    cells_dir, cells = cuda_and_rocm
+    out = tmp_path / "dist"
+    wheels.assemble_from_wheels(cells_dir, out)
+    infos = [release.read_wheel(p) for p in sorted(out.glob("*.whl"))]
+    jobs = [{"id": "cp311-linux_x86_64-cuda", "cells": [c.id for c in cells[:2]]}]
+    statuses = release.release_contents(jobs, infos)
+    unexpected = sorted(s.cell for s in statuses if s.state == "unexpected")
+    assert unexpected == sorted(c.id for c in cells[2:])
+    with pytest.raises(ReleaseError):
+        release.check_contents(statuses)
+
+
+def test_one_library_in_two_job_wheels(tmp_path: Path) -> None:
+    cells = _cells("cp311-linux_x86_64-t28_cpu")
+    first = job_wheel(tmp_path, "a", cells, "manylinux_2_28_x86_64")
+    # The same bytes twice (a job rerun uploaded under another name): kept once.
+    (tmp_path / "cells" / "cell-b").mkdir()
+    (tmp_path / "cells" / "cell-b" / first.name).write_bytes(first.read_bytes())
+    made = wheels.assemble_from_wheels(tmp_path / "cells", tmp_path / "dist")
+    (combined,) = [p for p in made if p.name.endswith("-manylinux_2_28_x86_64.whl")]
+    assert len(_manifest(combined)) == 1
+    # Different bytes for one cell: refused, naming both job wheels.
+    entry, path = dataflow.stand_in_library(cells[0], tmp_path / "rebuilt", elf=False)
+    path.write_bytes(b"another build of the same cell")
+    entry = dataclasses.replace(entry, size=path.stat().st_size, sha256=sha256_of(path))
+    folder = tmp_path / "cells" / "cell-c"
+    folder.mkdir()
+    assemble_wheel(folder, meta=project_metadata(ROOT), libraries=[(entry, path)],
+                   python="3.11", platform="manylinux_2_28_x86_64")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"differs between .*cell-a.* and .*cell-c"):
+        wheels.assemble_from_wheels(tmp_path / "cells", tmp_path / "dist2")
+
+
+def test_assemble_refuses_a_damaged_job_wheel(tmp_path: Path) -> None:
+    cells = _cells("cp311-linux_x86_64-t28_cpu")
+    job_wheel(tmp_path, "a", cells, "manylinux_2_28_x86_64", tamper=True)
+    with pytest.raises(ConfigError, match="does not match its manifest entry"):
+        wheels.assemble_from_wheels(tmp_path / "cells", tmp_path / "dist")
+    (tmp_path / "cells" / "cell-b").mkdir()
+    broken = tmp_path / "cells" / "cell-b" / f"torch_c_dlpack_ext-{V}-cp311-cp311-linux_x86_64.whl"
+    broken.write_bytes(b"not a zip")
+    for wheel in (tmp_path / "cells" / "cell-a").glob("*.whl"):
+        wheel.unlink()
+    with pytest.raises(ConfigError, match="not a job wheel"):
+        wheels.assemble_from_wheels(tmp_path / "cells", tmp_path / "dist")
+
+
+def test_grafted_libraries_are_refused(tmp_path: Path) -> None:
+    cells = _cells("cp311-linux_x86_64-t28_cpu")
+    wheel = job_wheel(tmp_path, "a", cells, "manylinux_2_28_x86_64")
+    assert wheels.grafted_libraries(wheel) == []
+    assert release.check_repaired(wheel.parent) == [wheel]
+    with zipfile.ZipFile(wheel, "a") as archive:
+        archive.writestr("torch_c_dlpack_ext.libs/libc10-1234abcd.so", b"copy of torch")
+    assert wheels.grafted_libraries(wheel) == ["torch_c_dlpack_ext.libs/libc10-1234abcd.so"]
+    with pytest.raises(ReleaseError, match=r"grafted torch_c_dlpack_ext\.libs/libc10"):
+        release.check_repaired(wheel.parent)
+    with pytest.raises(ConfigError, match="grafted"):
+        wheels.assemble_from_wheels(tmp_path / "cells", tmp_path / "dist")
+    with pytest.raises(ReleaseError, match="no wheels"):
+        release.check_repaired(tmp_path / "libs")

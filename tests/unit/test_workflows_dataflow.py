@@ -1,0 +1,387 @@
+"""The release workflow's first run, checked piece by piece against what the
+workflow file says (issue 14, D1-D9): what reaches each tool, how artifacts are
+laid out, what may fail without blocking the rest, and where a run may publish."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomllib
+import yaml
+from build_backend._matrix import load_matrix
+from build_backend._options import read_options
+from devtools import dataflow, release, wheels
+
+from torch_c_dlpack_ext.errors import ConfigError, ReleaseError
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
+SCRIPTS = ROOT / ".github" / "scripts"
+MATRIX = load_matrix()
+V = release.__version__
+
+
+@pytest.fixture(scope="module")
+def workflow() -> dict[str, Any]:
+    data = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    data["on"] = data.pop(True)
+    return data
+
+
+def _step(workflow: dict[str, Any], job: str, *, uses: str = "", name: str = "") -> dict[str, Any]:
+    for step in workflow["jobs"][job]["steps"]:
+        if (uses and str(step.get("uses", "")).startswith(uses)) or (
+            name and step.get("name") == name
+        ):
+            return dict(step)
+    raise AssertionError(f"job {job} has no step {uses or name!r}")
+
+
+def _cibw(workflow: dict[str, Any]) -> dict[str, Any]:
+    return _step(workflow, "cells", name="cibuildwheel")
+
+
+def _pyproject() -> dict[str, Any]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+# --- D1: job wheels never clobber each other -------------------------------------------
+
+
+def test_d1_assemble_downloads_one_folder_per_artifact(workflow: dict[str, Any]) -> None:
+    settings = dataflow.read_workflow()
+    assert settings.download_pattern == "cell-*"
+    assert settings.merge_multiple is False
+    # The rehearsal reads the real file: its settings are the workflow's.
+    step = _step(workflow, "assemble", uses="actions/download-artifact@")
+    assert step["with"] == {"pattern": "cell-*", "path": "cells"}
+
+
+def test_d1_equal_wheel_names_collide_only_when_merged(tmp_path: Path) -> None:
+    # The cuda and the rocm job of one Python repair to the same file name.
+    name = f"torch_c_dlpack_ext-{V}-cp311-cp311-manylinux_2_28_x86_64.whl"
+    artifacts = {}
+    for job in ("cp311-linux_x86_64-cuda", "cp311-linux_x86_64-rocm6.4"):
+        folder = tmp_path / "upload" / job
+        folder.mkdir(parents=True)
+        (folder / name).write_bytes(job.encode())
+        artifacts[f"cell-{job}"] = [folder / name]
+    artifacts["release-matrix"] = [tmp_path / "upload" / "ignored.json"]
+    placed = dataflow.lay_out_artifacts(
+        artifacts, tmp_path / "cells", pattern="cell-*", merge_multiple=False
+    )
+    assert sorted(p.relative_to(tmp_path / "cells").as_posix() for p in placed) == [
+        f"cell-cp311-linux_x86_64-cuda/{name}",
+        f"cell-cp311-linux_x86_64-rocm6.4/{name}",
+    ]
+    assert {p.read_bytes() for p in placed} == {
+        b"cp311-linux_x86_64-cuda",
+        b"cp311-linux_x86_64-rocm6.4",
+    }
+    with pytest.raises(ConfigError, match=f"both hold {name}"):
+        dataflow.lay_out_artifacts(
+            artifacts, tmp_path / "merged", pattern="cell-*", merge_multiple=True
+        )
+
+
+def test_d1_artifact_names_are_unique_per_job(workflow: dict[str, Any]) -> None:
+    settings = dataflow.read_workflow()
+    names = [dataflow.evaluate(settings.artifact_name, job) for job in MATRIX.jobs()]
+    assert len(set(names)) == len(names) == len(MATRIX.jobs())
+    assert all(dataflow.fnmatch.fnmatchcase(n, settings.download_pattern) for n in names)
+
+
+# --- D2: Windows jobs get MSVC ----------------------------------------------------------
+
+
+def test_d2_msvc_environment_before_cibuildwheel(workflow: dict[str, Any]) -> None:
+    steps = workflow["jobs"]["cells"]["steps"]
+    uses = [str(s.get("uses", "")) for s in steps]
+    (index,) = [i for i, u in enumerate(uses) if u.startswith("ilammy/msvc-dev-cmd@")]
+    msvc = steps[index]
+    assert msvc["if"] == "runner.os == 'Windows'"
+    assert msvc["with"] == {"arch": "x64"}
+    assert index < steps.index(_cibw(workflow))
+    assert any(job["runner"].startswith("windows") for job in MATRIX.jobs())
+
+
+# --- D3, D4, smaller: the repair commands -----------------------------------------------
+
+
+def _flags(command: str, flag: str) -> list[str]:
+    words = shlex.split(command)
+    return [words[i + 1] for i, word in enumerate(words) if word == flag]
+
+
+def test_one_exclude_list_for_auditwheel() -> None:
+    command = _pyproject()["tool"]["cibuildwheel"]["linux"]["repair-wheel-command"]
+    assert sorted(_flags(command, "--exclude")) == sorted(wheels.AUDITWHEEL_EXCLUDES)
+
+
+def test_d4_linux_repair_gives_exactly_the_images_policy() -> None:
+    command = _pyproject()["tool"]["cibuildwheel"]["linux"]["repair-wheel-command"]
+    words = shlex.split(command)
+    assert "--only-plat" in words
+    assert _flags(command, "--plat") == ["$AUDITWHEEL_PLAT"]
+
+
+def test_d3_macos_repair_tolerates_rpath_dependencies() -> None:
+    command = _pyproject()["tool"]["cibuildwheel"]["macos"]["repair-wheel-command"]
+    assert "--ignore-missing-dependencies" in shlex.split(command)
+    assert sorted(_flags(command, "--exclude")) == sorted(wheels.DELOCATE_EXCLUDES)
+    assert set(wheels.DELOCATE_EXCLUDES) == {
+        "libc10.dylib",
+        "libtorch.dylib",
+        "libtorch_cpu.dylib",
+        "libtorch_python.dylib",
+    }
+
+
+def test_windows_repair_is_explicitly_none() -> None:
+    # cibuildwheel 4 defaults to delvewheel, which would vendor torch's DLLs.
+    assert _pyproject()["tool"]["cibuildwheel"]["windows"]["repair-wheel-command"] == ""
+
+
+def test_repaired_wheels_are_checked_for_grafted_libraries(workflow: dict[str, Any]) -> None:
+    steps = workflow["jobs"]["cells"]["steps"]
+    check = _step(workflow, "cells", name="The repaired wheel bundles only its own libraries")
+    assert check["run"] == "$RELEASE_PY check-repaired wheelhouse"
+    assert steps.index(_cibw(workflow)) < steps.index(check)
+
+
+# --- D5, D9: the ROCm images ----------------------------------------------------------
+
+
+def test_d5_rocm_jobs_preflight_their_image(workflow: dict[str, Any]) -> None:
+    steps = workflow["jobs"]["cells"]["steps"]
+    preflight = _step(workflow, "cells", name="Pre-flight the builder image (ROCm)")
+    assert preflight["if"] == "matrix.backend == 'rocm'"
+    assert preflight["env"]["IMAGE"] == "${{ matrix.image }}"
+    assert preflight["env"]["ROCM_VERSION"] == "${{ matrix.toolkit }}"
+    assert "preflight-image.sh" in preflight["run"]
+    assert steps.index(preflight) < steps.index(_cibw(workflow))
+    # ... and a failing ROCm job does not fail the run.
+    assert workflow["jobs"]["cells"]["continue-on-error"] == "${{ matrix.allow_failure != '' }}"
+    rocm = [job for job in MATRIX.jobs() if job["backend"] == "rocm"]
+    assert rocm
+    assert all(job["allow_failure"] and job["toolkit"] for job in rocm)
+    assert not [job for job in MATRIX.jobs() if job["backend"] != "rocm" and job["allow_failure"]]
+
+
+def _preflight(root: Path, *args: str, plat: str | None = "manylinux_2_28_x86_64") -> Any:
+    env = {"PATH": os.environ["PATH"], "PREFLIGHT_ROOT": str(root)}
+    if plat is not None:
+        env["AUDITWHEEL_PLAT"] = plat
+    bash = shutil.which("bash")
+    assert bash is not None
+    return subprocess.run(
+        [bash, str(SCRIPTS / "preflight-image.sh"), *args],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def _image_tree(root: Path, *, rocm: str | None) -> Path:
+    python = root / "opt" / "python" / "cp311-cp311" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    auditwheel = root / "usr" / "local" / "bin" / "auditwheel"
+    auditwheel.parent.mkdir(parents=True)
+    auditwheel.write_text("#!/bin/sh\n")
+    auditwheel.chmod(0o755)
+    if rocm is not None:
+        (root / "opt" / "rocm" / ".info").mkdir(parents=True)
+        (root / "opt" / "rocm" / ".info" / "version").write_text(f"{rocm}-123\n")
+        (root / "opt" / "rocm" / "include" / "hip").mkdir(parents=True)
+    return root
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_d5_preflight_script_passes_a_good_image(tmp_path: Path) -> None:
+    root = _image_tree(tmp_path, rocm="6.2.4")
+    result = _preflight(root, "cp311", "6.2.4")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "builder image ok" in result.stdout
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_d5_preflight_script_reports_every_problem_loudly(tmp_path: Path) -> None:
+    # D9: an image of another ROCm version is refused, not silently used.
+    root = _image_tree(tmp_path, rocm="6.4.1")
+    result = _preflight(root, "cp312", "6.2", plat=None)
+    assert result.returncode == 1
+    errors = [line for line in result.stdout.splitlines() if line.startswith("::error")]
+    assert len(errors) == 4, result.stdout
+    assert "cp312-cp312" in errors[0]
+    assert "cp311-cp311" in errors[0]  # what the image does have
+    assert "AUDITWHEEL_PLAT" in errors[1]
+    assert "ROCm 6.4.1-123, the flavour declares 6.2" in errors[2]
+    assert "3 problem(s)" in errors[3]
+    assert _preflight(tmp_path / "empty", "cp311", "6.4").returncode == 1
+
+
+def test_d9_rocm_image_and_variant_metadata_name_one_version() -> None:
+    for cell in MATRIX.cells():
+        if cell.backend.value != "rocm":
+            continue
+        assert cell.image == MATRIX.backend_images[cell.backend][str(cell.toolkit)]
+        assert f"amd :: rocm_version :: {cell.toolkit}" in wheels.variant_properties(cell)
+        assert f"rocm{cell.toolkit}-" in str(cell.image)
+
+
+# --- D6: runner disk ---------------------------------------------------------------------
+
+
+def test_d6_disk_is_freed_and_guarded_before_the_build(workflow: dict[str, Any]) -> None:
+    steps = workflow["jobs"]["cells"]["steps"]
+    free = _step(workflow, "cells", name="Free disk space (Linux)")
+    guard = _step(workflow, "cells", name="Disk guard")
+    assert free["if"] == "runner.os == 'Linux'"
+    assert "/usr/share/dotnet" in free["run"]
+    assert "disk-guard.sh" in guard["run"]
+    assert steps.index(free) < steps.index(guard) < steps.index(_cibw(workflow))
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_d6_disk_guard_fails_loudly(tmp_path: Path) -> None:
+    def guard(needed: str) -> Any:
+        return subprocess.run(
+            ["bash", str(SCRIPTS / "disk-guard.sh"), needed, str(tmp_path)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    assert guard("0").returncode == 0
+    short = guard("1000000")
+    assert short.returncode == 1
+    assert "::error title=runner disk::" in short.stdout
+    assert "needs 1000000 GB" in short.stdout
+
+
+# --- D7: the `cells` input reaches the backend as cell ids ---------------------------
+
+
+def test_d7_backend_gets_the_jobs_cell_ids(workflow: dict[str, Any]) -> None:
+    value = _cibw(workflow)["env"]["TORCH_C_DLPACK_EXT_CELLS"]
+    assert value == "${{ join(matrix.cells, ',') }}"
+    assert "TORCH_C_DLPACK_EXT_CELLS" in _pyproject()["tool"]["cibuildwheel"]["environment-pass"]
+    # A dispatch run narrowed to one cell: the job keeps its id, but only that cell
+    # reaches the backend (the job id would select all 14 cells of the job).
+    (job,) = MATRIX.jobs(MATRIX.select(["cp311-linux_x86_64-t28_cpu"]))
+    assert job["id"] == "cp311-linux_x86_64-cuda"
+    passed = dataflow.evaluate(value, job)
+    assert passed == "cp311-linux_x86_64-t28_cpu"
+    options = read_options(pyproject={}, config_settings=None, root=ROOT,
+                           environ={"TORCH_C_DLPACK_EXT_CELLS": passed})  # fmt: skip
+    assert [c.id for c in MATRIX.select(options.cells)] == ["cp311-linux_x86_64-t28_cpu"]
+    assert len(MATRIX.select([job["id"]])) > 1
+    # Every job of the full matrix: the backend's selection is exactly the job's cells.
+    for full in MATRIX.jobs():
+        selected = MATRIX.select(dataflow.evaluate(value, full).split(","))
+        assert [c.id for c in selected] == full["cells"]
+
+
+def test_evaluate_refuses_what_it_cannot_model() -> None:
+    job = {"id": "j", "cells": ["a", "b"]}
+    assert dataflow.evaluate("cell-${{ matrix.id }}", job) == "cell-j"
+    assert dataflow.evaluate("${{ join(matrix.cells, ';') }}", job) == "a;b"
+    with pytest.raises(ConfigError, match="cannot evaluate"):
+        dataflow.evaluate("${{ github.ref }}", job)
+
+
+# --- D8: the publish guard -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("event", "ref", "publish", "index"),
+    [
+        ("push", f"refs/tags/v{V}", False, "pypi"),
+        ("push", f"refs/tags/v{V}", True, "pypi"),
+        ("workflow_dispatch", "refs/heads/main", True, "testpypi"),
+        ("workflow_dispatch", f"refs/tags/v{V}", True, "testpypi"),
+        ("workflow_dispatch", "refs/heads/main", False, "none"),
+    ],
+)
+def test_d8_publish_target(event: str, ref: str, publish: bool, index: str) -> None:
+    target = release.publish_target(event, ref, publish)
+    assert target.index == index
+    if index == "pypi":
+        assert target.repository_url == "https://upload.pypi.org/legacy/"
+        assert target.project_url.startswith("https://pypi.org/project/")
+    elif index == "testpypi":
+        assert target.repository_url == "https://test.pypi.org/legacy/"
+        assert target.project_url.startswith("https://test.pypi.org/project/")
+    else:
+        assert target.repository_url == target.project_url == ""
+
+
+@pytest.mark.parametrize(
+    ("event", "ref", "message"),
+    [
+        ("push", "refs/tags/v9.9.9", "does not match"),
+        ("push", "refs/heads/main", "not a tag push"),
+        ("pull_request", "refs/pull/1/merge", "never publishes"),
+    ],
+)
+def test_d8_publish_guard_refuses(event: str, ref: str, message: str) -> None:
+    with pytest.raises(ReleaseError, match=message):
+        release.publish_target(event, ref, True)
+
+
+def test_d8_workflow_publishes_only_where_the_guard_says(workflow: dict[str, Any]) -> None:
+    inputs = workflow["on"]["workflow_dispatch"]["inputs"]
+    assert set(inputs) == {"cells", "publish"}  # no way to pick PyPI by hand
+    target = _step(workflow, "matrix", name="Publish target")
+    assert "publish-target" in target["run"]
+    publish = workflow["jobs"]["publish"]
+    assert publish["if"] == (
+        "needs.matrix.outputs.index == 'pypi' || needs.matrix.outputs.index == 'testpypi'"
+    )
+    upload = _step(workflow, "publish", uses="pypa/gh-action-pypi-publish@")
+    assert upload["with"]["repository-url"] == "${{ needs.matrix.outputs.repository_url }}"
+    outputs = workflow["jobs"]["matrix"]["outputs"]
+    for key in ("index", "repository_url", "project_url"):
+        assert outputs[key] == f"${{{{ steps.target.outputs.{key} }}}}"
+
+
+def test_d8_publish_target_command_writes_output_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["publish-target", "--event", "workflow_dispatch", "--ref", "refs/heads/x"]
+    assert release.main([*argv, "--publish", "false"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "index=none",
+        "repository_url=",
+        "project_url=",
+    ]
+    assert release.main([*argv, "--publish", "maybe"]) == ConfigError.exit_code
+
+
+# --- one failing job does not block the others -------------------------------------------
+
+
+def test_failures_do_not_block_the_rest(workflow: dict[str, Any]) -> None:
+    jobs = workflow["jobs"]
+    assert jobs["cells"]["strategy"]["fail-fast"] is False
+    assert jobs["verify"]["strategy"]["fail-fast"] is False
+    assert jobs["assemble"]["if"] == "${{ !cancelled() && needs.matrix.result == 'success' }}"
+    assert jobs["verify"]["if"] == "${{ !cancelled() && needs.assemble.result == 'success' }}"
+    contents = _step(
+        workflow, "assemble", name="Release contents (every cell, present or absent and why)"
+    )
+    assert "contents --matrix matrix.json --dist dist --cells cells" in contents["run"]
+    assert "$GITHUB_STEP_SUMMARY" in contents["run"]
+    verify = jobs["verify"]["steps"][-1]
+    assert verify["run"] == "$RELEASE_PY verify dist --expect matrix.json"
+
+
+def test_images_come_from_the_matrix(workflow: dict[str, Any]) -> None:
+    env = _cibw(workflow)["env"]
+    assert env["CIBW_MANYLINUX_X86_64_IMAGE"] == "${{ matrix.image }}"
+    assert env["CIBW_MANYLINUX_AARCH64_IMAGE"] == "${{ matrix.image }}"
+    assert "manylinux-x86_64-image" not in _pyproject()["tool"]["cibuildwheel"]
