@@ -1,0 +1,675 @@
+"""The CUDA conformance check: our library against torch's own exchange table, on real GPUs.
+
+One command, run from the checkout with the machine's own Python (see README, "The GPU
+check")::
+
+    python tests/gpu/gpu_check.py --require-gpu
+
+It needs only torch (>= 2.10, which has its own ``__dlpack_c_exchange_api__`` to compare
+with), a C++ compiler, the Python headers, apache-tvm-ffi (its DLPack >= 1.2 header and
+``tvm_ffi.testing.echo``) and filelock (torch depends on it); CUDA headers for the CUDA
+library come from ``$CUDA_HOME``, ``nvcc`` on PATH or ``/usr/local/cuda``. No network.
+
+What it does, in one process:
+
+1. builds our CPU library and, where torch has CUDA, our CUDA library for the running
+   torch through the one driver (``torch_c_dlpack_ext._compile``) into a temporary cache
+   (``--cache-dir`` keeps it), each ABI-audited;
+2. forces ours (``TORCH_C_DLPACK_EXT_FORCE=1``, ``TORCH_C_DLPACK_EXT_LIBRARY``) after
+   keeping torch's own capsule, and checks ``torch.Tensor.__dlpack_c_exchange_api__`` is
+   then our table;
+3. compares ours with torch's table field by field: export (owning and non-owning) and
+   import round trips for every dtype torch supports on the device, the allocator
+   (memory torch kernels then use; a bad request fails cleanly), ``current_work_stream``
+   (default stream, inside ``torch.cuda.stream(s)``, per device), device type and id of
+   every visible GPU, and the CPU library refusing CUDA tensors;
+4. runs the seed's "GPU tensor metadata through DLPack" test through real tvm-ffi
+   (float16 (512,), (512, 512), (2, 3, 4) round-tripped by ``tvm_ffi.testing.echo``);
+5. times ns per call of ours and torch's in a C loop (benchmarks/exchange_harness.c);
+6. prints one table (case, ours, torch, verdict) and exits 1 on any mismatch.
+
+Without a GPU (CI) the CPU cases run and every GPU case is reported "not run", never
+passed; ``--require-gpu`` then exits 2, so a GPU run that silently found no GPU fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import dataclasses
+import gc
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+for _path in (ROOT / "python", ROOT):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+import torch  # noqa: E402
+from tests.exchange_suite.dlpack_ctypes import (  # noqa: E402
+    SET_ERROR,
+    DLDeviceType,
+    DLManagedTensorVersioned,
+    DLPackExchangeAPI,
+    DLTensor,
+    ExchangeLibrary,
+    TensorFields,
+    api_from_capsule,
+    export_dltensor,
+    export_managed,
+    fields_of,
+    import_managed,
+    managed_fields,
+)
+
+OK = "ok"
+MISMATCH = "MISMATCH"
+NOT_RUN = "not run"
+INFO = "measured"
+#: Exit codes: 1 a mismatch (or a case that crashed), 2 GPU cases not run under --require-gpu.
+EXIT_MISMATCH = 1
+EXIT_NO_GPU = 2
+#: The seed's GPU test (tests/exchange_suite/test_gpu.py, "GPU tensor metadata through DLPack").
+SEED_SHAPES = ((512,), (512, 512), (2, 3, 4))
+BENCH_FUNCTIONS = ("dltensor_from_py_object", "from_py_object", "to_py_object")
+#: Where GPU toolkits usually live when neither CUDA_HOME nor nvcc on PATH says.
+DEFAULT_CUDA_HOMES = (Path("/usr/local/cuda"), Path("/opt/cuda"))
+
+
+@dataclasses.dataclass
+class Row:
+    case: str
+    ours: str
+    torch: str
+    verdict: str
+    detail: str = ""
+
+
+@dataclasses.dataclass
+class Report:
+    rows: list[Row] = dataclasses.field(default_factory=list)
+    gpu_cases: set[str] = dataclasses.field(default_factory=set)
+
+    def add(
+        self, case: str, ours: str, theirs: str, verdict: str, detail: str = "", *, gpu: bool
+    ) -> None:
+        self.rows.append(Row(case, ours, theirs, verdict, detail))
+        if gpu:
+            self.gpu_cases.add(case)
+
+    def not_run(self, cases: list[str], why: str) -> None:
+        for case in cases:
+            self.add(case, "-", "-", NOT_RUN, why, gpu=True)
+
+    def print(self) -> None:
+        headers = ("case", "ours", "torch", "verdict")
+        cells = [(r.case, r.ours, r.torch, r.verdict) for r in self.rows]
+        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+        line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+        print("\n" + line)
+        print("  ".join("-" * w for w in widths))
+        for cell in cells:
+            print("  ".join(c.ljust(w) for c, w in zip(cell, widths)))
+        notes = [r for r in self.rows if r.detail]
+        if notes:
+            print("\nnotes:")
+            for r in notes:
+                print(f"  {r.case} [{r.verdict}]: {r.detail}")
+        counts = {v: sum(r.verdict == v for r in self.rows) for v in (OK, MISMATCH, NOT_RUN)}
+        print(
+            f"\n{counts[OK]} ok, {counts[MISMATCH]} mismatch, {counts[NOT_RUN]} not run, "
+            f"{sum(r.verdict == INFO for r in self.rows)} measured"
+        )
+
+
+# --- the two tables ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Tables:
+    ours: DLPackExchangeAPI
+    torch: DLPackExchangeAPI
+    #: Our CPU library (for the refusal cases); the same as ``ours`` on a CPU-only run.
+    cpu: DLPackExchangeAPI
+
+
+class ErrorSink:
+    """A SetError callback recording (kind, message) pairs."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str]] = []
+        self.callback = SET_ERROR(self._record)
+
+    def _record(self, _ctx: Any, kind: bytes, message: bytes) -> None:
+        self.errors.append((kind.decode(), message.decode()))
+
+
+def outcome(call: Callable[[], Any]) -> tuple[str, Any]:
+    """``("ok", value)`` or ``("error", "<ExceptionType>")``."""
+    try:
+        return "ok", call()
+    except Exception as exc:  # the outcome IS the result being compared
+        return "error", type(exc).__name__
+
+
+def same_outcome(ours: tuple[str, Any], theirs: tuple[str, Any]) -> bool:
+    """Equal results, or both refused: the error type may differ, as documented in
+    CONTRIBUTING.md (ours raises BufferError where torch raises RuntimeError)."""
+    if ours[0] == theirs[0] == "error":
+        return True
+    return ours == theirs
+
+
+def export_fields(api: DLPackExchangeAPI, tensor: Any) -> tuple[TensorFields, TensorFields]:
+    """(owning export's fields, non-owning export's fields); the owning one is released."""
+    managed = export_managed(api, tensor)
+    owned = managed_fields(managed)
+    managed.contents.deleter(managed)
+    return owned, fields_of(export_dltensor(api, tensor))
+
+
+def round_trip(api: DLPackExchangeAPI, tensor: Any) -> tuple[int, tuple[int, ...], Any, Any]:
+    """Export and import with ``api``: the result's (data_ptr, strides, dtype, device)."""
+    back = import_managed(api, export_managed(api, tensor))
+    return back.data_ptr(), tuple(back.stride()), back.dtype, back.device
+
+
+def supported_dtypes(device: str) -> list[Any]:
+    """Every dtype of this torch that can make a strided tensor on ``device``."""
+    found = []
+    for name in sorted(dir(torch)):
+        dtype = getattr(torch, name)
+        if not isinstance(dtype, torch.dtype) or dtype in found:
+            continue
+        try:
+            torch.zeros((2, 3), dtype=dtype, device=device)
+        except Exception:  # not creatable there: not a dtype torch supports on it
+            continue
+        found.append(dtype)
+    return found
+
+
+def sample(dtype: Any, device: str) -> list[Any]:
+    """Views of one dtype: contiguous, transposed, sliced with an offset, 0-d, empty."""
+    base = torch.zeros((4, 6), dtype=dtype, device=device)
+    return [base, base.t(), base[1:, 2:], base[0, 0], base[:0]]
+
+
+def compare_exports(tables: Tables, device: str) -> tuple[int, int, list[str]]:
+    """Field-by-field export and round-trip comparison over every dtype on ``device``.
+
+    Returns (dtypes, views compared, mismatches described).
+    """
+    mismatches: list[str] = []
+    dtypes = supported_dtypes(device)
+    views = 0
+    for dtype in dtypes:
+        for index, tensor in enumerate(sample(dtype, device)):
+            views += 1
+            ours = outcome(lambda t=tensor: export_fields(tables.ours, t))
+            theirs = outcome(lambda t=tensor: export_fields(tables.torch, t))
+            if not same_outcome(ours, theirs):
+                mismatches.append(f"{dtype} view {index}: export ours {ours} torch {theirs}")
+                continue
+            if ours[0] != "ok":
+                continue
+            # The memory and its layout come back unchanged; the dtype as torch's own
+            # round trip gives it (sub-byte ints travel as 8-bit ints in both).
+            memory = (tensor.data_ptr(), tuple(tensor.stride()) if tensor.numel() else None)
+            ours_back = outcome(lambda t=tensor: round_trip(tables.ours, t))
+            torch_back = outcome(lambda t=tensor: round_trip(tables.torch, t))
+            if not same_outcome(ours_back, torch_back):
+                mismatches.append(
+                    f"{dtype} view {index}: to_py ours {ours_back} torch {torch_back}"
+                )
+                continue
+            if ours_back[0] != "ok":
+                continue
+            ptr, strides, back_dtype, back_device = ours_back[1]
+            have = (ptr, strides if tensor.numel() else None)
+            if have != memory or (back_dtype, back_device) != torch_back[1][2:]:
+                mismatches.append(
+                    f"{dtype} view {index}: round trip ours {ours_back[1]} torch "
+                    f"{torch_back[1]} (tensor: {memory})"
+                )
+    return len(dtypes), views, mismatches
+
+
+def allocate(
+    api: DLPackExchangeAPI, shape: tuple[int, ...], device_type: int, device_id: int, code: int
+) -> tuple[int, Any, ErrorSink]:
+    dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+    prototype = DLTensor()
+    prototype.ndim = len(shape)
+    prototype.shape = dims
+    prototype.dtype.code, prototype.dtype.bits, prototype.dtype.lanes = code, 32, 1
+    prototype.device.device_type, prototype.device.device_id = device_type, device_id
+    sink = ErrorSink()
+    out = ctypes.POINTER(DLManagedTensorVersioned)()
+    status = api.managed_tensor_allocator(
+        ctypes.byref(prototype), ctypes.byref(out), None, sink.callback
+    )
+    return status, out, sink
+
+
+def allocator_case(api: DLPackExchangeAPI, device_type: int, device_id: int) -> str:
+    """Allocate float32[64, 64], import it, run torch kernels on it; describe the result."""
+    status, out, sink = allocate(api, (64, 64), device_type, device_id, 2)
+    if status != 0:
+        return f"failed {sink.errors}"
+    fields = managed_fields(out)
+    tensor = import_managed(api, out)
+    tensor.fill_(1.5)
+    total = float((tensor * 2).sum().item())
+    return (
+        f"dev ({fields.device_type},{fields.device_id}) {tensor.device} "
+        f"sum {total:g} strides {fields.strides}"
+    )
+
+
+def bad_allocation(api: DLPackExchangeAPI, device_type: int, device_id: int) -> str:
+    """A dtype code no DLPack defines: must fail (-1) through SetError, nothing allocated."""
+    status, out, sink = allocate(api, (4,), device_type, device_id, 200)
+    if status == 0:
+        managed_fields(out)
+        out.contents.deleter(out)
+        return "accepted"
+    kinds = sorted({kind for kind, _ in sink.errors})
+    return f"refused {'/'.join(kinds) or 'without SetError'}"
+
+
+def stream_of(api: DLPackExchangeAPI, device_type: int, device_id: int) -> tuple[str, Any]:
+    stream = ctypes.c_void_p()
+    return outcome(
+        lambda: (
+            (api.current_work_stream(device_type, device_id, ctypes.byref(stream)), stream.value)[1]
+            or 0
+        )
+    )
+
+
+# --- builds and forcing --------------------------------------------------------------------
+
+
+def cuda_home() -> Path | None:
+    """None when the driver finds CUDA by itself ($CUDA_HOME, nvcc on PATH); else a default."""
+    if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or shutil.which("nvcc"):
+        return None
+    return next(
+        (h for h in DEFAULT_CUDA_HOMES if (h / "include" / "cuda_runtime_api.h").is_file()), None
+    )
+
+
+def build(backend: str, cache: Path) -> tuple[Path, str]:
+    """Compile our library for the running torch; (path, one-line description).
+
+    The driver runs in a child process (``python -m torch_c_dlpack_ext._compile``): importing
+    the package here would run its selector before :func:`force` has set the variables.
+    """
+    command = [
+        sys.executable, "-m", "torch_c_dlpack_ext._compile", "--torch",
+        str(Path(torch.__file__).parent), "--backend", backend, "--output-dir",
+        str(cache / backend),
+    ]  # fmt: skip
+    home = cuda_home() if backend == "cuda" else None
+    if home is not None:
+        command += ["--gpu-home", str(home)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), str(ROOT)])}
+    env["TORCH_C_DLPACK_EXT_DISABLE"] = "1"
+    started = time.monotonic()
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-1500:]}")
+    entry = json.loads(proc.stdout)
+    toolkit = f", CUDA {entry['gpu_toolkit']}" if entry.get("gpu_toolkit") else ""
+    return cache / backend / entry["file"], f"{entry['size']} B, {seconds:.1f} s{toolkit}, audited"
+
+
+def force(library: Path) -> tuple[bool, str]:
+    """Import the package forced onto ``library``; (our table is published, what it says)."""
+    os.environ["TORCH_C_DLPACK_EXT_FORCE"] = "1"
+    os.environ["TORCH_C_DLPACK_EXT_LIBRARY"] = str(library)
+    import torch_c_dlpack_ext
+
+    status = torch_c_dlpack_ext.status()
+    published = api_from_capsule(torch.Tensor.__dlpack_c_exchange_api__)
+    ours = ExchangeLibrary(library)
+    same = ctypes.addressof(published) == ours.address
+    decision = getattr(status, "decision", None)
+    kind = getattr(getattr(decision, "kind", None), "value", "?")
+    return same, f"decision {kind}, {library.name}"
+
+
+# --- benchmark -----------------------------------------------------------------------------
+
+
+def bench(tables: Tables, device: str, cache: Path) -> Iterator[tuple[str, float, float]]:
+    """(function, ours ns/call, torch ns/call), best of 5 runs of 20000 calls each."""
+    from benchmarks.harness import build_harness
+
+    harness = ctypes.PyDLL(str(build_harness(Path(sys.executable), cache / "harness")))
+    tensors = [torch.zeros((4, 8), device=device), torch.zeros((16,), device=device)]
+    for name in BENCH_FUNCTIONS:
+        function = getattr(harness, f"tcde_bench_{name}")
+        function.restype = ctypes.c_int64
+        function.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.c_int64]
+        results = []
+        for api in (tables.ours, tables.torch):
+            calls = 20000
+            function(ctypes.addressof(api), tensors, 1000)  # warm up
+            best = min(function(ctypes.addressof(api), tensors, calls) for _ in range(5))
+            results.append(best / calls)
+        yield name, results[0], results[1]
+
+
+# --- the check -----------------------------------------------------------------------------
+
+
+def gpu_device_type() -> int:
+    return DLDeviceType.kDLROCM if getattr(torch.version, "hip", None) else DLDeviceType.kDLCUDA
+
+
+def run_case(
+    report: Report, case: str, gpu: bool, body: Callable[[], tuple[str, str, bool]]
+) -> None:
+    """Run one case; a crash of the case itself is a mismatch with its traceback."""
+    try:
+        ours, theirs, same = body()
+    except Exception as exc:
+        report.add(case, "crashed", "-", MISMATCH, f"{type(exc).__name__}: {exc}", gpu=gpu)
+        traceback.print_exc()
+        return
+    report.add(case, ours, theirs, OK if same else MISMATCH, gpu=gpu)
+
+
+def check_device(report: Report, tables: Tables, device: str, gpu: bool, label: str) -> None:
+    def exports() -> tuple[str, str, bool]:
+        dtypes, views, mismatches = compare_exports(tables, device)
+        text = f"{dtypes} dtypes x 5 views"
+        if mismatches:
+            print("\n".join(mismatches[:20]), file=sys.stderr)
+        return (
+            f"{text}: {views - len(mismatches)}/{views} equal",
+            text,
+            not mismatches,
+        )
+
+    run_case(report, f"{label}: from_py/non-owning/to_py", gpu, exports)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--require-gpu", action="store_true", help="exit 2 if no GPU case ran")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="keep the builds here")
+    parser.add_argument("--json", type=Path, default=None, help="also write the table as JSON")
+    args = parser.parse_args(argv)
+
+    report = Report()
+    print(
+        f"torch {torch.__version__} (CUDA {torch.version.cuda}), Python {sys.version.split()[0]}, "
+        f"cuda available: {torch.cuda.is_available()}, devices: {torch.cuda.device_count()}",
+        flush=True,
+    )
+    own_capsule = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
+    if own_capsule is None:
+        print(f"torch {torch.__version__} has no exchange API of its own to compare with")
+        return EXIT_MISMATCH
+    torch_api = api_from_capsule(own_capsule)
+    temporary = None
+    if args.cache_dir is None:
+        temporary = tempfile.TemporaryDirectory(prefix="tcde-gpu-check-")
+        cache = Path(temporary.name)
+    else:
+        cache = args.cache_dir.resolve()
+    try:
+        code = _check(report, torch_api, cache, own_capsule)
+    finally:
+        if temporary is not None:
+            gc.collect()
+            temporary.cleanup()
+    report.print()
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps([dataclasses.asdict(r) for r in report.rows], indent=2) + "\n"
+        )
+    if code:
+        return code
+    if any(r.verdict == MISMATCH for r in report.rows):
+        return EXIT_MISMATCH
+    if args.require_gpu and any(
+        r.verdict == NOT_RUN for r in report.rows if r.case in report.gpu_cases
+    ):
+        print("--require-gpu: GPU cases were not run", file=sys.stderr)
+        return EXIT_NO_GPU
+    return 0
+
+
+GPU_CASES = [
+    "build: cuda library",
+    "force: published table is ours (cuda)",
+    "cuda: device type and id, every GPU",
+    "cuda: from_py/non-owning/to_py",
+    "cuda: allocator -> torch kernels",
+    "cuda: allocator, bad request",
+    "cuda: current_work_stream, default stream",
+    "cuda: current_work_stream, torch.cuda.stream(s)",
+    "cuda: current_work_stream, per device",
+    "cuda: cpu library refuses CUDA tensors",
+    "cuda: tvm-ffi echo float16 (seed test)",
+    "cuda: ns/call",
+]
+
+
+def _check(report: Report, torch_api: DLPackExchangeAPI, cache: Path, own_capsule: Any) -> int:
+    # Builds first: the CPU library always, the CUDA one where this torch has CUDA.
+    try:
+        cpu_path, text = build("cpu", cache)
+        report.add("build: cpu library", text, "-", OK, gpu=False)
+    except Exception as exc:
+        report.add("build: cpu library", "failed", "-", MISMATCH, f"{exc}", gpu=False)
+        report.not_run(GPU_CASES, "no CPU library")
+        return 0
+    cpu_lib = ExchangeLibrary(cpu_path)
+    cuda_lib = None
+    gpu_reason = ""
+    torch_lib = Path(torch.__file__).parent / "lib"
+    if torch.version.cuda is None or not any(torch_lib.glob("*c10_cuda*")):
+        gpu_reason = f"torch {torch.__version__} has no CUDA libraries"
+    else:
+        try:
+            cuda_path, text = build("cuda", cache)
+            report.add("build: cuda library", text, "-", OK, gpu=True)
+            cuda_lib = ExchangeLibrary(cuda_path)
+        except Exception as exc:
+            report.add("build: cuda library", "failed", "-", MISMATCH, f"{exc}"[-400:], gpu=True)
+            gpu_reason = "the CUDA library did not build"
+    if cuda_lib is not None and not torch.cuda.is_available():
+        gpu_reason = "torch.cuda.is_available() is False (no GPU on this machine)"
+
+    ours_lib = cuda_lib if (cuda_lib is not None and not gpu_reason) else cpu_lib
+    case = f"force: published table is ours ({ours_lib.build_info['backend']})"
+    run_case(report, case, ours_lib is cuda_lib, lambda: _force_row(ours_lib.path))
+    tables = Tables(ours=ours_lib.api, torch=torch_api, cpu=cpu_lib.api)
+
+    # The CPU half: runs everywhere (CI), and is the round trip on the running torch.
+    check_device(report, tables, "cpu", False, "cpu")
+    cpu = DLDeviceType.kDLCPU
+
+    def cpu_allocator() -> tuple[str, str, bool]:
+        ours, theirs = allocator_case(tables.ours, cpu, 0), allocator_case(tables.torch, cpu, 0)
+        return ours, theirs, ours == theirs
+
+    run_case(report, "cpu: allocator -> torch kernels", False, cpu_allocator)
+    run_case(
+        report,
+        "cpu: allocator, bad request",
+        False,
+        lambda: _both_refuse(
+            bad_allocation(tables.ours, cpu, 0), bad_allocation(tables.torch, cpu, 0)
+        ),
+    )
+    run_case(
+        report,
+        "cpu: current_work_stream",
+        False,
+        lambda: _same(str(stream_of(tables.ours, cpu, 0)), str(stream_of(tables.torch, cpu, 0))),
+    )
+    run_case(report, "cpu: tvm-ffi echo float16", False, lambda: _seed(tables, "cpu"))
+    _bench_rows(report, tables, "cpu", cache, gpu=False)
+
+    if gpu_reason:
+        done = {r.case for r in report.rows}
+        report.not_run(
+            [c for c in GPU_CASES if c not in done and not c.startswith("force")], gpu_reason
+        )
+        if not any(r.case.startswith("force") and "cuda" in r.case for r in report.rows):
+            report.not_run(["force: published table is ours (cuda)"], gpu_reason)
+        return 0
+    _gpu_half(report, tables)
+    _bench_rows(report, tables, "cuda", cache, gpu=True)
+    return 0
+
+
+def _same(ours: str, theirs: str) -> tuple[str, str, bool]:
+    return ours, theirs, ours == theirs
+
+
+def _both_refuse(ours: str, theirs: str) -> tuple[str, str, bool]:
+    """Both refuse; the SetError kind may differ (ours: ValueError for a bad prototype,
+    CONTRIBUTING.md; torch 2.13 reports an unknown dtype code as MemoryError)."""
+    return ours, theirs, ours.startswith("refused") and theirs.startswith("refused")
+
+
+def _force_row(library: Path) -> tuple[str, str, bool]:
+    same, said = force(library)
+    return ("ours" if same else "NOT ours") + f" ({said})", "replaced", same
+
+
+def _seed(tables: Tables, device: str) -> tuple[str, str, bool]:
+    """The seed test through tvm-ffi: shape, dtype and device kept, same memory."""
+    import tvm_ffi.testing
+
+    published = ctypes.addressof(api_from_capsule(torch.Tensor.__dlpack_c_exchange_api__))
+    if published != ctypes.addressof(tables.ours):
+        return "our table is not published", "-", False
+    kept = 0
+    for shape in SEED_SHAPES:
+        x = torch.randn(shape, dtype=torch.float16, device=device)
+        y = tvm_ffi.testing.echo(x)
+        if (
+            tuple(y.shape) == shape
+            and y.dtype == torch.float16
+            and y.device == x.device
+            and y.data_ptr() == x.data_ptr()
+        ):
+            kept += 1
+    return f"{kept}/{len(SEED_SHAPES)} kept", "-", kept == len(SEED_SHAPES)
+
+
+def _bench_rows(report: Report, tables: Tables, device: str, cache: Path, *, gpu: bool) -> None:
+    try:
+        for name, ours, theirs in bench(tables, device, cache):
+            report.add(f"{device}: ns/call {name}", f"{ours:.1f}", f"{theirs:.1f}", INFO, gpu=gpu)
+    except Exception as exc:
+        report.add(f"{device}: ns/call", "failed", "-", MISMATCH, f"{exc}", gpu=gpu)
+
+
+def _gpu_half(report: Report, tables: Tables) -> None:
+    kind = gpu_device_type()
+    count = torch.cuda.device_count()
+
+    def devices() -> tuple[str, str, bool]:
+        seen: list[list[tuple[int, int]]] = [[], []]
+        for index in range(count):
+            tensor = torch.arange(12.0, device=f"cuda:{index}").reshape(3, 4)[1:]
+            for slot, api in enumerate((tables.ours, tables.torch)):
+                owned, view = export_fields(api, tensor)
+                seen[slot].append((owned.device_type, owned.device_id))
+                seen[slot].append((view.device_type, view.device_id))
+        expected = [(kind, i) for i in range(count) for _ in range(2)]
+        return str(sorted(set(seen[0]))), str(sorted(set(seen[1]))), seen[0] == seen[1] == expected
+
+    run_case(report, "cuda: device type and id, every GPU", True, devices)
+    check_device(report, tables, "cuda", True, "cuda")
+
+    def allocator() -> tuple[str, str, bool]:
+        ours = [allocator_case(tables.ours, kind, i) for i in range(count)]
+        theirs = [allocator_case(tables.torch, kind, i) for i in range(count)]
+        return "; ".join(ours), "; ".join(theirs), ours == theirs
+
+    run_case(report, "cuda: allocator -> torch kernels", True, allocator)
+
+    def bad() -> tuple[str, str, bool]:
+        ours = bad_allocation(tables.ours, kind, 0)
+        theirs = bad_allocation(tables.torch, kind, 0)
+        # A device that does not exist is refused too (ours only: torch may abort).
+        beyond = bad_allocation_device(tables.ours, kind, count)
+        refused = _both_refuse(ours, theirs)[2] and beyond != "accepted"
+        return f"{ours}; device {count}: {beyond}", theirs, refused
+
+    run_case(report, "cuda: allocator, bad request", True, bad)
+
+    def default_stream() -> tuple[str, str, bool]:
+        ours, theirs = stream_of(tables.ours, kind, 0), stream_of(tables.torch, kind, 0)
+        want = ("ok", torch.cuda.current_stream(0).cuda_stream)
+        return str(ours), str(theirs), ours == theirs == want
+
+    run_case(report, "cuda: current_work_stream, default stream", True, default_stream)
+
+    def side_stream() -> tuple[str, str, bool]:
+        side = torch.cuda.Stream(device=0)
+        with torch.cuda.stream(side):
+            ours, theirs = stream_of(tables.ours, kind, 0), stream_of(tables.torch, kind, 0)
+        want = ("ok", side.cuda_stream)
+        return str(ours), str(theirs), ours == theirs == want and side.cuda_stream != 0
+
+    run_case(report, "cuda: current_work_stream, torch.cuda.stream(s)", True, side_stream)
+
+    def per_device() -> tuple[str, str, bool]:
+        ours, theirs, want = [], [], []
+        sides = [torch.cuda.Stream(device=i) for i in range(count)]
+        for index, side in enumerate(sides):
+            with torch.cuda.device(index), torch.cuda.stream(side):
+                ours.append(stream_of(tables.ours, kind, index))
+                theirs.append(stream_of(tables.torch, kind, index))
+                want.append(("ok", side.cuda_stream))
+        return f"{count} devices", f"{count} devices", ours == theirs == want
+
+    run_case(report, "cuda: current_work_stream, per device", True, per_device)
+
+    def cpu_refuses() -> tuple[str, str, bool]:
+        tensor = torch.ones(4, device="cuda")
+        owned = outcome(lambda: export_fields(tables.cpu, tensor))
+        theirs = outcome(lambda: export_fields(tables.torch, tensor))
+        refused = owned[0] == "error"
+        return (
+            f"cpu library: {owned[1] if refused else 'accepted'}",
+            f"torch: {'accepted' if theirs[0] == 'ok' else theirs[1]}",
+            refused and theirs[0] == "ok",
+        )
+
+    run_case(report, "cuda: cpu library refuses CUDA tensors", True, cpu_refuses)
+    run_case(report, "cuda: tvm-ffi echo float16 (seed test)", True, lambda: _seed(tables, "cuda"))
+
+
+def bad_allocation_device(api: DLPackExchangeAPI, device_type: int, device_id: int) -> str:
+    status, out, sink = allocate(api, (4,), device_type, device_id, 2)
+    if status == 0:
+        out.contents.deleter(out)
+        return "accepted"
+    return f"refused {'/'.join(sorted({k for k, _ in sink.errors})) or 'without SetError'}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

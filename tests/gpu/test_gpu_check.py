@@ -1,0 +1,89 @@
+"""The GPU check (``gpu_check.py``) as CI runs it: on a machine without a GPU its CPU half
+runs (a real build for the running torch, forced, compared with torch's own table, tvm-ffi's
+echo, the C timing loop) and every GPU case says "not run", never "ok". Where a GPU is
+present the same test demands that every case ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CHECK = Path(__file__).with_name("gpu_check.py")
+ROOT = Path(__file__).resolve().parents[2]
+#: Cases of the CPU half: they must run (and pass) everywhere.
+CPU_CASES = {
+    "build: cpu library",
+    "force: published table is ours (cpu)",
+    "cpu: from_py/non-owning/to_py",
+    "cpu: allocator -> torch kernels",
+    "cpu: allocator, bad request",
+    "cpu: current_work_stream",
+    "cpu: tvm-ffi echo float16",
+}
+
+
+def _run_check(tmp_path: Path, cache: Path, *args: str) -> tuple[int, str, list[dict[str, Any]]]:
+    table = tmp_path / "table.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_C_DLPACK_EXT_")}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(
+        [sys.executable, str(CHECK), "--cache-dir", str(cache), "--json", str(table), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    output = proc.stdout + proc.stderr
+    print(proc.stdout)
+    rows = json.loads(table.read_text()) if table.is_file() else []
+    return proc.returncode, output, rows
+
+
+@pytest.fixture(scope="module")
+def gpu_present() -> bool:
+    torch = pytest.importorskip("torch")
+    return bool(torch.cuda.is_available())
+
+
+def test_cpu_half_passes_and_gpu_cases_are_never_passed_without_a_gpu(
+    tmp_path: Path, build_cache: Path, gpu_present: bool
+) -> None:
+    code, output, rows = _run_check(tmp_path, build_cache / "gpu-check")
+    assert code == 0, output[-6000:]
+    verdicts = {row["case"]: row["verdict"] for row in rows}
+    for case in CPU_CASES:
+        assert verdicts.get(case) == "ok", (case, verdicts, output[-4000:])
+    timed = [row for row in rows if row["case"].startswith("cpu: ns/call")]
+    assert len(timed) == 3
+    assert all(float(row["ours"]) > 0 and float(row["torch"]) > 0 for row in timed)
+    gpu_rows = [row for row in rows if row["case"] not in CPU_CASES and row not in timed]
+    assert len(gpu_rows) >= 12, "every GPU case appears in the table"
+    # A CUDA torch without a GPU still builds (and audits) the CUDA library.
+    assert verdicts["build: cuda library"] in ("ok", "not run")
+    gpu_rows = [row for row in gpu_rows if row["case"] != "build: cuda library"]
+    if gpu_present:
+        assert all(row["verdict"] in ("ok", "measured") for row in gpu_rows), gpu_rows
+    else:
+        assert {row["verdict"] for row in gpu_rows} == {"not run"}, gpu_rows
+        assert all(row["detail"] for row in gpu_rows), "each 'not run' says why"
+    assert " ok, " in output, "the summary line"
+
+
+def test_require_gpu_fails_where_no_gpu_case_ran(
+    tmp_path: Path, build_cache: Path, gpu_present: bool
+) -> None:
+    if gpu_present:
+        pytest.skip("a GPU is present: --require-gpu is satisfied here")
+    code, output, _ = _run_check(tmp_path, build_cache / "gpu-check", "--require-gpu")
+    assert code == 2, output[-4000:]
+    assert "--require-gpu: GPU cases were not run" in output
