@@ -6,7 +6,7 @@ created once with uv and reused afterwards:
 * always: ``torch==<version>`` installed ``--no-deps`` (enough to compile against);
 * ``importable=True``: also torch's own runtime requirements, read from the
   installed torch's ``METADATA`` with their pins, minus the ones ``import torch``
-  does not need (cuSOLVER, NVRTC, NVTX, triton: see FACTS.md), plus numpy; the
+  does not need (cuSOLVER, NVRTC, NVTX, triton: see docs/facts.md), plus numpy; the
   env is checked with ``import torch; torch.ones(2)`` and, if that fails, the
   skipped requirements are added after all;
 * ``extra``: more requirements (``pytest``, ``psutil``).
@@ -17,6 +17,11 @@ importable, extra). Creation holds a file lock, and a marker file written last
 says the env is complete: an env a killed run left half-built has no marker and
 is rebuilt. Packages come through uv's cache, which this module never deletes,
 so several envs share one copy of the multi-GB NVIDIA wheels (hard links).
+
+Creating an env takes minutes on a cold cache, so it reports progress: which env,
+what is being installed, the elapsed time, and a line every 30 s while uv runs. The
+lines go to stderr, or to :func:`set_progress`'s sink (``tests/conftest.py`` sends them
+to pytest's terminal, past its output capture).
 
 Command line: ``python -m devtools.torchenv 2.6.0 --importable [--extra pytest]``
 prints the env's path.
@@ -32,8 +37,10 @@ import os
 import re
 import shutil
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from packaging.markers import default_environment
@@ -45,9 +52,17 @@ from torch_c_dlpack_ext._naming import env_var
 from torch_c_dlpack_ext._run import run
 from torch_c_dlpack_ext.errors import CommandError, ConfigError, TorchCDLPackExtError
 
-__all__ = ["NOT_NEEDED_TO_IMPORT", "TorchEnv", "cache_root", "find_uv", "main", "torch_env"]
+__all__ = [
+    "NOT_NEEDED_TO_IMPORT",
+    "TorchEnv",
+    "cache_root",
+    "find_uv",
+    "main",
+    "set_progress",
+    "torch_env",
+]
 
-#: Requirements of torch that ``import torch`` does not load (checked, see FACTS.md).
+#: Requirements of torch that ``import torch`` does not load (checked, see docs/facts.md).
 NOT_NEEDED_TO_IMPORT = frozenset(
     {"nvidia-cusolver-cu12", "nvidia-cuda-nvrtc-cu12", "nvidia-nvtx-cu12", "triton"}
 )
@@ -57,6 +72,8 @@ _PYTHON_RE = re.compile(r"^3\.\d+$")
 _SMOKE = "import torch; torch.ones(2); print(torch.__version__)"
 #: Creating an importable env downloads ~2.5 GB on a cold cache.
 _LOCK_TIMEOUT_S = 3600.0
+#: Seconds between "still running" lines while uv works.
+HEARTBEAT_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,8 +110,43 @@ def find_uv() -> str:
     return str(find_uv_bin())
 
 
+_SINK: list[Callable[[str], None]] = []
+#: What is being created, and since when (for the elapsed time on each line).
+_CURRENT: dict[str, tuple[str, float]] = {}
+
+
+def set_progress(sink: Callable[[str], None] | None) -> None:
+    """Send progress lines to ``sink`` (``None``: back to stderr)."""
+    _SINK[:] = [sink] if sink is not None else []
+
+
 def _log(message: str) -> None:
-    print(f"torchenv: {message}", file=sys.stderr, flush=True)
+    what, started = _CURRENT.get("env", ("", time.monotonic()))
+    prefix = f"torchenv [{what}, {time.monotonic() - started:.0f} s]" if what else "torchenv"
+    line = f"{prefix}: {message}"
+    if _SINK:
+        _SINK[0](line)
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _heartbeat(doing: str) -> Iterator[None]:
+    """A "still running" line every :data:`HEARTBEAT_S` until the block ends."""
+    done = threading.Event()
+    started = time.monotonic()
+
+    def beat() -> None:
+        while not done.wait(HEARTBEAT_S):
+            _log(f"  still {doing} ({time.monotonic() - started:.0f} s)")
+
+    thread = threading.Thread(target=beat, name="torchenv-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def _env_name(
@@ -122,7 +174,8 @@ def _site_packages(root: Path) -> Path:
 
 def _uv(uv: str, *args: str) -> None:
     started = time.monotonic()
-    proc = run([uv, *args])
+    with _heartbeat(f"running uv {' '.join(a for a in args if not a.startswith('/'))[:80]}"):
+        proc = run([uv, *args])
     # uv's summary lines ("Prepared 11 packages in ...", "Installed ...") are the progress report.
     for line in proc.stderr.splitlines():
         if line.strip().startswith(("Prepared", "Installed", "Resolved", "Using")):
@@ -229,6 +282,7 @@ def torch_env(
     root = envs / _env_name(version, python, importable, extra, index_url)
     with FileLock(str(root) + ".lock", timeout=_LOCK_TIMEOUT_S):
         if not (root / _MARKER).is_file():
+            _CURRENT["env"] = (root.name, time.monotonic())
             if root.exists():
                 _log(f"removing incomplete {root} (no {_MARKER}: an interrupted creation)")
                 shutil.rmtree(root)
@@ -244,10 +298,12 @@ def torch_env(
                 )
             except BaseException:
                 shutil.rmtree(root, ignore_errors=True)
+                _CURRENT.pop("env", None)
                 raise
             # Written last: its presence means everything above succeeded.
             atomic_write_bytes(root / _MARKER, (json.dumps(record, indent=2) + "\n").encode())
             _log(f"{root} ready in {record['seconds']} s")
+            _CURRENT.pop("env", None)
     site = _site_packages(root)
     return TorchEnv(
         root=root,

@@ -7,7 +7,10 @@
 - ``build_cache``: where integration tests keep built libraries across runs
   (the driver's cache key makes an unchanged rebuild a no-op);
 - ``torch213_library``: csrc/ compiled against the running torch;
-- ``old_torch_env``: factory for importable envs with an old PyPI torch.
+- ``old_torch_env``: factory for importable envs with an old PyPI torch;
+- ``progress``: write a line to the terminal past pytest's output capture;
+  ``_torchenv_progress`` (autouse) sends ``devtools.torchenv``'s progress lines there
+  (creating an env takes minutes).
 
 This file is also the parent conftest of ``tests/exchange_suite``, which runs
 inside old-torch environments that lack this project's dependencies: project
@@ -18,7 +21,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +36,42 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 
 FakeTorch = Callable[..., Path]
+
+
+Progress = Callable[[str], None]
+
+
+@pytest.fixture(scope="session")
+def progress(request: pytest.FixtureRequest) -> Progress:
+    """``progress(line)`` writes to pytest's terminal even while it captures output: for
+    steps that run for minutes (creating a torch env, installing in a fresh venv)."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    terminal = request.config.pluginmanager.getplugin("terminalreporter")
+    lock = threading.Lock()
+
+    def show(line: str) -> None:
+        if capture is None or terminal is None:
+            print(line, file=sys.stderr, flush=True)
+            return
+        with lock, capture.global_and_fixture_disabled():
+            terminal.write_line(line)
+
+    return show
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _torchenv_progress(progress: Progress) -> Iterator[None]:
+    """Show ``devtools.torchenv``'s progress (which env, what is installing, elapsed)."""
+    try:
+        from devtools import torchenv
+    except ImportError:  # inside an old-torch env (the exchange suite): nothing to show
+        yield
+        return
+    torchenv.set_progress(progress)
+    try:
+        yield
+    finally:
+        torchenv.set_progress(None)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import build_backend
@@ -27,6 +28,8 @@ torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 TORCH_RELEASE = torch.__version__.split("+")[0]
+#: The ``progress`` fixture of tests/conftest.py: a line to the terminal, past capture.
+Progress = Callable[[str], None]
 
 
 def code_blocks(section: str) -> list[str]:
@@ -38,10 +41,12 @@ def code_blocks(section: str) -> list[str]:
     return re.findall(r"```bash\n(.*?)```", body, re.S)
 
 
-def bash(script: str, cwd: Path, what: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def bash(
+    script: str, cwd: Path, what: str, timeout: float, progress: Progress
+) -> subprocess.CompletedProcess[str]:
     """Run ``script`` with ``bash -eu`` (each line must succeed), telling the terminal
-    what is running past pytest's capture: it takes a minute or more."""
-    print(f"\n[readme] {what} ...", file=sys.__stderr__, flush=True)
+    what is running: the source install takes a minute or more."""
+    progress(f"[readme] {what} ...")
     started = time.monotonic()
     proc = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
@@ -52,16 +57,14 @@ def bash(script: str, cwd: Path, what: str, timeout: float) -> subprocess.Comple
         timeout=timeout,
         check=False,
     )
-    print(
-        f"[readme] {what}: exit {proc.returncode} in {time.monotonic() - started:.0f} s",
-        file=sys.__stderr__,
-        flush=True,
-    )
+    progress(f"[readme] {what}: exit {proc.returncode} in {time.monotonic() - started:.0f} s")
     return proc
 
 
 @pytest.fixture(scope="module")
-def source_install(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def source_install(
+    tmp_path_factory: pytest.TempPathFactory, progress: Progress
+) -> tuple[Path, str]:
     """The "Installing from source" block run in a fresh directory; (dir, output)."""
     (block,) = code_blocks("### Installing from source")
     lines = [line for line in block.splitlines() if line.strip()]
@@ -72,9 +75,8 @@ def source_install(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]
     sdist = Path(build_backend.build_sdist(str(work / "sdist")))
     lines[1] = lines[1].replace("torch==2.8.0", f"torch=={TORCH_RELEASE}")
     lines[-1] = lines[-1].removesuffix("torch-c-dlpack-ext") + str(work / "sdist" / sdist.name)
-    proc = bash(
-        "\n".join(lines), work, f"Installing from source (torch {TORCH_RELEASE})", timeout=1500
-    )
+    what = f"Installing from source (torch {TORCH_RELEASE})"
+    proc = bash("\n".join(lines), work, what, 1500, progress)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return work, proc.stdout + proc.stderr
 
@@ -108,7 +110,9 @@ def test_installing_from_source_works_as_written(source_install: tuple[Path, str
 
 
 @pytest.mark.slow
-def test_installing_from_dist_works_as_written(source_install: tuple[Path, str]) -> None:
+def test_installing_from_dist_works_as_written(
+    source_install: tuple[Path, str], progress: Progress
+) -> None:
     work, _ = source_install
     blocks = code_blocks("## Quick start")
     install = next(b for b in blocks if "--find-links dist" in b)
@@ -123,15 +127,17 @@ def test_installing_from_dist_works_as_written(source_install: tuple[Path, str])
     shutil.copytree(work / "sdist", dist, dirs_exist_ok=True)
 
     activate = ". venv/bin/activate\n"
-    uninstall = bash(activate + "pip uninstall -y torch-c-dlpack-ext", work, "uninstall", 300)
+    uninstall = bash(
+        activate + "pip uninstall -y torch-c-dlpack-ext", work, "uninstall", 300, progress
+    )
     assert uninstall.returncode == 0, uninstall.stderr
-    glob = bash(activate + "pip install dist/*.whl", work, "pip install dist/*.whl", 300)
+    glob = bash(activate + "pip install dist/*.whl", work, "pip install dist/*.whl", 300, progress)
     assert glob.returncode != 0, "README says the glob fails; it worked"
     rejected = glob.stdout + glob.stderr
     assert "t28_cpu" in rejected
     assert "Invalid build number" in rejected or "not a valid wheel filename" in rejected
 
-    proc = bash(activate + install, work, "install from dist/ as README says", 600)
+    proc = bash(activate + install, work, "install from dist/ as README says", 600, progress)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "Successfully installed torch-c-dlpack-ext" in proc.stdout
     report = diagnose(work)

@@ -47,3 +47,19 @@ def test_version_has_one_source() -> None:
         if re.search(r"^__version__\s*=", path.read_text(encoding="utf-8"), re.M)
     ]
     assert hits == [Path("python/torch_c_dlpack_ext/_version.py")]
+
+
+def test_facts_are_cited_from_the_repository() -> None:
+    """Code comments cite docs/facts.md, which is in the repository; nothing cites a
+    facts file from outside it."""
+    assert (ROOT / "docs" / "facts.md").is_file()
+    offenders = []
+    for folder in (".", "python", "build_backend", "devtools", "tests", "benchmarks", "csrc"):
+        for path in (ROOT / folder).glob("*" if folder == "." else "**/*"):
+            if path.suffix in {".py", ".toml", ".md", ".cc", ".h", ".yml", ".cjs"}:
+                text = path.read_text(encoding="utf-8", errors="replace")
+                if "FACTS.md" in text and path.name != "test_project.py":
+                    offenders.append(str(path.relative_to(ROOT)))
+    assert offenders == []
+    cited = (ROOT / "matrix.toml").read_text(encoding="utf-8")
+    assert "docs/facts.md" in cited
