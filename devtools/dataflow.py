@@ -366,7 +366,7 @@ def build_job(
     if job["platform"].startswith("linux"):
         policy = _image_policy(matrix.platforms[job["platform"]].image)
         if elf:
-            wheel = repair_linux(plain, work / "wheelhouse", policy=policy)
+            wheel = _repair_here(plain, work / "wheelhouse", policy, real=bool(real))
         else:
             wheel = _retag(plain, work / "wheelhouse", policy)
     else:
@@ -377,6 +377,32 @@ def build_job(
         libraries={entry.file: entry.sha256 for entry, _ in pairs},
         real=[c.id for c in real],
     )
+
+
+def _host_policy() -> str:
+    """The manylinux policy of this host's glibc (``manylinux_2_36_x86_64``)."""
+    import platform
+
+    version = os.confstr("CS_GNU_LIBC_VERSION") or ""  # "glibc 2.36"
+    major, minor = version.split()[-1].split(".")[:2]
+    return f"manylinux_{major}_{minor}_{platform.machine()}"
+
+
+def _repair_here(wheel: Path, dest: Path, policy: str, *, real: bool) -> Path:
+    """:func:`repair_linux` with the image's policy. Libraries compiled for real on
+    this host may need a newer glibc than the image has (this host's libstdc++
+    headers reference newer symbols, e.g. ``__libc_single_threaded``, GLIBC_2.32);
+    then that job wheel gets this host's policy, which the assemble step must
+    combine with the other jobs' (the mixed-tag case), and the run says so."""
+    try:
+        return repair_linux(wheel, dest, policy=policy)
+    except Exception as exc:
+        if not real or "too-recent versioned symbols" not in str(exc):
+            raise
+    host = _host_policy()
+    _log(f"{wheel.name}: this host's toolchain needs {host}, the image gives {policy}")
+    shutil.rmtree(dest, ignore_errors=True)
+    return repair_linux(wheel, dest, policy=host)
 
 
 def _retag(wheel: Path, dest: Path, platform: str) -> Path:

@@ -1,0 +1,112 @@
+"""The release workflow's data flow, rehearsed on this machine (``devtools/dataflow.py``,
+``nox -s rehearse_dataflow``): the whole matrix, from ``nox -s matrix`` through job
+wheels (repaired with the real repair command where this host can), the artifact
+layout of download-artifact v4, assemble, contents, the twine check and
+``verify --expect``.
+
+Cost: the stand-in runs take ~30 s for the whole matrix (55 jobs, 191 cells; a tiny
+C library per Linux x86_64 cell, auditwheel on 31 job wheels). The slow test adds
+two cells compiled for real, into the same build cache the other integration tests
+use, so in CI they are cache hits.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from build_backend._matrix import load_matrix
+from devtools import dataflow
+
+from torch_c_dlpack_ext._version import __version__ as V
+
+if not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):
+    pytest.skip("the rehearsal builds Linux x86_64 job wheels", allow_module_level=True)
+
+MATRIX = load_matrix()
+PY = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+
+
+def _manifest(wheel: Path) -> list[dict[str, object]]:
+    with zipfile.ZipFile(wheel) as archive:
+        return list(json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))["libraries"])
+
+
+def test_whole_matrix_with_stand_ins(tmp_path: Path) -> None:
+    result = dataflow.rehearse_dataflow(tmp_path, real_cells=())
+    assert result.problems == []
+    assert result.jobs == len(MATRIX.jobs())
+    assert result.cells == len(MATRIX.cells())
+    assert sorted(s.cell for s in result.statuses) == sorted(c.id for c in MATRIX.cells())
+    assert {s.state for s in result.statuses} == {"present"}
+    # One combined wheel per Python x platform, each with every cell of its group.
+    groups = {(c.python, c.platform.name) for c in MATRIX.cells()}
+    assert len(result.combined_wheels) == len(groups)
+    assert result.variant_wheels == len(MATRIX.cells())
+    x86 = f"torch_c_dlpack_ext-{V}-{PY}-{PY}-manylinux_2_28_x86_64.whl"
+    assert x86 in result.combined_wheels
+    libraries = _manifest(tmp_path / "verify" / "dist" / x86)
+    want = [c.library for c in MATRIX.cells() if c.python_tag == PY
+            and c.platform.name == "linux_x86_64"]  # fmt: skip
+    assert sorted(Path(str(e["file"])).name for e in libraries) == sorted(want)
+    # The cuda job's and the rocm jobs' wheels had one name; both arrived intact.
+    cells_dir = tmp_path / "cells"
+    same_name = sorted(p.parent.name for p in cells_dir.rglob(x86))
+    assert same_name == sorted(f"cell-{j['id']}" for j in MATRIX.jobs()
+                               if j["python"] == PY[2] + "." + PY[3:]
+                               and j["platform"] == "linux_x86_64")  # fmt: skip
+    assert len(same_name) > 1
+    notes = (tmp_path / "release-notes" / "NOTES.md").read_text(encoding="utf-8")
+    assert f"{len(MATRIX.cells())} of {len(MATRIX.cells())} cells" in notes
+
+
+def test_failed_jobs_are_reported_and_only_allowed_ones_pass(tmp_path: Path) -> None:
+    only = f"{PY}-*"
+    rocm = f"{PY}-linux_x86_64-rocm6.4"
+    allowed = dataflow.rehearse_dataflow(tmp_path / "a", real_cells=(), only=only,
+                                         fail_jobs=[rocm])  # fmt: skip
+    assert allowed.problems == []
+    absent = [s for s in allowed.statuses if s.state == "absent"]
+    assert absent
+    assert {s.job for s in absent} == {rocm}
+    assert all(s.allowed and "uploaded no wheels" in s.reason for s in absent)
+
+    cpu = f"{PY}-win_amd64-cpu"
+    blocked = dataflow.rehearse_dataflow(tmp_path / "b", real_cells=(), only=only,
+                                         fail_jobs=[cpu])  # fmt: skip
+    assert len(blocked.problems) == 1
+    assert blocked.problems[0].startswith("verify --expect: 6 cell(s) not in the release")
+    notes = (tmp_path / "b" / "release-notes" / "NOTES.md").read_text(encoding="utf-8")
+    assert "6 of these block publishing" in notes
+
+
+def test_merged_download_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The workflow as it was (merge-multiple: true): the rehearsal must catch the clobber.
+    real = dataflow.read_workflow()
+    merged = dataflow.FlowSettings(**{**real.__dict__, "merge_multiple": True})
+    monkeypatch.setattr(dataflow, "read_workflow", lambda: merged)
+    result = dataflow.rehearse_dataflow(tmp_path, real_cells=(), only=f"{PY}-linux_x86_64-*")
+    assert len(result.problems) == 1
+    assert "both hold" in result.problems[0]
+
+
+@pytest.mark.slow
+def test_whole_matrix_with_real_cells(tmp_path: Path, build_cache: Path) -> None:
+    """Two cells compiled for real through the in-tree backend (as cibuildwheel runs
+    it), repaired by the real auditwheel command with torch's libraries excluded."""
+    real = (f"{PY}-linux_x86_64-t28_cpu", f"{PY}-linux_x86_64-t26_cpu_abi0")
+    result = dataflow.rehearse_dataflow(tmp_path, real_cells=real, build_dir=build_cache / "cells")
+    assert result.problems == []
+    assert sorted(result.real_cells) == sorted(real)
+    assert {s.state for s in result.statuses} == {"present"}
+    x86 = (
+        tmp_path / "verify" / "dist" / f"torch_c_dlpack_ext-{V}-{PY}-{PY}-manylinux_2_28_x86_64.whl"
+    )
+    toolchains = {Path(str(e["file"])).name: e["toolchain"] for e in _manifest(x86)}
+    for cell in MATRIX.select(list(real)):
+        assert toolchains[cell.library] != "stand-in", cell.id
+    assert list(toolchains.values()).count("stand-in") == len(toolchains) - len(real)
