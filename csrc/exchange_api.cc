@@ -17,6 +17,7 @@
 #include <c10/hip/HIPStream.h>
 #endif
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <limits>
@@ -53,7 +54,17 @@ void DeleteManagedContext(DLManagedTensorVersioned* self) noexcept {
 }
 
 // Why a tensor cannot be exported; kNone when it can.
-enum class ExportProblem { kNone, kLayout, kNested, kDtype, kConj, kNeg, kDevice, kNoStorage };
+enum class ExportProblem {
+  kNone,
+  kLayout,
+  kNested,
+  kDtype,
+  kConj,
+  kNeg,
+  kUnservedGpu,
+  kDevice,
+  kNoStorage
+};
 
 // Fills `out`, with shape and strides borrowed from the tensor (valid while it
 // lives and keeps its metadata), or says why DLPack cannot describe the tensor.
@@ -72,6 +83,7 @@ ExportProblem Describe(const at::Tensor& t, DLTensor* out) {
   // silently hand out the wrong values (torch 2.13 does; we refuse).
   if (t.is_conj()) return ExportProblem::kConj;
   if (t.is_neg()) return ExportProblem::kNeg;
+  if (tcde::IsUnservedGpu(t.device().type())) return ExportProblem::kUnservedGpu;
   DLDevice device;
   if (!tcde::ToDLDevice(t.device(), &device)) return ExportProblem::kDevice;
   if (!t.has_storage()) return ExportProblem::kNoStorage;
@@ -134,6 +146,15 @@ int RaiseExportProblem(ExportProblem problem, const at::Tensor& t) {
                    "%s: cannot export a tensor with its negative bit set (DLPack cannot express "
                    "a lazy negation); call .resolve_neg() first",
                    kLib);
+      break;
+    case ExportProblem::kUnservedGpu:
+      PyErr_Format(PyExc_BufferError,
+                   "%s: this is its " TCDE_BACKEND_NAME " build, which does not export tensors on "
+                   "device '%s': it cannot report their stream (current_work_stream), and a "
+                   "consumer would run on the wrong one. Use the cuda build (the rocm build on "
+                   "a ROCm torch): install the wheel that carries it or set "
+                   "TORCH_C_DLPACK_EXT_JIT=1; or move the tensor to the CPU (.cpu())",
+                   kLib, t.device().str().c_str());
       break;
     case ExportProblem::kDevice:
       PyErr_Format(PyExc_BufferError,
@@ -311,21 +332,31 @@ int RaiseBadImport(const char* what, const DLTensor& dl) {
   return -1;
 }
 
-// Whether torch can make a storage for `dl` (viewed from `storage_offset`
-// elements in): no negative sizes or strides (torch has none) and a byte extent
-// that fits in int64. Checked up front because at::TensorMaker computes the
-// storage size in a noexcept function: an overflow there would terminate the
-// process instead of raising.
-bool StorageExtentFits(const DLTensor& dl, uint64_t storage_offset, uint64_t itemsize) noexcept {
-  uint64_t elements = 0;  // one past the farthest element, from the storage start
+// The storage an import needs, in elements from `data`: `offset` elements
+// (the byte_offset) plus one past the farthest element of the view. False
+// when torch cannot represent the view: negative sizes or strides (torch has
+// none), an element count c10 would find overflowing (it multiplies the sizes
+// left to right, so a later zero does not help), or a byte size beyond int64.
+// Checked up front because at::TensorMaker computes the storage size in a
+// noexcept function: an overflow there would terminate the process.
+bool StorageElements(const DLTensor& dl, uint64_t itemsize, uint64_t offset,
+                     uint64_t* storage_elements) noexcept {
   bool any_empty = false;
+  uint64_t numel = 1;
+  bool numel_overflows = false;
   for (int32_t i = 0; i < dl.ndim; ++i) {
     if (dl.shape[i] < 0) return false;
     if (dl.shape[i] == 0) any_empty = true;
     if (dl.strides != nullptr && dl.strides[i] < 0) return false;
+    numel_overflows |= MulOverflows(numel, static_cast<uint64_t>(dl.shape[i]), &numel);
   }
-  if (any_empty) return true;
-  if (dl.strides != nullptr) {
+  if (numel_overflows || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return false;
+  }
+  uint64_t elements = 0;  // one past the farthest element, from the first one
+  if (any_empty) {
+    elements = 0;
+  } else if (dl.strides != nullptr) {
     for (int32_t i = 0; i < dl.ndim; ++i) {
       uint64_t step = 0;
       if (MulOverflows(static_cast<uint64_t>(dl.shape[i] - 1),
@@ -336,17 +367,15 @@ bool StorageExtentFits(const DLTensor& dl, uint64_t storage_offset, uint64_t ite
     }
     if (AddOverflows(elements, 1, &elements)) return false;
   } else {
-    elements = 1;
-    for (int32_t i = 0; i < dl.ndim; ++i) {
-      if (MulOverflows(elements, static_cast<uint64_t>(dl.shape[i]), &elements)) {
-        return false;
-      }
-    }
+    elements = numel;
   }
   uint64_t bytes = 0;
-  return !AddOverflows(elements, storage_offset, &elements) &&
-         !MulOverflows(elements, itemsize, &bytes) &&
-         bytes <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  if (AddOverflows(elements, offset, &elements) || MulOverflows(elements, itemsize, &bytes) ||
+      bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return false;
+  }
+  *storage_elements = elements;
+  return true;
 }
 
 bool HasNoElements(const DLTensor& dl) noexcept {
@@ -379,9 +408,30 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
                    kLib, static_cast<unsigned>(src->version.major), DLPACK_MAJOR_VERSION);
       return -1;
     }
+    // torch has no read-only tensors: importing read-only memory (a constant
+    // buffer, a read-only mapping) as a writable tensor would let any in-place
+    // op write to it. torch 2.13 ignores the flag; we refuse. IS_COPIED (the
+    // producer made a copy) and the sub-byte padding flag need nothing.
+    if ((src->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0) {
+      return RaiseBadImport(
+          "it is flagged READ_ONLY, and torch tensors are always writable (copy it into "
+          "writable memory first, or have the producer export it writable)",
+          dl);
+    }
     c10::ScalarType scalar_type{};
     if (!tcde::FromDLDataType(dl.dtype, &scalar_type)) {
       return RaiseBadImport("torch has no dtype for this DLPack dtype", dl);
+    }
+    if (const char* backend = tcde::BackendServing(dl.device.device_type)) {
+      PyErr_Format(PyExc_BufferError,
+                   "%s: cannot import a DLPack tensor on device type %d id %d with its "
+                   TCDE_BACKEND_NAME " build, which serves no such device (it could not report "
+                   "its stream); use the %s build (install the wheel that carries it or set "
+                   "TORCH_C_DLPACK_EXT_JIT=1). The DLManagedTensorVersioned was not consumed "
+                   "and its deleter was not called",
+                   kLib, static_cast<int>(dl.device.device_type),
+                   static_cast<int>(dl.device.device_id), backend);
+      return -1;
     }
     c10::Device device(c10::DeviceType::CPU);
     if (!tcde::FromDLDevice(dl.device, &device)) {
@@ -392,18 +442,24 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
     }
     const at::IntArrayRef sizes(dl.shape, static_cast<size_t>(dl.ndim));
     const auto itemsize = static_cast<uint64_t>(c10::elementSize(scalar_type));
-    // Like torch 2.13: an element-aligned byte_offset becomes the storage
-    // offset, so the storage starts at `data`.
-    char* data = static_cast<char*>(dl.data);
-    int64_t storage_offset = 0;
-    if (dl.byte_offset % itemsize == 0) {
-      storage_offset = static_cast<int64_t>(dl.byte_offset / itemsize);
-    } else {
-      data += dl.byte_offset;
-    }
-    if (!StorageExtentFits(dl, static_cast<uint64_t>(storage_offset), itemsize)) {
+    // An element-aligned byte_offset is a storage offset, as in torch 2.13: the
+    // storage starts at `data` and covers the offset plus the view's extent.
+    // (at::TensorMaker's own storage_offset() adds the offset to the storage
+    // size in elements, not bytes, in the torch releases this library serves:
+    // a too-small storage that views, copies and torch.save read past. So the
+    // storage is made for the whole span and the view set on it.) torch 2.13
+    // refuses an unaligned offset; so do we: the elements would be misaligned.
+    if (dl.byte_offset % itemsize != 0) {
       return RaiseBadImport(
-          "negative sizes or strides, or a memory extent beyond int64 (torch supports neither)",
+          "byte_offset is not a multiple of the element size (torch needs aligned elements)",
+          dl);
+    }
+    const uint64_t storage_offset = dl.byte_offset / itemsize;
+    uint64_t storage_elements = 0;
+    if (!StorageElements(dl, itemsize, storage_offset, &storage_elements)) {
+      return RaiseBadImport(
+          "negative sizes or strides, or an element count or memory extent beyond int64 "
+          "(torch supports neither)",
           dl);
     }
     if (dl.data == nullptr && !HasNoElements(dl)) {
@@ -413,16 +469,38 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
     {
       // Declared before `maker`, so it is still in force while `maker` unwinds.
       const ImportInProgress in_progress(src);
-      auto maker = at::for_blob(data, sizes);
-      maker.context(src, &DeleteImported)
-          .target_device(device)
-          .options(at::TensorOptions().dtype(scalar_type).device(device));
-      // A NULL strides array (allowed before DLPack 1.2) means compact row-major.
-      if (dl.strides != nullptr && dl.ndim > 0) {
-        maker.strides(at::IntArrayRef(dl.strides, static_cast<size_t>(dl.ndim)));
+      if (storage_offset == 0) {
+        auto maker = at::for_blob(dl.data, sizes);
+        maker.context(src, &DeleteImported)
+            .target_device(device)
+            .options(at::TensorOptions().dtype(scalar_type).device(device));
+        // A NULL strides array (allowed before DLPack 1.2) means compact row-major.
+        if (dl.strides != nullptr && dl.ndim > 0) {
+          maker.strides(at::IntArrayRef(dl.strides, static_cast<size_t>(dl.ndim)));
+        }
+        tensor = maker.make_tensor();
+      } else {
+        // A storage for the whole span from `data`, then the view on it.
+        const auto span = static_cast<int64_t>(storage_elements);
+        auto maker = at::for_blob(dl.data, at::IntArrayRef(&span, 1));
+        maker.context(src, &DeleteImported)
+            .target_device(device)
+            .options(at::TensorOptions().dtype(scalar_type).device(device));
+        tensor = maker.make_tensor();
+        c10::SmallVector<int64_t, 8> strides(static_cast<size_t>(dl.ndim));
+        int64_t step = 1;
+        for (int32_t i = dl.ndim - 1; i >= 0; --i) {
+          strides[i] = dl.strides != nullptr ? dl.strides[i] : step;
+          step *= std::max<int64_t>(dl.shape[i], 1);
+        }
+        try {
+          tensor.unsafeGetTensorImpl()->set_sizes_and_strides(
+              sizes, strides, static_cast<int64_t>(storage_offset));
+        } catch (...) {
+          tensor.storage().mutable_data_ptr().release_context();
+          throw;
+        }
       }
-      if (storage_offset != 0) maker.storage_offset(storage_offset);
-      tensor = maker.make_tensor();
     }
     // From here the storage owns `src`. If wrapping fails, detach our deleter
     // before `tensor` dies, so the failure still leaves `src` with the caller.
@@ -473,6 +551,15 @@ int ManagedTensorAllocator(DLTensor* prototype, DLManagedTensorVersioned** out, 
                     static_cast<unsigned>(prototype->dtype.code),
                     static_cast<unsigned>(prototype->dtype.bits),
                     static_cast<unsigned>(prototype->dtype.lanes));
+      return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
+    }
+    if (const char* backend = tcde::BackendServing(prototype->device.device_type)) {
+      std::snprintf(message, sizeof(message),
+                    "torch-c-dlpack-ext allocator: cannot allocate on DLPack device type %d id %d "
+                    "with its " TCDE_BACKEND_NAME " build, which serves no such device; use the "
+                    "%s build",
+                    static_cast<int>(prototype->device.device_type),
+                    static_cast<int>(prototype->device.device_id), backend);
       return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
     }
     c10::Device device(c10::DeviceType::CPU);
@@ -526,9 +613,11 @@ int ManagedTensorAllocator(DLTensor* prototype, DLManagedTensorVersioned** out, 
   }
 }
 
-// Host memory has no stream. A CPU build answers NULL for every device type
-// (as torch 2.13's CPU build does); a GPU build answers its own GPU's current
-// stream and refuses device types it cannot query.
+// Host memory has no stream. A GPU device type this build does not serve is
+// an error, never NULL (see tcde::BackendServing: torch 2.13's CPU build answers
+// NULL, which a consumer takes for the default stream). Otherwise a CPU build
+// answers NULL (as torch 2.13's does); a GPU build answers its own GPU's
+// current stream and refuses device types it cannot query.
 int CurrentWorkStream(DLDeviceType device_type, int32_t device_id, void** out) {
   try {
     if (out == nullptr) {
@@ -540,6 +629,14 @@ int CurrentWorkStream(DLDeviceType device_type, int32_t device_id, void** out) {
         device_type == kDLCUDAManaged) {
       return 0;
     }
+    if (const char* backend = tcde::BackendServing(device_type)) {
+      PyErr_Format(PyExc_ValueError,
+                   "%s: current_work_stream: device type %d is a GPU its " TCDE_BACKEND_NAME
+                   " build does not serve, so it knows no stream for it; use the %s build "
+                   "(install the wheel that carries it or set TORCH_C_DLPACK_EXT_JIT=1)",
+                   kLib, static_cast<int>(device_type), backend);
+      return -1;
+    }
 #if defined(TCDE_BACKEND_CPU)
     (void)device_id;
     return 0;
@@ -547,8 +644,7 @@ int CurrentWorkStream(DLDeviceType device_type, int32_t device_id, void** out) {
 #if defined(TCDE_BACKEND_CUDA)
     const bool own_gpu = device_type == kDLCUDA;
 #else
-    // ROCm torch masquerades HIP devices as "cuda": accept both names.
-    const bool own_gpu = device_type == kDLROCM || device_type == kDLCUDA;
+    const bool own_gpu = device_type == kDLROCM;
 #endif
     if (!own_gpu) {
       PyErr_Format(PyExc_ValueError,

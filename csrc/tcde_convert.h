@@ -176,12 +176,43 @@ inline bool FromDLDataType(DLDataType dtype, c10::ScalarType* out) noexcept {
   }
 }
 
+// Each build exchanges only the GPU memory whose streams its current_work_stream
+// can report: a consumer (tvm-ffi) launches its work on the stream that answer
+// names, and a NULL "no stream" for a GPU tensor would put it on the default
+// stream, unordered against torch's current one (a silent race). So a CPU build
+// serves no GPU, a CUDA build no ROCm device, a ROCm build no kDLCUDA device.
+// CPU-accessible memory (host, pinned host, managed) is not a GPU device here.
+
+// The backend ("cuda", "rocm") whose build would serve a DLPack device type
+// this build refuses, or NULL when this build serves it (or it is no GPU type).
+constexpr const char* BackendServing(int32_t device_type) noexcept {
+#if defined(TCDE_BACKEND_CUDA)
+  return device_type == kDLROCM ? "rocm" : nullptr;
+#elif defined(TCDE_BACKEND_ROCM)
+  return device_type == kDLCUDA ? "cuda" : nullptr;
+#else
+  return device_type == kDLCUDA ? "cuda" : device_type == kDLROCM ? "rocm" : nullptr;
+#endif
+}
+
+// Whether a torch tensor on this ATen device type is GPU memory this build does
+// not serve (see above). ROCm torch names its HIP devices "cuda".
+constexpr bool IsUnservedGpu(c10::DeviceType type) noexcept {
+#if defined(TCDE_BACKEND_CPU)
+  return type == c10::DeviceType::CUDA || type == c10::DeviceType::HIP;
+#else
+  (void)type;
+  return false;
+#endif
+}
+
 // DLPack device of an ATen device; false for devices DLPack (or this build)
-// cannot describe (meta, lazy, XLA, ...). Pinned host memory is a CPU tensor
-// in ATen and is reported as kDLCPU, as torch 2.13 does.
+// cannot describe (meta, lazy, XLA, ...; GPUs in a CPU build). Pinned host
+// memory is a CPU tensor in ATen and is reported as kDLCPU, as torch 2.13 does.
 inline bool ToDLDevice(c10::Device device, DLDevice* out) noexcept {
   // CPU tensors have index -1 in ATen; DLPack wants 0.
   const int32_t index = device.has_index() ? static_cast<int32_t>(device.index()) : 0;
+  if (IsUnservedGpu(device.type())) return false;
   switch (device.type()) {
     case c10::DeviceType::CPU:
       out->device_type = kDLCPU;
@@ -211,15 +242,16 @@ inline bool ToDLDevice(c10::Device device, DLDevice* out) noexcept {
 }
 
 // ATen device of a DLPack device; false for device types this build cannot
-// create tensors on.
+// create tensors on (BackendServing() names the GPU ones another build serves).
 inline bool FromDLDevice(DLDevice device, c10::Device* out) {
+  if (BackendServing(device.device_type) != nullptr) return false;
   switch (device.device_type) {
     case kDLCPU:
       *out = c10::Device(c10::DeviceType::CPU);
       return true;
     case kDLCUDA:
 #if defined(TCDE_BACKEND_ROCM)
-    // ROCm torch masquerades HIP devices as "cuda"; accept both names there.
+    // ROCm torch masquerades HIP devices as "cuda": a kDLROCM device is torch's "cuda".
     case kDLROCM:
 #endif
       if (device.device_id < 0 ||

@@ -54,17 +54,19 @@ struct PyTensor {
 #endif
 };
 
-// 1 if `obj` is a torch.Tensor (or subclass), 0 if not, -1 with a Python error
-// set if the isinstance check itself failed. Same rule as torch's
-// THPVariable_Check: exact Tensor/Parameter types first, then isinstance.
+// 1 if the object's real type is torch.Tensor or a subtype of it, 0 if not.
+// Exact Tensor/Parameter types first (the common case), then the type's MRO.
+// Not isinstance(): PyObject_IsInstance honours a `__class__` attribute, so an
+// object whose __class__ claims torch.Tensor would pass and be read as a
+// THPVariable it is not (a crash). Only a real subtype has THPVariable's layout.
 inline int IsTensor(PyObject* obj) noexcept {
   if (THPVariableClass == nullptr) return 0;
   PyTypeObject* type = Py_TYPE(obj);
-  if (type == reinterpret_cast<PyTypeObject*>(THPVariableClass) ||
-      type == reinterpret_cast<PyTypeObject*>(ParameterClass)) {
+  auto* tensor_type = reinterpret_cast<PyTypeObject*>(THPVariableClass);
+  if (type == tensor_type || type == reinterpret_cast<PyTypeObject*>(ParameterClass)) {
     return 1;
   }
-  return PyObject_IsInstance(obj, THPVariableClass);
+  return PyType_IsSubtype(type, tensor_type);
 }
 
 // The tensor inside a Python object IsTensor() accepted.

@@ -148,10 +148,38 @@ def test_stream_cpu_is_null(api: DLPackExchangeAPI) -> None:
 
 def test_stream_by_build(api: DLPackExchangeAPI, exchange_library: ExchangeLibrary) -> None:
     stream = ctypes.c_void_p(0x1234)
-    if exchange_library.build_info["backend"] == "cpu":
-        # A CPU build has no streams for any device (as torch's own CPU build).
-        assert api.current_work_stream(DLDeviceType.kDLCUDA, 0, ctypes.byref(stream)) == 0
+    backend = exchange_library.build_info["backend"]
+    # Host memory (also pinned and managed) has no stream in every build.
+    for host in (DLDeviceType.kDLCUDAHost, DLDeviceType.kDLROCMHost, DLDeviceType.kDLCUDAManaged):
+        assert api.current_work_stream(host, 0, ctypes.byref(stream)) == 0
         assert stream.value is None
-    else:
+    # A GPU the build does not serve is an error naming the build that would, never NULL
+    # (a consumer would take NULL for the default stream).
+    unserved = {
+        "cpu": (("cuda", DLDeviceType.kDLCUDA), ("rocm", DLDeviceType.kDLROCM)),
+        "cuda": (("rocm", DLDeviceType.kDLROCM),),
+        "rocm": (("cuda", DLDeviceType.kDLCUDA),),
+    }[backend]
+    for name, device_type in unserved:
+        stream.value = 0x1234
+        with pytest.raises(ValueError, match=f"use the {name} build"):
+            api.current_work_stream(device_type, 0, ctypes.byref(stream))
+        assert stream.value is None
+    if backend != "cpu":
         with pytest.raises(ValueError, match="device type"):
             api.current_work_stream(DLDeviceType.kDLVulkan, 0, ctypes.byref(stream))
+
+
+def test_allocator_refuses_unserved_gpu(
+    api: DLPackExchangeAPI, exchange_library: ExchangeLibrary
+) -> None:
+    backend = exchange_library.build_info["backend"]
+    other = {"cpu": ("cuda", DLDeviceType.kDLCUDA), "cuda": ("rocm", DLDeviceType.kDLROCM)}
+    if backend not in other:
+        pytest.skip(f"a {backend} build: its unserved device type needs another GPU")
+    name, device_type = other[backend]
+    status, out, sink = allocate(api, (2,), device_type=device_type)
+    assert status == -1
+    assert not out
+    assert [kind for kind, _ in sink.errors] == ["ValueError"]
+    assert f"use the {name} build" in sink.errors[0][1]

@@ -110,11 +110,58 @@ def test_import_strides_and_byte_offset(api: DLPackExchangeAPI) -> None:
     assert tensor.data_ptr() == base + 8
     assert tensor.stride() == (1, 4)
     assert tensor.tolist() == [[1.0, 5.0, 9.0], [2.0, 6.0, 10.0]]
-    # torch 2.13's convention: an element-aligned byte_offset is a storage offset.
+    # torch 2.13's convention: an element-aligned byte_offset is a storage offset,
+    # and the storage (from `data`) covers the offset and the whole view.
     assert tensor.storage_offset() == 1
     assert tensor.untyped_storage().data_ptr() == base
+    assert tensor.untyped_storage().nbytes() == 8 * (1 + 10)  # offset + extent
     del tensor
     assert len(built.calls) == 1
+
+
+def test_import_byte_offset_storage_covers_the_view(api: DLPackExchangeAPI) -> None:
+    # The case that used to get a 2560-byte storage (offset added in elements, not
+    # bytes): float32[512] 2048 bytes into a 4096-byte buffer, NULL and explicit strides.
+    import copy
+    import gc
+    import io
+
+    for strides in (None, (1,)):
+        buffer = (ctypes.c_float * 1024)(*range(1024))
+        built = HandBuilt([0.0], (512,), strides, bits=32, byte_offset=2048)
+        built.buffer = buffer
+        built.managed.dl_tensor.data = ctypes.addressof(buffer)
+        tensor = import_managed(api, built.pointer())
+        storage = tensor.untyped_storage()
+        assert (storage.data_ptr(), storage.nbytes()) == (ctypes.addressof(buffer), 4096)
+        expected = torch.arange(512, 1024, dtype=torch.float32)
+        assert torch.equal(tensor, expected)
+        assert torch.equal(tensor[1:], expected[1:])
+        assert torch.equal(tensor.reshape(16, 32).T, expected.reshape(16, 32).T)
+        assert torch.equal(copy.deepcopy(tensor), expected)
+        saved = io.BytesIO()
+        torch.save(tensor, saved)
+        saved.seek(0)
+        assert torch.equal(torch.load(saved, weights_only=True), expected)
+        del tensor, storage
+        gc.collect()
+        assert len(built.calls) == 1
+
+
+def test_import_flags(api: DLPackExchangeAPI) -> None:
+    from .dlpack_ctypes import FLAG_IS_COPIED, FLAG_IS_SUBBYTE_TYPE_PADDED, FLAG_READ_ONLY
+
+    # Informational flags are accepted ...
+    built = HandBuilt([1.0, 2.0], (2,))
+    built.managed.flags = FLAG_IS_COPIED | FLAG_IS_SUBBYTE_TYPE_PADDED
+    assert import_managed(api, built.pointer()).tolist() == [1.0, 2.0]
+    # ... READ_ONLY is refused: torch tensors are always writable.
+    built = HandBuilt([1.0, 2.0], (2,))
+    built.managed.flags = FLAG_READ_ONLY | FLAG_IS_COPIED
+    out = ctypes.c_void_p()
+    with pytest.raises(BufferError, match="READ_ONLY"):
+        api.managed_tensor_to_py_object_no_sync(built.pointer(), ctypes.byref(out))
+    assert built.calls == []
 
 
 def test_import_null_strides_means_row_major(api: DLPackExchangeAPI) -> None:
@@ -161,6 +208,8 @@ def test_import_matches_torch(api: DLPackExchangeAPI, need_torch_api: DLPackExch
         ("device without torch support", {"device_type": DLDeviceType.kDLVulkan}),
         ("pinned host memory", {"device_type": DLDeviceType.kDLCUDAHost}),
         ("major version 2", {"major": 2}),
+        ("unaligned byte_offset", {"byte_offset": 4}),
+        ("GPU memory in a CPU build", {"device_type": DLDeviceType.kDLROCM}),
         ("negative stride", {"shape": (2,), "strides": (-1,), "byte_offset": 8}),
         ("negative size", {"shape": (-2,)}),
         ("extent beyond int64", {"shape": (2**40, 2**30)}),
