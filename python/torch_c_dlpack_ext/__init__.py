@@ -106,7 +106,10 @@ def _restore(tensor: Any, saved: dict[str, object]) -> None:
 
 def _contained_status(exc: BaseException) -> Status | None:
     """Emit the one warning for an exception the selector let out; return its status."""
-    cause = f"{type(exc).__name__}: {exc}"
+    try:
+        cause = f"{type(exc).__name__}: {exc}"
+    except Exception:  # an exception whose str() fails too
+        cause = f"{type(exc).__name__} (unprintable)"
     if len(cause) > 300:
         cause = cause[:300] + "..."
     message = (

@@ -62,6 +62,16 @@ def parse_bool(name: str, value: str) -> bool:
     raise ConfigError(f"{name}={value!r} is not a boolean: use 1/0, true/false, yes/no or on/off")
 
 
+def _expand_user(raw: str) -> Path:
+    """``~`` expanded where it can be: ``~nosuchuser`` (or ``~`` without a home directory)
+    makes ``expanduser`` raise RuntimeError, which must not escape the import; the path is
+    then taken literally (and fails the checks that follow, with a message)."""
+    try:
+        return Path(raw).expanduser()
+    except RuntimeError:
+        return Path(raw)
+
+
 class SettingProblem(FrozenRecord):
     """One variable that could not be honoured, and why."""
 
@@ -135,7 +145,7 @@ class Settings(FrozenRecord):
         library: Path | None = None
         raw_library = value_of("LIBRARY")
         if raw_library is not None:
-            candidate = Path(raw_library).expanduser()
+            candidate = _expand_user(raw_library)
             if candidate.is_file():
                 library = candidate.absolute()
             else:
@@ -154,7 +164,7 @@ class Settings(FrozenRecord):
             library=library,
             backend=backend,
             jit=flag("JIT"),
-            cache_dir=Path(raw_cache).expanduser() if raw_cache else None,
+            cache_dir=_expand_user(raw_cache) if raw_cache else None,
             problems=tuple(problems),
             in_force=in_force,
         )
