@@ -43,6 +43,7 @@ BUILD_TIME_VARIABLES: tuple[str, ...] = (
     "DEV_CACHE",
     "TEST_BUILD_CACHE",
     "TEST_LIBRARY",
+    "CONFORMANCE_PROFILE",
 )
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
