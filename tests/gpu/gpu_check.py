@@ -443,13 +443,14 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(
             json.dumps([dataclasses.asdict(r) for r in report.rows], indent=2) + "\n"
         )
-    if code:
-        return code
+    return code or exit_code(report, require_gpu=args.require_gpu)
+
+
+def exit_code(report: Report, *, require_gpu: bool) -> int:
+    """1 on any mismatch; else 2 if ``require_gpu`` and a GPU case did not run; else 0."""
     if any(r.verdict == MISMATCH for r in report.rows):
         return EXIT_MISMATCH
-    if args.require_gpu and any(
-        r.verdict == NOT_RUN for r in report.rows if r.case in report.gpu_cases
-    ):
+    if require_gpu and any(r.verdict == NOT_RUN for r in report.rows if r.case in report.gpu_cases):
         print("--require-gpu: GPU cases were not run", file=sys.stderr)
         return EXIT_NO_GPU
     return 0

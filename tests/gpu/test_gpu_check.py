@@ -95,3 +95,64 @@ def test_require_gpu_fails_where_no_gpu_case_ran(
     code, output, _ = _run_check(tmp_path, build_cache / "gpu-check", "--require-gpu")
     assert code == 2, output[-4000:]
     assert "--require-gpu: GPU cases were not run" in output
+
+
+# --- the comparison itself finds a wrong table (a mutant of torch's own) ------------------
+
+
+def _mutant_of_torch(field: str) -> Any:
+    """torch's own table, except that its non-owning export changes one field of its result.
+
+    (Only that member is wrapped: the suite calls it only for tensors the owning export
+    accepted, so the wrapper never sees torch refuse, which a ctypes callback cannot pass on.)
+    """
+    import ctypes
+
+    import torch
+    from tests.exchange_suite import dlpack_ctypes as dl
+
+    real = dl.api_from_capsule(torch.Tensor.__dlpack_c_exchange_api__)
+    mutant = dl.DLPackExchangeAPI()
+    ctypes.pointer(mutant)[0] = real
+    inner = real.dltensor_from_py_object_no_sync
+
+    def dltensor(obj: Any, out: Any) -> int:
+        status = int(inner(obj, out))
+        if field == "device_id":
+            out.contents.device.device_id = 3
+        else:
+            out.contents.dtype.bits += 1
+        return status
+
+    keep = [type(inner)(dltensor)]
+    mutant.dltensor_from_py_object_no_sync = keep[0]
+    return mutant, keep, real
+
+
+@pytest.mark.parametrize("field", ["device_id", "bits"])
+def test_a_table_differing_in_one_field_is_a_mismatch(field: str) -> None:
+    from tests.gpu import gpu_check
+
+    mutant, keep, real = _mutant_of_torch(field)
+    same = gpu_check.Tables(ours=real, torch=real, cpu=real)
+    dtypes, views, mismatches = gpu_check.compare_exports(same, "cpu")
+    assert mismatches == []
+    assert dtypes >= 20
+    assert views == dtypes * 5
+    wrong = gpu_check.Tables(ours=mutant, torch=real, cpu=real)
+    _, _, mismatches = gpu_check.compare_exports(wrong, "cpu")
+    assert len(mismatches) >= dtypes, mismatches[:3]
+    assert keep
+
+
+def test_exit_codes() -> None:
+    from tests.gpu import gpu_check
+
+    report = gpu_check.Report()
+    report.add("a", "1", "1", gpu_check.OK, gpu=False)
+    report.not_run(["g"], "no GPU")
+    assert gpu_check.exit_code(report, require_gpu=False) == 0
+    assert gpu_check.exit_code(report, require_gpu=True) == gpu_check.EXIT_NO_GPU
+    report.add("b", "1", "2", gpu_check.MISMATCH, gpu=False)
+    assert gpu_check.exit_code(report, require_gpu=False) == gpu_check.EXIT_MISMATCH
+    assert gpu_check.exit_code(report, require_gpu=True) == gpu_check.EXIT_MISMATCH
