@@ -641,11 +641,16 @@ def _gpu_half(report: Report, tables: Tables) -> None:
         ours, theirs, want = [], [], []
         sides = [torch.cuda.Stream(device=i) for i in range(count)]
         for index, side in enumerate(sides):
-            with torch.cuda.device(index), torch.cuda.stream(side):
+            # Each device's current stream, asked from device 0: default, then a side stream.
+            ours.append(stream_of(tables.ours, kind, index))
+            theirs.append(stream_of(tables.torch, kind, index))
+            want.append(("ok", torch.cuda.current_stream(index).cuda_stream))
+            with torch.cuda.device(index), torch.cuda.stream(side), torch.cuda.device(0):
                 ours.append(stream_of(tables.ours, kind, index))
                 theirs.append(stream_of(tables.torch, kind, index))
                 want.append(("ok", side.cuda_stream))
-        return f"{count} devices", f"{count} devices", ours == theirs == want
+        same = ours == theirs == want
+        return f"{count} devices x 2 streams", f"{count} devices x 2 streams", same
 
     run_case(report, "cuda: current_work_stream, per device", True, per_device)
 
