@@ -219,10 +219,9 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     if decision["library"]:
         rows.append(("library", _clip(decision["library"])))
     # The last warning of a failed selection restates the reason and the remedy.
+    said = decision["reason"].casefold()
     rows.extend(
-        ("warning", _clip(w))
-        for w in decision["warnings"]
-        if not (decision["reason"] and decision["reason"] in w)
+        ("warning", _clip(w)) for w in decision["warnings"] if not (said and said in w.casefold())
     )
     rows.extend(("override", _clip(f"{k}={v}")) for k, v in report["overrides"].items())
     if report["build_info"] is not None:

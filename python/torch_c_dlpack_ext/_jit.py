@@ -63,14 +63,12 @@ def _cache_root(settings: Settings) -> tuple[Path, str]:
     setting it came from: the project's variable, ``XDG_CACHE_HOME``, or neither)."""
     cache_var = env_var("CACHE_DIR")
     point = f"point {cache_var} at a writable directory"
-    if settings.cache_dir is not None:
-        return settings.cache_dir, f"{cache_var} names it; {point}"
+    if settings.cache_dir is not None or os.environ.get(cache_var):
+        return settings.cache_dir or default_cache_dir(), point
     root = default_cache_dir()
-    if os.environ.get(cache_var):
-        return root, f"{cache_var} names it; {point}"
     if not sys.platform.startswith(("win", "darwin")) and os.environ.get("XDG_CACHE_HOME"):
-        return root, f"it is under XDG_CACHE_HOME; make that writable, or {point}"
-    return root, f"it is the user cache directory; make it writable, or {point}"
+        return root, f"it is under XDG_CACHE_HOME: make that writable, or {point}"
+    return root, f"it is the user cache directory: make it writable, or {point}"
 
 
 def _reuse_read_only(output_dir: Path, info: TorchInfo, backend: Backend) -> Path | None:
@@ -112,7 +110,7 @@ def build_and_load(
             return open_library(reused)
         raise ConfigError(
             f"JIT cache directory {root} is not writable ({exc.strerror or exc}) and holds "
-            f"no build for torch {info.version} ({backend.value}); {fix}"
+            f"no build for this torch; {fix}"
         ) from None
     from . import _compile
 

@@ -268,7 +268,7 @@ class Status(FrozenRecord):
         reason, the fix, and each warning that does not just restate the reason; long
         values are clipped. ``repr()`` and the fields keep everything."""
 
-        def clip(text: str, width: int = 200) -> str:
+        def clip(text: str, width: int = 320) -> str:
             text = " ".join(text.split())
             return text if len(text) <= width else text[: width - 3].rstrip() + "..."
 
@@ -283,8 +283,11 @@ class Status(FrozenRecord):
             lines.append(f"  reason:  {clip(self.reason)}")
         if self.remedy:
             lines.append(f"  fix:     {clip(self.remedy)}")
+        reason = self.reason.casefold()
         lines.extend(
-            f"  warning: {clip(w)}" for w in self.warnings if not (self.reason and self.reason in w)
+            f"  warning: {clip(w)}"
+            for w in self.warnings
+            if not (reason and reason in w.casefold())
         )
         return "\n".join(lines)
 

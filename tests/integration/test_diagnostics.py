@@ -143,9 +143,9 @@ def test_forced_table_says_each_thing_once(tmp_path: Path) -> None:
     table = proc.stdout
     assert table.count("torch 2.6 cuda cxx11abi0") == 1, table
     assert table.count("--no-build-isolation") == 1, table
-    assert table.count("no bundled library matches") == 1, table
+    assert table.lower().count("no bundled library matches") == 1, table
     assert "\nwarning " not in table, table
-    assert proc.stderr.count("no bundled library matches") == 1
+    assert proc.stderr.lower().count("no bundled library matches") == 1
     assert max(len(line) for line in table.splitlines()) <= 420
 
 

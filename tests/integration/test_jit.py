@@ -189,8 +189,9 @@ def test_read_only_cache_holding_the_build_is_reused(
     assert proc.returncode == 0, proc.stderr[-3000:]
     error = json.loads(proc.stdout.strip().splitlines()[-1])["error"]
     assert f"JIT cache directory {empty} is not writable (Permission denied)" in error
-    assert f"holds no build for torch {torch.__version__}" in error
-    assert f"{P}CACHE_DIR names it; point {P}CACHE_DIR at a writable directory" in error
+    assert error.endswith(
+        f"holds no build for this torch; point {P}CACHE_DIR at a writable directory"
+    )
 
 
 ERROR = r"""
@@ -212,8 +213,10 @@ def test_unusable_xdg_cache_home_is_named_as_the_cause(empty_package: Path, tmp_
     line = proc.stdout.strip().splitlines()[-1]
     assert line.startswith(f"ConfigError: JIT cache directory {not_a_dir / 'torch-c-dlpack-ext'}")
     assert "(Not a directory)" in line
-    assert "it is under XDG_CACHE_HOME; make that writable" in line
-    assert f"{P}CACHE_DIR names it" not in line
+    assert line.endswith(
+        f"it is under XDG_CACHE_HOME: make that writable, or point {P}CACHE_DIR at a writable "
+        "directory"
+    )
 
 
 def test_bad_backend_fails_instead_of_building_another(empty_package: Path, tmp_path: Path) -> None:
