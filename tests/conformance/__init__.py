@@ -1,0 +1,1 @@
+"""Conformance suites: the differential exchange-API suite (hypothesis) and import totality."""

@@ -1,0 +1,94 @@
+"""The differential conformance suite (tests/conformance/test_diff_*.py) against real builds.
+
+- torch 2.13 (the running one): our library compiled against it, next to torch's own
+  table: every outcome compared (the differential half) and every invariant checked;
+- PyPI torch 2.8.0, really imported in a provisioned env with hypothesis: our library
+  built for it; torch has no table of its own there, so the invariant half runs.
+
+Each run is a subprocess (a crash in a table must not take this session down) with the
+``ci`` hypothesis profile; the suite's summary line, printed here, says how many cases it
+exercised. ``-s`` shows it; pass ``TORCH_C_DLPACK_EXT_CONFORMANCE_PROFILE=thorough`` for
+a larger local run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from devtools.torchenv import torch_env
+
+from torch_c_dlpack_ext._compile import compile_library
+from torch_c_dlpack_ext._manifest import ManifestEntry
+from torch_c_dlpack_ext._torchinstall import TorchInstall
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITE_ENV = "TORCH_C_DLPACK_EXT_TEST_LIBRARY"
+PROFILE_ENV = "TORCH_C_DLPACK_EXT_CONFORMANCE_PROFILE"
+#: The differential files (test_import_totality.py, also in tests/conformance, runs in the
+#: dev env directly).
+SUITE = sorted(
+    str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "conformance").glob("test_diff_*.py")
+)
+#: Cases the ci profile runs at least (6 properties x 150 examples, plus the differential
+#: calls on torch 2.13): far fewer means the suite mostly skipped or filtered.
+MIN_CASES_213 = 1200
+MIN_CASES_28 = 700
+MIN_DIFFERENTIAL_CASES = 500
+#: The env the 2.8 half runs in: the exchange suite's extras plus hypothesis.
+OLD_TORCH = "2.8.0"
+OLD_ENV_EXTRAS = ("pytest", "psutil", "hypothesis")
+
+
+def run_conformance_suite(python: Path | str, library: Path) -> dict[str, int]:
+    """Run the suite with ``python`` against ``library``; return its case counts."""
+    env = {**os.environ, SUITE_ENV: str(library)}
+    env.pop("PYTHONPATH", None)
+    profile = os.environ.get(PROFILE_ENV, "ci")
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(python), "-m", "pytest", *SUITE, "-q", "-p", "no:cacheprovider",
+         "--confcutdir", "tests/conformance", f"--hypothesis-profile={profile}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=1800,
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"conformance suite failed with {python}:\n{output[-12000:]}"
+    assert "skipped" not in output.strip().splitlines()[-1], output[-3000:]
+    lines = [line for line in output.splitlines() if line.startswith("conformance:")]
+    print(f"\nCONFORMANCE {library.name} under {python} ({time.monotonic() - started:.1f} s):")
+    print("\n".join(lines))
+    counts = {
+        match.group(2).strip(): int(match.group(1))
+        for line in lines
+        if (match := re.match(r"conformance:\s+(\d+)\s+(.+)$", line))
+    }
+    total = re.search(r"conformance: (\d+) cases", output)
+    assert total is not None, output[-3000:]
+    counts["total"] = int(total.group(1))
+    return counts
+
+
+def test_conformance_torch213(torch213_library: tuple[Path, ManifestEntry]) -> None:
+    library, _ = torch213_library
+    counts = run_conformance_suite(sys.executable, library)
+    assert counts["total"] >= MIN_CASES_213, counts
+    differential = sum(n for name, n in counts.items() if name.endswith("differential"))
+    assert differential >= MIN_DIFFERENTIAL_CASES, counts
+
+
+def test_conformance_invariants_on_torch28(build_cache: Path) -> None:
+    env = torch_env(OLD_TORCH, importable=True, extra=OLD_ENV_EXTRAS)
+    install = TorchInstall.from_path(env.root)
+    # The exchange suite's 2.8 build (tests/integration/test_compile_real_torch.py): one compile.
+    output_dir = build_cache / f"torch{OLD_TORCH}"
+    entry = compile_library(torch=install, backend="cpu", output_dir=output_dir)
+    counts = run_conformance_suite(env.python, output_dir / entry.file)
+    assert counts["total"] >= MIN_CASES_28, counts
+    assert not any(name.endswith("differential") for name in counts), counts
