@@ -130,6 +130,21 @@ def rehearse(session: nox.Session) -> None:
     session.run("python", "devtools/rehearse.py", *session.posargs)
 
 
+@nox.session(default=False)
+def rehearse_dataflow(session: nox.Session) -> None:
+    """The release workflow's data flow on this machine, for the whole matrix.
+
+    ``nox -s matrix`` -> one job wheel per job (cells this host builds compiled for
+    real, the others stand-ins, Linux x86_64 repaired by the real auditwheel
+    command) -> artifacts laid out as download-artifact v4 does with release.yml's
+    settings -> assemble, contents, twine check, ``verify --expect``; every cell
+    must come out exactly once. ``-- [--real-cells IDS] [--fail-job JOB ...]
+    [--only CELLS] [--workdir DIR]``.
+    """
+    session.install(*_group("build"), "twine>=6.1", "pyyaml>=6")
+    session.run("python", "-m", "devtools.dataflow", *session.posargs)
+
+
 @nox.session(venv_backend="virtualenv", default=False)
 def bench(session: nox.Session) -> None:
     """Benchmarks: exchange and import overhead, build cost, size (see README "Benchmarks").
