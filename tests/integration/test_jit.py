@@ -230,3 +230,24 @@ def test_bad_backend_fails_instead_of_building_another(empty_package: Path, tmp_
     assert "'tpu'" in line
     assert "cpu, cuda, rocm" in line
     assert not cache.exists(), "nothing may be built for another backend"
+
+
+def test_jit_failure_under_jit_does_not_advise_setting_jit(
+    empty_package: Path, tmp_path: Path
+) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x", encoding="utf-8")
+    code = (
+        "import json, torch_c_dlpack_ext as p; s = p.status(); "
+        "print(json.dumps({'kind': s.kind.value, 'text': str(s), 'all': [s.reason, s.remedy, "
+        "*s.warnings]}))"
+    )
+    env = clean_env(**{P + "FORCE": "1", P + "JIT": "1", P + "CACHE_DIR": str(not_a_dir / "cache")})
+    proc = run_python(code, pythonpath=[empty_package], env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["kind"] == "unavailable"
+    assert "is not writable (Not a directory)" in result["text"]
+    for message in [result["text"], *result["all"], proc.stderr]:
+        assert f"set {P}JIT=1" not in message, message
+    assert f"point {P}CACHE_DIR at a writable directory" in result["text"]
