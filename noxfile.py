@@ -82,11 +82,13 @@ def build(session: nox.Session) -> None:
     """Compile every matrix cell this host can build, then assemble dist/.
 
     ``nox -s build -- [--cells ID,PATTERN,...] [--python 3.X ...] [--all-pythons]
-    [--jobs N] [--no-assemble] [--no-repair] [--assemble-from DIR] [--out DIR]``.
+    [--jobs N] [--no-assemble] [--no-repair] [--assemble-from DIR] [--out DIR]
+    [--report FILE]``.
     Default: every cell of matrix.toml for this Python and platform. Each cell's
     torch goes into a cached uv environment (never imported); unchanged cells
     compile nothing. Writes the combined, variant and universal wheels, the
-    variants index and the sdist to dist/, and a report to build/build-report.json.
+    variants index and the sdist to dist/ (or ``--out DIR``), and a report to
+    build/build-report.json (beside ``--out DIR`` when given; ``--report FILE`` chooses).
     """
     session.install(*_group("build"))
     session.run("python", "-m", "devtools.build", *session.posargs)
