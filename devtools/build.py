@@ -397,7 +397,7 @@ def report_path(args: argparse.Namespace, build_dir: Path) -> Path:
     dist/ holds only what gets published); else ``build/build-report.json``."""
     if args.report is not None:
         return Path(args.report).resolve()
-    if args.out is not None:
+    if args.out is not None and Path(args.out).resolve() != DEFAULT_OUT.resolve():
         return Path(args.out).resolve().parent / REPORT_NAME
     return build_dir.parent / REPORT_NAME
 

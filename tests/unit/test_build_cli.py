@@ -63,5 +63,8 @@ def test_report_option_and_default(tmp_path: Path) -> None:
     assert build.report_path(parser.parse_args([]), cells) == tmp_path / "b" / build.REPORT_NAME
     args = parser.parse_args(["--out", str(tmp_path / "o" / "dist")])
     assert build.report_path(args, cells) == tmp_path / "o" / build.REPORT_NAME
+    # --out naming the default dist/ keeps the default report (not one in the checkout root).
+    args = parser.parse_args(["--out", str(build.DEFAULT_OUT)])
+    assert build.report_path(args, cells) == tmp_path / "b" / build.REPORT_NAME
     args = parser.parse_args(["--out", "x", "--report", str(tmp_path / "r.json")])
     assert build.report_path(args, cells) == tmp_path / "r.json"
