@@ -52,24 +52,12 @@ for _path in (ROOT / "python", ROOT):
         sys.path.insert(0, str(_path))
 
 
-def _helpers_without_the_package() -> None:
-    """Make ``torch_c_dlpack_ext.<helper>`` importable without running the package's
-    ``__init__`` (its import-time library selection imports torch and warns about a
-    source tree that bundles no library). Only for script runs: as the script, this
-    process never imports the package itself (installed wheels are diagnosed in
-    subprocesses), and the helpers it uses (manifest, naming, errors, the subprocess
-    helper, the version) import nothing from the package's top level."""
-    import types
-
-    if "torch_c_dlpack_ext" in sys.modules:
-        return
-    stub = types.ModuleType("torch_c_dlpack_ext")
-    stub.__path__ = [str(ROOT / "python" / "torch_c_dlpack_ext")]
-    sys.modules["torch_c_dlpack_ext"] = stub
-
-
 if __name__ == "__main__":
-    _helpers_without_the_package()
+    # As the script, this process never imports the package itself (installed
+    # wheels are diagnosed in subprocesses): no import-time selection, no torch.
+    from devtools._nopackage import helpers_without_the_package
+
+    helpers_without_the_package(ROOT)
 
 from packaging.specifiers import SpecifierSet  # noqa: E402 - needs the path set above
 from packaging.tags import sys_tags  # noqa: E402
