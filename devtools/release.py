@@ -748,6 +748,13 @@ def _same_libraries(variant: WheelInfo, combined: Sequence[WheelInfo]) -> None:
 
 
 def _verify_contents(expect: Sequence[dict[str, Any]], wheels: Sequence[WheelInfo]) -> list[str]:
+    # PyPI refuses plain linux_* tags: such a wheel means a job's repair step did not run.
+    unrepaired = sorted(w.path.name for w in wheels if any("-linux_" in t for t in w.tags))
+    if unrepaired:
+        raise ReleaseError(
+            f"{unrepaired[0]}: a plain linux_* tag, which PyPI refuses; the job's "
+            "auditwheel repair did not run (check [tool.cibuildwheel.linux])"
+        )
     statuses = release_contents(expect, wheels)
     check_contents(statuses)
     present = sum(s.state == "present" for s in statuses)

@@ -264,3 +264,13 @@ def test_grafted_libraries_are_refused(tmp_path: Path) -> None:
         wheels.assemble_from_wheels(tmp_path / "cells", tmp_path / "dist")
     with pytest.raises(ReleaseError, match="no wheels"):
         release.check_repaired(tmp_path / "libs")
+
+
+def test_verify_refuses_unrepaired_linux_wheels(tmp_path: Path) -> None:
+    cells = _cells("cp311-linux_x86_64-t28_cpu")
+    job_wheel(tmp_path, "cp311-linux_x86_64-cuda", cells, "linux_x86_64")
+    out = tmp_path / "dist"
+    wheels.assemble_from_wheels(tmp_path / "cells", out)
+    jobs = [{"id": "cp311-linux_x86_64-cuda", "cells": [cells[0].id]}]
+    with pytest.raises(ReleaseError, match="plain linux_\\* tag, which PyPI refuses"):
+        release.verify(out, expect=jobs, install=False)
