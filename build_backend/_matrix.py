@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -341,6 +342,12 @@ class Matrix:
                 names = sorted({c.id for c in cells} | {c.job_id for c in cells})
                 close = difflib.get_close_matches(pattern, names, n=_CLOSE_MATCHES, cutoff=0.6)
                 hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+                tag = re.match(r"cp3(\d+)-", pattern)
+                if tag and not self.supports_python(f"3.{tag.group(1)}"):
+                    hint = (
+                        f" (Python 3.{tag.group(1)} is outside requires-python "
+                        f"{self.requires_python!r}: the matrix has no cp3{tag.group(1)} cells)"
+                    )
                 raise ConfigError(
                     f"no matrix cell matches {pattern[:80]!r}{hint}; "
                     "`nox -s matrix -- --list` prints every cell id"
