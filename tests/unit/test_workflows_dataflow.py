@@ -385,3 +385,14 @@ def test_images_come_from_the_matrix(workflow: dict[str, Any]) -> None:
     assert env["CIBW_MANYLINUX_X86_64_IMAGE"] == "${{ matrix.image }}"
     assert env["CIBW_MANYLINUX_AARCH64_IMAGE"] == "${{ matrix.image }}"
     assert "manylinux-x86_64-image" not in _pyproject()["tool"]["cibuildwheel"]
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+def test_workflow_scripts_pass_shellcheck() -> None:
+    scripts = sorted(SCRIPTS.glob("*.sh"))
+    assert [p.name for p in scripts] == ["disk-guard.sh", "preflight-image.sh"]
+    result = subprocess.run(
+        ["shellcheck", *map(str, scripts)], capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout
