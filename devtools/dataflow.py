@@ -133,6 +133,11 @@ def read_workflow(path: Path = WORKFLOW) -> FlowSettings:
             f"and one download by pattern in assemble; found {len(envs)}, {len(uploads)}, "
             f"{len(downloads)}"
         )
+    if downloads[0]["uses"] != DOWNLOAD_ARTIFACT:
+        raise _error(
+            f"release.yml uses {downloads[0]['uses']}; the rehearsal models the layout of "
+            f"{DOWNLOAD_ARTIFACT} (v4.3.0): check the new release's rules, then update it"
+        )
     upload, download = uploads[0]["with"], downloads[0]["with"]
     return FlowSettings(
         cells_env=str(envs[0]),
@@ -143,6 +148,13 @@ def read_workflow(path: Path = WORKFLOW) -> FlowSettings:
         merge_multiple=bool(download.get("merge-multiple", False)),
     )
 
+
+#: The download-artifact release whose layout :func:`lay_out_artifacts` models, read
+#: from its source at this commit (src/download-artifact.ts): a download by ``name``
+#: or with ``merge-multiple`` extracts into ``path``, any other into
+#: ``path/<artifact name>``, artifacts in parallel. Later majors flatten a download
+#: that matched one artifact; a workflow pinning another commit must re-check this.
+DOWNLOAD_ARTIFACT = "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093"
 
 _EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 _MATRIX_KEY = re.compile(r"matrix\.([A-Za-z_][\w-]*)")

@@ -63,6 +63,18 @@ def test_d1_assemble_downloads_one_folder_per_artifact(workflow: dict[str, Any])
     assert step["with"] == {"pattern": "cell-*", "path": "cells"}
 
 
+def test_rehearsal_refuses_a_download_artifact_it_does_not_model(tmp_path: Path) -> None:
+    text = WORKFLOW.read_text(encoding="utf-8")
+    assert dataflow.DOWNLOAD_ARTIFACT in text
+    other = tmp_path / "release.yml"
+    other.write_text(
+        text.replace(dataflow.DOWNLOAD_ARTIFACT, "actions/download-artifact@" + "0" * 40),
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match="the rehearsal models the layout of"):
+        dataflow.read_workflow(other)
+
+
 def test_d1_equal_wheel_names_collide_only_when_merged(tmp_path: Path) -> None:
     # The cuda and the rocm job of one Python repair to the same file name.
     name = f"torch_c_dlpack_ext-{V}-cp311-cp311-manylinux_2_28_x86_64.whl"
