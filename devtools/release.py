@@ -32,6 +32,7 @@ Credentials come only from the environment (``TWINE_USERNAME`` /
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -40,7 +41,7 @@ import sys
 import tempfile
 import urllib.parse
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -856,10 +857,57 @@ def _installed_manifest(python: Path) -> tuple[ManifestEntry, ...]:
     return tuple(ManifestEntry.from_json(item) for item in data.get("libraries", []))
 
 
+#: Set (to ``1``) by the release workflow's cibuildwheel step only: the test step may
+#: delete the build's torch environments and uv's cache (see :func:`free_build_cache`).
+FREE_BUILD_CACHE = "TORCH_C_DLPACK_EXT_FREE_BUILD_CACHE"
+
+
+def _uv_cache_dir(environ: Mapping[str, str]) -> Path:
+    # uv's documented default locations (UV_CACHE_DIR wins).
+    if environ.get("UV_CACHE_DIR"):
+        return Path(environ["UV_CACHE_DIR"])
+    if os.name == "nt":
+        return Path(environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local")) / "uv" / "cache"
+    return Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "uv"
+
+
+def _tree_size(path: Path) -> int:
+    total = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += (Path(folder) / name).lstat().st_size
+    return total
+
+
+def free_build_cache(environ: Mapping[str, str] = os.environ) -> list[tuple[Path, int]]:
+    """Between a release job's build and its test: delete the cells' torch build
+    environments (``$TORCH_C_DLPACK_EXT_DEV_CACHE/envs``) and uv's cache, which hold
+    ~12 GB on a CUDA job (7 torch envs of 1.6-1.7 GB; uv hard-links them from its
+    cache, so both must go) before the test installs a ~5 GB importable torch.
+    Only with ``TORCH_C_DLPACK_EXT_FREE_BUILD_CACHE=1`` (the workflow's runners are
+    thrown away; a developer's caches are not). Returns ``[(path, bytes freed)]``."""
+    if environ.get(FREE_BUILD_CACHE) != "1":
+        print(f"build caches kept ({FREE_BUILD_CACHE} is not 1)", file=sys.stderr)
+        return []
+    dev = environ.get("TORCH_C_DLPACK_EXT_DEV_CACHE")
+    envs = (Path(dev) if dev else Path.home() / ".cache" / "torch-c-dlpack-ext-dev") / "envs"
+    freed = []
+    for path in (envs, _uv_cache_dir(environ)):
+        if path.is_dir():
+            size = _tree_size(path)
+            shutil.rmtree(path, ignore_errors=True)
+            freed.append((path, size))
+            print(f"freed {size / 2**30:.1f} GiB: {path}", file=sys.stderr)
+    return freed
+
+
 def check_installed_job(python: Path) -> str:
     """cibuildwheel's test command. The job's wheel is installed in ``python``'s
-    environment: install the newest torch minor it bundles (from the index, as a
-    user would) and check the decision. The verify job covers every minor."""
+    environment: free the build's caches (release runners only), install the newest
+    torch minor it bundles (from the index, as a user would) and check the decision.
+    The verify job covers every minor."""
+    free_build_cache()
     entries = _installed_manifest(python)
     if not entries:
         raise ReleaseError("the job's wheel bundles no library; check TORCH_C_DLPACK_EXT_CELLS")

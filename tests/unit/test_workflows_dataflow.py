@@ -408,3 +408,27 @@ def test_workflow_scripts_pass_shellcheck() -> None:
         check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout
+
+
+def test_d6_build_caches_are_freed_before_the_test_torch(
+    workflow: dict[str, Any], tmp_path: Path
+) -> None:
+    assert _cibw(workflow)["env"]["TORCH_C_DLPACK_EXT_FREE_BUILD_CACHE"] == "1"
+    passed = _pyproject()["tool"]["cibuildwheel"]["environment-pass"]
+    assert "TORCH_C_DLPACK_EXT_FREE_BUILD_CACHE" in passed
+    dev, uv = tmp_path / "dev", tmp_path / "uv"
+    for folder in (dev / "envs" / "py3.11-torch2.8.0", uv / "archive-v0"):
+        folder.mkdir(parents=True)
+        (folder / "blob").write_bytes(b"x" * 4096)
+    keep = dev / "keep.txt"
+    keep.write_text("not an env")
+    environ = {"TORCH_C_DLPACK_EXT_DEV_CACHE": str(dev), "UV_CACHE_DIR": str(uv)}
+    # A developer's machine (the variable unset): nothing is touched.
+    assert release.free_build_cache(environ) == []
+    assert (dev / "envs").is_dir()
+    assert uv.is_dir()
+    freed = release.free_build_cache({**environ, "TORCH_C_DLPACK_EXT_FREE_BUILD_CACHE": "1"})
+    assert freed == [(dev / "envs", 4096), (uv, 4096)]
+    assert not (dev / "envs").exists()
+    assert not uv.exists()
+    assert keep.read_text() == "not an env"
