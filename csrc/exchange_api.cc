@@ -336,7 +336,8 @@ int RaiseBadImport(const char* what, const DLTensor& dl) {
 // (the byte_offset) plus one past the farthest element of the view. False
 // when torch cannot represent the view: negative sizes or strides (torch has
 // none), an element count c10 would find overflowing (it multiplies the sizes
-// left to right, so a later zero does not help), or a byte size beyond int64.
+// left to right, so a later zero does not help), row-major strides (for NULL
+// strides) beyond int64, or a byte size beyond int64.
 // Checked up front because at::TensorMaker computes the storage size in a
 // noexcept function: an overflow there would terminate the process.
 bool StorageElements(const DLTensor& dl, uint64_t itemsize, uint64_t offset,
@@ -352,6 +353,17 @@ bool StorageElements(const DLTensor& dl, uint64_t itemsize, uint64_t offset,
   }
   if (numel_overflows || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     return false;
+  }
+  if (dl.strides == nullptr) {
+    // Row-major strides are products of the later sizes (zeros count as one):
+    // they must fit in int64 even where a zero size leaves no elements.
+    uint64_t span = 1;
+    for (int32_t i = 0; i < dl.ndim; ++i) {
+      if (MulOverflows(span, static_cast<uint64_t>(std::max<int64_t>(dl.shape[i], 1)), &span) ||
+          span > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return false;
+      }
+    }
   }
   uint64_t elements = 0;  // one past the farthest element, from the first one
   if (any_empty) {

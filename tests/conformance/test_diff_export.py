@@ -140,6 +140,14 @@ def strided(draw: Any) -> Case:
     return Case(f"strided/{wrap}", tensor, refusal, name)
 
 
+QUANTIZED = [name for name in present(REFUSED_DTYPES) if name.startswith("q")]
+
+
+def _quantized(name: str) -> Callable[[], torch.Tensor]:
+    dtype = getattr(torch, name)
+    return lambda: torch.quantize_per_tensor(torch.ones(4), 0.1, 0, dtype)
+
+
 def _fake() -> torch.Tensor:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -157,8 +165,7 @@ SPECIAL: list[tuple[str, Callable[[], Any], str | None]] = [
     ("nested", lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]), "BufferError"),
     ("meta", lambda: torch.ones(2, device="meta"), "BufferError"),
     ("meta empty", lambda: torch.empty(0, device="meta"), "BufferError"),
-    ("quantized", lambda: torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8),
-     "BufferError"),
+    *((f"quantized {name}", _quantized(name), "BufferError") for name in QUANTIZED),
     ("wrapper subclass", lambda: Wrapper(torch.ones(3)), "BufferError"),
     # No elements, so nothing to point at: exported with data NULL, like any empty tensor.
     ("wrapper subclass empty", lambda: Wrapper(torch.ones(0)), None),

@@ -73,6 +73,14 @@ if hasattr(torch, "float4_e2m1fn_x2"):
 ALL_FLAGS = (FLAG_READ_ONLY, FLAG_IS_COPIED, FLAG_IS_SUBBYTE_TYPE_PADDED, 1 << 20)
 
 
+def row_major_span(shape: tuple[int, ...]) -> int:
+    """The product of the sizes, zeros counted as one: the largest row-major stride."""
+    span = 1
+    for n in shape:
+        span *= max(n, 1)
+    return span
+
+
 @dataclasses.dataclass(frozen=True)
 class RawInput:
     """A generated DLManagedTensorVersioned, described by plain values."""
@@ -127,6 +135,8 @@ class RawInput:
                 return None
         if numel > INT64_MAX:
             return None
+        if self.strides is None and row_major_span(self.shape) > INT64_MAX:
+            return None  # its row-major strides do not fit in int64
         if numel == 0:
             return 0
         strides = self.effective_strides()
@@ -233,7 +243,11 @@ class Built:
         # A double array: 8-byte aligned, as a real allocation would be.
         self.buffer = (ctypes.c_double * (size // 8 + 1))()
         self.size = ctypes.sizeof(self.buffer)
-        ctypes.memmove(self.buffer, rng.randbytes(self.size), self.size)
+        payload = rng.randbytes(self.size)
+        if (raw.code, raw.bits) == (DLDataTypeCode.kDLBool, 8):
+            # Only 0 and 1 are bools: other bytes are not values torch promises to keep.
+            payload = bytes(byte & 1 for byte in payload)
+        ctypes.memmove(self.buffer, payload, self.size)
         self.raw_bytes = bytes(self.buffer)
         self.calls: list[int] = []
         self.deleter = DELETER(lambda pointer: self.calls.append(ctypes.addressof(pointer[0])))
