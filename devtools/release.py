@@ -857,9 +857,11 @@ def _installed_manifest(python: Path) -> tuple[ManifestEntry, ...]:
     return tuple(ManifestEntry.from_json(item) for item in data.get("libraries", []))
 
 
-#: Set (to ``1``) by the release workflow's cibuildwheel step only: the test step may
-#: delete the build's torch environments and uv's cache (see :func:`free_build_cache`).
-FREE_BUILD_CACHE = "TORCH_C_DLPACK_EXT_FREE_BUILD_CACHE"
+#: GitHub's own marker of a hosted run (``true``), passed into the build container by
+#: ``[tool.cibuildwheel] environment-pass``: only there may the test step delete the
+#: build's caches (see :func:`free_build_cache`). Not a project variable on purpose:
+#: the runtime reports unknown ``TORCH_C_DLPACK_EXT_*`` names and loads nothing.
+FREE_BUILD_CACHE = "GITHUB_ACTIONS"
 
 
 def _uv_cache_dir(environ: Mapping[str, str]) -> Path:
@@ -885,10 +887,10 @@ def free_build_cache(environ: Mapping[str, str] = os.environ) -> list[tuple[Path
     environments (``$TORCH_C_DLPACK_EXT_DEV_CACHE/envs``) and uv's cache, which hold
     ~12 GB on a CUDA job (7 torch envs of 1.6-1.7 GB; uv hard-links them from its
     cache, so both must go) before the test installs a ~5 GB importable torch.
-    Only with ``TORCH_C_DLPACK_EXT_FREE_BUILD_CACHE=1`` (the workflow's runners are
-    thrown away; a developer's caches are not). Returns ``[(path, bytes freed)]``."""
-    if environ.get(FREE_BUILD_CACHE) != "1":
-        print(f"build caches kept ({FREE_BUILD_CACHE} is not 1)", file=sys.stderr)
+    Only on GitHub Actions (``GITHUB_ACTIONS=true``: the runners are thrown away; a
+    developer's caches are not). Returns ``[(path, bytes freed)]``."""
+    if environ.get(FREE_BUILD_CACHE) != "true":
+        print(f"build caches kept ({FREE_BUILD_CACHE} is not true)", file=sys.stderr)
         return []
     dev = environ.get("TORCH_C_DLPACK_EXT_DEV_CACHE")
     envs = (Path(dev) if dev else Path.home() / ".cache" / "torch-c-dlpack-ext-dev") / "envs"
