@@ -76,6 +76,31 @@ __attribute__((visibility("default"))) const char TcdeStandInCell[] = TCDE_CELL;
 """
 
 
+#: What a run writes under its work directory (removed first when it is reused).
+_OUTPUTS = ("jobs", "dist", "variants", "verify", "release-notes")
+#: Marks a work directory as this rehearsal's, so a reuse may clear its outputs.
+_MARKER = ".tcde-dataflow"
+
+
+def _claim(work: Path, settings: FlowSettings) -> None:
+    """Make ``work`` ready: new or empty, or an earlier run's (then its outputs go,
+    since what that run left would count as this run's). Any other non-empty
+    directory is refused: clearing ``dist/`` of a checkout would destroy a build."""
+    if work.is_dir() and any(work.iterdir()) and not (work / _MARKER).is_file():
+        raise _error(
+            f"--workdir {work} is not empty and is not a data-flow rehearsal's; pick another"
+        )
+    download = Path(settings.download_path)
+    if download.is_absolute() or download.parts[:1] in ((), ("..",), (".",)):
+        raise _error(
+            f"release.yml downloads the cells to {settings.download_path!r}; expected a folder name"
+        )
+    for name in (*_OUTPUTS, download.as_posix()):
+        shutil.rmtree(work / name, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / _MARKER).write_text("devtools/dataflow.py work directory\n", encoding="utf-8")
+
+
 def _log(message: str) -> None:
     print(f"[dataflow {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -514,11 +539,21 @@ def rehearse_dataflow(
     settings = read_workflow()
     matrix = load_matrix()
     host = host_platform_name(matrix)
+    _claim(work, settings)
     matrix_file, jobs = _job_matrix(work, only)
     _log(f"{len(jobs)} jobs, {sum(len(j['cells']) for j in jobs)} cells; host {host}")
     unknown = set(fail_jobs) - {j["id"] for j in jobs}
     if unknown:
         raise _error(f"--fail-job {sorted(unknown)}: no such job in the matrix")
+    all_cells = {c.id: c for c in matrix.cells()}
+    not_cells = sorted(set(real_cells) - all_cells.keys())
+    if not_cells:
+        raise _error(f"--real-cells {not_cells}: not cells of matrix.toml")
+    foreign = [
+        c for c in real_cells if all_cells[c].platform.name != host or all_cells[c].python != _PY
+    ]
+    if foreign:
+        _log(f"not buildable here (another platform or Python), stand-ins instead: {foreign}")
     artifacts, built = _run_jobs(
         jobs, matrix=matrix, settings=settings, real_cells=real_cells, host=host, work=work,
         build_dir=build_dir or work / "build", fail_jobs=fail_jobs,

@@ -435,3 +435,27 @@ def test_d6_build_caches_are_freed_before_the_test_torch(
     assert not (dev / "envs").exists()
     assert not uv.exists()
     assert keep.read_text() == "not an env"
+
+
+def test_rehearsal_work_directory_is_claimed_safely(tmp_path: Path) -> None:
+    settings = dataflow.read_workflow()
+    checkout = tmp_path / "checkout"
+    (checkout / "dist").mkdir(parents=True)
+    (checkout / "dist" / "precious.whl").write_bytes(b"a build")
+    with pytest.raises(ConfigError, match="is not empty and is not a data-flow rehearsal's"):
+        dataflow._claim(checkout, settings)
+    assert (checkout / "dist" / "precious.whl").is_file()
+    # Its own directory, reused: an earlier run's artifacts must not count again.
+    work = tmp_path / "work"
+    dataflow._claim(work, settings)
+    stale = work / settings.download_path / "cell-cp311-win_amd64-cpu" / "old.whl"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"from the last run")
+    (work / "notes.txt").write_text("kept")
+    dataflow._claim(work, settings)
+    assert not (work / settings.download_path).exists()
+    assert (work / "notes.txt").read_text() == "kept"
+    for bad in (".", "..", "/tmp/cells"):
+        odd = dataflow.FlowSettings(**{**settings.__dict__, "download_path": bad})
+        with pytest.raises(ConfigError, match="expected a folder name"):
+            dataflow._claim(tmp_path / "fresh", odd)
