@@ -616,6 +616,8 @@ def arrived_jobs(cells_dir: Path) -> set[str]:
     """Job ids whose artifact (``cell-<job id>/``, as download-artifact lays them out)
     holds at least one wheel."""
     prefix = "cell-"
+    if not cells_dir.is_dir():
+        return set()
     return {
         d.name[len(prefix) :]
         for d in cells_dir.iterdir()

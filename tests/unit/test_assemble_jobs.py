@@ -274,3 +274,13 @@ def test_verify_refuses_unrepaired_linux_wheels(tmp_path: Path) -> None:
     jobs = [{"id": "cp311-linux_x86_64-cuda", "cells": [cells[0].id]}]
     with pytest.raises(ReleaseError, match="plain linux_\\* tag, which PyPI refuses"):
         release.verify(out, expect=jobs, install=False)
+
+
+def test_arrived_jobs_reads_the_download_layout(tmp_path: Path) -> None:
+    assert release.arrived_jobs(tmp_path / "nothing-downloaded") == set()
+    (tmp_path / "cell-a").mkdir()
+    (tmp_path / "cell-a" / "x.whl").write_bytes(b"")
+    (tmp_path / "cell-b").mkdir()  # an empty artifact folder: nothing arrived
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "y.whl").write_bytes(b"")
+    assert release.arrived_jobs(tmp_path) == {"a"}
