@@ -100,8 +100,8 @@ _SCRATCH_PLACEHOLDER = "{scratch}"
 #: cl's banner line; only "Microsoft" and the version are matched, as the rest is localized.
 _MSVC_BANNER_RE = re.compile(r"^.*Microsoft.*?(\d+\.\d+\.\d+(?:\.\d+)?).*$", re.M)
 _WANT_MSVC = (
-    'run the build from an "x64 Native Tools Command Prompt for VS" (cibuildwheel and '
-    "the MSVC dev shell set one up) or install the Visual Studio Build Tools with the "
+    'run the build from an "x64 Native Tools Command Prompt for VS" (or the MSVC dev '
+    "shell; cibuildwheel does not set one up) or install the Visual Studio Build Tools with the "
     '"Desktop development with C++" workload'
 )
 #: A build of one target taking longer than this means a stuck holder of the lock.
