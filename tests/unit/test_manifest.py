@@ -361,6 +361,23 @@ def test_verify_refuses_a_fifo_without_blocking(package: Path) -> None:
         verify_file(_entry(), package)
 
 
+def test_verify_refuses_an_unreadable_library(
+    package: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library = package / "libs" / "libx.so"
+    real_open = os.open
+
+    # Tests run as root, where mode 000 still reads: fail the open as it would for others.
+    def refuse(target: object, *args: object, **kwargs: object) -> int:
+        if str(target) == str(library):
+            raise PermissionError(13, "Permission denied")
+        return real_open(target, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", refuse)
+    with pytest.raises(ManifestError, match=r"is not readable \(Permission denied\); reinstall"):
+        verify_file(_entry(), package)
+
+
 def test_verify_message_shortens_a_long_file_name(package: Path) -> None:
     with pytest.raises(ManifestError) as info:
         verify_file(_entry(file="libs/" + "b" * 250), package)
