@@ -188,8 +188,9 @@ def import_requirements(
 ) -> tuple[list[str], list[str]]:
     """torch's requirements from its METADATA, split into (needed to import, not needed).
 
-    Markers are evaluated for this machine and the env's Python; extras are not
-    requested.
+    Markers are evaluated for this machine and the env's Python; torch's own extras
+    are not requested, but a requirement's extras are kept (torch >= 2.11 needs
+    ``cuda-toolkit[cublas,cudart,...]``: without them libcufile etc. are missing).
     """
     dist_infos = sorted(site_packages.glob("torch-*.dist-info/METADATA"))
     if not dist_infos:
@@ -205,7 +206,8 @@ def import_requirements(
         req = Requirement(line.split(":", 1)[1].strip())
         if req.marker is not None and not req.marker.evaluate(environment):
             continue
-        spec = f"{req.name}{req.specifier}"
+        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        spec = f"{req.name}{extras}{req.specifier}"
         (skipped if canonicalize_name(req.name) in NOT_NEEDED_TO_IMPORT else needed).append(spec)
     return needed, skipped
 

@@ -26,6 +26,7 @@ Requires-Dist: nvidia-nvtx-cu12 (==12.4.127) {LINUX_X86}
 Requires-Dist: triton (==3.2.0) {LINUX_X86}
 Requires-Dist: setuptools ; python_version >= "3.12"
 Requires-Dist: sympy (==1.13.1) ; python_version >= "3.9"
+Requires-Dist: cuda-toolkit[cudart,cufile]==13.0.2 ; platform_system == "Linux"
 Requires-Dist: opt-einsum (>=3.3) ; extra == 'opt-einsum'
 """
 
@@ -53,6 +54,17 @@ def test_import_requirements_keep_pins_and_drop_what_import_does_not_need(site: 
             "nvidia-nvtx-cu12==12.4.127",
             "triton==3.2.0",
         ]
+
+
+def test_a_requirements_extras_are_kept(site: Path) -> None:
+    """torch >= 2.11 pulls its CUDA libraries through ``cuda-toolkit[...]`` extras."""
+    import platform
+
+    needed, _ = torchenv.import_requirements(site, "2.6.0", "3.11")
+    if platform.system() == "Linux":
+        assert "cuda-toolkit[cudart,cufile]==13.0.2" in needed
+    else:
+        assert not any(req.startswith("cuda-toolkit") for req in needed)
 
 
 def test_markers_use_the_env_python(site: Path) -> None:
