@@ -356,9 +356,10 @@ bool StorageElements(const DLTensor& dl, uint64_t itemsize, uint64_t offset,
   }
   if (dl.strides == nullptr) {
     // Row-major strides are products of the later sizes (zeros count as one):
-    // they must fit in int64 even where a zero size leaves no elements.
+    // they must fit in int64 even where a zero size leaves no elements. The
+    // largest is the first one: the product over every dimension but the first.
     uint64_t span = 1;
-    for (int32_t i = 0; i < dl.ndim; ++i) {
+    for (int32_t i = 1; i < dl.ndim; ++i) {
       if (MulOverflows(span, static_cast<uint64_t>(std::max<int64_t>(dl.shape[i], 1)), &span) ||
           span > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         return false;
@@ -503,7 +504,8 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
         int64_t step = 1;
         for (int32_t i = dl.ndim - 1; i >= 0; --i) {
           strides[i] = dl.strides != nullptr ? dl.strides[i] : step;
-          step *= std::max<int64_t>(dl.shape[i], 1);
+          // (checked above not to overflow; the first size is never multiplied in)
+          if (i > 0) step *= std::max<int64_t>(dl.shape[i], 1);
         }
         try {
           tensor.unsafeGetTensorImpl()->set_sizes_and_strides(
