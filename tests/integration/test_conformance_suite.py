@@ -86,8 +86,9 @@ def test_conformance_torch213(torch213_library: tuple[Path, ManifestEntry]) -> N
 def test_conformance_invariants_on_torch28(build_cache: Path) -> None:
     env = torch_env(OLD_TORCH, importable=True, extra=OLD_ENV_EXTRAS)
     install = TorchInstall.from_path(env.root)
-    # The exchange suite's 2.8 build (tests/integration/test_compile_real_torch.py): one compile.
-    output_dir = build_cache / f"torch{OLD_TORCH}"
+    # Its own output dir: this env's torch path is another cache key than the exchange
+    # suite's 2.8 env, and one dir for both would rebuild each on every run.
+    output_dir = build_cache / f"torch{OLD_TORCH}-conformance"
     entry = compile_library(torch=install, backend="cpu", output_dir=output_dir)
     counts = run_conformance_suite(env.python, output_dir / entry.file)
     assert counts["total"] >= MIN_CASES_28, counts
