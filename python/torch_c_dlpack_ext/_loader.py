@@ -490,7 +490,21 @@ def deferred_status() -> Status:
     API and no override was set); describes torch without acting on anything."""
     import torch
 
-    info = TorchInfo.from_torch(torch)
+    try:
+        info = TorchInfo.from_torch(torch)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # status() must not raise where the import did not
+        reason = (
+            "torch provides __dlpack_c_exchange_api__ itself (it cannot be described "
+            f"further: {type(exc).__name__}: {_one_line(exc, 200)})"
+        )
+        return Status(
+            kind=DecisionKind.DEFER,
+            reason=reason,
+            decision=Decision(kind=DecisionKind.DEFER, reason=reason),
+            settings=Settings(),
+        )
     reason = f"torch {info.version} provides __dlpack_c_exchange_api__ itself"
     return Status(
         kind=DecisionKind.DEFER,
