@@ -124,7 +124,12 @@ def _contained_status(exc: BaseException) -> Status | None:
         category = TorchCDLPackExtWarning
     except Exception:  # even errors.py is broken: still warn, as a UserWarning
         category = UserWarning
-    warnings.warn(message, category, stacklevel=3)
+    try:
+        warnings.warn(message, category, stacklevel=3)
+    except Warning:  # the user's -W error: propagate, as the boundary does
+        raise
+    except Exception:  # cannot be displayed (closed stderr, a failing hook)
+        pass  # the status below still records the text
     try:
         from ._loader import Status as StatusType
         from ._select import DecisionKind as Kind

@@ -340,7 +340,12 @@ def _announce(messages: Sequence[str]) -> str | None:
         return None
     sentences = [_sentence(m) for m in messages]
     text = "torch-c-dlpack-ext: " + " ".join(sentences)
-    warnings.warn(text, TorchCDLPackExtWarning, stacklevel=_importer_stacklevel())
+    try:
+        warnings.warn(text, TorchCDLPackExtWarning, stacklevel=_importer_stacklevel())
+    except Warning:  # the user's filters made it an error (-W error): they asked for that
+        raise
+    except Exception:  # it cannot be displayed (closed stderr, a failing hook):
+        pass  # the import must not fail for that; status() still holds the text
     return text
 
 

@@ -334,3 +334,56 @@ def test_failed_jit_of_gpu_library_does_not_fall_back_to_bundled_cpu(tmp_path: P
     assert f"set {P}JIT=1" not in warning
     assert warning.count("\n") <= 3, warning
     assert len(warning) < 1000, warning
+
+
+WARNING_SINKS = {
+    # A daemon that closed sys.stderr: the default showwarning raises ValueError.
+    "closed-stderr": "sys.stderr.close()",
+    # An application's hook that fails while displaying.
+    "raising-hook": (
+        "def hook(*args, **kwargs):\n"
+        "    raise RuntimeError('log sink unavailable')\n"
+        "warnings.showwarning = hook"
+    ),
+}
+
+
+@pytest.mark.parametrize("sink", sorted(WARNING_SINKS))
+def test_warning_that_cannot_be_displayed_does_not_fail_import(tmp_path: Path, sink: str) -> None:
+    """Emitting the warning may itself raise (not a Warning: the user did not ask for an
+    error); import still succeeds and status() keeps the text."""
+    root = make_package(tmp_path, manifest=False)
+    code = f"""
+import os, sys, warnings
+import torch
+{WARNING_SINKS[sink]}
+try:
+    import torch_c_dlpack_ext as pkg
+except BaseException as exc:
+    os.write(1, f"RAISED {{type(exc).__name__}}: {{exc}}\\n".encode())
+    raise SystemExit(3)
+status = pkg.status()
+assert status.kind.value == "unavailable", status
+assert len(status.warnings) == 1 and "no manifest at" in status.warnings[0], status.warnings
+os.write(1, b"ok\\n")
+"""
+    proc = run_python(code, pythonpath=[root], env=clean_env(**{P + "FORCE": "1"}), timeout=120)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr[-2000:])
+    assert proc.stdout.strip().endswith("ok")
+
+
+def test_warning_turned_into_error_still_propagates(tmp_path: Path) -> None:
+    """-W error is the user's choice: that Warning is raised from import, as before."""
+    root = make_package(tmp_path, manifest=False)
+    code = """
+import warnings
+import torch
+warnings.simplefilter("error")
+try:
+    import torch_c_dlpack_ext
+except Warning as exc:
+    print("raised", type(exc).__name__)
+"""
+    proc = run_python(code, pythonpath=[root], env=clean_env(**{P + "FORCE": "1"}), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "raised TorchCDLPackExtWarning", proc.stdout
