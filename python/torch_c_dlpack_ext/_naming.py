@@ -84,10 +84,11 @@ def torch_minor(version: str) -> tuple[int, int]:
     end = 0
     while end < len(rest) and rest[end].isdecimal():
         end += 1
-    if not (dot and major.isdecimal() and end):
-        from .errors import ConfigError
+    # int() refuses more than 4300 digits (ValueError); no real version has 10.
+    if not (dot and major.isdecimal() and 0 < end <= 9 and len(major) <= 9):
+        from .errors import ConfigError, brief
 
-        raise ConfigError(f"not a torch version: {version!r} (expected e.g. '2.6.0')")
+        raise ConfigError(f"not a torch version: {brief(version)} (expected e.g. '2.6.0')")
     return int(major), int(rest[:end])
 
 

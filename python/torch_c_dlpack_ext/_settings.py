@@ -147,13 +147,21 @@ class Settings(FrozenRecord):
         raw_library = value_of("LIBRARY")
         if raw_library is not None:
             candidate = _expand_user(raw_library)
-            if candidate.is_file():
-                library = candidate.absolute()
-            else:
+            shown = raw_library if len(raw_library) <= 200 else raw_library[:200] + "..."
+            try:
+                # stat() may fail for reasons other than absence (a name too long, a
+                # directory that cannot be searched), absolute() with a deleted cwd.
+                library = candidate.absolute() if candidate.is_file() else None
+                why = "is not an existing file"
+            except OSError as exc:  # strerror: the path again would double a long value
+                why = f"cannot be checked ({type(exc).__name__}: {exc.strerror or 'no detail'})"
+            except ValueError as exc:
+                why = f"cannot be checked ({str(exc)[:200]})"
+            if library is None:
                 problems.append(
                     SettingProblem(
                         env_var("LIBRARY"),
-                        f"{env_var('LIBRARY')}={raw_library!r} is not an existing file: "
+                        f"{env_var('LIBRARY')}={shown!r} {why}: "
                         "point it at a built library or unset it",
                     )
                 )

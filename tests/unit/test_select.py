@@ -533,3 +533,17 @@ def test_bogus_attribute_is_quiet_when_disabled() -> None:
     decision = decide(info, FULL, Settings.from_env({P + "DISABLE": "1"}))
     assert decision.kind is K.DISABLED
     assert decision.warnings == ()
+
+
+@pytest.mark.parametrize(
+    "version",
+    ["2." + "9" * 5000, "9" * 5000 + ".1.0", "2.1234567890.0"],
+    ids=["minor", "major", "ten-digits"],
+)
+def test_unparsable_huge_version_names_the_cause(version: str) -> None:
+    """A version whose numbers int() refuses (over 4300 digits) or no torch has is "not a
+    torch version" with the value clipped, not an internal error."""
+    decision = decide(torch_info(version, Backend.CPU), [CPU26], Settings())
+    assert decision.kind is K.UNAVAILABLE, decision
+    assert "not a torch version" in decision.reason, decision.reason
+    assert len(decision.reason) < 300, decision.reason

@@ -152,3 +152,19 @@ def test_every_project_variable_is_known_to_the_runtime() -> None:
     deliberate = {"DISABEL", "BAKEND", "BACKNED", "NOPE", "ZZZZZZZZZZZZ"}
     unknown = used - set(RUNTIME_VARIABLES) - set(BUILD_TIME_VARIABLES) - deliberate
     assert unknown == set(), f"add to _settings.BUILD_TIME_VARIABLES: {sorted(unknown)}"
+
+
+@pytest.mark.parametrize(
+    "value", ["/" + "x" * 5000, "/" + "y" * 300 + "/lib.so"], ids=["path", "component"]
+)
+def test_library_path_that_cannot_be_stat_ed_is_a_problem(value: str) -> None:
+    """stat() failing otherwise than "absent" (here ENAMETOOLONG) is a bad setting naming
+    the variable, not an exception out of from_env (which the import would report as an
+    internal failure)."""
+    settings = Settings.from_env({"TORCH_C_DLPACK_EXT_LIBRARY": value})
+    assert settings.library is None
+    (problem,) = settings.problems
+    assert problem.variable == "TORCH_C_DLPACK_EXT_LIBRARY"
+    assert "cannot be checked" in problem.message
+    assert "unset it" in problem.message
+    assert len(problem.message) < 400, problem.message
