@@ -64,7 +64,7 @@ IN_CI_PROFILE = settings.get_current_profile_name() == "ci"
 #: Cases per worker process, and worker processes per run (``ci`` profile).
 BATCH = 12
 BATCHES = 20 if IN_CI_PROFILE else max(20, settings.default.max_examples // 10)
-TVM_CASES = 8 if IN_CI_PROFILE else max(10, settings.default.max_examples // 50)
+TVM_CASES = 6 if IN_CI_PROFILE else max(10, settings.default.max_examples // 50)
 
 # --------------------------------------------------------------------------------------
 # The worker: runs many cases in one interpreter, one JSON line per case.
