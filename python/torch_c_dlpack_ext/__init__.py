@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._naming import CAPSULE_ATTR, ENV_PREFIX, LEGACY_INT_ATTR
+from ._naming import CAPSULE_ATTR, ENV_PREFIX, LEGACY_INT_ATTR, torch_minor
 
 if TYPE_CHECKING:
     from . import errors
@@ -71,6 +71,10 @@ def _torch_defers() -> bool:
     try:
         import torch
 
+        # Only a torch that has the API itself (2.10+): on an older one the capsule was
+        # set by someone else, and the selector validates its pointer before deferring.
+        if torch_minor(torch.__version__) < (2, 10):
+            return False
         return _is_exchange_capsule(getattr(torch.Tensor, CAPSULE_ATTR))
     except Exception:  # no torch, no attribute, an odd one: the full selector reports why
         return False

@@ -510,13 +510,17 @@ def deferred_status() -> Status:
             decision=Decision(kind=DecisionKind.DEFER, reason=reason),
             settings=Settings(),
         )
-    reason = f"torch {info.version} provides __dlpack_c_exchange_api__ itself"
+    settings = Settings()
+    # The DEFER rule's own words: torch's capsule, or one an earlier import of ours set.
+    reason = decide(info, (), settings).reason
+    if not info.has_capsule:  # torch's capsule was changed after the import
+        reason = f"torch {info.version} provided __dlpack_c_exchange_api__ at import"
     return Status(
         kind=DecisionKind.DEFER,
         torch=info,
         reason=reason,
         decision=Decision(kind=DecisionKind.DEFER, backend=info.backend, reason=reason),
-        settings=Settings(),
+        settings=settings,
     )
 
 

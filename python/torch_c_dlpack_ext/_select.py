@@ -137,11 +137,13 @@ def _rule_defer(info: TorchInfo, settings: Settings) -> Decision | None:
             f"{env_var('LIBRARY')} is ignored: torch {info.version} provides "
             f"__dlpack_c_exchange_api__ itself; also set {env_var('FORCE')}=1 to replace it",
         )
-    return Decision(
-        kind=DecisionKind.DEFER,
-        reason=f"torch {info.version} provides __dlpack_c_exchange_api__ itself",
-        warnings=warnings,
+    provider = (
+        f"{info.capsule_origin} (an earlier import in this process) already published "
+        f"__dlpack_c_exchange_api__ on torch {info.version}"
+        if info.capsule_origin
+        else f"torch {info.version} provides __dlpack_c_exchange_api__ itself"
     )
+    return Decision(kind=DecisionKind.DEFER, reason=provider, warnings=warnings)
 
 
 def _rule_legacy(info: TorchInfo, settings: Settings) -> Decision | None:

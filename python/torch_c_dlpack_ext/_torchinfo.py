@@ -10,6 +10,7 @@ loaded shared object whose table passes the loader's checks. Anything else is
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 from typing import Any
 
@@ -21,8 +22,10 @@ __all__ = [
     "LEGACY_INT_ATTR",
     "TorchInfo",
     "check_legacy_pointer",
+    "check_table_pointer",
     "detect_backend",
     "mapped_image_base",
+    "table_origin",
 ]
 
 
@@ -72,34 +75,104 @@ def mapped_image_base(address: int) -> int | None:
         return int(module.value) if found and module.value else None
     if not _DLADDR:
         prototype = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_DlInfo))
-        try:
-            _DLADDR.append(prototype(("dladdr", ctypes.CDLL(None))))
+        try:  # ctypes.pythonapi: the process's handle ctypes already opened (no dlopen)
+            _DLADDR.append(prototype(("dladdr", ctypes.pythonapi)))
         except AttributeError:  # glibc < 2.34 keeps it in libdl
             _DLADDR.append(prototype(("dladdr", ctypes.CDLL("libdl.so.2"))))
     info = _DlInfo()
     if _DLADDR[0](ctypes.c_void_p(address), ctypes.byref(info)) and info.dli_fbase:
+        _IMAGE_NAMES[int(info.dli_fbase)] = info.dli_fname or b""
         return int(info.dli_fbase)
     return None
 
 
-def check_legacy_pointer(value: Any) -> tuple[int, tuple[int, int]]:
-    """Validate a legacy ``__c_dlpack_exchange_api__`` value before anything reads it;
-    return ``(address, DLPack version)``.
+#: File name of each image base :func:`mapped_image_base` found (POSIX only).
+_IMAGE_NAMES: dict[int, bytes] = {}
 
-    It must be an int (not a bool) in ``1 .. 2**63-1``, aligned, and the whole
-    ``DLPackExchangeAPI`` it names must lie inside one loaded shared object; only then
-    is the table read (:func:`._loader.check_table`: version, non-NULL members), and
-    every member must point into a loaded object too. Raises
+
+def _table_provenance(address: int, base: int) -> str | None:
+    """Why the table at ``address`` (in the image at ``base``) is one a consumer may
+    call through, or ``None``: it is the table of a library this process loaded with
+    :func:`._loader.open_library`; or its image exports ``TorchDLPackExchangeAPIPtr``
+    (the build contract of this package and of the one it replaces) and that returns
+    exactly ``address``; or its image is torch's own ``libtorch_python`` (whose main
+    branch had the legacy int for a few weeks). Data elsewhere that happens to look
+    like a table (torch's libraries hold several) is not trusted."""
+    from ._loader import _LIBRARIES, EXPORT_TABLE
+
+    if any(loaded.pointer == address for loaded in list(_LIBRARIES.values())):
+        return OWN_LIBRARY
+    name = _IMAGE_NAMES.get(base, b"")
+    if not name:
+        return None
+    if os.path.basename(name).startswith(b"libtorch_python"):
+        return "torch's own libtorch_python"
+    try:  # RTLD_NOLOAD: a handle on the image already there, never a new load
+        handle = ctypes.CDLL(os.fsdecode(name), mode=os.RTLD_NOLOAD | ctypes.RTLD_LOCAL)
+        export = getattr(handle, EXPORT_TABLE)
+    except (OSError, AttributeError, ValueError):
+        return None
+    export.restype, export.argtypes = ctypes.c_void_p, []
+    return OWN_LIBRARY if export() == address else None
+
+
+#: :func:`_table_provenance` of a table from a torch-c-dlpack-ext library (ours, or the
+#: package this one replaces); anything else it accepts is torch's own.
+OWN_LIBRARY = "a torch-c-dlpack-ext library"
+
+
+def _mapping_permissions() -> list[tuple[int, int, str]] | None:
+    """``(start, end, permissions)`` of every mapping of this process, from
+    ``/proc/self/maps``; ``None`` where that does not exist (macOS, Windows)."""
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+            lines = maps.read().splitlines()
+    except OSError:
+        return None
+    found = []
+    for line in lines:
+        fields = line.split(None, 2)
+        if len(fields) < 2 or "-" not in fields[0]:
+            continue
+        start, _, end = fields[0].partition("-")
+        try:
+            found.append((int(start, 16), int(end, 16), fields[1]))
+        except ValueError:
+            continue
+    return found
+
+
+def _permissions_at(mappings: list[tuple[int, int, str]], address: int) -> str:
+    for start, end, permissions in mappings:
+        if start <= address < end:
+            return permissions
+    return ""
+
+
+def check_table_pointer(address: int, where: str) -> tuple[int, int]:
+    """:func:`table_origin` without the origin: the table's DLPack version."""
+    return table_origin(address, where)[0]
+
+
+def table_origin(address: int, where: str) -> tuple[tuple[int, int], str]:
+    """Validate an exchange table's address taken from outside (the legacy int, a
+    capsule's pointer) before trusting it; return its DLPack version.
+
+    Strict, because a wrong answer is a SIGSEGV in the first consumer: the whole
+    ``DLPackExchangeAPI`` lies inside ONE loaded image, in a readable, NON-executable
+    mapping of it, and the image is one that publishes tables
+    (:func:`_table_provenance`); only then is it read (:func:`._loader.check_table`:
+    version, non-NULL members), and every member must point into an EXECUTABLE mapping
+    of that SAME image. Returns ``(DLPack version, origin)``, the origin
+    :data:`OWN_LIBRARY` or torch's. (Data that merely looks like pointers, such as words of another
+    library's tables, fails the last check.) Permissions come from ``/proc/self/maps``
+    (Linux); elsewhere only the image checks (``dladdr``) apply. Raises
     :class:`~torch_c_dlpack_ext.errors.LibraryLoadError` saying which check failed.
     """
     from ._dlpack_ctypes import EXCHANGE_API_MEMBERS, DLPackExchangeAPI
     from ._loader import check_table
     from .errors import LibraryLoadError, brief
 
-    where = f"torch.Tensor.{LEGACY_INT_ATTR}"
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise LibraryLoadError(f"{where} is {type(value).__name__} {brief(value)}, not an address")
-    address = int(value)
     size = ctypes.sizeof(DLPackExchangeAPI)
     if not 0 < address < (1 << 63) - size or address % ctypes.alignment(DLPackExchangeAPI):
         raise LibraryLoadError(f"{where} = {brief(address)} is not a valid table address")
@@ -108,19 +181,69 @@ def check_legacy_pointer(value: Any) -> tuple[int, tuple[int, int]]:
         raise LibraryLoadError(
             f"{where} = {address:#x} does not point into a loaded shared library"
         )
+    mappings = _mapping_permissions()
+    if mappings is not None:
+        for end in (address, address + size - 1):
+            permissions = _permissions_at(mappings, end)
+            if not permissions.startswith("r") or "x" in permissions:
+                raise LibraryLoadError(
+                    f"{where} = {address:#x} is not in a readable data segment "
+                    f"(mapping {permissions or 'absent'}): not an exchange table"
+                )
+    origin = "torch" if sys.platform == "win32" else _table_provenance(address, base)
+    if origin is None:
+        raise LibraryLoadError(
+            f"{where} = {address:#x} is not the table of a torch-c-dlpack-ext library or "
+            "of torch itself (data that only looks like one)"
+        )
     version = check_table(address, where)
     table = DLPackExchangeAPI.from_address(address)
     for name in EXCHANGE_API_MEMBERS:
         target = ctypes.cast(getattr(table, name), ctypes.c_void_p).value or 0
-        if mapped_image_base(target) is None:
+        if mapped_image_base(target) != base:
             raise LibraryLoadError(
-                f"{where}: member {name} ({target:#x}) does not point into a loaded library"
+                f"{where}: member {name} ({target:#x}) does not point into the library "
+                "that holds the table"
             )
-    return address, version
+        if mappings is not None and "x" not in _permissions_at(mappings, target):
+            raise LibraryLoadError(
+                f"{where}: member {name} ({target:#x}) does not point into executable code"
+            )
+    return version, origin
 
 
-def _judge_attributes(tensor: Any) -> tuple[bool, bool, tuple[str, ...]]:
-    """``(valid capsule, valid legacy int, problems)`` of ``tensor``'s two attributes."""
+def check_legacy_pointer(value: Any) -> tuple[int, tuple[int, int]]:
+    """Validate a legacy ``__c_dlpack_exchange_api__`` value before anything reads it;
+    return ``(address, DLPack version)``.
+
+    It must be an int (not a bool), and the table it names must pass
+    :func:`check_table_pointer`. No released torch ever set this int (only the
+    package this one replaces did, pointing at its own library's table), so the strict
+    check refuses nothing real. Raises
+    :class:`~torch_c_dlpack_ext.errors.LibraryLoadError` saying which check failed.
+    """
+    from .errors import LibraryLoadError, brief
+
+    where = f"torch.Tensor.{LEGACY_INT_ATTR}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LibraryLoadError(f"{where} is {type(value).__name__} {brief(value)}, not an address")
+    address = int(value)
+    return address, check_table_pointer(address, where)
+
+
+def _capsule_pointer(capsule: Any) -> int:
+    from ._dlpack_ctypes import CAPSULE_NAME
+
+    get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", ctypes.pythonapi)
+    )
+    return int(get(capsule, CAPSULE_NAME) or 0)
+
+
+def _judge_attributes(tensor: Any) -> tuple[bool, bool, tuple[str, ...], str]:
+    """``(valid capsule, valid legacy int, problems, origin of the valid capsule)`` of
+    ``tensor``'s two attributes. A capsule is valid when ``PyCapsule_IsValid`` accepts
+    it AND its pointer passes :func:`table_origin`, as strict as for the legacy int."""
     from . import _is_exchange_capsule
     from ._dlpack_ctypes import CAPSULE_NAME
     from .errors import TorchCDLPackExtError, brief
@@ -133,28 +256,33 @@ def _judge_attributes(tensor: Any) -> tuple[bool, bool, tuple[str, ...]]:
         capsule, problems = missing, [f"reading torch.Tensor.{CAPSULE_ATTR} raised {exc!r:.100}"]
     if capsule is not missing:
         if _is_exchange_capsule(capsule):
-            return True, False, ()
-        kind = (
-            "a PyCapsule of another name (or holding NULL)"
-            if type(capsule).__name__ == "PyCapsule"
-            else f"{type(capsule).__name__} {brief(capsule)}"
-        )
-        problems.append(
-            f"torch.Tensor.{CAPSULE_ATTR} is {kind}, not a {CAPSULE_NAME.decode()!r} capsule"
-        )
+            where = f"torch.Tensor.{CAPSULE_ATTR}'s pointer"
+            try:
+                return True, False, (), table_origin(_capsule_pointer(capsule), where)[1]
+            except TorchCDLPackExtError as exc:
+                problems.append(str(exc))
+        else:
+            kind = (
+                "a PyCapsule of another name (or holding NULL)"
+                if type(capsule).__name__ == "PyCapsule"
+                else f"{type(capsule).__name__} {brief(capsule)}"
+            )
+            problems.append(
+                f"torch.Tensor.{CAPSULE_ATTR} is {kind}, not a {CAPSULE_NAME.decode()!r} capsule"
+            )
     try:
         legacy = getattr(tensor, LEGACY_INT_ATTR, missing)
     except Exception as exc:
         legacy = missing
         problems.append(f"reading torch.Tensor.{LEGACY_INT_ATTR} raised {exc!r:.100}")
     if legacy is missing:
-        return False, False, tuple(problems)
+        return False, False, tuple(problems), ""
     try:
         check_legacy_pointer(legacy)
     except TorchCDLPackExtError as exc:
         problems.append(str(exc))
-        return False, False, tuple(problems)
-    return False, True, tuple(problems)
+        return False, False, tuple(problems), ""
+    return False, True, tuple(problems), ""
 
 
 class TorchInfo(FrozenRecord):
@@ -175,6 +303,9 @@ class TorchInfo(FrozenRecord):
     has_legacy_int: bool
     #: Why an attribute that is present was judged bogus (then it is ignored, not trusted).
     bogus_attributes: tuple[str, ...] = ()
+    #: Who made the valid capsule: ``""`` for torch, :data:`OWN_LIBRARY` when it is the
+    #: table of a torch-c-dlpack-ext library (an earlier import in this process).
+    capsule_origin: str = ""
 
     @property
     def major_minor(self) -> tuple[int, int]:
@@ -197,7 +328,7 @@ class TorchInfo(FrozenRecord):
         version = torch.__version__
         if not isinstance(version, str):
             raise TypeError(f"torch.__version__ is {type(version).__name__}, not a string")
-        has_capsule, has_legacy_int, bogus = _judge_attributes(torch.Tensor)
+        has_capsule, has_legacy_int, bogus, origin = _judge_attributes(torch.Tensor)
         cuda, hip = getattr(version_mod, "cuda", None), getattr(version_mod, "hip", None)
         return cls(
             version=str(version),
@@ -208,4 +339,5 @@ class TorchInfo(FrozenRecord):
             has_capsule=has_capsule,
             has_legacy_int=has_legacy_int,
             bogus_attributes=bogus,
+            capsule_origin=origin if origin == OWN_LIBRARY else "",
         )

@@ -206,11 +206,10 @@ def test_rocm_torch_with_api_never_reads_manifest(tmp_path: Path) -> None:
     (root / PACKAGE / MANIFEST_NAME).mkdir()
     code = """
 import ctypes, sys, types, warnings
-NAME = ctypes.create_string_buffer(b"dlpack_exchange_api")
-new_capsule = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p,
-                                ctypes.c_void_p)(("PyCapsule_New", ctypes.pythonapi))
-class Tensor:  # a valid capsule: only those are deferred to
-    __dlpack_c_exchange_api__ = new_capsule(ctypes.addressof(NAME), ctypes.addressof(NAME), None)
+import torch as real_torch  # 2.10+: its table is a valid one to point at
+class Tensor:  # a valid capsule (a real table inside): only those are deferred to
+    __dlpack_c_exchange_api__ = real_torch.Tensor.__dlpack_c_exchange_api__
+del sys.modules["torch"]
 fake = types.ModuleType("torch")
 fake.__version__ = "2.10.0+rocm6.4"
 fake.Tensor = Tensor
@@ -387,3 +386,30 @@ except Warning as exc:
     proc = run_python(code, pythonpath=[root], env=clean_env(**{P + "FORCE": "1"}), timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "raised TorchCDLPackExtWarning", proc.stdout
+
+
+def test_reimport_says_the_capsule_is_ours_not_torchs(tmp_path: Path) -> None:
+    """After ``del sys.modules[...]`` a second import finds our own capsule: status()
+    says an earlier import of this package published it (not "torch provides it")."""
+    library = build_fake_library(tmp_path / "lib")
+    root = make_package(tmp_path / "pkg", [bundled(library)])
+    code = """
+import sys, warnings
+import torch
+del torch.Tensor.__dlpack_c_exchange_api__  # as on a torch without the API
+import torch_c_dlpack_ext as first
+assert first.status().kind.value == "load", first.status()
+capsule = torch.Tensor.__dlpack_c_exchange_api__
+for name in [m for m in sys.modules if m.split(".")[0] == "torch_c_dlpack_ext"]:
+    del sys.modules[name]
+import torch_c_dlpack_ext as second
+status = second.status()
+assert status.kind.value == "defer", status
+assert torch.Tensor.__dlpack_c_exchange_api__ is capsule
+print(status.reason)
+"""
+    proc = run_python(code, pythonpath=[root], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    reason = proc.stdout.strip().splitlines()[-1]
+    assert "torch-c-dlpack-ext library (an earlier import" in reason, reason
+    assert "provides __dlpack_c_exchange_api__ itself" not in reason, reason

@@ -4,6 +4,7 @@ torch's own table, if it has one): which attributes on ``torch.Tensor`` are trus
 from __future__ import annotations
 
 import ctypes
+import sys
 import types
 from typing import Any
 
@@ -16,6 +17,7 @@ from torch_c_dlpack_ext._torchinfo import (
     detect_backend,
     mapped_image_base,
 )
+from torch_c_dlpack_ext.errors import LibraryLoadError
 
 
 def fake_torch(available: bool, version: Any, *, tensor_attrs: dict[str, Any] | None = None) -> Any:
@@ -81,17 +83,49 @@ def capsule(name: Any = _NAME) -> Any:
     return _new_capsule(ctypes.addressof(_NAME), ctypes.addressof(name), None)
 
 
+def _torch_own_pointer() -> int:
+    torch = pytest.importorskip("torch")
+    own = torch.Tensor.__dict__.get("__dlpack_c_exchange_api__")
+    if own is None:
+        pytest.skip(f"torch {torch.__version__} has no exchange API of its own to point at")
+    return int(_get_pointer(own, b"dlpack_exchange_api"))
+
+
 def test_torchinfo_trusts_a_valid_capsule() -> None:
+    table = _new_capsule(_torch_own_pointer(), ctypes.addressof(_NAME), None)
     torch = fake_torch(
         True,
         types.SimpleNamespace(hip="6.2"),
-        tensor_attrs={"__dlpack_c_exchange_api__": capsule()},
+        tensor_attrs={"__dlpack_c_exchange_api__": table},
     )
     info = TorchInfo.from_torch(torch)
     assert info.backend is Backend.ROCM
     assert info.has_capsule
     assert info.bogus_attributes == ()
+    assert info.capsule_origin == ""  # torch's own table, not a library of ours
     assert info.hip_version == "6.2"
+
+
+@pytest.mark.parametrize("pointer", [1, "heap", "code"])
+def test_a_well_named_capsule_with_a_bogus_pointer_is_not_trusted(pointer: Any) -> None:
+    """``PyCapsule_IsValid`` and the name are not enough: the pointer inside must pass
+    the same checks as the legacy int, or the capsule is reported and treated as absent
+    (deferring to it would leave consumers a SIGSEGV)."""
+    address = {
+        "heap": ctypes.addressof(_NAME),
+        "code": ctypes.cast(ctypes.pythonapi.Py_IsInitialized, ctypes.c_void_p).value,
+    }.get(pointer, pointer)
+    torch = fake_torch(
+        False,
+        types.SimpleNamespace(),
+        tensor_attrs={
+            "__dlpack_c_exchange_api__": _new_capsule(address, ctypes.addressof(_NAME), None)
+        },
+    )
+    info = TorchInfo.from_torch(torch)
+    assert not info.has_capsule
+    (problem,) = info.bogus_attributes
+    assert problem.startswith("torch.Tensor.__dlpack_c_exchange_api__'s pointer"), problem
 
 
 class _Raises:
@@ -138,10 +172,11 @@ def test_a_bogus_capsule_is_not_trusted_and_is_named(value: Any, says: str) -> N
             ctypes.addressof(ctypes.create_string_buffer(64)) // 8 * 8,
             "does not point into a loaded",
         ),
-        # Inside a shared object (libpython's function), but not a DLPackExchangeAPI.
+        # Inside a shared object (libpython's code), but not a DLPackExchangeAPI: refused
+        # before it is read (a table lives in a data segment).
         (
             ctypes.cast(ctypes.pythonapi.Py_IsInitialized, ctypes.c_void_p).value // 8 * 8,
-            "exchange table has",
+            "not in a readable data segment",
         ),
     ],
     ids=["one", "2**64", "negative", "near-int64-max", "bool", "str", "float", "heap", "code"],
@@ -199,3 +234,52 @@ def test_a_torch_that_cannot_be_described_raises(change: dict[str, Any], says: s
         setattr(torch, key, value)
     with pytest.raises(Exception, match=says):
         TorchInfo.from_torch(torch)
+
+
+def _lookalike_tables(limit: int = 2000) -> list[int]:
+    """Addresses in loaded libraries' data that look like an exchange table to a loose
+    check: major version 1, then five words that each point into some loaded image."""
+    import struct
+
+    from torch_c_dlpack_ext._dlpack_ctypes import DLPackExchangeAPI
+
+    size = ctypes.sizeof(DLPackExchangeAPI)
+    found: list[int] = []
+    with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+        lines = maps.read().splitlines()
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 6 or not fields[1].startswith("r") or "x" in fields[1]:
+            continue
+        if not any(n in fields[5] for n in ("libpython", "libc.so", "libstdc++", "libtorch")):
+            continue
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        data = ctypes.string_at(start, end - start)
+        for offset in range(0, len(data) - size, 8):
+            if data[offset : offset + 4] != b"\x01\x00\x00\x00":
+                continue
+            words = struct.unpack_from("<5Q", data, offset + 16)
+            base = mapped_image_base(start + offset)
+            if base is not None and all(mapped_image_base(w) is not None for w in words):
+                found.append(start + offset)
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_data_that_looks_like_a_table_is_refused() -> None:
+    """Words of other libraries' data that happen to look like a table (the hostile
+    tester published one; the first call through it was a SIGSEGV): the members of a
+    real table point into executable code of the image that holds it."""
+    pytest.importorskip("torch")  # its libraries give the scan plenty of data to look at
+    candidates = _lookalike_tables()
+    assert len(candidates) >= 10, "the scan found too few look-alikes to mean anything"
+    accepted = []
+    for address in candidates:
+        try:
+            check_legacy_pointer(address)
+        except LibraryLoadError:
+            continue
+        accepted.append(hex(address))
+    assert accepted == [], f"{len(accepted)} of {len(candidates)} look-alikes accepted"
