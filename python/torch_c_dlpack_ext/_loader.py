@@ -422,6 +422,9 @@ class _Action:
                 loaded = open_library(self.decision.library)
             except LibraryLoadError as exc:
                 return self.unavailable(_cause(exc), f"fix or unset {env_var('LIBRARY')}")
+            mismatch = override_mismatch(loaded, self.info, self.settings)
+            if mismatch is not None:
+                return self.unavailable(*mismatch)
             publish(self.torch, loaded.pointer)
             self.messages.append(
                 f"loaded {loaded.path} from {env_var('LIBRARY')}: no manifest, so no "
@@ -477,6 +480,77 @@ class _Action:
             )
         publish(self.torch, loaded.pointer)
         return self.finish(DecisionKind.JIT, loaded.path, reason)
+
+
+def override_mismatch(
+    loaded: LoadedLibrary, info: TorchInfo, settings: Settings
+) -> tuple[str, str] | None:
+    """Why a ``TORCH_C_DLPACK_EXT_LIBRARY`` library must not be published on this torch
+    (reason, remedy), from its ``TorchCDLPackExtBuildInfo``; ``None`` if it may.
+
+    The manifest's checks, done on what the library says it is: another torch minor is
+    always refused (``THPVariable``'s layout and ATen's ABI differ between minors, so
+    the first call could crash); another C++ ABI too; another backend than the one this
+    torch needs (the CPU library on a GPU torch would answer ``current_work_stream``
+    without torch's stream) unless ``TORCH_C_DLPACK_EXT_BACKEND`` asks for exactly it.
+    A library that does not say its backend is refused on a GPU torch for that reason.
+    """
+    import json
+
+    var = env_var("LIBRARY")
+    name = _short_path(loaded.path)
+    try:
+        raw = loaded.build_info()
+        described = json.loads(raw) if raw else None
+    except (ValueError, RecursionError, UnicodeError):
+        described = None
+    built: dict[str, Any] = described if isinstance(described, dict) else {}
+    fix = (
+        f"point {var} at a library built for this torch, set {env_var('JIT')}=1 instead, "
+        "or unset it"
+    )
+    major, minor = built.get("torch_major"), built.get("torch_minor")
+    if isinstance(major, int) and isinstance(minor, int):
+        try:
+            running = info.major_minor
+        except TorchCDLPackExtError:
+            running = None
+        if running is not None and (major, minor) != running:
+            return (
+                f"{name} (from {var}) was built for torch {major}.{minor}, this is torch "
+                f"{info.version}: a library works only with the torch minor it was built for",
+                fix,
+            )
+    abi = built.get("cxx11_abi")
+    if (
+        isinstance(abi, int)
+        and not isinstance(abi, bool)
+        and info.cxx11_abi is not None
+        and bool(abi) != info.cxx11_abi
+    ):
+        return (
+            f"{name} (from {var}) was built for the cxx11 ABI {abi}, this torch uses "
+            f"{int(info.cxx11_abi)}",
+            fix,
+        )
+    wanted = settings.backend or info.backend
+    backend = built.get("backend")
+    if backend != wanted.value and (backend is not None or wanted is not Backend.CPU):
+        known = isinstance(backend, str) and backend in {b.value for b in Backend}
+        said = f"the {backend} backend" if known else "an unknown backend"
+        asked = (
+            f"{env_var('BACKEND')} asks for {wanted.value}"
+            if settings.backend is not None
+            else f"this torch needs {wanted.value} (a GPU torch gets a library that answers "
+            "its streams)"
+        )
+        return (
+            f"{name} (from {var}) was built for {said}, {asked}",
+            f"point {var} at a {wanted.value} library"
+            + (f", set {env_var('BACKEND')}={backend} to use it anyway" if known else "")
+            + ", or unset it",
+        )
+    return None
 
 
 def _failed_before_deciding(reason: str, remedy: str) -> Status:

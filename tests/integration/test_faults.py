@@ -326,7 +326,7 @@ def test_failed_jit_of_gpu_library_does_not_fall_back_to_bundled_cpu(tmp_path: P
     )
     # The build fails (a CPU torch cannot build the cuda library; nor can a PATH without
     # a compiler). The bundled CPU library is not a fallback for a cuda torch (issue 13).
-    assert_contained(result, "the JIT build of the cuda library for torch", "failed")
+    assert_contained(result, "JIT build of the cuda library for torch", "failed")
     (warning,) = result["warnings"]
     assert f"unset {P}JIT" in warning
     assert f"Set {P}JIT=1" not in warning
@@ -413,3 +413,52 @@ print(status.reason)
     reason = proc.stdout.strip().splitlines()[-1]
     assert "torch-c-dlpack-ext library (an earlier import" in reason, reason
     assert "provides __dlpack_c_exchange_api__ itself" not in reason, reason
+
+
+GPU_TORCH = "import torch\ntorch.cuda.is_available = lambda: True\n"
+
+
+@pytest.mark.parametrize(
+    ("minor", "gpu", "backend", "published", "says"),
+    [
+        # The CPU library on a GPU torch only when BACKEND=cpu asks for it (issue 13).
+        (None, True, "", False, "this torch needs cuda"),
+        (None, True, "cpu", True, ""),
+        (None, False, "cuda", False, f"{P}BACKEND asks for cuda"),
+        # Another torch minor: refused whatever BACKEND says (layouts differ).
+        (8, False, "", False, "was built for torch 2.8"),
+        (8, False, "cpu", False, "was built for torch 2.8"),
+        ("this", False, "", True, ""),
+    ],
+    ids=[
+        "cpu-lib-gpu-torch",
+        "backend-cpu-asks",
+        "backend-cuda-asks",
+        "other-minor",
+        "other-minor-backend",
+        "same-minor",
+    ],
+)
+def test_library_override_is_checked_against_running_torch(
+    tmp_path: Path, *, minor: Any, gpu: bool, backend: str, published: bool, says: str
+) -> None:
+    running_minor = int(TORCH_MINOR.split(".")[1])
+    defines = (
+        ()
+        if minor is None
+        else (f"FAKE_TORCH_MINOR={running_minor if minor == 'this' else minor}",)
+    )
+    library = build_fake_library(tmp_path / "lib", *defines)
+    root = make_package(tmp_path / "pkg", manifest=False)
+    env = {P + "FORCE": "1", P + "LIBRARY": str(library)}
+    if backend:
+        env[P + "BACKEND"] = backend
+    code = (GPU_TORCH if gpu else "") + IMPORT_PROBE
+    proc = run_python(code, pythonpath=[root], env=clean_env(**env), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if published:
+        assert result["kind"] == "load", result
+        assert result["replaced"], result
+    else:
+        assert_contained(result, says, "(from TORCH_C_DLPACK_EXT_LIBRARY)")
