@@ -36,6 +36,9 @@ __all__ = [
     "check_library_path",
     "dump_manifest",
     "load_manifest",
+    "open_regular",
+    "read_fd",
+    "read_verified",
     "sha256_of",
     "verify_file",
     "write_manifest",
@@ -236,7 +239,12 @@ def _sha256_of_fd(fd: int) -> str:
 
 #: ``O_NONBLOCK``: opening a FIFO planted where a file should be must not block the import
 #: (the opened object is then refused as not a regular file). ``O_BINARY`` on Windows.
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
 
 
 def _file_kind(mode: int) -> str:
@@ -281,6 +289,14 @@ def verify_file(entry: ManifestEntry, root: Path) -> Path:
     Raises :class:`ManifestError` saying which check failed (``cause``) and the
     reinstall command (``remedy``).
     """
+    return read_verified(entry, root)[0]
+
+
+def read_verified(entry: ManifestEntry, root: Path) -> tuple[Path, bytes]:
+    """:func:`verify_file`, returning the library's bytes too: the ones that were hashed,
+    read once from one descriptor, so a loader that loads exactly these bytes (see
+    :func:`._loader.open_library`) loads what was verified, whatever happens to the
+    path afterwards."""
     path = root / entry.file
     name = brief(entry.file, 80)
     try:
@@ -306,17 +322,41 @@ def verify_file(entry: ManifestEntry, root: Path) -> Path:
                 REINSTALL,
             )
         try:
-            digest = _sha256_of_fd(fd)
+            data = read_fd(fd, entry.size + 1)  # one more: a file that grew is caught
         except OSError as exc:
             raise ManifestError(f"{name}: cannot be read ({exc.strerror})", REINSTALL) from None
     finally:
         os.close(fd)
+    if len(data) != entry.size:
+        raise ManifestError(
+            f"{name}: {len(data)} bytes read, the manifest says {entry.size} "
+            "(it changed while it was read)",
+            REINSTALL,
+        )
+    digest = hashlib.sha256(data).hexdigest()
     if digest != entry.sha256:
         raise ManifestError(
             f"{name}: sha256 {digest[:12]}... does not match the manifest's {entry.sha256[:12]}...",
             REINSTALL,
         )
-    return path
+    return path, data
+
+
+def read_fd(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes of an open file, from its current offset."""
+    chunks: list[bytes] = []
+    total = 0
+    while total < limit and (chunk := os.read(fd, min(1 << 20, limit - total))):
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
+def open_regular(path: Path, what: str) -> tuple[int, os.stat_result]:
+    """Open ``path`` read-only, without blocking (a FIFO put in its place cannot hang
+    the caller) and close-on-exec; return ``(fd, fstat)`` of a regular file. Raises
+    :class:`ManifestError` (cause only) for a missing, unreadable or non-regular file."""
+    return _open_regular(path, what)
 
 
 def load_manifest(path: Path) -> tuple[ManifestEntry, ...]:

@@ -462,3 +462,103 @@ def test_library_override_is_checked_against_running_torch(
         assert result["replaced"], result
     else:
         assert_contained(result, says, "(from TORCH_C_DLPACK_EXT_LIBRARY)")
+
+
+# Runs `ACTION(lib)` at the moment the loader calls dlopen (ctypes.CDLL), after every
+# check: a racing writer made deterministic.
+RACE = r"""
+import ctypes, json, os, sys, warnings
+LIB = sys.argv[1]
+OTHER = sys.argv[2] if len(sys.argv) > 2 else ""
+def swap(lib):
+    tmp = lib + ".swap"
+    with open(OTHER, "rb") as src, open(tmp, "wb") as dst:
+        dst.write(src.read())
+    os.replace(tmp, lib)
+def truncate(lib):
+    os.truncate(lib, 4096)  # in place: the same inode loses its loadable segments
+def fifo(lib):
+    os.unlink(lib)
+    os.mkfifo(lib)
+ACTION = {action}
+def tracer(frame, event, arg):
+    if (event == "call" and frame.f_code.co_name == "__init__"
+            and frame.f_code.co_filename.endswith(os.path.join("ctypes", "__init__.py"))
+            and frame.f_locals.get("name")):
+        ACTION(LIB)
+        sys.settrace(None)
+    return None
+import torch
+sys.settrace(tracer)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch_c_dlpack_ext as pkg
+sys.settrace(None)
+status = pkg.status()
+loaded = pkg._loader.loaded_library(status.library) if status.library else None
+print(json.dumps({{"kind": status.kind.value, "reason": status.reason,
+                  "info": loaded.build_info() if loaded else None,
+                  "warnings": [str(w.message) for w in caught]}}))
+"""
+
+
+def _race(tmp_path: Path, action: str, env: dict[str, str], lib: Path, *args: Path) -> Any:
+    root = tmp_path / "pkg"
+    proc = run_python(
+        RACE.format(action=action),
+        pythonpath=[root],
+        env=clean_env(**env),
+        timeout=60,  # a FIFO opened blocking would hang the import: fail, do not wait
+        args=[str(lib), *map(str, args)],
+    )
+    assert proc.returncode == 0, f"import died with {proc.returncode}:\n{proc.stderr[-3000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_library_swapped_after_verification_is_not_loaded(tmp_path: Path) -> None:
+    """The bytes loaded are the bytes hashed: a file replaced between the sha256 check
+    and dlopen does not reach the process."""
+    verified = build_fake_library(tmp_path / "lib")
+    other = build_fake_library(tmp_path / "other", "FAKE_TORCH_MINOR=99")
+    root = make_package(tmp_path / "pkg", [bundled(verified)])
+    (lib,) = (root / PACKAGE / "libs").iterdir()
+    result = _race(tmp_path, "swap", {P + "FORCE": "1"}, lib, other)
+    assert result["kind"] == "load", result
+    assert "torch_minor" not in result["info"], f"the swapped-in file was loaded: {result}"
+
+
+def test_library_truncated_in_place_during_dlopen_does_not_kill_the_process(
+    tmp_path: Path,
+) -> None:
+    """An in-place truncation (same inode) while dlopen maps the file would be a SIGBUS;
+    the loader maps its own sealed copy of the verified bytes instead."""
+    library = build_fake_library(tmp_path / "lib")
+    root = make_package(tmp_path / "pkg", [bundled(library)])
+    (lib,) = (root / PACKAGE / "libs").iterdir()
+    result = _race(tmp_path, "truncate", {P + "FORCE": "1"}, lib)
+    assert result["kind"] == "load", result
+
+
+def test_library_override_replaced_by_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    """LIBRARY passed the settings' is_file(), then became a FIFO: opening it blocking
+    (as dlopen does) would hang the import forever."""
+    library = build_fake_library(tmp_path / "lib")
+    make_package(tmp_path / "pkg", manifest=False)
+    lib = tmp_path / "override.so"
+    shutil.copyfile(library, lib)
+    env = {P + "FORCE": "1", P + "LIBRARY": str(lib)}
+    # Swapped before the loader opens it: at its first look at the file.
+    code_action = "fifo"
+    root = tmp_path / "pkg"
+    race = RACE.format(action=code_action).replace(
+        'frame.f_code.co_name == "__init__"\n'
+        '            and frame.f_code.co_filename.endswith(os.path.join("ctypes", "__init__.py"))\n'
+        '            and frame.f_locals.get("name")',
+        'frame.f_code.co_name == "open_library"',
+    )
+    assert "open_library" in race
+    proc = run_python(race, pythonpath=[root], env=clean_env(**env), timeout=60, args=[str(lib)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["kind"] == "unavailable", result
+    assert "is a FIFO" in result["reason"], result

@@ -212,13 +212,16 @@ def test_capsule_is_named_and_points_at_table() -> None:
 
 
 AUDIT = r"""
-import sys
+import os, sys
 events = []
 WATCHED = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.fork",
            "os.forkpty", "socket.connect", "socket.getaddrinfo", "ctypes.dlopen"}
 def hook(event, args):
     if event in WATCHED:
-        name = str(args[0]).rsplit("/", 1)[-1]
+        name = str(args[0])
+        if name.startswith("/proc/self/fd/"):  # the loader's private copy (a memfd)
+            name = os.readlink(name).replace("/memfd:", "")
+        name = name.rsplit("/", 1)[-1]
         events.append(event if event != "ctypes.dlopen" else "dlopen:" + name)
 import torch
 sys.addaudithook(hook)
