@@ -111,6 +111,13 @@ DEVIATIONS: dict[str, Deviation] = {
         "ROCm build kDLCUDA",
         "a NULL stream is the default stream: a consumer would race torch's current stream",
     ),
+    "uncreatable-device": Deviation(
+        "imports host memory tagged kDLMetal, kDLExtDev or kDLMAIA as an mps, "
+        "privateuseone or maia tensor, devices this torch build cannot create tensors on",
+        "BufferError: a build serves only devices it can also answer streams for (a CPU "
+        "build: host memory)",
+        "a tensor of a device without a backend fails at its first use, far from the cause",
+    ),
     "out-on-refusal": Deviation(
         "leaves *out as it was when managed_tensor_to_py_object_no_sync refuses",
         "sets *out to NULL on every refusal",
@@ -123,6 +130,10 @@ DEVIATIONS: dict[str, Deviation] = {
         "the kind names the cause",
     ),
 }
+
+#: The device types of "uncreatable-device": torch 2.13's CPU build imports exactly these
+#: besides kDLCPU (kDLCUDA/kDLROCM are "unserved-gpu"); it refuses every other one too.
+UNCREATABLE_DEVICE_TYPES = frozenset({8, 12, 17})  # kDLMetal, kDLExtDev, kDLMAIA
 
 #: How often each deviation was relied on in this run (shown in the terminal summary).
 USED: collections.Counter[str] = collections.Counter()

@@ -17,6 +17,7 @@ import gc
 import random
 from typing import Any
 
+import pytest
 import torch
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
@@ -40,7 +41,7 @@ from .checks import (
     view_span,
 )
 from .conftest import count_case
-from .tables import Outcome, Tables, deviates
+from .tables import UNCREATABLE_DEVICE_TYPES, Outcome, Tables, deviates
 
 INT64_MAX = 2**63 - 1
 #: Inputs whose extent fits int64 but needs more memory than this are not generated
@@ -364,6 +365,10 @@ def _empty_huge(shape: tuple[int, ...]) -> RawInput:
 @example(raw=_empty_huge((2**40, 0, 2**40)))
 @given(raw=raw_inputs())
 def test_import_generated(tables: Tables, raw: RawInput) -> None:
+    check_import(tables, raw)
+
+
+def check_import(tables: Tables, raw: RawInput) -> None:
     count_case("import: raw DLManagedTensorVersioned")
     reason = expected_refusal(raw, tables.backend)
     ours_built = Built(raw)
@@ -393,11 +398,25 @@ def compare_with_torch(
     assert tables.torch is not None
     if raw.malformed() and deviates("malformed-import"):
         return
-    if reason == "device" and deviates("unserved-gpu"):
+    gpu = raw.device_type in (DLDeviceType.kDLCUDA, DLDeviceType.kDLROCM)
+    if reason == "device" and gpu and deviates("unserved-gpu"):
         return  # (torch would make a "cuda" tensor over host memory)
     theirs_built = Built(raw)
     theirs, their_tensor = call_import(tables.torch, theirs_built, ours=False)
     count_case("import: differential")
+    if reason == "device":  # compared per device type: ours refused it (a CPU build)
+        count_case("import: non-CPU device types vs torch")
+        if theirs.ok:
+            assert raw.device_type in UNCREATABLE_DEVICE_TYPES, (
+                f"torch imports device type {raw.device_type} ({their_tensor.device}), we "
+                "refuse it: not a documented deviation"
+            )
+            assert deviates("uncreatable-device")
+            del their_tensor
+            gc.collect()
+        elif ours.error != theirs.error:
+            assert deviates("error-types")
+        return
     their_description = None
     if their_tensor is not None:
         their_description = describe(their_tensor, theirs_built)
@@ -428,3 +447,15 @@ def compare_with_torch(
         assert deviates(deviation)
     elif ours.error != theirs.error:
         assert deviates("error-types")
+
+
+@pytest.mark.parametrize("device_type", sorted({int(t) for t in DLDeviceType} | {0, 5, 6, 19, 99}))
+def test_import_each_device_type_against_torch(tables: Tables, device_type: int) -> None:
+    """Every device type, not only the ones hypothesis happens to draw: our refusal is
+    compared with torch's outcome for that type (a float32[4] over host memory)."""
+    raw = RawInput(
+        code=DLDataTypeCode.kDLFloat, bits=32, lanes=1, ndim=1, shape=(4,), strides=None,
+        byte_offset=0, null_data=False, device_type=device_type, device_id=0, major=1,
+        minor=3, flags=0, seed=device_type,
+    )  # fmt: skip
+    check_import(tables, raw)
