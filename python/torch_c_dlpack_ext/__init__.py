@@ -63,6 +63,37 @@ def _is_exchange_capsule(value: object) -> bool:
     return bool(is_valid(value, b"dlpack_exchange_api"))
 
 
+def _in_torch_python(capsule: object) -> bool:
+    """Whether the table in a valid capsule lies in torch's own ``libtorch_python`` (where
+    torch 2.10+ keeps it): one ``dladdr``, so the fast path stays cheap; anything else
+    goes to the selector, which checks the pointer fully before deferring to it."""
+    import ctypes
+    import sys
+
+    if sys.platform == "win32":
+        return True  # no dladdr: the selector's image checks do not apply there either
+
+    class DlInfo(ctypes.Structure):
+        _fields_ = [
+            ("dli_fname", ctypes.c_char_p),
+            ("dli_fbase", ctypes.c_void_p),
+            ("dli_sname", ctypes.c_char_p),
+            ("dli_saddr", ctypes.c_void_p),
+        ]
+
+    get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", ctypes.pythonapi)
+    )
+    dladdr = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(DlInfo))(
+        ("dladdr", ctypes.pythonapi)
+    )
+    info = DlInfo()
+    pointer = get(capsule, b"dlpack_exchange_api")
+    if not pointer or not dladdr(ctypes.c_void_p(pointer), ctypes.byref(info)):
+        return False
+    return os.path.basename(info.dli_fname or b"").startswith(b"libtorch_python")
+
+
 def _torch_defers() -> bool:
     """The fast path: torch provides a valid API capsule and no override is set, so the
     selector would DEFER; answering that without loading the selector keeps import ~free."""
@@ -75,7 +106,8 @@ def _torch_defers() -> bool:
         # set by someone else, and the selector validates its pointer before deferring.
         if torch_minor(torch.__version__) < (2, 10):
             return False
-        return _is_exchange_capsule(getattr(torch.Tensor, CAPSULE_ATTR))
+        capsule = getattr(torch.Tensor, CAPSULE_ATTR)
+        return _is_exchange_capsule(capsule) and _in_torch_python(capsule)
     except Exception:  # no torch, no attribute, an odd one: the full selector reports why
         return False
 

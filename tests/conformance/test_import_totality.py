@@ -90,6 +90,7 @@ new_capsule = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void
                                 ctypes.c_void_p)(("PyCapsule_New", ctypes.pythonapi))
 NAME = b"dlpack_exchange_api"
 OTHER_NAME = ctypes.create_string_buffer(b"other_api")
+OWN_NAME = ctypes.create_string_buffer(NAME)  # a capsule keeps the pointer, not a copy
 HEAP = ctypes.create_string_buffer(64)
 OWN = ORIGINAL[CAPSULE]
 OWN_POINTER = get_pointer(OWN, NAME) if OWN is not MISSING and is_valid(OWN, NAME) else None
@@ -105,6 +106,8 @@ def capsule_value(kind):
     return {
         "int5": lambda: 5, "none": lambda: None, "str": lambda: "dlpack_exchange_api",
         "object": object, "raises": Raises,
+        "named_heap": lambda: new_capsule(
+            ctypes.addressof(HEAP), ctypes.addressof(OWN_NAME), None),
         "other_name": lambda: new_capsule(
             ctypes.addressof(HEAP), ctypes.addressof(OTHER_NAME), None),
     }[kind]()
@@ -244,7 +247,7 @@ LIBRARY_STATES = (
     "swapped",
     "same_size",
 )
-CAPSULES = ("keep", "delete", "int5", "none", "str", "object", "other_name", "raises")
+CAPSULES = ("keep", "delete", "int5", "none", "str", "object", "other_name", "named_heap", "raises")
 LEGACIES: tuple[Any, ...] = (
     "absent",
     1,
@@ -675,6 +678,8 @@ def _single_fault_cases() -> list[tuple[str, dict[str, Any], str]]:
         ("capsule-5", {"capsule": "int5"}, "__dlpack_c_exchange_api__ is int 5"),
         ("capsule-none", {"capsule": "none"}, "__dlpack_c_exchange_api__ is NoneType"),
         ("capsule-other", {"capsule": "other_name"}, "a PyCapsule of another name"),
+        # Well named, but holding a heap address: checked like the legacy int.
+        ("capsule-bad-pointer", {"capsule": "named_heap"}, "__dlpack_c_exchange_api__'s pointer"),
         ("capsule-raises", {"capsule": "raises"}, "raised RuntimeError"),
         ("legacy-1", {"legacy": 1}, "__c_dlpack_exchange_api__ = 1 is not a valid"),
         ("legacy-2**64", {"legacy": 2**64}, "is not a valid table address"),

@@ -113,7 +113,7 @@ def test_truncated_library_is_caught_before_dlopen(
         tmp_path / "pkg",
         [bundled(bad, size=library.stat().st_size, sha256=sha256_of(library))],
     )
-    assert_contained(probe(root, **{P + "FORCE": "1"}), "size", "manifest says", "reinstall")
+    assert_contained(probe(root, **{P + "FORCE": "1"}), "bytes, the manifest says", "Reinstall")
 
 
 @pytest.mark.slow
