@@ -614,8 +614,12 @@ def override_mismatch(
         asked = (
             f"{env_var('BACKEND')} asks for {wanted.value}"
             if settings.backend is not None
-            else f"this torch needs {wanted.value} (a GPU torch gets a library that answers "
-            "its streams)"
+            else f"this torch needs {wanted.value}"
+            + (
+                " (a GPU torch gets a library that answers its streams)"
+                if wanted is not Backend.CPU
+                else ""
+            )
         )
         return (
             f"{name} (from {var}) was built for {said}, {asked}",
