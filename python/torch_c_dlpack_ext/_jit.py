@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ._loader import LOCK, LoadedLibrary, Status, open_library, publish
-from ._manifest import ManifestEntry, verify_file
+from ._manifest import ManifestEntry, read_verified
 from ._naming import Backend, default_cache_dir, env_var, library_filename
 from ._select import DecisionKind
 from ._settings import Settings
@@ -71,9 +71,12 @@ def _cache_root(settings: Settings) -> tuple[Path, str]:
     return root, f"it is the user cache directory: make it writable, or {point}"
 
 
-def _reuse_read_only(output_dir: Path, info: TorchInfo, backend: Backend) -> Path | None:
+def _reuse_read_only(
+    output_dir: Path, info: TorchInfo, backend: Backend
+) -> tuple[Path, bytes] | None:
     """The library an earlier build left in a cache directory we cannot write to, if
-    its build record matches this torch and its size and sha256 still check out."""
+    its build record matches this torch and its size and sha256 still check out: its
+    path and the bytes that were verified."""
     major, minor = info.major_minor
     name = library_filename(major, minor, backend, info.cxx11_abi)
     try:
@@ -81,7 +84,7 @@ def _reuse_read_only(output_dir: Path, info: TorchInfo, backend: Backend) -> Pat
         entry = ManifestEntry.from_json(record.get("entry") if isinstance(record, dict) else None)
         if (entry.file, entry.torch_build, entry.backend) != (name, info.version, backend):
             return None
-        return verify_file(entry, output_dir)
+        return read_verified(entry, output_dir)
     except (OSError, ValueError, ManifestError):
         return None
 
@@ -107,7 +110,7 @@ def build_and_load(
         # A read-only cache (a shared or baked-in one) that already holds the build.
         reused = _reuse_read_only(output_dir, info, backend)
         if reused is not None:
-            return open_library(reused)
+            return open_library(*reused)
         raise ConfigError(
             f"JIT cache directory {root} is not writable ({exc.strerror or exc}) and holds "
             f"no build for this torch; {fix}"
@@ -122,7 +125,8 @@ def build_and_load(
         raise
     except OSError as exc:
         raise BuildError(f"JIT build in {output_dir} failed: {exc}") from None
-    return open_library(verify_file(entry, output_dir))
+    # The bytes that were hashed are the bytes loaded (no window for a swapped file).
+    return open_library(*read_verified(entry, output_dir))
 
 
 def build_for_current_torch(environ: Mapping[str, str]) -> tuple[Status, Path]:
