@@ -44,8 +44,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest.mock
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -234,20 +235,6 @@ def lay_out_artifacts(
 # --- job wheels ---------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _environ(**values: str) -> Iterator[None]:
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def _entry(cell: Any, path: Path, toolchain: str) -> Any:
     from torch_c_dlpack_ext._manifest import ManifestEntry, sha256_of
 
@@ -295,7 +282,7 @@ def _real_libraries(cells_value: str, work: Path, build_dir: Path) -> list[tuple
 
     out = work / "backend"
     out.mkdir(parents=True, exist_ok=True)
-    with _environ(TORCH_C_DLPACK_EXT_CELLS=cells_value):
+    with unittest.mock.patch.dict(os.environ, {"TORCH_C_DLPACK_EXT_CELLS": cells_value}):
         name = build_backend.build_wheel(str(out), {"build-dir": str(build_dir)})
     pairs = []
     libs = work / "real-libs"

@@ -43,10 +43,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest.mock
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -264,21 +265,12 @@ def _build(cells: Sequence[str], out: Path, deadline: _Deadline) -> Path:
     return out
 
 
-@contextlib.contextmanager
-def _rehearsal_credentials() -> Iterator[None]:
+def _rehearsal_credentials() -> contextlib.AbstractContextManager[Any]:
     # pypiserver runs with authentication off (-a . -P .); twine still wants a
     # username and password in non-interactive mode. Real ones are never needed.
-    saved = {k: os.environ.get(k) for k in ("TWINE_USERNAME", "TWINE_PASSWORD")}
-    os.environ["TWINE_USERNAME"] = "rehearsal"
-    os.environ["TWINE_PASSWORD"] = "rehearsal"
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return unittest.mock.patch.dict(
+        os.environ, {"TWINE_USERNAME": "rehearsal", "TWINE_PASSWORD": "rehearsal"}
+    )
 
 
 def _publish(dist: Path, server: IndexServer) -> tuple[release.ReleaseFiles, list[Check]]:
