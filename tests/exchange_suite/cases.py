@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from .dlpack_ctypes import DLDataTypeCode as Code
+from .dlpack_ctypes import DLDeviceType, TensorFields
 
 #: DLPack (code, bits, lanes) of every torch dtype DLPack can express, by attribute
 #: name on ``torch`` (dtypes missing from the running torch are left out).
@@ -109,3 +110,20 @@ LAYOUTS: list[tuple[str, Callable[[], torch.Tensor]]] = [
     ("subclass", lambda: torch.ones(2, 2).as_subclass(_Sub)),
     ("int64_sliced", lambda: torch.arange(20).reshape(4, 5)[1:, 2:]),
 ]
+
+
+def expected_fields(tensor: torch.Tensor, code: int, bits: int, lanes: int) -> TensorFields:
+    """What a DLTensor of a CPU ``tensor`` must say: torch 2.13's conventions (data is
+    the first element, byte_offset 0, NULL data for tensors without elements)."""
+    return TensorFields(
+        data=tensor.data_ptr() if tensor.numel() else 0,
+        device_type=DLDeviceType.kDLCPU,
+        device_id=0,
+        ndim=tensor.dim(),
+        code=code,
+        bits=bits,
+        lanes=lanes,
+        shape=tuple(tensor.shape),
+        strides=tuple(tensor.stride()),
+        byte_offset=0,
+    )

@@ -8,9 +8,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from .cases import DLPACK_DTYPES, LAYOUTS, make_tensor, present
+from .cases import DLPACK_DTYPES, LAYOUTS, expected_fields, make_tensor, present
 from .dlpack_ctypes import (
-    DLDeviceType,
     DLPackExchangeAPI,
     TensorFields,
     export_dltensor,
@@ -18,23 +17,6 @@ from .dlpack_ctypes import (
     fields_of,
     managed_fields,
 )
-
-
-def expected_fields(tensor: torch.Tensor, code: int, bits: int, lanes: int) -> TensorFields:
-    """What a DLTensor of a CPU ``tensor`` must say: torch 2.13's conventions (data is
-    the first element, byte_offset 0, NULL data for tensors without elements)."""
-    return TensorFields(
-        data=tensor.data_ptr() if tensor.numel() else 0,
-        device_type=DLDeviceType.kDLCPU,
-        device_id=0,
-        ndim=tensor.dim(),
-        code=code,
-        bits=bits,
-        lanes=lanes,
-        shape=tuple(tensor.shape),
-        strides=tuple(tensor.stride()),
-        byte_offset=0,
-    )
 
 
 def with_managed_header(fields: TensorFields, api: DLPackExchangeAPI) -> TensorFields:
