@@ -253,6 +253,30 @@ def _private_copy(path: Path, data: bytes) -> str | None:
     return f"/proc/self/fd/{fd}"
 
 
+def _dlopen(target: str, key: str, path: Path, data: bytes) -> ctypes.CDLL:
+    """dlopen ``target`` (the private copy, or ``key`` itself); raises OSError.
+
+    Some systems refuse to map a memory file executable (``vm.memfd_noexec``, an
+    SELinux execmem policy): there the file itself is loaded instead, if it still
+    holds exactly the verified bytes (a library that fails for its own reasons, such
+    as an undefined symbol, fails the same way again and reports that).
+    """
+    # RTLD_LOCAL: the library resolves torch's symbols from the libraries
+    # ``import torch`` already loaded, and exports nothing to others.
+    try:
+        return ctypes.CDLL(target, mode=ctypes.RTLD_LOCAL)
+    except OSError:
+        if target == key:
+            raise
+        try:
+            unchanged = _read_library(path) == data
+        except LibraryLoadError:
+            unchanged = False
+        if not unchanged:
+            raise
+    return ctypes.CDLL(key, mode=ctypes.RTLD_LOCAL)
+
+
 def open_library(path: Path, data: bytes | None = None) -> LoadedLibrary:
     """dlopen ``path`` (once per process) and check its exchange table.
 
@@ -272,9 +296,7 @@ def open_library(path: Path, data: bytes | None = None) -> LoadedLibrary:
         check_elf_extent(path, data)
         target = _private_copy(path, data) or key
         try:
-            # RTLD_LOCAL: the library resolves torch's symbols from the libraries
-            # ``import torch`` already loaded, and exports nothing to others.
-            handle = ctypes.CDLL(target, mode=ctypes.RTLD_LOCAL)
+            handle = _dlopen(target, key, path, data)
         except OSError as exc:
             cause = _one_line(exc).replace(target, key)
             raise LibraryLoadError(f"{_short_path(path)}: cannot be loaded: {cause}") from None

@@ -199,6 +199,26 @@ def test_check_table_in_process(fake_libs: dict[str, Path]) -> None:
         _loader.open_library(Path(sys.executable).parent / "no-such-lib.so")
 
 
+def test_a_refused_private_copy_falls_back_to_the_unchanged_file(
+    tmp_path: Path, fake_libs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where memory files cannot be mapped executable (vm.memfd_noexec, SELinux), the
+    verified file itself is loaded; a file changed since verification is not."""
+    unloadable = tmp_path / "noexec-copy"
+    unloadable.write_bytes(b"\x7fELF but not loadable")
+    monkeypatch.setattr(_loader, "_private_copy", lambda path, data: str(unloadable))
+    library = tmp_path / "fallback.so"
+    library.write_bytes(fake_libs["good"].read_bytes())
+    assert _loader.open_library(library).dlpack_version == (1, 3)
+
+    changed = tmp_path / "changed.so"
+    changed.write_bytes(fake_libs["good"].read_bytes())
+    verified = changed.read_bytes()
+    changed.write_bytes(fake_libs["major2"].read_bytes())  # swapped after verification
+    with pytest.raises(LibraryLoadError, match="cannot be loaded"):
+        _loader.open_library(changed, verified)
+
+
 def test_capsule_is_named_and_points_at_table() -> None:
     table = _loader.DLPackExchangeAPI()
     pointer = ctypes.addressof(table)
