@@ -341,11 +341,18 @@ def force(library: Path) -> tuple[bool, str]:
     os.environ["TORCH_C_DLPACK_EXT_FORCE"] = "1"
     os.environ["TORCH_C_DLPACK_EXT_LIBRARY"] = str(library)
     import torch_c_dlpack_ext
+    from torch_c_dlpack_ext import _loader
 
     status = torch_c_dlpack_ext.status()
     published = api_from_capsule(torch.Tensor.__dlpack_c_exchange_api__)
-    ours = ExchangeLibrary(library)
-    same = ctypes.addressof(published) == ours.address
+    # The package loads its own (verified, private) copy of the file: the published table
+    # must be that copy's, whose build info says the same as the file's.
+    loaded = _loader.loaded_library(library)
+    same = (
+        loaded is not None
+        and ctypes.addressof(published) == loaded.pointer
+        and json.loads(loaded.build_info() or "{}") == ExchangeLibrary(library).build_info
+    )
     decision = getattr(status, "decision", None)
     kind = getattr(getattr(decision, "kind", None), "value", "?")
     return same, f"decision {kind}, {library.name}"
@@ -501,7 +508,7 @@ def _check(report: Report, torch_api: DLPackExchangeAPI, cache: Path, own_capsul
     ours_lib = cuda_lib if (cuda_lib is not None and not gpu_reason) else cpu_lib
     case = f"force: published table is ours ({ours_lib.build_info['backend']})"
     run_case(report, case, ours_lib is cuda_lib, lambda: _force_row(ours_lib.path))
-    tables = Tables(ours=ours_lib.api, torch=torch_api, cpu=cpu_lib.api)
+    tables = Tables(ours=_as_published(ours_lib), torch=torch_api, cpu=cpu_lib.api)
 
     # The CPU half: runs everywhere (CI), and is the round trip on the running torch.
     check_device(report, tables, "cpu", False, "cpu")
@@ -550,6 +557,15 @@ def _both_refuse(ours: str, theirs: str) -> tuple[str, str, bool]:
     """Both refuse; the SetError kind may differ (ours: ValueError for a bad prototype,
     CONTRIBUTING.md; torch 2.13 reports an unknown dtype code as MemoryError)."""
     return ours, theirs, ours.startswith("refused") and theirs.startswith("refused")
+
+
+def _as_published(library: ExchangeLibrary) -> DLPackExchangeAPI:
+    """The table the package published for ``library`` (its own private copy of the
+    file: what consumers call), or the file's own table if the force did not load it."""
+    from torch_c_dlpack_ext import _loader
+
+    loaded = _loader.loaded_library(library.path)
+    return DLPackExchangeAPI.from_address(loaded.pointer) if loaded else library.api
 
 
 def _force_row(library: Path) -> tuple[str, str, bool]:
