@@ -93,6 +93,7 @@ __all__ = [
     "DLPackExchangeAPIHeader",
     "DLPackVersion",
     "DLTensor",
+    "ErrorSink",
     "ExchangeLibrary",
     "TensorFields",
     "api_from_capsule",
@@ -156,6 +157,17 @@ def api_from_capsule(capsule: object) -> DLPackExchangeAPI:
     get_pointer.argtypes = (ctypes.py_object, ctypes.c_char_p)
     address = get_pointer(capsule, CAPSULE_NAME)
     return DLPackExchangeAPI.from_address(address)
+
+
+class ErrorSink:
+    """A SetError callback that records (kind, message) pairs."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str]] = []
+        self.callback = SET_ERROR(self._record)
+
+    def _record(self, _ctx: Any, kind: bytes, message: bytes) -> None:
+        self.errors.append((kind.decode(), message.decode()))
 
 
 class ExchangeLibrary:

@@ -9,27 +9,16 @@ import pytest
 import torch
 
 from .dlpack_ctypes import (
-    SET_ERROR,
     DLDataTypeCode,
     DLDeviceType,
     DLManagedTensorVersioned,
     DLPackExchangeAPI,
     DLTensor,
+    ErrorSink,
     ExchangeLibrary,
     import_managed,
     managed_fields,
 )
-
-
-class ErrorSink:
-    """A SetError callback that records (kind, message) pairs."""
-
-    def __init__(self) -> None:
-        self.errors: list[tuple[str, str]] = []
-        self.callback = SET_ERROR(self._record)
-
-    def _record(self, _ctx: Any, kind: bytes, message: bytes) -> None:
-        self.errors.append((kind.decode(), message.decode()))
 
 
 def allocate(

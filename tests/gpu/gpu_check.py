@@ -57,11 +57,11 @@ for _path in (ROOT / "python", ROOT):
 
 import torch  # noqa: E402
 from tests.exchange_suite.dlpack_ctypes import (  # noqa: E402
-    SET_ERROR,
     DLDeviceType,
     DLManagedTensorVersioned,
     DLPackExchangeAPI,
     DLTensor,
+    ErrorSink,
     ExchangeLibrary,
     TensorFields,
     api_from_capsule,
@@ -141,17 +141,6 @@ class Tables:
     torch: DLPackExchangeAPI
     #: Our CPU library (for the refusal cases); the same as ``ours`` on a CPU-only run.
     cpu: DLPackExchangeAPI
-
-
-class ErrorSink:
-    """A SetError callback recording (kind, message) pairs."""
-
-    def __init__(self) -> None:
-        self.errors: list[tuple[str, str]] = []
-        self.callback = SET_ERROR(self._record)
-
-    def _record(self, _ctx: Any, kind: bytes, message: bytes) -> None:
-        self.errors.append((kind.decode(), message.decode()))
 
 
 def outcome(call: Callable[[], Any]) -> tuple[str, Any]:
