@@ -3,26 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["Summary", "Target", "percentile", "ratio", "summarize"]
-
-
-def percentile(samples: Sequence[float], fraction: float) -> float:
-    """The ``fraction`` quantile (0..1) of ``samples`` by linear interpolation between
-    closest ranks (numpy's default), so p50 equals the median."""
-    if not samples:
-        raise ValueError("percentile of an empty sample")
-    if not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"fraction must be within [0, 1], got {fraction}")
-    ordered = sorted(samples)
-    position = fraction * (len(ordered) - 1)
-    low = math.floor(position)
-    high = math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+__all__ = ["Summary", "Target", "ratio", "summarize"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -46,12 +31,19 @@ class Summary:
 
 
 def summarize(samples: Sequence[float]) -> Summary:
-    """Median, p90, min and max of a non-empty sample."""
+    """Median, p90, min and max of a non-empty sample; p90 interpolates linearly between
+    closest ranks (numpy's default), and is the sample itself when there is only one."""
     if not samples:
         raise ValueError("cannot summarize an empty sample")
+    # quantiles() refuses fewer than two samples.
+    p90 = (
+        statistics.quantiles(samples, n=10, method="inclusive")[8]
+        if len(samples) > 1
+        else samples[0]
+    )
     return Summary(
         median=statistics.median(samples),
-        p90=percentile(samples, 0.9),
+        p90=p90,
         minimum=min(samples),
         maximum=max(samples),
         count=len(samples),
