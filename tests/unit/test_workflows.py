@@ -1,8 +1,11 @@
-"""The GitHub Actions workflows follow the release policy, checked mechanically.
+"""The GitHub Actions workflows follow this project's release policy, checked mechanically.
 
-Each rule is a function returning the violations it finds, so the same rule is
-tested on the real workflows (no violations) and on a small bad workflow (the
-violation is found): a rule that can never fire would be worthless.
+The generic hardening (actions pinned to a commit SHA, ``persist-credentials: false``,
+permissions, template injection, floating image tags) is zizmor's job in ``nox -s lint``;
+what is here is what no zizmor or actionlint audit checks offline. Each rule is a
+function returning the violations it finds, so the same rule is tested on the real
+workflows (no violations) and on a small bad workflow (the violation is found): a rule
+that can never fire would be worthless.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
 WORKFLOW_FILES = sorted(WORKFLOWS.glob("*.yml"))
 
-PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
 USES_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>\S+)\s*(?P<comment>#.*)?$")
+# Dependabot updates a SHA pin together with this comment; zizmor's ref-version-mismatch,
+# which compares the two, runs online only.
 VERSION_COMMENT = re.compile(r"^#\s*v\d+(\.\d+)*\b")
 
 
@@ -47,42 +51,12 @@ def steps(workflow: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
 # --- rules ---------------------------------------------------------------------------
 
 
-def top_level_permissions(workflow: dict[str, Any]) -> list[str]:
-    if workflow.get("permissions") != {}:
-        return [f"top-level permissions is {workflow.get('permissions')!r}, expected {{}}"]
-    return []
-
-
-def unpinned_uses(text: str) -> list[str]:
-    problems = []
-    for number, line in enumerate(text.splitlines(), 1):
-        match = USES_LINE.match(line)
-        if match is None:
-            continue
-        ref, comment = match["ref"], match["comment"] or ""
-        if ref.startswith(("./", "docker://")):
-            problems.append(f"line {number}: {ref} (local or docker actions are not allowed)")
-        elif not PINNED.match(ref):
-            problems.append(f"line {number}: {ref} is not pinned to a 40-hex commit SHA")
-        elif not VERSION_COMMENT.match(comment):
-            problems.append(f"line {number}: {ref} lacks a '# vX.Y.Z' version comment")
-    return problems
-
-
-def floating_refs(text: str) -> list[str]:
+def missing_version_comments(text: str) -> list[str]:
     return [
-        f"line {n}: {line.strip()}"
-        for n, line in enumerate(text.splitlines(), 1)
-        if re.search(r"@(main|master)\b|:latest\b", line)
-    ]
-
-
-def checkout_credentials(workflow: dict[str, Any]) -> list[str]:
-    return [
-        f"job {job}: actions/checkout without persist-credentials: false"
-        for job, step in steps(workflow)
-        if str(step.get("uses", "")).startswith("actions/checkout@")
-        and (step.get("with") or {}).get("persist-credentials") is not False
+        f"line {number}: {match['ref']} lacks a '# vX.Y.Z' version comment"
+        for number, line in enumerate(text.splitlines(), 1)
+        if (match := USES_LINE.match(line)) is not None
+        and not VERSION_COMMENT.match(match["comment"] or "")
     ]
 
 
@@ -100,11 +74,6 @@ def id_token_jobs(workflow: dict[str, Any]) -> list[str]:
     return found
 
 
-def jobs_without_permissions(workflow: dict[str, Any]) -> list[str]:
-    return [f"job {name} has no permissions block" for name, job in jobs(workflow).items()
-            if "permissions" not in job]  # fmt: skip
-
-
 def unused_dispatch_inputs(workflow: dict[str, Any], text: str) -> list[str]:
     dispatch = (workflow.get("on") or {}).get("workflow_dispatch") or {}
     inputs = (dispatch or {}).get("inputs") or {}
@@ -112,16 +81,6 @@ def unused_dispatch_inputs(workflow: dict[str, Any], text: str) -> list[str]:
         f"workflow_dispatch input {name!r} is never used"
         for name in inputs
         if not re.search(rf"\binputs\.{re.escape(name)}\b", text)
-    ]
-
-
-def expressions_in_run(workflow: dict[str, Any]) -> list[str]:
-    # Values reach scripts through env:, never by template expansion into the
-    # script text (template injection).
-    return [
-        f"job {job}: run step expands {m.group(0)}"
-        for job, step in steps(workflow)
-        for m in re.finditer(r"\$\{\{[^}]*\}\}", str(step.get("run", "")))
     ]
 
 
@@ -141,24 +100,7 @@ def workflow_file(request: pytest.FixtureRequest) -> Path:
 def test_policy(workflow_file: Path) -> None:
     text = workflow_file.read_text(encoding="utf-8")
     workflow = load(text)
-    problems = (
-        top_level_permissions(workflow)
-        + unpinned_uses(text)
-        + floating_refs(text)
-        + checkout_credentials(workflow)
-        + jobs_without_permissions(workflow)
-        + unused_dispatch_inputs(workflow, text)
-        + expressions_in_run(workflow)
-    )
-    assert problems == []
-
-
-def test_every_step_action_is_pinned(workflow_file: Path) -> None:
-    # The line-based rule above must see every `uses:` the YAML has.
-    text = workflow_file.read_text(encoding="utf-8")
-    refs = [str(step["uses"]) for _, step in steps(load(text)) if "uses" in step]
-    assert refs, "a workflow without actions is suspicious"
-    assert all(PINNED.match(ref) for ref in refs), refs
+    assert missing_version_comments(text) + unused_dispatch_inputs(workflow, text) == []
 
 
 def test_id_token_only_on_publish() -> None:
@@ -244,33 +186,18 @@ jobs:
     permissions:
       id-token: write
     steps:
-      - uses: actions/checkout@v4
+      - uses: actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2
       - uses: actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065
-      - uses: some/action@main # v1
-      - run: echo "${{ github.event.head_commit.message }}"
-  other:
-    runs-on: ubuntu-latest
-    steps:
-      - run: docker pull python:latest
 """
 
 
 def test_rules_find_violations() -> None:
     workflow = load(BAD)
-    assert top_level_permissions(workflow)
-    unpinned = unpinned_uses(BAD)
-    assert any("actions/checkout@v4 is not pinned" in p for p in unpinned)
-    assert any("lacks a '# vX.Y.Z' version comment" in p for p in unpinned)
-    assert any("some/action@main" in p for p in unpinned)
-    assert len(floating_refs(BAD)) == 2
-    assert checkout_credentials(workflow) == [
-        "job build: actions/checkout without persist-credentials: false"
+    assert missing_version_comments(BAD) == [
+        "line 14: actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065"
+        " lacks a '# vX.Y.Z' version comment"
     ]
     assert id_token_jobs(workflow) == ["<workflow>", "build"]
-    assert jobs_without_permissions(workflow) == ["job other has no permissions block"]
     assert unused_dispatch_inputs(workflow, BAD) == [
         "workflow_dispatch input 'forgotten' is never used"
-    ]
-    assert expressions_in_run(workflow) == [
-        "job build: run step expands ${{ github.event.head_commit.message }}"
     ]
