@@ -30,6 +30,11 @@ def _group(name: str) -> list[str]:
     return list(nox.project.dependency_groups(PYPROJECT, name))
 
 
+#: How the developer tools run from the checkout: as modules of the repository root, with
+#: the shipped building blocks (python/_torch_c_dlpack_ext_core) importable.
+DEVTOOLS_ENV = {"PYTHONPATH": str(ROOT / "python")}
+
+
 @nox.session(venv_backend="virtualenv")
 def tests(session: nox.Session) -> None:
     """Unit and integration tests (real compiles, real torch 2.4-2.9 and 2.13).
@@ -93,7 +98,7 @@ def build(session: nox.Session) -> None:
     build/build-report.json (beside ``--out DIR`` when given; ``--report FILE`` chooses).
     """
     session.install(*_group("build"))
-    session.run("python", "-m", "devtools.build", *session.posargs)
+    session.run("python", "-m", "devtools.build", *session.posargs, env=DEVTOOLS_ENV)
 
 
 @nox.session(default=False)
@@ -104,7 +109,7 @@ def matrix(session: nox.Session) -> None:
     ``--list`` prints every cell id instead.
     """
     session.install("packaging>=24", "filelock>=3.12", "tomli>=1.1; python_version < '3.11'")
-    session.run("python", "-m", "devtools.matrix", *session.posargs)
+    session.run("python", "-m", "devtools.matrix", *session.posargs, env=DEVTOOLS_ENV)
 
 
 @nox.session(default=False)
@@ -117,7 +122,7 @@ def release(session: nox.Session) -> None:
     Publishing instead. See README "Releasing".
     """
     session.install(*_group("release"))
-    session.run("python", "devtools/release.py", "upload", *session.posargs)
+    session.run("python", "-m", "devtools.release", "upload", *session.posargs, env=DEVTOOLS_ENV)
 
 
 @nox.session(default=False)
@@ -131,7 +136,7 @@ def rehearse(session: nox.Session) -> None:
     changing the served files. ``-- --help`` lists the options.
     """
     session.install(*_group("rehearse"))
-    session.run("python", "devtools/rehearse.py", *session.posargs)
+    session.run("python", "-m", "devtools.rehearse", *session.posargs, env=DEVTOOLS_ENV)
 
 
 @nox.session(default=False)
@@ -146,7 +151,7 @@ def rehearse_dataflow(session: nox.Session) -> None:
     [--only CELLS] [--workdir DIR]``.
     """
     session.install(*_group("build"), "twine>=6.1", "pyyaml>=6")
-    session.run("python", "-m", "devtools.dataflow", *session.posargs)
+    session.run("python", "-m", "devtools.dataflow", *session.posargs, env=DEVTOOLS_ENV)
 
 
 @nox.session(venv_backend="virtualenv", default=False)

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torch_c_dlpack_ext._run import run
-from torch_c_dlpack_ext.errors import ConfigError, TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.errors import ConfigError, TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.run import run
 
 from .report import Table, format_bytes
 from .stats import Target

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from torch_c_dlpack_ext.errors import ConfigError, TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.errors import ConfigError, TorchCDLPackExtError
 
 from .report import (
     Progress,

@@ -24,8 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, required=True)
     args = parser.parse_args(argv)
 
-    from torch_c_dlpack_ext._compile import compile_library
-    from torch_c_dlpack_ext._naming import parse_backend
+    from _torch_c_dlpack_ext_core.driver import compile_library
+    from _torch_c_dlpack_ext_core.naming import parse_backend
 
     backend = parse_backend(args.backend)
     started = time.perf_counter()

@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from torch_c_dlpack_ext._run import run
-from torch_c_dlpack_ext.errors import TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.run import run
 
 from .exchange_worker import HARNESS_FUNCTIONS
 from .harness import build_harness

@@ -13,8 +13,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from torch_c_dlpack_ext._run import run
-from torch_c_dlpack_ext.errors import CompilerNotFoundError, DLPackHeaderNotFoundError
+from _torch_c_dlpack_ext_core.errors import CompilerNotFoundError, DLPackHeaderNotFoundError
+from _torch_c_dlpack_ext_core.run import run
 
 from .exchange_worker import HARNESS_FUNCTIONS
 

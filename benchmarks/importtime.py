@@ -21,10 +21,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from torch_c_dlpack_ext._manifest import write_manifest
-from torch_c_dlpack_ext._naming import LIBS_DIR, MANIFEST_NAME, PACKAGE
-from torch_c_dlpack_ext._run import run
-from torch_c_dlpack_ext.errors import ConfigError, TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.errors import ConfigError, TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.manifest import write_manifest
+from _torch_c_dlpack_ext_core.naming import CORE_PACKAGE, LIBS_DIR, MANIFEST_NAME, PACKAGE
+from _torch_c_dlpack_ext_core.run import run
 
 from .report import Table
 from .stats import Target, summarize
@@ -77,9 +77,10 @@ def package_with_library(library: BuiltLibrary, destination: Path) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=".pkg.", dir=destination.parent))
     try:
         package = staging / PACKAGE
-        shutil.copytree(
-            ROOT / "python" / PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__")
-        )
+        for name in (PACKAGE, CORE_PACKAGE):  # the wheel installs both
+            shutil.copytree(
+                ROOT / "python" / name, staging / name, ignore=shutil.ignore_patterns("__pycache__")
+            )
         relative = f"{LIBS_DIR}/{library.path.name}"
         (package / LIBS_DIR).mkdir(exist_ok=True)
         shutil.copy2(library.path, package / relative)

@@ -18,9 +18,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from torch_c_dlpack_ext._manifest import atomic_write_bytes
-from torch_c_dlpack_ext._run import run
-from torch_c_dlpack_ext.errors import CommandError, ConfigError
+from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
+from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+from _torch_c_dlpack_ext_core.run import run
 
 from .stats import Target
 

@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from torch_c_dlpack_ext._run import run
-from torch_c_dlpack_ext.errors import CommandError, TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.errors import CommandError, TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.run import run
 
 from .report import Table, format_bytes
 from .stats import Target

@@ -16,10 +16,10 @@ import time
 import zipfile
 from pathlib import Path
 
-from torch_c_dlpack_ext._manifest import ManifestEntry
-from torch_c_dlpack_ext._naming import Backend
-from torch_c_dlpack_ext._run import run
-from torch_c_dlpack_ext.errors import ConfigError, TorchInstallError
+from _torch_c_dlpack_ext_core.errors import ConfigError, TorchInstallError
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
+from _torch_c_dlpack_ext_core.naming import Backend
+from _torch_c_dlpack_ext_core.run import run
 
 from .report import Progress
 
@@ -57,7 +57,10 @@ class BenchContext:
 
 
 def subprocess_env(
-    *, pythonpath: tuple[Path, ...] = (ROOT,), keep_settings: bool = False, **extra: str
+    *,
+    pythonpath: tuple[Path, ...] = (ROOT / "python", ROOT),
+    keep_settings: bool = False,
+    **extra: str,
 ) -> dict[str, str]:
     """The environment for a benchmark subprocess: ours with ``pythonpath`` and ``extra``.
 
@@ -103,7 +106,7 @@ def build_our_library(
 ) -> BuiltLibrary:
     """Compile (or take from the driver's cache) our library for the torch at ``torch_dir``,
     with the headers of the interpreter ``python`` that will load it."""
-    from torch_c_dlpack_ext._compile import compile_library
+    from _torch_c_dlpack_ext_core.driver import compile_library
 
     from .harness import python_include_dir
 

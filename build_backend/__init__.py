@@ -23,10 +23,9 @@ __all__ = [
 
 
 def _prepare() -> None:
-    from ._source import import_build_modules, install_error_boundary
+    from ._source import install_error_boundary
 
     install_error_boundary()
-    import_build_modules()
 
 
 def get_requires_for_build_wheel(config_settings: dict[str, Any] | None = None) -> list[str]:

@@ -3,7 +3,7 @@
 ``nox -s build``, ``nox -s matrix`` (CI's job matrix), the in-tree build backend
 (``TORCH_C_DLPACK_EXT_CELLS``) and the tests all call :func:`load_matrix`. The
 file is validated on read: an unknown key, platform, backend or index raises
-:class:`~torch_c_dlpack_ext.errors.ConfigError` with a "did you mean" hint.
+:class:`~_torch_c_dlpack_ext_core.errors.ConfigError` with a "did you mean" hint.
 
 A *cell* is one library: (Python, platform, torch minor, backend, C++ ABI). Each
 ``[[torch.wheel]]`` flavour yields its own backend's library and the CPU library
@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from torch_c_dlpack_ext._naming import Backend, library_filename, parse_backend, variant_label
-from torch_c_dlpack_ext.errors import ConfigError
+from _torch_c_dlpack_ext_core.errors import ConfigError
+from _torch_c_dlpack_ext_core.naming import Backend, library_filename, parse_backend, variant_label
 
 if sys.version_info >= (3, 11):
     import tomllib

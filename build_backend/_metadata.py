@@ -2,7 +2,7 @@
 
 pyproject-metadata validates the table (PEP 621 / PEP 639) and writes the
 RFC 822 form; the one dynamic field, ``version``, comes from
-``python/torch_c_dlpack_ext/_version.py`` (the one source of the version), read
+``python/_torch_c_dlpack_ext_core/version.py`` (the one source of the version), read
 without importing the package.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from torch_c_dlpack_ext.errors import ConfigError
+from _torch_c_dlpack_ext_core.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -100,9 +100,9 @@ def project_metadata(root: Path, pyproject: Mapping[str, Any] | None = None) -> 
     if unsupported:
         raise ConfigError(
             f"pyproject.toml [project] dynamic = {unsupported}: the in-tree backend fills only "
-            "'version' (from python/torch_c_dlpack_ext/_version.py); make the others static"
+            "'version' (from python/_torch_c_dlpack_ext_core/version.py); make the others static"
         )
-    version = read_version(root / "python" / "torch_c_dlpack_ext" / "_version.py")
+    version = read_version(root / "python" / "_torch_c_dlpack_ext_core" / "version.py")
     if "version" in project and "version" in dynamic:
         raise ConfigError("pyproject.toml: 'version' is both static and dynamic; keep it dynamic")
     project["version"] = version

@@ -38,8 +38,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from torch_c_dlpack_ext._naming import ENV_PREFIX
-from torch_c_dlpack_ext.errors import ConfigError
+from _torch_c_dlpack_ext_core.errors import ConfigError
+from _torch_c_dlpack_ext_core.naming import ENV_PREFIX
 
 __all__ = ["BackendOptions", "read_options"]
 

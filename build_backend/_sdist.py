@@ -23,6 +23,7 @@ __all__ = ["SDIST_PATHS", "build_sdist_impl", "sdist_files"]
 SDIST_PATHS = (
     "csrc",
     "python/torch_c_dlpack_ext",
+    "python/_torch_c_dlpack_ext_core",
     "build_backend",
     "matrix.toml",
     "pyproject.toml",

@@ -1,11 +1,9 @@
-"""Where the project's files are, how the backend imports the package's build-time
-modules, and the backend's error boundary.
+"""Where the project's files are, and the backend's error boundary.
 
-The backend runs from a checkout or an unpacked sdist (``backend-path = ["."]``).
-It needs ``torch_c_dlpack_ext``'s build-time modules (names, manifest, compiler
-driver) but must not run the package's ``__init__``: that runs the runtime
-selector, which imports torch, and the sdist build promises never to import the
-torch it compiles against.
+The backend runs from a checkout or an unpacked sdist (``backend-path = [".", "python"]``).
+It imports the shipped building blocks (``_torch_c_dlpack_ext_core``: names, manifest,
+compiler driver), which have no import side effects; never the package
+``torch_c_dlpack_ext``, whose import runs the runtime selector (and imports torch).
 
 Errors reach the user as one paragraph: a frontend runs each hook in a child
 Python (pip, build and uv all do), where an exception out of the hook is printed by
@@ -17,8 +15,6 @@ their typed errors.
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
 import sys
 import tempfile
@@ -28,11 +24,11 @@ from types import TracebackType
 
 __all__ = [
     "BUILD_REQUIREMENTS",
+    "CORE_DIR",
     "PACKAGE_DIR",
     "PYTHON_DIR",
     "ROOT",
     "brief_error",
-    "import_build_modules",
     "install_error_boundary",
 ]
 
@@ -41,24 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: What the wheel installs as the package: ``python/torch_c_dlpack_ext``.
 PYTHON_DIR = ROOT / "python"
 PACKAGE_DIR = PYTHON_DIR / "torch_c_dlpack_ext"
-
-
-def import_build_modules() -> None:
-    """Make ``torch_c_dlpack_ext.<submodule>`` importable from the source tree.
-
-    When the package is not imported yet, a bare package object whose
-    ``__path__`` is the source directory is registered, so importing a submodule
-    does not execute ``__init__.py`` (and its torch import).
-    """
-    if str(PYTHON_DIR) not in sys.path:
-        sys.path.insert(0, str(PYTHON_DIR))
-    if "torch_c_dlpack_ext" in sys.modules:
-        return
-    spec = importlib.machinery.ModuleSpec("torch_c_dlpack_ext", None, is_package=True)
-    spec.submodule_search_locations = [str(PACKAGE_DIR)]
-    module = importlib.util.module_from_spec(spec)
-    module.__path__ = [str(PACKAGE_DIR)]
-    sys.modules["torch_c_dlpack_ext"] = module
+#: The shipped building blocks, installed beside the package.
+CORE_DIR = PYTHON_DIR / "_torch_c_dlpack_ext_core"
 
 
 #: ``[build-system] requires`` by the module each provides (a test keeps the two equal).
@@ -85,7 +65,7 @@ def _install_command() -> str:
 def brief_error(error: BaseException) -> str | None:
     """The one paragraph a user sees for ``error``, or ``None`` when it is not one of
     ours (nor a missing build requirement) and deserves its full traceback."""
-    from torch_c_dlpack_ext.errors import TorchCDLPackExtError
+    from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtError
 
     if isinstance(error, TorchCDLPackExtError):
         return f"torch-c-dlpack-ext cannot be built: {error}"

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._source import PACKAGE_DIR, ROOT
+from ._source import CORE_DIR, PACKAGE_DIR, ROOT
 
 __all__ = [
     "WheelWriter",
@@ -144,7 +144,7 @@ def _expand_tag(tag: str) -> list[str]:
 
 def platform_tag() -> str:
     """This host's platform tag before any policy tag (``linux_x86_64``, ``win_amd64``)."""
-    from torch_c_dlpack_ext._naming import host_platform_tag
+    from _torch_c_dlpack_ext_core.naming import host_platform_tag
 
     return host_platform_tag()
 
@@ -173,14 +173,16 @@ def wheel_tag(*, python: str | None, platform: str | None) -> str:
 
 
 def package_files() -> list[tuple[str, Path]]:
-    """``(arcname, path)`` of the package's Python files (never libraries or caches)."""
+    """``(arcname, path)`` of the Python files of the package and of the building blocks
+    installed beside it (never libraries or caches)."""
     found = []
-    for path in sorted(PACKAGE_DIR.rglob("*")):
-        rel = path.relative_to(PACKAGE_DIR)
-        if not path.is_file() or "__pycache__" in rel.parts or rel.parts[0] in ("libs", "csrc"):
-            continue
-        if path.suffix in _PACKAGE_SUFFIXES:
-            found.append((f"torch_c_dlpack_ext/{rel.as_posix()}", path))
+    for directory in (PACKAGE_DIR, CORE_DIR):
+        for path in sorted(directory.rglob("*")):
+            rel = path.relative_to(directory)
+            if not path.is_file() or "__pycache__" in rel.parts or rel.parts[0] in ("libs", "csrc"):
+                continue
+            if path.suffix in _PACKAGE_SUFFIXES:
+                found.append((f"{directory.name}/{rel.as_posix()}", path))
     return found
 
 
@@ -198,7 +200,7 @@ def _find_torch(explicit: Path | None) -> Path:
     """The torch to compile against: ``explicit``, else the one importable here (not imported)."""
     import importlib.util
 
-    from torch_c_dlpack_ext.errors import TorchInstallError
+    from _torch_c_dlpack_ext_core.errors import TorchInstallError
 
     if explicit is not None:
         return explicit
@@ -217,7 +219,7 @@ def build_wheel_impl(
     wheel_directory: str, config_settings: Mapping[str, Any] | None, *, editable: bool = False
 ) -> str:
     """PEP 517 ``build_wheel``: see :mod:`build_backend._options` for what gets packed."""
-    from torch_c_dlpack_ext._manifest import ManifestEntry, load_manifest
+    from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest
 
     from ._metadata import load_pyproject, project_metadata
     from ._options import read_options
@@ -228,7 +230,7 @@ def build_wheel_impl(
     libraries: list[tuple[ManifestEntry, Path]] = []
     python: str | None = None
     if options.libs_dir is not None:
-        from torch_c_dlpack_ext._naming import MANIFEST_NAME
+        from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
 
         entries = load_manifest(options.libs_dir / MANIFEST_NAME)
         libraries = [(e, options.libs_dir / e.file) for e in entries]
@@ -236,9 +238,9 @@ def build_wheel_impl(
     elif options.cells:
         libraries, python = _build_cells(options)
     elif not options.universal and not editable:
-        from torch_c_dlpack_ext._compile import compile_library
-        from torch_c_dlpack_ext._torchinstall import TorchInstall
-        from torch_c_dlpack_ext.errors import GPUHeadersNotFoundError
+        from _torch_c_dlpack_ext_core.driver import compile_library
+        from _torch_c_dlpack_ext_core.errors import GPUHeadersNotFoundError
+        from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 
         install = TorchInstall.from_path(_find_torch(options.torch))
         out = options.build_dir if options.build_dir.is_absolute() else ROOT / options.build_dir
@@ -266,8 +268,8 @@ def build_wheel_impl(
 
 def _backends(requested: Sequence[str], install: Any) -> list[Any]:
     """The backends to compile: ``requested`` (validated), else all the torch has (CPU first)."""
-    from torch_c_dlpack_ext._naming import Backend, parse_backend
-    from torch_c_dlpack_ext.errors import BackendUnavailableError
+    from _torch_c_dlpack_ext_core.errors import BackendUnavailableError
+    from _torch_c_dlpack_ext_core.naming import Backend, parse_backend
 
     available = sorted(install.backends_available, key=lambda b: b is not Backend.CPU)
     if not requested:
@@ -295,7 +297,7 @@ def _python_of(libs_dir: Path) -> str:
 
 
 def _build_cells(options: Any) -> tuple[list[Any], str]:
-    from torch_c_dlpack_ext.errors import ConfigError
+    from _torch_c_dlpack_ext_core.errors import ConfigError
 
     if not (ROOT / "devtools" / "build.py").is_file():
         raise ConfigError(
@@ -325,9 +327,9 @@ def assemble_wheel(
     """
     import dataclasses
 
-    from torch_c_dlpack_ext._manifest import dump_manifest
-    from torch_c_dlpack_ext._naming import LIBS_DIR, MANIFEST_NAME
-    from torch_c_dlpack_ext.errors import ConfigError
+    from _torch_c_dlpack_ext_core.errors import ConfigError
+    from _torch_c_dlpack_ext_core.manifest import dump_manifest
+    from _torch_c_dlpack_ext_core.naming import LIBS_DIR, MANIFEST_NAME
 
     if label is not None and not libraries:
         raise ConfigError(f"variant-label {label!r} needs libraries to pack (libs-dir= or cells=)")

@@ -1,16 +1,15 @@
-"""Developer-only helpers shared by nox sessions, tests and benchmarks (never shipped).
+"""Developer-only tools shared by nox sessions, CI, tests and benchmarks (never shipped).
 
-They run from a checkout without installing the package, so the checkout's
-``python/`` directory is made importable here, once, for every module below.
+Run them from the repository root as modules (``python -m devtools.build``), with the
+shipped building blocks importable: ``PYTHONPATH=python`` (the nox sessions and the
+release workflow set it; pytest's ``pythonpath`` does for the tests). They import
+``_torch_c_dlpack_ext_core`` and ``build_backend``, never the package
+``torch_c_dlpack_ext`` itself, whose import runs the selector.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 #: The repository root (the directory holding ``pyproject.toml``).
 ROOT = Path(__file__).resolve().parents[1]
-
-if str(ROOT / "python") not in sys.path:
-    sys.path.insert(0, str(ROOT / "python"))

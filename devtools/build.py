@@ -2,7 +2,7 @@
 
 Per cell: a cached environment holding that torch release (installed
 ``--no-deps``, never imported; :mod:`devtools.torchenv`), one compile through
-the driver (:func:`torch_c_dlpack_ext._compile.compile_library`, which audits
+the driver (:func:`_torch_c_dlpack_ext_core.driver.compile_library`, which audits
 the ABI and skips unchanged targets by its cache key). Cells this host cannot
 build are skipped with the reason: another OS or architecture, an index that
 does not answer (checked with a short timeout), no ROCm toolchain, no such
@@ -39,11 +39,11 @@ from typing import Any
 
 from build_backend._matrix import Cell, Matrix, load_matrix
 
+from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError, TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry, atomic_write_bytes, write_manifest
+from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
+from _torch_c_dlpack_ext_core.run import run
 from devtools import ROOT
-from torch_c_dlpack_ext._manifest import ManifestEntry, atomic_write_bytes, write_manifest
-from torch_c_dlpack_ext._naming import MANIFEST_NAME, Backend
-from torch_c_dlpack_ext._run import run
-from torch_c_dlpack_ext.errors import CommandError, ConfigError, TorchCDLPackExtError
 
 __all__ = [
     "CellResult",
@@ -179,8 +179,8 @@ def _python_include(python: Path) -> Path:
 
 def build_one(cell: Cell, build_dir: Path) -> CellResult:
     """Provision the cell's torch and compile its library (a cache hit compiles nothing)."""
+    from _torch_c_dlpack_ext_core.driver import compile_library
     from devtools.torchenv import torch_env
-    from torch_c_dlpack_ext._compile import compile_library
 
     started = time.monotonic()
     out = group_dir(build_dir, cell)
@@ -297,8 +297,8 @@ def _write_group_manifests(
 
 
 def _read_manifest(directory: Path) -> list[ManifestEntry]:
-    from torch_c_dlpack_ext._manifest import load_manifest
-    from torch_c_dlpack_ext.errors import ManifestError
+    from _torch_c_dlpack_ext_core.errors import ManifestError
+    from _torch_c_dlpack_ext_core.manifest import load_manifest
 
     try:
         entries = load_manifest(directory / MANIFEST_NAME)

@@ -133,7 +133,7 @@ def _steps(workflow: Mapping[str, Any], job: str) -> list[dict[str, Any]]:
 
 
 def _error(message: str) -> Exception:
-    from torch_c_dlpack_ext.errors import ConfigError
+    from _torch_c_dlpack_ext_core.errors import ConfigError
 
     return ConfigError(message)
 
@@ -236,7 +236,7 @@ def lay_out_artifacts(
 
 
 def _entry(cell: Any, path: Path, toolchain: str) -> Any:
-    from torch_c_dlpack_ext._manifest import ManifestEntry, sha256_of
+    from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of
 
     return ManifestEntry(
         file=path.name,
@@ -278,7 +278,7 @@ def _real_libraries(cells_value: str, work: Path, build_dir: Path) -> list[tuple
     arrive as ``TORCH_C_DLPACK_EXT_CELLS``) and return its libraries."""
     import build_backend
 
-    from torch_c_dlpack_ext._manifest import ManifestEntry
+    from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 
     out = work / "backend"
     out.mkdir(parents=True, exist_ok=True)
@@ -647,7 +647,7 @@ def print_summary(result: FlowResult) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line (``nox -s rehearse_dataflow``); exit 1 if the flow has a problem."""
-    from torch_c_dlpack_ext.errors import TorchCDLPackExtError
+    from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtError
 
     parser = argparse.ArgumentParser(prog="rehearse_dataflow", description=__doc__.split("\n")[0])
     parser.add_argument(

@@ -34,8 +34,8 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from torch_c_dlpack_ext._run import run
-from torch_c_dlpack_ext.errors import CommandError, ConfigError, TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError, TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.run import run
 
 __all__ = ["CARRY_DIR", "LIMIT_BYTES", "PREINSTALLED", "WHEELS", "gather", "install_line", "main"]
 

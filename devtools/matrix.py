@@ -15,18 +15,10 @@ import json
 import sys
 from collections.abc import Sequence
 
-import devtools  # noqa: F401 - puts python/ on sys.path
-
-if __name__ == "__main__":
-    # Only the package's helpers are needed: never its import-time selection.
-    from devtools._nopackage import helpers_without_the_package
-
-    helpers_without_the_package()
-
 from build_backend._matrix import load_matrix
 
-from torch_c_dlpack_ext._manifest import atomic_write_bytes
-from torch_c_dlpack_ext.errors import TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 
 __all__ = ["main"]
 

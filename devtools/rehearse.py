@@ -51,22 +51,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-for _path in (ROOT / "python", ROOT):
-    if str(_path) not in sys.path:
-        # Run from a checkout (nox, tests) without installing anything.
-        sys.path.insert(0, str(_path))
-
-from devtools import release  # noqa: E402 - needs the path set above
-from torch_c_dlpack_ext._manifest import sha256_of  # noqa: E402
-from torch_c_dlpack_ext._naming import DIST_NAME  # noqa: E402
-from torch_c_dlpack_ext._run import run  # noqa: E402
-from torch_c_dlpack_ext.errors import (  # noqa: E402
+from _torch_c_dlpack_ext_core.errors import (
     CommandError,
     ConfigError,
     ReleaseError,
     TorchCDLPackExtError,
 )
+from _torch_c_dlpack_ext_core.manifest import sha256_of
+from _torch_c_dlpack_ext_core.naming import DIST_NAME
+from _torch_c_dlpack_ext_core.run import run
+from devtools import ROOT, release
 
 __all__ = [
     "DEFAULT_CELLS",

@@ -2,8 +2,8 @@
 workflow runs between nox sessions.
 
 ``nox -s release -- --repository-url URL`` calls :func:`publish`; ``nox -s rehearse``
-calls the same function against a local index. Subcommands (``python
-devtools/release.py --help``):
+calls the same function against a local index. Subcommands (``python -m
+devtools.release --help``):
 
 - ``upload``: ``twine check --strict``, then ``twine upload`` of the wheels and the
   sdist; the variants index (``{name}-{version}-variants.json``) goes to
@@ -45,39 +45,25 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-# Run from a checkout (CI jobs, nox) without installing the package: its helper
-# modules and the in-tree build backend (the one pyproject reader) come from the tree.
-for _path in (ROOT / "python", ROOT):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+from packaging.specifiers import SpecifierSet
+from packaging.tags import sys_tags
+from packaging.utils import canonicalize_name, parse_sdist_filename
+from packaging.version import InvalidVersion, Version
 
-
-if __name__ == "__main__":
-    # As the script, this process never imports the package itself (installed
-    # wheels are diagnosed in subprocesses): no import-time selection, no torch.
-    from devtools._nopackage import helpers_without_the_package
-
-    helpers_without_the_package(ROOT)
-
-from packaging.specifiers import SpecifierSet  # noqa: E402 - needs the path set above
-from packaging.tags import sys_tags  # noqa: E402
-from packaging.utils import canonicalize_name, parse_sdist_filename  # noqa: E402
-from packaging.version import InvalidVersion, Version  # noqa: E402
-
-from torch_c_dlpack_ext._manifest import (  # noqa: E402
-    ManifestEntry,
-    atomic_write_bytes,
-)
-from torch_c_dlpack_ext._naming import DIST_NAME, MANIFEST_NAME, PACKAGE  # noqa: E402
-from torch_c_dlpack_ext._run import run  # noqa: E402
-from torch_c_dlpack_ext._version import __version__  # noqa: E402
-from torch_c_dlpack_ext.errors import (  # noqa: E402
+from _torch_c_dlpack_ext_core.errors import (
     CommandError,
     ConfigError,
     ReleaseError,
     TorchCDLPackExtError,
 )
+from _torch_c_dlpack_ext_core.manifest import (
+    ManifestEntry,
+    atomic_write_bytes,
+)
+from _torch_c_dlpack_ext_core.naming import DIST_NAME, MANIFEST_NAME, PACKAGE
+from _torch_c_dlpack_ext_core.run import run
+from _torch_c_dlpack_ext_core.version import __version__
+from devtools import ROOT
 
 __all__ = [
     "CellStatus",
@@ -332,7 +318,7 @@ def check_tag(tag: str, version: str = __version__) -> None:
     """The release tag must be ``v`` + the version in ``_version.py``."""
     if tag != f"v{version}":
         raise ReleaseError(
-            f"tag {tag!r} does not match python/torch_c_dlpack_ext/_version.py "
+            f"tag {tag!r} does not match python/_torch_c_dlpack_ext_core/version.py "
             f"({version!r}); tag v{version}, or bump _version.py and CHANGELOG.md first"
         )
 
@@ -665,6 +651,8 @@ def diagnose(
     Exit status 1 means "no working API published" (the report says why), which
     is the expected outcome in some checks, so only the JSON decides.
     """
+    if env is None:  # an installed wheel is diagnosed, never a checkout on PYTHONPATH
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     try:
         cmd: list[str | os.PathLike[str]] = [python, "-m", PACKAGE, "--json"]
         stdout = run(cmd, env=env, cwd=cwd, timeout=DIAGNOSE_TIMEOUT).stdout

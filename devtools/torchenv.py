@@ -47,10 +47,10 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from torch_c_dlpack_ext._manifest import atomic_write_bytes
-from torch_c_dlpack_ext._naming import env_var
-from torch_c_dlpack_ext._run import run
-from torch_c_dlpack_ext.errors import CommandError, ConfigError, TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError, TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+from _torch_c_dlpack_ext_core.naming import env_var
+from _torch_c_dlpack_ext_core.run import run
 
 __all__ = [
     "NOT_NEEDED_TO_IMPORT",

@@ -36,11 +36,11 @@ from build_backend._matrix import Cell, Matrix, load_matrix
 from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
 
+from _torch_c_dlpack_ext_core.errors import ConfigError
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest, write_manifest
+from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
+from _torch_c_dlpack_ext_core.run import run
 from devtools import ROOT
-from torch_c_dlpack_ext._manifest import ManifestEntry, load_manifest, write_manifest
-from torch_c_dlpack_ext._naming import MANIFEST_NAME, Backend
-from torch_c_dlpack_ext._run import run
-from torch_c_dlpack_ext.errors import ConfigError
 
 __all__ = [
     "AUDITWHEEL_EXCLUDES",
@@ -211,7 +211,7 @@ def _atomic_move(source: Path, target: Path) -> None:
 
 
 def _write_json(target: Path, data: Any) -> None:
-    from torch_c_dlpack_ext._manifest import atomic_write_bytes
+    from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 
     atomic_write_bytes(target, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
     target.chmod(0o644)

@@ -31,7 +31,7 @@ import pytest
 if TYPE_CHECKING:
     from devtools.torchenv import TorchEnv
 
-    from torch_c_dlpack_ext._manifest import ManifestEntry
+    from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,7 +148,7 @@ def torch213_library(build_cache: Path) -> tuple[Path, ManifestEntry]:
     Returns ``(library path, manifest entry)``. Cached across runs by the driver.
     """
     torch = pytest.importorskip("torch")
-    from torch_c_dlpack_ext._compile import compile_library
+    from _torch_c_dlpack_ext_core.driver import compile_library
 
     entry = compile_library(
         torch=Path(torch.__file__).parent,

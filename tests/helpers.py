@@ -19,8 +19,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from torch_c_dlpack_ext._manifest import ManifestEntry, sha256_of, write_manifest
-from torch_c_dlpack_ext._naming import (
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of, write_manifest
+from _torch_c_dlpack_ext_core.naming import (
+    CORE_PACKAGE,
     ENV_PREFIX,
     LIBS_DIR,
     MANIFEST_NAME,
@@ -31,6 +32,7 @@ from torch_c_dlpack_ext._naming import (
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_SOURCE = ROOT / "python" / PACKAGE
+CORE_SOURCE = ROOT / "python" / CORE_PACKAGE
 CSRC = ROOT / "csrc"
 FAKE_LIBRARY_SOURCE = (
     Path(__file__).resolve().parent / "integration" / "fixtures" / "fake_exchange.c"
@@ -87,7 +89,8 @@ def build_fake_library(dest: Path, *defines: str, name: str = "libfake.so") -> P
 
 
 def make_package(root: Path, bundled: Sequence[Bundled] = (), *, manifest: bool = True) -> Path:
-    """Create ``root/torch_c_dlpack_ext`` holding ``bundled`` and its manifest.
+    """Create ``root/torch_c_dlpack_ext`` holding ``bundled`` and its manifest, beside
+    ``root/_torch_c_dlpack_ext_core`` (the wheel installs both).
 
     Returns the directory to put on ``PYTHONPATH``. The repository's ``csrc/`` is
     copied in as the wheel does, so the JIT can compile from the copy.
@@ -96,6 +99,7 @@ def make_package(root: Path, bundled: Sequence[Bundled] = (), *, manifest: bool 
     shutil.copytree(
         PACKAGE_SOURCE, package, ignore=shutil.ignore_patterns("__pycache__", "*.so", "libs")
     )
+    shutil.copytree(CORE_SOURCE, root / CORE_PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
     if CSRC.is_dir():
         shutil.copytree(CSRC, package / "csrc")
     entries = []

@@ -22,14 +22,15 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._naming import CAPSULE_ATTR, ENV_PREFIX, LEGACY_INT_ATTR, torch_minor
+from _torch_c_dlpack_ext_core.naming import CAPSULE_ATTR, ENV_PREFIX, LEGACY_INT_ATTR, torch_minor
 
 if TYPE_CHECKING:
+    from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtWarning
+    from _torch_c_dlpack_ext_core.version import __version__
+
     from . import errors
     from ._loader import Status
     from ._select import DecisionKind
-    from ._settings import TorchCDLPackExtWarning
-    from ._version import __version__
 
 __all__ = [
     "DecisionKind",
@@ -44,11 +45,11 @@ __all__ = [
 _PACKAGE_DIR = Path(__file__).parent
 # Names of __all__ resolved on first use (PEP 562), so the common import stays cheap.
 _LAZY = {
-    "__version__": ("_version", "__version__"),
-    "errors": ("errors", None),
-    "Status": ("_loader", "Status"),
-    "DecisionKind": ("_select", "DecisionKind"),
-    "TorchCDLPackExtWarning": ("_settings", "TorchCDLPackExtWarning"),
+    "__version__": ("_torch_c_dlpack_ext_core.version", "__version__"),
+    "errors": ("torch_c_dlpack_ext.errors", None),
+    "Status": ("torch_c_dlpack_ext._loader", "Status"),
+    "DecisionKind": ("torch_c_dlpack_ext._select", "DecisionKind"),
+    "TorchCDLPackExtWarning": ("_torch_c_dlpack_ext_core.errors", "TorchCDLPackExtWarning"),
 }
 
 
@@ -155,7 +156,7 @@ def _contained_status(exc: BaseException) -> Status | None:
     )
     category: type[Warning] = UserWarning
     try:
-        from .errors import TorchCDLPackExtWarning
+        from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtWarning
 
         category = TorchCDLPackExtWarning
     except Exception:  # even errors.py is broken: still warn, as a UserWarning
@@ -222,7 +223,7 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         module_name, attr = _LAZY[name]
-        module = importlib.import_module(f".{module_name}", __name__)
+        module = importlib.import_module(module_name)
         value = module if attr is None else getattr(module, attr)
         globals()[name] = value
         return value

@@ -17,7 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._dlpack_ctypes import CAPSULE_NAME, DLManagedTensorVersioned, DLPackExchangeAPI, DLTensor
+from _torch_c_dlpack_ext_core.dlpack_ctypes import (
+    CAPSULE_NAME,
+    DLManagedTensorVersioned,
+    DLPackExchangeAPI,
+    DLTensor,
+)
 
 __all__ = ["SmokeResult", "collect", "main", "smoke_test"]
 
@@ -68,8 +73,8 @@ def _check_fields(tensor: Any, dl: DLTensor) -> list[str]:
 
 
 def _round_trip(torch: Any, device: str) -> str:
-    from ._naming import CAPSULE_ATTR
-    from .errors import LibraryLoadError
+    from _torch_c_dlpack_ext_core.errors import LibraryLoadError
+    from _torch_c_dlpack_ext_core.naming import CAPSULE_ATTR
 
     capsule = getattr(torch.Tensor, CAPSULE_ATTR, None)
     if capsule is None:
@@ -113,11 +118,11 @@ def smoke_test(torch: Any, device: str = "cpu") -> SmokeResult:
 def collect(device: str = "cpu") -> dict[str, Any]:
     """Everything the diagnosis prints, as JSON-ready data."""
     import torch_c_dlpack_ext as package
+    from _torch_c_dlpack_ext_core.errors import ManifestError
+    from _torch_c_dlpack_ext_core.manifest import load_manifest
+    from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
 
     from ._loader import loaded_library
-    from ._manifest import load_manifest
-    from ._naming import MANIFEST_NAME
-    from .errors import ManifestError
 
     status = package.status()
     report: dict[str, Any] = {

@@ -1,9 +1,10 @@
 """Opt-in build of the library for the running torch (``TORCH_C_DLPACK_EXT_JIT=1`` or
 :func:`torch_c_dlpack_ext.build_for_current_torch`).
 
-The one compiler driver (:mod:`._compile`) does the work, with its build cache and
-file lock, so several processes asking at once produce one build. The output goes
-to ``<cache dir>/<key>/`` where the key covers the full torch identity: two torch
+The one compiler driver (:mod:`_torch_c_dlpack_ext_core.driver`) does the work,
+with its build cache and file lock, so several processes asking at once produce one
+build. The output goes to ``<cache dir>/<key>/`` where the key covers the full torch
+identity: two torch
 builds that share ``major.minor`` (``2.8.0`` and ``2.8.0a0+abc``, or the two C++
 ABIs of 2.6) never share a library.
 """
@@ -20,20 +21,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ._loader import LOCK, LoadedLibrary, Status, open_library, publish
-from ._manifest import ManifestEntry, read_verified
-from ._naming import Backend, default_cache_dir, env_var, library_filename
-from ._select import DecisionKind
-from ._settings import Settings
-from ._torchinfo import TorchInfo
-from ._version import __version__
-from .errors import (
+from _torch_c_dlpack_ext_core.errors import (
     BuildError,
     ConfigError,
     ManifestError,
     TorchCDLPackExtError,
     TorchInstallError,
 )
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry, read_verified
+from _torch_c_dlpack_ext_core.naming import Backend, default_cache_dir, env_var, library_filename
+from _torch_c_dlpack_ext_core.version import __version__
+
+from ._loader import LOCK, LoadedLibrary, Status, open_library, publish
+from ._select import DecisionKind
+from ._settings import Settings
+from ._torchinfo import TorchInfo
 
 __all__ = ["build_and_load", "build_for_current_torch", "cache_key", "python_tag"]
 
@@ -115,10 +117,10 @@ def build_and_load(
             f"JIT cache directory {root} is not writable ({exc.strerror or exc}) and holds "
             f"no build for this torch; {fix}"
         ) from None
-    from . import _compile
+    from _torch_c_dlpack_ext_core import driver
 
     try:
-        entry = _compile.compile_library(
+        entry = driver.compile_library(
             torch=Path(torch.__file__).parent, backend=backend, output_dir=output_dir
         )
     except TorchCDLPackExtError:

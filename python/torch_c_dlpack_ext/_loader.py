@@ -19,10 +19,28 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ._dlpack_ctypes import CAPSULE_NAME, EXCHANGE_API_MEMBERS, DLPackExchangeAPI
-from ._manifest import ManifestEntry, load_manifest, open_regular, read_fd, read_verified
-from ._naming import MANIFEST_NAME, Backend, env_var
-from ._record import FrozenRecord
+from _torch_c_dlpack_ext_core.dlpack_ctypes import (
+    CAPSULE_NAME,
+    EXCHANGE_API_MEMBERS,
+    DLPackExchangeAPI,
+)
+from _torch_c_dlpack_ext_core.errors import (
+    REINSTALL,
+    LibraryLoadError,
+    ManifestError,
+    TorchCDLPackExtError,
+    TorchCDLPackExtWarning,
+)
+from _torch_c_dlpack_ext_core.manifest import (
+    ManifestEntry,
+    load_manifest,
+    open_regular,
+    read_fd,
+    read_verified,
+)
+from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend, env_var
+from _torch_c_dlpack_ext_core.record import FrozenRecord
+
 from ._select import (
     Decision,
     DecisionKind,
@@ -33,13 +51,6 @@ from ._select import (
 )
 from ._settings import Settings
 from ._torchinfo import CAPSULE_ATTR, LEGACY_INT_ATTR, TorchInfo, check_legacy_pointer
-from .errors import (
-    REINSTALL,
-    LibraryLoadError,
-    ManifestError,
-    TorchCDLPackExtError,
-    TorchCDLPackExtWarning,
-)
 
 __all__ = [
     "CAPSULE_NAME",

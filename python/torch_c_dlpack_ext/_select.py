@@ -10,12 +10,13 @@ import enum
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._manifest import ManifestEntry
-from ._naming import Backend, env_var
-from ._record import FrozenRecord
+from _torch_c_dlpack_ext_core.errors import REINSTALL, ConfigError, ManifestError
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
+from _torch_c_dlpack_ext_core.naming import Backend, env_var
+from _torch_c_dlpack_ext_core.record import FrozenRecord
+
 from ._settings import Settings
 from ._torchinfo import TorchInfo
-from .errors import REINSTALL, ConfigError, ManifestError
 
 REINSTALL_COMMAND = REINSTALL.partition(": ")[2]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from ._naming import ENV_PREFIX, Backend, env_var, parse_backend
-from ._record import FrozenRecord
-from .errors import ConfigError, TorchCDLPackExtWarning
+from _torch_c_dlpack_ext_core.errors import ConfigError, TorchCDLPackExtWarning
+from _torch_c_dlpack_ext_core.naming import ENV_PREFIX, Backend, env_var, parse_backend
+from _torch_c_dlpack_ext_core.record import FrozenRecord
 
 __all__ = [
     "BUILD_TIME_VARIABLES",

@@ -14,8 +14,8 @@ import os
 import sys
 from typing import Any
 
-from ._naming import CAPSULE_ATTR, LEGACY_INT_ATTR, Backend, torch_minor
-from ._record import FrozenRecord
+from _torch_c_dlpack_ext_core.naming import CAPSULE_ATTR, LEGACY_INT_ATTR, Backend, torch_minor
+from _torch_c_dlpack_ext_core.record import FrozenRecord
 
 __all__ = [
     "CAPSULE_ATTR",
@@ -169,9 +169,10 @@ def table_origin(address: int, where: str) -> tuple[tuple[int, int], str]:
     (Linux); elsewhere only the image checks (``dladdr``) apply. Raises
     :class:`~torch_c_dlpack_ext.errors.LibraryLoadError` saying which check failed.
     """
-    from ._dlpack_ctypes import EXCHANGE_API_MEMBERS, DLPackExchangeAPI
+    from _torch_c_dlpack_ext_core.dlpack_ctypes import EXCHANGE_API_MEMBERS, DLPackExchangeAPI
+    from _torch_c_dlpack_ext_core.errors import LibraryLoadError, brief
+
     from ._loader import check_table
-    from .errors import LibraryLoadError, brief
 
     size = ctypes.sizeof(DLPackExchangeAPI)
     if not 0 < address < (1 << 63) - size or address % ctypes.alignment(DLPackExchangeAPI):
@@ -222,7 +223,7 @@ def check_legacy_pointer(value: Any) -> tuple[int, tuple[int, int]]:
     check refuses nothing real. Raises
     :class:`~torch_c_dlpack_ext.errors.LibraryLoadError` saying which check failed.
     """
-    from .errors import LibraryLoadError, brief
+    from _torch_c_dlpack_ext_core.errors import LibraryLoadError, brief
 
     where = f"torch.Tensor.{LEGACY_INT_ATTR}"
     if isinstance(value, bool) or not isinstance(value, int):
@@ -232,7 +233,7 @@ def check_legacy_pointer(value: Any) -> tuple[int, tuple[int, int]]:
 
 
 def _capsule_pointer(capsule: Any) -> int:
-    from ._dlpack_ctypes import CAPSULE_NAME
+    from _torch_c_dlpack_ext_core.dlpack_ctypes import CAPSULE_NAME
 
     get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
         ("PyCapsule_GetPointer", ctypes.pythonapi)
@@ -244,9 +245,10 @@ def _judge_attributes(tensor: Any) -> tuple[bool, bool, tuple[str, ...], str]:
     """``(valid capsule, valid legacy int, problems, origin of the valid capsule)`` of
     ``tensor``'s two attributes. A capsule is valid when ``PyCapsule_IsValid`` accepts
     it AND its pointer passes :func:`table_origin`, as strict as for the legacy int."""
+    from _torch_c_dlpack_ext_core.dlpack_ctypes import CAPSULE_NAME
+    from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtError, brief
+
     from . import _is_exchange_capsule
-    from ._dlpack_ctypes import CAPSULE_NAME
-    from .errors import TorchCDLPackExtError, brief
 
     problems: list[str] = []
     missing = object()

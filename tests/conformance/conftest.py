@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 #: The library under test (the exchange suite's variable: one way to point the suites at
-#: a library; torch_c_dlpack_ext._naming.ENV_PREFIX spelled out, the package is not imported).
+#: a library; _torch_c_dlpack_ext_core.naming.ENV_PREFIX spelled out, the package is not imported).
 LIBRARY_ENV = "TORCH_C_DLPACK_EXT_TEST_LIBRARY"
 
 _RELAXED = (HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much)

@@ -50,7 +50,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.helpers import Bundled, build_fake_library, clean_env, make_package, run_python
 
-from torch_c_dlpack_ext._naming import MANIFEST_NAME, PACKAGE, Backend
+from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PACKAGE, Backend
 from torch_c_dlpack_ext._settings import BUILD_TIME_VARIABLES, RUNTIME_VARIABLES
 
 from .conftest import count_case

@@ -16,7 +16,7 @@ import pytest
 from .dlpack_ctypes import DLPackExchangeAPI, ExchangeLibrary, api_from_capsule
 
 #: Path of the library under test. The name follows the project's one env-var
-#: prefix (torch_c_dlpack_ext._naming.ENV_PREFIX), spelled out here because the
+#: prefix (_torch_c_dlpack_ext_core.naming.ENV_PREFIX), spelled out here because the
 #: suite must not import the package (see the module docstring).
 LIBRARY_ENV = "TORCH_C_DLPACK_EXT_TEST_LIBRARY"
 

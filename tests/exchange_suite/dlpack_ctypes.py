@@ -1,11 +1,11 @@
 """ctypes mirrors of the DLPack 1.3 C structs and of the ``DLPackExchangeAPI`` table,
 plus the helpers the conformance suite and the benchmarks use with them.
 
-The mirrors themselves are the package's ``torch_c_dlpack_ext/_dlpack_ctypes.py``
-(one definition of the layout for the loader, the diagnostics, this suite and the
-benchmarks). That file is loaded here by path: the suite runs inside old-torch
-environments where the package is not installed, and importing the package would
-run its selector (and publish a library) before the suite chose one.
+The mirrors themselves are ``_torch_c_dlpack_ext_core.dlpack_ctypes`` (one definition
+of the layout for the loader, the diagnostics, this suite and the benchmarks),
+imported from the checkout's ``python/`` (pytest's ``pythonpath``): the building
+blocks have no import side effects, so no selector runs before the suite chose a
+library, in any torch environment.
 
 The function pointers are declared with ``ctypes.PYFUNCTYPE``: the producer
 expects the GIL to be held and reports failures by setting a Python exception,
@@ -17,58 +17,32 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import enum
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-#: The package's mirrors, by path (see the module docstring).
-MIRRORS_PATH = (
-    Path(__file__).resolve().parents[2] / "python" / "torch_c_dlpack_ext" / "_dlpack_ctypes.py"
+from _torch_c_dlpack_ext_core.dlpack_ctypes import (
+    ALLOCATOR,
+    CAPSULE_NAME,
+    CURRENT_WORK_STREAM,
+    DELETER,
+    DLTENSOR_FROM_PY_OBJECT,
+    FLAG_IS_COPIED,
+    FLAG_IS_SUBBYTE_TYPE_PADDED,
+    FLAG_READ_ONLY,
+    FROM_PY_OBJECT,
+    SET_ERROR,
+    TO_PY_OBJECT,
+    DLDataType,
+    DLDevice,
+    DLManagedTensorVersioned,
+    DLPackExchangeAPI,
+    DLPackExchangeAPIHeader,
+    DLPackVersion,
+    DLTensor,
 )
-# A private name: never mistaken for (or shadowing) the package's own module.
-_MIRRORS_MODULE = "tests_exchange_suite_dlpack_mirrors"
+from _torch_c_dlpack_ext_core.dlpack_ctypes import EXCHANGE_API_MEMBERS as _MEMBERS
 
-
-def _load_mirrors() -> ModuleType:
-    loaded = sys.modules.get(_MIRRORS_MODULE)
-    if loaded is not None:
-        return loaded
-    spec = importlib.util.spec_from_file_location(_MIRRORS_MODULE, MIRRORS_PATH)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load the DLPack mirrors from {MIRRORS_PATH}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[_MIRRORS_MODULE] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[_MIRRORS_MODULE]
-        raise
-    return module
-
-
-_mirrors = _load_mirrors()
-CAPSULE_NAME: bytes = _mirrors.CAPSULE_NAME
-FLAG_READ_ONLY: int = _mirrors.FLAG_READ_ONLY
-FLAG_IS_COPIED: int = _mirrors.FLAG_IS_COPIED
-FLAG_IS_SUBBYTE_TYPE_PADDED: int = _mirrors.FLAG_IS_SUBBYTE_TYPE_PADDED
-DLPackVersion = _mirrors.DLPackVersion
-DLDevice = _mirrors.DLDevice
-DLDataType = _mirrors.DLDataType
-DLTensor = _mirrors.DLTensor
-DLManagedTensorVersioned = _mirrors.DLManagedTensorVersioned
-DELETER = _mirrors.DELETER
-SET_ERROR = _mirrors.SET_ERROR
-ALLOCATOR = _mirrors.ALLOCATOR
-FROM_PY_OBJECT = _mirrors.FROM_PY_OBJECT
-TO_PY_OBJECT = _mirrors.TO_PY_OBJECT
-DLTENSOR_FROM_PY_OBJECT = _mirrors.DLTENSOR_FROM_PY_OBJECT
-CURRENT_WORK_STREAM = _mirrors.CURRENT_WORK_STREAM
-DLPackExchangeAPIHeader = _mirrors.DLPackExchangeAPIHeader
-DLPackExchangeAPI = _mirrors.DLPackExchangeAPI
-_MEMBERS: tuple[str, ...] = _mirrors.EXCHANGE_API_MEMBERS
 _MTV_PTR = ctypes.POINTER(DLManagedTensorVersioned)
 
 __all__ = [
@@ -81,7 +55,6 @@ __all__ = [
     "FLAG_IS_SUBBYTE_TYPE_PADDED",
     "FLAG_READ_ONLY",
     "FROM_PY_OBJECT",
-    "MIRRORS_PATH",
     "SET_ERROR",
     "TO_PY_OBJECT",
     "DLDataType",

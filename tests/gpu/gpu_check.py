@@ -13,7 +13,7 @@ library come from ``$CUDA_HOME``, ``nvcc`` on PATH or ``/usr/local/cuda``. No ne
 What it does, in one process:
 
 1. builds our CPU library and, where torch has CUDA, our CUDA library for the running
-   torch through the one driver (``torch_c_dlpack_ext._compile``) into a temporary cache
+   torch through the one driver (``_torch_c_dlpack_ext_core.driver``) into a temporary cache
    (``--cache-dir`` keeps it), each ABI-audited;
 2. forces ours (``TORCH_C_DLPACK_EXT_FORCE=1``, ``TORCH_C_DLPACK_EXT_LIBRARY``) after
    keeping torch's own capsule, and checks ``torch.Tensor.__dlpack_c_exchange_api__`` is
@@ -302,11 +302,11 @@ def cuda_home() -> Path | None:
 def build(backend: str, cache: Path) -> tuple[Path, str]:
     """Compile our library for the running torch; (path, one-line description).
 
-    The driver runs in a child process (``python -m torch_c_dlpack_ext._compile``): importing
+    The driver runs in a child process (``python -m _torch_c_dlpack_ext_core.driver``): importing
     the package here would run its selector before :func:`force` has set the variables.
     """
     command = [
-        sys.executable, "-m", "torch_c_dlpack_ext._compile", "--torch",
+        sys.executable, "-m", "_torch_c_dlpack_ext_core.driver", "--torch",
         str(Path(torch.__file__).parent), "--backend", backend, "--output-dir",
         str(cache / backend),
     ]  # fmt: skip

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from devtools import gpu_carry
 
-from torch_c_dlpack_ext.errors import ConfigError
+from _torch_c_dlpack_ext_core.errors import ConfigError
 
 WHEEL_FILES = {
     "apache-tvm-ffi": "apache_tvm_ffi-0.1.15.post2-cp312-cp312-manylinux_2_28_x86_64.whl",

@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 from devtools.torchenv import TorchEnv
 
-from torch_c_dlpack_ext import _audit
-from torch_c_dlpack_ext._audit import (
+from _torch_c_dlpack_ext_core import audit
+from _torch_c_dlpack_ext_core.audit import (
     AuditOutcome,
     audit_library,
     dynamic_symbols,
     undefined_symbols_not_provided,
 )
-from torch_c_dlpack_ext._compile import compile_library
-from torch_c_dlpack_ext._manifest import ManifestEntry
-from torch_c_dlpack_ext._torchinstall import TorchInstall
-from torch_c_dlpack_ext.errors import ABIAuditError
+from _torch_c_dlpack_ext_core.driver import compile_library
+from _torch_c_dlpack_ext_core.errors import ABIAuditError
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
+from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 
 pytestmark = [
     pytest.mark.slow,
@@ -113,5 +113,5 @@ def test_not_applicable_off_linux(
 
     library, _ = torch213_library
     install = TorchInstall.from_path(Path(torch.__file__).parent)
-    monkeypatch.setattr(_audit.sys, "platform", "darwin")
+    monkeypatch.setattr(audit.sys, "platform", "darwin")
     assert audit_library(library, install, "cpu") is AuditOutcome.NOT_APPLICABLE

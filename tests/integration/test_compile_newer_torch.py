@@ -26,16 +26,16 @@ from pathlib import Path
 import pytest
 from devtools.torchenv import torch_env
 
-from torch_c_dlpack_ext._audit import AuditOutcome, audit_library, dynamic_symbols
-from torch_c_dlpack_ext._compile import (
+from _torch_c_dlpack_ext_core.audit import AuditOutcome, audit_library, dynamic_symbols
+from _torch_c_dlpack_ext_core.driver import (
     check_tensor_layout,
     compile_library,
     cuda_header_wheels,
     find_dlpack_include,
     plan_build,
 )
-from torch_c_dlpack_ext._naming import Backend
-from torch_c_dlpack_ext._torchinstall import TorchInstall
+from _torch_c_dlpack_ext_core.naming import Backend
+from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 
 pytestmark = pytest.mark.slow
 

@@ -27,12 +27,12 @@ from typing import Any
 import pytest
 from devtools.torchenv import TorchEnv, torch_env
 
-from torch_c_dlpack_ext._audit import AuditOutcome, audit_library, dynamic_symbols
-from torch_c_dlpack_ext._compile import compile_library, plan_build
-from torch_c_dlpack_ext._manifest import ManifestEntry, verify_file
-from torch_c_dlpack_ext._naming import Backend
-from torch_c_dlpack_ext._torchinstall import TorchInstall
-from torch_c_dlpack_ext.errors import BuildError
+from _torch_c_dlpack_ext_core.audit import AuditOutcome, audit_library, dynamic_symbols
+from _torch_c_dlpack_ext_core.driver import compile_library, plan_build
+from _torch_c_dlpack_ext_core.errors import BuildError
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry, verify_file
+from _torch_c_dlpack_ext_core.naming import Backend
+from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 
 pytestmark = pytest.mark.slow
 
@@ -249,7 +249,7 @@ def test_concurrent_builds_of_one_target_compile_once(tmp_path: Path, running_to
     src = _tiny_sources(tmp_path)
     out = tmp_path / "out"
     cmd = [
-        sys.executable, "-m", "torch_c_dlpack_ext._compile", "--torch", str(running_torch),
+        sys.executable, "-m", "_torch_c_dlpack_ext_core.driver", "--torch", str(running_torch),
         "--backend", "cpu", "--output-dir", str(out), "--source-dir", str(src),
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}

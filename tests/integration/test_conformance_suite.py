@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from devtools.torchenv import torch_env
 
-from torch_c_dlpack_ext._compile import compile_library
-from torch_c_dlpack_ext._manifest import ManifestEntry
-from torch_c_dlpack_ext._torchinstall import TorchInstall
+from _torch_c_dlpack_ext_core.driver import compile_library
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
+from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ import pytest
 from build_backend._matrix import load_matrix
 from devtools import dataflow
 
-from torch_c_dlpack_ext._version import __version__ as V
+from _torch_c_dlpack_ext_core.version import __version__ as V
 
 if not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):
     pytest.skip("the rehearsal builds Linux x86_64 job wheels", allow_module_level=True)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from tests.helpers import Bundled, build_fake_library, clean_env, make_package
 
-from torch_c_dlpack_ext._manifest import ManifestEntry
-from torch_c_dlpack_ext._naming import Backend
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
+from _torch_c_dlpack_ext_core.naming import Backend
 
 torch = pytest.importorskip("torch")
 

@@ -30,8 +30,8 @@ from tests.helpers import (
 )
 from tests.helpers import probe_import as probe
 
-from torch_c_dlpack_ext._manifest import ManifestEntry, sha256_of
-from torch_c_dlpack_ext._naming import MANIFEST_NAME, PACKAGE, Backend
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of
+from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PACKAGE, Backend
 
 torch = pytest.importorskip("torch")
 
@@ -243,7 +243,7 @@ def test_library_for_other_cxx_abi_is_refused(
 ) -> None:
     """A 2.8 library (cxx11 ABI) presented as the 2.6 entry (old ABI) to PyPI's 2.6.0:
     dlopen reports an undefined symbol, which must become a warning, not an error."""
-    from torch_c_dlpack_ext._compile import compile_library
+    from _torch_c_dlpack_ext_core.driver import compile_library
 
     env28 = old_torch_env("2.8.0")
     env26 = old_torch_env("2.6.0")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from tests.helpers import clean_env, make_package, run_python
 
+from _torch_c_dlpack_ext_core.naming import Backend
 from torch_c_dlpack_ext._jit import cache_key
-from torch_c_dlpack_ext._naming import Backend
 from torch_c_dlpack_ext._torchinfo import TorchInfo
 
 torch = pytest.importorskip("torch")
@@ -141,7 +141,7 @@ def test_build_for_current_torch_raises_typed_error_without_compiler(
     (bin_dir / "nm").symlink_to(nm)
     code = """
 import torch_c_dlpack_ext as pkg
-from torch_c_dlpack_ext.errors import CompilerNotFoundError
+from _torch_c_dlpack_ext_core.errors import CompilerNotFoundError
 try:
     pkg.build_for_current_torch()
 except CompilerNotFoundError as exc:
@@ -159,7 +159,7 @@ def refuse(*args, **kwargs):
     raise PermissionError(13, "Permission denied")
 tempfile.TemporaryFile = refuse  # the cache directory behaves as read-only
 import torch_c_dlpack_ext as pkg
-from torch_c_dlpack_ext.errors import ConfigError
+from _torch_c_dlpack_ext_core.errors import ConfigError
 try:
     path = pkg.build_for_current_torch()
 except ConfigError as exc:
@@ -196,7 +196,7 @@ def test_read_only_cache_holding_the_build_is_reused(
 
 ERROR = r"""
 import torch_c_dlpack_ext as pkg
-from torch_c_dlpack_ext.errors import ConfigError
+from _torch_c_dlpack_ext_core.errors import ConfigError
 try:
     pkg.build_for_current_torch()
 except ConfigError as exc:

@@ -22,9 +22,9 @@ from tests.helpers import (
 )
 from tests.helpers import probe_import as probe
 
+from _torch_c_dlpack_ext_core.errors import LibraryLoadError
+from _torch_c_dlpack_ext_core.naming import Backend
 from torch_c_dlpack_ext import _loader
-from torch_c_dlpack_ext._naming import Backend
-from torch_c_dlpack_ext.errors import LibraryLoadError
 
 torch = pytest.importorskip("torch")
 

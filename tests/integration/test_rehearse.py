@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from devtools import rehearse, release
 
-from torch_c_dlpack_ext._manifest import ManifestEntry
-from torch_c_dlpack_ext._naming import Backend
-from torch_c_dlpack_ext.errors import CommandError, ReleaseError
+from _torch_c_dlpack_ext_core.errors import CommandError, ReleaseError
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
+from _torch_c_dlpack_ext_core.naming import Backend
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = "rehearsal-probe"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from tests.helpers import Bundled, clean_env, make_package, run_python
 
-from torch_c_dlpack_ext._manifest import ManifestEntry
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,7 @@ def tvm_env() -> Any:
 
 @pytest.fixture(scope="module")
 def library28(tvm_env: Any, build_cache: Path) -> tuple[Path, ManifestEntry]:
-    from torch_c_dlpack_ext._compile import compile_library
+    from _torch_c_dlpack_ext_core.driver import compile_library
 
     out = build_cache / f"dropin-torch{TORCH}-cpu"
     entry = compile_library(torch=tvm_env.torch_dir, backend="cpu", output_dir=out)

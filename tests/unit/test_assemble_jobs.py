@@ -17,8 +17,8 @@ from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
 from devtools import dataflow, release, wheels
 
-from torch_c_dlpack_ext._manifest import sha256_of
-from torch_c_dlpack_ext.errors import ConfigError, ReleaseError
+from _torch_c_dlpack_ext_core.errors import ConfigError, ReleaseError
+from _torch_c_dlpack_ext_core.manifest import sha256_of
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix()

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from torch_c_dlpack_ext._naming import Backend
+from _torch_c_dlpack_ext_core.errors import LibraryLoadError
+from _torch_c_dlpack_ext_core.naming import Backend
 from torch_c_dlpack_ext._torchinfo import (
     TorchInfo,
     check_legacy_pointer,
     detect_backend,
     mapped_image_base,
 )
-from torch_c_dlpack_ext.errors import LibraryLoadError
 
 
 def fake_torch(available: bool, version: Any, *, tensor_attrs: dict[str, Any] | None = None) -> Any:
@@ -241,7 +241,7 @@ def _lookalike_tables(limit: int = 2000) -> list[int]:
     check: major version 1, then five words that each point into some loaded image."""
     import struct
 
-    from torch_c_dlpack_ext._dlpack_ctypes import DLPackExchangeAPI
+    from _torch_c_dlpack_ext_core.dlpack_ctypes import DLPackExchangeAPI
 
     size = ctypes.sizeof(DLPackExchangeAPI)
     found: list[int] = []

@@ -217,7 +217,7 @@ def test_worker_times_torchs_own_table(worker_config: Path) -> None:
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), str(ROOT)])},
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)

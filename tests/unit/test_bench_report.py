@@ -24,7 +24,7 @@ from benchmarks.report import (
 from benchmarks.size import code_breakdown, deflated_size, libraries_in_wheel
 from benchmarks.stats import Target, ratio, summarize
 
-from torch_c_dlpack_ext.errors import ConfigError
+from _torch_c_dlpack_ext_core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

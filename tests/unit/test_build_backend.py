@@ -23,7 +23,7 @@ from build_backend._metadata import load_pyproject, project_metadata
 from build_backend._options import BackendOptions, read_options
 from build_backend._source import ROOT
 
-from torch_c_dlpack_ext.errors import ConfigError, TorchInstallError
+from _torch_c_dlpack_ext_core.errors import ConfigError, TorchInstallError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "backend"
 HOOKS = [
@@ -142,7 +142,7 @@ def test_unknown_pyproject_key_is_rejected() -> None:
 def test_metadata_from_project_table() -> None:
     meta = project_metadata(ROOT)
     text = meta.metadata_bytes().decode()
-    from torch_c_dlpack_ext._version import __version__
+    from _torch_c_dlpack_ext_core.version import __version__
 
     assert meta.version == __version__
     assert f"Version: {__version__}\n" in text
@@ -193,6 +193,7 @@ def test_universal_wheel(tmp_path: Path) -> None:
         _record_ok(archive)
         assert {n.split("/")[0] for n in names} == {
             "torch_c_dlpack_ext",
+            "_torch_c_dlpack_ext_core",
             name.split("-py3")[0] + ".dist-info",
         }
         assert "torch_c_dlpack_ext/csrc/exchange_api.cc" in names
@@ -206,8 +207,8 @@ def test_universal_wheel(tmp_path: Path) -> None:
 
 
 def _fake_libs(tmp_path: Path) -> Path:
-    from torch_c_dlpack_ext._manifest import ManifestEntry, sha256_of, write_manifest
-    from torch_c_dlpack_ext._naming import Backend, library_filename
+    from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of, write_manifest
+    from _torch_c_dlpack_ext_core.naming import Backend, library_filename
 
     libs = tmp_path / "libs-in"
     libs.mkdir()
@@ -384,7 +385,8 @@ def _run_hook_as_a_frontend_does(
             raise subprocess.CalledProcessError(proc.returncode, argv)
 
     caller = BuildBackendHookCaller(
-        str(ROOT), "build_backend", backend_path=["."], runner=runner,
+        str(ROOT), "build_backend",
+        backend_path=load_pyproject(ROOT)["build-system"]["backend-path"], runner=runner,
         python_executable=sys.executable,
     )  # fmt: skip
     with pytest.raises(subprocess.CalledProcessError):

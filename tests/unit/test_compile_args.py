@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from torch_c_dlpack_ext import _compile
-from torch_c_dlpack_ext._compile import BuildPlan, compile_library, plan_build
-from torch_c_dlpack_ext._naming import Backend
-from torch_c_dlpack_ext.errors import (
+from _torch_c_dlpack_ext_core import driver
+from _torch_c_dlpack_ext_core.driver import BuildPlan, compile_library, plan_build
+from _torch_c_dlpack_ext_core.errors import (
     ABIMismatchError,
     BackendUnavailableError,
     BuildError,
@@ -26,6 +25,7 @@ from torch_c_dlpack_ext.errors import (
     InvalidBackendError,
     TorchInstallError,
 )
+from _torch_c_dlpack_ext_core.naming import Backend
 
 FakeTorch = Callable[..., Path]
 
@@ -306,7 +306,7 @@ def test_layout_check_only_for_sources_that_declare_the_layout(inputs: Inputs) -
     prefix = inputs.fake_torch("2.16.0", abi=True)  # no python_variable.h at all
     assert inputs.plan(prefix).torch.minor == 16
     with pytest.raises(TorchInstallError, match="not supported"):
-        _compile.check_tensor_layout(inputs.plan(prefix).torch)
+        driver.check_tensor_layout(inputs.plan(prefix).torch)
 
 
 def test_the_real_header_declares_the_checked_heads() -> None:
@@ -315,7 +315,7 @@ def test_the_real_header_declares_the_checked_heads() -> None:
     assert "TCDE_TORCH_AT_LEAST(2, 16)" in header
     assert "!TCDE_TORCH_AT_LEAST(2, 4)" in header
     assert "#elif TCDE_TORCH_AT_LEAST(2, 10)" in header
-    ranges = [(lo, hi) for lo, hi, _ in _compile._THPVARIABLE_HEADS]
+    ranges = [(lo, hi) for lo, hi, _ in driver._THPVARIABLE_HEADS]
     assert ranges == [((2, 4), (2, 9)), ((2, 10), (2, 15))]
 
 
@@ -329,7 +329,7 @@ def test_the_real_header_declares_the_checked_heads() -> None:
     ],
 )
 def test_cuda_header_wheels_per_cuda_major(cuda: str | None, wheels: str) -> None:
-    assert _compile.cuda_header_wheels(cuda) == wheels
+    assert driver.cuda_header_wheels(cuda) == wheels
 
 
 def test_cuda_headers_from_cuda_home(inputs: Inputs, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -445,7 +445,7 @@ def test_cache_key_tracks_sources_and_the_install(inputs: Inputs) -> None:
     ],
 )
 def test_toolchain_identity(banner: str, rest: str, expected: str) -> None:
-    assert _compile._toolchain_identity(banner, f"{banner}\n{rest}\n") == expected
+    assert driver._toolchain_identity(banner, f"{banner}\n{rest}\n") == expected
 
 
 def test_cli_reports_one_line_and_the_exit_code(
@@ -453,7 +453,7 @@ def test_cli_reports_one_line_and_the_exit_code(
 ) -> None:
     out = inputs.tmp / "cli-out"
     argv = ["--torch", str(inputs.fake_torch()), "--backend", "metal", "--output-dir", str(out)]
-    code = _compile.main(argv)
+    code = driver.main(argv)
     assert code == InvalidBackendError.exit_code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
@@ -464,7 +464,7 @@ def test_cli_reports_one_line_and_the_exit_code(
 def test_cli_rejects_a_bad_abi_value(inputs: Inputs) -> None:
     argv = ["--torch", str(inputs.tmp), "--backend", "cpu", "--output-dir", str(inputs.tmp)]
     with pytest.raises(SystemExit) as info:
-        _compile.main([*argv, "--cxx11-abi", "2"])
+        driver.main([*argv, "--cxx11-abi", "2"])
     assert info.value.code == 2
 
 
@@ -678,7 +678,7 @@ def test_windows_torch_without_import_libraries(windows: Windows) -> None:
 
 def test_windows_build_keeps_msvc_by_products_out_of_output_dir(windows: Windows) -> None:
     plan = windows.plan(windows_torch(windows.inputs.tmp / "win"))
-    entry = _compile._build(plan, plan.cache_key(), audit=True)
+    entry = driver._build(plan, plan.cache_key(), audit=True)
     assert entry.file == plan.filename
     assert entry.cxx11_abi is None
     assert sorted(p.name for p in plan.output_dir.iterdir()) == [
@@ -759,7 +759,7 @@ def test_macos_build_writes_the_export_list(inputs: Inputs) -> None:
     prefix = inputs.fake_torch("2.8.0", abi=None, cuda=None, libs=MACOS_LIBS)
     plan = inputs.plan(prefix, platform="darwin", cxx=str(clang))
     assert plan.toolchain == "clang 16.0.0"
-    entry = _compile._build(plan, plan.cache_key(), audit=True)
+    entry = driver._build(plan, plan.cache_key(), audit=True)
     assert entry.file == plan.filename
     # Mach-O names C symbols with a leading underscore.
     assert seen.read_text(encoding="utf-8") == "_Foo\n_Bar\n"
@@ -775,13 +775,13 @@ def test_exports_map_names_exactly_the_exported_functions() -> None:
     header = (csrc / "tcde_dlpack.h").read_text(encoding="utf-8")
     declared = re.findall(r"^TCDE_EXPORT\s+[^;(]*?\b(\w+)\s*\(", header, re.M)
     assert declared, "tcde_dlpack.h declares its exports with TCDE_EXPORT"
-    assert sorted(_compile.exported_symbols(csrc)) == sorted(declared)
+    assert sorted(driver.exported_symbols(csrc)) == sorted(declared)
 
 
 def test_exports_map_without_globals_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "exports.map").write_text("{ local: *; };\n", encoding="utf-8")
     with pytest.raises(BuildError, match=r"names no symbol under 'global:'"):
-        _compile.exported_symbols(tmp_path)
+        driver.exported_symbols(tmp_path)
 
 
 def test_windows_toolchain_from_a_localized_banner(windows: Windows) -> None:

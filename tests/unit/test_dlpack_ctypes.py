@@ -8,15 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.helpers import PACKAGE_SOURCE, ROOT, run_python
+from tests.helpers import CORE_SOURCE, PACKAGE_SOURCE, ROOT, run_python
 
-from torch_c_dlpack_ext import _dlpack_ctypes, _loader
+from _torch_c_dlpack_ext_core import dlpack_ctypes as _dlpack_ctypes
+from torch_c_dlpack_ext import _loader
 
-MIRRORS = PACKAGE_SOURCE / "_dlpack_ctypes.py"
+MIRRORS = CORE_SOURCE / "dlpack_ctypes.py"
 
 
 def test_mirrors_import_only_ctypes() -> None:
-    """Loaded by path inside old-torch envs, the file must not need the package."""
+    """Imported inside old-torch envs and by the loader, the mirrors need nothing else."""
     imported = set()
     for node in ast.walk(ast.parse(MIRRORS.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
@@ -45,7 +46,7 @@ def test_no_other_module_defines_dlpack_structs() -> None:
     assert {"DLTensor", "DLManagedTensorVersioned", "DLPackExchangeAPI"} <= mirrored
     offenders = [
         f"{path.name}:{node.lineno} {node.name}"
-        for path in sorted(PACKAGE_SOURCE.glob("*.py"))
+        for path in sorted([*PACKAGE_SOURCE.glob("*.py"), *CORE_SOURCE.glob("*.py")])
         if path != MIRRORS
         for node in _structs(path)
         if node.name.lstrip("_") in mirrored or node.name.lstrip("_").startswith("DL")
@@ -71,7 +72,7 @@ def test_layout_of_dlpack_1_3_on_64_bit() -> None:
     assert not _dlpack_ctypes.DLPackExchangeAPI().current_work_stream
 
 
-def test_suite_loads_the_mirrors_by_path_without_the_package() -> None:
+def test_suite_imports_the_mirrors_without_the_package() -> None:
     code = """
 import json, sys
 from tests.exchange_suite import dlpack_ctypes as dl
@@ -81,9 +82,9 @@ print(json.dumps({
     "members": list(dl.ExchangeLibrary.member_names()),
 }))
 """
-    # Only the repository root on the path: the package is not importable, as in an
-    # old-torch env.
-    proc = run_python(code, pythonpath=[ROOT], timeout=120)
+    # The checkout's python/ on the path, as pytest's pythonpath puts it in an old-torch
+    # env: importing the building blocks must not run the package's selector.
+    proc = run_python(code, pythonpath=[ROOT, ROOT / "python"], timeout=120)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["package_imported"] is False

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from torch_c_dlpack_ext._manifest import (
+from _torch_c_dlpack_ext_core.errors import ManifestError
+from _torch_c_dlpack_ext_core.manifest import (
     ManifestEntry,
     atomic_write_bytes,
     dump_manifest,
@@ -21,8 +22,7 @@ from torch_c_dlpack_ext._manifest import (
     verify_file,
     write_manifest,
 )
-from torch_c_dlpack_ext._naming import Backend
-from torch_c_dlpack_ext.errors import ManifestError
+from _torch_c_dlpack_ext_core.naming import Backend
 
 PAYLOAD = b"\x7fELF" + bytes(range(256)) * 8
 

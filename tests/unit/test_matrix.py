@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from build_backend._matrix import load_matrix, parse_matrix
 
-from torch_c_dlpack_ext._naming import Backend
-from torch_c_dlpack_ext.errors import ConfigError
+from _torch_c_dlpack_ext_core.errors import ConfigError
+from _torch_c_dlpack_ext_core.naming import Backend
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -349,8 +349,10 @@ def test_build_backend_matrix_is_the_only_reader() -> None:
 
 
 def test_nox_matrix_runs_without_importing_the_package() -> None:
-    # `nox -s matrix` in CI: no import-time library selection, so no warning about a
-    # checkout with nothing to load, and no torch import.
+    # `nox -s matrix` in CI (python -m devtools.matrix, PYTHONPATH=python): the package
+    # is never imported (no selection, no warning about a checkout with nothing to load),
+    # and neither is torch.
+    import os
     import subprocess
 
     root = Path(__file__).resolve().parents[2]
@@ -363,9 +365,11 @@ def test_nox_matrix_runs_without_importing_the_package() -> None:
         "    assert exc.code == 0, exc.code\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-W", "error", "-c", probe + "print('torch' in sys.modules)"],
+        [sys.executable, "-W", "error", "-c", probe + "print('torch' in sys.modules, "
+         "any(m.split('.')[0] == 'torch_c_dlpack_ext' for m in sys.modules))"],
         cwd=root, capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(root / "python")},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["cp311-win_amd64-t28_cpu", "False"]
+    assert proc.stdout.split() == ["cp311-win_amd64-t28_cpu", "False", "False"]
     assert proc.stderr == ""

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from torch_c_dlpack_ext._naming import (
+from _torch_c_dlpack_ext_core.errors import ConfigError, InvalidBackendError
+from _torch_c_dlpack_ext_core.naming import (
     Backend,
     default_cache_dir,
     env_var,
@@ -16,7 +17,6 @@ from torch_c_dlpack_ext._naming import (
     torch_minor,
     variant_label,
 )
-from torch_c_dlpack_ext.errors import ConfigError, InvalidBackendError
 
 LABEL_RE = re.compile(r"^[0-9a-z_.]+$")
 

@@ -46,7 +46,7 @@ def test_version_has_one_source() -> None:
         for path in (ROOT / "python").rglob("*.py")
         if re.search(r"^__version__\s*=", path.read_text(encoding="utf-8"), re.M)
     ]
-    assert hits == [Path("python/torch_c_dlpack_ext/_version.py")]
+    assert hits == [Path("python/_torch_c_dlpack_ext_core/version.py")]
 
 
 def test_facts_are_cited_from_the_repository() -> None:

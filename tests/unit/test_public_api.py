@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import torch_c_dlpack_ext
-from torch_c_dlpack_ext._naming import Backend
+from _torch_c_dlpack_ext_core.naming import Backend
 from torch_c_dlpack_ext._select import DecisionKind
 from torch_c_dlpack_ext._torchinfo import TorchInfo
 
@@ -31,12 +31,12 @@ def test_every_public_name_resolves() -> None:
 
 
 def test_lazy_names_are_the_real_objects() -> None:
-    from torch_c_dlpack_ext import _loader, _settings, errors
+    from torch_c_dlpack_ext import _loader, errors
 
     assert torch_c_dlpack_ext.errors is errors
     assert torch_c_dlpack_ext.Status is _loader.Status
     assert torch_c_dlpack_ext.DecisionKind is DecisionKind
-    assert torch_c_dlpack_ext.TorchCDLPackExtWarning is _settings.TorchCDLPackExtWarning
+    assert torch_c_dlpack_ext.TorchCDLPackExtWarning is errors.TorchCDLPackExtWarning
     assert issubclass(torch_c_dlpack_ext.TorchCDLPackExtWarning, UserWarning)
 
 
@@ -57,7 +57,7 @@ def test_status_is_frozen_and_describes_torch() -> None:
 
 
 def test_version_is_the_package_version() -> None:
-    from torch_c_dlpack_ext._version import __version__
+    from _torch_c_dlpack_ext_core.version import __version__
 
     assert torch_c_dlpack_ext.__version__ == __version__
 

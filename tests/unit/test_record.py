@@ -10,10 +10,10 @@ from typing import Any, ClassVar
 import pytest
 from tests.helpers import ROOT, run_python
 
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
+from _torch_c_dlpack_ext_core.naming import Backend
+from _torch_c_dlpack_ext_core.record import FrozenRecord
 from torch_c_dlpack_ext._loader import LoadedLibrary, Status
-from torch_c_dlpack_ext._manifest import ManifestEntry
-from torch_c_dlpack_ext._naming import Backend
-from torch_c_dlpack_ext._record import FrozenRecord
 from torch_c_dlpack_ext._select import Decision, DecisionKind
 from torch_c_dlpack_ext._settings import SettingProblem, Settings
 from torch_c_dlpack_ext._torchinfo import TorchInfo
@@ -120,8 +120,9 @@ def test_import_path_builds_no_dataclass_machinery() -> None:
     the dataclass decorator (its code generation was most of the load path's cost)."""
     code = """
 import os
-from torch_c_dlpack_ext import _loader, _manifest, _select, _settings, _torchinfo
-from torch_c_dlpack_ext._naming import Backend
+from _torch_c_dlpack_ext_core import manifest as _manifest
+from torch_c_dlpack_ext import _loader, _select, _settings, _torchinfo
+from _torch_c_dlpack_ext_core.naming import Backend
 records = [_loader.Status, _loader.LoadedLibrary, _manifest.ManifestEntry, _select.Decision,
            _settings.Settings, _settings.SettingProblem, _torchinfo.TorchInfo]
 info = _torchinfo.TorchInfo("2.8.0", Backend.CPU, True, None, None, False, False)

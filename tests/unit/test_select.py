@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from torch_c_dlpack_ext._manifest import ManifestEntry
-from torch_c_dlpack_ext._naming import Backend, library_filename
+from _torch_c_dlpack_ext_core.errors import ManifestError
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
+from _torch_c_dlpack_ext_core.naming import Backend, library_filename
 from torch_c_dlpack_ext._select import Decision, DecisionKind, decide, manifest_needed
 from torch_c_dlpack_ext._settings import Settings
 from torch_c_dlpack_ext._torchinfo import TorchInfo
-from torch_c_dlpack_ext.errors import ManifestError
 
 P = "TORCH_C_DLPACK_EXT_"
 K = DecisionKind

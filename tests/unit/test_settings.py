@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from torch_c_dlpack_ext._naming import Backend
+from _torch_c_dlpack_ext_core.errors import ConfigError
+from _torch_c_dlpack_ext_core.naming import Backend
 from torch_c_dlpack_ext._settings import RUNTIME_VARIABLES, Settings, parse_bool
-from torch_c_dlpack_ext.errors import ConfigError
 
 P = "TORCH_C_DLPACK_EXT_"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from torch_c_dlpack_ext._naming import Backend
-from torch_c_dlpack_ext._torchinstall import TorchInstall, link_library_name
-from torch_c_dlpack_ext.errors import TorchInstallError
+from _torch_c_dlpack_ext_core.errors import TorchInstallError
+from _torch_c_dlpack_ext_core.naming import Backend
+from _torch_c_dlpack_ext_core.torchinstall import TorchInstall, link_library_name
 
 FakeTorch = Callable[..., Path]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from devtools import torchenv
 
-from torch_c_dlpack_ext._naming import env_var
-from torch_c_dlpack_ext.errors import ConfigError
+from _torch_c_dlpack_ext_core.errors import ConfigError
+from _torch_c_dlpack_ext_core.naming import env_var
 
 LINUX_X86 = '; platform_system == "Linux" and platform_machine == "x86_64"'
 METADATA = f"""\

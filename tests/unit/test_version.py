@@ -12,8 +12,8 @@ import pytest
 from devtools import release
 from packaging.version import Version
 
-from torch_c_dlpack_ext import _version
-from torch_c_dlpack_ext.errors import ReleaseError
+from _torch_c_dlpack_ext_core import version as _version
+from _torch_c_dlpack_ext_core.errors import ReleaseError
 
 ROOT = Path(__file__).resolve().parents[2]
 CHANGELOG = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from build_backend._matrix import Cell, load_matrix
 
-from torch_c_dlpack_ext._manifest import ManifestEntry, sha256_of, write_manifest
-from torch_c_dlpack_ext.errors import ConfigError
+from _torch_c_dlpack_ext_core.errors import ConfigError
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of, write_manifest
 
 variantlib = pytest.importorskip("variantlib", reason="variantlib is in the test dependency group")
 

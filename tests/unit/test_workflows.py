@@ -168,7 +168,9 @@ def test_cibuildwheel_config() -> None:
     repair = cibw["linux"]["repair-wheel-command"]
     for lib in ("libtorch.so", "libc10.so", "libtorch_cpu.so", "libtorch_python.so"):
         assert f"--exclude {lib}" in repair
-    assert "torch_c_dlpack_ext" in cibw["test-command"] or "release.py" in cibw["test-command"]
+    assert (
+        "torch_c_dlpack_ext" in cibw["test-command"] or "devtools.release" in cibw["test-command"]
+    )
 
 
 # --- the rules catch what they must ---------------------------------------------------

@@ -18,7 +18,7 @@ from build_backend._matrix import load_matrix
 from build_backend._options import read_options
 from devtools import dataflow, release, wheels
 
-from torch_c_dlpack_ext.errors import ConfigError, ReleaseError
+from _torch_c_dlpack_ext_core.errors import ConfigError, ReleaseError
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"

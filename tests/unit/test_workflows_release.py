@@ -16,10 +16,10 @@ import pytest
 import tomllib
 from devtools import release
 
-from torch_c_dlpack_ext._manifest import ManifestEntry, dump_manifest
-from torch_c_dlpack_ext._naming import Backend
-from torch_c_dlpack_ext._version import __version__
-from torch_c_dlpack_ext.errors import ConfigError, ReleaseError
+from _torch_c_dlpack_ext_core.errors import ConfigError, ReleaseError
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry, dump_manifest
+from _torch_c_dlpack_ext_core.naming import Backend
+from _torch_c_dlpack_ext_core.version import __version__
 
 V = __version__
 
@@ -186,8 +186,10 @@ def test_github_matrix_refuses_pythons_outside_requires_python() -> None:
     assert out["verify"] == {"include": [{"runner": "ubuntu-24.04", "python": "3.9"}]}
 
 
-def test_release_py_as_a_script_does_not_import_the_package() -> None:
-    # Run as CI runs it: no import-time library selection, no torch, no warning.
+def test_release_module_does_not_import_the_package() -> None:
+    # Run as CI runs it (python -m devtools.release, PYTHONPATH=python): no import-time
+    # library selection, no torch, no warning.
+    import os
     import subprocess
     import sys
 
@@ -196,18 +198,19 @@ def test_release_py_as_a_script_does_not_import_the_package() -> None:
         "import runpy, sys\n"
         "sys.argv = ['release.py', 'check-tag', sys.argv[1]]\n"
         "try:\n"
-        "    runpy.run_path('devtools/release.py', run_name='__main__')\n"
+        "    runpy.run_module('devtools.release', run_name='__main__')\n"
         "except SystemExit as exc:\n"
         "    code = exc.code\n"
-        "package = sys.modules['torch_c_dlpack_ext']\n"
-        "print(code, 'torch' in sys.modules, getattr(package, '__file__', None))\n"
+        "package = any(m.split('.')[0] == 'torch_c_dlpack_ext' for m in sys.modules)\n"
+        "print(code, 'torch' in sys.modules, package)\n"
     )
     proc = subprocess.run(
         [sys.executable, "-W", "error", "-c", probe, f"v{V}"], cwd=root, capture_output=True,
         text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(root / "python")},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["0", "False", "None"]
+    assert proc.stdout.split() == ["0", "False", "False"]
     assert proc.stderr == ""
 
 
@@ -311,7 +314,7 @@ def test_workflow_and_cibuildwheel_call_existing_subcommands() -> None:
     text = (root / ".github" / "workflows" / "release.yml").read_text(encoding="utf-8")
     used = set(re.findall(r"\$RELEASE_PY ([a-z-]+)", text))
     cibw = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]
-    used |= set(re.findall(r"release\.py ([a-z-]+)", cibw["cibuildwheel"]["test-command"]))
+    used |= set(re.findall(r"devtools\.release ([a-z-]+)", cibw["cibuildwheel"]["test-command"]))
     assert used >= {
         "publish-target", "github-matrix", "check-repaired", "contents", "split-variants",
         "verify", "test-installed",

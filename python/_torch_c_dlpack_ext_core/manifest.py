@@ -24,9 +24,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ._naming import Backend
-from ._record import FrozenRecord
 from .errors import REINSTALL, ManifestError, brief
+from .naming import Backend
+from .record import FrozenRecord
 
 __all__ = [
     "MAX_MANIFEST_BYTES",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 __all__ = [
     "CAPSULE_ATTR",
+    "CORE_PACKAGE",
     "DIST_NAME",
     "ENV_PREFIX",
     "LEGACY_INT_ATTR",
@@ -34,8 +35,10 @@ __all__ = [
 
 #: Distribution name on the index.
 DIST_NAME = "torch-c-dlpack-ext"
-#: Import package name.
+#: Import package name (the public face: importing it runs the selector).
 PACKAGE = "torch_c_dlpack_ext"
+#: The shipped building blocks, a private top-level package installed beside it.
+CORE_PACKAGE = "_torch_c_dlpack_ext_core"
 #: Manifest file name, relative to the package directory.
 MANIFEST_NAME = "manifest.json"
 #: Folder inside the package that holds the bundled libraries.
@@ -62,7 +65,7 @@ class Backend(str, enum.Enum):
 def parse_backend(value: str | Backend) -> Backend:
     """Return the :class:`Backend` named by ``value`` (case-insensitive).
 
-    Raises :class:`~torch_c_dlpack_ext.errors.InvalidBackendError` naming the
+    Raises :class:`~_torch_c_dlpack_ext_core.errors.InvalidBackendError` naming the
     accepted values.
     """
     from .errors import InvalidBackendError

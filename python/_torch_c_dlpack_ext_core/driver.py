@@ -8,7 +8,7 @@ the torch installation's files (never from whether torch imports here), and:
 * fails early with a typed error naming what is wrong and how to fix it;
 * builds under a lock (``<library>.lock``) so concurrent builds of one target
   do the work once;
-* compiles to a temporary name, audits the result (:mod:`._audit`), then
+* compiles to a temporary name, audits the result (:mod:`.audit`), then
   renames it into place, so a failed or killed build never leaves a library
   at the output path;
 * records a cache key in ``<library>.build.json``: an unchanged target
@@ -16,7 +16,7 @@ the torch installation's files (never from whether torch imports here), and:
 
 Command line::
 
-    python -m torch_c_dlpack_ext._compile --torch PATH --backend cpu --output-dir DIR
+    python -m _torch_c_dlpack_ext_core.driver --torch PATH --backend cpu --output-dir DIR
 """
 
 from __future__ import annotations
@@ -36,11 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._audit import AuditOutcome, audit_library
-from ._manifest import ManifestEntry, atomic_write_bytes, sha256_of, verify_file
-from ._naming import Backend, host_platform_tag, library_filename, parse_backend
-from ._run import run
-from ._torchinstall import TorchInstall, link_library_name
+from .audit import AuditOutcome, audit_library
 from .errors import (
     ABIMismatchError,
     BackendUnavailableError,
@@ -53,6 +49,10 @@ from .errors import (
     TorchCDLPackExtError,
     TorchInstallError,
 )
+from .manifest import ManifestEntry, atomic_write_bytes, sha256_of, verify_file
+from .naming import Backend, host_platform_tag, library_filename, parse_backend
+from .run import run
+from .torchinstall import TorchInstall, link_library_name
 
 __all__ = [
     "BuildPlan",
@@ -384,7 +384,7 @@ def check_tensor_layout(torch: TorchInstall) -> str:
         f"the THPVariable layout csrc/{_LAYOUT_HEADER} declares was checked for torch "
         f"{checked} (PyPI's releases); use one of those, or read {_TORCH_VARIABLE_HEADER} "
         f"of this torch and extend csrc/{_LAYOUT_HEADER} and _THPVARIABLE_HEADS in "
-        "torch_c_dlpack_ext/_compile.py"
+        "_torch_c_dlpack_ext_core/driver.py"
     )
     if expected is None:
         raise TorchInstallError(f"torch {torch.version} at {torch.root} is not supported: {fix}")
@@ -944,7 +944,7 @@ def _parse_abi(value: str) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: build one library and print its manifest entry as JSON."""
     parser = argparse.ArgumentParser(
-        prog="python -m torch_c_dlpack_ext._compile",
+        prog="python -m _torch_c_dlpack_ext_core.driver",
         description="Compile the DLPack exchange library against a torch installation.",
     )
     parser.add_argument("--torch", required=True, help="torch package dir, site-packages or venv")

@@ -16,8 +16,8 @@ import re
 import sys
 from pathlib import Path
 
-from ._naming import Backend, torch_minor
 from .errors import CommandError, TorchInstallError
+from .naming import Backend, torch_minor
 
 __all__ = ["TorchInstall", "link_library_name"]
 
@@ -101,7 +101,7 @@ def _abi_from_cmake(root: Path) -> bool | None:
 
 def _abi_from_libc10(lib_dir: Path) -> bool:
     """The ABI ``libc10`` was built with: any exported ``[abi:cxx11]`` symbol means 1."""
-    from ._audit import dynamic_symbols
+    from .audit import dynamic_symbols
 
     libc10 = lib_dir / "libc10.so"
     if not libc10.is_file():

@@ -28,10 +28,10 @@ import sysconfig
 from collections.abc import Iterable
 from pathlib import Path
 
-from ._naming import Backend, parse_backend
-from ._run import run
-from ._torchinstall import TorchInstall
 from .errors import ABIAuditError, CommandError, CompilerNotFoundError, ConfigError
+from .naming import Backend, parse_backend
+from .run import run
+from .torchinstall import TorchInstall
 
 __all__ = [
     "AuditOutcome",

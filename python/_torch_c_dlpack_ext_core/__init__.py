@@ -1,0 +1,16 @@
+"""torch-c-dlpack-ext's building blocks, shipped beside the package; NOT a public API.
+
+Importing this package or any module of it has no side effects: no torch import, no
+library selection, no subprocess. That is what lets the in-tree build backend, the
+developer tools, the tests and the benchmarks import these modules normally, while
+``import torch_c_dlpack_ext`` (the public face) runs the selector.
+
+- :mod:`.naming`: the one definition of file names, labels, variable prefixes, paths;
+- :mod:`.errors`: every error class of the shipped code (the public subset is
+  re-exported by :mod:`torch_c_dlpack_ext.errors`);
+- :mod:`.manifest`: the manifest schema, reading, writing and verification;
+- :mod:`.dlpack_ctypes`: ctypes mirrors of the DLPack structs and the exchange table;
+- :mod:`.run`: the one subprocess helper;
+- :mod:`.driver`, :mod:`.torchinstall`, :mod:`.audit`: the compiler driver;
+- :mod:`.version`: the one source of the version.
+"""
