@@ -874,7 +874,7 @@ def _tree_size(path: Path) -> int:
 
 def free_build_cache(environ: Mapping[str, str] = os.environ) -> list[tuple[Path, int]]:
     """Between a release job's build and its test: delete the cells' torch build
-    environments (``$TORCH_C_DLPACK_EXT_DEV_CACHE/envs``) and uv's cache, which hold
+    environments (``$TCDE_DEV_CACHE/envs``) and uv's cache, which hold
     ~12 GB on a CUDA job (7 torch envs of 1.6-1.7 GB; uv hard-links them from its
     cache, so both must go) before the test installs a ~5 GB importable torch.
     Only on GitHub Actions (``GITHUB_ACTIONS=true``: the runners are thrown away; a
@@ -882,7 +882,7 @@ def free_build_cache(environ: Mapping[str, str] = os.environ) -> list[tuple[Path
     if environ.get(FREE_BUILD_CACHE) != "true":
         print(f"build caches kept ({FREE_BUILD_CACHE} is not true)", file=sys.stderr)
         return []
-    dev = environ.get("TORCH_C_DLPACK_EXT_DEV_CACHE")
+    dev = environ.get("TCDE_DEV_CACHE")
     envs = (Path(dev) if dev else Path.home() / ".cache" / "torch-c-dlpack-ext-dev") / "envs"
     freed = []
     for path in (envs, _uv_cache_dir(environ)):

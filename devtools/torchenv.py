@@ -11,7 +11,7 @@ created once with uv and reused afterwards:
   skipped requirements are added after all;
 * ``extra``: more requirements (``pytest``, ``psutil``).
 
-Environments live under ``$TORCH_C_DLPACK_EXT_DEV_CACHE/envs`` (default
+Environments live under ``$TCDE_DEV_CACHE/envs`` (default
 ``~/.cache/torch-c-dlpack-ext-dev/envs``), one directory per (Python, torch,
 importable, extra). Creation holds a file lock, and a marker file written last
 says the env is complete: an env a killed run left half-built has no marker and
@@ -49,7 +49,7 @@ from packaging.utils import canonicalize_name
 
 from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError, TorchCDLPackExtError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
-from _torch_c_dlpack_ext_core.naming import env_var
+from _torch_c_dlpack_ext_core.naming import DEV_ENV_PREFIX
 from _torch_c_dlpack_ext_core.run import run
 
 __all__ = [
@@ -88,9 +88,13 @@ class TorchEnv:
     importable: bool
 
 
+#: Where the cached environments live (a developer tools' variable, own prefix).
+DEV_CACHE_VAR = DEV_ENV_PREFIX + "DEV_CACHE"
+
+
 def cache_root() -> Path:
-    """``$TORCH_C_DLPACK_EXT_DEV_CACHE`` or ``~/.cache/torch-c-dlpack-ext-dev``."""
-    override = os.environ.get(env_var("DEV_CACHE"))
+    """``$TCDE_DEV_CACHE`` or ``~/.cache/torch-c-dlpack-ext-dev``."""
+    override = os.environ.get(DEV_CACHE_VAR)
     if override:
         return Path(override).expanduser()
     return Path.home() / ".cache" / "torch-c-dlpack-ext-dev"

@@ -130,12 +130,12 @@ def dlpack_include(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def build_cache() -> Path:
-    """``$TORCH_C_DLPACK_EXT_TEST_BUILD_CACHE`` or the repo's ``.cache/test-builds``.
+    """``$TCDE_TEST_BUILD_CACHE`` or the repo's ``.cache/test-builds``.
 
     Kept across runs on purpose: the driver's cache key turns an unchanged
     rebuild into a no-op, which is what keeps ``nox -s tests`` fast on re-runs.
     """
-    override = os.environ.get("TORCH_C_DLPACK_EXT_TEST_BUILD_CACHE")
+    override = os.environ.get("TCDE_TEST_BUILD_CACHE")
     path = Path(override) if override else ROOT / ".cache" / "test-builds"
     path.mkdir(parents=True, exist_ok=True)
     return path

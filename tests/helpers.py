@@ -136,6 +136,12 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def devtools_env(**extra: str) -> dict[str, str]:
+    """:func:`clean_env` for ``python -m devtools.<tool>`` run from the repository root, as
+    the nox sessions run it: the shipped building blocks (``python/``) on ``PYTHONPATH``."""
+    return clean_env(PYTHONPATH=str(ROOT / "python"), **extra)
+
+
 def run_python(
     code: str,
     *,

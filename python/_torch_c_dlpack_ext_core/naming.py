@@ -16,6 +16,7 @@ from pathlib import Path
 __all__ = [
     "CAPSULE_ATTR",
     "CORE_PACKAGE",
+    "DEV_ENV_PREFIX",
     "DIST_NAME",
     "ENV_PREFIX",
     "LEGACY_INT_ATTR",
@@ -43,8 +44,12 @@ CORE_PACKAGE = "_torch_c_dlpack_ext_core"
 MANIFEST_NAME = "manifest.json"
 #: Folder inside the package that holds the bundled libraries.
 LIBS_DIR = "libs"
-#: The one prefix every environment variable of this project uses.
+#: The one prefix of every environment variable a user sets (the runtime's and the build
+#: backend's settings).
 ENV_PREFIX = "TORCH_C_DLPACK_EXT_"
+#: The prefix of the developer tools' and the tests' own variables (``TCDE_DEV_CACHE``,
+#: ``TCDE_TEST_LIBRARY``): never read by shipped code, so never reported as typos at import.
+DEV_ENV_PREFIX = "TCDE_"
 #: The attribute torch 2.10+ sets on ``torch.Tensor`` (a PyCapsule), and the one we publish.
 CAPSULE_ATTR = "__dlpack_c_exchange_api__"
 #: The legacy int attribute (torch main for a few weeks; read by tvm-ffi 0.1.0-0.1.3).

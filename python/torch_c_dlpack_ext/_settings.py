@@ -29,9 +29,10 @@ __all__ = [
 
 #: Variables the runtime reads, by short name (without the prefix).
 RUNTIME_VARIABLES = ("DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR")
-#: Variables other parts of the project read: the in-tree build backend's settings
-#: (``build_backend/_options.py``), developer tools and tests. Known, so not reported as
-#: typos, but ignored at import. (A test keeps this list in step with the project.)
+#: Variables the in-tree build backend reads (``build_backend/_options.py``): known, so
+#: not reported as typos, but ignored at import. (Developer tools and tests use their own
+#: prefix, :data:`_torch_c_dlpack_ext_core.naming.DEV_ENV_PREFIX`.) A test keeps this list
+#: in step with the project.
 BUILD_TIME_VARIABLES: tuple[str, ...] = (
     "BACKENDS",
     "BUILD_DIR",
@@ -40,10 +41,6 @@ BUILD_TIME_VARIABLES: tuple[str, ...] = (
     "TORCH",
     "UNIVERSAL",
     "VARIANT_LABEL",
-    "DEV_CACHE",
-    "TEST_BUILD_CACHE",
-    "TEST_LIBRARY",
-    "CONFORMANCE_PROFILE",
 )
 
 _TRUE = frozenset({"1", "true", "yes", "on"})

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, settings
 
 #: The library under test (the exchange suite's variable: one way to point the suites at
 #: a library; _torch_c_dlpack_ext_core.naming.ENV_PREFIX spelled out, the package is not imported).
-LIBRARY_ENV = "TORCH_C_DLPACK_EXT_TEST_LIBRARY"
+LIBRARY_ENV = "TCDE_TEST_LIBRARY"
 
 _RELAXED = (HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much)
 settings.register_profile(
@@ -75,7 +75,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 @pytest.fixture(scope="session")
 def library_path() -> Path:
-    """$TORCH_C_DLPACK_EXT_TEST_LIBRARY, or a skip saying how to run the differential suite."""
+    """$TCDE_TEST_LIBRARY, or a skip saying how to run the differential suite."""
     value = os.environ.get(LIBRARY_ENV, "")
     if not value:
         pytest.skip(

@@ -18,7 +18,7 @@ from .dlpack_ctypes import DLPackExchangeAPI, ExchangeLibrary, api_from_capsule
 #: Path of the library under test. The name follows the project's one env-var
 #: prefix (_torch_c_dlpack_ext_core.naming.ENV_PREFIX), spelled out here because the
 #: suite must not import the package (see the module docstring).
-LIBRARY_ENV = "TORCH_C_DLPACK_EXT_TEST_LIBRARY"
+LIBRARY_ENV = "TCDE_TEST_LIBRARY"
 
 #: First torch release with its own ``torch.Tensor.__dlpack_c_exchange_api__``.
 TORCH_OWN_API_SINCE = (2, 10)
@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch", reason="the exchange suite needs torch inst
 
 @pytest.fixture(scope="session")
 def exchange_library() -> ExchangeLibrary:
-    """The library named by $TORCH_C_DLPACK_EXT_TEST_LIBRARY (read when first needed, so a
+    """The library named by $TCDE_TEST_LIBRARY (read when first needed, so a
     fixture or hook of an enclosing conftest may build the library and set it first)."""
     value = os.environ.get(LIBRARY_ENV, "")
     if not value:

@@ -37,7 +37,7 @@ from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-SUITE_ENV = "TORCH_C_DLPACK_EXT_TEST_LIBRARY"
+SUITE_ENV = "TCDE_TEST_LIBRARY"
 EXPORTS = {"TorchDLPackExchangeAPIPtr", "TorchCDLPackExtBuildInfo"}
 # The oldest and newest supported minors, and one of each C++ ABI in between: 2.4/2.6
 # are pre-cxx11 on PyPI, 2.8/2.9 cxx11; 2.9's own headers carry DLPack 1.0.

@@ -7,7 +7,7 @@
 
 Each run is a subprocess (a crash in a table must not take this session down) with the
 ``ci`` hypothesis profile; the suite's summary line, printed here, says how many cases it
-exercised. ``-s`` shows it; pass ``TORCH_C_DLPACK_EXT_CONFORMANCE_PROFILE=thorough`` for
+exercised. ``-s`` shows it; pass ``TCDE_TEST_CONFORMANCE_PROFILE=thorough`` for
 a larger local run.
 """
 
@@ -30,8 +30,8 @@ from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-SUITE_ENV = "TORCH_C_DLPACK_EXT_TEST_LIBRARY"
-PROFILE_ENV = "TORCH_C_DLPACK_EXT_CONFORMANCE_PROFILE"
+SUITE_ENV = "TCDE_TEST_LIBRARY"
+PROFILE_ENV = "TCDE_TEST_CONFORMANCE_PROFILE"
 #: The differential files (test_import_totality.py, also in tests/conformance, runs in the
 #: dev env directly).
 SUITE = sorted(

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import clean_env
+from tests.helpers import clean_env, devtools_env
 
 pytestmark = pytest.mark.slow
 
@@ -52,6 +52,7 @@ def links(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> Path:
     _run(
         [sys.executable, "-m", "devtools.build", "--cells", ",".join(CELLS), "--out", str(dist),
          "--build-dir", str(build_cache / "cells")],
+        env=devtools_env(),
     )  # fmt: skip
     assert len(list(dist.glob("*-t2*.whl"))) == 2
     return dist

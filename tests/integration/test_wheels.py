@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import ROOT, clean_env
+from tests.helpers import ROOT, clean_env, devtools_env
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +52,7 @@ def _build(out: Path, build_dir: Path) -> None:
     _run(
         [sys.executable, "-m", "devtools.build", "--cells", ",".join(CELLS), "--out", str(out),
          "--build-dir", str(build_dir)],
-        env=clean_env(SOURCE_DATE_EPOCH=EPOCH),
+        env=devtools_env(SOURCE_DATE_EPOCH=EPOCH),
         cwd=ROOT,
     )  # fmt: skip
 
@@ -255,7 +255,7 @@ def test_assemble_from_job_wheels_reproduces_dist(dist: Path, tmp_path: Path) ->
     out = tmp_path / "out"
     _run(
         [sys.executable, "-m", "devtools.build", "--assemble-from", str(jobs), "--out", str(out)],
-        env=clean_env(SOURCE_DATE_EPOCH=EPOCH),
+        env=devtools_env(SOURCE_DATE_EPOCH=EPOCH),
         cwd=ROOT,
     )
     for name in [p.name for p in dist.iterdir()]:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from devtools import torchenv
+from devtools.torchenv import DEV_CACHE_VAR
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
-from _torch_c_dlpack_ext_core.naming import env_var
 
 LINUX_X86 = '; platform_system == "Linux" and platform_machine == "x86_64"'
 METADATA = f"""\
@@ -81,7 +81,7 @@ def test_missing_metadata_is_reported(tmp_path: Path) -> None:
 def test_bad_versions_are_rejected_before_any_work(
     version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(env_var("DEV_CACHE"), str(tmp_path))
+    monkeypatch.setenv(DEV_CACHE_VAR, str(tmp_path))
     with pytest.raises(ConfigError, match="not a release version"):
         torchenv.torch_env(version, importable=False)
     assert not (tmp_path / "envs").exists()
@@ -90,7 +90,7 @@ def test_bad_versions_are_rejected_before_any_work(
 def test_a_complete_env_is_reused_without_running_uv(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(env_var("DEV_CACHE"), str(tmp_path))
+    monkeypatch.setenv(DEV_CACHE_VAR, str(tmp_path))
 
     def no_uv() -> str:
         raise AssertionError("a complete env must not be rebuilt")
@@ -106,7 +106,7 @@ def test_a_complete_env_is_reused_without_running_uv(
 
 
 def test_an_env_without_marker_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(env_var("DEV_CACHE"), str(tmp_path))
+    monkeypatch.setenv(DEV_CACHE_VAR, str(tmp_path))
     root = tmp_path / "envs" / "py3.11-torch2.6.0"
     (root / "half-written").mkdir(parents=True)
     calls: list[Path] = []
@@ -128,7 +128,7 @@ def test_an_env_without_marker_is_rebuilt(tmp_path: Path, monkeypatch: pytest.Mo
 def test_a_failed_creation_leaves_nothing_that_looks_ready(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(env_var("DEV_CACHE"), str(tmp_path))
+    monkeypatch.setenv(DEV_CACHE_VAR, str(tmp_path))
 
     def failing_create(path: Path, *args: object, **kwargs: object) -> dict[str, object]:
         path.mkdir(parents=True)

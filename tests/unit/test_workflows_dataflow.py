@@ -424,7 +424,7 @@ def test_d6_build_caches_are_freed_before_the_test_torch(
         (folder / "blob").write_bytes(b"x" * 4096)
     keep = dev / "keep.txt"
     keep.write_text("not an env")
-    environ = {"TORCH_C_DLPACK_EXT_DEV_CACHE": str(dev), "UV_CACHE_DIR": str(uv)}
+    environ = {"TCDE_DEV_CACHE": str(dev), "UV_CACHE_DIR": str(uv)}
     # A developer's machine (not GitHub Actions): nothing is touched.
     assert release.free_build_cache(environ) == []
     assert release.free_build_cache({**environ, "GITHUB_ACTIONS": "false"}) == []
