@@ -72,7 +72,7 @@ def _cells(ctx: BenchContext) -> list[tuple[str, Path, str]]:
 
 def _pipeline_cell_id() -> str:
     """The matrix id of the torch 2.8 CPU cell for this Python on this host."""
-    from build_backend._matrix import load_matrix
+    from devtools.matrix import load_matrix
     from devtools.build import host_platform_name
 
     matrix = load_matrix()

@@ -1,14 +1,21 @@
 """In-tree PEP 517 / PEP 660 build backend of torch-c-dlpack-ext.
 
-Only the hooks live here; each imports its implementation lazily (so a frontend
-asking for requirements loads nothing) and delegates to one function per
-artifact: :mod:`._wheel` (wheels, editable wheels, metadata) and :mod:`._sdist`.
-Settings: see :mod:`._options`.
+Only the hooks live here. Each runs inside the ONE error boundary
+(:func:`._boundary.error_boundary`: our errors become one paragraph and a non-zero
+exit, no traceback unless ``TORCH_C_DLPACK_EXT_BUILD_TRACEBACK=1``), imports its
+implementation lazily (so a frontend asking for requirements loads nothing) and
+delegates to one function per artifact: :mod:`._wheel` (wheels, editable wheels,
+metadata) and :mod:`._sdist`. The backend only packs: prebuilt libraries
+(``libs-dir=``), the build environment's torch, or universal. Settings: see
+:mod:`._options`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
 
 __all__ = [
     "build_editable",
@@ -22,39 +29,41 @@ __all__ = [
 ]
 
 
-def _prepare() -> None:
-    from ._source import install_error_boundary
+def _errors_translated() -> AbstractContextManager[None]:
+    from ._boundary import error_boundary
 
-    install_error_boundary()
+    return error_boundary()
 
 
 def get_requires_for_build_wheel(config_settings: dict[str, Any] | None = None) -> list[str]:
-    """``uv`` when building matrix cells (it provisions each cell's torch), else nothing:
-    torch itself must already be in the build environment."""
-    _prepare()
-    from ._wheel import wheel_requirements
+    """Nothing beyond ``[build-system] requires`` (torch itself must already be in the
+    build environment); a bad setting fails here, before any build."""
+    with _errors_translated():
+        from ._wheel import wheel_requirements
 
-    return wheel_requirements(config_settings)
+        return wheel_requirements(config_settings)
 
 
 def get_requires_for_build_sdist(config_settings: dict[str, Any] | None = None) -> list[str]:
     """Nothing beyond ``[build-system] requires``."""
-    return []
+    with _errors_translated():
+        return []
 
 
 def get_requires_for_build_editable(config_settings: dict[str, Any] | None = None) -> list[str]:
     """Nothing beyond ``[build-system] requires``."""
-    return []
+    with _errors_translated():
+        return []
 
 
 def prepare_metadata_for_build_wheel(
     metadata_directory: str, config_settings: dict[str, Any] | None = None
 ) -> str:
     """Write ``<name>-<version>.dist-info/METADATA`` without building anything."""
-    _prepare()
-    from ._wheel import metadata_impl
+    with _errors_translated():
+        from ._wheel import metadata_impl
 
-    return metadata_impl(metadata_directory)
+        return metadata_impl(metadata_directory)
 
 
 def prepare_metadata_for_build_editable(
@@ -69,11 +78,11 @@ def build_wheel(
     config_settings: dict[str, Any] | None = None,
     metadata_directory: str | None = None,
 ) -> str:
-    """Build a wheel (prebuilt libraries, matrix cells, the build env's torch, or universal)."""
-    _prepare()
-    from ._wheel import build_wheel_impl
+    """Build a wheel (prebuilt libraries, the build env's torch, or universal)."""
+    with _errors_translated():
+        from ._wheel import build_wheel_impl
 
-    return build_wheel_impl(wheel_directory, config_settings)
+        return build_wheel_impl(wheel_directory, config_settings)
 
 
 def build_editable(
@@ -82,15 +91,15 @@ def build_editable(
     metadata_directory: str | None = None,
 ) -> str:
     """Build an editable wheel: the package from the source tree, no library."""
-    _prepare()
-    from ._wheel import build_editable_impl
+    with _errors_translated():
+        from ._wheel import build_editable_impl
 
-    return build_editable_impl(wheel_directory, config_settings)
+        return build_editable_impl(wheel_directory, config_settings)
 
 
 def build_sdist(sdist_directory: str, config_settings: dict[str, Any] | None = None) -> str:
-    """Build the sdist (sources, backend, matrix)."""
-    _prepare()
-    from ._sdist import build_sdist_impl
+    """Build the sdist (what a source build uses: sources, the package, the backend)."""
+    with _errors_translated():
+        from ._sdist import build_sdist_impl
 
-    return build_sdist_impl(sdist_directory, config_settings)
+        return build_sdist_impl(sdist_directory, config_settings)

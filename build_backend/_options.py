@@ -3,21 +3,20 @@
 defaults -> ``[tool.torch-c-dlpack-ext]`` in pyproject.toml -> PEP 517
 ``config_settings`` -> environment variables ``TORCH_C_DLPACK_EXT_<KEY>``
 (``libs-dir`` -> ``TORCH_C_DLPACK_EXT_LIBS_DIR``). The environment wins last so
-a CI job (cibuildwheel passes ``TORCH_C_DLPACK_EXT_CELLS``) can steer a build
-whose frontend command it does not control.
+a CI job can steer a build whose frontend command it does not control.
 
-Settings:
+The backend only packs. A wheel holds one of:
 
 ``libs-dir``
     A directory holding prebuilt libraries and their ``manifest.json`` (as
-    ``nox -s build`` writes them); the wheel packs exactly those.
-``variant-label``
-    Make a PEP 825 variant wheel with this label (needs ``libs-dir`` or ``cells``).
+    ``python -m devtools.build --libs-dir`` writes them, in CI cibuildwheel's
+    ``before-build``); the wheel packs exactly those, tagged for the Python their
+    manifest entries name.
 ``universal``
     ``true``: a ``py3-none-any`` wheel with no library (sources only, for the JIT).
-``cells``
-    Comma-separated matrix cell ids or patterns: build those cells with
-    ``devtools/build.py`` (a source checkout only) and pack them.
+(neither)
+    The libraries compiled against the build environment's torch, for this Python:
+
 ``torch``
     The torch installation to compile against when nothing above is given
     (default: the ``torch`` importable in the build environment, found without
@@ -27,6 +26,11 @@ Settings:
     environment's torch (default: every backend that torch supports).
 ``build-dir``
     Where compiled libraries are kept between builds (default ``build/backend``).
+``variant-label``
+    Make a PEP 825 variant wheel with this label (needs libraries).
+
+Not a setting but read by the hooks' error boundary (:mod:`._boundary`):
+``TORCH_C_DLPACK_EXT_BUILD_TRACEBACK=1`` shows the full traceback of a failed build.
 """
 
 from __future__ import annotations
@@ -54,7 +58,6 @@ class BackendOptions:
     libs_dir: Path | None = None
     variant_label: str | None = None
     universal: bool = False
-    cells: tuple[str, ...] = ()
     torch: Path | None = None
     backends: tuple[str, ...] = ()
     build_dir: Path = Path("build/backend")
@@ -81,7 +84,7 @@ def _convert(key: str, value: Any, source: str, root: Path) -> Any:
     field = _FIELDS[key]
     if field.name == "universal":
         return _parse_bool(key, value, source)
-    if field.name in ("cells", "backends"):
+    if field.name == "backends":
         items = value if isinstance(value, (list, tuple)) else str(value).split(",")
         return tuple(str(item).strip() for item in items if str(item).strip())
     if not isinstance(value, str):
@@ -129,19 +132,11 @@ def read_options(
     }
     _layer(values, env_table, f"environment ({ENV_PREFIX}*)", root, strict=False)
     options = BackendOptions(**values)
-    chosen = [
-        name
-        for name, on in (
-            ("libs-dir", options.libs_dir is not None),
-            ("cells", bool(options.cells)),
-            ("universal", options.universal),
-        )
-        if on
-    ]
-    if len(chosen) > 1:
+    if options.libs_dir is not None and options.universal:
         raise ConfigError(
-            f"settings {' and '.join(chosen)} exclude each other: a wheel packs prebuilt "
-            "libraries (libs-dir), builds matrix cells (cells), or has no library (universal)"
+            "settings libs-dir and universal exclude each other: a wheel packs prebuilt "
+            "libraries (libs-dir), compiles against the build environment's torch, or has "
+            "no library (universal)"
         )
     if options.variant_label is not None and options.universal:
         raise ConfigError("variant-label needs libraries: drop universal=true")

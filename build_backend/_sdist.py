@@ -1,7 +1,9 @@
-"""The sdist: sources, the in-tree backend and the matrix; reproducible tar.gz.
+"""The sdist: what a source build uses (sources, the package, the in-tree backend);
+a reproducible tar.gz.
 
 Building a wheel from it compiles csrc/ against the torch of the build
-environment (see README "Installing from source").
+environment (see README "Installing from source"). The build matrix and the dev
+tools stay in the repository: a source build never reads them.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ SDIST_PATHS = (
     "python/torch_c_dlpack_ext",
     "python/_torch_c_dlpack_ext_core",
     "build_backend",
-    "matrix.toml",
     "pyproject.toml",
     "README.md",
     "LICENSE",

@@ -29,7 +29,7 @@ __all__ = [
     "package_files",
     "platform_tag",
     "source_files",
-    "wheel_requirements",
+    "wheel_python",
     "wheel_tag",
 ]
 
@@ -228,15 +228,11 @@ def build_wheel_impl(
     options = read_options(pyproject=pyproject, config_settings=config_settings, root=ROOT)
     meta = project_metadata(ROOT, pyproject)
     libraries: list[tuple[ManifestEntry, Path]] = []
-    python: str | None = None
     if options.libs_dir is not None:
         from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
 
         entries = load_manifest(options.libs_dir / MANIFEST_NAME)
         libraries = [(e, options.libs_dir / e.file) for e in entries]
-        python = _python_of(options.libs_dir)
-    elif options.cells:
-        libraries, python = _build_cells(options)
     elif not options.universal and not editable:
         from _torch_c_dlpack_ext_core.driver import compile_library
         from _torch_c_dlpack_ext_core.errors import GPUHeadersNotFoundError
@@ -254,13 +250,11 @@ def build_wheel_impl(
                 print(f"WARNING: skipping the {backend.value} library: {exc}", file=sys.stderr)
                 continue
             libraries.append((entry, out / entry.file))
-        python = f"{sys_version()}"
     # PEP 517: the hook returns the basename of the wheel it wrote.
     return assemble_wheel(
         Path(wheel_directory),
         meta=meta,
         libraries=libraries,
-        python=python,
         label=options.variant_label,
         editable=editable,
     ).name
@@ -284,29 +278,21 @@ def _backends(requested: Sequence[str], install: Any) -> list[Any]:
     return chosen
 
 
-def sys_version() -> str:
-    """``3.11``: the running interpreter's version."""
-    return f"{sys.version_info[0]}.{sys.version_info[1]}"
+def wheel_python(entries: Sequence[Any]) -> str:
+    """The one CPython (``3.11``) the libraries ``entries`` were compiled for (their
+    manifest's ``python``): a wheel's Python tag. Raises :class:`BuildError` when they
+    disagree (a libs dir mixing builds for two Pythons)."""
+    from _torch_c_dlpack_ext_core.errors import BuildError
 
-
-def _python_of(libs_dir: Path) -> str:
-    """The Python a libs dir was built for: ``python.txt`` next to its manifest (written
-    by ``nox -s build``), else this interpreter's."""
-    marker = libs_dir / "python.txt"
-    return marker.read_text(encoding="utf-8").strip() if marker.is_file() else sys_version()
-
-
-def _build_cells(options: Any) -> tuple[list[Any], str]:
-    from _torch_c_dlpack_ext_core.errors import ConfigError
-
-    if not (ROOT / "devtools" / "build.py").is_file():
-        raise ConfigError(
-            "cells= builds matrix cells with devtools/build.py, which only a source checkout "
-            "has; build from the repository, or use libs-dir= with prebuilt libraries"
+    pythons = sorted({entry.python for entry in entries})
+    if len(pythons) != 1:
+        listed = ", ".join(f"{e.file}: Python {e.python}" for e in entries)
+        raise BuildError(
+            f"one wheel holds libraries of one Python, and these were compiled for "
+            f"{' and '.join(pythons) or 'none'} ({listed}); pack each Python's libraries "
+            "from its own libs dir"
         )
-    from devtools.build import build_cells_for_wheel
-
-    return build_cells_for_wheel(list(options.cells), options.build_dir)
+    return str(pythons[0])
 
 
 def assemble_wheel(
@@ -314,7 +300,6 @@ def assemble_wheel(
     *,
     meta: Any,
     libraries: Sequence[tuple[Any, Path]],
-    python: str | None,
     label: str | None = None,
     variant_json: bytes | None = None,
     editable: bool = False,
@@ -322,24 +307,26 @@ def assemble_wheel(
 ) -> Path:
     """Write one wheel: the package, csrc/, the libraries and their manifest.
 
-    No libraries: a ``py3-none-any`` wheel. ``label`` + ``variant_json``: a PEP
-    825 variant wheel. ``editable``: a ``.pth`` pointing at the source tree.
+    No libraries: a ``py3-none-any`` wheel; else a CPython wheel of the Python the
+    libraries' manifest entries name (:func:`wheel_python`). ``label`` +
+    ``variant_json``: a PEP 825 variant wheel. ``editable``: a ``.pth`` pointing at
+    the source tree.
     """
     import dataclasses
 
-    from _torch_c_dlpack_ext_core.errors import ConfigError
+    from _torch_c_dlpack_ext_core.errors import BuildError, ConfigError
     from _torch_c_dlpack_ext_core.manifest import dump_manifest
     from _torch_c_dlpack_ext_core.naming import LIBS_DIR, MANIFEST_NAME
 
     if label is not None and not libraries:
-        raise ConfigError(f"variant-label {label!r} needs libraries to pack (libs-dir= or cells=)")
+        raise ConfigError(f"variant-label {label!r} needs libraries to pack (libs-dir=)")
     platforms = {entry.platform for entry, _ in libraries}
     if len(platforms) > 1:
-        raise ConfigError(
+        raise BuildError(
             f"one wheel cannot hold libraries of several platforms: {sorted(platforms)}"
         )
     tag = wheel_tag(
-        python=python if libraries else None,
+        python=wheel_python([entry for entry, _ in libraries]) if libraries else None,
         platform=platform or (next(iter(platforms)) if platforms else None),
     )
     writer = WheelWriter(name=meta.name, version=meta.version, tag=tag, label=label)
@@ -368,15 +355,14 @@ def assemble_wheel(
 
 
 def wheel_requirements(config_settings: Mapping[str, Any] | None) -> list[str]:
-    """Build requirements beyond ``[build-system] requires`` for these settings."""
+    """Build requirements beyond ``[build-system] requires``: none (the backend only packs;
+    the torch a source build compiles against is already in the build environment).
+    The settings are read, so a bad one fails before any build."""
     from ._metadata import load_pyproject
     from ._options import read_options
 
-    options = read_options(
-        pyproject=load_pyproject(ROOT), config_settings=config_settings, root=ROOT
-    )
-    # cells= provisions one torch environment per cell with uv (devtools.torchenv).
-    return ["uv>=0.5"] if options.cells else []
+    read_options(pyproject=load_pyproject(ROOT), config_settings=config_settings, root=ROOT)
+    return []
 
 
 def build_editable_impl(wheel_directory: str, config_settings: Mapping[str, Any] | None) -> str:

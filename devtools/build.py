@@ -8,12 +8,17 @@ build are skipped with the reason: another OS or architecture, an index that
 does not answer (checked with a short timeout), no ROCm toolchain, no such
 Python interpreter.
 
-Libraries land in ``build/cells/<cpXY>-<platform>/`` with a manifest; then
-:mod:`devtools.wheels` packs the combined, variant and universal wheels, the
-variants index and the sdist into ``dist/``. A report (``build-report.json``) goes
-beside the output folder, never into it (dist/ holds only what gets published):
+Libraries land in ``build/cells/<cpXY>-<platform>/`` with a manifest (each entry
+names its target ``python``); then :mod:`devtools.wheels` packs the combined,
+variant and universal wheels, the variants index and the sdist into ``dist/``. A
+report (``build-report.json``) goes beside the output folder, never into it (dist/
+holds only what gets published):
 ``build/build-report.json`` by default, ``<DIR>/../build-report.json`` with
 ``--out DIR``, or wherever ``--report`` says.
+
+``--libs-dir DIR`` (with ``--no-assemble``: CI's per-job build, cibuildwheel's
+``before-build``) also copies the selected cells' libraries and their manifest into
+DIR, for the backend's ``libs-dir=``; every selected cell must then be built.
 
 ``--assemble-from DIR`` skips compiling: it merges the single-job wheels CI's
 cibuildwheel runs produced into the same artifacts.
@@ -28,6 +33,7 @@ import functools
 import json
 import os
 import platform as host_platform
+import shutil
 import sys
 import textwrap
 import time
@@ -37,18 +43,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from build_backend._matrix import Cell, Matrix, load_matrix
-
-from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError, TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, atomic_write_bytes, write_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
 from _torch_c_dlpack_ext_core.run import run
 from devtools import ROOT
+from devtools.errors import HANDLED, CellsNotBuiltError
+from devtools.errors import report as report_error
+from devtools.matrix import Cell, Matrix, load_matrix
 
 __all__ = [
     "CellResult",
     "build_cells",
-    "build_cells_for_wheel",
+    "copy_libs",
     "host_platform_name",
     "main",
     "skip_reason",
@@ -207,7 +214,7 @@ def build_one(cell: Cell, build_dir: Path) -> CellResult:
             gpu_home=gpu_home,
             python_include=_python_include(env.python),
         )
-    except TorchCDLPackExtError as exc:
+    except HANDLED as exc:
         return CellResult(
             cell=cell.id,
             status="failed",
@@ -279,21 +286,18 @@ def _write_group_manifests(
     cells: Sequence[Cell], results: dict[str, CellResult], build_dir: Path
 ) -> None:
     groups: dict[Path, list[ManifestEntry]] = {}
-    pythons: dict[Path, str] = {}
     for cell in cells:
         result = results[cell.id]
         if result.entry is None:
             continue
         directory = group_dir(build_dir, cell)
         groups.setdefault(directory, []).append(ManifestEntry.from_json(result.entry))
-        pythons[directory] = cell.python
     for directory, entries in groups.items():
         # Merge with libraries an earlier run built here (a run for a subset of cells
         # must not drop the others from the manifest).
         merged = {e.file: e for e in _read_manifest(directory)}
         merged.update({e.file: e for e in entries})
         write_manifest(directory / MANIFEST_NAME, merged.values())
-        atomic_write_bytes(directory / "python.txt", (pythons[directory] + "\n").encode())
 
 
 def _read_manifest(directory: Path) -> list[ManifestEntry]:
@@ -307,29 +311,36 @@ def _read_manifest(directory: Path) -> list[ManifestEntry]:
     return [e for e in entries if (directory / e.file).is_file()]
 
 
-def build_cells_for_wheel(patterns: list[str], build_dir: Path) -> tuple[list[Any], str]:
-    """The backend's ``cells=`` setting: build those cells.
+def copy_libs(
+    cells: Sequence[Cell], results: Sequence[CellResult], build_dir: Path, libs_dir: Path
+) -> list[ManifestEntry]:
+    """Copy the built ``cells`` (one Python x platform) and their manifest into ``libs_dir``.
 
-    Returns ``[(entry, path)]`` and the Python they were built for.
+    What CI's per-job build hands to the backend's ``libs-dir=``: exactly the job's
+    cells, so a cell that was skipped or failed is an error
+    (:class:`~devtools.errors.CellsNotBuiltError`), never a smaller wheel.
     """
-    matrix = load_matrix()
-    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    cells = [c for c in matrix.select(patterns) if c.python == python]
-    if not cells:
-        raise ConfigError(f"cells {patterns} select no cell for Python {python}")
-    directory = build_dir if build_dir.is_absolute() else ROOT / build_dir
-    results = build_cells(cells, directory)
-    failed = [r for r in results if r.status in ("failed", "skipped")]
-    if failed:
-        raise ConfigError(
-            "cells not built: " + "; ".join(f"{r.cell}: {r.status} ({r.reason})" for r in failed)
+    missing = [r for r in results if r.entry is None]
+    if missing:
+        raise CellsNotBuiltError(
+            "cells not built: " + "; ".join(f"{r.cell}: {r.status} ({r.reason})" for r in missing)
         )
-    pairs = []
-    for cell, result in zip(cells, results):
-        assert result.entry is not None
+    groups = {group_dir(build_dir, cell) for cell in cells}
+    if len(groups) != 1:
+        raise ConfigError(
+            f"--libs-dir takes the cells of one Python and platform; the selection spans "
+            f"{', '.join(sorted(g.name for g in groups))}"
+        )
+    (source,) = groups
+    libs_dir.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for result in results:
+        assert result.entry is not None  # checked above
         entry = ManifestEntry.from_json(result.entry)
-        pairs.append((entry, group_dir(directory, cell) / entry.file))
-    return pairs, python
+        shutil.copy2(source / entry.file, libs_dir / entry.file)
+        entries.append(entry)
+    write_manifest(libs_dir / MANIFEST_NAME, entries)
+    return entries
 
 
 def clip(text: str, width: int = NOTE_WIDTH) -> str:
@@ -375,6 +386,12 @@ def _parser() -> argparse.ArgumentParser:
         help="the JSON report (default: build/build-report.json, or beside --out DIR)",
     )
     parser.add_argument("--no-assemble", action="store_true", help="compile only")
+    parser.add_argument(
+        "--libs-dir",
+        type=Path,
+        default=None,
+        help="also copy the cells' libraries + manifest here (for the backend's libs-dir=)",
+    )
     parser.add_argument("--no-repair", action="store_true", help="skip auditwheel repair")
     parser.add_argument(
         "--assemble-from", type=Path, default=None, help="merge CI's single-job wheels from DIR"
@@ -387,9 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _main(args)
-    except TorchCDLPackExtError as exc:
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return exc.exit_code
+    except HANDLED as exc:
+        return report_error(exc)
 
 
 def report_path(args: argparse.Namespace, build_dir: Path) -> Path:
@@ -431,6 +447,9 @@ def _main(args: argparse.Namespace) -> int:
     results = build_cells(cells, build_dir, jobs=args.jobs)
     wall = round(time.monotonic() - started, 1)
     print_table(results)
+    if args.libs_dir is not None:
+        entries = copy_libs(cells, results, build_dir, args.libs_dir.resolve())
+        print(f"copied {len(entries)} librar(y/ies) and their manifest to {args.libs_dir}")
     report: dict[str, Any] = {
         "jobs": args.jobs,
         "wall_seconds": wall,

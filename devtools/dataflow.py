@@ -248,6 +248,7 @@ def _entry(cell: Any, path: Path, toolchain: str) -> Any:
         toolchain=toolchain,
         gpu_toolkit=cell.toolkit,
         platform=cell.platform.name,
+        python=cell.python,
         size=path.stat().st_size,
         sha256=sha256_of(path),
     )
@@ -384,7 +385,6 @@ def build_job(
         work / "plain",
         meta=project_metadata(ROOT),
         libraries=pairs,
-        python=python,
         platform=None if elf else job["platform"],
     )
     if job["platform"].startswith("linux"):
@@ -517,10 +517,9 @@ def rehearse_dataflow(
 ) -> FlowResult:
     """Run the data flow in ``work`` (see the module docstring); never raises for a
     problem the release would have, it reports it in :attr:`FlowResult.problems`."""
-    from build_backend._matrix import load_matrix
-
     from devtools import build, release
     from devtools.build import host_platform_name
+    from devtools.matrix import load_matrix
 
     started = time.monotonic()
     settings = read_workflow()
@@ -647,7 +646,7 @@ def print_summary(result: FlowResult) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line (``nox -s rehearse_dataflow``); exit 1 if the flow has a problem."""
-    from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtError
+    from devtools.errors import HANDLED
 
     parser = argparse.ArgumentParser(prog="rehearse_dataflow", description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -672,7 +671,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 build_dir=args.build_dir or ROOT / "build" / "cells",
             )  # fmt: skip
             print_summary(result)
-    except TorchCDLPackExtError as exc:
+    except HANDLED as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     return 0 if result.ok else 1

@@ -34,8 +34,9 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError, TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.errors import CommandError
 from _torch_c_dlpack_ext_core.run import run
+from devtools.errors import HANDLED, ProvisionError
 
 __all__ = ["CARRY_DIR", "LIMIT_BYTES", "PREINSTALLED", "WHEELS", "gather", "install_line", "main"]
 
@@ -93,7 +94,7 @@ def _requirements_of(wheel: Path) -> list[Requirement]:
 def gather(dest: Path, *, limit: int = LIMIT_BYTES) -> list[Path]:
     """Download :data:`WHEELS` into ``dest`` (replaced as a whole) and return the wheels.
 
-    Raises :class:`ConfigError` when a wheel needs something neither carried nor
+    Raises :class:`~devtools.errors.ProvisionError` when a wheel needs something neither carried nor
     preinstalled on the GPU machine, or when the total exceeds ``limit``.
     """
     dest = dest.resolve()
@@ -106,18 +107,18 @@ def gather(dest: Path, *, limit: int = LIMIT_BYTES) -> list[Path]:
         carried = {canonicalize_name(parse_wheel_filename(w.name)[0]) for w in wheels}
         wanted = {canonicalize_name(Requirement(r).name) for r in WHEELS}
         if carried != wanted:
-            raise ConfigError(f"pip downloaded {sorted(carried)}, expected {sorted(wanted)}")
+            raise ProvisionError(f"pip downloaded {sorted(carried)}, expected {sorted(wanted)}")
         for wheel in wheels:
             for req in _requirements_of(wheel):
                 name = canonicalize_name(req.name)
                 if name not in carried and name not in PREINSTALLED:
-                    raise ConfigError(
+                    raise ProvisionError(
                         f"{wheel.name} requires {req}, which the GPU machine lacks and "
                         "devtools/gpu_carry.py does not carry; add it to WHEELS"
                     )
         total = sum(w.stat().st_size for w in wheels)
         if total > limit:
-            raise ConfigError(
+            raise ProvisionError(
                 f"the carried wheels take {total / 2**20:.1f} MiB, over the "
                 f"{limit / 2**20:.0f} MiB the GPU machine accepts; carry fewer or smaller wheels"
             )
@@ -149,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         gather(args.dest)
-    except TorchCDLPackExtError as exc:
+    except HANDLED as exc:
         detail = exc.stderr.strip()[-2000:] if isinstance(exc, CommandError) else ""
         print(f"error: {type(exc).__name__}: {exc}\n{detail}".rstrip(), file=sys.stderr)
         return exc.exit_code

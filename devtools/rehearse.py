@@ -51,16 +51,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from _torch_c_dlpack_ext_core.errors import (
-    CommandError,
-    ConfigError,
-    ReleaseError,
-    TorchCDLPackExtError,
-)
+from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.manifest import sha256_of
 from _torch_c_dlpack_ext_core.naming import DIST_NAME
 from _torch_c_dlpack_ext_core.run import run
 from devtools import ROOT, release
+from devtools.errors import HANDLED, ReleaseError
 
 __all__ = [
     "DEFAULT_CELLS",
@@ -599,7 +595,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 budget=args.budget,
             )
         )
-    except TorchCDLPackExtError as exc:
+    except HANDLED as exc:
         if args.traceback:
             raise
         print(f"error: {exc}", file=sys.stderr)

@@ -50,12 +50,7 @@ from packaging.tags import sys_tags
 from packaging.utils import canonicalize_name, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
-from _torch_c_dlpack_ext_core.errors import (
-    CommandError,
-    ConfigError,
-    ReleaseError,
-    TorchCDLPackExtError,
-)
+from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.manifest import (
     ManifestEntry,
     atomic_write_bytes,
@@ -64,6 +59,7 @@ from _torch_c_dlpack_ext_core.naming import DIST_NAME, MANIFEST_NAME, PACKAGE
 from _torch_c_dlpack_ext_core.run import run
 from _torch_c_dlpack_ext_core.version import __version__
 from devtools import ROOT
+from devtools.errors import HANDLED, MatrixError, ReleaseError
 
 __all__ = [
     "CellStatus",
@@ -470,11 +466,6 @@ class CellStatus:
         return data
 
 
-def _python_of(wheel: WheelInfo) -> str:
-    interpreter = min(wheel.tags).split("-", 1)[0]
-    return f"{interpreter[2]}.{interpreter[3:]}"
-
-
 def _label_of(wheel: WheelInfo) -> str:
     parts = wheel.path.name[: -len(".whl")].split("-")
     return parts[-1]
@@ -491,11 +482,10 @@ def _cells_in_wheels(
     for wheel in wheels:
         if wheel.universal:
             continue
-        python = _python_of(wheel)
         for entry in wheel.libraries:
             try:
-                cell = cell_for_entry(matrix, entry, python)
-            except ConfigError:
+                cell = cell_for_entry(matrix, entry)
+            except MatrixError:
                 cell_id = f"{wheel.path.name}:{entry.file}"
             else:
                 cell_id = cell.id
@@ -514,7 +504,7 @@ def release_contents(
     entries) promise: a cell is present when exactly one combined wheel carries its
     library and exactly one variant wheel is labelled for it. ``arrived``: ids of the
     jobs whose artifact reached the assemble job, to say why a cell is absent."""
-    from build_backend._matrix import load_matrix
+    from devtools.matrix import load_matrix
 
     combined, variants = _cells_in_wheels(load_matrix(), wheels)
     expected = {cell: job for job in jobs for cell in job.get("cells", [])}
@@ -1036,7 +1026,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         _COMMANDS[args.command](args)
-    except TorchCDLPackExtError as exc:
+    except HANDLED as exc:
         if args.traceback:
             raise
         print(f"error: {exc}", file=sys.stderr)

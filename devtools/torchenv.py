@@ -47,10 +47,11 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError, TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from _torch_c_dlpack_ext_core.naming import DEV_ENV_PREFIX
 from _torch_c_dlpack_ext_core.run import run
+from devtools.errors import HANDLED, ProvisionError
 
 __all__ = [
     "NOT_NEEDED_TO_IMPORT",
@@ -108,7 +109,7 @@ def find_uv() -> str:
     try:
         from uv import find_uv_bin
     except ImportError:
-        raise ConfigError(
+        raise ProvisionError(
             "uv is not on PATH and the 'uv' package is not installed; 'pip install uv'"
         ) from None
     return str(find_uv_bin())
@@ -198,7 +199,7 @@ def import_requirements(
     """
     dist_infos = sorted(site_packages.glob("torch-*.dist-info/METADATA"))
     if not dist_infos:
-        raise ConfigError(f"no torch-*.dist-info in {site_packages}: the torch install failed")
+        raise ProvisionError(f"no torch-*.dist-info in {site_packages}: the torch install failed")
     text = dist_infos[0].read_text(encoding="utf-8")
     environment: dict[str, str] = {str(k): str(v) for k, v in default_environment().items()}
     environment.update(python_version=python, python_full_version=f"{python}.0", extra="")
@@ -333,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         env = torch_env(
             args.version, importable=args.importable, python=args.python, extra=args.extra
         )
-    except TorchCDLPackExtError as exc:
+    except HANDLED as exc:
         print(f"error: {type(exc).__name__}: {str(exc).splitlines()[0]}", file=sys.stderr)
         return exc.exit_code
     print(env.root)

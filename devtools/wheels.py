@@ -32,15 +32,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from build_backend._matrix import Cell, Matrix, load_matrix
 from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
 
-from _torch_c_dlpack_ext_core.errors import ConfigError
+from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest, write_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
 from _torch_c_dlpack_ext_core.run import run
 from devtools import ROOT
+from devtools.errors import MatrixError, ReleaseError
+from devtools.matrix import Cell, Matrix, load_matrix
 
 __all__ = [
     "AUDITWHEEL_EXCLUDES",
@@ -82,20 +83,20 @@ DELOCATE_EXCLUDES = tuple(
 _GRAFT_DIRS = ("torch_c_dlpack_ext.libs/", "torch_c_dlpack_ext/.dylibs/")
 
 
-def cell_for_entry(matrix: Matrix, entry: ManifestEntry, python: str) -> Cell:
-    """The matrix cell a built library belongs to."""
+def cell_for_entry(matrix: Matrix, entry: ManifestEntry) -> Cell:
+    """The matrix cell a built library belongs to. Raises :class:`MatrixError`."""
     for cell in matrix.cells():
         if (
-            cell.python == python
+            cell.python == entry.python
             and cell.torch.minor == entry.torch
             and cell.backend is entry.backend
             and cell.cxx11_abi == entry.cxx11_abi
             and _same_platform(entry.platform, cell.platform.name)
         ):
             return cell
-    raise ConfigError(
+    raise MatrixError(
         f"{entry.file} (torch {entry.torch}, {entry.backend.value}, cxx11_abi={entry.cxx11_abi}, "
-        f"{entry.platform}, Python {python}) is no cell of matrix.toml; "
+        f"{entry.platform}, Python {entry.python}) is no cell of matrix.toml; "
         "rebuild it or fix the matrix"
     )
 
@@ -173,7 +174,7 @@ def variants_index(wheels: Sequence[Path]) -> dict[str, Any]:
         for label, props in data.get("variants", {}).items():
             known = merged["variants"].get(label)
             if known is not None and known != props:
-                raise ConfigError(
+                raise BuildError(
                     f"variant label {label!r} has different properties in {path.name}: "
                     f"{props} vs {known}"
                 )
@@ -232,7 +233,7 @@ def _repair(wheel: Path, out: Path, work: Path) -> Path:
     (result,) = sorted(repaired.glob("*.whl"))
     grafted = grafted_libraries(result)
     if grafted:
-        raise ConfigError(
+        raise BuildError(
             f"auditwheel grafted {grafted} into {result.name}: a library needs something "
             "beyond torch and the system; extend AUDITWHEEL_EXCLUDES only if torch provides it"
         )
@@ -283,12 +284,12 @@ def combined_platform(tag_sets: Sequence[frozenset[str]]) -> str:
     at least the oldest one it names. The combined wheel needs what its most
     demanding part needs: the newest of those minimums (glibc for manylinux, the
     deployment target for macOS). A part that was never repaired (``linux_*``)
-    makes the whole ``linux_*``. Raises :class:`ConfigError` for tags of different
+    makes the whole ``linux_*``. Raises :class:`~devtools.errors.ReleaseError` for tags of different
     architectures or families, or ones this function does not know.
     """
     keys = {platform_key(p) for tags in tag_sets for p in tags}
     if len(keys) != 1:
-        raise ConfigError(f"wheels of different platforms cannot be combined: {sorted(keys)}")
+        raise ReleaseError(f"wheels of different platforms cannot be combined: {sorted(keys)}")
     ((family, arch),) = keys
     if family == "linux":
         needs: list[tuple[int, int]] = []
@@ -316,7 +317,7 @@ def _policy_platform(wheel_name: str) -> str:
     return ".".join(sorted({t.platform for t in tags}))
 
 
-def _rewrite_reproducibly(wheel: Path, out: Path, python: str, platform: str, libs: Path) -> Path:
+def _rewrite_reproducibly(wheel: Path, out: Path, platform: str, libs: Path) -> Path:
     """auditwheel writes its own zip (timestamps, order): re-pack with our writer and the
     repaired tag, so the combined wheel stays byte-reproducible."""
     meta = project_metadata(ROOT)
@@ -325,7 +326,6 @@ def _rewrite_reproducibly(wheel: Path, out: Path, python: str, platform: str, li
         out,
         meta=meta,
         libraries=[(e, libs / e.file) for e in entries],
-        python=python,
         platform=platform,
     )
 
@@ -336,29 +336,26 @@ def assemble_group(
     """Combined and variant wheels of one Python x platform group directory."""
     meta = project_metadata(ROOT)
     entries = load_manifest(libs / MANIFEST_NAME)
-    python = (libs / "python.txt").read_text(encoding="utf-8").strip()
     if not entries:
         return []
     made: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="tcde-wheels-") as tmp:
         work = Path(tmp)
         pairs = [(e, libs / e.file) for e in entries]
-        plain = assemble_wheel(
-            work, meta=meta, libraries=pairs, python=python, platform=platform_override
-        )
+        plain = assemble_wheel(work, meta=meta, libraries=pairs, platform=platform_override)
         platform = platform_override
         if platform is None and repair and sys.platform.startswith("linux"):
             repaired = _repair(plain, out, work)
             platform = _policy_platform(repaired.name)
         if platform is not None:
-            combined = _rewrite_reproducibly(plain, out, python, platform, libs)
+            combined = _rewrite_reproducibly(plain, out, platform, libs)
         else:
             combined = out / plain.name
             _atomic_move(plain, combined)
         made.append(combined)
         by_key = {(e.torch, e.backend, e.cxx11_abi): e for e in entries}
         for entry in entries:
-            cell = cell_for_entry(matrix, entry, python)
+            cell = cell_for_entry(matrix, entry)
             chosen = [entry]
             fallback = by_key.get((entry.torch, Backend.CPU, entry.cxx11_abi))
             if entry.backend is not Backend.CPU and fallback is not None:
@@ -368,7 +365,6 @@ def assemble_group(
                     out,
                     meta=meta,
                     libraries=[(e, libs / e.file) for e in chosen],
-                    python=python,
                     platform=platform,
                     label=cell.label,
                     variant_json=variant_json(cell),
@@ -407,7 +403,7 @@ def _finish_dist(out: Path, made: list[Path]) -> list[Path]:
 
 def universal_wheel(out: Path) -> Path:
     """The ``py3-none-any`` wheel with no library."""
-    return assemble_wheel(out, meta=project_metadata(ROOT), libraries=[], python=None)
+    return assemble_wheel(out, meta=project_metadata(ROOT), libraries=[])
 
 
 def _is_variant(filename: str) -> bool:
@@ -433,7 +429,7 @@ def assemble_from_wheels(cells_dir: Path, out: Path) -> list[Path]:
 
     wheels = sorted(p for p in cells_dir.rglob("*.whl") if not _is_variant(p.name))
     if not wheels:
-        raise ConfigError(f"{cells_dir}: no wheels to assemble (did the cell jobs upload any?)")
+        raise ReleaseError(f"{cells_dir}: no wheels to assemble (did the cell jobs upload any?)")
     matrix = load_matrix()
     made: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="tcde-assemble-") as tmp:
@@ -446,8 +442,6 @@ def assemble_from_wheels(cells_dir: Path, out: Path) -> list[Path]:
             if key not in groups:
                 directory = Path(tmp) / "-".join(key)
                 directory.mkdir()
-                python = f"{tag.interpreter[2]}.{tag.interpreter[3:]}"
-                (directory / "python.txt").write_text(python + "\n", encoding="utf-8")
                 groups[key] = _Group(directory)
             groups[key].add(wheel, frozenset(t.platform for t in tags))
         for group in groups.values():
@@ -476,7 +470,7 @@ class _Group:
         try:
             grafted = grafted_libraries(wheel)
             if grafted:
-                raise ConfigError(
+                raise ReleaseError(
                     f"{wheel}: the repair step grafted {grafted[:3]} into the job wheel; torch's "
                     "and the GPU runtimes' libraries must be excluded (AUDITWHEEL_EXCLUDES)"
                 )
@@ -488,7 +482,7 @@ class _Group:
                     known = self.entries.get(name)
                     if known is not None:
                         if known.sha256 != entry.sha256:
-                            raise ConfigError(
+                            raise ReleaseError(
                                 f"{name} differs between {self.origin[name]} and {wheel} "
                                 f"(sha256 {known.sha256[:12]} vs {entry.sha256[:12]}); one cell "
                                 "must be built by one job"
@@ -496,7 +490,7 @@ class _Group:
                         continue
                     data = archive.read(f"torch_c_dlpack_ext/{entry.file}")
                     if hashlib.sha256(data).hexdigest() != entry.sha256 or len(data) != entry.size:
-                        raise ConfigError(
+                        raise ReleaseError(
                             f"{wheel}: {entry.file} does not match its manifest entry (size or "
                             "sha256); the artifact is damaged, rerun its job"
                         )
@@ -504,4 +498,4 @@ class _Group:
                     self.entries[name] = dataclasses.replace(entry, file=name)
                     self.origin[name] = str(wheel)
         except (KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
-            raise ConfigError(f"{wheel}: not a job wheel of this project ({exc})") from None
+            raise ReleaseError(f"{wheel}: not a job wheel of this project ({exc})") from None

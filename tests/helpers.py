@@ -120,6 +120,7 @@ def make_package(root: Path, bundled: Sequence[Bundled] = (), *, manifest: bool 
                 toolchain="test",
                 gpu_toolkit=None,
                 platform="linux_x86_64",
+                python="3.11",
                 size=item.size if item.size is not None else target.stat().st_size,
                 sha256=item.sha256 or sha256_of(target),
             )

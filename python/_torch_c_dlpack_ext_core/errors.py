@@ -22,7 +22,6 @@ __all__ = [
     "InvalidBackendError",
     "LibraryLoadError",
     "ManifestError",
-    "ReleaseError",
     "TorchCDLPackExtError",
     "TorchCDLPackExtWarning",
     "TorchInstallError",
@@ -170,10 +169,3 @@ class LibraryLoadError(_CauseAndRemedy):
     """A library could not be loaded, or it did not provide a valid exchange API table."""
 
     exit_code = 8
-
-
-class ReleaseError(TorchCDLPackExtError):
-    """Release inputs are not publishable (stale or foreign files in dist/, a version
-    that does not match the tag) or the index refused or lost an upload."""
-
-    exit_code = 9

@@ -6,7 +6,7 @@
      "libraries": [{"file": "libs/libtorch_c_dlpack_ext-torch2.6-cpu-cxx11abi0.so",
                     "torch": "2.6", "torch_build": "2.6.0+cu124", "backend": "cpu",
                     "cxx11_abi": false, "dlpack": "1.3", "toolchain": "g++ 12.2.0",
-                    "gpu_toolkit": null, "platform": "linux_x86_64",
+                    "gpu_toolkit": null, "platform": "linux_x86_64", "python": "3.11",
                     "size": 178000, "sha256": "..."}]}
 
 The selector reads this file; it never globs or parses file names. Size and
@@ -67,6 +67,9 @@ class ManifestEntry(FrozenRecord):
     gpu_toolkit: str | None
     #: Wheel platform tag of the build host (``linux_x86_64``).
     platform: str
+    #: CPython ``major.minor`` whose headers it was compiled against (``3.11``): the
+    #: wheel's Python tag (every library of one wheel has the same).
+    python: str
     size: int
     sha256: str
 
@@ -202,13 +205,11 @@ def _check_field(where: str, name: str, value: Any) -> Any:
             )
         return value
     text = _check_text(where, name, value, optional=name == "gpu_toolkit")
-    if name == "torch":
+    if name in ("torch", "python"):
         major, dot, minor = str(text).partition(".")
         if not (dot and _is_number(major) and _is_number(minor)):
-            raise ManifestError(
-                f"{where}.torch is {brief(text)}, expected a torch 'major.minor' such as '2.8'",
-                REINSTALL,
-            )
+            example = "a torch 'major.minor' such as '2.8'" if name == "torch" else "'3.11'"
+            raise ManifestError(f"{where}.{name} is {brief(text)}, expected {example}", REINSTALL)
     return text
 
 

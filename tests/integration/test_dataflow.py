@@ -19,8 +19,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from build_backend._matrix import load_matrix
 from devtools import dataflow
+from devtools.matrix import load_matrix
 
 from _torch_c_dlpack_ext_core.version import __version__ as V
 

@@ -163,6 +163,7 @@ def test_long_file_name_is_clipped_in_the_table(tmp_path: Path) -> None:
         "toolchain": "test",
         "gpu_toolkit": None,
         "platform": "linux_x86_64",
+        "python": "3.11",
         "size": 1,
         "sha256": "0" * 64,
     }

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 from devtools import rehearse, release
+from devtools.errors import ReleaseError
 
-from _torch_c_dlpack_ext_core.errors import CommandError, ReleaseError
+from _torch_c_dlpack_ext_core.errors import CommandError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend
 
@@ -181,6 +182,7 @@ def _files(tmp_path: Path) -> release.ReleaseFiles:
         toolchain="g++ 12.2.0",
         gpu_toolkit=None,
         platform="linux_x86_64",
+        python="3.11",
         size=1,
         sha256="0" * 64,
     )

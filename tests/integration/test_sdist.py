@@ -14,7 +14,7 @@ from pathlib import Path
 
 import build_backend
 import pytest
-from build_backend import _source
+from build_backend import _boundary
 from tests.helpers import clean_env
 
 pytestmark = pytest.mark.slow
@@ -24,7 +24,7 @@ if not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):
 
 #: What `pip install --no-build-isolation` needs in the environment besides torch.
 BUILD_REQUIREMENTS = tuple(
-    req for module, req in _source.BUILD_REQUIREMENTS.items() if module != "tomli"
+    req for module, req in _boundary.BUILD_REQUIREMENTS.items() if module != "tomli"
 )
 PY = f"cp{sys.version_info[0]}{sys.version_info[1]}"
 

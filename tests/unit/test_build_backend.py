@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import dataclasses
 import hashlib
 import importlib.util
 import io
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import tarfile
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,12 @@ from build_backend._metadata import load_pyproject, project_metadata
 from build_backend._options import BackendOptions, read_options
 from build_backend._source import ROOT
 
-from _torch_c_dlpack_ext_core.errors import ConfigError, TorchInstallError
+from _torch_c_dlpack_ext_core.errors import (
+    BuildError,
+    ConfigError,
+    TorchCDLPackExtError,
+    TorchInstallError,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "backend"
 HOOKS = [
@@ -57,12 +63,27 @@ def test_requires_hooks_add_nothing() -> None:
     assert build_backend.get_requires_for_build_wheel({"universal": "true"}) == []
 
 
-def test_cells_need_uv(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert build_backend.get_requires_for_build_wheel({"cells": "cp311-*-t28_cpu"}) == ["uv>=0.5"]
-    monkeypatch.setenv("TORCH_C_DLPACK_EXT_CELLS", "cp311-linux_x86_64-cuda")
-    assert build_backend.get_requires_for_build_wheel() == ["uv>=0.5"]
-    with pytest.raises(ConfigError, match="did you mean 'cells'"):
-        build_backend.get_requires_for_build_wheel({"cell": "x"})
+def _hook_error(hook: Callable[..., Any], *args: Any) -> TorchCDLPackExtError:
+    """Call a hook in-process and return the typed error its boundary translated: the
+    hook exits (``SystemExit`` with the error's exit code) and names it as the cause."""
+    with pytest.raises(SystemExit) as exited:
+        hook(*args)
+    cause = exited.value.__cause__
+    assert isinstance(cause, TorchCDLPackExtError), cause
+    assert exited.value.code == cause.exit_code
+    return cause
+
+
+def test_the_backend_builds_no_matrix_cells(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # cells= is gone (CI's jobs run `python -m devtools.build` and pass libs-dir=); asking
+    # for requirements reads the settings, so the old key fails at once, with the paragraph.
+    error = _hook_error(build_backend.get_requires_for_build_wheel, {"cells": "cp311-*-t28_cpu"})
+    assert isinstance(error, ConfigError)
+    assert "unknown setting 'cells'" in str(error)
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first == f"torch-c-dlpack-ext cannot be built: {error}"
     assert build_backend.get_requires_for_build_sdist() == []
     assert build_backend.get_requires_for_build_editable() == []
 
@@ -83,7 +104,6 @@ def test_defaults() -> None:
     assert options == BackendOptions()
     assert options.libs_dir is None
     assert not options.universal
-    assert options.cells == ()
 
 
 def test_precedence_defaults_pyproject_config_env() -> None:
@@ -99,9 +119,9 @@ def test_precedence_defaults_pyproject_config_env() -> None:
     assert options.variant_label == "t26_cpu"  # untouched layers keep their value
 
 
-def test_cells_from_env_like_cibuildwheel_passes_them() -> None:
-    options = _options(env={"TORCH_C_DLPACK_EXT_CELLS": "cp311-linux_x86_64-cuda, cp311-*-t28_cpu"})
-    assert options.cells == ("cp311-linux_x86_64-cuda", "cp311-*-t28_cpu")
+def test_libs_dir_from_env_like_cibuildwheel_could_pass_it() -> None:
+    options = _options(env={"TORCH_C_DLPACK_EXT_LIBS_DIR": "build/job-libs"})
+    assert options.libs_dir == Path("/proj/build/job-libs")
 
 
 def test_runtime_env_vars_are_not_backend_settings() -> None:
@@ -131,9 +151,9 @@ def test_bad_config_settings(config: dict, message: str) -> None:  # type: ignor
 def test_unknown_pyproject_key_is_rejected() -> None:
     with pytest.raises(
         ConfigError,
-        match=r"\[tool.torch-c-dlpack-ext\]: unknown setting 'cell'; did you mean 'cells'",
+        match=r"\[tool.torch-c-dlpack-ext\]: unknown setting 'univrsal'; did you mean 'universal'",
     ):
-        _options({"tool": {"torch-c-dlpack-ext": {"cell": "x"}}})
+        _options({"tool": {"torch-c-dlpack-ext": {"univrsal": "x"}}})
 
 
 # --- metadata ------------------------------------------------------------------
@@ -221,11 +241,10 @@ def _fake_libs(tmp_path: Path) -> Path:
                 file=name, torch="2.8", torch_build="2.8.0+cu128", backend=backend, cxx11_abi=True,
                 dlpack="1.3", toolchain="g++ 12.2.0",
                 gpu_toolkit="12.8" if backend is Backend.CUDA else None, platform="linux_x86_64",
-                size=(libs / name).stat().st_size, sha256=sha256_of(libs / name),
+                python="3.11", size=(libs / name).stat().st_size, sha256=sha256_of(libs / name),
             )
         )  # fmt: skip
     write_manifest(libs / "manifest.json", entries)
-    (libs / "python.txt").write_text("3.11\n")
     return libs
 
 
@@ -285,15 +304,36 @@ def test_wheel_without_torch_fails_with_the_fix(
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
     )
-    with pytest.raises(TorchInstallError, match="--no-build-isolation"):
-        build_backend.build_wheel(str(tmp_path))
+    error = _hook_error(build_backend.build_wheel, str(tmp_path))
+    assert isinstance(error, TorchInstallError)
+    assert "--no-build-isolation" in str(error)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_torch_setting_pointing_nowhere(tmp_path: Path) -> None:
-    with pytest.raises(TorchInstallError, match="no torch installation at"):
-        build_backend.build_wheel(str(tmp_path), {"torch": str(tmp_path / "nowhere")})
+    error = _hook_error(build_backend.build_wheel, str(tmp_path), {"torch": str(tmp_path / "x")})
+    assert isinstance(error, TorchInstallError)
+    assert "no torch installation at" in str(error)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_libs_dir_target_python_comes_from_the_manifest(tmp_path: Path) -> None:
+    from _torch_c_dlpack_ext_core.manifest import load_manifest, write_manifest
+
+    libs = _fake_libs(tmp_path)
+    entries = load_manifest(libs / "manifest.json")
+    write_manifest(libs / "manifest.json", [dataclasses.replace(e, python="3.12") for e in entries])
+    assert build_backend.build_wheel(str(tmp_path / "a"), {"libs-dir": str(libs)}).endswith(
+        "-cp312-cp312-linux_x86_64.whl"
+    )
+    # A libs dir mixing two Pythons' libraries cannot make one wheel.
+    write_manifest(
+        libs / "manifest.json", [entries[0], dataclasses.replace(entries[1], python="3.12")]
+    )
+    error = _hook_error(build_backend.build_wheel, str(tmp_path / "b"), {"libs-dir": str(libs)})
+    assert isinstance(error, BuildError)
+    assert "compiled for 3.11 and 3.12" in str(error)
+    assert not (tmp_path / "b").exists() or list((tmp_path / "b").iterdir()) == []
 
 
 def test_sdist_contents_and_reproducibility(
@@ -309,11 +349,14 @@ def test_sdist_contents_and_reproducibility(
         assert all(n.startswith(base + "/") for n in names)
         rel = {n[len(base) + 1 :] for n in names}
         for required in (
-            "PKG-INFO", "pyproject.toml", "matrix.toml", "README.md", "LICENSE",
-            "build_backend/__init__.py", "build_backend/_matrix.py",
+            "PKG-INFO", "pyproject.toml", "README.md", "LICENSE",
+            "build_backend/__init__.py", "build_backend/_boundary.py",
             "python/torch_c_dlpack_ext/__init__.py", "csrc/exchange_api.cc",
         ):  # fmt: skip
             assert required in rel
+        # Only what a source build uses: not the matrix, nor its reader (devtools).
+        assert "matrix.toml" not in rel
+        assert not [n for n in rel if "matrix" in n]
         assert not [n for n in rel if n.endswith((".so", ".pyc")) or "/libs/" in n]
         assert not [n for n in rel if n.startswith(("tests/", "devtools/", ".github/"))]
         pkg_info = tar.extractfile(f"{base}/PKG-INFO")
@@ -351,14 +394,19 @@ def test_sdist_tar_is_gzip_with_fixed_header(
 
 
 def test_build_requirements_match_pyproject() -> None:
-    from build_backend._source import BUILD_REQUIREMENTS
+    from build_backend._boundary import BUILD_REQUIREMENTS
 
     requires = load_pyproject(ROOT)["build-system"]["requires"]
     assert sorted(BUILD_REQUIREMENTS.values()) == sorted(requires)
 
 
 def _run_hook_as_a_frontend_does(
-    tmp_path: Path, hook: str, kwargs: dict[str, Any], *, block: str = ""
+    tmp_path: Path,
+    hook: str,
+    kwargs: dict[str, Any],
+    *,
+    block: str = "",
+    environ: Mapping[str, str] = {},
 ) -> tuple[int, str]:
     """Call ``hook`` the way pip, build and uv do: pyproject_hooks' in-process script in
     a child Python. ``block``: a module the child cannot import. Returns the child's
@@ -378,7 +426,7 @@ def _run_hook_as_a_frontend_does(
                 f"sys.argv = {[script, *args]!r}; runpy.run_path({script!r}, run_name='__main__')"
             )
             argv = [argv[0], "-c", code]
-        env = {**os.environ, **(extra_environ or {}), "TMPDIR": str(tmp_path)}
+        env = {**os.environ, **environ, **(extra_environ or {}), "TMPDIR": str(tmp_path)}
         proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
         seen.append(proc)
         if proc.returncode:
@@ -413,6 +461,19 @@ def test_frontend_sees_one_paragraph_not_a_traceback(tmp_path: Path) -> None:
     assert "TorchInstallError" in saved.read_text(encoding="utf-8")
 
 
+def test_traceback_when_asked(tmp_path: Path) -> None:
+    code, stderr = _run_hook_as_a_frontend_does(
+        tmp_path,
+        "build_wheel",
+        {"wheel_directory": str(tmp_path / "out"), "config_settings": {"torch": "/nowhere"}},
+        environ={"TORCH_C_DLPACK_EXT_BUILD_TRACEBACK": "1"},
+    )
+    assert code != 0
+    assert "Traceback (most recent call last)" in stderr
+    assert "TorchInstallError: no torch installation at" in stderr
+    assert "cannot be built" not in stderr
+
+
 def test_missing_build_requirement_says_what_to_install(tmp_path: Path) -> None:
     code, stderr = _run_hook_as_a_frontend_does(
         tmp_path,
@@ -430,7 +491,7 @@ def test_missing_build_requirement_says_what_to_install(tmp_path: Path) -> None:
 
 
 def test_foreign_errors_keep_their_traceback() -> None:
-    from build_backend._source import brief_error
+    from build_backend._boundary import brief_error
 
     assert brief_error(KeyError("x")) is None
     assert brief_error(ModuleNotFoundError("no", name="numpy")) is None

@@ -40,6 +40,7 @@ def _entry(
         toolchain="g++ 12.2.0",
         gpu_toolkit="12.4",
         platform="linux_x86_64",
+        python="3.11",
         size=len(payload),
         sha256=hashlib.sha256(payload).hexdigest(),
     )
@@ -167,6 +168,7 @@ ACCEPTS = {
     "toolchain": {"string"},
     "gpu_toolkit": {"string", "null"},
     "platform": {"string"},
+    "python": {"string"},
     "size": {"int"},
     "sha256": {"string"},
 }

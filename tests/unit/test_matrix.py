@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from build_backend._matrix import load_matrix, parse_matrix
+from devtools.errors import MatrixError
+from devtools.matrix import load_matrix, parse_matrix
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.naming import Backend
@@ -323,20 +324,20 @@ def test_fixture_matrix_parses() -> None:
 def test_validation_errors(mutate, message: str) -> None:  # type: ignore[no-untyped-def]
     data = _fixture()
     mutate(data)
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(MatrixError, match=message):
         parse_matrix(data)
 
 
 def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(MatrixError, match="cannot read"):
         load_matrix(tmp_path / "missing.toml")
     bad = tmp_path / "bad.toml"
     bad.write_text("schema = [", encoding="utf-8")
-    with pytest.raises(ConfigError, match="not valid TOML"):
+    with pytest.raises(MatrixError, match="not valid TOML"):
         load_matrix(bad)
 
 
-def test_build_backend_matrix_is_the_only_reader() -> None:
+def test_devtools_matrix_is_the_only_reader() -> None:
     root = Path(__file__).resolve().parents[2]
     readers = []
     for folder in ("python", "devtools", "build_backend", "benchmarks"):
@@ -345,7 +346,7 @@ def test_build_backend_matrix_is_the_only_reader() -> None:
             # A path to matrix.toml being built (messages may name the file freely).
             if re.search(r"""/\s*["']matrix\.toml["']|Path\(\s*["'][^"']*matrix\.toml""", text):
                 readers.append(path.relative_to(root).as_posix())
-    assert readers == ["build_backend/_matrix.py"]
+    assert readers == ["devtools/matrix.py"]
 
 
 def test_nox_matrix_runs_without_importing_the_package() -> None:

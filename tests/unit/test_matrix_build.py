@@ -7,8 +7,8 @@ import socket
 from pathlib import Path
 
 import pytest
-from build_backend._matrix import load_matrix
 from devtools import build
+from devtools.matrix import load_matrix
 
 MATRIX = load_matrix()
 

@@ -147,6 +147,7 @@ def test_manifest_entry_json_round_trip_uses_fields() -> None:
         toolchain="g++",
         gpu_toolkit=None,
         platform="linux_x86_64",
+        python="3.11",
         size=1,
         sha256="0" * 64,
     )

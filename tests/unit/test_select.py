@@ -32,6 +32,7 @@ def entry(torch: str, backend: str, abi: bool | None, build: str = "") -> Manife
         toolchain="g++ 12.2.0",
         gpu_toolkit=None if backend == "cpu" else "12.4",
         platform="linux_x86_64",
+        python="3.11",
         size=1,
         sha256="0" * 64,
     )

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from devtools import release
+from devtools.errors import ReleaseError
 from packaging.version import Version
 
 from _torch_c_dlpack_ext_core import version as _version
-from _torch_c_dlpack_ext_core.errors import ReleaseError
 
 ROOT = Path(__file__).resolve().parents[2]
 CHANGELOG = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")

@@ -13,14 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from build_backend._matrix import Cell, load_matrix
+from devtools.matrix import Cell, load_matrix
 
-from _torch_c_dlpack_ext_core.errors import ConfigError
+from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of, write_manifest
 
 variantlib = pytest.importorskip("variantlib", reason="variantlib is in the test dependency group")
 
 from devtools import wheels  # noqa: E402
+from devtools.errors import MatrixError  # noqa: E402
 
 MATRIX = load_matrix()
 PROPERTY_RE = re.compile(r"^[a-z0-9_]+ :: [a-z0-9_]+ :: [a-z0-9_.]+$")
@@ -102,12 +103,11 @@ def _group(tmp_path: Path, cells: list[Cell]) -> Path:
                 file=cell.library, torch=cell.torch.minor, torch_build=cell.torch.release,
                 backend=cell.backend, cxx11_abi=cell.cxx11_abi, dlpack="1.3",
                 toolchain="g++ 12.2.0",
-                gpu_toolkit=cell.toolkit, platform=cell.platform.name, size=path.stat().st_size,
-                sha256=sha256_of(path),
+                gpu_toolkit=cell.toolkit, platform=cell.platform.name, python=cell.python,
+                size=path.stat().st_size, sha256=sha256_of(path),
             )
         )  # fmt: skip
     write_manifest(libs / "manifest.json", entries)
-    (libs / "python.txt").write_text(cells[0].python + "\n")
     return libs
 
 
@@ -156,7 +156,7 @@ def test_variants_index_rejects_conflicting_labels(tmp_path: Path) -> None:
 
     first = wheel("a.whl", {"abi_dependency": {"torch": ["2.8"]}})
     second = wheel("b.whl", {"abi_dependency": {"torch": ["2.9"]}})
-    with pytest.raises(ConfigError, match="t28_cpu"):
+    with pytest.raises(BuildError, match="t28_cpu"):
         wheels.variants_index([first, second])
 
 
@@ -164,11 +164,11 @@ def test_entry_outside_the_matrix_is_an_error() -> None:
     cell = _cell("cp311-linux_x86_64-t28_cpu")
     entry = ManifestEntry(
         file=cell.library, torch="2.3", torch_build="2.3.0", backend=cell.backend, cxx11_abi=True,
-        dlpack="1.3", toolchain="g++", gpu_toolkit=None, platform="linux_x86_64", size=1,
-        sha256="0" * 64,
+        dlpack="1.3", toolchain="g++", gpu_toolkit=None, platform="linux_x86_64", python="3.11",
+        size=1, sha256="0" * 64,
     )  # fmt: skip
-    with pytest.raises(ConfigError, match=r"no cell of matrix\.toml"):
-        wheels.cell_for_entry(MATRIX, entry, "3.11")
+    with pytest.raises(MatrixError, match=r"no cell of matrix\.toml"):
+        wheels.cell_for_entry(MATRIX, entry)
 
 
 def _rank(

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 import tomllib
 import yaml
-from build_backend._matrix import load_matrix
 from build_backend._options import read_options
 from devtools import dataflow, release, wheels
+from devtools.errors import ReleaseError
+from devtools.matrix import load_matrix
 
-from _torch_c_dlpack_ext_core.errors import ConfigError, ReleaseError
+from _torch_c_dlpack_ext_core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import tomllib
 from devtools import release
+from devtools.errors import ReleaseError
 
-from _torch_c_dlpack_ext_core.errors import ConfigError, ReleaseError
+from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, dump_manifest
 from _torch_c_dlpack_ext_core.naming import Backend
 from _torch_c_dlpack_ext_core.version import __version__
@@ -35,6 +36,7 @@ def _entry(torch: str, backend: Backend) -> ManifestEntry:
         toolchain="g++ 12.2.0",
         gpu_toolkit=None,
         platform="linux_x86_64",
+        python="3.11",
         size=1,
         sha256="0" * 64,
     )

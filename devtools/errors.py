@@ -1,0 +1,66 @@
+"""The dev tools' own errors: one base, one subclass per failure category, stable exit codes.
+
+These never reach a user of the package: only ``nox`` sessions, CI and the tests run
+devtools. The shipped package's errors (``_torch_c_dlpack_ext_core.errors``) keep
+exit codes 1-8; a devtools command line (``main()`` of each module) prints either
+kind as one line and exits with its ``exit_code`` (:data:`HANDLED` lists both bases).
+"""
+
+from __future__ import annotations
+
+from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtError
+
+__all__ = [
+    "HANDLED",
+    "CellsNotBuiltError",
+    "DevToolError",
+    "MatrixError",
+    "ProvisionError",
+    "ReleaseError",
+    "report",
+]
+
+
+class DevToolError(Exception):
+    """Base class of every error the dev tools raise themselves."""
+
+    exit_code: int = 10
+
+
+class ReleaseError(DevToolError):
+    """Release inputs are not publishable (stale or foreign files in dist/, a version
+    that does not match the tag) or the index refused or lost an upload."""
+
+    # 9 since before the dev tools had their own errors; kept for the workflow's scripts.
+    exit_code = 9
+
+
+class MatrixError(DevToolError):
+    """``matrix.toml`` is unreadable or invalid (unknown key, platform, backend, index)."""
+
+    exit_code = 11
+
+
+class ProvisionError(DevToolError):
+    """A cached torch environment could not be created (no uv, an install that failed,
+    an environment without the torch it was made for)."""
+
+    exit_code = 12
+
+
+class CellsNotBuiltError(DevToolError):
+    """Cells a job must deliver were skipped or failed to build."""
+
+    exit_code = 13
+
+
+#: What a devtools ``main()`` translates into one line and an exit code.
+HANDLED = (TorchCDLPackExtError, DevToolError)
+
+
+def report(error: TorchCDLPackExtError | DevToolError) -> int:
+    """Print ``error`` as one line on stderr (``error: <Class>: <message>``); its exit code."""
+    import sys
+
+    print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+    return error.exit_code
