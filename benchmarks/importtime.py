@@ -84,7 +84,7 @@ def package_with_library(library: BuiltLibrary, destination: Path) -> Path:
         relative = f"{LIBS_DIR}/{library.path.name}"
         (package / LIBS_DIR).mkdir(exist_ok=True)
         shutil.copy2(library.path, package / relative)
-        entry = dataclasses.replace(library.entry, file=relative)
+        entry = library.entry._replace(file=relative)
         write_manifest(package / MANIFEST_NAME, [entry])
         os.replace(staging, destination)
     finally:

@@ -312,7 +312,6 @@ def assemble_wheel(
     ``variant_json``: a PEP 825 variant wheel. ``editable``: a ``.pth`` pointing at
     the source tree.
     """
-    import dataclasses
 
     from _torch_c_dlpack_ext_core.errors import BuildError, ConfigError
     from _torch_c_dlpack_ext_core.manifest import dump_manifest
@@ -339,7 +338,7 @@ def assemble_wheel(
     for entry, path in sorted(libraries, key=lambda item: item[0].file):
         arcname = f"{LIBS_DIR}/{Path(entry.file).name}"
         writer.add(f"torch_c_dlpack_ext/{arcname}", path.read_bytes(), executable=True)
-        entries.append(dataclasses.replace(entry, file=arcname))
+        entries.append(entry._replace(file=arcname))
     if not editable or entries:
         writer.add(f"torch_c_dlpack_ext/{MANIFEST_NAME}", dump_manifest(entries))
     extra: dict[str, bytes] = {}

@@ -495,7 +495,7 @@ class _Group:
                             "sha256); the artifact is damaged, rerun its job"
                         )
                     (self.directory / name).write_bytes(data)
-                    self.entries[name] = dataclasses.replace(entry, file=name)
+                    self.entries[name] = entry._replace(file=name)
                     self.origin[name] = str(wheel)
         except (KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
             raise ReleaseError(f"{wheel}: not a job wheel of this project ({exc})") from None

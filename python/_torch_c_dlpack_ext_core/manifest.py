@@ -22,11 +22,10 @@ import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import REINSTALL, ManifestError, brief
 from .naming import Backend
-from .record import FrozenRecord
 
 __all__ = [
     "MAX_MANIFEST_BYTES",
@@ -47,8 +46,9 @@ __all__ = [
 SCHEMA_VERSION = 1
 
 
-class ManifestEntry(FrozenRecord):
-    """One bundled library and the exact target it was built for."""
+class ManifestEntry(NamedTuple):
+    """One bundled library and the exact target it was built for (``_replace`` makes a
+    changed copy; ``_fields`` lists the fields, which are the JSON keys)."""
 
     #: Path relative to the directory holding ``manifest.json`` (POSIX separators).
     file: str
@@ -79,7 +79,7 @@ class ManifestEntry(FrozenRecord):
         return int(major), int(minor)
 
     def to_json(self) -> dict[str, Any]:
-        data = {name: getattr(self, name) for name in self.field_names()}
+        data = self._asdict()
         data["backend"] = self.backend.value
         return data
 
@@ -92,11 +92,10 @@ class ManifestEntry(FrozenRecord):
         """
         if not isinstance(data, dict):
             raise ManifestError(f"{where} is {_json_type(data)}, expected an object", REINSTALL)
-        missing = [name for name in cls.field_names() if name not in data]
+        missing = [name for name in cls._fields if name not in data]
         if missing:
             raise ManifestError(f"{where} lacks {', '.join(missing)}", REINSTALL)
-        values = {name: _check_field(where, name, data[name]) for name in cls.field_names()}
-        return cls(**values)
+        return cls(*(_check_field(where, name, data[name]) for name in cls._fields))
 
 
 #: Bounds of the manifest schema. A real manifest is a few kB: one entry per bundled library.

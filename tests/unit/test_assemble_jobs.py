@@ -5,7 +5,6 @@ the release contents computed from the result."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import zipfile
 from pathlib import Path
@@ -226,7 +225,7 @@ def test_one_library_in_two_job_wheels(tmp_path: Path) -> None:
     # Different bytes for one cell: refused, naming both job wheels.
     entry, path = dataflow.stand_in_library(cells[0], tmp_path / "rebuilt", elf=False)
     path.write_bytes(b"another build of the same cell")
-    entry = dataclasses.replace(entry, size=path.stat().st_size, sha256=sha256_of(path))
+    entry = entry._replace(size=path.stat().st_size, sha256=sha256_of(path))
     folder = tmp_path / "cells" / "cell-c"
     folder.mkdir()
     assemble_wheel(folder, meta=project_metadata(ROOT), libraries=[(entry, path)],

@@ -5,7 +5,6 @@ variants index off the uploadable files."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import re
 import tarfile
@@ -281,7 +280,7 @@ def test_decision_of_rejects_a_report_without_decision() -> None:
 
 def test_expected_library_matches_torch_minor_and_abi() -> None:
     abi1 = _entry("2.6", Backend.CPU)
-    abi0 = dataclasses.replace(abi1, file="libs/abi0.so", cxx11_abi=False)
+    abi0 = abi1._replace(file="libs/abi0.so", cxx11_abi=False)
     gpu = _entry("2.6", Backend.CUDA)
     entries = (gpu, abi1, abi0)
     assert release.expected_library(entries, "2.6", False) is abi0
@@ -297,7 +296,7 @@ def test_variant_libraries_must_come_from_the_combined_build(tmp_path: Path) -> 
         make_wheel(tmp_path, "cp311-cp311-linux_x86_64", entries=(cpu,), label="t28_cpu")
     )
     release._same_libraries(same, [combined])
-    rebuilt = dataclasses.replace(cpu, sha256="1" * 64)
+    rebuilt = cpu._replace(sha256="1" * 64)
     other = release.read_wheel(
         make_wheel(tmp_path, "cp311-cp311-linux_x86_64", entries=(rebuilt,), label="t28_cpu")
     )
