@@ -23,6 +23,9 @@ __all__ = [
     "LIBS_DIR",
     "MANIFEST_NAME",
     "PACKAGE",
+    "PLATFORM_TOOLCHAINS",
+    "SHARED_LIBRARY_NAMING",
+    "SOURCE_SUFFIXES",
     "Backend",
     "default_cache_dir",
     "env_var",
@@ -30,6 +33,7 @@ __all__ = [
     "library_filename",
     "parse_backend",
     "shared_library_suffix",
+    "toolchain_name",
     "torch_minor",
     "variant_label",
 ]
@@ -54,6 +58,15 @@ DEV_ENV_PREFIX = "TCDE_"
 CAPSULE_ATTR = "__dlpack_c_exchange_api__"
 #: The legacy int attribute (torch main for a few weeks; read by tvm-ffi 0.1.0-0.1.3).
 LEGACY_INT_ATTR = "__c_dlpack_exchange_api__"
+#: The files of ``csrc/`` a build reads: the driver hashes them into its cache key and
+#: the wheel and sdist ship them.
+SOURCE_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc", ".map")
+#: ``sys.platform`` -> the name of the toolchain that builds there (the keys of
+#: :data:`_torch_c_dlpack_ext_core.toolchains.TOOLCHAINS`). No other platform is supported.
+PLATFORM_TOOLCHAINS = {"linux": "gnu", "darwin": "darwin", "win32": "msvc"}
+#: Per toolchain: ``(file prefix, suffix)`` of a shared library. The toolchains read it
+#: from here, so file names are defined once for the build, the wheels and the runtime.
+SHARED_LIBRARY_NAMING = {"gnu": ("lib", ".so"), "darwin": ("lib", ".dylib"), "msvc": ("", ".dll")}
 
 
 class Backend(str, enum.Enum):
@@ -100,14 +113,28 @@ def torch_minor(version: str) -> tuple[int, int]:
     return int(major), int(rest[:end])
 
 
+def toolchain_name(platform: str | None = None) -> str:
+    """The toolchain that builds on ``platform`` (as ``sys.platform`` spells it; default
+    this one): ``gnu``, ``darwin`` or ``msvc``.
+
+    Raises :class:`~_torch_c_dlpack_ext_core.errors.ConfigError` for any other platform.
+    """
+    platform = sys.platform if platform is None else platform
+    name = PLATFORM_TOOLCHAINS.get(platform)
+    if name is None:
+        from .errors import ConfigError, brief
+
+        known = ", ".join(PLATFORM_TOOLCHAINS)
+        raise ConfigError(
+            f"unsupported platform {brief(platform)}: torch-c-dlpack-ext builds and names "
+            f"libraries for {known} (as sys.platform spells them)"
+        )
+    return name
+
+
 def shared_library_suffix(platform: str | None = None) -> str:
     """File suffix of a shared library on ``platform`` (default: this one)."""
-    platform = sys.platform if platform is None else platform
-    if platform.startswith("win"):
-        return ".dll"
-    if platform.startswith("darwin") or platform.startswith("macos"):
-        return ".dylib"
-    return ".so"
+    return SHARED_LIBRARY_NAMING[toolchain_name(platform)][1]
 
 
 def host_platform_tag() -> str:
@@ -134,10 +161,8 @@ def library_filename(
     """
     backend = parse_backend(backend)
     abi = "" if cxx11_abi is None else f"-cxx11abi{int(cxx11_abi)}"
-    prefix = "" if shared_library_suffix(platform) == ".dll" else "lib"
-    return f"{prefix}torch_c_dlpack_ext-torch{major}.{minor}-{backend.value}{abi}" + (
-        shared_library_suffix(platform)
-    )
+    prefix, suffix = SHARED_LIBRARY_NAMING[toolchain_name(platform)]
+    return f"{prefix}torch_c_dlpack_ext-torch{major}.{minor}-{backend.value}{abi}{suffix}"
 
 
 def variant_label(
@@ -160,16 +185,22 @@ def env_var(name: str) -> str:
     return ENV_PREFIX + name
 
 
+#: The user cache directory per ``sys.platform``: ``(variable naming it, default under the
+#: home directory)``; XDG's elsewhere. macOS has no variable for it.
+_USER_CACHE = {
+    "win32": ("LOCALAPPDATA", ("AppData", "Local")),
+    "darwin": ("", ("Library", "Caches")),
+}
+_XDG_CACHE = ("XDG_CACHE_HOME", (".cache",))
+
+
 def default_cache_dir() -> Path:
     """Where JIT-built libraries go: ``$TORCH_C_DLPACK_EXT_CACHE_DIR``, else the
     platform's user cache directory."""
     override = os.environ.get(env_var("CACHE_DIR"))
     if override:
         return Path(override).expanduser()
-    if sys.platform.startswith("win"):
-        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
-    elif sys.platform == "darwin":
-        base = Path.home() / "Library" / "Caches"
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    variable, under_home = _USER_CACHE.get(sys.platform, _XDG_CACHE)
+    fallback = Path.home().joinpath(*under_home)
+    base = Path(os.environ.get(variable, fallback)) if variable else fallback
     return base / DIST_NAME

@@ -18,8 +18,10 @@ from pathlib import Path
 
 from .errors import CommandError, TorchInstallError
 from .naming import Backend, torch_minor
+from .toolchains import Toolchain, toolchain_for
+from .toolchains.elf import dynamic_symbols
 
-__all__ = ["TorchInstall", "link_library_name"]
+__all__ = ["TorchInstall"]
 
 _CMAKE_FILES = ("share/cmake/Torch/TorchConfig.cmake", "share/cmake/Caffe2/Caffe2Config.cmake")
 _CMAKE_ABI_RE = re.compile(r"_GLIBCXX_USE_CXX11_ABI=([01])")
@@ -29,19 +31,6 @@ _CXX11_TAG = "B5cxx11"
 #: Library stems whose presence in ``torch/lib`` means the backend's kernels were built
 #: (matched as substrings: ``libc10_cuda.so``, ``libc10_cuda.dylib``, ``c10_cuda.dll``/``.lib``).
 _BACKEND_MARKERS = {Backend.CUDA: "c10_cuda", Backend.ROCM: "c10_hip"}
-
-
-def link_library_name(stem: str, platform: str) -> str:
-    """The file in ``torch/lib`` a link against library ``stem`` (``c10``) reads on ``platform``.
-
-    Windows links against the import library (``c10.lib``, shipped next to
-    ``c10.dll``), macOS against ``libc10.dylib``, Linux against ``libc10.so``.
-    """
-    if platform.startswith("win"):
-        return f"{stem}.lib"
-    if platform.startswith("darwin"):
-        return f"lib{stem}.dylib"
-    return f"lib{stem}.so"
 
 
 def _candidate_torch_dirs(path: Path) -> list[Path]:
@@ -99,11 +88,9 @@ def _abi_from_cmake(root: Path) -> bool | None:
     return None
 
 
-def _abi_from_libc10(lib_dir: Path) -> bool:
+def _abi_from_libc10(lib_dir: Path, toolchain: Toolchain) -> bool:
     """The ABI ``libc10`` was built with: any exported ``[abi:cxx11]`` symbol means 1."""
-    from .audit import dynamic_symbols
-
-    libc10 = lib_dir / "libc10.so"
+    libc10 = lib_dir / toolchain.link_library_name("c10")
     if not libc10.is_file():
         raise TorchInstallError(
             f"cannot tell the C++ ABI of the torch at {lib_dir.parent}: its CMake config does "
@@ -158,11 +145,6 @@ class TorchInstall:
             data[path.name] = [stat.st_size, stat.st_mtime_ns]
         return data
 
-    def missing_link_libraries(self, stems: list[str], platform: str) -> list[str]:
-        """Which of the libraries ``stems`` has no :func:`link_library_name` file in ``lib_dir``."""
-        names = [link_library_name(stem, platform) for stem in stems]
-        return [name for name in names if not (self.lib_dir / name).is_file()]
-
     @classmethod
     def from_path(cls, path: Path | str, *, platform: str | None = None) -> TorchInstall:
         """Read the torch installation at ``path``.
@@ -170,9 +152,10 @@ class TorchInstall:
         ``path`` may be the ``torch`` package directory, a site-packages directory
         holding it, or a venv / prefix. Raises :class:`TorchInstallError` when no
         torch is found there or its files are unreadable. ``platform`` (default
-        ``sys.platform``) decides whether a C++ ABI applies.
+        ``sys.platform``) names the toolchain whose layout the files follow, which
+        decides whether a C++ ABI applies (:func:`.toolchains.toolchain_for`).
         """
-        platform = sys.platform if platform is None else platform
+        toolchain = toolchain_for(sys.platform if platform is None else platform)
         given = Path(path).expanduser()
         candidates = _candidate_torch_dirs(given)
         root = next((c for c in candidates if _is_torch_dir(c)), None)
@@ -192,12 +175,11 @@ class TorchInstall:
             )
         major, minor = torch_minor(version)
         lib_dir = root / "lib"
-        if platform.startswith("linux"):
+        abi = None
+        if toolchain.dual_abi:
             abi = _abi_from_cmake(root)
             if abi is None:
-                abi = _abi_from_libc10(lib_dir)
-        else:
-            abi = None
+                abi = _abi_from_libc10(lib_dir, toolchain)
         names = [p.name for p in lib_dir.iterdir()] if lib_dir.is_dir() else []
         backends = {Backend.CPU}
         for backend, stem in _BACKEND_MARKERS.items():

@@ -4,6 +4,7 @@ catches a library paired with the wrong torch (the torch-c-dlpack-ext 0.1.5 fail
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,22 +12,27 @@ from pathlib import Path
 import pytest
 from devtools.torchenv import TorchEnv
 
-from _torch_c_dlpack_ext_core import audit
-from _torch_c_dlpack_ext_core.audit import (
-    AuditOutcome,
-    audit_library,
-    dynamic_symbols,
-    undefined_symbols_not_provided,
-)
 from _torch_c_dlpack_ext_core.driver import compile_library
 from _torch_c_dlpack_ext_core.errors import ABIAuditError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
+from _torch_c_dlpack_ext_core.toolchains import AuditOutcome, toolchain_for
+from _torch_c_dlpack_ext_core.toolchains.elf import (
+    dynamic_symbols,
+    undefined_symbols_not_provided,
+)
 from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ELF audit: Linux only"),
 ]
+
+GNU = toolchain_for("linux")
+
+
+def _cxx() -> str:
+    """The compiler whose C/C++ runtime the audit counts as provided (the driver's choice)."""
+    return GNU.find_compiler(None, os.environ).path
 
 
 def _built(
@@ -44,8 +50,8 @@ def test_audit_passes_on_old_torch_libraries(
     old_torch_env: Callable[[str], TorchEnv], build_cache: Path, version: str
 ) -> None:
     install, library = _built(old_torch_env, build_cache, version)
-    assert undefined_symbols_not_provided(library, install, "cpu") == ()
-    assert audit_library(library, install, "cpu") is AuditOutcome.PASSED
+    assert undefined_symbols_not_provided(library, install, "cpu", cxx=_cxx()) == ()
+    assert GNU.audit(library, install, "cpu") is AuditOutcome.PASSED
 
 
 def test_audit_passes_on_the_torch213_library(torch213_library: tuple[Path, ManifestEntry]) -> None:
@@ -53,7 +59,7 @@ def test_audit_passes_on_the_torch213_library(torch213_library: tuple[Path, Mani
 
     library, _ = torch213_library
     install = TorchInstall.from_path(Path(torch.__file__).parent)
-    assert audit_library(library, install, "cpu") is AuditOutcome.PASSED
+    assert GNU.audit(library, install, "cpu") is AuditOutcome.PASSED
     # The library really needs the Python C API (provided by the interpreter, not linked).
     assert any(name.startswith("Py") for name in dynamic_symbols(library, defined=False))
 
@@ -63,11 +69,11 @@ def test_cxx11_library_against_pre_cxx11_torch_fails_naming_symbols(
 ) -> None:
     _, library28 = _built(old_torch_env, build_cache, "2.8.0")
     install26 = TorchInstall.from_path(old_torch_env("2.6.0").torch_dir)
-    missing = undefined_symbols_not_provided(library28, install26, "cpu")
+    missing = undefined_symbols_not_provided(library28, install26, "cpu", cxx=_cxx())
     assert missing, "a cxx11 library must not pass against a pre-cxx11 torch"
     assert any("B5cxx11" in name for name in missing)
     with pytest.raises(ABIAuditError) as info:
-        audit_library(library28, install26, "cpu")
+        GNU.audit(library28, install26, "cpu")
     message = str(info.value)
     assert info.value.missing == missing
     assert f"built with _GLIBCXX_USE_CXX11_ABI=1 but torch {install26.version} uses 0" in message
@@ -81,7 +87,7 @@ def test_pre_cxx11_library_against_cxx11_torch_fails(
     _, library26 = _built(old_torch_env, build_cache, "2.6.0")
     install28 = TorchInstall.from_path(old_torch_env("2.8.0").torch_dir)
     with pytest.raises(ABIAuditError, match=r"missing|symbol") as info:
-        audit_library(library26, install28, "cpu")
+        GNU.audit(library26, install28, "cpu")
     assert info.value.missing
 
 
@@ -106,12 +112,11 @@ def test_a_made_up_python_symbol_is_not_waved_through(tmp_path: Path) -> None:
     assert [p.name for p in out.iterdir() if not p.name.endswith(".lock")] == []
 
 
-def test_not_applicable_off_linux(
-    torch213_library: tuple[Path, ManifestEntry], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_not_applicable_off_linux(torch213_library: tuple[Path, ManifestEntry]) -> None:
     import torch
 
     library, _ = torch213_library
     install = TorchInstall.from_path(Path(torch.__file__).parent)
-    monkeypatch.setattr(audit.sys, "platform", "darwin")
-    assert audit_library(library, install, "cpu") is AuditOutcome.NOT_APPLICABLE
+    for platform in ("darwin", "win32"):
+        outcome = toolchain_for(platform).audit(library, install, "cpu")
+        assert outcome is AuditOutcome.NOT_APPLICABLE

@@ -26,15 +26,11 @@ from pathlib import Path
 import pytest
 from devtools.torchenv import torch_env
 
-from _torch_c_dlpack_ext_core.audit import AuditOutcome, audit_library, dynamic_symbols
-from _torch_c_dlpack_ext_core.driver import (
-    check_tensor_layout,
-    compile_library,
-    cuda_header_wheels,
-    find_dlpack_include,
-    plan_build,
-)
+from _torch_c_dlpack_ext_core.driver import check_tensor_layout, compile_library, plan_build
+from _torch_c_dlpack_ext_core.headers import cuda_header_wheels, find_dlpack_include
 from _torch_c_dlpack_ext_core.naming import Backend
+from _torch_c_dlpack_ext_core.toolchains import AuditOutcome, toolchain_for
+from _torch_c_dlpack_ext_core.toolchains.elf import dynamic_symbols
 from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 
 pytestmark = pytest.mark.slow
@@ -94,7 +90,7 @@ def test_compile_and_audit_cpu_and_cuda(build_cache: Path, version: str, cuda: s
         assert entry.torch_build == install.version
         assert entry.gpu_toolkit == (cuda if backend == "cuda" else None)
         assert dynamic_symbols(library, defined=True) == EXPORTS
-        assert audit_library(library, install, backend) is AuditOutcome.PASSED
+        assert toolchain_for("linux").audit(library, install, backend) is AuditOutcome.PASSED
         needed = subprocess.run(
             ["readelf", "-d", str(library)], capture_output=True, text=True, check=True
         ).stdout

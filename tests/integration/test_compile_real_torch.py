@@ -27,11 +27,12 @@ from typing import Any
 import pytest
 from devtools.torchenv import TorchEnv, torch_env
 
-from _torch_c_dlpack_ext_core.audit import AuditOutcome, audit_library, dynamic_symbols
 from _torch_c_dlpack_ext_core.driver import compile_library, plan_build
 from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, verify_file
 from _torch_c_dlpack_ext_core.naming import Backend
+from _torch_c_dlpack_ext_core.toolchains import AuditOutcome, toolchain_for
+from _torch_c_dlpack_ext_core.toolchains.elf import dynamic_symbols
 from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 
 pytestmark = pytest.mark.slow
@@ -186,7 +187,7 @@ def test_cuda_variant_compiles_against_pypi_torch_2_8(
     ).stdout
     assert "[libc10_cuda.so]" in needed
     assert "libpython" not in needed, "libpython must come from the interpreter, never linked"
-    assert audit_library(library, install, "cuda") is AuditOutcome.PASSED
+    assert toolchain_for("linux").audit(library, install, "cuda") is AuditOutcome.PASSED
 
 
 def test_build_info_is_recorded_in_the_sidecar(

@@ -25,7 +25,10 @@ from _torch_c_dlpack_ext_core.errors import (
     InvalidBackendError,
     TorchInstallError,
 )
+from _torch_c_dlpack_ext_core.headers import cuda_header_wheels
 from _torch_c_dlpack_ext_core.naming import Backend
+from _torch_c_dlpack_ext_core.toolchains.darwin import exported_symbols
+from _torch_c_dlpack_ext_core.toolchains.unix import toolchain_identity
 
 FakeTorch = Callable[..., Path]
 
@@ -329,7 +332,7 @@ def test_the_real_header_declares_the_checked_heads() -> None:
     ],
 )
 def test_cuda_header_wheels_per_cuda_major(cuda: str | None, wheels: str) -> None:
-    assert driver.cuda_header_wheels(cuda) == wheels
+    assert cuda_header_wheels(cuda) == wheels
 
 
 def test_cuda_headers_from_cuda_home(inputs: Inputs, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -445,7 +448,7 @@ def test_cache_key_tracks_sources_and_the_install(inputs: Inputs) -> None:
     ],
 )
 def test_toolchain_identity(banner: str, rest: str, expected: str) -> None:
-    assert driver._toolchain_identity(banner, f"{banner}\n{rest}\n") == expected
+    assert toolchain_identity(banner, f"{banner}\n{rest}\n") == expected
 
 
 def test_cli_reports_one_line_and_the_exit_code(
@@ -775,13 +778,13 @@ def test_exports_map_names_exactly_the_exported_functions() -> None:
     header = (csrc / "tcde_dlpack.h").read_text(encoding="utf-8")
     declared = re.findall(r"^TCDE_EXPORT\s+[^;(]*?\b(\w+)\s*\(", header, re.M)
     assert declared, "tcde_dlpack.h declares its exports with TCDE_EXPORT"
-    assert sorted(driver.exported_symbols(csrc)) == sorted(declared)
+    assert sorted(exported_symbols(csrc)) == sorted(declared)
 
 
 def test_exports_map_without_globals_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "exports.map").write_text("{ local: *; };\n", encoding="utf-8")
     with pytest.raises(BuildError, match=r"names no symbol under 'global:'"):
-        driver.exported_symbols(tmp_path)
+        exported_symbols(tmp_path)
 
 
 def test_windows_toolchain_from_a_localized_banner(windows: Windows) -> None:

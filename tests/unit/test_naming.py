@@ -46,10 +46,19 @@ def test_library_filenames_are_distinct_across_cells() -> None:
 
 @pytest.mark.parametrize(
     ("platform", "suffix"),
-    [("linux", ".so"), ("darwin", ".dylib"), ("win32", ".dll"), ("freebsd14", ".so")],
+    [("linux", ".so"), ("darwin", ".dylib"), ("win32", ".dll")],
 )
 def test_shared_library_suffix(platform: str, suffix: str) -> None:
     assert shared_library_suffix(platform) == suffix
+
+
+@pytest.mark.parametrize("platform", ["freebsd14", "cygwin", "linux2", "win", "macos", ""])
+def test_unsupported_platform_is_a_config_error(platform: str) -> None:
+    # Only what sys.platform says on the three supported systems names a toolchain.
+    with pytest.raises(ConfigError, match=r"unsupported platform .*linux, darwin, win32"):
+        shared_library_suffix(platform)
+    with pytest.raises(ConfigError, match=r"unsupported platform"):
+        library_filename(2, 6, "cpu", None, platform=platform)
 
 
 @pytest.mark.parametrize("backend", list(Backend))

@@ -10,7 +10,8 @@ import pytest
 
 from _torch_c_dlpack_ext_core.errors import TorchInstallError
 from _torch_c_dlpack_ext_core.naming import Backend
-from _torch_c_dlpack_ext_core.torchinstall import TorchInstall, link_library_name
+from _torch_c_dlpack_ext_core.toolchains import toolchain_for
+from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 
 FakeTorch = Callable[..., Path]
 
@@ -164,7 +165,8 @@ def test_windows_import_libraries_are_what_the_link_needs(tmp_path: Path) -> Non
         _windows_venv(tmp_path / "venv", ("c10.dll", "c10.lib", "torch_cpu.dll")),
         platform="win32",
     )
-    assert install.missing_link_libraries(["c10", "torch_cpu"], "win32") == ["torch_cpu.lib"]
+    msvc = toolchain_for("win32")
+    assert msvc.missing_link_libraries(install.lib_dir, ("c10", "torch_cpu")) == ["torch_cpu.lib"]
 
 
 def test_macos_layout(fake_torch: FakeTorch) -> None:
@@ -172,9 +174,10 @@ def test_macos_layout(fake_torch: FakeTorch) -> None:
     install = TorchInstall.from_path(fake_torch("2.8.0", abi=None, libs=libs), platform="darwin")
     assert install.cxx11_abi is None
     assert install.backends_available == {Backend.CPU}
-    stems = ["c10", "torch_cpu", "torch", "torch_python"]
-    assert install.missing_link_libraries(stems, "darwin") == []
-    assert install.missing_link_libraries(["c10_cuda"], "darwin") == ["libc10_cuda.dylib"]
+    darwin = toolchain_for("darwin")
+    stems = ("c10", "torch_cpu", "torch", "torch_python")
+    assert darwin.missing_link_libraries(install.lib_dir, stems) == []
+    assert darwin.missing_link_libraries(install.lib_dir, ("c10_cuda",)) == ["libc10_cuda.dylib"]
 
 
 @pytest.mark.parametrize(
@@ -182,4 +185,4 @@ def test_macos_layout(fake_torch: FakeTorch) -> None:
     [("win32", "c10.lib"), ("darwin", "libc10.dylib"), ("linux", "libc10.so")],
 )
 def test_link_library_name(platform: str, expected: str) -> None:
-    assert link_library_name("c10", platform) == expected
+    assert toolchain_for(platform).link_library_name("c10") == expected

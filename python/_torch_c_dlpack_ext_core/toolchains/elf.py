@@ -1,4 +1,4 @@
-"""The ABI audit: does a built library need symbols its target torch does not provide?
+"""The ELF ABI audit (gnu toolchain): does a library need symbols its torch does not provide?
 
 Linking a shared library succeeds even when some of its symbols are defined
 nowhere; the failure shows up later as ``undefined symbol: ...`` at import, on a
@@ -13,13 +13,14 @@ can use). Measured on ``libtorch_cpu.so`` of torch 2.6.0 (442 MB, 84k exported
 symbols): ``nm -D`` 0.14 s, pyelftools 2.3 s; so the audit adds no dependency
 and costs well under a second per library.
 
-The audit applies to ELF (Linux) only. On other platforms :func:`audit_library`
-returns :attr:`AuditOutcome.NOT_APPLICABLE` rather than pretending to pass.
+The audit applies to ELF (Linux) only: the gnu toolchain runs it, the others
+report :attr:`~.protocol.AuditOutcome.NOT_APPLICABLE` rather than pretending to
+pass. :func:`dynamic_symbols` also tells torch's C++ ABI from ``libc10.so``
+(:mod:`..torchinstall`).
 """
 
 from __future__ import annotations
 
-import enum
 import functools
 import os
 import shutil
@@ -28,14 +29,13 @@ import sysconfig
 from collections.abc import Iterable
 from pathlib import Path
 
-from .errors import ABIAuditError, CommandError, CompilerNotFoundError, ConfigError
-from .naming import Backend, parse_backend
-from .run import run
-from .torchinstall import TorchInstall
+from ..errors import ABIAuditError, BuildError, CommandError, CompilerNotFoundError
+from ..naming import Backend, parse_backend
+from ..run import run
+from .protocol import TorchFiles
 
 __all__ = [
-    "AuditOutcome",
-    "audit_library",
+    "audit_elf_library",
     "dynamic_symbols",
     "runtime_libraries",
     "undefined_symbols_not_provided",
@@ -54,14 +54,6 @@ _RUNTIME_SONAMES = (
 )
 #: How many missing symbols an error message lists before summarising the rest.
 _SHOWN = 20
-
-
-class AuditOutcome(str, enum.Enum):
-    """Result of :func:`audit_library` when it does not raise."""
-
-    PASSED = "passed"
-    #: Not an ELF platform: the dual C++ ABI and this check do not apply.
-    NOT_APPLICABLE = "not applicable"
 
 
 def _nm() -> str:
@@ -132,7 +124,7 @@ def runtime_libraries(cxx: str) -> tuple[Path, ...]:
     return (*dict.fromkeys(p for p in found if p is not None), _python_exports_source())
 
 
-def _torch_libraries(torch: TorchInstall, backend: Backend) -> list[Path]:
+def _torch_libraries(torch: TorchFiles, backend: Backend) -> list[Path]:
     # A CPU library must not lean on the GPU libraries: they are absent from CPU wheels.
     other_gpu = {Backend.CPU: ("cuda", "hip"), Backend.CUDA: ("hip",), Backend.ROCM: ("cuda",)}
     excluded = other_gpu[backend]
@@ -143,32 +135,20 @@ def _torch_libraries(torch: TorchInstall, backend: Backend) -> list[Path]:
     )
 
 
-def _default_cxx() -> str:
-    for candidate in (os.environ.get("CXX"), "c++", "g++"):
-        if candidate and shutil.which(candidate):
-            return candidate
-    raise CompilerNotFoundError(
-        "no C++ compiler on PATH to locate libstdc++ for the ABI audit; set CXX or install g++"
-    )
-
-
 def undefined_symbols_not_provided(
-    library: Path, torch: TorchInstall, backend: Backend | str, *, cxx: str | None = None
+    library: Path, torch: TorchFiles, backend: Backend | str, *, cxx: str
 ) -> tuple[str, ...]:
     """Sorted undefined dynamic symbols of ``library`` that nothing at load time provides.
 
     "Provided" means exported by a library in ``torch/lib`` (GPU libraries only for
     a GPU ``backend``), by the C/C++ runtime the compiler ``cxx`` links against, or
-    by this Python interpreter. Linux (ELF) only: raises :class:`ConfigError`
-    elsewhere; use :func:`audit_library`, which reports "not applicable" instead.
+    by this Python interpreter. Raises :class:`CommandError` when ``nm`` fails.
     """
-    if not sys.platform.startswith("linux"):
-        raise ConfigError(f"the ABI audit reads ELF symbols; it does not apply on {sys.platform}")
     backend = parse_backend(backend)
     needed = dynamic_symbols(library, defined=False)
     if not needed:
         return ()
-    providers = [*_torch_libraries(torch, backend), *runtime_libraries(cxx or _default_cxx())]
+    providers = [*_torch_libraries(torch, backend), *runtime_libraries(cxx)]
     # Smallest first: the search usually ends before the 0.5-1 GB libtorch_cuda is read.
     providers.sort(key=lambda path: path.stat().st_size)
     missing = set(needed)
@@ -192,7 +172,7 @@ def _demangle(names: Iterable[str]) -> list[str]:
     return lines if len(lines) == len(names) else names
 
 
-def _likely_cause(missing: tuple[str, ...], torch: TorchInstall) -> str:
+def _likely_cause(missing: tuple[str, ...], torch: TorchFiles) -> str:
     version = torch.version
     if torch.cxx11_abi is False and any("B5cxx11" in name for name in missing):
         return (
@@ -213,20 +193,26 @@ def _likely_cause(missing: tuple[str, ...], torch: TorchInstall) -> str:
     )
 
 
-def audit_library(
-    library: Path, torch: TorchInstall, backend: Backend | str, *, cxx: str | None = None
-) -> AuditOutcome:
+def audit_elf_library(
+    library: Path, torch: TorchFiles, backend: Backend | str, *, cxx: str
+) -> None:
     """Check that every symbol ``library`` needs is provided at load time.
 
-    Returns :attr:`AuditOutcome.PASSED`, or :attr:`AuditOutcome.NOT_APPLICABLE`
-    off Linux. Raises :class:`ABIAuditError` listing the missing symbols
-    (demangled when ``c++filt`` is available) and the likely cause.
+    Raises :class:`ABIAuditError` listing the missing symbols (demangled when
+    ``c++filt`` is available) and the likely cause, or :class:`BuildError` when
+    the symbols cannot be read.
     """
-    if not sys.platform.startswith("linux"):
-        return AuditOutcome.NOT_APPLICABLE
-    missing = undefined_symbols_not_provided(library, torch, backend, cxx=cxx)
+    try:
+        missing = undefined_symbols_not_provided(library, torch, backend, cxx=cxx)
+    except CommandError as exc:
+        raise BuildError(
+            f"the ABI audit of {library.name} could not read dynamic symbols "
+            f"(exit {exc.returncode}): {(exc.stderr or exc.stdout).strip()[-2000:]}",
+            command=exc.cmd,
+            output=exc.stderr or exc.stdout,
+        ) from None
     if not missing:
-        return AuditOutcome.PASSED
+        return
     shown = _demangle(missing[:_SHOWN])
     more = f"\n  ... and {len(missing) - _SHOWN} more" if len(missing) > _SHOWN else ""
     listing = "\n".join(f"  {name}" for name in shown)

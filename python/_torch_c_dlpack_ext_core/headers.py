@@ -1,0 +1,258 @@
+"""The headers a build compiles against, found and versioned: DLPack, CUDA / ROCm, Python.
+
+Each finder takes an explicit override first, then the places a user's environment
+provides, and raises a typed error listing what it tried and how to fix it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import sysconfig
+from collections.abc import Mapping
+from pathlib import Path
+
+from .errors import BuildError, DLPackHeaderNotFoundError, GPUHeadersNotFoundError
+from .naming import Backend
+from .torchinstall import TorchInstall
+
+__all__ = [
+    "MIN_DLPACK",
+    "cuda_header_wheels",
+    "find_dlpack_include",
+    "find_gpu_toolkit",
+    "find_python_include",
+    "python_of_headers",
+]
+
+#: The oldest DLPack header that defines ``DLPackExchangeAPI``.
+MIN_DLPACK = (1, 2)
+_CUDA_MARKER = "cuda_runtime_api.h"
+_CUDA_CRT = "crt/host_defines.h"
+_HIP_MARKER = "hip/hip_runtime_api.h"
+_WANT_DLPACK = (
+    "pass dlpack_include=<dir holding dlpack/dlpack.h> or install apache-tvm-ffi, "
+    "which ships DLPack 1.3 ('pip install apache-tvm-ffi')"
+)
+
+
+def _read_define(header: Path, name: str) -> int | None:
+    match = re.search(
+        rf"^\s*#\s*define\s+{name}\s+(\d+)",
+        header.read_text(encoding="utf-8", errors="replace"),
+        re.M,
+    )
+    return int(match.group(1)) if match else None
+
+
+def find_dlpack_include(dlpack_include: Path | None = None) -> tuple[Path, str]:
+    """A directory holding ``dlpack/dlpack.h`` >= 1.2, and that header's version.
+
+    ``dlpack_include`` if given, else apache-tvm-ffi's copy. Raises
+    :class:`DLPackHeaderNotFoundError` when none is found or it is too old.
+    """
+    if dlpack_include is None:
+        # Located, not imported: tvm_ffi's __init__ imports torch, and a build must
+        # never import the torch it compiles against (it may not even be importable).
+        import importlib.util
+
+        spec = importlib.util.find_spec("tvm_ffi")
+        if spec is None or not spec.submodule_search_locations:
+            raise DLPackHeaderNotFoundError(
+                f"no DLPack >= {MIN_DLPACK[0]}.{MIN_DLPACK[1]} header: apache-tvm-ffi is "
+                f"not installed in {sys.prefix}; {_WANT_DLPACK}"
+            )
+        dlpack_include = Path(next(iter(spec.submodule_search_locations))) / "include"
+    header = Path(dlpack_include) / "dlpack" / "dlpack.h"
+    if not header.is_file():
+        raise DLPackHeaderNotFoundError(f"{header} does not exist; {_WANT_DLPACK}")
+    major = _read_define(header, "DLPACK_MAJOR_VERSION")
+    minor = _read_define(header, "DLPACK_MINOR_VERSION")
+    if major is None or minor is None or (major, minor) < MIN_DLPACK:
+        found = "no DLPACK_MAJOR/MINOR_VERSION" if major is None else f"DLPack {major}.{minor}"
+        raise DLPackHeaderNotFoundError(
+            f"{header} has {found}; DLPackExchangeAPI needs DLPack >= "
+            f"{MIN_DLPACK[0]}.{MIN_DLPACK[1]}; {_WANT_DLPACK}"
+        )
+    return Path(dlpack_include).resolve(), f"{major}.{minor}"
+
+
+def _cuda_version(include: Path) -> str | None:
+    for header, name in (("cuda_runtime_api.h", "CUDART_VERSION"), ("cuda.h", "CUDA_VERSION")):
+        if (include / header).is_file():
+            value = _read_define(include / header, name)
+            if value is not None:
+                return f"{value // 1000}.{value % 1000 // 10}"
+    return None
+
+
+def _rocm_version(home: Path) -> str | None:
+    info = home / ".info" / "version"
+    if info.is_file():
+        return info.read_text(encoding="utf-8").strip().split("-")[0] or None
+    header = home / "include" / "hip" / "hip_version.h"
+    if header.is_file():
+        major = _read_define(header, "HIP_VERSION_MAJOR")
+        minor = _read_define(header, "HIP_VERSION_MINOR")
+        if major is not None and minor is not None:
+            return f"{major}.{minor}"
+    return None
+
+
+def _site_packages_dirs(torch: TorchInstall) -> list[Path]:
+    current = [Path(sysconfig.get_paths()["purelib"]), Path(sysconfig.get_paths()["platlib"])]
+    return list(dict.fromkeys([torch.site_packages, *current]))
+
+
+def _cuda_homes(
+    torch: TorchInstall, gpu_home: Path | None, environ: Mapping[str, str]
+) -> list[tuple[str, Path]]:
+    """CUDA toolkit roots to try, in order, each with where it came from."""
+    if gpu_home is not None:
+        return [("gpu_home", gpu_home)]
+    homes = [(f"${v}", Path(environ[v])) for v in ("CUDA_HOME", "CUDA_PATH") if environ.get(v)]
+    nvcc = shutil.which("nvcc", path=environ.get("PATH", ""))
+    if nvcc is not None:
+        homes.append(("nvcc on PATH", Path(nvcc).resolve().parent.parent))
+    # NVIDIA's CUDA 12 wheels install per component (nvidia/cuda_runtime, nvidia/cuda_nvcc);
+    # the CUDA 13 ones (nvidia-cuda-runtime, nvidia-cuda-crt 13.x) share one toolkit-like
+    # tree, nvidia/cu13/include. The tree of torch's own CUDA major is tried first.
+    wanted = f"cu{torch.cuda_version.split('.')[0]}" if torch.cuda_version else None
+    for site in _site_packages_dirs(torch):
+        trees = sorted((site / "nvidia").glob("cu[0-9]*"), key=lambda p: p.name != wanted)
+        homes += [("nvidia-cuda-runtime wheel", tree) for tree in trees]
+        homes.append(("nvidia-cuda-runtime wheel", site / "nvidia" / "cuda_runtime"))
+    return homes
+
+
+def _rocm_homes(gpu_home: Path | None, environ: Mapping[str, str]) -> list[tuple[str, Path]]:
+    """ROCm roots to try, in order, each with where it came from."""
+    if gpu_home is not None:
+        return [("gpu_home", gpu_home)]
+    homes = [(f"${v}", Path(environ[v])) for v in ("ROCM_PATH", "ROCM_HOME") if environ.get(v)]
+    return [*homes, ("standard location", Path("/opt/rocm"))]
+
+
+def _cuda_includes(home: Path) -> tuple[Path, ...] | None:
+    """Include dirs of the CUDA headers under ``home``, or ``None`` if they are incomplete.
+
+    A toolkit has everything in ``include/``. NVIDIA's wheels split it: the
+    runtime headers (``nvidia/cuda_runtime``) include ``crt/host_defines.h``,
+    which only ``nvidia-cuda-nvcc-cu12`` (``nvidia/cuda_nvcc``) ships.
+    """
+    include = home / "include"
+    if not (include / _CUDA_MARKER).is_file():
+        return None
+    if (include / _CUDA_CRT).is_file():
+        return (include.resolve(),)
+    nvcc_include = home.parent / "cuda_nvcc" / "include"
+    if (nvcc_include / _CUDA_CRT).is_file():
+        return include.resolve(), nvcc_include.resolve()
+    return None
+
+
+def cuda_header_wheels(cuda_version: str | None) -> str:
+    """The PyPI requirements that supply the CUDA headers (``cuda_runtime_api.h`` and
+    ``crt/host_defines.h``) for a torch built with CUDA ``cuda_version`` (``"12.8"``).
+
+    CUDA 12: ``nvidia-cuda-runtime-cu12`` + ``nvidia-cuda-nvcc-cu12`` (the only one with
+    ``crt/``); CUDA 13 renamed them: ``nvidia-cuda-runtime`` + ``nvidia-cuda-crt`` (checked
+    on PyPI's 13.0.96 / 13.0.88 wheels, which install into ``nvidia/cu13/include``).
+    """
+    pin = f"=={cuda_version}.*" if cuda_version else ""
+    major = cuda_version.split(".")[0] if cuda_version else "12"
+    if major.isdigit() and int(major) >= 13:
+        return f"nvidia-cuda-runtime{pin} nvidia-cuda-crt{pin}"
+    return f"nvidia-cuda-runtime-cu12{pin} nvidia-cuda-nvcc-cu12{pin}"
+
+
+def find_gpu_toolkit(
+    backend: Backend,
+    torch: TorchInstall,
+    gpu_home: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[tuple[Path, ...], str | None]:
+    """``(include dirs, toolkit version)`` of the CUDA / ROCm headers; ``((), None)`` for CPU.
+
+    CUDA: ``gpu_home``, else ``$CUDA_HOME`` / ``$CUDA_PATH``, else the toolkit of
+    ``nvcc`` on PATH, else NVIDIA's header wheels in the target environment or
+    this one (:func:`cuda_header_wheels`: CUDA 12's ``nvidia/cuda_runtime`` plus
+    ``nvidia/cuda_nvcc`` for ``crt/``; CUDA 13's ``nvidia/cu13``). ROCm:
+    ``gpu_home``, ``$ROCM_PATH``, ``$ROCM_HOME``, ``/opt/rocm``. An explicit
+    ``gpu_home`` is used or rejected, never skipped. Raises
+    :class:`GPUHeadersNotFoundError` listing what was tried.
+    """
+    if backend is Backend.CPU:
+        return (), None
+    environ = os.environ if environ is None else environ
+    if backend is Backend.CUDA:
+        homes = _cuda_homes(torch, gpu_home, environ)
+        for _origin, home in homes:
+            includes = _cuda_includes(home)
+            if includes is not None:
+                version = _cuda_version(includes[0])
+                _warn_cuda_mismatch(torch, version)
+                return includes, version
+        marker = f"{_CUDA_MARKER} and {_CUDA_CRT}"
+        fix = (
+            "pass gpu_home=<CUDA toolkit root>, set CUDA_HOME, put nvcc on PATH, or install "
+            f"the CUDA headers ('pip install {cuda_header_wheels(torch.cuda_version)}') "
+            f"into {torch.site_packages}"
+        )
+    else:
+        homes = _rocm_homes(gpu_home, environ)
+        for _origin, home in homes:
+            if (home / "include" / _HIP_MARKER).is_file():
+                return ((home / "include").resolve(),), _rocm_version(home)
+        marker = _HIP_MARKER
+        fix = "pass gpu_home=<ROCm root> or set ROCM_PATH to the ROCm installation"
+    tried = "; ".join(f"{origin}: {home / 'include'}" for origin, home in homes)
+    raise GPUHeadersNotFoundError(
+        f"no complete {backend.value.upper()} headers ({marker}) for the {backend.value} "
+        f"build; tried {tried or 'nothing'}. Fix: {fix}"
+    )
+
+
+def _warn_cuda_mismatch(torch: TorchInstall, toolkit: str | None) -> None:
+    if torch.cuda_version and toolkit and torch.cuda_version.split(".")[0] != toolkit.split(".")[0]:
+        print(
+            f"warning: CUDA {toolkit} headers for torch {torch.version} (built with CUDA "
+            f"{torch.cuda_version}); pass gpu_home of a CUDA {torch.cuda_version.split('.')[0]}.x "
+            "toolkit if the build fails",
+            file=sys.stderr,
+        )
+
+
+def find_python_include(python_include: Path | None = None) -> Path:
+    """The directory holding ``Python.h``: ``python_include``, else the running Python's.
+
+    Raises :class:`BuildError` when it holds no ``Python.h``.
+    """
+    include = Path(python_include or sysconfig.get_paths()["include"])
+    if not (include / "Python.h").is_file():
+        raise BuildError(
+            f"no Python.h in {include}; install the Python development headers "
+            "(e.g. apt install python3-dev) or pass python_include=<dir holding Python.h>"
+        )
+    return include.resolve()
+
+
+def python_of_headers(include_dir: Path) -> str:
+    """``3.11``: the CPython version of the headers in ``include_dir`` (``patchlevel.h``,
+    which ``Python.h`` includes), i.e. the Python a library compiled against them serves."""
+    try:
+        text = (include_dir / "patchlevel.h").read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise BuildError(
+            f"cannot read {include_dir / 'patchlevel.h'} ({exc.strerror}): {include_dir} is "
+            "not a complete CPython include dir; pass python_include=<dir holding Python.h>"
+        ) from None
+    found = [
+        re.search(rf"^#define\s+{name}\s+(\d+)\b", text, re.MULTILINE)
+        for name in ("PY_MAJOR_VERSION", "PY_MINOR_VERSION")
+    ]
+    if found[0] is None or found[1] is None:
+        raise BuildError(f"{include_dir / 'patchlevel.h'} defines no PY_MAJOR/MINOR_VERSION")
+    return f"{found[0].group(1)}.{found[1].group(1)}"

@@ -1,0 +1,47 @@
+"""The toolchains (gnu, darwin, msvc) behind one :class:`Toolchain` protocol, and their registry.
+
+:func:`toolchain_for` is the one place a platform string turns into behaviour:
+everything the build does differently per platform is a method or attribute of
+the toolchain it returns (see :mod:`.protocol`). The platform-to-toolchain map
+and the shared-library file names are data of :mod:`..naming`, the one source
+that the runtime also reads.
+
+Modules: :mod:`.protocol` (the protocol and its data types), :mod:`.unix` (what
+gnu and darwin share), :mod:`.gnu`, :mod:`.darwin`, :mod:`.msvc`, and :mod:`.elf`
+(``nm``-based symbol reading and the ELF ABI audit the gnu toolchain runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from ..naming import toolchain_name
+from .darwin import DARWIN
+from .gnu import GNU
+from .msvc import MSVC
+from .protocol import AuditOutcome, CompileJob, Compiler, Toolchain, TorchFiles
+
+__all__ = [
+    "TOOLCHAINS",
+    "AuditOutcome",
+    "CompileJob",
+    "Compiler",
+    "Toolchain",
+    "TorchFiles",
+    "toolchain_for",
+]
+
+#: Every toolchain, by name (the values of :data:`..naming.PLATFORM_TOOLCHAINS`).
+TOOLCHAINS: Mapping[str, Toolchain] = MappingProxyType(
+    {toolchain.name: toolchain for toolchain in (GNU, DARWIN, MSVC)}
+)
+
+
+def toolchain_for(platform: str) -> Toolchain:
+    """The toolchain that builds on ``platform`` (as ``sys.platform`` spells it:
+    ``linux``, ``darwin``, ``win32``).
+
+    Raises :class:`~..errors.ConfigError` naming the supported platforms for any other.
+    """
+    return TOOLCHAINS[toolchain_name(platform)]

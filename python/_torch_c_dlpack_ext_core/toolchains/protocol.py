@@ -1,0 +1,197 @@
+"""The :class:`Toolchain` protocol and the plain data its methods exchange.
+
+A toolchain is everything about a build that differs per platform: which compiler
+it accepts and how it reads that compiler's identity, the compile-and-link argv,
+how torch's libraries are named for the link, the shared-library file name, the
+post-link audit, and what the wheel repair tool must leave out. The driver holds
+the platform-independent plan and calls one toolchain; the registry in
+:mod:`._torch_c_dlpack_ext_core.toolchains` picks it from ``sys.platform``.
+
+Imports only the standard library, :mod:`..errors` and :mod:`..naming`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+from ..errors import CompilerNotFoundError
+from ..naming import Backend
+
+__all__ = [
+    "SCRATCH_PLACEHOLDER",
+    "VERSION_SCRIPT",
+    "AuditOutcome",
+    "CompileJob",
+    "Compiler",
+    "Toolchain",
+    "TorchFiles",
+    "locate_compiler",
+]
+
+#: In the source dir: the linker version script naming the only exported symbols.
+VERSION_SCRIPT = "exports.map"
+#: Stands for the per-build scratch directory in commands that are only hashed or shown.
+SCRATCH_PLACEHOLDER = "{scratch}"
+
+
+class AuditOutcome(str, enum.Enum):
+    """Result of :meth:`Toolchain.audit` when it does not raise."""
+
+    PASSED = "passed"
+    #: Not an ELF platform: the dual C++ ABI and this check do not apply.
+    NOT_APPLICABLE = "not applicable"
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiler:
+    """A compiler a toolchain accepted."""
+
+    #: Absolute path of the executable.
+    path: str
+    #: The line it identifies itself with (part of the build's cache key).
+    banner: str
+    #: Short identity recorded in the library and the manifest (``g++ 12.2.0``).
+    identity: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileJob:
+    """What a toolchain needs to write the compile-and-link argv of one library."""
+
+    cxx: str
+    #: ``c++17`` or ``c++20``.
+    std: str
+    #: Preprocessor definitions without the ``-D`` / ``/D``, in order.
+    defines: tuple[str, ...]
+    #: Include directories in the build contract's order.
+    includes: tuple[Path, ...]
+    sources: tuple[Path, ...]
+    #: The directory holding the sources (and, if present, ``exports.map``).
+    source_dir: Path
+    #: torch's ``lib/``, where the link finds torch's libraries.
+    lib_dir: Path
+    #: torch's libraries to link, by stem (``c10``), in order.
+    libraries: tuple[str, ...]
+    #: The library's file name (the install name on macOS, the import library's stem on
+    #: Windows).
+    filename: str
+    #: Windows only: the Python import library a DLL must link.
+    python_import_lib: Path | None = None
+
+
+class TorchFiles(Protocol):
+    """What the audit reads of a torch installation (:class:`..torchinstall.TorchInstall`)."""
+
+    @property
+    def root(self) -> Path: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def lib_dir(self) -> Path: ...
+    @property
+    def cxx11_abi(self) -> bool | None: ...
+
+
+class Toolchain(Protocol):
+    """Everything about building the exchange library that depends on the platform."""
+
+    @property
+    def name(self) -> str:
+        """The registry key: ``gnu``, ``darwin`` or ``msvc``."""
+        ...
+
+    @property
+    def library_prefix(self) -> str:
+        """Prefix of a shared library's file name (``lib``; none for a DLL)."""
+        ...
+
+    @property
+    def library_suffix(self) -> str:
+        """Suffix of a shared library's file name (``.so``, ``.dylib``, ``.dll``)."""
+        ...
+
+    @property
+    def dual_abi(self) -> bool:
+        """libstdc++'s dual ABI applies: torch's ABI is read and compiled in, and it is
+        part of the library's name."""
+        ...
+
+    @property
+    def repair_excludes(self) -> tuple[str, ...]:
+        """File names (shell patterns) the wheel repair tool (auditwheel, delocate) must
+        never graft into a wheel: torch's libraries and the GPU runtimes torch brings."""
+        ...
+
+    def find_compiler(
+        self, cxx: str | os.PathLike[str] | None, environ: Mapping[str, str]
+    ) -> Compiler:
+        """The compiler to use: ``cxx``, else ``$CXX``, else the toolchain's default on
+        ``environ["PATH"]``. Raises :class:`CompilerNotFoundError`."""
+        ...
+
+    def link_library_name(self, stem: str) -> str:
+        """The file in ``torch/lib`` a link against library ``stem`` (``c10``) reads."""
+        ...
+
+    def missing_link_libraries(self, lib_dir: Path, stems: tuple[str, ...]) -> list[str]:
+        """Which of torch's libraries ``stems`` the plan must report missing before the
+        link (an empty list where the linker names a missing library itself)."""
+        ...
+
+    def python_import_library(self, python_lib: Path | None) -> Path | None:
+        """The Python import library the link needs (``python_lib`` if given), or ``None``
+        where the interpreter provides libpython at load time. Raises :class:`BuildError`."""
+        ...
+
+    def command(self, job: CompileJob, output: Path | str, scratch: Path | str) -> list[str]:
+        """The compiler argv of CONTRIBUTING.md's build contract, writing ``output``;
+        ``scratch`` is a private directory for what the build writes besides it."""
+        ...
+
+    def prepare_scratch(self, job: CompileJob, scratch: Path) -> None:
+        """Write into ``scratch`` what :meth:`command` refers to there."""
+        ...
+
+    def audit(
+        self, library: Path, torch: TorchFiles, backend: Backend | str, *, cxx: str | None = None
+    ) -> AuditOutcome:
+        """Check the linked ``library`` before it is published. Raises
+        :class:`..errors.ABIAuditError` (or another :class:`BuildError`)."""
+        ...
+
+
+def locate_compiler(
+    cxx: str | os.PathLike[str] | None,
+    environ: Mapping[str, str],
+    *,
+    defaults: tuple[str, ...],
+    bad_request: str,
+    none_found: str,
+) -> tuple[str, str]:
+    """``(path, origin)`` of the compiler: ``cxx``, else ``$CXX``, else the first of
+    ``defaults`` on PATH. Raises :class:`CompilerNotFoundError` with ``bad_request``
+    (what to pass instead) or ``none_found`` (how to get one)."""
+    path_var = environ.get("PATH", "")
+    if cxx is not None:
+        requested, origin = os.fspath(cxx), "the cxx argument"
+    elif environ.get("CXX"):
+        requested, origin = environ["CXX"], "$CXX"
+    else:
+        for name in defaults:
+            found = shutil.which(name, path=path_var)
+            if found is not None:
+                return found, "PATH"
+        raise CompilerNotFoundError(none_found)
+    found = shutil.which(requested, path=path_var)
+    if found is None:
+        raise CompilerNotFoundError(
+            f"C++ compiler {requested!r} (from {origin}) does not exist or is not "
+            f"executable; {bad_request}"
+        )
+    return found, origin

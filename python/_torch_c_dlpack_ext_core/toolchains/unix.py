@@ -1,0 +1,88 @@
+"""What the gnu and darwin toolchains share: a GCC-style compiler driver (g++, clang++).
+
+Its identity comes from the first line of ``--version``; its argv is the flags,
+``-D`` defines, ``-I`` includes and sources, ``-o <output>``, the toolchain's link
+options, then ``-L<torch>/lib -l<stem>...`` (CONTRIBUTING.md, "Build contract").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..errors import CommandError, CompilerNotFoundError
+from ..run import run
+from .protocol import CompileJob, Compiler, locate_compiler
+
+__all__ = ["FLAGS", "find_gcc_style_compiler", "gcc_style_command", "toolchain_identity"]
+
+#: Every GCC-style build compiles and links with these.
+FLAGS = ("-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fvisibility-inlines-hidden")
+
+
+def toolchain_identity(banner: str, full: str) -> str:
+    """The short identity (``g++ 12.2.0``, ``clang 16.0.0``) of a ``--version`` output
+    whose first line is ``banner``."""
+    versions = re.findall(r"\d+\.\d+(?:\.\d+)?", banner)
+    version = versions[-1] if versions else "unknown"
+    if "clang" in banner:
+        return f"clang {version}"
+    if "Free Software Foundation" in full:
+        return f"g++ {version}"
+    return f"{banner.split(maxsplit=1)[0] if banner else 'unknown'} {version}"
+
+
+def find_gcc_style_compiler(
+    cxx: str | os.PathLike[str] | None, environ: Mapping[str, str], *, install_hint: str
+) -> Compiler:
+    """``cxx``, else ``$CXX``, else ``c++``/``g++`` on PATH, identified by ``--version``.
+
+    ``install_hint`` says how to get a compiler on this platform. Raises
+    :class:`CompilerNotFoundError`.
+    """
+    found, _ = locate_compiler(
+        cxx,
+        environ,
+        defaults=("c++", "g++"),
+        bad_request=f"pass the path of g++/clang++ or install one ({install_hint})",
+        none_found=(
+            "no C++ compiler: $CXX is unset and neither c++ nor g++ is on PATH; "
+            f"{install_hint} or set CXX=/path/to/compiler"
+        ),
+    )
+    try:
+        proc = run([found, "--version"], echo=False)
+    except CommandError as exc:
+        raise CompilerNotFoundError(
+            f"{found} --version failed ({exc.returncode}); is it a C++ compiler? "
+            "set CXX to g++ or clang++"
+        ) from None
+    banner = (proc.stdout.splitlines() or [""])[0].strip()
+    return Compiler(path=found, banner=banner, identity=toolchain_identity(banner, proc.stdout))
+
+
+def gcc_style_command(
+    job: CompileJob,
+    output: Path | str,
+    *,
+    extra_flags: Sequence[str] = (),
+    link: Sequence[str] = (),
+) -> list[str]:
+    """The argv of one compile-and-link call; ``link`` options follow ``-o <output>``,
+    before the libraries they apply to."""
+    return [
+        job.cxx,
+        *FLAGS,
+        *extra_flags,
+        f"-std={job.std}",
+        *(f"-D{d}" for d in job.defines),
+        *(f"-I{p}" for p in job.includes),
+        *(str(s) for s in job.sources),
+        "-o",
+        str(output),
+        *link,
+        f"-L{job.lib_dir}",
+        *(f"-l{lib}" for lib in job.libraries),
+    ]
