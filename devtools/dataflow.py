@@ -7,14 +7,16 @@ depends on from the workflow file itself, so a change there is rehearsed too:
 1. the job matrix, exactly as the ``matrix`` job makes it (``devtools.matrix``,
    then ``release.py github-matrix``);
 2. one job wheel per job, as its ``cells`` job would upload it. The cell
-   selection reaching the backend is the workflow's ``TORCH_C_DLPACK_EXT_CELLS``
-   expression evaluated for that job. Cells this host can build (its platform,
-   its Python, chosen with ``--real-cells``) are compiled for real through the
-   in-tree backend; the others get stand-in libraries (a tiny C library per cell
-   where this host can make one: Linux x86_64; named bytes elsewhere) with a
-   true manifest. Linux x86_64 job wheels are repaired with the repair command
-   of ``[tool.cibuildwheel.linux]`` (auditwheel, ``AUDITWHEEL_PLAT`` of the
-   job's image); the others get the tag their repair gives;
+   selection is the workflow's ``TCDE_JOB_CELLS`` expression evaluated for that
+   job. Cells this host can build (its platform, its Python, chosen with
+   ``--real-cells``) are compiled for real as the job does: ``[tool.cibuildwheel]
+   before-build``'s ``python -m devtools.build`` command (into a libs dir under the
+   work directory, the compiled-library cache at ``--build-dir``), then the in-tree
+   backend with ``config-settings`` (``libs-dir``); the others get stand-in
+   libraries (a tiny C library per cell where this host can make one: Linux x86_64;
+   named bytes elsewhere) with a true manifest. Linux x86_64 job wheels are
+   repaired with the repair command of ``[tool.cibuildwheel.linux]`` (auditwheel,
+   ``AUDITWHEEL_PLAT`` of the job's image); the others get the tag their repair gives;
 3. the artifacts laid out as actions/download-artifact v4 lays them out with the
    ``assemble`` job's settings (a name pattern: one folder per artifact, or one
    merged folder with ``merge-multiple``, where equal names collide);
@@ -44,7 +46,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import unittest.mock
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -67,6 +68,8 @@ _PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 _TAG = f"cp{sys.version_info[0]}{sys.version_info[1]}"
 #: Cells compiled for real by default: two C++ ABIs, already in the test build
 #: cache of `tests/integration` (the driver's cache key makes them no-ops there).
+#: The cells job's cell ids, as the workflow passes them to before-build.
+CELLS_VARIABLE = "TCDE_JOB_CELLS"
 DEFAULT_REAL_CELLS = (f"{_TAG}-linux_x86_64-t28_cpu", f"{_TAG}-linux_x86_64-t26_cpu_abi0")
 #: What each non-Linux-x86_64 platform's repair step tags a job wheel with.
 _REPAIRED_TAG = {"win_amd64": "win_amd64", "macosx_11_0_arm64": "macosx_11_0_arm64"}
@@ -113,8 +116,12 @@ def _log(message: str) -> None:
 class FlowSettings:
     """What the data flow depends on, read from release.yml."""
 
-    #: ``TORCH_C_DLPACK_EXT_CELLS`` of the cells job's cibuildwheel step.
+    #: ``TCDE_JOB_CELLS`` of the cells job's cibuildwheel step.
     cells_env: str
+    #: ``[tool.cibuildwheel] before-build``'s devtools.build argv (after ``-m devtools.build``).
+    build_args: tuple[str, ...]
+    #: ``[tool.cibuildwheel] config-settings`` ``libs-dir``: what the backend packs.
+    libs_dir: str
     #: The cells job's upload-artifact ``name`` and ``path``.
     artifact_name: str
     upload_path: str
@@ -144,8 +151,8 @@ def read_workflow(path: Path = WORKFLOW) -> FlowSettings:
 
     workflow = yaml.safe_load(path.read_text(encoding="utf-8"))
     cells = _steps(workflow, "cells")
-    envs = [s["env"]["TORCH_C_DLPACK_EXT_CELLS"] for s in cells
-            if "TORCH_C_DLPACK_EXT_CELLS" in (s.get("env") or {})]  # fmt: skip
+    envs = [s["env"][CELLS_VARIABLE] for s in cells
+            if CELLS_VARIABLE in (s.get("env") or {})]  # fmt: skip
     uploads = [s for s in cells if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
     downloads = [
         s
@@ -155,7 +162,7 @@ def read_workflow(path: Path = WORKFLOW) -> FlowSettings:
     ]
     if len(envs) != 1 or len(uploads) != 1 or len(downloads) != 1:
         raise _error(
-            "release.yml: expected one TORCH_C_DLPACK_EXT_CELLS, one upload in the cells job "
+            f"release.yml: expected one {CELLS_VARIABLE}, one upload in the cells job "
             f"and one download by pattern in assemble; found {len(envs)}, {len(uploads)}, "
             f"{len(downloads)}"
         )
@@ -165,8 +172,11 @@ def read_workflow(path: Path = WORKFLOW) -> FlowSettings:
             f"{DOWNLOAD_ARTIFACT} (v4.3.0): check the new release's rules, then update it"
         )
     upload, download = uploads[0]["with"], downloads[0]["with"]
+    build_args, libs_dir = read_job_build()
     return FlowSettings(
         cells_env=str(envs[0]),
+        build_args=build_args,
+        libs_dir=libs_dir,
         artifact_name=str(upload["name"]),
         upload_path=str(upload["path"]),
         download_pattern=str(download["pattern"]),
@@ -274,17 +284,60 @@ def stand_in_library(cell: Any, directory: Path, *, elf: bool) -> tuple[Any, Pat
     return _entry(cell, path, "stand-in"), path
 
 
-def _real_libraries(cells_value: str, work: Path, build_dir: Path) -> list[tuple[Any, Path]]:
-    """Build a job wheel through the in-tree backend as cibuildwheel does (the cells
-    arrive as ``TORCH_C_DLPACK_EXT_CELLS``) and return its libraries."""
+def read_job_build(pyproject: Path = ROOT / "pyproject.toml") -> tuple[tuple[str, ...], str]:
+    """The job's own build, from ``[tool.cibuildwheel]``: the ``python -m devtools.build``
+    arguments of ``before-build`` and the ``libs-dir`` the backend packs (which must be
+    the folder that command fills, and the cells must be the job's ``TCDE_JOB_CELLS``)."""
+    import tomllib
+
+    config = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["cibuildwheel"]
+    commands = [part.strip() for part in str(config.get("before-build", "")).split("&&")]
+    builds = [c for c in commands if "-m devtools.build" in c]
+    libs_dir = str(config.get("config-settings", {}).get("libs-dir", ""))
+    if len(builds) != 1 or not libs_dir:
+        raise _error(
+            "pyproject.toml [tool.cibuildwheel]: expected one `python -m devtools.build` in "
+            "before-build and config-settings libs-dir; the rehearsal models that job build"
+        )
+    argv = shlex.split(builds[0])
+    env = argv[: argv.index("python")]  # the assignments before the interpreter
+    args = tuple(argv[argv.index("devtools.build") + 1 :])
+    if (
+        env != ["PYTHONPATH=python"]
+        or f"${CELLS_VARIABLE}" not in args
+        or "--no-assemble" not in args
+    ):
+        raise _error(f"before-build runs {builds[0]!r}: expected PYTHONPATH=python, "
+                     f'--cells "${CELLS_VARIABLE}" and --no-assemble')  # fmt: skip
+    if "--libs-dir" not in args or args[args.index("--libs-dir") + 1] != libs_dir:
+        raise _error(f"before-build's --libs-dir is not config-settings libs-dir {libs_dir!r}")
+    if CELLS_VARIABLE not in config.get("environment-pass", []):
+        raise _error(f"[tool.cibuildwheel] environment-pass lacks {CELLS_VARIABLE}")
+    return args, libs_dir
+
+
+def _real_libraries(
+    settings: FlowSettings, cells_value: str, work: Path, build_dir: Path
+) -> list[tuple[Any, Path]]:
+    """Build a job wheel as the cells job does: before-build's devtools.build command
+    (``$TCDE_JOB_CELLS`` filled in; its libs dir under ``work``, the compiled-library
+    cache at ``build_dir``), then the in-tree backend packing that libs dir. Returns
+    the wheel's libraries."""
     import build_backend
 
     from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 
     out = work / "backend"
     out.mkdir(parents=True, exist_ok=True)
-    with unittest.mock.patch.dict(os.environ, {"TORCH_C_DLPACK_EXT_CELLS": cells_value}):
-        name = build_backend.build_wheel(str(out), {"build-dir": str(build_dir)})
+    libs_dir = work / "job-libs"
+    args = [
+        cells_value if a == f"${CELLS_VARIABLE}" else str(libs_dir) if a == settings.libs_dir else a
+        for a in settings.build_args
+    ]
+    env = {**os.environ, "PYTHONPATH": "python"}
+    command = [sys.executable, "-m", "devtools.build", *args, "--build-dir", str(build_dir)]
+    subprocess.run(command, cwd=ROOT, env=env, check=True)
+    name = build_backend.build_wheel(str(out), {"libs-dir": str(libs_dir)})
     pairs = []
     libs = work / "real-libs"
     libs.mkdir(parents=True, exist_ok=True)
@@ -294,7 +347,7 @@ def _real_libraries(cells_value: str, work: Path, build_dir: Path) -> list[tuple
             entry = ManifestEntry.from_json(item)
             path = libs / Path(entry.file).name
             path.write_bytes(archive.read(f"torch_c_dlpack_ext/{entry.file}"))
-            pairs.append((dataclasses.replace(entry, file=path.name), path))
+            pairs.append((entry._replace(file=path.name), path))
     return pairs
 
 
@@ -362,11 +415,11 @@ def build_job(
 
     value = evaluate(settings.cells_env, job)
     python = str(job["python"])
-    # The backend's selection: the cells named, for the Python it runs under.
-    selected = [c for c in matrix.select(value.split(",")) if c.python == python]
+    # devtools.build's selection: the cells named (of the job's Python and platform).
+    selected = list(matrix.select(value.split(",")))
     if [c.id for c in selected] != list(job["cells"]):
         raise _error(
-            f"job {job['id']}: TORCH_C_DLPACK_EXT_CELLS={value!r} selects "
+            f"job {job['id']}: {CELLS_VARIABLE}={value!r} selects "
             f"{[c.id for c in selected]}, the job promises {job['cells']}"
         )
     native = job["platform"] == host and python == _PY
@@ -376,7 +429,7 @@ def build_job(
     if real:
         # As a dispatch run narrowed to these cells would pass them.
         narrowed = dict(job, cells=[c.id for c in real])
-        pairs += _real_libraries(evaluate(settings.cells_env, narrowed), work, build_dir)
+        pairs += _real_libraries(settings, evaluate(settings.cells_env, narrowed), work, build_dir)
     elf = job["platform"] == "linux_x86_64" and sys.platform.startswith("linux")
     for cell in selected:
         if cell not in real:

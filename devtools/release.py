@@ -892,7 +892,9 @@ def check_installed_job(python: Path) -> str:
     free_build_cache()
     entries = _installed_manifest(python)
     if not entries:
-        raise ReleaseError("the job's wheel bundles no library; check TORCH_C_DLPACK_EXT_CELLS")
+        raise ReleaseError(
+            "the job's wheel bundles no library; check TCDE_JOB_CELLS and before-build"
+        )
     torch = max({e.torch for e in entries}, key=lambda v: tuple(int(p) for p in v.split(".")))
     # No pip cache: a CUDA torch is ~3 GB of wheels the runner's disk cannot spare.
     run(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import base64
-import dataclasses
 import hashlib
 import importlib.util
 import io
@@ -322,14 +321,12 @@ def test_libs_dir_target_python_comes_from_the_manifest(tmp_path: Path) -> None:
 
     libs = _fake_libs(tmp_path)
     entries = load_manifest(libs / "manifest.json")
-    write_manifest(libs / "manifest.json", [dataclasses.replace(e, python="3.12") for e in entries])
+    write_manifest(libs / "manifest.json", [e._replace(python="3.12") for e in entries])
     assert build_backend.build_wheel(str(tmp_path / "a"), {"libs-dir": str(libs)}).endswith(
         "-cp312-cp312-linux_x86_64.whl"
     )
     # A libs dir mixing two Pythons' libraries cannot make one wheel.
-    write_manifest(
-        libs / "manifest.json", [entries[0], dataclasses.replace(entries[1], python="3.12")]
-    )
+    write_manifest(libs / "manifest.json", [entries[0], entries[1]._replace(python="3.12")])
     error = _hook_error(build_backend.build_wheel, str(tmp_path / "b"), {"libs-dir": str(libs)})
     assert isinstance(error, BuildError)
     assert "compiled for 3.11 and 3.12" in str(error)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from devtools import torchenv
+from devtools.errors import ProvisionError
 from devtools.torchenv import DEV_CACHE_VAR
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
@@ -73,7 +74,7 @@ def test_markers_use_the_env_python(site: Path) -> None:
 
 
 def test_missing_metadata_is_reported(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="torch install failed"):
+    with pytest.raises(ProvisionError, match="torch install failed"):
         torchenv.import_requirements(tmp_path, "2.6.0", "3.11")
 
 
@@ -132,9 +133,9 @@ def test_a_failed_creation_leaves_nothing_that_looks_ready(
 
     def failing_create(path: Path, *args: object, **kwargs: object) -> dict[str, object]:
         path.mkdir(parents=True)
-        raise ConfigError("simulated download failure")
+        raise ProvisionError("simulated download failure")
 
     monkeypatch.setattr(torchenv, "_create", failing_create)
-    with pytest.raises(ConfigError, match="simulated"):
+    with pytest.raises(ProvisionError, match="simulated"):
         torchenv.torch_env("2.6.0", importable=False, python="3.11")
     assert not (tmp_path / "envs" / "py3.11-torch2.6.0").exists()

@@ -276,27 +276,46 @@ def test_d6_disk_guard_fails_loudly(tmp_path: Path) -> None:
     assert "needs 1000000 GB" in short.stdout
 
 
-# --- D7: the `cells` input reaches the backend as cell ids ---------------------------
+# --- D7: the `cells` input reaches the job's build as cell ids ----------------------
 
 
-def test_d7_backend_gets_the_jobs_cell_ids(workflow: dict[str, Any]) -> None:
-    value = _cibw(workflow)["env"]["TORCH_C_DLPACK_EXT_CELLS"]
+def test_d7_job_build_gets_the_jobs_cell_ids(workflow: dict[str, Any]) -> None:
+    from devtools import build
+
+    value = _cibw(workflow)["env"][dataflow.CELLS_VARIABLE]
     assert value == "${{ join(matrix.cells, ',') }}"
-    assert "TORCH_C_DLPACK_EXT_CELLS" in _pyproject()["tool"]["cibuildwheel"]["environment-pass"]
+    cibw = _pyproject()["tool"]["cibuildwheel"]
+    # before-build compiles the cells into the libs dir the backend packs (checked there).
+    args, libs_dir = dataflow.read_job_build()
+    assert cibw["config-settings"] == {"libs-dir": libs_dir}
+    # Windows runs the same command, in cmd.exe's syntax.
+    windows = (
+        cibw["windows"]["before-build"]
+        .replace("cd /d ", "cd ")
+        .replace('set "PYTHONPATH=python" && ', "PYTHONPATH=python ")
+        .replace("%TCDE_JOB_CELLS%", "$TCDE_JOB_CELLS")
+    )
+    assert windows == cibw["before-build"]
+    # The backend only packs that folder: no matrix, no cells of its own.
+    options = read_options(pyproject={}, config_settings=cibw["config-settings"], root=ROOT,
+                           environ={})  # fmt: skip
+    assert options.libs_dir == ROOT / libs_dir
     # A dispatch run narrowed to one cell: the job keeps its id, but only that cell
-    # reaches the backend (the job id would select all 14 cells of the job).
+    # is built (the job id would select all 14 cells of the job).
     (job,) = MATRIX.jobs(MATRIX.select(["cp311-linux_x86_64-t28_cpu"]))
     assert job["id"] == "cp311-linux_x86_64-cuda"
-    passed = dataflow.evaluate(value, job)
-    assert passed == "cp311-linux_x86_64-t28_cpu"
-    options = read_options(pyproject={}, config_settings=None, root=ROOT,
-                           environ={"TORCH_C_DLPACK_EXT_CELLS": passed})  # fmt: skip
-    assert [c.id for c in MATRIX.select(options.cells)] == ["cp311-linux_x86_64-t28_cpu"]
+
+    def selected(job: dict[str, Any]) -> list[str]:
+        passed = dataflow.evaluate(value, job)
+        argv = [passed if a == "$TCDE_JOB_CELLS" else a for a in args]
+        cells = build._parser().parse_args(argv).cells
+        return [c.id for c in MATRIX.select(cells.split(","))]
+
+    assert selected(job) == ["cp311-linux_x86_64-t28_cpu"]
     assert len(MATRIX.select([job["id"]])) > 1
-    # Every job of the full matrix: the backend's selection is exactly the job's cells.
+    # Every job of the full matrix: the job's build selects exactly the job's cells.
     for full in MATRIX.jobs():
-        selected = MATRIX.select(dataflow.evaluate(value, full).split(","))
-        assert [c.id for c in selected] == full["cells"]
+        assert selected(full) == full["cells"]
 
 
 def test_evaluate_refuses_what_it_cannot_model() -> None:
@@ -416,9 +435,7 @@ def test_d6_build_caches_are_freed_before_the_test_torch(
 ) -> None:
     passed = _pyproject()["tool"]["cibuildwheel"]["environment-pass"]
     assert "GITHUB_ACTIONS" in passed
-    assert not [
-        n for n in passed if n.startswith("TORCH_C_DLPACK_EXT_") and n != "TORCH_C_DLPACK_EXT_CELLS"
-    ]
+    assert not [n for n in passed if n.startswith("TORCH_C_DLPACK_EXT_")]
     dev, uv = tmp_path / "dev", tmp_path / "uv"
     for folder in (dev / "envs" / "py3.11-torch2.8.0", uv / "archive-v0"):
         folder.mkdir(parents=True)
