@@ -793,3 +793,74 @@ def test_windows_toolchain_from_a_localized_banner(windows: Windows) -> None:
     plan = windows.plan(windows_torch(windows.inputs.tmp / "win"))
     assert plan.toolchain == "msvc 19.40.33811"
     assert plan.compiler_banner == banner
+
+
+# --- a failed tool run is a BuildError carrying its command and output -------------------
+
+FAKE_GXX = """#!/bin/sh
+if [ "$1" = --version ]; then echo "g++ (GCC) 12.2.0"; echo "Free Software Foundation"; exit 0; fi
+while [ "$1" != -o ]; do shift; done; printf 'ELF' > "$2"
+"""
+
+
+def _published(inputs: Inputs) -> list[str]:
+    """What a failed build left in the output dir besides its lock file (must be nothing)."""
+    return sorted(p.name for p in inputs.output_dir.iterdir() if p.suffix != ".lock")
+
+
+def _fake_gnu_tools(inputs: Inputs, monkeypatch: pytest.MonkeyPatch, nm_exit: int) -> Path:
+    """A fake g++ that writes its output and an ``nm`` that exits ``nm_exit``, alone on PATH."""
+    bin_dir = inputs.tmp / "fake-bin"
+    bin_dir.mkdir()
+    gxx = bin_dir / "g++"
+    gxx.write_text(FAKE_GXX, encoding="utf-8")
+    nm = bin_dir / "nm"
+    nm.write_text(
+        f"#!/bin/sh\necho 'nm: {inputs.tmp}: file format not recognized' >&2\nexit {nm_exit}\n"
+    )
+    for tool in (gxx, nm):
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    return gxx
+
+
+@linux_only
+def test_a_failing_nm_in_the_audit_is_a_build_error(
+    inputs: Inputs, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gxx = _fake_gnu_tools(inputs, monkeypatch, nm_exit=1)
+    with pytest.raises(BuildError) as info:
+        inputs.build(cxx=str(gxx))
+    assert type(info.value) is BuildError
+    assert "could not read dynamic symbols" in str(info.value)
+    assert Path(info.value.command[0]).name == "nm"
+    assert "file format not recognized" in info.value.output
+    assert _published(inputs) == []
+    # The CLI reports it in one line with the build's exit code (never CommandError's).
+    argv = ["--torch", str(inputs.fake_torch(name="cli")), "--backend", "cpu"]
+    argv += ["--output-dir", str(inputs.output_dir), "--cxx", str(gxx)]
+    argv += ["--dlpack-include", str(inputs.dlpack_include), "--source-dir", str(inputs.sources)]
+    capsys.readouterr()
+    assert driver.main(argv) == BuildError.exit_code == 5
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("error: BuildError: the ABI audit of ")
+
+
+@linux_only
+def test_no_command_error_escapes_compile_library(
+    inputs: Inputs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from _torch_c_dlpack_ext_core.errors import CommandError
+    from _torch_c_dlpack_ext_core.toolchains import toolchain_for
+
+    def failing_audit(*args: object, **kwargs: object) -> object:
+        raise CommandError(["some-tool", "arg"], 3, "", "it broke")
+
+    gxx = _fake_gnu_tools(inputs, monkeypatch, nm_exit=0)
+    monkeypatch.setattr(type(toolchain_for(sys.platform)), "audit", failing_audit)
+    with pytest.raises(BuildError) as info:
+        inputs.build(cxx=str(gxx))
+    assert not isinstance(info.value, CommandError)
+    assert info.value.command == ["some-tool", "arg"]
+    assert info.value.output == "it broke"
+    assert _published(inputs) == []
