@@ -117,7 +117,12 @@ def test_dist_holds_every_artifact(dist: Path) -> None:
     assert len(variants) == 2
     with zipfile.ZipFile(_combined(dist)) as archive:
         top = {n.split("/")[0] for n in archive.namelist()}
-        assert top == {"torch_c_dlpack_ext", f"torch_c_dlpack_ext-{version}.dist-info"}
+        # The package and, beside it, its building blocks (no import side effects).
+        assert top == {
+            "torch_c_dlpack_ext",
+            "_torch_c_dlpack_ext_core",
+            f"torch_c_dlpack_ext-{version}.dist-info",
+        }
         manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
         assert sorted(e["file"] for e in manifest["libraries"]) == [
             "libs/libtorch_c_dlpack_ext-torch2.6-cpu-cxx11abi0.so",
