@@ -36,7 +36,8 @@ class ReleaseError(DevToolError):
 
 
 class MatrixError(DevToolError):
-    """``matrix.toml`` is unreadable or invalid (unknown key, platform, backend, index)."""
+    """``matrix.toml`` is unreadable or invalid (unknown key, platform, backend, index),
+    or so is the job matrix made from it (``nox -s matrix`` output)."""
 
     exit_code = 11
 

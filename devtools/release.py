@@ -197,7 +197,7 @@ def collect(dist: Path, *, version: str = __version__, require_sdist: bool = Tru
     version. Raises :class:`ReleaseError` naming the offending file.
     """
     if not dist.is_dir():
-        raise ConfigError(f"{dist}: no such directory; run `nox -s build` first")
+        raise ReleaseError(f"{dist}: no such directory; run `nox -s build` first")
     wheels: list[WheelInfo] = []
     sdists: list[Path] = []
     index: Path | None = None
@@ -373,23 +373,23 @@ def github_matrix(matrix: Any, *, requires_python: str | None = None) -> dict[st
     runner can only install wheels of its own platform.
     """
     if not isinstance(matrix, dict) or not isinstance(matrix.get("include"), list):
-        raise ConfigError('matrix JSON must be an object with an "include" list of jobs')
+        raise MatrixError('matrix JSON must be an object with an "include" list of jobs')
     jobs = matrix["include"]
     bad = [
         job for job in jobs if not isinstance(job, dict) or not {"runner", "python"} <= job.keys()
     ]
     if bad:
-        raise ConfigError(f"matrix job lacks 'runner' or 'python': {bad[0]!r}")
+        raise MatrixError(f"matrix job lacks 'runner' or 'python': {bad[0]!r}")
     if requires_python is not None:
         allowed = SpecifierSet(requires_python)
         outside = [job for job in jobs if Version(str(job["python"])) not in allowed]
         if outside:
-            raise ConfigError(
+            raise MatrixError(
                 f"job {outside[0].get('id')!r}: Python {outside[0]['python']} is outside "
                 f"requires-python {requires_python!r}; regenerate the file with `nox -s matrix`"
             )
     if not jobs:
-        raise ConfigError("the matrix selects no jobs; check --only against matrix.toml")
+        raise MatrixError("the matrix selects no jobs; check --only against matrix.toml")
     pairs = {(str(job["runner"]), str(job["python"])) for job in jobs}
     ordered = sorted(pairs, key=lambda pair: (pair[0], Version(pair[1])))
     verify = {"include": [{"runner": r, "python": p} for r, p in ordered]}
@@ -582,9 +582,9 @@ def load_jobs(path: Path) -> list[dict[str, Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: not readable JSON ({exc})") from None
+        raise MatrixError(f"{path}: not readable JSON ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("include"), list):
-        raise ConfigError(f'{path}: expected `nox -s matrix` output (an "include" list)')
+        raise MatrixError(f'{path}: expected `nox -s matrix` output (an "include" list)')
     return list(data["include"])
 
 
@@ -988,7 +988,7 @@ def _cmd_github_matrix(args: argparse.Namespace) -> None:
     try:
         data = json.loads(args.matrix.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{args.matrix}: not readable JSON ({exc})") from None
+        raise MatrixError(f"{args.matrix}: not readable JSON ({exc})") from None
     for key, value in github_matrix(data, requires_python=requires_python()).items():
         print(f"{key}={json.dumps(value, separators=(',', ':'))}")
 

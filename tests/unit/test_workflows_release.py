@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import tomllib
 from devtools import release
-from devtools.errors import ReleaseError
+from devtools.errors import MatrixError, ReleaseError
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, dump_manifest
@@ -125,7 +125,7 @@ def test_universal_wheel_and_sdist_are_required(tmp_path: Path) -> None:
 
 
 def test_missing_dist_dir_says_how_to_fix(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="nox -s build"):
+    with pytest.raises(ReleaseError, match="nox -s build"):
         release.collect(tmp_path / "nope")
 
 
@@ -181,7 +181,7 @@ def test_github_matrix_refuses_pythons_outside_requires_python() -> None:
         {"id": "cp38-linux_x86_64-cuda", "runner": "ubuntu-24.04", "python": "3.8"},
         {"id": "cp39-linux_x86_64-cuda", "runner": "ubuntu-24.04", "python": "3.9"},
     ]
-    with pytest.raises(ConfigError, match=r"job 'cp38-linux_x86_64-cuda': Python 3\.8 is outside"):
+    with pytest.raises(MatrixError, match=r"job 'cp38-linux_x86_64-cuda': Python 3\.8 is outside"):
         release.github_matrix({"include": jobs}, requires_python=">=3.9")
     out = release.github_matrix({"include": jobs[1:]}, requires_python=">=3.9")
     assert out["verify"] == {"include": [{"runner": "ubuntu-24.04", "python": "3.9"}]}
@@ -225,7 +225,7 @@ def test_requires_python_is_read_from_pyproject() -> None:
 
 @pytest.mark.parametrize("matrix", [{"include": []}, {"cells": []}, [], {"include": [{"id": "x"}]}])
 def test_github_matrix_rejects_bad_input(matrix: object) -> None:
-    with pytest.raises(ConfigError):
+    with pytest.raises(MatrixError):
         release.github_matrix(matrix)
 
 
