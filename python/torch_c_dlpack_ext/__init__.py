@@ -22,15 +22,14 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from _torch_c_dlpack_ext_core.naming import CAPSULE_ATTR, ENV_PREFIX, LEGACY_INT_ATTR, torch_minor
-
 if TYPE_CHECKING:
     from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtWarning
     from _torch_c_dlpack_ext_core.version import __version__
 
     from . import errors
-    from ._loader import Status
+    from ._loader import StatusFields
     from ._select import DecisionKind
+    from ._status import Status
 
 __all__ = [
     "DecisionKind",
@@ -43,77 +42,58 @@ __all__ = [
 ]
 
 _PACKAGE_DIR = Path(__file__).parent
+# The names of _torch_c_dlpack_ext_core.naming this module needs on every import, spelled
+# out so the fast path imports none of our modules (a unit test pins them to naming's).
+_ENV_PREFIX = "TORCH_C_DLPACK_EXT_"
+_CAPSULE_ATTR = "__dlpack_c_exchange_api__"
+_LEGACY_INT_ATTR = "__c_dlpack_exchange_api__"
 # Names of __all__ resolved on first use (PEP 562), so the common import stays cheap.
 _LAZY = {
     "__version__": ("_torch_c_dlpack_ext_core.version", "__version__"),
     "errors": ("torch_c_dlpack_ext.errors", None),
-    "Status": ("torch_c_dlpack_ext._loader", "Status"),
+    "Status": ("torch_c_dlpack_ext._status", "Status"),
     "DecisionKind": ("torch_c_dlpack_ext._select", "DecisionKind"),
     "TorchCDLPackExtWarning": ("_torch_c_dlpack_ext_core.errors", "TorchCDLPackExtWarning"),
 }
-
-
-def _is_exchange_capsule(value: object) -> bool:
-    """Whether ``value`` is a PyCapsule named ``dlpack_exchange_api`` holding a pointer:
-    ``PyCapsule_IsValid``, which checks the exact type first, so any object is safe."""
-    import ctypes  # torch has already imported it
-
-    is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
-        ("PyCapsule_IsValid", ctypes.pythonapi)
-    )
-    return bool(is_valid(value, b"dlpack_exchange_api"))
 
 
 def _in_torch_python(capsule: object) -> bool:
     """Whether the table in a valid capsule lies in torch's own ``libtorch_python`` (where
     torch 2.10+ keeps it): one ``dladdr``, so the fast path stays cheap; anything else
     goes to the selector, which checks the pointer fully before deferring to it."""
-    import ctypes
     import sys
+
+    from ._capsule import capsule_pointer, image_of
 
     if sys.platform == "win32":
         return True  # no dladdr: the selector's image checks do not apply there either
-
-    class DlInfo(ctypes.Structure):
-        _fields_ = [
-            ("dli_fname", ctypes.c_char_p),
-            ("dli_fbase", ctypes.c_void_p),
-            ("dli_sname", ctypes.c_char_p),
-            ("dli_saddr", ctypes.c_void_p),
-        ]
-
-    get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-        ("PyCapsule_GetPointer", ctypes.pythonapi)
-    )
-    dladdr = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(DlInfo))(
-        ("dladdr", ctypes.pythonapi)
-    )
-    info = DlInfo()
-    pointer = get(capsule, b"dlpack_exchange_api")
-    if not pointer or not dladdr(ctypes.c_void_p(pointer), ctypes.byref(info)):
-        return False
-    return os.path.basename(info.dli_fname or b"").startswith(b"libtorch_python")
+    image = image_of(capsule_pointer(capsule))
+    return image is not None and os.path.basename(image[1]).startswith(b"libtorch_python")
 
 
 def _torch_defers() -> bool:
     """The fast path: torch provides a valid API capsule and no override is set, so the
     selector would DEFER; answering that without loading the selector keeps import ~free."""
-    if any(name.startswith(ENV_PREFIX) for name in os.environ):
+    if any(name.startswith(_ENV_PREFIX) for name in os.environ):
         return False
     try:
         import torch
 
         # Only a torch that has the API itself (2.10+): on an older one the capsule was
         # set by someone else, and the selector validates its pointer before deferring.
-        if torch_minor(torch.__version__) < (2, 10):
+        # (A version this cannot read goes to the selector, which says what it is.)
+        major, minor = torch.__version__.split(".")[:2]
+        if (int(major), int(minor)) < (2, 10):
             return False
-        capsule = getattr(torch.Tensor, CAPSULE_ATTR)
-        return _is_exchange_capsule(capsule) and _in_torch_python(capsule)
+        capsule = getattr(torch.Tensor, _CAPSULE_ATTR)
+        from ._capsule import is_exchange_capsule
+
+        return is_exchange_capsule(capsule) and _in_torch_python(capsule)
     except Exception:  # no torch, no attribute, an odd one: the full selector reports why
         return False
 
 
-def _run_selector() -> Status | None:
+def _run_selector() -> StatusFields | None:
     if _torch_defers():
         return None
     from ._loader import select_and_load
@@ -122,7 +102,7 @@ def _run_selector() -> Status | None:
 
 
 _MISSING = object()
-_ATTRIBUTES = (CAPSULE_ATTR, LEGACY_INT_ATTR)
+_ATTRIBUTES = (_CAPSULE_ATTR, _LEGACY_INT_ATTR)
 
 
 def _restore(tensor: Any, saved: dict[str, object]) -> None:
@@ -141,8 +121,9 @@ def _restore(tensor: Any, saved: dict[str, object]) -> None:
         return
 
 
-def _contained_status(exc: BaseException) -> Status | None:
-    """Emit the one warning for an exception the selector let out; return its status."""
+def _contained_status(exc: BaseException) -> StatusFields | None:
+    """Emit the one warning for an exception the selector let out; return its status's
+    fields."""
     try:
         cause = f"{type(exc).__name__}: {exc}"
     except Exception:  # an exception whose str() fails too
@@ -168,20 +149,19 @@ def _contained_status(exc: BaseException) -> Status | None:
     except Exception:  # cannot be displayed (closed stderr, a failing hook)
         pass  # the status below still records the text
     try:
-        from ._loader import Status as StatusType
         from ._select import DecisionKind as Kind
 
-        return StatusType(
-            kind=Kind.UNAVAILABLE,
-            reason=f"selecting a library failed ({cause})",
-            remedy="report it with the output of python -m torch_c_dlpack_ext",
-            warnings=(message,),
-        )
+        return {
+            "kind": Kind.UNAVAILABLE,
+            "reason": f"selecting a library failed ({cause})",
+            "remedy": "report it with the output of python -m torch_c_dlpack_ext",
+            "warnings": (message,),
+        }
     except Exception:
         return None
 
 
-def _import_boundary() -> Status | None:
+def _import_boundary() -> StatusFields | None:
     """Run the selector; turn ANY exception it lets out into the documented outcome.
 
     The one place that guarantees ``import torch_c_dlpack_ext`` does not raise (the
@@ -210,12 +190,9 @@ def _import_boundary() -> Status | None:
         return _contained_status(exc)
 
 
-# "status" absent means "deferred on the fast path"; status() describes it on demand.
-_STATE: dict[str, Status] = {}
-_import_status = _import_boundary()
-if _import_status is not None:
-    _STATE["status"] = _import_status
-del _import_status
+# The import keeps the fields of its Status; status() makes the record on first use.
+# None means "deferred on the fast path": status() describes torch then.
+_STATE: dict[str, Any] = {"fields": _import_boundary()}
 
 
 def __getattr__(name: str) -> Any:
@@ -234,10 +211,17 @@ def status() -> Status:
     """What importing this package did: the decision, the library loaded (if any),
     the running torch, the reason, and the warnings emitted."""
     if "status" not in _STATE:
-        from ._loader import deferred_status
+        fields = _STATE["fields"]
+        if fields is None:
+            from ._loader import deferred_status
 
-        _STATE["status"] = deferred_status()
-    return _STATE["status"]
+            _STATE["status"] = deferred_status()
+        else:
+            from ._status import Status
+
+            _STATE["status"] = Status(**fields)
+    current: Status = _STATE["status"]
+    return current
 
 
 def build_for_current_torch() -> Path:
@@ -250,7 +234,7 @@ def build_for_current_torch() -> Path:
     Returns the library's path; raises a :class:`~torch_c_dlpack_ext.errors.BuildError`
     (or another :mod:`~torch_c_dlpack_ext.errors` class) saying what is missing.
     """
-    from . import _jit
+    from ._loader import build_for_current_torch as build
 
-    _STATE["status"], library = _jit.build_for_current_torch(os.environ)
+    _STATE["status"], library = build(os.environ)
     return library

@@ -46,7 +46,7 @@ class SmokeResult:
 
 
 def _table(capsule: Any) -> DLPackExchangeAPI:
-    from ._loader import check_table
+    from ._torchinfo import check_table
 
     pointer = _GET_POINTER(capsule, CAPSULE_NAME)
     check_table(int(pointer or 0), "the published capsule")
@@ -128,7 +128,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
     report: dict[str, Any] = {
         "package": {"version": package.__version__, "path": str(Path(package.__file__).parent)},
         "python": sys.version.split()[0],
-        "torch": dataclasses.asdict(status.torch) if status.torch else None,
+        "torch": status.torch._asdict() if status.torch else None,
     }
     if report["torch"] is not None:
         report["torch"]["backend"] = str(report["torch"]["backend"])

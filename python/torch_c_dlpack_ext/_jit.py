@@ -17,7 +17,6 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +25,15 @@ from _torch_c_dlpack_ext_core.errors import (
     ConfigError,
     ManifestError,
     TorchCDLPackExtError,
-    TorchInstallError,
 )
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, read_verified
 from _torch_c_dlpack_ext_core.naming import Backend, default_cache_dir, env_var, library_filename
 from _torch_c_dlpack_ext_core.version import __version__
 
-from ._loader import LOCK, LoadedLibrary, Status, open_library, publish
-from ._select import DecisionKind
 from ._settings import Settings
 from ._torchinfo import TorchInfo
 
-__all__ = ["build_and_load", "build_for_current_torch", "cache_key", "python_tag"]
+__all__ = ["build", "cache_key", "python_tag"]
 
 
 def python_tag() -> str:
@@ -91,15 +87,13 @@ def _reuse_read_only(
         return None
 
 
-def build_and_load(
-    torch: Any, info: TorchInfo, backend: Backend, settings: Settings
-) -> LoadedLibrary:
-    """Build (or reuse) the library for the running torch and open it; do not publish.
+def build(torch: Any, info: TorchInfo, backend: Backend, settings: Settings) -> tuple[Path, bytes]:
+    """Build (or reuse) the library for the running torch; return its path and the
+    bytes whose size and sha256 were verified (the loader loads exactly those).
 
     Raises a :class:`TorchCDLPackExtError` subclass: :class:`ConfigError` for an
     unusable cache directory, the driver's :class:`BuildError` subclasses for a
-    missing compiler or DLPack header, :class:`LibraryLoadError` if the result
-    does not load.
+    missing compiler or DLPack header.
     """
     root, fix = _cache_root(settings)
     output_dir = root / cache_key(info, backend, python_tag())
@@ -112,7 +106,7 @@ def build_and_load(
         # A read-only cache (a shared or baked-in one) that already holds the build.
         reused = _reuse_read_only(output_dir, info, backend)
         if reused is not None:
-            return open_library(*reused)
+            return reused
         raise ConfigError(
             f"JIT cache directory {root} is not writable ({exc.strerror or exc}) and holds "
             f"no build for this torch; {fix}"
@@ -128,33 +122,4 @@ def build_and_load(
     except OSError as exc:
         raise BuildError(f"JIT build in {output_dir} failed: {exc}") from None
     # The bytes that were hashed are the bytes loaded (no window for a swapped file).
-    return open_library(*read_verified(entry, output_dir))
-
-
-def build_for_current_torch(environ: Mapping[str, str]) -> tuple[Status, Path]:
-    """Build, load and publish for the running torch; the public entry point's body."""
-    try:
-        import torch
-    except ImportError as exc:
-        raise TorchInstallError(
-            f"cannot build for the current torch: torch is not importable ({exc}); install it"
-        ) from None
-
-    with LOCK:
-        info = TorchInfo.from_torch(torch)
-        settings = Settings.from_env(environ)
-        for problem in settings.problems:
-            # A bad BACKEND must not quietly become the detected backend.
-            if problem.variable in (env_var("BACKEND"), env_var("CACHE_DIR")):
-                raise ConfigError(f"cannot build for the current torch: {problem.message}")
-        backend = settings.backend or info.backend
-        loaded = build_and_load(torch, info, backend, settings)
-        publish(torch, loaded.pointer)
-        status = Status(
-            kind=DecisionKind.JIT,
-            library=loaded.path,
-            torch=info,
-            reason=f"built for torch {info.version} ({backend.value}) on request",
-            settings=settings,
-        )
-        return status, loaded.path
+    return read_verified(entry, output_dir)

@@ -1,8 +1,9 @@
 """Act on the selector's decision: verify, dlopen, check the table, publish on ``torch.Tensor``.
 
 Nothing here lets an expected failure escape :func:`select_and_load`: every one
-becomes a :class:`Status` with the cause and one :class:`TorchCDLPackExtWarning`
-(the package's ``__init__`` catches the unexpected).
+becomes the fields of a :class:`._status.Status` with the cause, and one
+:class:`TorchCDLPackExtWarning` (the package's ``__init__`` catches the unexpected).
+The import keeps those fields; the record itself is made when someone asks for it.
 Attributes are set only after a table passed every check, so a consumer never
 sees a half-valid API.
 """
@@ -17,19 +18,16 @@ import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from _torch_c_dlpack_ext_core.dlpack_ctypes import (
-    CAPSULE_NAME,
-    EXCHANGE_API_MEMBERS,
-    DLPackExchangeAPI,
-)
 from _torch_c_dlpack_ext_core.errors import (
     REINSTALL,
+    ConfigError,
     LibraryLoadError,
     ManifestError,
     TorchCDLPackExtError,
     TorchCDLPackExtWarning,
+    TorchInstallError,
 )
 from _torch_c_dlpack_ext_core.manifest import (
     ManifestEntry,
@@ -39,8 +37,8 @@ from _torch_c_dlpack_ext_core.manifest import (
     read_verified,
 )
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend, env_var
-from _torch_c_dlpack_ext_core.record import FrozenRecord
 
+from ._capsule import CAPSULE_NAME
 from ._select import (
     Decision,
     DecisionKind,
@@ -50,17 +48,27 @@ from ._select import (
     manifest_needed,
 )
 from ._settings import Settings
-from ._torchinfo import CAPSULE_ATTR, LEGACY_INT_ATTR, TorchInfo, check_legacy_pointer
+from ._torchinfo import (
+    CAPSULE_ATTR,
+    EXPORT_TABLE,
+    LEGACY_INT_ATTR,
+    OWN_TABLES,
+    TorchInfo,
+    check_legacy_pointer,
+    check_table,
+)
+
+if TYPE_CHECKING:
+    from ._status import Status
+
+#: The fields of a :class:`._status.Status` (``Status(**fields)`` makes the record).
+StatusFields = dict[str, Any]
 
 __all__ = [
-    "CAPSULE_NAME",
     "EXPORT_BUILD_INFO",
-    "EXPORT_TABLE",
-    "DLPackExchangeAPI",
     "LoadedLibrary",
-    "Status",
+    "build_for_current_torch",
     "check_elf_extent",
-    "check_table",
     "deferred_status",
     "loaded_library",
     "open_library",
@@ -68,11 +76,8 @@ __all__ = [
     "select_and_load",
 ]
 
-#: The exports of the library (see CONTRIBUTING.md, "Build contract").
-EXPORT_TABLE = "TorchDLPackExchangeAPIPtr"
+#: The library's export describing its build (see CONTRIBUTING.md, "Build contract").
 EXPORT_BUILD_INFO = "TorchCDLPackExtBuildInfo"
-#: The DLPack major version whose ``DLPackExchangeAPI`` layout this loader reads.
-SUPPORTED_MAJOR = 1
 
 # A private prototype instead of setting argtypes on ctypes.pythonapi.PyCapsule_New,
 # which other packages in the same process may configure differently.
@@ -89,13 +94,21 @@ LOCK = threading.RLock()
 _LIBRARIES: dict[str, LoadedLibrary] = {}
 
 
-class LoadedLibrary(FrozenRecord):
-    """A library whose exchange table passed :func:`check_table`."""
+class LoadedLibrary:
+    """A library whose exchange table passed :func:`._torchinfo.check_table`."""
 
-    path: Path
-    handle: ctypes.CDLL
-    pointer: int
-    dlpack_version: tuple[int, int]
+    __slots__ = ("dlpack_version", "handle", "path", "pointer")
+
+    def __init__(
+        self, path: Path, handle: ctypes.CDLL, pointer: int, dlpack_version: tuple[int, int]
+    ) -> None:
+        self.path = path
+        self.handle = handle
+        self.pointer = pointer
+        self.dlpack_version = dlpack_version
+
+    def __repr__(self) -> str:
+        return f"LoadedLibrary(path={self.path!r}, pointer={self.pointer:#x})"
 
     def build_info(self) -> str | None:
         """The library's ``TorchCDLPackExtBuildInfo`` JSON, or ``None`` if it lacks it."""
@@ -107,31 +120,6 @@ class LoadedLibrary(FrozenRecord):
         func.argtypes = []
         raw = func()
         return raw.decode("utf-8", "replace") if raw else None
-
-
-def check_table(pointer: int, origin: str) -> tuple[int, int]:
-    """Check the ``DLPackExchangeAPI`` at ``pointer``; return its DLPack version.
-
-    Raises :class:`LibraryLoadError` if the pointer is NULL, the major version is
-    not 1, or any member is NULL.
-    """
-    if not pointer:
-        raise LibraryLoadError(f"{origin}: {EXPORT_TABLE}() returned NULL")
-    table = DLPackExchangeAPI.from_address(pointer)
-    version = (int(table.header.version.major), int(table.header.version.minor))
-    if version[0] != SUPPORTED_MAJOR:
-        raise LibraryLoadError(
-            f"{origin}: exchange table has DLPack version {version[0]}.{version[1]}, "
-            f"this loader reads major version {SUPPORTED_MAJOR}",
-            "upgrade torch-c-dlpack-ext or rebuild the library",
-        )
-    missing = [name for name in EXCHANGE_API_MEMBERS if not getattr(table, name)]
-    if missing:
-        raise LibraryLoadError(
-            f"{origin}: exchange table has NULL member(s) {', '.join(missing)}",
-            "the library is incomplete: rebuild it",
-        )
-    return version
 
 
 def _short_path(path: Path) -> str:
@@ -324,6 +312,7 @@ def open_library(path: Path, data: bytes | None = None) -> LoadedLibrary:
         version = check_table(pointer, _short_path(path))
         loaded = LoadedLibrary(path=path, handle=handle, pointer=pointer, dlpack_version=version)
         _LIBRARIES[key] = loaded
+        OWN_TABLES.add(pointer)
         return loaded
 
 
@@ -345,57 +334,6 @@ def publish(torch: Any, pointer: int) -> None:
     with LOCK:
         setattr(torch.Tensor, CAPSULE_ATTR, capsule)
         setattr(torch.Tensor, LEGACY_INT_ATTR, pointer)
-
-
-class Status(FrozenRecord):
-    """What ``import torch_c_dlpack_ext`` did, and why (see :func:`status`)."""
-
-    #: The outcome: ``LOAD``/``JIT`` only if a library was published.
-    kind: DecisionKind
-    #: The library whose table is published (``None`` unless ``kind`` is LOAD or JIT).
-    library: Path | None = None
-    #: The running torch, ``None`` if torch could not be imported.
-    torch: TorchInfo | None = None
-    reason: str = ""
-    remedy: str = ""
-    #: Every warning emitted, in order.
-    warnings: tuple[str, ...] = ()
-    #: The selector's decision (``None`` if it could not run).
-    decision: Decision | None = None
-    settings: Settings | None = None
-
-    @property
-    def published(self) -> bool:
-        """True if this package set the attributes on ``torch.Tensor``."""
-        return self.kind in (DecisionKind.LOAD, DecisionKind.JIT, DecisionKind.PUBLISH_LEGACY)
-
-    def __str__(self) -> str:
-        """A few lines for people (``print(status())``): the outcome, the library, the
-        reason, the fix, and each warning that does not just restate the reason; long
-        values are clipped. ``repr()`` and the fields keep everything."""
-
-        def clip(text: str, width: int = 320) -> str:
-            text = " ".join(text.split())
-            return text if len(text) <= width else text[: width - 3].rstrip() + "..."
-
-        if self.torch is None:
-            torch = "torch not importable"
-        else:
-            torch = f"torch {self.torch.version}, {self.torch.backend.value}"
-        lines = [f"torch-c-dlpack-ext: {self.kind.value} ({torch})"]
-        if self.library is not None:
-            lines.append(f"  library: {clip(str(self.library))}")
-        if self.reason:
-            lines.append(f"  reason:  {clip(self.reason)}")
-        if self.remedy:
-            lines.append(f"  fix:     {clip(self.remedy)}")
-        reason = self.reason.casefold()
-        lines.extend(
-            f"  warning: {clip(w)}"
-            for w in self.warnings
-            if not (reason and reason in w.casefold())
-        )
-        return "\n".join(lines)
 
 
 _PACKAGE_PREFIX = os.path.dirname(__file__) + os.sep
@@ -476,27 +414,27 @@ class _Action:
 
     def finish(
         self, kind: DecisionKind, library: Path | None = None, reason: str = "", remedy: str = ""
-    ) -> Status:
+    ) -> StatusFields:
         text = _announce(self.messages)
-        return Status(
-            kind=kind,
-            library=library,
-            torch=self.info,
-            reason=reason or self.decision.reason,
-            remedy=remedy or self.decision.remedy,
-            warnings=(text,) if text else (),
-            decision=self.decision,
-            settings=self.settings,
-        )
+        return {
+            "kind": kind,
+            "library": library,
+            "torch": self.info,
+            "reason": reason or self.decision.reason,
+            "remedy": remedy or self.decision.remedy,
+            "warnings": (text,) if text else (),
+            "decision": self.decision,
+            "settings": self.settings,
+        }
 
-    def unavailable(self, reason: str, remedy: str = "") -> Status:
+    def unavailable(self, reason: str, remedy: str = "") -> StatusFields:
         """The outcome of a failed selection; torch is left as it was."""
         remedy = remedy or self.decision.remedy
         self.messages += [reason, *([remedy] if remedy else [])]
         self.messages.append("Nothing published: torch.Tensor left unchanged")
         return self.finish(DecisionKind.UNAVAILABLE, reason=reason, remedy=remedy)
 
-    def run(self) -> Status:
+    def run(self) -> StatusFields:
         handlers = {
             DecisionKind.DEFER: self.nothing,
             DecisionKind.DISABLED: self.nothing,
@@ -507,10 +445,10 @@ class _Action:
         }
         return handlers[self.decision.kind]()
 
-    def nothing(self) -> Status:
+    def nothing(self) -> StatusFields:
         return self.finish(self.decision.kind)
 
-    def publish_legacy(self) -> Status:
+    def publish_legacy(self) -> StatusFields:
         try:
             pointer, _ = check_legacy_pointer(getattr(self.torch.Tensor, LEGACY_INT_ATTR))
         except (AttributeError, LibraryLoadError) as exc:
@@ -522,7 +460,7 @@ class _Action:
             setattr(self.torch.Tensor, CAPSULE_ATTR, make_capsule(pointer))
         return self.finish(DecisionKind.PUBLISH_LEGACY)
 
-    def load(self) -> Status:
+    def load(self) -> StatusFields:
         if self.decision.library is not None:
             try:
                 loaded = open_library(self.decision.library)
@@ -571,12 +509,12 @@ class _Action:
             return loaded
         return None
 
-    def jit(self, reason: str = "") -> Status:
+    def jit(self, reason: str = "") -> StatusFields:
         from . import _jit
 
         backend = self.decision.backend or self.info.backend
         try:
-            loaded = _jit.build_and_load(self.torch, self.info, backend, self.settings)
+            loaded = open_library(*_jit.build(self.torch, self.info, backend, self.settings))
         except TorchCDLPackExtError as exc:
             return self.unavailable(
                 f"the JIT build of the {backend.value} library for torch {self.info.version} "
@@ -663,21 +601,23 @@ def override_mismatch(
     return None
 
 
-def _failed_before_deciding(reason: str, remedy: str) -> Status:
+def _failed_before_deciding(reason: str, remedy: str) -> StatusFields:
     """torch could not be imported or described: nothing is decided, one warning says why."""
     text = _announce([reason, remedy, "Nothing published"])
-    return Status(
-        kind=DecisionKind.UNAVAILABLE,
-        reason=reason,
-        remedy=remedy,
-        warnings=(text,) if text else (),
-    )
+    return {
+        "kind": DecisionKind.UNAVAILABLE,
+        "reason": reason,
+        "remedy": remedy,
+        "warnings": (text,) if text else (),
+    }
 
 
 def deferred_status() -> Status:
     """The :class:`Status` of an import that deferred on the fast path (torch had the
     API and no override was set); describes torch without acting on anything."""
     import torch
+
+    from ._status import Status
 
     try:
         info = TorchInfo.from_torch(torch)
@@ -708,10 +648,11 @@ def deferred_status() -> Status:
     )
 
 
-def select_and_load(environ: Mapping[str, str], package_dir: Path) -> Status:
+def select_and_load(environ: Mapping[str, str], package_dir: Path) -> StatusFields:
     """Run the whole selector once: read settings, torch and (if needed) the manifest,
     decide, and act. Never raises for a bad environment, a bad installation, a bad
-    library or an odd torch; the returned :class:`Status` says what happened, and
+    library or an odd torch; the returned fields of a :class:`._status.Status` say
+    what happened, and
     exactly one warning is emitted whenever nothing was published (and whenever
     something needs saying after all)."""
     with LOCK:
@@ -739,3 +680,36 @@ def select_and_load(environ: Mapping[str, str], package_dir: Path) -> Status:
                 manifest = exc
         decision = decide(info, manifest, settings)
         return _Action(torch, info, decision, settings, package_dir).run()
+
+
+def build_for_current_torch(environ: Mapping[str, str]) -> tuple[Status, Path]:
+    """Build, load and publish for the running torch; the body of
+    :func:`torch_c_dlpack_ext.build_for_current_torch`. Raises what the build raises."""
+    from . import _jit
+    from ._status import Status
+
+    try:
+        import torch
+    except ImportError as exc:
+        raise TorchInstallError(
+            f"cannot build for the current torch: torch is not importable ({exc}); install it"
+        ) from None
+
+    with LOCK:
+        info = TorchInfo.from_torch(torch)
+        settings = Settings.from_env(environ)
+        for problem in settings.problems:
+            # A bad BACKEND must not quietly become the detected backend.
+            if problem.variable in (env_var("BACKEND"), env_var("CACHE_DIR")):
+                raise ConfigError(f"cannot build for the current torch: {problem.message}")
+        backend = settings.backend or info.backend
+        loaded = open_library(*_jit.build(torch, info, backend, settings))
+        publish(torch, loaded.pointer)
+        status = Status(
+            kind=DecisionKind.JIT,
+            library=loaded.path,
+            torch=info,
+            reason=f"built for torch {info.version} ({backend.value}) on request",
+            settings=settings,
+        )
+        return status, loaded.path

@@ -9,11 +9,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from _torch_c_dlpack_ext_core.errors import REINSTALL, ConfigError, ManifestError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend, env_var
-from _torch_c_dlpack_ext_core.record import FrozenRecord
 
 from ._settings import Settings
 from ._torchinfo import TorchInfo
@@ -50,8 +50,8 @@ class DecisionKind(str, enum.Enum):
         return self.value
 
 
-class Decision(FrozenRecord):
-    """The selector's verdict. Frozen, so it can be stored in :class:`Status` as is."""
+class Decision(NamedTuple):
+    """The selector's verdict. Immutable, so it can be stored in ``Status`` as is."""
 
     kind: DecisionKind
     #: Backend the choice was made for (detected, or ``TORCH_C_DLPACK_EXT_BACKEND``).
@@ -229,16 +229,7 @@ def decide(
     if info.bogus_attributes and decision.kind not in (DecisionKind.DEFER, DecisionKind.DISABLED):
         # Named in the one warning of whatever happens next.
         notes = tuple(f"{problem}: ignored" for problem in info.bogus_attributes)
-        decision = Decision(
-            kind=decision.kind,
-            backend=decision.backend,
-            entry=decision.entry,
-            fallbacks=decision.fallbacks,
-            library=decision.library,
-            reason=decision.reason,
-            remedy=decision.remedy,
-            warnings=notes + decision.warnings,
-        )
+        decision = decision._replace(warnings=notes + decision.warnings)
     return decision
 
 

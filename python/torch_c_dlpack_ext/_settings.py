@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from _torch_c_dlpack_ext_core.errors import ConfigError, TorchCDLPackExtWarning
 from _torch_c_dlpack_ext_core.naming import ENV_PREFIX, Backend, env_var, parse_backend
-from _torch_c_dlpack_ext_core.record import FrozenRecord
 
 __all__ = [
     "BUILD_TIME_VARIABLES",
@@ -70,15 +70,16 @@ def _expand_user(raw: str) -> Path:
         return Path(raw)
 
 
-class SettingProblem(FrozenRecord):
+class SettingProblem(NamedTuple):
     """One variable that could not be honoured, and why."""
 
     variable: str
     message: str
 
 
-class Settings(FrozenRecord):
-    """The runtime overrides in force. Build with :meth:`from_env`."""
+class Settings(NamedTuple):
+    """The runtime overrides in force. Build with :meth:`from_env`; ``Settings()`` is
+    what an environment without any ``TORCH_C_DLPACK_EXT_*`` variable gives."""
 
     #: Load nothing, change nothing.
     disable: bool = False

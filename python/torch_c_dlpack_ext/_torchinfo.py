@@ -3,8 +3,9 @@
 It also judges the two attributes other code may have put on ``torch.Tensor`` before
 us: a capsule is trusted only if ``PyCapsule_IsValid`` accepts it under the name
 ``dlpack_exchange_api``, and a legacy int only if it is an int64 address inside a
-loaded shared object whose table passes the loader's checks. Anything else is
-*bogus*: reported, and never deferred to or dereferenced.
+loaded shared object whose table passes :func:`check_table`. Anything else is
+*bogus*: reported, and never deferred to or dereferenced. This module is the one home
+of the table checks (the loader checks its own libraries' tables with them).
 """
 
 from __future__ import annotations
@@ -12,21 +13,60 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 from _torch_c_dlpack_ext_core.naming import CAPSULE_ATTR, LEGACY_INT_ATTR, Backend, torch_minor
-from _torch_c_dlpack_ext_core.record import FrozenRecord
+
+from ._capsule import CAPSULE_NAME, capsule_pointer, image_of, is_exchange_capsule
 
 __all__ = [
     "CAPSULE_ATTR",
+    "EXPORT_TABLE",
     "LEGACY_INT_ATTR",
+    "OWN_TABLES",
     "TorchInfo",
     "check_legacy_pointer",
+    "check_table",
     "check_table_pointer",
     "detect_backend",
     "mapped_image_base",
     "table_origin",
 ]
+
+#: The export of a library that returns its table (see CONTRIBUTING.md, "Build contract").
+EXPORT_TABLE = "TorchDLPackExchangeAPIPtr"
+#: The DLPack major version whose ``DLPackExchangeAPI`` layout this package reads.
+SUPPORTED_MAJOR = 1
+#: Tables of the libraries this process loaded and checked (the loader adds each one).
+OWN_TABLES: set[int] = set()
+
+
+def check_table(pointer: int, origin: str) -> tuple[int, int]:
+    """Check the ``DLPackExchangeAPI`` at ``pointer``; return its DLPack version.
+
+    Raises :class:`LibraryLoadError` if the pointer is NULL, the major version is
+    not 1, or any member is NULL.
+    """
+    from _torch_c_dlpack_ext_core.dlpack_ctypes import EXCHANGE_API_MEMBERS, DLPackExchangeAPI
+    from _torch_c_dlpack_ext_core.errors import LibraryLoadError
+
+    if not pointer:
+        raise LibraryLoadError(f"{origin}: {EXPORT_TABLE}() returned NULL")
+    table = DLPackExchangeAPI.from_address(pointer)
+    version = (int(table.header.version.major), int(table.header.version.minor))
+    if version[0] != SUPPORTED_MAJOR:
+        raise LibraryLoadError(
+            f"{origin}: exchange table has DLPack version {version[0]}.{version[1]}, "
+            f"this loader reads major version {SUPPORTED_MAJOR}",
+            "upgrade torch-c-dlpack-ext or rebuild the library",
+        )
+    missing = [name for name in EXCHANGE_API_MEMBERS if not getattr(table, name)]
+    if missing:
+        raise LibraryLoadError(
+            f"{origin}: exchange table has NULL member(s) {', '.join(missing)}",
+            "the library is incomplete: rebuild it",
+        )
+    return version
 
 
 def detect_backend(torch: Any) -> Backend:
@@ -44,24 +84,12 @@ def detect_backend(torch: Any) -> Backend:
     return Backend.CPU
 
 
-class _DlInfo(ctypes.Structure):
-    _fields_ = [
-        ("dli_fname", ctypes.c_char_p),
-        ("dli_fbase", ctypes.c_void_p),
-        ("dli_sname", ctypes.c_char_p),
-        ("dli_saddr", ctypes.c_void_p),
-    ]
-
-
-_DLADDR: list[Any] = []
-
-
 def mapped_image_base(address: int) -> int | None:
     """Base address of the loaded shared object (or executable) one of whose segments
     holds ``address``; ``None`` if none does. Never reads ``address`` itself.
 
-    ``dladdr`` on Linux and macOS (glibc checks the address against each loaded
-    segment); ``GetModuleHandleExW(FROM_ADDRESS)`` on Windows.
+    ``dladdr`` on Linux and macOS (:func:`._capsule.image_of`);
+    ``GetModuleHandleExW(FROM_ADDRESS)`` on Windows.
     """
     if not 0 < address < 1 << 63:
         return None
@@ -73,17 +101,11 @@ def mapped_image_base(address: int) -> int | None:
         # GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | _UNCHANGED_REFCOUNT
         found = get_module(0x4 | 0x2, ctypes.c_void_p(address), ctypes.byref(module))
         return int(module.value) if found and module.value else None
-    if not _DLADDR:
-        prototype = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_DlInfo))
-        try:  # ctypes.pythonapi: the process's handle ctypes already opened (no dlopen)
-            _DLADDR.append(prototype(("dladdr", ctypes.pythonapi)))
-        except AttributeError:  # glibc < 2.34 keeps it in libdl
-            _DLADDR.append(prototype(("dladdr", ctypes.CDLL("libdl.so.2"))))
-    info = _DlInfo()
-    if _DLADDR[0](ctypes.c_void_p(address), ctypes.byref(info)) and info.dli_fbase:
-        _IMAGE_NAMES[int(info.dli_fbase)] = info.dli_fname or b""
-        return int(info.dli_fbase)
-    return None
+    image = image_of(address)
+    if image is None:
+        return None
+    _IMAGE_NAMES[image[0]] = image[1]
+    return image[0]
 
 
 #: File name of each image base :func:`mapped_image_base` found (POSIX only).
@@ -93,14 +115,13 @@ _IMAGE_NAMES: dict[int, bytes] = {}
 def _table_provenance(address: int, base: int) -> str | None:
     """Why the table at ``address`` (in the image at ``base``) is one a consumer may
     call through, or ``None``: it is the table of a library this process loaded with
-    :func:`._loader.open_library`; or its image exports ``TorchDLPackExchangeAPIPtr``
+    :func:`._loader.open_library` (:data:`OWN_TABLES`); or its image exports
+    ``TorchDLPackExchangeAPIPtr``
     (the build contract of this package and of the one it replaces) and that returns
     exactly ``address``; or its image is torch's own ``libtorch_python`` (whose main
     branch had the legacy int for a few weeks). Data elsewhere that happens to look
     like a table (torch's libraries hold several) is not trusted."""
-    from ._loader import _LIBRARIES, EXPORT_TABLE
-
-    if any(loaded.pointer == address for loaded in list(_LIBRARIES.values())):
+    if address in OWN_TABLES:
         return OWN_LIBRARY
     name = _IMAGE_NAMES.get(base, b"")
     if not name:
@@ -161,7 +182,7 @@ def table_origin(address: int, where: str) -> tuple[tuple[int, int], str]:
     Strict, because a wrong answer is a SIGSEGV in the first consumer: the whole
     ``DLPackExchangeAPI`` lies inside ONE loaded image, in a readable, NON-executable
     mapping of it, and the image is one that publishes tables
-    (:func:`_table_provenance`); only then is it read (:func:`._loader.check_table`:
+    (:func:`_table_provenance`); only then is it read (:func:`check_table`:
     version, non-NULL members), and every member must point into an EXECUTABLE mapping
     of that SAME image. Returns ``(DLPack version, origin)``, the origin
     :data:`OWN_LIBRARY` or torch's. (Data that merely looks like pointers, such as words of another
@@ -171,8 +192,6 @@ def table_origin(address: int, where: str) -> tuple[tuple[int, int], str]:
     """
     from _torch_c_dlpack_ext_core.dlpack_ctypes import EXCHANGE_API_MEMBERS, DLPackExchangeAPI
     from _torch_c_dlpack_ext_core.errors import LibraryLoadError, brief
-
-    from ._loader import check_table
 
     size = ctypes.sizeof(DLPackExchangeAPI)
     if not 0 < address < (1 << 63) - size or address % ctypes.alignment(DLPackExchangeAPI):
@@ -232,23 +251,11 @@ def check_legacy_pointer(value: Any) -> tuple[int, tuple[int, int]]:
     return address, check_table_pointer(address, where)
 
 
-def _capsule_pointer(capsule: Any) -> int:
-    from _torch_c_dlpack_ext_core.dlpack_ctypes import CAPSULE_NAME
-
-    get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-        ("PyCapsule_GetPointer", ctypes.pythonapi)
-    )
-    return int(get(capsule, CAPSULE_NAME) or 0)
-
-
 def _judge_attributes(tensor: Any) -> tuple[bool, bool, tuple[str, ...], str]:
     """``(valid capsule, valid legacy int, problems, origin of the valid capsule)`` of
     ``tensor``'s two attributes. A capsule is valid when ``PyCapsule_IsValid`` accepts
     it AND its pointer passes :func:`table_origin`, as strict as for the legacy int."""
-    from _torch_c_dlpack_ext_core.dlpack_ctypes import CAPSULE_NAME
     from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtError, brief
-
-    from . import _is_exchange_capsule
 
     problems: list[str] = []
     missing = object()
@@ -257,10 +264,10 @@ def _judge_attributes(tensor: Any) -> tuple[bool, bool, tuple[str, ...], str]:
     except Exception as exc:
         capsule, problems = missing, [f"reading torch.Tensor.{CAPSULE_ATTR} raised {exc!r:.100}"]
     if capsule is not missing:
-        if _is_exchange_capsule(capsule):
+        if is_exchange_capsule(capsule):
             where = f"torch.Tensor.{CAPSULE_ATTR}'s pointer"
             try:
-                return True, False, (), table_origin(_capsule_pointer(capsule), where)[1]
+                return True, False, (), table_origin(capsule_pointer(capsule), where)[1]
             except TorchCDLPackExtError as exc:
                 problems.append(str(exc))
         else:
@@ -287,8 +294,9 @@ def _judge_attributes(tensor: Any) -> tuple[bool, bool, tuple[str, ...], str]:
     return False, True, tuple(problems), ""
 
 
-class TorchInfo(FrozenRecord):
-    """What the selector needs to know about the running torch."""
+class TorchInfo(NamedTuple):
+    """What the selector needs to know about the running torch (``_replace`` makes a
+    changed copy, as the tests do)."""
 
     #: ``torch.__version__`` including its local part (``2.6.0+cu124``, ``2.8.0a0+abc``).
     version: str

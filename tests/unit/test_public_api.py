@@ -31,10 +31,10 @@ def test_every_public_name_resolves() -> None:
 
 
 def test_lazy_names_are_the_real_objects() -> None:
-    from torch_c_dlpack_ext import _loader, errors
+    from torch_c_dlpack_ext import _status, errors
 
     assert torch_c_dlpack_ext.errors is errors
-    assert torch_c_dlpack_ext.Status is _loader.Status
+    assert torch_c_dlpack_ext.Status is _status.Status
     assert torch_c_dlpack_ext.DecisionKind is DecisionKind
     assert torch_c_dlpack_ext.TorchCDLPackExtWarning is errors.TorchCDLPackExtWarning
     assert issubclass(torch_c_dlpack_ext.TorchCDLPackExtWarning, UserWarning)
@@ -146,3 +146,13 @@ def test_status_str_of_the_running_import() -> None:
     assert text.startswith("torch-c-dlpack-ext: ")
     assert 1 < len(text.splitlines()) <= 8
     assert torch_c_dlpack_ext.status().reason[:40] in text
+
+
+def test_fast_path_names_are_the_shared_names() -> None:
+    """``__init__`` spells out the three names its fast path needs (so that path imports
+    none of our modules); they must stay the ones ``naming`` defines."""
+    from _torch_c_dlpack_ext_core import naming
+
+    assert torch_c_dlpack_ext._ENV_PREFIX == naming.ENV_PREFIX
+    assert torch_c_dlpack_ext._CAPSULE_ATTR == naming.CAPSULE_ATTR
+    assert torch_c_dlpack_ext._LEGACY_INT_ATTR == naming.LEGACY_INT_ATTR

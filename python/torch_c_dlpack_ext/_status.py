@@ -1,0 +1,69 @@
+"""What ``import torch_c_dlpack_ext`` did, as a record a user can read: :class:`Status`.
+
+Built on demand (by :func:`torch_c_dlpack_ext.status`, the diagnostics, an explicit
+build), never by the import itself: the import keeps the fields and this module turns
+them into a frozen dataclass the first time someone asks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from ._select import Decision, DecisionKind
+from ._settings import Settings
+from ._torchinfo import TorchInfo
+
+__all__ = ["Status"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+    """What ``import torch_c_dlpack_ext`` did, and why (see :func:`torch_c_dlpack_ext.status`)."""
+
+    #: The outcome: ``LOAD``/``JIT`` only if a library was published.
+    kind: DecisionKind
+    #: The library whose table is published (``None`` unless ``kind`` is LOAD or JIT).
+    library: Path | None = None
+    #: The running torch, ``None`` if torch could not be imported.
+    torch: TorchInfo | None = None
+    reason: str = ""
+    remedy: str = ""
+    #: Every warning emitted, in order.
+    warnings: tuple[str, ...] = ()
+    #: The selector's decision (``None`` if it could not run).
+    decision: Decision | None = None
+    settings: Settings | None = None
+
+    @property
+    def published(self) -> bool:
+        """True if this package set the attributes on ``torch.Tensor``."""
+        return self.kind in (DecisionKind.LOAD, DecisionKind.JIT, DecisionKind.PUBLISH_LEGACY)
+
+    def __str__(self) -> str:
+        """A few lines for people (``print(status())``): the outcome, the library, the
+        reason, the fix, and each warning that does not just restate the reason; long
+        values are clipped. ``repr()`` and the fields keep everything."""
+
+        def clip(text: str, width: int = 320) -> str:
+            text = " ".join(text.split())
+            return text if len(text) <= width else text[: width - 3].rstrip() + "..."
+
+        if self.torch is None:
+            torch = "torch not importable"
+        else:
+            torch = f"torch {self.torch.version}, {self.torch.backend.value}"
+        lines = [f"torch-c-dlpack-ext: {self.kind.value} ({torch})"]
+        if self.library is not None:
+            lines.append(f"  library: {clip(str(self.library))}")
+        if self.reason:
+            lines.append(f"  reason:  {clip(self.reason)}")
+        if self.remedy:
+            lines.append(f"  fix:     {clip(self.remedy)}")
+        reason = self.reason.casefold()
+        lines.extend(
+            f"  warning: {clip(w)}"
+            for w in self.warnings
+            if not (reason and reason in w.casefold())
+        )
+        return "\n".join(lines)
