@@ -1,8 +1,13 @@
 """Import overhead: ``import torch_c_dlpack_ext`` after ``import torch``, in fresh processes.
 
 * defer path: the running torch 2.13 already has the API, so the package loads nothing;
+  against an EMPTY package of the same name (what any import costs at all);
 * load path: torch 2.8 with our library packaged (package dir + manifest), against
   torch-c-dlpack-ext 0.1.5 on the same torch.
+
+The targets are ratios within one run (rounds interleave the variants, so machine load
+hits all of them alike): defer path median <= 3 x the empty package's, load path median
+<= 0.4 x 0.1.5's.
 
 Each sample is taken inside its own subprocess with ``time.perf_counter_ns`` around the
 import statement alone, so interpreter start-up and ``import torch`` are excluded. An
@@ -39,7 +44,15 @@ from .subjects import (
     subprocess_env,
 )
 
-__all__ = ["PROBE", "ImportVariant", "package_with_library", "run_import"]
+__all__ = ["PROBE", "ImportVariant", "empty_package", "package_with_library", "run_import"]
+
+#: Names of the variants the targets compare.
+DEFER = "defer (torch 2.13, ours)"
+EMPTY = "defer (torch 2.13, empty package)"
+LOAD = f"load (torch {OLD_TORCH}, ours)"
+#: The targets: ours / reference, medians of the same run.
+DEFER_LIMIT = 3.0
+LOAD_LIMIT = 0.4
 
 #: Runs in the measured process; prints what it measured and whether the API is now set.
 PROBE = """
@@ -92,6 +105,15 @@ def package_with_library(library: BuiltLibrary, destination: Path) -> Path:
     return destination
 
 
+def empty_package(destination: Path) -> Path:
+    """A package named like ours whose ``__init__.py`` is empty: the floor of any import.
+    Returns the directory to put on ``PYTHONPATH``."""
+    package = destination / PACKAGE
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    return destination
+
+
 def _sample(variant: ImportVariant, pycache: Path) -> dict[str, Any]:
     env = subprocess_env(pythonpath=variant.pythonpath, PYTHONPYCACHEPREFIX=str(pycache))
     # Installed packages come with bytecode (pip compiles it at install time); a
@@ -111,13 +133,14 @@ def _sample(variant: ImportVariant, pycache: Path) -> dict[str, Any]:
 
 def _variants(ctx: BenchContext, errors: dict[str, str]) -> list[ImportVariant]:
     source = ROOT / "python"
+    empty = empty_package(ctx.work_dir / "import" / "empty")
     variants = [
         ImportVariant(
-            name="defer (torch 2.13)",
-            python=Path(sys.executable),
-            pythonpath=(source,),
-            expected_root=source,
-        )
+            name=DEFER, python=Path(sys.executable), pythonpath=(source,), expected_root=source
+        ),
+        ImportVariant(
+            name=EMPTY, python=Path(sys.executable), pythonpath=(empty,), expected_root=empty
+        ),
     ]
     try:
         ctx.progress(f"import: provisioning an importable torch {OLD_TORCH} environment (cached)")
@@ -134,7 +157,7 @@ def _variants(ctx: BenchContext, errors: dict[str, str]) -> list[ImportVariant]:
         package_root = package_with_library(ours, ctx.work_dir / "import" / f"ours-{OLD_TORCH}")
         variants.append(
             ImportVariant(
-                name=f"load (torch {OLD_TORCH}, ours)",
+                name=LOAD,
                 python=env.python,
                 pythonpath=(package_root,),
                 expected_root=package_root,
@@ -189,26 +212,33 @@ def run_import(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[Tar
         rows=rows,
     )
 
-    def median_of(prefix: str) -> float | None:
-        for name, summary in summaries.items():
-            if name.startswith(prefix) and details[name]["capsule_set"]:
-                return summary.median
-        return None
+    def median_of(name: str, *, published: bool = True) -> float | None:
+        summary = summaries.get(name)
+        if summary is None or (published and not details[name]["capsule_set"]):
+            return None
+        return summary.median
 
+    def ratio(name: str, reference: str, *, published: bool) -> float | None:
+        ours, base = median_of(name), median_of(reference, published=published)
+        return None if ours is None or not base else round(ours / base, 2)
+
+    legacy = next((n for n in samples if n.startswith(f"load (torch {OLD_TORCH}, 0.")), "")
     targets = [
         Target(
-            description="import, defer path (torch 2.13), median",
-            value=median_of("defer"),
-            limit=1.0,
+            description=f"import, defer path (torch 2.13): median / the empty package's "
+            f"({_ms(median_of(DEFER))} / {_ms(median_of(EMPTY, published=False))})",
+            value=ratio(DEFER, EMPTY, published=False),
+            limit=DEFER_LIMIT,
             comparison="<=",
-            unit=" ms",
+            unit=" x",
         ),
         Target(
-            description=f"import, load path (torch {OLD_TORCH}, ours), median",
-            value=median_of(f"load (torch {OLD_TORCH}, ours)"),
-            limit=10.0,
+            description=f"import, load path (torch {OLD_TORCH}): median / {legacy or '0.1.5'}'s "
+            f"({_ms(median_of(LOAD))} / {_ms(median_of(legacy))})",
+            value=ratio(LOAD, legacy, published=True) if legacy else None,
+            limit=LOAD_LIMIT,
             comparison="<=",
-            unit=" ms",
+            unit=" x",
         ),
     ]
     data = {
@@ -221,3 +251,7 @@ def run_import(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[Tar
         "errors": errors,
     }
     return data, [table], targets
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f} ms"

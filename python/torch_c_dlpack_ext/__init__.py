@@ -215,11 +215,13 @@ def status() -> Status:
         if fields is None:
             from ._loader import deferred_status
 
-            _STATE["status"] = deferred_status()
+            made = deferred_status()
         else:
             from ._status import Status
 
-            _STATE["status"] = Status(**fields)
+            made = Status(**fields)
+        # setdefault is atomic: threads asking at once all get the first record made.
+        _STATE.setdefault("status", made)
     current: Status = _STATE["status"]
     return current
 

@@ -22,6 +22,7 @@ from tests.helpers import (
 )
 from tests.helpers import probe_import as probe
 
+from _torch_c_dlpack_ext_core.dlpack_ctypes import DLPackExchangeAPI
 from _torch_c_dlpack_ext_core.errors import LibraryLoadError
 from _torch_c_dlpack_ext_core.naming import Backend
 from torch_c_dlpack_ext import _loader
@@ -173,8 +174,8 @@ import torch_c_dlpack_ext as pkg
 from torch_c_dlpack_ext import _loader
 first = torch.Tensor.__c_dlpack_exchange_api__
 assert len({id(s) for s in results}) == 1 and len(results) == 8
-status = _loader.select_and_load(os.environ, Path(pkg.__file__).parent)
-assert status.kind.value == "load", status
+fields = _loader.select_and_load(os.environ, Path(pkg.__file__).parent)
+assert fields["kind"].value == "load", fields
 assert torch.Tensor.__c_dlpack_exchange_api__ == first
 assert len(_loader._LIBRARIES) == 1, _loader._LIBRARIES
 print("ok")
@@ -220,7 +221,7 @@ def test_a_refused_private_copy_falls_back_to_the_unchanged_file(
 
 
 def test_capsule_is_named_and_points_at_table() -> None:
-    table = _loader.DLPackExchangeAPI()
+    table = DLPackExchangeAPI()
     pointer = ctypes.addressof(table)
     capsule = _loader.make_capsule(pointer)
     is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
@@ -228,7 +229,7 @@ def test_capsule_is_named_and_points_at_table() -> None:
     )
     assert is_valid(capsule, b"dlpack_exchange_api") == 1
     assert is_valid(capsule, b"other") == 0
-    assert ctypes.sizeof(_loader.DLPackExchangeAPI) == 56
+    assert ctypes.sizeof(DLPackExchangeAPI) == 56
 
 
 AUDIT = r"""
