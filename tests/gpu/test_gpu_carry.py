@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 from devtools import gpu_carry
-
-from _torch_c_dlpack_ext_core.errors import ConfigError
+from devtools.errors import ProvisionError
 
 WHEEL_FILES = {
     "apache-tvm-ffi": "apache_tvm_ffi-0.1.15.post2-cp312-cp312-manylinux_2_28_x86_64.whl",
@@ -59,7 +58,7 @@ def test_a_requirement_the_machine_lacks_is_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _fake_download(monkeypatch, {"apache-tvm-ffi": ["ml-dtypes>=0.5"]})
-    with pytest.raises(ConfigError, match=r"requires ml-dtypes>=0\.5, which the GPU machine lacks"):
+    with pytest.raises(ProvisionError, match=r"requires ml-dtypes>=0\.5, which the GPU machine lacks"):
         gpu_carry.gather(tmp_path / ".gpu-carry")
     assert list(tmp_path.iterdir()) == []
 
@@ -68,7 +67,7 @@ def test_over_the_limit_is_an_error_and_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _fake_download(monkeypatch, {}, padding=4096)
-    with pytest.raises(ConfigError, match=r"MiB, over the 0 MiB the GPU machine accepts"):
+    with pytest.raises(ProvisionError, match=r"MiB, over the 0 MiB the GPU machine accepts"):
         gpu_carry.gather(tmp_path / ".gpu-carry", limit=1000)
     assert list(tmp_path.iterdir()) == []
 
