@@ -58,7 +58,9 @@ def test_a_requirement_the_machine_lacks_is_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _fake_download(monkeypatch, {"apache-tvm-ffi": ["ml-dtypes>=0.5"]})
-    with pytest.raises(ProvisionError, match=r"requires ml-dtypes>=0\.5, which the GPU machine lacks"):
+    with pytest.raises(
+        ProvisionError, match=r"requires ml-dtypes>=0\.5, which the GPU machine lacks"
+    ):
         gpu_carry.gather(tmp_path / ".gpu-carry")
     assert list(tmp_path.iterdir()) == []
 
