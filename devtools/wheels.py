@@ -39,6 +39,7 @@ from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest, write_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
 from _torch_c_dlpack_ext_core.run import run
+from _torch_c_dlpack_ext_core.toolchains import TOOLCHAINS
 from devtools import ROOT
 from devtools.errors import MatrixError, ReleaseError
 from devtools.matrix import Cell, Matrix, load_matrix
@@ -57,28 +58,13 @@ __all__ = [
 ]
 
 ABI_DEPENDENCY = "abi_dependency"
-#: Libraries a wheel must never bundle: torch's own and the GPU runtimes torch
-#: brings (a second copy would be a second libtorch / CUDA runtime in the process).
-#: THE list: ``[tool.cibuildwheel.linux] repair-wheel-command`` in pyproject.toml
-#: repeats it (TOML cannot import it) and a unit test keeps the two equal.
-AUDITWHEEL_EXCLUDES = (
-    "libc10.so",
-    "libc10_cuda.so",
-    "libc10_hip.so",
-    "libtorch.so",
-    "libtorch_cpu.so",
-    "libtorch_cuda.so",
-    "libtorch_hip.so",
-    "libtorch_python.so",
-    "libcudart.so.*",
-    "libamdhip64.so.*",
-)
+#: Libraries a wheel must never bundle: torch's own and the GPU runtimes torch brings (a
+#: second copy would be a second libtorch / CUDA runtime in the process). THE lists are the
+#: toolchains' ``repair_excludes``; the ``[tool.cibuildwheel]`` repair commands in
+#: pyproject.toml repeat them (TOML cannot import them) and unit tests keep them equal.
+AUDITWHEEL_EXCLUDES = TOOLCHAINS["gnu"].repair_excludes
 #: The same for delocate on macOS (CPU builds only: no CUDA / ROCm there).
-DELOCATE_EXCLUDES = tuple(
-    name.replace(".so", ".dylib")
-    for name in AUDITWHEEL_EXCLUDES
-    if not name.endswith(".*") and "_cuda" not in name and "_hip" not in name
-)
+DELOCATE_EXCLUDES = TOOLCHAINS["darwin"].repair_excludes
 #: Where auditwheel (``<pkg>.libs/``) and delocate (``<pkg>/.dylibs/``) graft copies.
 _GRAFT_DIRS = ("torch_c_dlpack_ext.libs/", "torch_c_dlpack_ext/.dylibs/")
 

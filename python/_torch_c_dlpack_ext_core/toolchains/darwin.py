@@ -14,8 +14,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import BuildError
-from ..naming import SHARED_LIBRARY_NAMING, Backend
-from .protocol import VERSION_SCRIPT, AuditOutcome, CompileJob, Compiler, TorchFiles
+from ..naming import SHARED_LIBRARY_NAMING
+from .protocol import (
+    VERSION_SCRIPT,
+    CompileJob,
+    Compiler,
+    WithoutBinaryAudit,
+)
 from .unix import find_gcc_style_compiler, gcc_style_command
 
 __all__ = ["DARWIN", "DarwinToolchain", "exported_symbols"]
@@ -38,7 +43,7 @@ def exported_symbols(source_dir: Path) -> tuple[str, ...]:
     return tuple(names)
 
 
-class DarwinToolchain:
+class DarwinToolchain(WithoutBinaryAudit):
     """macOS: clang, ``lib*.dylib``, no audit."""
 
     name = "darwin"
@@ -96,17 +101,6 @@ class DarwinToolchain:
             (scratch / EXPORT_LIST).write_text(
                 "".join(f"_{name}\n" for name in names), encoding="utf-8"
             )
-
-    def audit(
-        self,
-        library: Path,
-        torch: TorchFiles,
-        backend: Backend | str,
-        *,
-        cxx: str | None = None,
-    ) -> AuditOutcome:
-        del library, torch, backend, cxx
-        return AuditOutcome.NOT_APPLICABLE
 
 
 DARWIN = DarwinToolchain()

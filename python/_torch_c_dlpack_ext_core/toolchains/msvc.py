@@ -16,9 +16,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import BuildError, CommandError, CompilerNotFoundError
-from ..naming import SHARED_LIBRARY_NAMING, Backend
+from ..naming import SHARED_LIBRARY_NAMING
 from ..run import run
-from .protocol import AuditOutcome, CompileJob, Compiler, TorchFiles, locate_compiler
+from .protocol import (
+    CompileJob,
+    Compiler,
+    WithoutBinaryAudit,
+    locate_compiler,
+)
 
 __all__ = ["MSVC", "MsvcToolchain"]
 
@@ -31,7 +36,7 @@ _WANT_MSVC = (
 )
 
 
-class MsvcToolchain:
+class MsvcToolchain(WithoutBinaryAudit):
     """Windows: cl.exe, ``*.dll`` linked against ``*.lib`` import libraries, no audit."""
 
     name = "msvc"
@@ -139,17 +144,6 @@ class MsvcToolchain:
 
     def prepare_scratch(self, job: CompileJob, scratch: Path) -> None:
         del job, scratch  # cl writes its by-products there itself
-
-    def audit(
-        self,
-        library: Path,
-        torch: TorchFiles,
-        backend: Backend | str,
-        *,
-        cxx: str | None = None,
-    ) -> AuditOutcome:
-        del library, torch, backend, cxx
-        return AuditOutcome.NOT_APPLICABLE
 
 
 MSVC = MsvcToolchain()

@@ -195,3 +195,19 @@ def locate_compiler(
             f"executable; {bad_request}"
         )
     return found, origin
+
+
+class WithoutBinaryAudit:
+    """:meth:`Toolchain.audit` of a platform without the ELF dual ABI and symbol versions
+    (Mach-O, PE): there is nothing to audit after the link."""
+
+    def audit(
+        self,
+        library: Path,
+        torch: TorchFiles,
+        backend: Backend | str,
+        *,
+        cxx: str | None = None,
+    ) -> AuditOutcome:
+        del library, torch, backend, cxx
+        return AuditOutcome.NOT_APPLICABLE
