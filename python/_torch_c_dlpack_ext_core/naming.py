@@ -15,6 +15,7 @@ from pathlib import Path
 
 __all__ = [
     "CAPSULE_ATTR",
+    "CAPSULE_NAME",
     "CORE_PACKAGE",
     "DEV_ENV_PREFIX",
     "DIST_NAME",
@@ -56,6 +57,9 @@ ENV_PREFIX = "TORCH_C_DLPACK_EXT_"
 DEV_ENV_PREFIX = "TCDE_"
 #: The attribute torch 2.10+ sets on ``torch.Tensor`` (a PyCapsule), and the one we publish.
 CAPSULE_ATTR = "__dlpack_c_exchange_api__"
+#: The PyCapsule name of an exchange table (the DLPack spec's; the mirrors in
+#: ``dlpack_ctypes``, which import only ctypes, spell it too and a test keeps them equal).
+CAPSULE_NAME = b"dlpack_exchange_api"
 #: The legacy int attribute (torch main for a few weeks; read by tvm-ffi 0.1.0-0.1.3).
 LEGACY_INT_ATTR = "__c_dlpack_exchange_api__"
 #: The files of ``csrc/`` a build reads: the driver hashes them into its cache key and

@@ -1,9 +1,9 @@
 """The ``dlpack_exchange_api`` PyCapsule, read without trusting it: is it one, what
 pointer it holds, and which loaded image that pointer lies in.
 
-Small on purpose: the package's fast path (torch provides the API) imports only this
-module besides the names, so ``import torch_c_dlpack_ext`` costs little there. Imports
-only :mod:`ctypes` (already imported by torch) and the shared names.
+Only for attributes someone put on ``torch.Tensor`` (the selector judges them before
+trusting one, :mod:`._torchinfo`): the common import, where torch has no attribute or its
+own capsule, does not load this module. Imports only :mod:`ctypes` and the shared names.
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ import ctypes
 import sys
 from typing import Any
 
-__all__ = ["CAPSULE_NAME", "capsule_pointer", "image_of", "is_exchange_capsule"]
+from _torch_c_dlpack_ext_core.naming import CAPSULE_NAME
 
-#: PyCapsule name under which a framework publishes its table (the DLPack spec's).
-CAPSULE_NAME = b"dlpack_exchange_api"
+__all__ = ["CAPSULE_NAME", "capsule_pointer", "image_of", "is_exchange_capsule"]
 
 _IS_VALID = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
     ("PyCapsule_IsValid", ctypes.pythonapi)

@@ -30,7 +30,7 @@ from _torch_c_dlpack_ext_core.manifest import ManifestEntry, read_verified
 from _torch_c_dlpack_ext_core.naming import Backend, default_cache_dir, env_var, library_filename
 from _torch_c_dlpack_ext_core.version import __version__
 
-from ._settings import Settings
+from ._select import Settings
 from ._torchinfo import TorchInfo
 
 __all__ = ["build", "cache_key", "python_tag"]

@@ -36,18 +36,23 @@ from _torch_c_dlpack_ext_core.manifest import (
     read_fd,
     read_verified,
 )
-from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend, env_var
+from _torch_c_dlpack_ext_core.naming import (
+    CAPSULE_NAME,
+    ENV_PREFIX,
+    MANIFEST_NAME,
+    Backend,
+    env_var,
+)
 
-from ._capsule import CAPSULE_NAME
 from ._select import (
     Decision,
     DecisionKind,
+    Settings,
     decide,
     describe_entry,
     gpu_library_remedy,
     manifest_needed,
 )
-from ._settings import Settings
 from ._torchinfo import (
     CAPSULE_ATTR,
     EXPORT_TABLE,
@@ -648,6 +653,16 @@ def deferred_status() -> Status:
     )
 
 
+def settings_of(environ: Mapping[str, str]) -> Settings:
+    """The runtime settings in ``environ``: ``Settings()`` when no ``TORCH_C_DLPACK_EXT_*``
+    variable is set (the common case parses nothing), else :func:`._settings.read_settings`."""
+    if not any(name.startswith(ENV_PREFIX) for name in environ):
+        return Settings()
+    from ._settings import read_settings
+
+    return read_settings(environ)
+
+
 def select_and_load(environ: Mapping[str, str], package_dir: Path) -> StatusFields:
     """Run the whole selector once: read settings, torch and (if needed) the manifest,
     decide, and act. Never raises for a bad environment, a bad installation, a bad
@@ -671,7 +686,7 @@ def select_and_load(environ: Mapping[str, str], package_dir: Path) -> StatusFiel
                 f"cannot describe the running torch ({type(exc).__name__}: {_one_line(exc, 200)})",
                 "report it with the output of python -m torch_c_dlpack_ext",
             )
-        settings = Settings.from_env(environ)
+        settings = settings_of(environ)
         manifest: tuple[ManifestEntry, ...] | ManifestError = ()
         if manifest_needed(info, settings):
             try:
@@ -697,7 +712,7 @@ def build_for_current_torch(environ: Mapping[str, str]) -> tuple[Status, Path]:
 
     with LOCK:
         info = TorchInfo.from_torch(torch)
-        settings = Settings.from_env(environ)
+        settings = settings_of(environ)
         for problem in settings.problems:
             # A bad BACKEND must not quietly become the detected backend.
             if problem.variable in (env_var("BACKEND"), env_var("CACHE_DIR")):

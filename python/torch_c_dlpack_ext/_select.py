@@ -15,7 +15,6 @@ from _torch_c_dlpack_ext_core.errors import REINSTALL, ConfigError, ManifestErro
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend, env_var
 
-from ._settings import Settings
 from ._torchinfo import TorchInfo
 
 REINSTALL_COMMAND = REINSTALL.partition(": ")[2]
@@ -23,11 +22,42 @@ REINSTALL_COMMAND = REINSTALL.partition(": ")[2]
 __all__ = [
     "Decision",
     "DecisionKind",
+    "SettingProblem",
+    "Settings",
     "decide",
     "describe_entry",
     "gpu_library_remedy",
     "manifest_needed",
 ]
+
+
+class SettingProblem(NamedTuple):
+    """One variable that could not be honoured, and why."""
+
+    variable: str
+    message: str
+
+
+class Settings(NamedTuple):
+    """The runtime overrides in force. Read by :func:`._settings.read_settings`; ``Settings()`` is
+    what an environment without any ``TORCH_C_DLPACK_EXT_*`` variable gives."""
+
+    #: Load nothing, change nothing.
+    disable: bool = False
+    #: Load our library even when torch already provides the API (replaces the attribute).
+    force: bool = False
+    #: Load this file instead of consulting the manifest (no sha256 check is possible).
+    library: Path | None = None
+    #: Use this backend instead of the detected one.
+    backend: Backend | None = None
+    #: Build a library for the running torch when no bundled one applies.
+    jit: bool = False
+    #: Where JIT builds go (``None``: :func:`._naming.default_cache_dir`).
+    cache_dir: Path | None = None
+    #: Variables that were set but could not be honoured.
+    problems: tuple[SettingProblem, ...] = ()
+    #: Every prefixed variable that was set (name -> value), for diagnostics.
+    in_force: tuple[tuple[str, str], ...] = ()
 
 
 class DecisionKind(str, enum.Enum):

@@ -1,6 +1,7 @@
 """Runtime overrides: the ``TORCH_C_DLPACK_EXT_*`` environment variables read at import.
 
-Every variable shares the one prefix of :func:`._naming.env_var`. Reading them never
+Every variable shares the one prefix of ``naming.env_var``; this module is imported only
+when one of them is set (without any, the loader uses ``Settings()``). Reading them never
 raises: a bad value, an unknown name (with a "did you mean ...?" hint) or a
 ``LIBRARY`` path that does not exist becomes a :class:`SettingProblem`. The selector
 turns any problem into "load nothing" and the caller announces it as a
@@ -12,18 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
 
 from _torch_c_dlpack_ext_core.errors import ConfigError, TorchCDLPackExtWarning
 from _torch_c_dlpack_ext_core.naming import ENV_PREFIX, Backend, env_var, parse_backend
 
+from ._select import SettingProblem, Settings
+
 __all__ = [
     "BUILD_TIME_VARIABLES",
     "RUNTIME_VARIABLES",
-    "SettingProblem",
-    "Settings",
     "TorchCDLPackExtWarning",
     "parse_bool",
+    "read_settings",
 ]
 
 
@@ -70,108 +71,79 @@ def _expand_user(raw: str) -> Path:
         return Path(raw)
 
 
-class SettingProblem(NamedTuple):
-    """One variable that could not be honoured, and why."""
+def read_settings(environ: Mapping[str, str]) -> Settings:
+    """Read the prefixed variables of ``environ``; never raises.
 
-    variable: str
-    message: str
+    Empty values count as unset, so ``VAR=`` in a shell script clears an override.
+    """
+    problems: list[SettingProblem] = []
+    in_force = tuple(sorted((k, v) for k, v in environ.items() if k.startswith(ENV_PREFIX)))
+    known = RUNTIME_VARIABLES + BUILD_TIME_VARIABLES
+    for name, _ in in_force:
+        short = name[len(ENV_PREFIX) :]
+        if short not in known:
+            # Compare without the shared prefix, which would make every name "close".
+            import difflib  # only for a typo, so not on every import
 
+            hint = difflib.get_close_matches(short, known, n=1)
+            fix = f"did you mean {env_var(hint[0])}?" if hint else "remove it"
+            problems.append(
+                SettingProblem(name, f"{name} is not a torch-c-dlpack-ext variable ({fix})")
+            )
 
-class Settings(NamedTuple):
-    """The runtime overrides in force. Build with :meth:`from_env`; ``Settings()`` is
-    what an environment without any ``TORCH_C_DLPACK_EXT_*`` variable gives."""
+    def value_of(short: str) -> str | None:
+        value = environ.get(env_var(short), "").strip()
+        return value or None
 
-    #: Load nothing, change nothing.
-    disable: bool = False
-    #: Load our library even when torch already provides the API (replaces the attribute).
-    force: bool = False
-    #: Load this file instead of consulting the manifest (no sha256 check is possible).
-    library: Path | None = None
-    #: Use this backend instead of the detected one.
+    def flag(short: str) -> bool:
+        raw = value_of(short)
+        if raw is None:
+            return False
+        try:
+            return parse_bool(env_var(short), raw)
+        except ConfigError as exc:
+            problems.append(SettingProblem(env_var(short), str(exc)))
+            return False
+
     backend: Backend | None = None
-    #: Build a library for the running torch when no bundled one applies.
-    jit: bool = False
-    #: Where JIT builds go (``None``: :func:`._naming.default_cache_dir`).
-    cache_dir: Path | None = None
-    #: Variables that were set but could not be honoured.
-    problems: tuple[SettingProblem, ...] = ()
-    #: Every prefixed variable that was set (name -> value), for diagnostics.
-    in_force: tuple[tuple[str, str], ...] = ()
+    raw_backend = value_of("BACKEND")
+    if raw_backend is not None:
+        try:
+            backend = parse_backend(raw_backend)
+        except ConfigError as exc:
+            problems.append(SettingProblem(env_var("BACKEND"), f"{env_var('BACKEND')}: {exc}"))
 
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> Settings:
-        """Read the prefixed variables of ``environ``; never raises.
-
-        Empty values count as unset, so ``VAR=`` in a shell script clears an override.
-        """
-        problems: list[SettingProblem] = []
-        in_force = tuple(sorted((k, v) for k, v in environ.items() if k.startswith(ENV_PREFIX)))
-        known = RUNTIME_VARIABLES + BUILD_TIME_VARIABLES
-        for name, _ in in_force:
-            short = name[len(ENV_PREFIX) :]
-            if short not in known:
-                # Compare without the shared prefix, which would make every name "close".
-                import difflib  # only for a typo, so not on every import
-
-                hint = difflib.get_close_matches(short, known, n=1)
-                fix = f"did you mean {env_var(hint[0])}?" if hint else "remove it"
-                problems.append(
-                    SettingProblem(name, f"{name} is not a torch-c-dlpack-ext variable ({fix})")
+    library: Path | None = None
+    raw_library = value_of("LIBRARY")
+    if raw_library is not None:
+        candidate = _expand_user(raw_library)
+        shown = raw_library if len(raw_library) <= 200 else raw_library[:200] + "..."
+        try:
+            # stat() may fail for reasons other than absence (a name too long, a
+            # directory that cannot be searched), absolute() with a deleted cwd.
+            library = candidate.absolute() if candidate.is_file() else None
+            why = "is not an existing file"
+        except OSError as exc:  # strerror: the path again would double a long value
+            why = f"cannot be checked ({type(exc).__name__}: {exc.strerror or 'no detail'})"
+        except ValueError as exc:
+            why = f"cannot be checked ({str(exc)[:200]})"
+        if library is None:
+            problems.append(
+                SettingProblem(
+                    env_var("LIBRARY"),
+                    f"{env_var('LIBRARY')}={shown!r} {why}: "
+                    "point it at a built library or unset it",
                 )
+            )
 
-        def value_of(short: str) -> str | None:
-            value = environ.get(env_var(short), "").strip()
-            return value or None
-
-        def flag(short: str) -> bool:
-            raw = value_of(short)
-            if raw is None:
-                return False
-            try:
-                return parse_bool(env_var(short), raw)
-            except ConfigError as exc:
-                problems.append(SettingProblem(env_var(short), str(exc)))
-                return False
-
-        backend: Backend | None = None
-        raw_backend = value_of("BACKEND")
-        if raw_backend is not None:
-            try:
-                backend = parse_backend(raw_backend)
-            except ConfigError as exc:
-                problems.append(SettingProblem(env_var("BACKEND"), f"{env_var('BACKEND')}: {exc}"))
-
-        library: Path | None = None
-        raw_library = value_of("LIBRARY")
-        if raw_library is not None:
-            candidate = _expand_user(raw_library)
-            shown = raw_library if len(raw_library) <= 200 else raw_library[:200] + "..."
-            try:
-                # stat() may fail for reasons other than absence (a name too long, a
-                # directory that cannot be searched), absolute() with a deleted cwd.
-                library = candidate.absolute() if candidate.is_file() else None
-                why = "is not an existing file"
-            except OSError as exc:  # strerror: the path again would double a long value
-                why = f"cannot be checked ({type(exc).__name__}: {exc.strerror or 'no detail'})"
-            except ValueError as exc:
-                why = f"cannot be checked ({str(exc)[:200]})"
-            if library is None:
-                problems.append(
-                    SettingProblem(
-                        env_var("LIBRARY"),
-                        f"{env_var('LIBRARY')}={shown!r} {why}: "
-                        "point it at a built library or unset it",
-                    )
-                )
-
-        raw_cache = value_of("CACHE_DIR")
-        return cls(
-            disable=flag("DISABLE"),
-            force=flag("FORCE"),
-            library=library,
-            backend=backend,
-            jit=flag("JIT"),
-            cache_dir=_expand_user(raw_cache) if raw_cache else None,
-            problems=tuple(problems),
-            in_force=in_force,
-        )
+    raw_cache = value_of("CACHE_DIR")
+    return Settings(
+        disable=flag("DISABLE"),
+        force=flag("FORCE"),
+        library=library,
+        backend=backend,
+        jit=flag("JIT"),
+        cache_dir=_expand_user(raw_cache) if raw_cache else None,
+        problems=tuple(problems),
+        in_force=in_force,
+    )

@@ -10,8 +10,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ._select import Decision, DecisionKind
-from ._settings import Settings
+from ._select import Decision, DecisionKind, Settings
 from ._torchinfo import TorchInfo
 
 __all__ = ["Status"]

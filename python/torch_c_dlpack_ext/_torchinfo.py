@@ -17,8 +17,6 @@ from typing import Any, NamedTuple
 
 from _torch_c_dlpack_ext_core.naming import CAPSULE_ATTR, LEGACY_INT_ATTR, Backend, torch_minor
 
-from ._capsule import CAPSULE_NAME, capsule_pointer, image_of, is_exchange_capsule
-
 __all__ = [
     "CAPSULE_ATTR",
     "EXPORT_TABLE",
@@ -41,27 +39,39 @@ SUPPORTED_MAJOR = 1
 OWN_TABLES: set[int] = set()
 
 
+#: The two numbers of the ``DLPackExchangeAPI`` layout :func:`check_table` reads: the
+#: header (``DLPackVersion`` of two uint32, then the ``prev_api`` pointer) and the count of
+#: function pointers after it. The layout itself is the mirrors'
+#: (``_torch_c_dlpack_ext_core.dlpack_ctypes``, which the common import does not load:
+#: creating its ~15 ctypes types costs ~0.5 ms); a unit test pins these to them.
+TABLE_HEADER_BYTES = 8 + ctypes.sizeof(ctypes.c_void_p)
+TABLE_MEMBERS = 5
+
+
 def check_table(pointer: int, origin: str) -> tuple[int, int]:
     """Check the ``DLPackExchangeAPI`` at ``pointer``; return its DLPack version.
 
     Raises :class:`LibraryLoadError` if the pointer is NULL, the major version is
-    not 1, or any member is NULL.
+    not 1, or any member is NULL (named through the mirrors).
     """
-    from _torch_c_dlpack_ext_core.dlpack_ctypes import EXCHANGE_API_MEMBERS, DLPackExchangeAPI
     from _torch_c_dlpack_ext_core.errors import LibraryLoadError
 
     if not pointer:
         raise LibraryLoadError(f"{origin}: {EXPORT_TABLE}() returned NULL")
-    table = DLPackExchangeAPI.from_address(pointer)
-    version = (int(table.header.version.major), int(table.header.version.minor))
+    major, minor = (ctypes.c_uint32 * 2).from_address(pointer)
+    version = (int(major), int(minor))
     if version[0] != SUPPORTED_MAJOR:
         raise LibraryLoadError(
             f"{origin}: exchange table has DLPack version {version[0]}.{version[1]}, "
             f"this loader reads major version {SUPPORTED_MAJOR}",
             "upgrade torch-c-dlpack-ext or rebuild the library",
         )
-    missing = [name for name in EXCHANGE_API_MEMBERS if not getattr(table, name)]
-    if missing:
+    members = (ctypes.c_void_p * TABLE_MEMBERS).from_address(pointer + TABLE_HEADER_BYTES)
+    if not all(members):
+        from _torch_c_dlpack_ext_core.dlpack_ctypes import EXCHANGE_API_MEMBERS, DLPackExchangeAPI
+
+        table = DLPackExchangeAPI.from_address(pointer)
+        missing = [name for name in EXCHANGE_API_MEMBERS if not getattr(table, name)]
         raise LibraryLoadError(
             f"{origin}: exchange table has NULL member(s) {', '.join(missing)}",
             "the library is incomplete: rebuild it",
@@ -101,6 +111,8 @@ def mapped_image_base(address: int) -> int | None:
         # GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | _UNCHANGED_REFCOUNT
         found = get_module(0x4 | 0x2, ctypes.c_void_p(address), ctypes.byref(module))
         return int(module.value) if found and module.value else None
+    from ._capsule import image_of  # only for a table from outside (not the common case)
+
     image = image_of(address)
     if image is None:
         return None
@@ -263,7 +275,9 @@ def _judge_attributes(tensor: Any) -> tuple[bool, bool, tuple[str, ...], str]:
         capsule = getattr(tensor, CAPSULE_ATTR, missing)
     except Exception as exc:
         capsule, problems = missing, [f"reading torch.Tensor.{CAPSULE_ATTR} raised {exc!r:.100}"]
-    if capsule is not missing:
+    if capsule is not missing:  # someone set one (not the common case): judge it
+        from ._capsule import CAPSULE_NAME, capsule_pointer, is_exchange_capsule
+
         if is_exchange_capsule(capsule):
             where = f"torch.Tensor.{CAPSULE_ATTR}'s pointer"
             try:

@@ -94,3 +94,37 @@ print(json.dumps({
     assert report["package_imported"] is False
     assert report["file"] == str(MIRRORS)
     assert report["members"] == list(_dlpack_ctypes.EXCHANGE_API_MEMBERS)
+
+
+def test_the_table_check_reads_the_mirrors_layout() -> None:
+    """``_torchinfo.check_table`` reads the version and the members without the mirrors
+    (the common import does not load them): its two numbers must be the mirrors' layout."""
+    from torch_c_dlpack_ext import _torchinfo
+
+    api, header = _dlpack_ctypes.DLPackExchangeAPI, _dlpack_ctypes.DLPackExchangeAPIHeader
+    assert api.header.offset == 0
+    assert header.version.offset == 0
+    assert _dlpack_ctypes.DLPackVersion.major.offset == 0
+    assert _dlpack_ctypes.DLPackVersion.minor.offset == 4
+    assert ctypes.sizeof(header) == _torchinfo.TABLE_HEADER_BYTES
+    assert len(_dlpack_ctypes.EXCHANGE_API_MEMBERS) == _torchinfo.TABLE_MEMBERS
+    pointer = ctypes.sizeof(ctypes.c_void_p)
+    for index, name in enumerate(_dlpack_ctypes.EXCHANGE_API_MEMBERS):
+        assert getattr(api, name).offset == _torchinfo.TABLE_HEADER_BYTES + index * pointer
+    assert ctypes.sizeof(api) == _torchinfo.TABLE_HEADER_BYTES + _torchinfo.TABLE_MEMBERS * pointer
+
+
+def test_the_table_check_names_a_null_member() -> None:
+    from _torch_c_dlpack_ext_core.errors import LibraryLoadError
+    from torch_c_dlpack_ext import _torchinfo
+
+    table = _dlpack_ctypes.DLPackExchangeAPI()
+    table.header.version.major, table.header.version.minor = 1, 3
+    keep = [_dlpack_ctypes.ALLOCATOR(lambda *a: 0), _dlpack_ctypes.FROM_PY_OBJECT(lambda *a: 0)]
+    table.managed_tensor_allocator, table.managed_tensor_from_py_object_no_sync = keep
+    with pytest.raises(LibraryLoadError, match="managed_tensor_to_py_object_no_sync"):
+        _torchinfo.check_table(ctypes.addressof(table), "test")
+    other = _dlpack_ctypes.DLPackExchangeAPI()
+    other.header.version.major = 2
+    with pytest.raises(LibraryLoadError, match=r"version 2\.0"):
+        _torchinfo.check_table(ctypes.addressof(other), "test")

@@ -159,4 +159,5 @@ def test_fast_path_names_are_the_shared_names() -> None:
     from _torch_c_dlpack_ext_core import dlpack_ctypes
     from torch_c_dlpack_ext import _capsule
 
-    assert torch_c_dlpack_ext._CAPSULE_NAME == _capsule.CAPSULE_NAME == dlpack_ctypes.CAPSULE_NAME
+    assert torch_c_dlpack_ext._CAPSULE_NAME == naming.CAPSULE_NAME == dlpack_ctypes.CAPSULE_NAME
+    assert _capsule.CAPSULE_NAME is naming.CAPSULE_NAME

@@ -12,8 +12,8 @@ import pytest
 from _torch_c_dlpack_ext_core.errors import ManifestError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend, library_filename
-from torch_c_dlpack_ext._select import Decision, DecisionKind, decide, manifest_needed
-from torch_c_dlpack_ext._settings import Settings
+from torch_c_dlpack_ext._select import Decision, DecisionKind, Settings, decide, manifest_needed
+from torch_c_dlpack_ext._settings import read_settings
 from torch_c_dlpack_ext._torchinfo import TorchInfo
 
 P = "TORCH_C_DLPACK_EXT_"
@@ -374,7 +374,7 @@ def test_decide(case: Case, tmp_path: Path) -> None:
     if env.get(P + "LIBRARY") == "<lib>":
         (tmp_path / "lib.so").write_bytes(b"\x7fELF")
         env[P + "LIBRARY"] = str(tmp_path / "lib.so")
-    settings = Settings.from_env(env)
+    settings = read_settings(env)
     decision = decide(case.info, case.manifest, settings)
     assert decision.kind is case.kind, decision
     assert decision.entry == case.entry
@@ -485,9 +485,7 @@ def gpu_expected(
 def test_gpu_torch_never_gets_a_library_that_cannot_serve_its_backend(
     backend: Backend, state: str, env: str
 ) -> None:
-    decision = decide(
-        GPU_TORCH[backend], gpu_manifest(backend, state), Settings.from_env(ENVS[env])
-    )
+    decision = decide(GPU_TORCH[backend], gpu_manifest(backend, state), read_settings(ENVS[env]))
     kind, chosen_entry, chosen_backend = gpu_expected(backend, state, env)
     assert (decision.kind, decision.entry, decision.backend) == (
         kind,
@@ -524,14 +522,14 @@ def test_bogus_torch_attribute_is_not_deferred_to_and_is_named(
     env: dict[str, str], manifest: Any, kind: DecisionKind
 ) -> None:
     info = torch_info()._replace(bogus_attributes=(BOGUS,))
-    decision = decide(info, manifest, Settings.from_env(env))
+    decision = decide(info, manifest, read_settings(env))
     assert decision.kind is kind, decision
     assert decision.warnings[0] == BOGUS + ": ignored", decision.warnings
 
 
 def test_bogus_attribute_is_quiet_when_disabled() -> None:
     info = torch_info()._replace(bogus_attributes=(BOGUS,))
-    decision = decide(info, FULL, Settings.from_env({P + "DISABLE": "1"}))
+    decision = decide(info, FULL, read_settings({P + "DISABLE": "1"}))
     assert decision.kind is K.DISABLED
     assert decision.warnings == ()
 

@@ -1,4 +1,4 @@
-"""Settings.from_env: strict parsing, announced problems, never an exception."""
+"""read_settings: strict parsing, announced problems, never an exception."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.naming import Backend
-from torch_c_dlpack_ext._settings import RUNTIME_VARIABLES, Settings, parse_bool
+from torch_c_dlpack_ext._select import Settings
+from torch_c_dlpack_ext._settings import RUNTIME_VARIABLES, parse_bool, read_settings
 
 P = "TORCH_C_DLPACK_EXT_"
 
@@ -38,7 +39,7 @@ def test_parse_bool_rejects_others_naming_the_variable(raw: str) -> None:
 
 
 def test_empty_environment_gives_defaults() -> None:
-    settings = Settings.from_env({"PATH": "/bin"})
+    settings = read_settings({"PATH": "/bin"})
     assert settings == Settings()
     assert settings.problems == ()
 
@@ -46,7 +47,7 @@ def test_empty_environment_gives_defaults() -> None:
 def test_all_variables_parsed(tmp_path: Path) -> None:
     lib = tmp_path / "lib.so"
     lib.write_bytes(b"x")
-    settings = Settings.from_env(
+    settings = read_settings(
         {
             P + "DISABLE": "no",
             P + "FORCE": "yes",
@@ -67,7 +68,7 @@ def test_all_variables_parsed(tmp_path: Path) -> None:
 
 
 def test_empty_value_counts_as_unset() -> None:
-    settings = Settings.from_env({P + "BACKEND": "", P + "LIBRARY": " ", P + "JIT": ""})
+    settings = read_settings({P + "BACKEND": "", P + "LIBRARY": " ", P + "JIT": ""})
     assert settings.problems == ()
     assert settings.backend is None
     assert settings.library is None
@@ -75,7 +76,7 @@ def test_empty_value_counts_as_unset() -> None:
 
 
 def test_unknown_variable_gets_did_you_mean() -> None:
-    settings = Settings.from_env({P + "DISABEL": "1"})
+    settings = read_settings({P + "DISABEL": "1"})
     (problem,) = settings.problems
     assert problem.variable == P + "DISABEL"
     assert f"did you mean {P}DISABLE?" in problem.message
@@ -84,12 +85,12 @@ def test_unknown_variable_gets_did_you_mean() -> None:
 
 
 def test_unknown_variable_without_close_match() -> None:
-    (problem,) = Settings.from_env({P + "ZZZZZZZZZZZZ": "1"}).problems
+    (problem,) = read_settings({P + "ZZZZZZZZZZZZ": "1"}).problems
     assert "is not a torch-c-dlpack-ext variable (remove it)" in problem.message
 
 
 def test_bad_boolean_is_a_problem_not_an_exception() -> None:
-    settings = Settings.from_env({P + "FORCE": "sure"})
+    settings = read_settings({P + "FORCE": "sure"})
     (problem,) = settings.problems
     assert problem.variable == P + "FORCE"
     assert "'sure' is not a boolean" in problem.message
@@ -97,7 +98,7 @@ def test_bad_boolean_is_a_problem_not_an_exception() -> None:
 
 
 def test_bad_backend_names_choices() -> None:
-    settings = Settings.from_env({P + "BACKEND": "metal"})
+    settings = read_settings({P + "BACKEND": "metal"})
     (problem,) = settings.problems
     assert problem.variable == P + "BACKEND"
     assert "expected one of cpu, cuda, rocm" in problem.message
@@ -105,7 +106,7 @@ def test_bad_backend_names_choices() -> None:
 
 
 def test_missing_library_path_is_a_problem(tmp_path: Path) -> None:
-    settings = Settings.from_env({P + "LIBRARY": str(tmp_path / "nope.so")})
+    settings = read_settings({P + "LIBRARY": str(tmp_path / "nope.so")})
     (problem,) = settings.problems
     assert problem.variable == P + "LIBRARY"
     assert "is not an existing file" in problem.message
@@ -113,7 +114,7 @@ def test_missing_library_path_is_a_problem(tmp_path: Path) -> None:
 
 
 def test_several_problems_all_reported() -> None:
-    settings = Settings.from_env({P + "JIT": "x", P + "BACKEND": "y", P + "NOPE": "1"})
+    settings = read_settings({P + "JIT": "x", P + "BACKEND": "y", P + "NOPE": "1"})
     assert sorted(p.variable for p in settings.problems) == [
         P + "BACKEND",
         P + "JIT",
@@ -159,9 +160,9 @@ def test_every_project_variable_is_known_to_the_runtime() -> None:
 )
 def test_library_path_that_cannot_be_stat_ed_is_a_problem(value: str) -> None:
     """stat() failing otherwise than "absent" (here ENAMETOOLONG) is a bad setting naming
-    the variable, not an exception out of from_env (which the import would report as an
+    the variable, not an exception out of read_settings (which the import would report as an
     internal failure)."""
-    settings = Settings.from_env({"TORCH_C_DLPACK_EXT_LIBRARY": value})
+    settings = read_settings({"TORCH_C_DLPACK_EXT_LIBRARY": value})
     assert settings.library is None
     (problem,) = settings.problems
     assert problem.variable == "TORCH_C_DLPACK_EXT_LIBRARY"
