@@ -314,3 +314,52 @@ def test_warning_points_at_the_importing_line(tmp_path: Path) -> None:
     assert f"{script}:2: TorchCDLPackExtWarning: torch-c-dlpack-ext: No usable manifest" in (
         proc.stderr
     )
+
+
+#: What the two common imports may load of this project (cheap by design: see the import
+#: benchmark). The load path is simulated on the running torch by removing its own
+#: attributes first, so the import takes the path of a torch 2.4-2.9 with a matching library.
+MODULES_PROBE = r"""
+import json, sys
+import torch
+if sys.argv[1] == "load":
+    del torch.Tensor.__dlpack_c_exchange_api__
+import torch_c_dlpack_ext
+ours = sorted(m for m in sys.modules if m.split(".")[0].endswith("c_dlpack_ext_core")
+              or m.split(".")[0] == "torch_c_dlpack_ext")
+print(json.dumps({"modules": ours, "set": "__dlpack_c_exchange_api__" in vars(torch.Tensor),
+                  "kind": torch_c_dlpack_ext.status().kind.value}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("defer", ["torch_c_dlpack_ext"]),
+        (
+            "load",
+            [
+                "_torch_c_dlpack_ext_core",
+                "_torch_c_dlpack_ext_core.errors",
+                "_torch_c_dlpack_ext_core.manifest",
+                "_torch_c_dlpack_ext_core.naming",
+                "torch_c_dlpack_ext",
+                "torch_c_dlpack_ext._loader",
+                "torch_c_dlpack_ext._select",
+                "torch_c_dlpack_ext._torchinfo",
+            ],
+        ),
+    ],
+)
+def test_the_common_imports_load_few_modules(
+    tmp_path: Path, fake_libs: dict[str, Path], path: str, expected: list[str]
+) -> None:
+    """Neither the settings parser, the capsule reader, the mirrors, the diagnostics nor
+    the Status record is loaded by a common import (they are, on demand, by status())."""
+    root = make_package(tmp_path, [cell(fake_libs["good"])])
+    proc = run_python(MODULES_PROBE, args=[path], pythonpath=[root], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["modules"] == expected
+    assert report["set"] is True
+    assert report["kind"] == path
