@@ -662,17 +662,13 @@ def diagnose(
 
 
 def decision_of(report: dict[str, Any]) -> tuple[str, str | None]:
-    """``(kind, library file)`` from a diagnostics report."""
+    """``(kind, library path)`` from a ``python -m torch_c_dlpack_ext --json`` report,
+    whose ``decision`` is ``{"kind": ..., "library": <path or null>, ...}``."""
     decision = report.get("decision")
-    if isinstance(decision, dict):
-        kind = decision.get("kind")
-        library = decision.get("library") or decision.get("file")
-    else:
-        kind, library = decision, report.get("library")
-    if not isinstance(kind, str):
+    kind = decision.get("kind") if isinstance(decision, dict) else None
+    if not isinstance(decision, dict) or not isinstance(kind, str):
         raise ReleaseError(f"diagnostics report has no decision: {json.dumps(report)[:500]}")
-    if isinstance(library, dict):
-        library = library.get("file")
+    library = decision.get("library")
     return kind, (str(library) if library else None)
 
 

@@ -273,9 +273,12 @@ def test_decision_of(report: dict[str, object], expected: tuple[str, str | None]
     assert release.decision_of(report) == expected
 
 
-def test_decision_of_rejects_a_report_without_decision() -> None:
+@pytest.mark.parametrize(
+    "report", [{"ok": True}, {"decision": "load"}, {"decision": {"library": "/x/lib.so"}}]
+)
+def test_decision_of_rejects_a_report_without_decision(report: dict[str, object]) -> None:
     with pytest.raises(ReleaseError, match="no decision"):
-        release.decision_of({"ok": True})
+        release.decision_of(report)
 
 
 def test_expected_library_matches_torch_minor_and_abi() -> None:
