@@ -666,10 +666,9 @@ def settings_of(environ: Mapping[str, str]) -> Settings:
 def select_and_load(environ: Mapping[str, str], package_dir: Path) -> StatusFields:
     """Run the whole selector once: read settings, torch and (if needed) the manifest,
     decide, and act. Never raises for a bad environment, a bad installation, a bad
-    library or an odd torch; the returned fields of a :class:`._status.Status` say
-    what happened, and
-    exactly one warning is emitted whenever nothing was published (and whenever
-    something needs saying after all)."""
+    library or an odd torch; the returned fields of a :class:`._status.Status` say what
+    happened, and exactly one warning is emitted whenever nothing was published (and
+    whenever something needs saying after all)."""
     with LOCK:
         try:
             import torch
