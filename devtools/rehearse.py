@@ -1,6 +1,6 @@
 """Release rehearsal against a real package index on 127.0.0.1.
 
-``nox -s rehearse`` (or ``python devtools/rehearse.py``) does, bounded in time:
+``nox -s rehearse`` (or ``PYTHONPATH=python python -m devtools.rehearse``) does, bounded in time:
 
 1. build a few cells with ``nox -s build`` (or take ``--dist``);
 2. start pypiserver on a free port of 127.0.0.1 (stopped on every exit path);
