@@ -43,7 +43,7 @@ __all__ = [
 
 _PACKAGE_DIR = Path(__file__).parent
 # The shared names this module needs on every import, spelled out so the fast path imports
-# none of our modules (a unit test pins them to naming's and _capsule's).
+# none of our modules (a unit test pins them to naming's and the mirrors').
 _ENV_PREFIX = "TORCH_C_DLPACK_EXT_"
 _CAPSULE_ATTR = "__dlpack_c_exchange_api__"
 _LEGACY_INT_ATTR = "__c_dlpack_exchange_api__"
