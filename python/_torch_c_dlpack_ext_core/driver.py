@@ -413,12 +413,8 @@ def _build(plan: BuildPlan, key: str, *, audit: bool) -> ManifestEntry:
         try:
             run(command)
         except CommandError as exc:
-            raise BuildError(
-                f"compiling {plan.filename} against torch {plan.torch.version} failed "
-                f"(exit {exc.returncode}):\n{(exc.stderr or exc.stdout).strip()[-6000:]}",
-                command=exc.cmd,
-                output=exc.stderr or exc.stdout,
-            ) from None
+            what = f"compiling {plan.filename} against torch {plan.torch.version} failed"
+            raise BuildError.from_command(what, exc, tail=6000) from None
         print(
             f"compiled {plan.filename} in {time.monotonic() - started:.1f} s",
             file=sys.stderr,

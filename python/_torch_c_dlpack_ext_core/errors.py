@@ -100,6 +100,18 @@ class BuildError(TorchCDLPackExtError):
         self.command = command or []
         self.output = output
 
+    @classmethod
+    def from_command(cls, what: str, failed: CommandError, *, tail: int) -> BuildError:
+        """``what`` failed because ``failed``, a command it ran, exited non-zero: the message
+        ends with the last ``tail`` characters of its diagnostics; ``command`` and ``output``
+        keep them whole."""
+        output = failed.stderr or failed.stdout
+        return cls(
+            f"{what} (exit {failed.returncode}):\n{output.strip()[-tail:]}",
+            command=failed.cmd,
+            output=output,
+        )
+
 
 class CompilerNotFoundError(BuildError):
     """No usable C++ compiler was found."""

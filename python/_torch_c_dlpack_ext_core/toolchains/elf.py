@@ -205,12 +205,8 @@ def audit_elf_library(
     try:
         missing = undefined_symbols_not_provided(library, torch, backend, cxx=cxx)
     except CommandError as exc:
-        raise BuildError(
-            f"the ABI audit of {library.name} could not read dynamic symbols "
-            f"(exit {exc.returncode}): {(exc.stderr or exc.stdout).strip()[-2000:]}",
-            command=exc.cmd,
-            output=exc.stderr or exc.stdout,
-        ) from None
+        what = f"the ABI audit of {library.name} could not read dynamic symbols"
+        raise BuildError.from_command(what, exc, tail=2000) from None
     if not missing:
         return
     shown = _demangle(missing[:_SHOWN])
