@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 from devtools import rehearse, release
 from devtools.errors import ReleaseError
+from tests.helpers import devtools_env
 
 from _torch_c_dlpack_ext_core.errors import CommandError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
@@ -143,7 +143,7 @@ def test_publish_refuses_a_dist_without_this_project(tmp_path: Path) -> None:
 def test_full_rehearsal(tmp_path: Path) -> None:
     """``nox -s rehearse``'s code path, end to end, bounded in time."""
     # As `nox -s rehearse` runs it: a module of the repository root, the core on PYTHONPATH.
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
+    env = devtools_env()
     cmd = [sys.executable, "-m", "devtools.rehearse", "--workdir", str(tmp_path)]
     proc = subprocess.run(
         [*cmd, "--budget", "3000"],

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from devtools.errors import MatrixError
 from devtools.matrix import load_matrix, parse_matrix
+from tests.helpers import devtools_env
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.naming import Backend
@@ -353,7 +354,6 @@ def test_nox_matrix_runs_without_importing_the_package() -> None:
     # `nox -s matrix` in CI (python -m devtools.matrix, PYTHONPATH=python): the package
     # is never imported (no selection, no warning about a checkout with nothing to load),
     # and neither is torch.
-    import os
     import subprocess
 
     root = Path(__file__).resolve().parents[2]
@@ -369,7 +369,7 @@ def test_nox_matrix_runs_without_importing_the_package() -> None:
         [sys.executable, "-W", "error", "-c", probe + "print('torch' in sys.modules, "
          "any(m.split('.')[0] == 'torch_c_dlpack_ext' for m in sys.modules))"],
         cwd=root, capture_output=True, text=True, timeout=120, check=False,
-        env={**os.environ, "PYTHONPATH": str(root / "python")},
+        env=devtools_env(),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["cp311-win_amd64-t28_cpu", "False", "False"]

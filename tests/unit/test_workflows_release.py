@@ -15,6 +15,7 @@ import pytest
 import tomllib
 from devtools import release
 from devtools.errors import MatrixError, ReleaseError
+from tests.helpers import devtools_env
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, dump_manifest
@@ -190,7 +191,6 @@ def test_github_matrix_refuses_pythons_outside_requires_python() -> None:
 def test_release_module_does_not_import_the_package() -> None:
     # Run as CI runs it (python -m devtools.release, PYTHONPATH=python): no import-time
     # library selection, no torch, no warning.
-    import os
     import subprocess
     import sys
 
@@ -208,7 +208,7 @@ def test_release_module_does_not_import_the_package() -> None:
     proc = subprocess.run(
         [sys.executable, "-W", "error", "-c", probe, f"v{V}"], cwd=root, capture_output=True,
         text=True, timeout=120, check=False,
-        env={**os.environ, "PYTHONPATH": str(root / "python")},
+        env=devtools_env(),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["0", "False", "False"]
