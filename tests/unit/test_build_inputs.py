@@ -288,7 +288,8 @@ ROCM_LIBS = ("libc10.so", "libtorch_cpu.so", "libc10_hip.so", "libtorch_hip.so")
 @pytest.fixture
 def no_gpu_toolkit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """No CUDA or ROCm toolkit anywhere the header search looks; ``compile_library``
-    recorded instead of run (the libraries are not what is tested here)."""
+    recorded instead of run (the libraries are not what is tested here), after the header
+    search it starts with (so a GPU backend without headers fails in it, as it would)."""
     for var in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "ROCM_HOME"):
         monkeypatch.delenv(var, raising=False)
     for var in [v for v in os.environ if v.startswith("TORCH_C_DLPACK_EXT_")]:
@@ -305,6 +306,7 @@ def no_gpu_toolkit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]
     def fake_compile(*, torch: Any, backend: Any, output_dir: Path, **_: Any) -> Any:
         from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of
 
+        headers.find_gpu_toolkit(backend, torch)
         output_dir.mkdir(parents=True, exist_ok=True)
         name = f"lib-{backend.value}.so"
         (output_dir / name).write_bytes(b"\x7fELF " + backend.value.encode())
