@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -41,6 +42,15 @@ HOOKS = [
     "prepare_metadata_for_build_editable",
     "prepare_metadata_for_build_wheel",
 ]
+
+
+@pytest.fixture(autouse=True)
+def _tracebacks_in_a_temp_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hook that fails in-process saves its traceback file in the temp dir: one of the
+    test session's (removed with it), never /tmp itself."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("tempdir")))
 
 
 def test_init_holds_only_the_hooks() -> None:

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -42,6 +43,15 @@ BAD_EPOCHS = [
     *("", "   ", "abc", "1e9", "-1", "99999999999", str(EPOCH_MAX + 1), "1_000"),
     "\uff11\uff12",  # fullwidth digits: int() reads them as 12
 ]
+
+
+@pytest.fixture(autouse=True)
+def _tracebacks_in_a_temp_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hook that fails in-process saves its traceback file in the temp dir: one of the
+    test session's (removed with it), never /tmp itself."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("tempdir")))
 
 
 def _hook(hook: Callable[..., Any], *args: Any) -> ConfigError | GPUHeadersNotFoundError:
