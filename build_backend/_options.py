@@ -27,10 +27,22 @@ The backend only packs. A wheel holds one of:
 ``build-dir``
     Where compiled libraries are kept between builds (default ``build/backend``).
 ``variant-label``
-    Make a PEP 825 variant wheel with this label (needs libraries).
+    Make a PEP 825 variant wheel with this label (needs libraries). A label is what
+    PEP 825 and variantlib accept: one or more of ``0-9``, ``a-z``, ``_`` and ``.``
+    (``^[0-9a-z_.]+$``, no length limit), and not ``null``, which names the variant
+    without properties (ours always have some). Anything else is refused
+    (:func:`check_variant_label`), an empty value included: leave the setting out
+    for a plain wheel.
 
-Not a setting but read by the hooks' error boundary (:mod:`._boundary`):
-``TORCH_C_DLPACK_EXT_BUILD_TRACEBACK=1`` shows the full traceback of a failed build.
+Not settings, but read here too:
+
+``SOURCE_DATE_EPOCH``
+    The timestamp of every file in the wheels and the sdist (reproducible builds).
+    :func:`source_date_epoch` validates it before anything is built, for the backend
+    and for ``devtools`` alike.
+``TORCH_C_DLPACK_EXT_BUILD_TRACEBACK=1``
+    Read by the hooks' error boundary (:mod:`._boundary`): show the full traceback of a
+    failed build.
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -45,10 +58,64 @@ from typing import Any
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.naming import ENV_PREFIX
 
-__all__ = ["BackendOptions", "read_options"]
+__all__ = [
+    "EPOCH_MAX",
+    "VARIANT_LABEL_RULE",
+    "BackendOptions",
+    "check_variant_label",
+    "read_options",
+    "source_date_epoch",
+]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
+
+#: PEP 825's variant label (variantlib 0.2's ``VALIDATION_VARIANT_LABEL_REGEX``; a unit
+#: test keeps the two equal): the label is a file name component, so nothing else.
+_VARIANT_LABEL = re.compile(r"[0-9a-z._]+")
+#: The label of the variant without properties (variantlib's ``NULL_VARIANT_LABEL``).
+_NULL_LABEL = "null"
+VARIANT_LABEL_RULE = (
+    "a PEP 825 variant label is one or more of 0-9, a-z, '_' and '.' (^[0-9a-z_.]+$), "
+    f"and not {_NULL_LABEL!r} (reserved for the variant without properties)"
+)
+
+#: The largest ``SOURCE_DATE_EPOCH`` every archive we write can store: gzip's header
+#: keeps the sdist's mtime as a 32-bit unsigned number (2106-02-07T06:28:15Z), earlier
+#: than the end of zip's DOS timestamps (2107-12-31).
+EPOCH_MAX = 2**32 - 1
+_EPOCH_RULE = (
+    f"whole seconds since 1970-01-01 UTC, 0 to {EPOCH_MAX} (2106-02-07T06:28:15Z, the "
+    "latest a gzip header holds; a zip stores times before 1980 as 1980-01-01)"
+)
+
+
+def source_date_epoch(environ: Mapping[str, str] | None = None) -> int | None:
+    """``SOURCE_DATE_EPOCH`` as an ``int``, ``None`` when it is not set.
+
+    Raises :class:`ConfigError` (one line: the value and the valid range) for anything
+    but ASCII digits (surrounding blanks allowed) naming 0 to :data:`EPOCH_MAX`: an
+    empty value, ``abc``, ``1e9``, ``-1``, ``1_000``, ``99999999999``.
+    """
+    environ = os.environ if environ is None else environ
+    raw = environ.get("SOURCE_DATE_EPOCH")
+    if raw is None:
+        return None
+    text = raw.strip()
+    if re.fullmatch(r"[0-9]{1,20}", text) is None or int(text) > EPOCH_MAX:
+        shown = raw if len(raw) <= 40 else raw[:40] + "..."
+        raise ConfigError(f"SOURCE_DATE_EPOCH={shown!r} is not valid: use {_EPOCH_RULE}")
+    return int(text)
+
+
+def check_variant_label(label: str, source: str = "variant-label") -> str:
+    """``label`` if it is a PEP 825 variant label (:data:`VARIANT_LABEL_RULE`); else
+    :class:`ConfigError` naming ``source`` (the setting) and the rule."""
+    if _VARIANT_LABEL.fullmatch(label) is None or label == _NULL_LABEL:
+        shown = label if len(label) <= 40 else label[:40] + "..."
+        empty = "; leave variant-label unset for a plain wheel" if not label.strip() else ""
+        raise ConfigError(f"{source} = {shown!r} is refused: {VARIANT_LABEL_RULE}{empty}")
+    return label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +161,9 @@ def _convert(key: str, value: Any, source: str, root: Path) -> Any:
             return None if field.name != "build_dir" else BackendOptions.build_dir
         path = Path(value).expanduser()
         return path if path.is_absolute() else root / path
+    if field.name == "variant_label":
+        # Checked as given: an empty or padded label is a mistake, not "no label".
+        return check_variant_label(value, f"{source}: {key}")
     return value.strip() or None
 
 
@@ -116,8 +186,10 @@ def read_options(
     environ: Mapping[str, str] | None = None,
     root: Path,
 ) -> BackendOptions:
-    """Resolve the settings. Raises :class:`ConfigError` for an unknown key or a bad value."""
+    """Resolve the settings. Raises :class:`ConfigError` for an unknown key or a bad value
+    (``SOURCE_DATE_EPOCH`` included, so a bad one fails before anything is built)."""
     environ = os.environ if environ is None else environ
+    source_date_epoch(environ)
     values: dict[str, Any] = {}
     tool = pyproject.get("tool", {}).get("torch-c-dlpack-ext", {})
     _layer(values, tool, "pyproject.toml [tool.torch-c-dlpack-ext]", root, strict=True)

@@ -33,6 +33,8 @@ SDIST_PATHS = (
     "CHANGELOG.md",
 )
 _SKIP_PARTS = ("__pycache__", "libs")
+#: Without SOURCE_DATE_EPOCH: 1980-01-01, the wheels' default too.
+_DEFAULT_MTIME = 315532800
 _SKIP_SUFFIXES = (".pyc", ".so", ".dylib", ".dll", ".o", ".tmp", ".lock")
 
 
@@ -59,13 +61,14 @@ def sdist_files(root: Path = ROOT) -> list[Path]:
 def build_sdist_impl(sdist_directory: str, config_settings: Mapping[str, Any] | None) -> str:
     """PEP 517 ``build_sdist``: a deterministic ``.tar.gz`` with PKG-INFO."""
     from ._metadata import load_pyproject, project_metadata
-    from ._options import read_options
+    from ._options import read_options, source_date_epoch
 
     pyproject = load_pyproject(ROOT)
     read_options(pyproject=pyproject, config_settings=config_settings, root=ROOT)
     meta = project_metadata(ROOT, pyproject)
     base = f"{meta.name}-{meta.version}"
-    mtime = int(os.environ.get("SOURCE_DATE_EPOCH", "315532800"))
+    epoch = source_date_epoch()
+    mtime = _DEFAULT_MTIME if epoch is None else epoch
     buffer = io.BytesIO()
 
     def add(name: str, data: bytes, mode: int = 0o644) -> None:

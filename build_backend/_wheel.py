@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import sys
 import tempfile
 import time
 import zipfile
@@ -40,8 +39,12 @@ _ZIP_EPOCH = 315532800  # 1980-01-01T00:00:00Z
 
 
 def _zip_time() -> tuple[int, int, int, int, int, int]:
-    epoch = int(os.environ.get("SOURCE_DATE_EPOCH", _ZIP_EPOCH))
-    return time.gmtime(max(epoch, _ZIP_EPOCH))[:6]
+    """The zip timestamp of every entry: ``SOURCE_DATE_EPOCH`` (validated by the one
+    check, :func:`._options.source_date_epoch`), no earlier than 1980-01-01."""
+    from ._options import source_date_epoch
+
+    epoch = source_date_epoch()
+    return time.gmtime(max(_ZIP_EPOCH if epoch is None else epoch, _ZIP_EPOCH))[:6]
 
 
 def _urlsafe_digest(data: bytes) -> str:
@@ -235,20 +238,14 @@ def build_wheel_impl(
         libraries = [(e, options.libs_dir / e.file) for e in entries]
     elif not options.universal and not editable:
         from _torch_c_dlpack_ext_core.driver import compile_library
-        from _torch_c_dlpack_ext_core.errors import GPUHeadersNotFoundError
         from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 
         install = TorchInstall.from_path(_find_torch(options.torch))
         out = options.build_dir if options.build_dir.is_absolute() else ROOT / options.build_dir
         backends = _backends(options.backends, install)
+        _check_gpu_headers(backends, install)
         for backend in backends:
-            try:
-                entry = compile_library(torch=install, backend=backend, output_dir=out)
-            except GPUHeadersNotFoundError as exc:
-                # The CPU library still serves this torch (a GPU torch on a machine
-                # without its toolkit headers); say loudly what is missing.
-                print(f"WARNING: skipping the {backend.value} library: {exc}", file=sys.stderr)
-                continue
+            entry = compile_library(torch=install, backend=backend, output_dir=out)
             libraries.append((entry, out / entry.file))
     # PEP 517: the hook returns the basename of the wheel it wrote.
     return assemble_wheel(
@@ -276,6 +273,33 @@ def _backends(requested: Sequence[str], install: Any) -> list[Any]:
             f"{', '.join(missing)} support; choose from {', '.join(b.value for b in available)}"
         )
     return chosen
+
+
+def _check_gpu_headers(backends: Sequence[Any], install: Any) -> None:
+    """Before anything is compiled: every GPU backend to build has its headers.
+
+    A CUDA or ROCm torch loads the library of its own backend (the import chooses by
+    the build flavour), so a wheel without it would do nothing there: a missing
+    toolkit fails the build, with what to install, instead of quietly giving a CPU-only
+    wheel. Building the CPU library alone is a choice: ``backends=cpu``.
+    """
+    from _torch_c_dlpack_ext_core.errors import GPUHeadersNotFoundError
+    from _torch_c_dlpack_ext_core.headers import find_gpu_toolkit
+    from _torch_c_dlpack_ext_core.naming import ENV_PREFIX, Backend
+
+    for backend in backends:
+        if backend is Backend.CPU:
+            continue
+        try:
+            find_gpu_toolkit(backend, install)
+        except GPUHeadersNotFoundError as exc:
+            kind = backend.value.upper() if backend is Backend.CUDA else "ROCm"
+            raise GPUHeadersNotFoundError(
+                f"torch {install.version} at {install.root} is a {kind} build, so the "
+                f"library it loads is the {kind} one (a CPU-only wheel would do nothing "
+                f"for it), and that needs the {kind} headers: {exc}. To build the CPU "
+                f"library alone on purpose: -C backends=cpu (or {ENV_PREFIX}BACKENDS=cpu)"
+            ) from None
 
 
 def wheel_python(entries: Sequence[Any]) -> str:
@@ -317,8 +341,12 @@ def assemble_wheel(
     from _torch_c_dlpack_ext_core.manifest import dump_manifest
     from _torch_c_dlpack_ext_core.naming import LIBS_DIR, MANIFEST_NAME
 
-    if label is not None and not libraries:
-        raise ConfigError(f"variant-label {label!r} needs libraries to pack (libs-dir=)")
+    if label is not None:
+        from ._options import check_variant_label
+
+        check_variant_label(label)
+        if not libraries:
+            raise ConfigError(f"variant-label {label!r} needs libraries to pack (libs-dir=)")
     platforms = {entry.platform for entry, _ in libraries}
     if len(platforms) > 1:
         raise BuildError(

@@ -421,6 +421,12 @@ def report_path(args: argparse.Namespace, build_dir: Path) -> Path:
 def _main(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ConfigError(f"--jobs {args.jobs}: must be 1 or more")
+    from build_backend._options import source_date_epoch
+
+    # The backend's one check, before any cell is compiled: a bad value would otherwise
+    # fail only when the first archive is written (here, or in the backend that packs
+    # --libs-dir).
+    source_date_epoch()
     out = Path(args.out) if args.out is not None else DEFAULT_OUT
     if args.assemble_from is not None:
         from devtools import wheels

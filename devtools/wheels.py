@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -365,11 +365,33 @@ def assemble_dist(
     """Everything dist/ holds, from the group directories ``nox -s build`` filled."""
 
     matrix = load_matrix() if matrix is None else matrix
-    out.mkdir(parents=True, exist_ok=True)
-    made: list[Path] = []
-    for libs in groups:
-        made += assemble_group(libs, out, matrix=matrix, repair=repair)
-    return _finish_dist(out, made)
+
+    def make(staging: Path) -> list[Path]:
+        made: list[Path] = []
+        for libs in groups:
+            made += assemble_group(libs, staging, matrix=matrix, repair=repair)
+        return _finish_dist(staging, made)
+
+    return _publish_all(out, make)
+
+
+def _publish_all(out: Path, make: Callable[[Path], list[Path]]) -> list[Path]:
+    """Let ``make`` write the whole set into a temp dir beside ``out``, then move each file
+    into ``out``: a failure half-way (a bad input, a full disk) leaves ``out`` as it was,
+    never a dist/ with some wheels and no sdist or variants index. Returns the moved paths."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", suffix=".tmp", dir=out.parent))
+    try:
+        made = make(staging)
+        out.mkdir(parents=True, exist_ok=True)
+        moved = []
+        for path in made:
+            target = out / path.relative_to(staging)
+            os.replace(path, target)  # same file system: each move is atomic
+            moved.append(target)
+        return moved
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _finish_dist(out: Path, made: list[Path]) -> list[Path]:
@@ -411,12 +433,16 @@ def assemble_from_wheels(cells_dir: Path, out: Path) -> list[Path]:
     (:func:`combined_platform`). A library two job wheels both carry must be
     byte-identical in both; a job wheel with grafted libraries is refused.
     """
-    from packaging.utils import parse_wheel_filename
-
     wheels = sorted(p for p in cells_dir.rglob("*.whl") if not _is_variant(p.name))
     if not wheels:
         raise ReleaseError(f"{cells_dir}: no wheels to assemble (did the cell jobs upload any?)")
     matrix = load_matrix()
+    return _publish_all(out, lambda staging: _assemble_from(wheels, staging, matrix))
+
+
+def _assemble_from(wheels: Sequence[Path], out: Path, matrix: Matrix) -> list[Path]:
+    from packaging.utils import parse_wheel_filename
+
     made: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="tcde-assemble-") as tmp:
         groups: dict[tuple[str, str, str], _Group] = {}

@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import sys
 import tempfile
 import time
@@ -127,6 +128,8 @@ class BuildPlan:
     platform: str
     #: Windows only: the target Python's import library (``<base>/libs/python311.lib``).
     python_import_lib: Path | None = None
+    #: What ``$CXX`` puts after the compiler (``ccache g++``: ``("g++",)``).
+    cxx_args: tuple[str, ...] = ()
 
     @property
     def platform_toolchain(self) -> Toolchain:
@@ -185,6 +188,7 @@ class BuildPlan:
             libraries=_torch_libraries(self.backend),
             filename=self.filename,
             python_import_lib=self.python_import_lib,
+            cxx_args=self.cxx_args,
         )
 
     def command(self, output: Path | str, scratch: Path | str = SCRATCH_PLACEHOLDER) -> list[str]:
@@ -380,6 +384,7 @@ def plan_build(
         output_dir=Path(output_dir).resolve(),
         platform=platform,
         python_import_lib=python_import_lib,
+        cxx_args=compiler.args,
     )
 
 
@@ -420,7 +425,14 @@ def _build(plan: BuildPlan, key: str, *, audit: bool) -> ManifestEntry:
             file=sys.stderr,
             flush=True,
         )
-        if audit and toolchain.audit(tmp, plan.torch, plan.backend, cxx=plan.cxx) is (
+        if tmp.stat().st_size == 0:
+            raise BuildError(
+                f"compiling {plan.filename}: {shlex.join(command[: 1 + len(plan.cxx_args)])} "
+                "exited 0 but wrote no library; is CXX a C++ compiler? Set it to g++ or clang++",
+                command=command,
+            )
+        compiler = (plan.cxx, *plan.cxx_args)
+        if audit and toolchain.audit(tmp, plan.torch, plan.backend, cxx=compiler) is (
             AuditOutcome.NOT_APPLICABLE
         ):
             # The ELF audit checks symbol versions and the libstdc++ dual ABI, neither of
@@ -559,8 +571,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TorchCDLPackExtError as exc:
         if args.traceback:
             raise
-        first, _, _rest = str(exc).partition("\n")
-        print(f"error: {type(exc).__name__}: {first} (--traceback for details)", file=sys.stderr)
+        # The first line says what failed; a failed tool's last lines follow, indented.
+        first, _, rest = str(exc).strip().partition("\n")
+        details = "".join(f"\n  {line}" for line in rest.splitlines())
+        print(
+            f"error: {type(exc).__name__}: {first} (--traceback for details){details}",
+            file=sys.stderr,
+        )
         return exc.exit_code
     data: dict[str, Any] = entry.to_json()
     print(json.dumps(data, indent=2, sort_keys=True))

@@ -26,12 +26,83 @@ __all__ = [
     "TorchCDLPackExtWarning",
     "TorchInstallError",
     "brief",
+    "build_from_source_command",
+    "build_requirements_command",
+    "output_tail",
+    "pinned_requirement",
+    "reinstall_command",
 ]
 
 #: How to repair a damaged installation (named once in any message that needs it).
+#: Unpinned: prefer :func:`reinstall_command`, which names this version.
 REINSTALL = (
     "reinstall torch-c-dlpack-ext: pip install --force-reinstall --no-deps torch-c-dlpack-ext"
 )
+
+#: What a source build needs besides torch, by the module each provides: pyproject.toml's
+#: ``[build-system] requires`` (a unit test keeps the two equal). A build without isolation
+#: (the only kind that sees the user's torch) installs none of them itself.
+BUILD_REQUIREMENTS = {
+    "packaging": "packaging>=24",
+    "filelock": "filelock>=3.12",
+    "tvm_ffi": "apache-tvm-ffi>=0.1.6",
+    "pyproject_metadata": "pyproject-metadata>=0.9",
+    "tomli": "tomli>=1.1; python_version < '3.11'",
+}
+
+#: How much of a failed tool's output an error shows: its last lines, at most this many
+#: lines and characters (the error's ``output`` keeps all of it).
+TAIL_LINES = 20
+TAIL_CHARS = 2000
+
+
+def pinned_requirement() -> str:
+    """``torch-c-dlpack-ext==<this version>``: what every remedy installs. Unpinned, pip
+    picks whatever the index has (PyPI's 0.1.5 sdist before this version is published)."""
+    from .version import __version__  # only when a message needs it: not on the import path
+
+    return f"torch-c-dlpack-ext=={__version__}"
+
+
+def reinstall_command() -> str:
+    """The pip command that reinstalls this version's wheel (a damaged installation)."""
+    return f"pip install --force-reinstall --no-deps {pinned_requirement()}"
+
+
+def build_requirements_command(python: tuple[int, int] | None = None) -> str:
+    """``pip install "packaging>=24" ...``: the build requirements a source build without
+    isolation needs in the environment. ``python``: the target's ``(major, minor)``,
+    default this one (``tomli`` is needed below 3.11)."""
+    import sys
+
+    major_minor = sys.version_info[:2] if python is None else python
+    needed = [
+        requirement.split(";")[0].strip()
+        for module, requirement in BUILD_REQUIREMENTS.items()
+        if module != "tomli" or major_minor < (3, 11)
+    ]
+    return "pip install " + " ".join(f'"{req}"' for req in needed)
+
+
+def build_from_source_command(python: tuple[int, int] | None = None) -> str:
+    """The pip commands that build this version from its sdist against the torch already
+    installed: the build requirements first (:func:`build_requirements_command`), then the
+    build itself, without isolation (only that build sees the user's torch)."""
+    return (
+        f"{build_requirements_command(python)} && pip install --force-reinstall --no-deps "
+        f"--no-build-isolation --no-binary torch-c-dlpack-ext {pinned_requirement()}"
+    )
+
+
+def output_tail(text: str, *, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> str:
+    """The last ``lines`` lines of a tool's ``text`` (surrounding blank space dropped), cut
+    to the last ``chars`` characters; a cut is marked with a first line ``...``."""
+    kept = text.strip().splitlines()
+    cut = len(kept) > lines
+    tail = "\n".join(kept[-lines:])
+    if len(tail) > chars:
+        tail, cut = tail[-chars:].partition("\n")[2] or tail[-chars:], True
+    return f"...\n{tail}" if cut and tail else tail
 
 
 def brief(value: object, limit: int = 60) -> str:
@@ -89,8 +160,16 @@ class ABIMismatchError(TorchCDLPackExtError):
 class BuildError(TorchCDLPackExtError):
     """Compiling or linking the exchange library failed.
 
-    When a compiler run failed, ``command`` is its argv and ``output`` its
-    captured diagnostics; both are empty otherwise.
+    When a tool run failed, ``command`` is its argv and ``output`` its captured
+    diagnostics, whole; both are empty otherwise. What to show a user:
+
+    - ``summary``: the first line of the message (what failed);
+    - ``details``: the rest of the message: for a failed tool, its last lines
+      (``tail``, at most :data:`TAIL_LINES` lines / :data:`TAIL_CHARS` characters);
+    - ``str(error)``: both, ``summary`` then ``details`` on the following lines.
+
+    A display with room for one line only shows ``summary``; wherever it sends the user
+    for more (a status, a report, ``--json``) belongs ``details``.
     """
 
     exit_code = 5
@@ -99,18 +178,40 @@ class BuildError(TorchCDLPackExtError):
         super().__init__(message)
         self.command = command or []
         self.output = output
+        self.tail = output_tail(output) if output.strip() else ""
+
+    @property
+    def summary(self) -> str:
+        """The first line of the message: what failed."""
+        return str(self).strip().partition("\n")[0]
+
+    @property
+    def details(self) -> str:
+        """The message after its first line (a failed tool's last lines), or ``""``."""
+        return str(self).strip().partition("\n")[2]
 
     @classmethod
-    def from_command(cls, what: str, failed: CommandError, *, tail: int) -> BuildError:
-        """``what`` failed because ``failed``, a command it ran, exited non-zero: the message
-        ends with the last ``tail`` characters of its diagnostics; ``command`` and ``output``
-        keep them whole."""
-        output = failed.stderr or failed.stdout
-        return cls(
-            f"{what} (exit {failed.returncode}):\n{output.strip()[-tail:]}",
-            command=failed.cmd,
-            output=output,
+    def from_command(
+        cls, what: str, failed: CommandError, *, tail: int = TAIL_CHARS, fix: str = ""
+    ) -> BuildError:
+        """``what`` failed because ``failed``, a command it ran, exited non-zero.
+
+        The first line says ``what``, the tool and its exit status (or that it printed
+        nothing), then ``fix`` if given; the following lines are the tool's last lines
+        (:func:`output_tail`: :data:`TAIL_LINES` lines, at most ``tail`` characters).
+        ``command`` and ``output`` keep everything.
+        """
+        output = failed.stderr.strip() or failed.stdout.strip()
+        tool = failed.cmd[0].replace("\\", "/").rsplit("/", 1)[-1] if failed.cmd else "the tool"
+        summary = f"{what}: {tool} exited with status {failed.returncode}"
+        summary += "" if output else " and printed nothing"
+        summary += f"; {fix}" if fix else ""
+        clipped = output_tail(output, chars=tail)
+        error = cls(
+            f"{summary}\n{clipped}" if clipped else summary, command=failed.cmd, output=output
         )
+        error.tail = clipped
+        return error
 
 
 class CompilerNotFoundError(BuildError):

@@ -1,9 +1,11 @@
 """README's install commands, run as written in a fresh virtual environment.
 
-"Installing from source" runs verbatim with two substitutions, both asserted: the
-torch release is the one this test session runs (2.13, which pip installs from this
-machine's wheel cache instead of downloading torch 2.8 and its CUDA wheels), and the
-project comes from an sdist of this checkout instead of the index. The Quick start's
+"Installing from source" runs with three substitutions, all asserted: the torch release
+is the one this test session runs (2.13, which pip installs from this machine's wheel
+cache instead of downloading torch 2.8 and its CUDA wheels), the CUDA header line is left
+out (that torch is a CPU build), and the project comes from an sdist of this checkout
+instead of the index. (``test_readme_source_install.py`` runs the block verbatim against a
+local index.) The Quick start's
 "install what ``nox -s build`` made" commands then run verbatim in the same venv
 against a ``dist/`` holding a universal wheel, a variant-named wheel and the sdist.
 """
@@ -69,14 +71,18 @@ def source_install(
 ) -> tuple[Path, str]:
     """The "Installing from source" block run in a fresh directory; (dir, output)."""
     (block,) = code_blocks("### Installing from source")
+    from _torch_c_dlpack_ext_core.errors import pinned_requirement
+
     lines = [line for line in block.splitlines() if line.strip()]
     assert lines[0] == "python3 -m venv venv && . venv/bin/activate", lines
     assert "pip install torch==2.8.0 " in lines[1], lines
-    assert lines[-1].endswith(" torch-c-dlpack-ext"), lines
+    assert lines[2] == 'pip install "nvidia-cuda-nvcc-cu12==12.8.*"', lines
+    assert lines[-1].endswith(f" {pinned_requirement()}"), lines
     work = tmp_path_factory.mktemp("readme")
     sdist = Path(build_backend.build_sdist(str(work / "sdist")))
     lines[1] = lines[1].replace("torch==2.8.0", f"torch=={TORCH_RELEASE}")
-    lines[-1] = lines[-1].removesuffix("torch-c-dlpack-ext") + str(work / "sdist" / sdist.name)
+    del lines[2]
+    lines[-1] = lines[-1].removesuffix(pinned_requirement()) + str(work / "sdist" / sdist.name)
     what = f"Installing from source (torch {TORCH_RELEASE})"
     proc = bash("\n".join(lines), work, what, 1500, progress)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

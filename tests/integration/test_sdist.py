@@ -29,9 +29,9 @@ BUILD_REQUIREMENTS = tuple(
 PY = f"cp{sys.version_info[0]}{sys.version_info[1]}"
 
 
-def _run(cmd: list[str], *, ok: bool = True) -> subprocess.CompletedProcess[str]:
+def _run(cmd: list[str], *, ok: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        cmd, env=clean_env(), capture_output=True, text=True, timeout=1800, check=False
+        cmd, env=clean_env(**env), capture_output=True, text=True, timeout=1800, check=False
     )
     if ok:
         assert proc.returncode == 0, f"{cmd}:\n{proc.stdout}\n{proc.stderr}"
@@ -104,6 +104,7 @@ def test_sdist_without_torch_fails_with_the_fix(
         [str(python), "-m", "pip", "wheel", "--isolated", "--no-index", "--find-links",
          str(wheelhouse), *flags, "--no-deps", "-w", str(out), str(sdist)],
         ok=False,
+        TMPDIR=str(tmp_path),  # where the failed build's traceback file goes
     )  # fmt: skip
     assert proc.returncode != 0
     output = proc.stdout + proc.stderr
@@ -111,5 +112,5 @@ def test_sdist_without_torch_fails_with_the_fix(
     assert "Traceback" not in output, output
     assert "torch-c-dlpack-ext cannot be built: building torch-c-dlpack-ext from source" in output
     assert "pip install --no-build-isolation torch-c-dlpack-ext" in output
-    assert "(full traceback: " in output
+    assert f"(full traceback: {tmp_path}/torch-c-dlpack-ext-build-error-" in output
     assert not out.exists() or not list(out.glob("*.whl"))

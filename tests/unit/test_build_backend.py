@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -41,6 +42,15 @@ HOOKS = [
     "prepare_metadata_for_build_editable",
     "prepare_metadata_for_build_wheel",
 ]
+
+
+@pytest.fixture(autouse=True)
+def _tracebacks_in_a_temp_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hook that fails in-process saves its traceback file in the temp dir: one of the
+    test session's (removed with it), never /tmp itself."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("tempdir")))
 
 
 def test_init_holds_only_the_hooks() -> None:
@@ -451,8 +461,11 @@ def test_frontend_sees_one_paragraph_not_a_traceback(tmp_path: Path) -> None:
     lines = stderr.strip().splitlines()
     assert lines[0].startswith("torch-c-dlpack-ext cannot be built: no torch installation at")
     assert str(nowhere) in lines[0]
-    saved = tmp_path / "torch-c-dlpack-ext-build-error.txt"
-    assert lines[-1] == f"(full traceback: {saved})"
+    assert lines[-1].startswith("(full traceback: ")
+    assert lines[-1].endswith(")")
+    saved = Path(lines[-1].removeprefix("(full traceback: ")[:-1])
+    assert saved.parent == tmp_path  # the temp dir (TMPDIR)
+    assert saved.name.startswith("torch-c-dlpack-ext-build-error-")
     assert len(lines) == 2
     assert "Traceback (most recent call last)" in saved.read_text(encoding="utf-8")
     assert "TorchInstallError" in saved.read_text(encoding="utf-8")

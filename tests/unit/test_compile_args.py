@@ -842,8 +842,11 @@ def test_a_failing_nm_in_the_audit_is_a_build_error(
     argv += ["--dlpack-include", str(inputs.dlpack_include), "--source-dir", str(inputs.sources)]
     capsys.readouterr()
     assert driver.main(argv) == BuildError.exit_code == 5
-    last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last.startswith("error: BuildError: the ABI audit of ")
+    lines = capsys.readouterr().err.strip().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("error: "))
+    assert lines[start].startswith("error: BuildError: the ABI audit of ")
+    # ... followed by what nm said (issue 21: not only the first line).
+    assert lines[start + 1].strip().endswith("file format not recognized")
 
 
 @linux_only

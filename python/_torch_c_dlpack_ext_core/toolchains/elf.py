@@ -26,13 +26,13 @@ import os
 import shutil
 import sys
 import sysconfig
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..errors import ABIAuditError, BuildError, CommandError, CompilerNotFoundError
 from ..naming import Backend, parse_backend
 from ..run import run
-from .protocol import TorchFiles
+from .protocol import TorchFiles, compiler_argv
 
 __all__ = [
     "audit_elf_library",
@@ -96,9 +96,9 @@ def dynamic_symbols(path: Path, *, defined: bool) -> frozenset[str]:
     return _dynamic_symbols_cached(str(path.resolve()), stat.st_size, stat.st_mtime_ns, defined)
 
 
-def _print_file_name(cxx: str, soname: str) -> Path | None:
+def _print_file_name(cxx: str | Sequence[str], soname: str) -> Path | None:
     try:
-        proc = run([cxx, f"-print-file-name={soname}"], echo=False)
+        proc = run([*compiler_argv(cxx), f"-print-file-name={soname}"], echo=False)
     except CommandError:
         return None
     found = Path(proc.stdout.strip())
@@ -117,7 +117,7 @@ def _python_exports_source() -> Path:
     return Path(os.path.realpath(sys.executable))
 
 
-def runtime_libraries(cxx: str) -> tuple[Path, ...]:
+def runtime_libraries(cxx: str | Sequence[str]) -> tuple[Path, ...]:
     """libstdc++, libgcc_s, libc, libm, libpthread, libdl and the dynamic loader, as
     located by the compiler (``-print-file-name``), plus the Python C API exporter."""
     found = [_print_file_name(cxx, soname) for soname in _RUNTIME_SONAMES]
@@ -136,7 +136,7 @@ def _torch_libraries(torch: TorchFiles, backend: Backend) -> list[Path]:
 
 
 def undefined_symbols_not_provided(
-    library: Path, torch: TorchFiles, backend: Backend | str, *, cxx: str
+    library: Path, torch: TorchFiles, backend: Backend | str, *, cxx: str | Sequence[str]
 ) -> tuple[str, ...]:
     """Sorted undefined dynamic symbols of ``library`` that nothing at load time provides.
 
@@ -194,7 +194,7 @@ def _likely_cause(missing: tuple[str, ...], torch: TorchFiles) -> str:
 
 
 def audit_elf_library(
-    library: Path, torch: TorchFiles, backend: Backend | str, *, cxx: str
+    library: Path, torch: TorchFiles, backend: Backend | str, *, cxx: str | Sequence[str]
 ) -> None:
     """Check that every symbol ``library`` needs is provided at load time.
 

@@ -8,7 +8,7 @@ dynamic symbols (:mod:`.elf`) before it is published.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..naming import SHARED_LIBRARY_NAMING, Backend
@@ -79,11 +79,11 @@ class GnuToolchain:
         torch: TorchFiles,
         backend: Backend | str,
         *,
-        cxx: str | None = None,
+        cxx: str | Sequence[str] | None = None,
     ) -> AuditOutcome:
         """The ELF audit (:func:`.elf.audit_elf_library`); ``cxx`` (default: the one
         :meth:`find_compiler` finds) locates the C/C++ runtime the library links."""
-        compiler = cxx if cxx is not None else self.find_compiler(None, os.environ).path
+        compiler = cxx if cxx is not None else self.find_compiler(None, os.environ).command
         audit_elf_library(library, torch, backend, cxx=compiler)
         return AuditOutcome.PASSED
 

@@ -50,7 +50,7 @@ class MsvcToolchain(WithoutBinaryAudit):
     ) -> Compiler:
         """MSVC's ``cl``: ``cxx``, else ``$CXX``, else ``cl.exe`` on PATH; identified by
         the banner it prints when run bare."""
-        found, origin = locate_compiler(
+        found, args, origin = locate_compiler(
             cxx,
             environ,
             defaults=("cl.exe", "cl"),
@@ -67,7 +67,7 @@ class MsvcToolchain(WithoutBinaryAudit):
         # cl has no --version: run without arguments it prints its banner on stderr (and a
         # usage line), and may exit non-zero for lack of input files.
         try:
-            proc = run([found], echo=False)
+            proc = run([found, *args], echo=False)
             text = proc.stderr + proc.stdout
         except CommandError as exc:
             text = exc.stderr + exc.stdout
@@ -78,7 +78,10 @@ class MsvcToolchain(WithoutBinaryAudit):
                 f"Version ...'); is it MSVC's cl.exe? {_WANT_MSVC}"
             )
         return Compiler(
-            path=found, banner=match.group(0).strip(), identity=f"msvc {match.group(1)}"
+            path=found,
+            banner=match.group(0).strip(),
+            identity=f"msvc {match.group(1)}",
+            args=args,
         )
 
     def link_library_name(self, stem: str) -> str:
@@ -115,6 +118,7 @@ class MsvcToolchain(WithoutBinaryAudit):
         implib = f"{scratch_dir}{Path(job.filename).stem}.lib"
         return [
             job.cxx,
+            *job.cxx_args,
             "/nologo",
             "/O2",
             "/LD",

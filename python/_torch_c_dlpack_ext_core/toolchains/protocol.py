@@ -15,8 +15,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+import shlex
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -31,6 +32,7 @@ __all__ = [
     "Compiler",
     "Toolchain",
     "TorchFiles",
+    "compiler_argv",
     "locate_compiler",
 ]
 
@@ -58,6 +60,14 @@ class Compiler:
     banner: str
     #: Short identity recorded in the library and the manifest (``g++ 12.2.0``).
     identity: str
+    #: Arguments that come with the compiler, before the build's own: ``$CXX`` is a
+    #: command (``ccache g++``: path ``/usr/bin/ccache``, args ``("g++",)``).
+    args: tuple[str, ...] = ()
+
+    @property
+    def command(self) -> tuple[str, ...]:
+        """The argv prefix that runs this compiler: :attr:`path`, then :attr:`args`."""
+        return (self.path, *self.args)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +93,8 @@ class CompileJob:
     filename: str
     #: Windows only: the Python import library a DLL must link.
     python_import_lib: Path | None = None
+    #: :attr:`Compiler.args`: what follows ``cxx`` before the build's own arguments.
+    cxx_args: tuple[str, ...] = ()
 
 
 class TorchFiles(Protocol):
@@ -159,11 +171,45 @@ class Toolchain(Protocol):
         ...
 
     def audit(
-        self, library: Path, torch: TorchFiles, backend: Backend | str, *, cxx: str | None = None
+        self,
+        library: Path,
+        torch: TorchFiles,
+        backend: Backend | str,
+        *,
+        cxx: str | Sequence[str] | None = None,
     ) -> AuditOutcome:
-        """Check the linked ``library`` before it is published. Raises
+        """Check the linked ``library`` before it is published (``cxx``: the compiler that
+        built it, a path or :attr:`Compiler.command`). Raises
         :class:`..errors.ABIAuditError` (or another :class:`BuildError`)."""
         ...
+
+
+def compiler_argv(cxx: str | Sequence[str]) -> list[str]:
+    """The argv prefix that runs compiler ``cxx``: a path, or a :attr:`Compiler.command`."""
+    return [cxx] if isinstance(cxx, str) else list(cxx)
+
+
+def _split_command(value: str, path_var: str) -> list[str]:
+    """``$CXX`` (or a ``cxx`` string) as an argv prefix.
+
+    The value names an executable as it is (a path with spaces) if one exists under that
+    name; otherwise it is a command line split the way a shell would, as CMake and
+    setuptools read ``CXX``: ``ccache g++`` or ``g++ -fno-plt``. On Windows the split
+    keeps backslashes (``shlex``'s non-POSIX mode) and drops the quotes around a word.
+    """
+    if shutil.which(value, path=path_var) is not None:
+        return [value]
+    posix = os.name != "nt"
+    try:
+        words = shlex.split(value, posix=posix)
+    except ValueError as exc:  # an unclosed quote
+        raise CompilerNotFoundError(
+            f"C++ compiler {value!r} cannot be read as a command ({exc}); quote a path "
+            "with spaces, e.g. CXX='\"/opt/my tools/g++\"'"
+        ) from None
+    if not posix:
+        words = [w[1:-1] if len(w) > 1 and w[0] == w[-1] == '"' else w for w in words]
+    return words
 
 
 def locate_compiler(
@@ -173,28 +219,35 @@ def locate_compiler(
     defaults: tuple[str, ...],
     bad_request: str,
     none_found: str,
-) -> tuple[str, str]:
-    """``(path, origin)`` of the compiler: ``cxx``, else ``$CXX``, else the first of
-    ``defaults`` on PATH. Raises :class:`CompilerNotFoundError` with ``bad_request``
-    (what to pass instead) or ``none_found`` (how to get one)."""
+) -> tuple[str, tuple[str, ...], str]:
+    """``(path, args, origin)`` of the compiler: ``cxx``, else ``$CXX``, else the first of
+    ``defaults`` on PATH. A ``cxx`` string and ``$CXX`` are commands
+    (:func:`_split_command`: ``ccache g++`` gives the path of ``ccache`` and the args
+    ``("g++",)``); a blank ``$CXX`` counts as unset. Raises :class:`CompilerNotFoundError`
+    with ``bad_request`` (what to pass instead) or ``none_found`` (how to get one)."""
     path_var = environ.get("PATH", "")
+    words: list[str]
     if cxx is not None:
-        requested, origin = os.fspath(cxx), "the cxx argument"
-    elif environ.get("CXX"):
-        requested, origin = environ["CXX"], "$CXX"
+        origin = "the cxx argument"
+        words = _split_command(cxx, path_var) if isinstance(cxx, str) else [os.fspath(cxx)]
+        requested = os.fspath(cxx)
+    elif environ.get("CXX", "").strip():
+        origin, requested = "$CXX", environ["CXX"]
+        words = _split_command(requested, path_var)
     else:
         for name in defaults:
             found = shutil.which(name, path=path_var)
             if found is not None:
-                return found, "PATH"
+                return found, (), "PATH"
         raise CompilerNotFoundError(none_found)
-    found = shutil.which(requested, path=path_var)
+    found = shutil.which(words[0], path=path_var) if words and words[0] else None
     if found is None:
+        program = f": {words[0]!r}" if words and words[0] != requested else ""
         raise CompilerNotFoundError(
-            f"C++ compiler {requested!r} (from {origin}) does not exist or is not "
+            f"C++ compiler {requested!r} (from {origin}){program} does not exist or is not "
             f"executable; {bad_request}"
         )
-    return found, origin
+    return found, tuple(words[1:]), origin
 
 
 class WithoutBinaryAudit:
@@ -207,7 +260,7 @@ class WithoutBinaryAudit:
         torch: TorchFiles,
         backend: Backend | str,
         *,
-        cxx: str | None = None,
+        cxx: str | Sequence[str] | None = None,
     ) -> AuditOutcome:
         del library, torch, backend, cxx
         return AuditOutcome.NOT_APPLICABLE

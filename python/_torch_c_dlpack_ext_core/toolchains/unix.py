@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -39,10 +40,12 @@ def find_gcc_style_compiler(
 ) -> Compiler:
     """``cxx``, else ``$CXX``, else ``c++``/``g++`` on PATH, identified by ``--version``.
 
-    ``install_hint`` says how to get a compiler on this platform. Raises
-    :class:`CompilerNotFoundError`.
+    ``$CXX`` may be a command (``ccache g++``, ``g++ -fno-plt``): see
+    :func:`.protocol.locate_compiler`. ``install_hint`` says how to get a compiler on this
+    platform. Raises :class:`CompilerNotFoundError`, with what the program printed, when
+    ``--version`` fails or prints nothing (``CXX=/bin/true`` is no compiler).
     """
-    found, _ = locate_compiler(
+    found, args, origin = locate_compiler(
         cxx,
         environ,
         defaults=("c++", "g++"),
@@ -52,15 +55,25 @@ def find_gcc_style_compiler(
             f"{install_hint} or set CXX=/path/to/compiler"
         ),
     )
+    shown = shlex.join([found, *args])
+    fix = "is it a C++ compiler? Set CXX to g++ or clang++ (a wrapper such as 'ccache g++' works)"
     try:
-        proc = run([found, "--version"], echo=False)
+        proc = run([found, *args, "--version"], echo=False)
     except CommandError as exc:
-        raise CompilerNotFoundError(
-            f"{found} --version failed ({exc.returncode}); is it a C++ compiler? "
-            "set CXX to g++ or clang++"
+        raise CompilerNotFoundError.from_command(
+            f"C++ compiler {shown} (from {origin}) does not work: '{shown} --version' failed",
+            exc,
+            fix=fix,
         ) from None
-    banner = (proc.stdout.splitlines() or [""])[0].strip()
-    return Compiler(path=found, banner=banner, identity=toolchain_identity(banner, proc.stdout))
+    lines = [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+    if not lines:
+        raise CompilerNotFoundError(
+            f"C++ compiler {shown} (from {origin}): '{shown} --version' printed nothing; {fix}"
+        )
+    banner = lines[0]
+    return Compiler(
+        path=found, banner=banner, identity=toolchain_identity(banner, proc.stdout), args=args
+    )
 
 
 def gcc_style_command(
@@ -74,6 +87,7 @@ def gcc_style_command(
     before the libraries they apply to."""
     return [
         job.cxx,
+        *job.cxx_args,
         *FLAGS,
         *extra_flags,
         f"-std={job.std}",
