@@ -11,9 +11,14 @@ patches are not applied). The tarball is fetched with ``apt-get source --downloa
 through a PRIVATE apt configuration (a temporary ``sources.list`` with one ``deb-src`` line
 per suite of :data:`SOURCES`, its own lists and cache): the system's apt sources are
 neither read nor changed, and apt checks the files against the suite's signed index
-(``/usr/share/keyrings/debian-archive-keyring.gpg``). apt takes the newest version the
-listed suites carry (e.g. sid's ``python3.14`` 3.14.10, sid's or trixie's ``python3.13``).
-Then ``./configure --disable-gil --disable-test-modules --prefix=<cache>/python/<version>``,
+(``/usr/share/keyrings/debian-archive-keyring.gpg``). The versions the suites' indexes name
+(``apt-cache madison``) are tried newest first, because an archive's pool can lag its
+index (a mirror mid-sync, or a proxy like the one our machines use, which serves
+``python3.13`` 3.13.15 and 3.13.5 but none of the 3.14.8-3.14.10 its index names). When none
+downloads, a release pinned in :data:`SOURCES` is taken from the pool with apt's own
+downloader (``apt-helper download-file``), checked against the pinned SHA-256 of its
+``.orig`` tarball (for 3.14: 3.14.7; how the pin was verified is in docs/facts.md). Then
+``./configure --disable-gil --disable-test-modules --prefix=<cache>/python/<version>``,
 ``make -j<cores>`` and ``make install DESTDIR=<staging>``.
 
 What the host needs (Debian or Ubuntu): ``apt-get``, ``make``, a C compiler, ``tar`` and
@@ -57,6 +62,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from packaging.version import Version
+
 from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from _torch_c_dlpack_ext_core.run import run
@@ -70,34 +77,61 @@ __all__ = [
     "SOURCES",
     "DebianSource",
     "FreeThreadedPython",
+    "PinnedRelease",
     "apt_sources_list",
     "dsc_version",
     "free_threaded_python",
     "main",
+    "orig_url",
     "parse_version",
     "prefix_for",
     "set_progress",
+    "source_candidates",
     "upstream_version",
 ]
 
 
 @dataclasses.dataclass(frozen=True)
+class PinnedRelease:
+    """A release taken straight from the archive's pool when no version the indexes name
+    downloads, checked against the SHA-256 of its ``.orig`` tarball pinned here (where each
+    pin was verified: docs/facts.md)."""
+
+    debian_version: str
+    orig_sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
 class DebianSource:
-    """Where the CPython of one free-threaded version comes from: a Debian source package
-    and the suites tried (apt takes the newest version among them)."""
+    """Where the CPython of one free-threaded version comes from: a Debian source package,
+    the suites whose indexes name its versions (newest tried first), and pinned releases
+    tried last."""
 
     package: str
     suites: tuple[str, ...]
+    pinned: tuple[PinnedRelease, ...] = ()
 
 
 #: The supported versions. sid carries the newest patch releases; the second suite keeps
-#: a version available once sid drops it (trixie keeps 3.13, forky 3.14).
+#: a version available once sid drops it (trixie keeps 3.13, forky 3.14). The 3.14 pin is
+#: for archives whose pool lags its index (seen here: the indexes name 3.14.8-3.14.10,
+#: whose files the pool does not serve yet, while it serves 3.14.4-3.14.7).
 SOURCES: Mapping[str, DebianSource] = {
     "3.13t": DebianSource(package="python3.13", suites=("sid", "trixie")),
-    "3.14t": DebianSource(package="python3.14", suites=("sid", "forky")),
+    "3.14t": DebianSource(
+        package="python3.14",
+        suites=("sid", "forky"),
+        pinned=(
+            PinnedRelease(
+                "3.14.7-1", "3b48dac8fb59f62eaa67ac83c1eb12bda1b7a08406dd286e252c11a66be27f81"
+            ),
+        ),
+    ),
 }
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+#: apt's own downloader (same proxy settings as apt; checks a given hash).
+_APT_HELPER = "/usr/lib/apt/apt-helper"
 #: Extension module -> the Debian package with its headers. Each must import in the result.
 BUILD_DEPENDENCIES: Mapping[str, str] = {
     "ssl": "libssl-dev",
@@ -202,9 +236,10 @@ def apt_sources_list(source: DebianSource, mirror: str = DEBIAN_MIRROR) -> str:
 
 def upstream_version(debian_version: str) -> str:
     """The CPython release of a Debian version: ``"3.13.5-2+deb13u5"`` -> ``"3.13.5"``
-    (epoch and Debian revision dropped)."""
-    version = debian_version.strip().split(":", 1)[-1].rsplit("-", 1)[0]
-    if not re.fullmatch(r"3\.\d+\.\d+([abrc]+\d+)?", version):
+    (epoch and Debian revision dropped); anything else is a :class:`ProvisionError`."""
+    # "~" sorts a Debian pre-release before its release: 3.13.0~rc3 is CPython's 3.13.0rc3.
+    version = debian_version.strip().split(":", 1)[-1].rsplit("-", 1)[0].replace("~", "")
+    if not re.fullmatch(r"3\.\d+\.\d+((a|b|rc)\d+)?", version):
         raise ProvisionError(f"Debian version {debian_version!r} is not a CPython release")
     return version
 
@@ -218,10 +253,34 @@ def dsc_version(text: str) -> str:
     return match.group(1)
 
 
-def _download_suite(apt_output: str, package: str) -> str:
-    """The suite apt fetched the .dsc from (``Get:1 <mirror> sid/main python3.14 ... (dsc)``)."""
-    match = re.search(rf"\s(\S+)/main {re.escape(package)} \S+ \(dsc\)", apt_output)
-    return match.group(1) if match else "?"
+def orig_url(package: str, debian_version: str, mirror: str = DEBIAN_MIRROR) -> str:
+    """The pool URL of the ``.orig.tar.xz`` of ``package`` at ``debian_version``."""
+    section = package[:4] if package.startswith("lib") else package[:1]
+    upstream = upstream_version(debian_version)
+    return f"{mirror.rstrip('/')}/pool/main/{section}/{package}/{package}_{upstream}.orig.tar.xz"
+
+
+def source_candidates(madison: str, package: str) -> list[tuple[str, str]]:
+    """``apt-cache madison`` lines -> [(Debian version, suite)] of CPython releases, newest
+    first, each version once. Pre-releases (``3.15.0~a2-1``) are left out."""
+    found: dict[str, str] = {}
+    for line in madison.splitlines():
+        fields = [field.strip() for field in line.split("|")]
+        if len(fields) != 3 or fields[0] != package or not fields[2].endswith(" Sources"):
+            continue
+        debian_version, where = fields[1], fields[2].split()
+        if "~" in debian_version:
+            continue
+        try:
+            upstream_version(debian_version)
+        except ProvisionError:
+            continue
+        found.setdefault(debian_version, where[-2].split("/")[0] if len(where) >= 3 else "?")
+
+    def newest(version: str) -> tuple[Version, str]:
+        return Version(upstream_version(version)), version
+
+    return sorted(found.items(), key=lambda item: newest(item[0]), reverse=True)
 
 
 # ---- progress ------------------------------------------------------------------------------
@@ -350,28 +409,81 @@ def _fetch_source(source: DebianSource, mirror: str, work: Path) -> tuple[Path, 
             ["apt-get", *options, "--error-on=any", "update"],
             timeout=900,
         )
-    download = work / "download"
-    download.mkdir()
-    with _step(f"downloading the {source.package} source (apt-get source --download-only)"):
-        output = _run(
-            f"apt-get source {source.package}",
-            ["apt-get", *options, "source", "--download-only", source.package],
-            cwd=download,
-            timeout=1800,
+    madison = _run(
+        f"apt-cache madison {source.package}",
+        ["apt-cache", *options, "madison", source.package],
+        echo=False,
+    )
+    candidates = source_candidates(madison, source.package)
+    if not candidates and not source.pinned:
+        raise ProvisionError(
+            f"no CPython release of {source.package} in {suites} at {mirror}:\n{madison.strip()}"
         )
-    dscs = sorted(download.glob(f"{source.package}_*.dsc"))
-    if len(dscs) != 1:
-        raise ProvisionError(f"apt-get source left {len(dscs)} .dsc files in {download}")
-    debian_version = dsc_version(dscs[0].read_text(encoding="utf-8"))
-    origs = [
-        path
-        for path in sorted(download.glob(f"{source.package}_*.orig.tar.*"))
-        if path.suffix != ".asc"  # upstream's signature, shipped beside the tarball
-    ]
-    if len(origs) != 1:
-        raise ProvisionError(f"apt-get source left no single .orig tarball in {download}")
-    suite = _download_suite(output, source.package)
-    return origs[0], f"{source.package} {debian_version} ({suite})"
+    _log("candidates, newest first: " + ", ".join(f"{v} ({s})" for v, s in candidates))
+    # An index can name a version its pool does not serve yet (a mirror mid-sync, a proxy
+    # behind the index): take the newest one that downloads.
+    failures: list[str] = []
+    for debian_version, suite in candidates:
+        download = work / f"download-{len(failures)}"
+        download.mkdir()
+        try:
+            with _step(
+                f"downloading {source.package} {debian_version} ({suite}) with apt-get source"
+            ):
+                _run(
+                    f"apt-get source {source.package}={debian_version}",
+                    [
+                        "apt-get",
+                        *options,
+                        "source",
+                        "--download-only",
+                        f"{source.package}={debian_version}",
+                    ],
+                    cwd=download,
+                    timeout=1800,
+                )
+        except ProvisionError as exc:
+            _log(f"  {debian_version} did not download; trying an older one")
+            failures.append(str(exc))
+            continue
+        dscs = sorted(download.glob(f"{source.package}_*.dsc"))
+        if len(dscs) != 1 or dsc_version(dscs[0].read_text(encoding="utf-8")) != debian_version:
+            raise ProvisionError(f"apt-get source left no .dsc of {debian_version} in {download}")
+        origs = [
+            path
+            for path in sorted(download.glob(f"{source.package}_*.orig.tar.*"))
+            if path.suffix != ".asc"  # upstream's signature, shipped beside the tarball
+        ]
+        if len(origs) != 1:
+            raise ProvisionError(f"apt-get source left no single .orig tarball in {download}")
+        return origs[0], f"{source.package} {debian_version} ({suite})"
+    for pin in source.pinned:
+        url = orig_url(source.package, pin.debian_version, mirror)
+        target = work / url.rsplit("/", 1)[1]
+        try:
+            with _step(
+                f"downloading the pinned {source.package} {pin.debian_version} from the pool"
+            ):
+                _run(
+                    f"downloading {url} (SHA-256 {pin.orig_sha256})",
+                    [
+                        _APT_HELPER,
+                        "-oAPT::Sandbox::User=root",
+                        "download-file",
+                        url,
+                        target,
+                        f"SHA256:{pin.orig_sha256}",
+                    ],
+                    timeout=1800,
+                )
+        except ProvisionError as exc:
+            failures.append(str(exc))
+            continue
+        return target, f"{source.package} {pin.debian_version} (pool, pinned SHA-256)"
+    raise ProvisionError(
+        f"no version of {source.package} downloads from {mirror}; the last attempt:\n"
+        + (failures[-1] if failures else "(none: the indexes name no release)")
+    )
 
 
 def _build(version: str, source: DebianSource, prefix: Path, mirror: str, jobs: int) -> None:
