@@ -1,6 +1,6 @@
 """``devtools.freethreaded``'s pure parts: versions, apt configuration, Debian metadata, cache
 paths and the cache's bookkeeping. Nothing here downloads or compiles (the real build is
-``tests/integration/test_freethreaded.py``)."""
+``tests/integration/test_freethreaded_build.py``)."""
 
 from __future__ import annotations
 
@@ -306,9 +306,7 @@ def test_missing_tools_name_the_apt_get_command(monkeypatch: pytest.MonkeyPatch)
     real_which = shutil.which
     if real_which("apt-get") is None or not Path(KEYRING).is_file():
         pytest.skip("not a Debian host")
-    monkeypatch.setattr(
-        freethreaded.shutil, "which", lambda name: None if name == "make" else real_which(name)
-    )
+    monkeypatch.setattr(shutil, "which", lambda name: None if name == "make" else real_which(name))
     monkeypatch.setattr(freethreaded, "_missing_packages", lambda packages: ["uuid-dev"])
     with pytest.raises(ProvisionError) as info:
         freethreaded._preflight(install_build_deps=False)
@@ -318,7 +316,7 @@ def test_missing_tools_name_the_apt_get_command(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_a_host_without_apt_is_told_why(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(freethreaded.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(ProvisionError, match="needs apt-get and dpkg"):
         freethreaded._preflight(install_build_deps=False)
 
