@@ -588,7 +588,7 @@ def free_threaded_python(
     this host cannot build it (no apt-get, unreachable archive, missing compiler or
     headers, a failed step: the message carries the tool's last output lines).
     """
-    from filelock import FileLock
+    from filelock import FileLock, Timeout
 
     version, source = parse_version(version)
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
@@ -602,6 +602,11 @@ def free_threaded_python(
         prefix.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(prefix) + ".lock", timeout=_LOCK_TIMEOUT_S)
         lock.acquire()
+    except Timeout:
+        raise ProvisionError(
+            f"another process has held {prefix}.lock for {_LOCK_TIMEOUT_S:.0f} s (a build "
+            "that hangs?); end it, or remove the lock if no such process exists"
+        ) from None
     except OSError as exc:
         raise ProvisionError(
             f"cannot use the dev cache {prefix.parent} ({exc}); set TCDE_DEV_CACHE to a "

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -287,6 +288,36 @@ def test_a_failed_build_leaves_no_entry(cache: Path, monkeypatch: pytest.MonkeyP
     with pytest.raises(ProvisionError, match="make failed"):
         free_threaded_python("3.14t")
     assert sorted(p.name for p in (cache / "python").iterdir()) == ["3.14t.lock"]
+
+
+def test_concurrent_callers_build_once(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    builds: list[str] = []
+
+    def slow_build(version: str, source: DebianSource, where: Path, mirror: str, jobs: int) -> None:
+        builds.append(version)
+        time.sleep(0.5)
+        _fake_install(where)
+
+    monkeypatch.setattr(freethreaded, "_preflight", lambda install_build_deps: None)
+    monkeypatch.setattr(freethreaded, "_build", slow_build)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        found = list(pool.map(lambda _: free_threaded_python("3.14t"), range(4)))
+    assert builds == ["3.14t"]
+    assert all(each == found[0] for each in found)
+
+
+def test_a_lock_held_too_long_is_a_provision_error(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from filelock import FileLock
+
+    monkeypatch.setattr(freethreaded, "_LOCK_TIMEOUT_S", 0.2)
+    (cache / "python").mkdir(parents=True)
+    # The caller runs in another thread, so it does not re-enter the holder's lock.
+    with FileLock(str(cache / "python" / "3.14t.lock")), ThreadPoolExecutor(1) as pool:
+        failure = pool.submit(free_threaded_python, "3.14t").exception()
+    assert isinstance(failure, ProvisionError)
+    assert re.search(r"another process has held .*3\.14t\.lock for 0 s", str(failure))
 
 
 def test_an_unusable_cache_is_a_provision_error_naming_the_variable(
