@@ -115,7 +115,7 @@ class DebianSource:
 #: The supported versions. sid carries the newest patch releases; the second suite keeps
 #: a version available once sid drops it (trixie keeps 3.13, forky 3.14). The 3.14 pin is
 #: for archives whose pool lags its index (seen here: the indexes name 3.14.8-3.14.10,
-#: whose files the pool does not serve yet, while it serves 3.14.4-3.14.7).
+#: whose files the pool does not serve, while it serves 3.14.4-3.14.7).
 SOURCES: Mapping[str, DebianSource] = {
     "3.13t": DebianSource(package="python3.13", suites=("sid", "trixie")),
     "3.14t": DebianSource(
