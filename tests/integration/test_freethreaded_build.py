@@ -1,6 +1,7 @@
 """``devtools.freethreaded`` for real: a free-threaded CPython built from Debian's sources
-(cached in the dev cache after the first run: a cold build takes minutes, see the module's
-docstring), and the errors a host that cannot build gets."""
+(cached in the dev cache after the first run: a cold build takes about 10 minutes here, see
+docs/facts.md), whose headers build an extension that imports without the GIL, and the error
+a host that cannot reach the archive gets."""
 
 from __future__ import annotations
 
@@ -32,9 +33,41 @@ import ssl, ctypes, zlib, bz2, lzma, sqlite3, decimal, venv
 """
 
 
+PROBE_MODULE = """\
+#include <Python.h>
+static PyObject *gil_disabled(PyObject *self, PyObject *unused) {
+#ifdef Py_GIL_DISABLED
+    return PyLong_FromLong(Py_GIL_DISABLED);
+#else
+    return PyLong_FromLong(0);
+#endif
+}
+static PyMethodDef methods[] = {{"gil_disabled", gil_disabled, METH_NOARGS, NULL}, {NULL}};
+static PyModuleDef_Slot slots[] = {{Py_mod_gil, Py_MOD_GIL_NOT_USED}, {0, NULL}};
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "tcde_ft_probe", NULL, 0, methods, slots};
+PyMODINIT_FUNC PyInit_tcde_ft_probe(void) { return PyModuleDef_Init(&def); }
+"""
+
+
+def compile_probe_module(include_dir: Path, python: Path, where: Path) -> Path:
+    """A tiny extension compiled against ``include_dir``, named for ``python``'s ABI."""
+    ask = "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"
+    suffix = subprocess.run(
+        [str(python), "-I", "-c", ask], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
+    assert "314t" in suffix, suffix
+    source = where / "tcde_ft_probe.c"
+    source.write_text(PROBE_MODULE, encoding="utf-8")
+    output = where / f"tcde_ft_probe{suffix}"
+    cc = shutil.which("cc") or "gcc"
+    command = [cc, "-shared", "-fPIC", "-O1", f"-I{include_dir}", str(source), "-o", str(output)]
+    subprocess.run(command, capture_output=True, text=True, check=True, timeout=120)
+    return output
+
+
 @needs_apt
 @pytest.mark.slow
-def test_provisions_a_free_threaded_314(progress: Progress) -> None:
+def test_provisions_a_free_threaded_314(progress: Progress, tmp_path: Path) -> None:
     freethreaded.set_progress(progress)
     try:
         found = free_threaded_python("3.14t")
@@ -57,6 +90,19 @@ def test_provisions_a_free_threaded_314(progress: Progress) -> None:
     pyconfig = (found.include_dir / "pyconfig.h").read_text(encoding="utf-8")
     assert "#define Py_GIL_DISABLED 1" in pyconfig
     assert (found.include_dir / "Python.h").is_file()
+
+    # The headers build a free-threaded extension, which imports without the GIL coming back.
+    module = compile_probe_module(found.include_dir, found.executable, tmp_path)
+    code = "import sys, tcde_ft_probe; print(tcde_ft_probe.gil_disabled(), sys._is_gil_enabled())"
+    check = subprocess.run(
+        [str(found.executable), "-E", "-s", "-W", "error", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        cwd=module.parent,
+    )
+    assert check.stdout.split() == ["1", "False"]
 
     # The command line reuses the cached build and prints the interpreter.
     cli = subprocess.run(
