@@ -73,6 +73,7 @@ from devtools.torchenv import cache_root
 __all__ = [
     "BUILD_DEPENDENCIES",
     "DEBIAN_MIRROR",
+    "KEYRING",
     "RECORD",
     "SOURCES",
     "DebianSource",
