@@ -5,13 +5,16 @@ All wheels are written by the in-tree backend's one writer
 metadata, the manifest and reproducibility (``SOURCE_DATE_EPOCH``) come from one
 place.
 
-- **combined** (one per Python x platform): every library built for it; on Linux
-  ``auditwheel repair`` gives it its manylinux tag with torch's and the GPU
-  runtimes' libraries excluded (they come from the user's torch install);
-- **variant** (PEP 825, one per cell): the cell's library plus the CPU library
-  of the same torch and ABI as a fallback, ``*.dist-info/variant.json``
-  declaring ``abi_dependency :: torch :: X.Y`` and the backend's properties;
-  the platform tag is the combined wheel's (same libraries, same policy);
+- **combined** (one per platform and Python ABI: the ``cp39-abi3`` wheel every
+  CPython >= 3.9 with the GIL installs, and one ``cp314-cp314t`` wheel per
+  free-threaded Python): every library built for it; on Linux ``auditwheel repair``
+  gives it its manylinux tag with torch's and the GPU runtimes' libraries excluded
+  (they come from the user's torch install);
+- **variant** (PEP 825, one per cell): the cell's library alone,
+  ``*.dist-info/variant.json`` declaring ``abi_dependency :: torch :: X.Y`` and the
+  backend's properties; the platform tag is the combined wheel's (same libraries, same
+  policy). A CUDA or ROCm variant carries no CPU library: the selector gives a GPU
+  torch its own backend's library (which serves CPU tensors too), never the CPU one;
 - **universal** ``py3-none-any``: no library (defers on torch >= 2.10, explains
   or JIT-compiles elsewhere);
 - ``torch_c_dlpack_ext-<version>-variants.json`` for the index;
@@ -82,7 +85,7 @@ def cell_for_entry(matrix: Matrix, entry: ManifestEntry) -> Cell:
             return cell
     raise MatrixError(
         f"{entry.file} (torch {entry.torch}, {entry.backend.value}, cxx11_abi={entry.cxx11_abi}, "
-        f"{entry.platform}, Python {entry.python}) is no cell of matrix.toml; "
+        f"{entry.platform}, python {entry.python}) is no cell of matrix.toml; "
         "rebuild it or fix the matrix"
     )
 
@@ -319,7 +322,7 @@ def _rewrite_reproducibly(wheel: Path, out: Path, platform: str, libs: Path) -> 
 def assemble_group(
     libs: Path, out: Path, *, matrix: Matrix, repair: bool, platform_override: str | None = None
 ) -> list[Path]:
-    """Combined and variant wheels of one Python x platform group directory."""
+    """Combined and variant wheels of one platform x Python ABI group directory."""
     meta = project_metadata(ROOT)
     entries = load_manifest(libs / MANIFEST_NAME)
     if not entries:
@@ -339,18 +342,13 @@ def assemble_group(
             combined = out / plain.name
             _atomic_move(plain, combined)
         made.append(combined)
-        by_key = {(e.torch, e.backend, e.cxx11_abi): e for e in entries}
         for entry in entries:
             cell = cell_for_entry(matrix, entry)
-            chosen = [entry]
-            fallback = by_key.get((entry.torch, Backend.CPU, entry.cxx11_abi))
-            if entry.backend is not Backend.CPU and fallback is not None:
-                chosen.append(fallback)
             made.append(
                 assemble_wheel(
                     out,
                     meta=meta,
-                    libraries=[(e, libs / e.file) for e in chosen],
+                    libraries=[(entry, libs / entry.file)],
                     platform=platform,
                     label=cell.label,
                     variant_json=variant_json(cell),
@@ -405,8 +403,9 @@ def assemble_from_wheels(cells_dir: Path, out: Path) -> list[Path]:
     ``cells_dir`` is what actions/download-artifact made of the jobs' artifacts:
     one folder per artifact (jobs' wheels share file names, so they are never
     merged into one folder), searched recursively. Each job wheel carries some
-    libraries and their manifest; libraries of one Python x platform family x
-    architecture are unpacked into one group directory, then packed as
+    libraries and their manifest; libraries of one Python ABI (``cp39-abi3``,
+    ``cp314-cp314t``) x platform family x architecture are unpacked into one group
+    directory, then packed as
     :func:`assemble_dist` does, with the platform tag all its parts allow
     (:func:`combined_platform`). A library two job wheels both carry must be
     byte-identical in both; a job wheel with grafted libraries is refused.
@@ -419,12 +418,12 @@ def assemble_from_wheels(cells_dir: Path, out: Path) -> list[Path]:
     matrix = load_matrix()
     made: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="tcde-assemble-") as tmp:
-        groups: dict[tuple[str, str, str], _Group] = {}
+        groups: dict[tuple[str, str, str, str], _Group] = {}
         for wheel in wheels:
             _, _, _, tags = parse_wheel_filename(wheel.name)
             tag = min(tags, key=str)
             family, arch = platform_key(tag.platform)
-            key = (tag.interpreter, family, arch)
+            key = (tag.interpreter, tag.abi, family, arch)
             if key not in groups:
                 directory = Path(tmp) / "-".join(key)
                 directory.mkdir()
