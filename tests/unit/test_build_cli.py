@@ -35,9 +35,7 @@ def test_clip_keeps_short_text_and_takes_the_first_line() -> None:
 
 
 def test_table_note_column_is_clipped(capsys: pytest.CaptureFixture[str]) -> None:
-    result = build.CellResult(
-        cell="linux_x86_64-t26_cuda_abi0", status="skipped", reason=NOTE
-    )
+    result = build.CellResult(cell="linux_x86_64-t26_cuda_abi0", status="skipped", reason=NOTE)
     build.print_table([result])
     line = capsys.readouterr().out.splitlines()[1]
     note = line.split("  ")[-1]

@@ -113,8 +113,7 @@ def _group(tmp_path: Path, cells: list[Cell]) -> Path:
 
 def test_assemble_group_combined_and_variant_wheels(tmp_path: Path) -> None:
     cells = [
-        _cell(f"linux_x86_64-{label}")
-        for label in ("t26_cuda_abi0", "t26_cpu_abi0", "t28_cpu")
+        _cell(f"linux_x86_64-{label}") for label in ("t26_cuda_abi0", "t26_cpu_abi0", "t28_cpu")
     ]
     libs = _group(tmp_path, cells)
     out = tmp_path / "dist"
