@@ -68,6 +68,7 @@ __all__ = [
     "freethreaded_python",
     "host_platform_name",
     "main",
+    "running_python",
     "skip_reason",
 ]
 
@@ -145,7 +146,8 @@ class Interpreter:
     include: Path
 
 
-def _running_python() -> str:
+def running_python() -> str:
+    """``3.12``, or ``3.14t`` when this CPython is free-threaded."""
     free = "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
     return f"{sys.version_info[0]}.{sys.version_info[1]}{free}"
 
@@ -159,7 +161,7 @@ def freethreaded_python(version: str) -> Interpreter | str:
     (``devtools.freethreaded``, which builds it once from Debian's CPython sources and
     caches it), where it exists and can provide it.
     """
-    if _running_python() == version:
+    if running_python() == version:
         return Interpreter(Path(sys.executable), Path(sysconfig.get_paths()["include"]))
     import importlib
 
@@ -182,7 +184,7 @@ def tree_python(cell: Cell) -> str:
     """The CPython whose torch wheel an abi3 cell's tree holds: the running one when the
     torch minor supports it (its wheel is then usually in uv's cache already), else the
     newest the torch minor supports on the platform."""
-    running = _running_python()
+    running = running_python()
     if running in cell.pythons:
         return running
     return max(cell.pythons, key=lambda v: tuple(int(p) for p in v.split(".")))
@@ -203,7 +205,7 @@ def skip_reason(cell: Cell, host: str | None) -> str | None:
     elif sysconfig.get_config_var("Py_GIL_DISABLED"):
         return (
             f"an abi3 library compiles against a CPython with the GIL; this is "
-            f"{_running_python()} (run the build with such a CPython)"
+            f"{running_python()} (run the build with such a CPython)"
         )
     return index_unreachable(cell.wheel.index_url)
 

@@ -47,7 +47,7 @@ def test_free_threaded_python_is_this_one_or_the_provisioners(
     import types
 
     build.freethreaded_python.cache_clear()
-    monkeypatch.setattr(build, "_running_python", lambda: "3.14t")
+    monkeypatch.setattr(build, "running_python", lambda: "3.14t")
     found = build.freethreaded_python("3.14t")
     assert isinstance(found, build.Interpreter)
     assert found.executable == Path(sys.executable)
@@ -84,7 +84,7 @@ def test_free_threaded_python_is_this_one_or_the_provisioners(
 def test_abi3_cell_on_a_free_threaded_interpreter_is_skipped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(build, "_running_python", lambda: "3.14t")
+    monkeypatch.setattr(build, "running_python", lambda: "3.14t")
     monkeypatch.setattr(
         build.sysconfig, "get_config_var", lambda name: 1 if name == "Py_GIL_DISABLED" else None
     )
@@ -95,7 +95,7 @@ def test_abi3_cell_on_a_free_threaded_interpreter_is_skipped(
 
 def test_tree_python_prefers_the_running_one() -> None:
     cell = _cell("linux_x86_64-t29_cpu")
-    running = build._running_python()
+    running = build.running_python()
     expected = running if running in cell.pythons else "3.14"
     assert build.tree_python(cell) == expected
     old = dataclasses.replace(cell, pythons=("3.9", "3.10"))
