@@ -229,13 +229,14 @@ def _create(
     importable: bool,
     extra: Sequence[str],
     index_url: str | None = None,
+    interpreter: Path | None = None,
 ) -> dict[str, object]:
-    interpreter = (
-        sys.executable if python == f"{sys.version_info[0]}.{sys.version_info[1]}" else python
-    )
+    if interpreter is None:
+        running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        interpreter = Path(sys.executable) if python == running else None
     started = time.monotonic()
     _log(f"creating {root} (Python {python})")
-    _uv(uv, "venv", "--quiet", "--python", interpreter, str(root))
+    _uv(uv, "venv", "--quiet", "--python", str(interpreter or python), str(root))
     env_py = str(_env_python(root))
     _log(f"installing torch=={version} --no-deps from PyPI (~1 GB on a cold uv cache)")
     index = ["--index-url", index_url] if index_url else []
@@ -269,13 +270,15 @@ def torch_env(
     python: str | None = None,
     extra: Sequence[str] = (),
     index_url: str | None = None,
+    interpreter: Path | None = None,
 ) -> TorchEnv:
     """The cached env with PyPI's ``torch==version`` (created on first use).
 
-    ``python``: ``"3.11"`` style (default: this interpreter's). ``importable``:
-    also install what ``import torch`` needs (verified). ``extra``: more
-    requirements. ``index_url``: take torch from this index instead of PyPI
-    (PyTorch's per-backend indexes; the env name records it). Raises
+    ``python``: ``"3.11"`` style (default: this interpreter's). ``interpreter``: the
+    CPython ``python`` names, where uv cannot find it by version (pyenv's shims hide
+    theirs). ``importable``: also install what ``import torch`` needs (verified).
+    ``extra``: more requirements. ``index_url``: take torch from this index instead of
+    PyPI (PyTorch's per-backend indexes; the env name records it). Raises
     :class:`ConfigError` for a malformed version and :class:`CommandError` when
     uv fails (e.g. no such torch release).
     """
@@ -305,6 +308,7 @@ def torch_env(
                     importable=importable,
                     extra=extra,
                     index_url=index_url,
+                    interpreter=interpreter,
                 )
             except BaseException:
                 shutil.rmtree(root, ignore_errors=True)
