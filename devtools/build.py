@@ -509,16 +509,16 @@ def _main(args: argparse.Namespace) -> int:
         "wall_seconds": wall,
         "cells": [r.to_json() for r in results],
     }
-    path = report_path(args, build_dir)
+    report_file = report_path(args, build_dir)
     if not any(r.entry is not None for r in results):
-        _write_report(path, report)
+        _write_report(report_file, report)
         # Nothing to pack: a build of none of the requested cells is a failure, whatever
         # the reasons (another platform, a missing interpreter).
         raise CellsNotBuiltError(
             f"none of the {len(results)} selected cell(s) was built: "
             + "; ".join(f"{r.cell}: {r.status} ({clip(r.reason, 120)})" for r in results[:6])
             + (f"; and {len(results) - 6} more" if len(results) > 6 else "")
-            + f" (report: {path})"
+            + f" (report: {report_file})"
         )
     if args.libs_dir is not None:
         entries = copy_libs(cells, results, build_dir, args.libs_dir.resolve())
@@ -536,8 +536,8 @@ def _main(args: argparse.Namespace) -> int:
         ]
         for path in artifacts:
             print(f"wrote {path} ({path.stat().st_size} bytes)")
-    _write_report(path, report)
-    print(f"report: {path}; wall time {wall:.1f} s")
+    _write_report(report_file, report)
+    print(f"report: {report_file}; wall time {wall:.1f} s")
     return 1 if any(r.status == "failed" for r in results) else 0
 
 

@@ -128,3 +128,29 @@ def test_python_flags_are_gone(capsys: pytest.CaptureFixture[str]) -> None:
         build._parser().parse_args(["--python", "3.12"])
     assert info.value.code == 2
     assert "unrecognized arguments: --python" in capsys.readouterr().err
+
+
+def test_the_report_never_overwrites_an_artifact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from devtools import wheels
+
+    out = tmp_path / "dist"
+    index = out / "torch_c_dlpack_ext-0.2.0-variants.json"
+
+    def assemble(groups: object, target: Path, **kwargs: object) -> list[Path]:
+        target.mkdir(parents=True, exist_ok=True)
+        index.write_text('{"variants": {}}\n', encoding="utf-8")
+        return [index]
+
+    built = build.CellResult(cell="linux_x86_64-t28_cpu", status="built", size=1, entry={})
+    monkeypatch.setattr(build, "build_cells", lambda *a, **k: [built])
+    monkeypatch.setattr(wheels, "assemble_dist", assemble)
+    code = build.main(
+        ["--cells", "linux_x86_64-t28_cpu", "--out", str(out), "--build-dir", str(tmp_path / "c")]
+    )
+    assert code == 0
+    # The last artifact written keeps its content; the report goes beside dist/.
+    assert index.read_text(encoding="utf-8") == '{"variants": {}}\n'
+    report = json.loads((tmp_path / build.REPORT_NAME).read_text(encoding="utf-8"))
+    assert report["artifacts"] == [{"file": index.name, "size": index.stat().st_size}]
