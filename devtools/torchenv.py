@@ -71,8 +71,8 @@ NOT_NEEDED_TO_IMPORT = frozenset(
 )
 _MARKER = ".torchenv-complete.json"
 _VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?([a-z0-9.+]*)$")
-_PYTHON_RE = re.compile(r"^3\.\d+$")
-_TREE_PYTHON_RE = re.compile(r"^3\.\d+t?$")
+#: ``3.12``, or a free-threaded ``3.14t`` (then ``interpreter`` must be given).
+_PYTHON_RE = re.compile(r"^3\.\d+t?$")
 _SMOKE = "import torch; torch.ones(2); print(torch.__version__)"
 #: Creating an importable env downloads ~2.5 GB on a cold cache.
 _LOCK_TIMEOUT_S = 3600.0
@@ -205,7 +205,8 @@ def import_requirements(
         raise ProvisionError(f"no torch-*.dist-info in {site_packages}: the torch install failed")
     text = dist_infos[0].read_text(encoding="utf-8")
     environment: dict[str, str] = {str(k): str(v) for k, v in default_environment().items()}
-    environment.update(python_version=python, python_full_version=f"{python}.0", extra="")
+    version = python.removesuffix("t")  # markers know no free-threaded spelling
+    environment.update(python_version=version, python_full_version=f"{version}.0", extra="")
     needed: list[str] = []
     skipped: list[str] = []
     for line in text.splitlines():
@@ -288,7 +289,9 @@ def torch_env(
     if not _VERSION_RE.match(version):
         raise ConfigError(f"torch version {version!r} is not a release version like '2.6.0'")
     if not _PYTHON_RE.match(python):
-        raise ConfigError(f"python {python!r} is not a version like '3.11'")
+        raise ConfigError(f"python {python!r} is not a version like '3.11' or '3.14t'")
+    if python.endswith("t") and interpreter is None:
+        raise ConfigError(f"an environment of free-threaded {python} needs that interpreter")
     extra = tuple(extra)
     envs = cache_root() / "envs"
     envs.mkdir(parents=True, exist_ok=True)
@@ -366,7 +369,7 @@ def torch_tree(
 
     if not _VERSION_RE.match(version):
         raise ConfigError(f"torch version {version!r} is not a release version like '2.6.0'")
-    if not _TREE_PYTHON_RE.match(python):
+    if not _PYTHON_RE.match(python):
         raise ConfigError(f"python {python!r} is not a version like '3.12' or '3.14t'")
     if python.endswith("t") and interpreter is None:
         raise ConfigError(f"a torch tree for free-threaded {python} needs that interpreter")
