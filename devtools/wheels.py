@@ -116,18 +116,52 @@ def _variant_info() -> Any:
 
 
 def variant_json(cell: Cell) -> bytes:
-    """``*.dist-info/variant.json`` of a cell's variant wheel, produced by variantlib."""
-    from variantlib.api import VariantDescription, VariantProperty, make_variant_dist_info
-
-    description = VariantDescription(
-        properties=[VariantProperty.from_str(p) for p in variant_properties(cell)],
-        label=cell.label,
-    )
-    data = _declare_abi_dependency(
-        json.loads(make_variant_dist_info(description, variant_info=_variant_info()))
-    )
+    """``*.dist-info/variant.json`` of a cell's variant wheel, produced by variantlib
+    (which needs Python >= 3.10; on 3.9 :func:`_variant_dist_info_without_variantlib`
+    writes the same document, a unit test keeps the two equal)."""
+    try:
+        from variantlib.api import VariantDescription, VariantProperty, make_variant_dist_info
+    except ImportError:
+        if sys.version_info >= (3, 10):
+            raise
+        data = _variant_dist_info_without_variantlib(cell)
+    else:
+        description = VariantDescription(
+            properties=[VariantProperty.from_str(p) for p in variant_properties(cell)],
+            label=cell.label,
+        )
+        data = json.loads(make_variant_dist_info(description, variant_info=_variant_info()))
+    data = _declare_abi_dependency(data)
     # Canonical form (sorted keys) so equal inputs give byte-identical wheels.
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
+#: The PEP 825 schema variantlib 0.2 names in the variant metadata it writes.
+_VARIANT_SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"
+
+
+def _variant_dist_info_without_variantlib(cell: Cell) -> dict[str, Any]:
+    """What variantlib 0.2's ``make_variant_dist_info`` writes for ``cell``, for
+    Python 3.9 where variantlib does not install: the schema, pyproject.toml's
+    ``[variant]`` priorities and providers, and the cell's properties under its label."""
+    from build_backend._metadata import load_pyproject
+
+    table = load_pyproject(ROOT).get("variant", {})
+    variants: dict[str, dict[str, list[str]]] = {}
+    for prop in variant_properties(cell):
+        namespace, feature, value = (part.strip() for part in prop.split("::"))
+        variants.setdefault(namespace, {}).setdefault(feature, []).append(value)
+    return {
+        "$schema": _VARIANT_SCHEMA,
+        "default-priorities": {
+            "namespace": list(table.get("default-priorities", {}).get("namespace", []))
+        },
+        "providers": {
+            name: {"plugin-api": provider["plugin-api"], "requires": list(provider["requires"])}
+            for name, provider in table.get("providers", {}).items()
+        },
+        "variants": {cell.label: variants},
+    }
 
 
 def _declare_abi_dependency(data: dict[str, Any]) -> dict[str, Any]:
@@ -391,10 +425,12 @@ def universal_wheel(out: Path) -> Path:
 
 
 def _is_variant(filename: str) -> bool:
-    from variantlib.constants import VALIDATION_WHEEL_NAME_REGEX
-
-    match = VALIDATION_WHEEL_NAME_REGEX.fullmatch(filename)
-    return bool(match and match.group("variant_label"))
+    """A PEP 825 variant wheel's name: a label after the platform tag (a PEP 427 build
+    tag, which would also make six parts, starts with a digit and sits third)."""
+    parts = filename[: -len(".whl")].split("-") if filename.endswith(".whl") else []
+    if len(parts) == 7:
+        return True
+    return len(parts) == 6 and not parts[2][:1].isdigit()
 
 
 def assemble_from_wheels(cells_dir: Path, out: Path) -> list[Path]:

@@ -247,3 +247,28 @@ def test_indistinct_labels_are_reported(capsys: pytest.CaptureFixture[str]) -> N
     err = capsys.readouterr().err
     assert "'t26_cpu_abi0' and 't26_cpu_abi1' declare the same properties" in err
     assert "t28_cpu" not in err
+
+
+def test_variant_json_without_variantlib_is_what_variantlib_writes() -> None:
+    # Python 3.9 (variantlib needs 3.10) writes variant.json itself: the same document.
+    for cell in MATRIX.cells():
+        data = wheels._declare_abi_dependency(wheels._variant_dist_info_without_variantlib(cell))
+        assert data == json.loads(wheels.variant_json(cell)), cell.id
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-manylinux_2_28_x86_64.whl",
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-manylinux_2_28_x86_64-t28_cpu.whl",
+        "torch_c_dlpack_ext-0.2.0-cp314-cp314t-win_amd64-t29_cpu.whl",
+        "torch_c_dlpack_ext-0.2.0-1-cp39-abi3-win_amd64.whl",
+        "torch_c_dlpack_ext-0.2.0-1-cp39-abi3-win_amd64-t26_cpu_abi0.whl",
+        "torch_c_dlpack_ext-0.2.0-py3-none-any.whl",
+    ],
+)
+def test_variant_names_are_told_apart_as_variantlib_does(name: str) -> None:
+    from variantlib.constants import VALIDATION_WHEEL_NAME_REGEX
+
+    match = VALIDATION_WHEEL_NAME_REGEX.fullmatch(name)
+    assert wheels._is_variant(name) is bool(match and match.group("variant_label"))
