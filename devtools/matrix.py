@@ -793,7 +793,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         for cell in cells:
             print(cell.id)
         return 0
-    text = json.dumps({"include": matrix.jobs(cells)}, indent=2) + "\n"
+    jobs = matrix.jobs(cells)
+    if not jobs:
+        reasons = sorted({c.not_released for c in cells})
+        return report(
+            MatrixError(
+                f"the release builds none of the {len(cells)} selected cell(s): "
+                + "; ".join(reasons)
+            )
+        )
+    text = json.dumps({"include": jobs}, indent=2) + "\n"
     if args.output:
         atomic_write_bytes(Path(args.output), text.encode())
     else:

@@ -313,6 +313,12 @@ def test_nox_matrix_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
     assert main(["--only", "macosx_11_0_arm64-cpu", "--output", str(out)]) == 0
     assert json.loads(out.read_text())["include"][0]["runner"] == "macos-14"
     assert main(["--only", "nope"]) == 2
+    capsys.readouterr()
+    # Cells only `nox -s build` makes: the job matrix says so instead of being empty.
+    assert main(["--only", "*-cp313t"]) == MatrixError.exit_code
+    assert "the release builds none of the 16 selected cell(s): cibuildwheel" in (
+        capsys.readouterr().err
+    )
 
 
 def test_no_cell_for_a_python_outside_requires_python() -> None:
