@@ -90,12 +90,12 @@ def lint(session: nox.Session) -> None:
 def build(session: nox.Session) -> None:
     """Compile every matrix cell this host can build, then assemble dist/.
 
-    ``nox -s build -- [--cells ID,PATTERN,...] [--python 3.X ...] [--all-pythons]
-    [--jobs N] [--no-assemble] [--no-repair] [--assemble-from DIR] [--out DIR]
-    [--report FILE]``.
-    Default: every cell of matrix.toml for this Python and platform. Each cell's
-    torch goes into a cached uv environment (never imported); unchanged cells
-    compile nothing. Writes the combined, variant and universal wheels, the
+    ``nox -s build -- [--cells ID,PATTERN,...] [--jobs N] [--no-assemble] [--no-repair]
+    [--assemble-from DIR] [--out DIR] [--report FILE]``.
+    Default: every cell of matrix.toml for this platform, from any CPython >= 3.9 (the
+    abi3 libraries serve them all; free-threaded cells need their interpreter). Each
+    cell's torch goes into a cached folder (never imported); unchanged cells compile
+    nothing. Writes the combined (cp39-abi3, cp314t), variant and universal wheels, the
     variants index and the sdist to dist/ (or ``--out DIR``), and a report to
     build/build-report.json (beside ``--out DIR`` when given; ``--report FILE`` chooses).
     """

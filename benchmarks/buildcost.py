@@ -71,20 +71,17 @@ def _cells(ctx: BenchContext) -> list[tuple[str, Path, str]]:
 
 
 def _pipeline_cell_id() -> str:
-    """The matrix id of the torch 2.8 CPU cell for this Python on this host."""
+    """The matrix id of the torch 2.8 CPU cell (abi3) on this host."""
     from devtools.build import host_platform_name
     from devtools.matrix import load_matrix
 
     matrix = load_matrix()
     host = host_platform_name(matrix)
-    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
     wanted = tuple(int(part) for part in OLD_TORCH.split(".")[:2])
-    for cell in matrix.select(python=[python], platform=[host] if host else []):
+    for cell in matrix.select(python=["abi3"], platform=[host] if host else []):
         if cell.torch.version == wanted and cell.backend.value == "cpu":
             return cell.id
-    raise ConfigError(
-        f"matrix.toml has no torch {OLD_TORCH} cpu cell for Python {python} on {host}"
-    )
+    raise ConfigError(f"matrix.toml has no torch {OLD_TORCH} cpu cell (abi3) on {host}")
 
 
 def _pipeline(build_dir: Path, *, jobs: int, cells: str | None) -> dict[str, Any]:

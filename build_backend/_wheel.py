@@ -155,11 +155,15 @@ def platform_tag() -> str:
 def wheel_tag(*, python: str | None, platform: str | None) -> str:
     """The wheel tag, computed with :mod:`packaging.tags`.
 
-    ``python=None``: ``py3-none-any`` (no library). Otherwise a CPython tag for
-    ``python`` (``3.11`` -> ``cp311-cp311``): the libraries use the full C API of
-    that interpreter. ``platform``: default this host's.
+    ``python=None``: ``py3-none-any`` (no library). Otherwise the libraries' manifest
+    ``python`` (:func:`~_torch_c_dlpack_ext_core.naming.python_target_tags`): ``abi3``
+    -> ``cp39-abi3`` (the limited API: every CPython >= 3.9 with the GIL), ``3.14t`` ->
+    ``cp314-cp314t`` (that free-threaded CPython), ``3.11`` (a manifest from before
+    abi3) -> ``cp311-cp311``. ``platform``: default this host's.
     """
     from packaging import tags
+
+    from _torch_c_dlpack_ext_core.naming import parse_python_target, python_target_tags
 
     if python is None:
         return str(
@@ -169,9 +173,12 @@ def wheel_tag(*, python: str | None, platform: str | None) -> str:
                 )
             )
         )
-    major, minor = (int(part) for part in python.split("."))
+    major, minor, _ = parse_python_target(python)
+    _, abi = python_target_tags(python)
     plat = platform or platform_tag()
-    first = next(iter(tags.cpython_tags(python_version=(major, minor), platforms=[plat])))
+    first = next(
+        iter(tags.cpython_tags(python_version=(major, minor), abis=[abi], platforms=[plat]))
+    )
     return str(first)
 
 
@@ -303,18 +310,18 @@ def _check_gpu_headers(backends: Sequence[Any], install: Any) -> None:
 
 
 def wheel_python(entries: Sequence[Any]) -> str:
-    """The one CPython (``3.11``) the libraries ``entries`` were compiled for (their
-    manifest's ``python``): a wheel's Python tag. Raises :class:`BuildError` when they
-    disagree (a libs dir mixing builds for two Pythons)."""
+    """The one ``python`` (``abi3``, ``3.14t``) the libraries ``entries`` serve (their
+    manifest's ``python``): a wheel's Python tags. Raises :class:`BuildError` when they
+    disagree (a libs dir mixing abi3 and free-threaded builds)."""
     from _torch_c_dlpack_ext_core.errors import BuildError
 
     pythons = sorted({entry.python for entry in entries})
     if len(pythons) != 1:
         listed = ", ".join(f"{e.file}: Python {e.python}" for e in entries)
         raise BuildError(
-            f"one wheel holds libraries of one Python, and these were compiled for "
-            f"{' and '.join(pythons) or 'none'} ({listed}); pack each Python's libraries "
-            "from its own libs dir"
+            f"one wheel holds libraries of one Python ABI, and these were compiled for "
+            f"{' and '.join(pythons) or 'none'} ({listed}); pack the abi3 libraries and "
+            "each free-threaded Python's from their own libs dir"
         )
     return str(pythons[0])
 
@@ -331,8 +338,8 @@ def assemble_wheel(
 ) -> Path:
     """Write one wheel: the package, csrc/, the libraries and their manifest.
 
-    No libraries: a ``py3-none-any`` wheel; else a CPython wheel of the Python the
-    libraries' manifest entries name (:func:`wheel_python`). ``label`` +
+    No libraries: a ``py3-none-any`` wheel; else a CPython wheel tagged for the Python
+    ABI the libraries' manifest entries name (:func:`wheel_python`, :func:`wheel_tag`). ``label`` +
     ``variant_json``: a PEP 825 variant wheel. ``editable``: a ``.pth`` pointing at
     the source tree.
     """

@@ -3,6 +3,7 @@
 // what it was built for without trusting its file name.
 #include "tcde_dlpack.h"
 
+#include <Python.h>  // only its macros: which CPython ABI this build serves
 #include <torch/version.h>
 
 #include <cstddef>  // also pulls in libstdc++'s config, which defines _GLIBCXX_USE_CXX11_ABI
@@ -22,12 +23,25 @@
 #define TCDE_CXX11_ABI_JSON "null"
 #endif
 
+// What the library serves, as the manifest's "python" says it: "abi3" (the limited
+// API: every CPython >= 3.9 with the GIL), "3.14t" (that free-threaded CPython only),
+// or "3.11" (a build against the full API of one CPython with the GIL).
+#define TCDE_PY_MAJOR_MINOR TCDE_STRINGIFY(PY_MAJOR_VERSION) "." TCDE_STRINGIFY(PY_MINOR_VERSION)
+#if defined(Py_GIL_DISABLED) && Py_GIL_DISABLED
+#define TCDE_PYTHON_JSON TCDE_PY_MAJOR_MINOR "t"
+#elif defined(Py_LIMITED_API)
+#define TCDE_PYTHON_JSON "abi3"
+#else
+#define TCDE_PYTHON_JSON TCDE_PY_MAJOR_MINOR
+#endif
+
 #define TCDE_INFO_PREFIX                                                                  \
   "{\"torch\": \"" TCDE_TORCH_BUILD "\", \"torch_major\": " TCDE_STRINGIFY(              \
       TORCH_VERSION_MAJOR) ", \"torch_minor\": " TCDE_STRINGIFY(TORCH_VERSION_MINOR)    \
       ", \"backend\": \"" TCDE_BACKEND_NAME "\", \"cxx11_abi\": " TCDE_CXX11_ABI_JSON    \
       ", \"dlpack\": \"" TCDE_STRINGIFY(DLPACK_MAJOR_VERSION) "." TCDE_STRINGIFY(         \
-          DLPACK_MINOR_VERSION) "\", \"toolchain\": \"" TCDE_TOOLCHAIN "\", \"gpu_toolkit\": "
+          DLPACK_MINOR_VERSION) "\", \"python\": \"" TCDE_PYTHON_JSON "\", \"toolchain\": \"" \
+      TCDE_TOOLCHAIN "\", \"gpu_toolkit\": "
 
 namespace {
 // A CPU build passes TCDE_GPU_TOOLKIT="" ; the JSON says null rather than "".

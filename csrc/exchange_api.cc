@@ -175,9 +175,15 @@ int RaiseExportProblem(ExportProblem problem, const at::Tensor& t) {
 }
 
 int RaiseNotATensor(PyObject* obj) {
+  if (obj == nullptr) {
+    PyErr_Format(PyExc_TypeError, "%s: expected a torch.Tensor, got NULL", kLib);
+    return -1;
+  }
+  // %S of the type ("<class 'int'>"): the limited API has no tp_name (PyTypeObject is
+  // opaque there) and PyType_GetName() is 3.11+.
   PyErr_Format(PyExc_TypeError,
-               "%s: expected a torch.Tensor, got %s; pass a tensor (e.g. torch.as_tensor(x))",
-               kLib, obj == nullptr ? "NULL" : Py_TYPE(obj)->tp_name);
+               "%s: expected a torch.Tensor, got %S; pass a tensor (e.g. torch.as_tensor(x))",
+               kLib, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
   return -1;
 }
 

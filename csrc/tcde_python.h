@@ -17,7 +17,21 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/MaybeOwned.h>
 #include <torch/csrc/Export.h>
-#include <torch/csrc/python_headers.h>
+
+// <Python.h> itself, not torch's <torch/csrc/python_headers.h>: that one also includes
+// <frameobject.h> and <structseq.h>, which this library does not use. Every Python API used
+// here is in the limited API (Py_LIMITED_API=0x03090000, one abi3 library for every
+// CPython) and none reads a PyObject field a free-threaded build (Py_GIL_DISABLED, which
+// cannot use the limited API) lays out differently: Py_TYPE() is the only field access.
+// glibc's <features.h> (already included through the C++ headers) and pyconfig.h both define
+// these two macros; saved and restored as torch's python_headers.h does.
+#pragma push_macro("_XOPEN_SOURCE")
+#pragma push_macro("_POSIX_C_SOURCE")
+#undef _XOPEN_SOURCE
+#undef _POSIX_C_SOURCE
+#include <Python.h>
+#pragma pop_macro("_XOPEN_SOURCE")
+#pragma pop_macro("_POSIX_C_SOURCE")
 
 // The torch.Tensor and torch.nn.Parameter type objects (NULL until torch's
 // Python module has initialized).

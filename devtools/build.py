@@ -1,20 +1,29 @@
 """``nox -s build``: compile the matrix cells this host can build, then assemble dist/.
 
-Per cell: a cached environment holding that torch release (installed
-``--no-deps``, never imported; :mod:`devtools.torchenv`), one compile through
-the driver (:func:`_torch_c_dlpack_ext_core.driver.compile_library`, which audits
-the ABI and skips unchanged targets by its cache key). Cells this host cannot
-build are skipped with the reason: another OS or architecture, an index that
-does not answer (checked with a short timeout), no ROCm toolchain, no such
-Python interpreter.
+By default every cell of this host's platform: the abi3 cells (one library per
+torch minor, backend and ABI serves every CPython >= 3.9 with the GIL, so the
+Python running this command does not matter) and the free-threaded ones.
 
-Libraries land in ``build/cells/<cpXY>-<platform>/`` with a manifest (each entry
-names its target ``python``); then :mod:`devtools.wheels` packs the combined,
-variant and universal wheels, the variants index and the sdist into ``dist/``. A
-report (``build-report.json``) goes beside the output folder, never into it (dist/
-holds only what gets published):
-``build/build-report.json`` by default, ``<DIR>/../build-report.json`` with
-``--out DIR``, or wherever ``--report`` says.
+Per cell: a cached folder holding that torch release (installed ``--no-deps`` for
+one CPython the torch minor supports, never imported; :func:`devtools.torchenv.torch_tree`:
+its headers and libraries are the same in every CPython's wheel, so no other
+interpreter is needed), one compile through the driver
+(:func:`_torch_c_dlpack_ext_core.driver.compile_library`, which audits the ABI, the
+stable ABI of abi3 libraries with abi3audit, and skips unchanged targets by its cache
+key). An abi3 cell compiles against the running CPython's headers with
+``Py_LIMITED_API``; a free-threaded cell (``-cp314t``) against that interpreter's
+headers and its own torch wheel (:func:`freethreaded_python`). Cells this host cannot
+build are skipped with the reason: another OS or architecture, an index that does not
+answer (checked with a short timeout), no ROCm toolchain, no free-threaded CPython.
+An empty ``--cells`` is an error before any work, and a run that builds none of the
+cells it selected fails (exit 13).
+
+Libraries land in ``build/cells/<platform>-abi3/`` (``<platform>-cp314t/``) with a
+manifest (each entry names its ``python``); then :mod:`devtools.wheels` packs the
+combined, variant and universal wheels, the variants index and the sdist into
+``dist/``. A report (``build-report.json``) goes beside the output folder, never into
+it (dist/ holds only what gets published): ``build/build-report.json`` by default,
+``<DIR>/../build-report.json`` with ``--out DIR``, or wherever ``--report`` says.
 
 ``--libs-dir DIR`` (with ``--no-assemble``: CI's per-job build, cibuildwheel's
 ``before-build``) also copies the selected cells' libraries and their manifest into
@@ -35,6 +44,7 @@ import os
 import platform as host_platform
 import shutil
 import sys
+import sysconfig
 import textwrap
 import time
 import urllib.error
@@ -43,12 +53,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
+from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, atomic_write_bytes, write_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
-from _torch_c_dlpack_ext_core.run import run
 from devtools import ROOT
-from devtools.errors import HANDLED, CellsNotBuiltError
+from devtools.errors import HANDLED, CellsNotBuiltError, ProvisionError
 from devtools.errors import report as report_error
 from devtools.matrix import Cell, Matrix, load_matrix
 
@@ -56,8 +65,10 @@ __all__ = [
     "CellResult",
     "build_cells",
     "copy_libs",
+    "freethreaded_python",
     "host_platform_name",
     "main",
+    "running_python",
     "skip_reason",
 ]
 
@@ -127,92 +138,122 @@ def _rocm_missing() -> str | None:
     return "no ROCm toolchain (set ROCM_PATH to a ROCm installation with include/hip)"
 
 
-def _python_missing(python: str) -> str | None:
-    if python == f"{sys.version_info[0]}.{sys.version_info[1]}":
-        return None
-    from devtools.torchenv import find_uv
+@dataclasses.dataclass(frozen=True)
+class Interpreter:
+    """A CPython a cell compiles for: its executable and include dir."""
 
-    try:
-        run([find_uv(), "python", "find", "--no-python-downloads", python], echo=False)
-    except CommandError:
-        return f"no Python {python} interpreter on this host (uv python find {python})"
-    return None
+    executable: Path
+    include: Path
+
+
+def running_python() -> str:
+    """``3.12``, or ``3.14t`` when this CPython is free-threaded."""
+    free = "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
+    return f"{sys.version_info[0]}.{sys.version_info[1]}{free}"
 
 
 @functools.cache
-def _requires_python() -> str | None:
-    """``[project] requires-python``, read once per run rather than once per cell."""
-    from build_backend._metadata import load_pyproject
+def freethreaded_python(version: str) -> Interpreter | str:
+    """The free-threaded CPython ``version`` (``"3.14t"``) to compile for, or why there
+    is none on this host.
 
-    value = load_pyproject(ROOT).get("project", {}).get("requires-python")
-    return str(value) if value is not None else None
+    This interpreter, when it is that one; else the developer tools' provisioner
+    (``devtools.freethreaded``, which builds it once from Debian's CPython sources and
+    caches it), where it exists and can provide it.
+    """
+    if running_python() == version:
+        return Interpreter(Path(sys.executable), Path(sysconfig.get_paths()["include"]))
+    import importlib
+
+    try:
+        provisioner = importlib.import_module("devtools.freethreaded")
+    except ImportError:
+        return (
+            f"no free-threaded CPython {version} here (run this build with python{version}, "
+            "or add the devtools.freethreaded provisioner)"
+        )
+    try:
+        found = provisioner.free_threaded_python(version)
+    except HANDLED as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"no free-threaded CPython {version}: {first}"
+    return Interpreter(Path(found.executable), Path(found.include_dir))
 
 
-def _outside_requires_python(python: str) -> str | None:
-    from packaging.specifiers import SpecifierSet
-
-    spec = _requires_python()
-    if spec and f"{python}.0" not in SpecifierSet(spec):
-        return f"Python {python} is outside requires-python {spec} (torch supports it, we do not)"
-    return None
+def tree_python(cell: Cell) -> str:
+    """The CPython whose torch wheel an abi3 cell's tree holds: the running one when the
+    torch minor supports it (its wheel is then usually in uv's cache already), else the
+    newest the torch minor supports on the platform."""
+    running = running_python()
+    if running in cell.pythons:
+        return running
+    return max(cell.pythons, key=lambda v: tuple(int(p) for p in v.split(".")))
 
 
 def skip_reason(cell: Cell, host: str | None) -> str | None:
     """Why this host cannot build ``cell`` (``None``: it can)."""
-    outside = _outside_requires_python(cell.python)
-    if outside:
-        return outside
     if cell.platform.name != host:
         return f"builds on {cell.platform.name}, this host is {host or 'not in matrix.toml'}"
     if cell.backend is Backend.ROCM:
         missing = _rocm_missing()
         if missing:
             return missing
-    unreachable = index_unreachable(cell.wheel.index_url)
-    if unreachable:
-        return unreachable
-    return _python_missing(cell.python)
+    if cell.freethreaded:
+        found = freethreaded_python(cell.python)
+        if isinstance(found, str):
+            return found
+    elif sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return (
+            f"an abi3 library compiles against a CPython with the GIL; this is "
+            f"{running_python()} (run the build with such a CPython)"
+        )
+    return index_unreachable(cell.wheel.index_url)
 
 
 def group_dir(build_dir: Path, cell: Cell) -> Path:
-    """Where a cell's library goes: one directory per Python x platform."""
-    return build_dir / f"{cell.python_tag}-{cell.platform.name}"
-
-
-def _python_include(python: Path) -> Path:
-    code = "import sysconfig; print(sysconfig.get_paths()['include'])"
-    return Path(run([python, "-c", code], echo=False).stdout.strip())
+    """Where a cell's library goes: one directory per platform and Python ABI
+    (``linux_x86_64-abi3``, ``linux_x86_64-cp314t``): one combined wheel each."""
+    return build_dir / f"{cell.platform.name}-{cell.python_tag}"
 
 
 def build_one(cell: Cell, build_dir: Path) -> CellResult:
     """Provision the cell's torch and compile its library (a cache hit compiles nothing)."""
     from _torch_c_dlpack_ext_core.driver import compile_library
-    from devtools.torchenv import torch_env
+    from devtools.torchenv import torch_tree
 
     started = time.monotonic()
     out = group_dir(build_dir, cell)
     try:
-        # CPU and GPU cells of one flavour share the env (same extras).
-        env = torch_env(
+        python_include: Path | None = None
+        interpreter: Path | None = None
+        if cell.freethreaded:
+            found = freethreaded_python(cell.python)
+            if isinstance(found, str):
+                raise ProvisionError(found)
+            interpreter, python_include = found.executable, found.include
+        # CPU and GPU cells of one flavour share the tree (same extras).
+        tree = torch_tree(
             cell.torch.release,
-            importable=False,
-            python=cell.python,
+            python=cell.python if cell.freethreaded else tree_python(cell),
+            interpreter=interpreter,
             extra=cell.wheel.toolkit_requirements,
             index_url=None if cell.wheel.index == "pypi" else cell.wheel.index_url,
         )
         gpu_home = None
         if cell.backend is Backend.CUDA:
             # The pinned runtime headers of this torch, not whatever nvcc is on PATH.
-            gpu_home = env.site_packages / "nvidia" / "cuda_runtime"
+            gpu_home = tree.site_packages / "nvidia" / "cuda_runtime"
         target = out / cell.library
         before = target.stat().st_mtime_ns if target.is_file() else None
         entry = compile_library(
-            torch=env.torch_dir,
+            torch=tree.torch_dir,
             backend=cell.backend,
             output_dir=out,
             cxx11_abi=cell.cxx11_abi,
             gpu_home=gpu_home,
-            python_include=_python_include(env.python),
+            python_include=python_include,
+            python=cell.python,
+            stable_abi_audit=True,
         )
     except HANDLED as exc:
         return CellResult(
@@ -314,7 +355,7 @@ def _read_manifest(directory: Path) -> list[ManifestEntry]:
 def copy_libs(
     cells: Sequence[Cell], results: Sequence[CellResult], build_dir: Path, libs_dir: Path
 ) -> list[ManifestEntry]:
-    """Copy the built ``cells`` (one Python x platform) and their manifest into ``libs_dir``.
+    """Copy the built ``cells`` (one platform x Python ABI) and their manifest into ``libs_dir``.
 
     What CI's per-job build hands to the backend's ``libs-dir=``: exactly the job's
     cells, so a cell that was skipped or failed is an error
@@ -328,8 +369,8 @@ def copy_libs(
     groups = {group_dir(build_dir, cell) for cell in cells}
     if len(groups) != 1:
         raise ConfigError(
-            f"--libs-dir takes the cells of one Python and platform; the selection spans "
-            f"{', '.join(sorted(g.name for g in groups))}"
+            f"--libs-dir takes the cells of one platform and Python ABI (one wheel); the "
+            f"selection spans {', '.join(sorted(g.name for g in groups))}"
         )
     (source,) = groups
     libs_dir.mkdir(parents=True, exist_ok=True)
@@ -368,12 +409,11 @@ def print_table(results: Sequence[CellResult]) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nox -s build --", description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--cells", default="", help="comma-separated cell ids, job ids or patterns (*-t26_*)"
+        "--cells",
+        default=None,
+        help="comma-separated cell ids, job ids or patterns (*-t26_*; default: every cell "
+        "of this host's platform); an empty value is an error",
     )
-    parser.add_argument(
-        "--python", action="append", default=[], help="3.11 (repeatable; default: this one)"
-    )
-    parser.add_argument("--all-pythons", action="store_true", help="every Python of the matrix")
     parser.add_argument("--jobs", type=int, default=1, help="cells built in parallel (processes)")
     parser.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
     parser.add_argument(
@@ -418,6 +458,33 @@ def report_path(args: argparse.Namespace, build_dir: Path) -> Path:
     return build_dir.parent / REPORT_NAME
 
 
+def select_cells(matrix: Matrix, value: str | None) -> tuple[Cell, ...]:
+    """The cells a run builds: ``--cells`` (ids or patterns, comma-separated), else
+    every cell of this host's platform. A given but empty ``--cells`` (``""``, commas,
+    blanks: ``TCDE_JOB_CELLS`` unset in a release job) is a :class:`ConfigError`: it
+    would otherwise mean "everything" and compile the whole matrix."""
+    if value is not None:
+        patterns = [p.strip() for p in value.split(",") if p.strip()]
+        if not patterns:
+            raise ConfigError(
+                f"--cells {value!r} names no cell; pass cell ids or patterns (`nox -s matrix "
+                "-- --list` lists them), or leave --cells out to build every cell of this "
+                "host's platform"
+            )
+        cells = matrix.select(patterns)
+    else:
+        host = host_platform_name(matrix)
+        if host is None:
+            raise ConfigError(
+                f"this host ({sys.platform}, {host_platform.machine()}) is no platform of "
+                "matrix.toml; pass --cells to choose cells"
+            )
+        cells = matrix.select(platform=[host])
+    if not cells:
+        raise ConfigError("the selection holds no cell; `nox -s matrix -- --list` lists them")
+    return cells
+
+
 def _main(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ConfigError(f"--jobs {args.jobs}: must be 1 or more")
@@ -436,31 +503,32 @@ def _main(args: argparse.Namespace) -> int:
             print(f"wrote {path}")
         return 0
     matrix = load_matrix()
+    cells = select_cells(matrix, args.cells)
     started = time.monotonic()
-    patterns = [p for p in args.cells.split(",") if p.strip()]
-    pythons = (
-        []
-        if args.all_pythons
-        else (args.python or ([] if patterns else [f"{sys.version_info[0]}.{sys.version_info[1]}"]))
-    )
-    host = host_platform_name(matrix)
-    platforms = [] if patterns or host is None else [host]
-    cells = matrix.select(patterns, python=pythons, platform=platforms)
-    if not cells:
-        raise ConfigError("the selection holds no cell; `nox -s matrix -- --list` lists them")
     print(f"building {len(cells)} cell(s) with --jobs {args.jobs}", file=sys.stderr)
     build_dir = args.build_dir.resolve()
     results = build_cells(cells, build_dir, jobs=args.jobs)
     wall = round(time.monotonic() - started, 1)
     print_table(results)
-    if args.libs_dir is not None:
-        entries = copy_libs(cells, results, build_dir, args.libs_dir.resolve())
-        print(f"copied {len(entries)} librar(y/ies) and their manifest to {args.libs_dir}")
     report: dict[str, Any] = {
         "jobs": args.jobs,
         "wall_seconds": wall,
         "cells": [r.to_json() for r in results],
     }
+    report_file = report_path(args, build_dir)
+    if not any(r.entry is not None for r in results):
+        _write_report(report_file, report)
+        # Nothing to pack: a build of none of the requested cells is a failure, whatever
+        # the reasons (another platform, a missing interpreter).
+        raise CellsNotBuiltError(
+            f"none of the {len(results)} selected cell(s) was built: "
+            + "; ".join(f"{r.cell}: {r.status} ({clip(r.reason, 120)})" for r in results[:6])
+            + (f"; and {len(results) - 6} more" if len(results) > 6 else "")
+            + f" (report: {report_file})"
+        )
+    if args.libs_dir is not None:
+        entries = copy_libs(cells, results, build_dir, args.libs_dir.resolve())
+        print(f"copied {len(entries)} librar(y/ies) and their manifest to {args.libs_dir}")
     artifacts: list[Path] = []
     if not args.no_assemble:
         from devtools import wheels
@@ -474,11 +542,14 @@ def _main(args: argparse.Namespace) -> int:
         ]
         for path in artifacts:
             print(f"wrote {path} ({path.stat().st_size} bytes)")
-    path = report_path(args, build_dir)
+    _write_report(report_file, report)
+    print(f"report: {report_file}; wall time {wall:.1f} s")
+    return 1 if any(r.status == "failed" for r in results) else 0
+
+
+def _write_report(path: Path, report: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, (json.dumps(report, indent=2) + "\n").encode())
-    print(f"report: {path}; wall time {wall:.1f} s")
-    return 1 if any(r.status == "failed" for r in results) else 0
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ depends on from the workflow file itself, so a change there is rehearsed too:
    then ``release.py github-matrix``);
 2. one job wheel per job, as its ``cells`` job would upload it. The cell
    selection is the workflow's ``TCDE_JOB_CELLS`` expression evaluated for that
-   job. Cells this host can build (its platform, its Python, chosen with
+   job. Cells this host can build (its platform; an abi3 cell from any CPython with
+   the GIL, a free-threaded one only from that interpreter; chosen with
    ``--real-cells``) are compiled for real as the job does: ``[tool.cibuildwheel]
    before-build``'s ``python -m devtools.build`` command (into a libs dir under the
    work directory, the compiled-library cache at ``--build-dir``), then the in-tree
@@ -25,7 +26,8 @@ depends on from the workflow file itself, so a change there is rehearsed too:
    layout the ``verify`` job downloads (contents and byte identity; installing
    torch is the verify job's own part and not repeated here);
 5. the result must hold every expected cell exactly once, with the bytes its job
-   built, and one combined wheel per Python x platform.
+   built, and one combined wheel per platform x Python ABI (the ``cp39-abi3`` wheel,
+   and one per free-threaded Python).
 
 ``--fail-job`` drops jobs' artifacts, as a failed job would: the run must then
 report them absent, and ``verify`` must pass only if matrix.toml allows it.
@@ -64,13 +66,12 @@ __all__ = [
 ]
 
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
-_PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
-_TAG = f"cp{sys.version_info[0]}{sys.version_info[1]}"
-#: Cells compiled for real by default: two C++ ABIs, already in the test build
-#: cache of `tests/integration` (the driver's cache key makes them no-ops there).
 #: The cells job's cell ids, as the workflow passes them to before-build.
 CELLS_VARIABLE = "TCDE_JOB_CELLS"
-DEFAULT_REAL_CELLS = (f"{_TAG}-linux_x86_64-t28_cpu", f"{_TAG}-linux_x86_64-t26_cpu_abi0")
+#: Cells compiled for real by default: two C++ ABIs, both abi3 (any CPython with the
+#: GIL builds them), already in the test build cache of `tests/integration` (the
+#: driver's cache key makes them no-ops there).
+DEFAULT_REAL_CELLS = ("linux_x86_64-t28_cpu", "linux_x86_64-t26_cpu_abi0")
 #: What each non-Linux-x86_64 platform's repair step tags a job wheel with.
 _REPAIRED_TAG = {"win_amd64": "win_amd64", "macosx_11_0_arm64": "macosx_11_0_arm64"}
 
@@ -414,16 +415,14 @@ def build_job(
     from build_backend._wheel import assemble_wheel
 
     value = evaluate(settings.cells_env, job)
-    python = str(job["python"])
-    # devtools.build's selection: the cells named (of the job's Python and platform).
+    # devtools.build's selection: the cells named (of the job's platform and Python ABI).
     selected = list(matrix.select(value.split(",")))
     if [c.id for c in selected] != list(job["cells"]):
         raise _error(
             f"job {job['id']}: {CELLS_VARIABLE}={value!r} selects "
             f"{[c.id for c in selected]}, the job promises {job['cells']}"
         )
-    native = job["platform"] == host and python == _PY
-    real = [c for c in selected if native and c.id in real_cells]
+    real = [c for c in selected if c.id in real_cells and buildable_here(c, host)]
     work.mkdir(parents=True, exist_ok=True)
     pairs: list[tuple[Any, Path]] = []
     if real:
@@ -454,6 +453,18 @@ def build_job(
         libraries={entry.file: entry.sha256 for entry, _ in pairs},
         real=[c.id for c in real],
     )
+
+
+def buildable_here(cell: Any, host: str | None) -> bool:
+    """This host compiles ``cell`` the way its job would: its platform, and a CPython
+    with the GIL for an abi3 cell (any one: the library serves them all) or the cell's
+    own free-threaded CPython running this rehearsal."""
+    from devtools.build import running_python
+
+    if cell.platform.name != host:
+        return False
+    running = running_python()
+    return running == cell.python if cell.freethreaded else not running.endswith("t")
 
 
 def _host_policy() -> str:
@@ -588,11 +599,9 @@ def rehearse_dataflow(
     not_cells = sorted(set(real_cells) - all_cells.keys())
     if not_cells:
         raise _error(f"--real-cells {not_cells}: not cells of matrix.toml")
-    foreign = [
-        c for c in real_cells if all_cells[c].platform.name != host or all_cells[c].python != _PY
-    ]
+    foreign = [c for c in real_cells if not buildable_here(all_cells[c], host)]
     if foreign:
-        _log(f"not buildable here (another platform or Python), stand-ins instead: {foreign}")
+        _log(f"not buildable here (another platform or Python ABI), stand-ins instead: {foreign}")
     artifacts, built = _run_jobs(
         jobs, matrix=matrix, settings=settings, real_cells=real_cells, host=host, work=work,
         build_dir=build_dir or work / "build", fail_jobs=fail_jobs,
@@ -654,12 +663,16 @@ def _check_result(
     fail_jobs: Sequence[str],
 ) -> list[str]:
     """Every expected cell exactly once, with its job's bytes; one combined wheel
-    per Python x platform; failed jobs' cells, and only those, absent."""
+    per platform x Python ABI (``cp39-abi3``, ``cp314-cp314t``); failed jobs' cells,
+    and only those, absent."""
+    from packaging.utils import parse_wheel_filename
+
     from devtools.wheels import platform_key
 
     def where(name: str) -> str:
-        python, _, platform = name[: -len(".whl")].split("-")[-3:]
-        return f"{python}-{'_'.join(platform_key(platform))}"
+        _, _, _, tags = parse_wheel_filename(name)
+        tag = min(tags, key=str)
+        return f"{tag.interpreter}-{tag.abi}-{'_'.join(platform_key(tag.platform))}"
 
     problems = []
     failed_cells = {c for j in jobs if j["id"] in fail_jobs for c in j["cells"]}

@@ -7,11 +7,27 @@ key, platform, backend or index raises :class:`~devtools.errors.MatrixError` wit
 "did you mean" hint; a selection that matches nothing is a bad argument
 (:class:`~_torch_c_dlpack_ext_core.errors.ConfigError`).
 
-A *cell* is one library: (Python, platform, torch minor, backend, C++ ABI). Each
-``[[torch.wheel]]`` flavour yields its own backend's library and the CPU library
-of the same ABI; when two flavours yield the same cell the first listed wins.
-Pythons outside the project's ``requires-python`` (read from the
-``pyproject.toml`` next to ``matrix.toml``) yield no cell at all.
+A *cell* is one library: (platform, torch minor, backend, C++ ABI, Python ABI). The
+Python ABI is ``abi3`` for every normal cell (compiled once with the limited API, it
+serves every CPython with the GIL from 3.9 on: no CPython version is part of its
+identity) or a free-threaded CPython (``3.13t``, ``3.14t``) for the torch minors that
+ship free-threaded wheels on that platform. Each ``[[torch.wheel]]`` flavour yields
+its own backend's library and the CPU library of the same ABI; when two flavours yield
+the same cell the first listed wins. A torch minor's ``python`` list (its CPythons
+with the GIL) only bounds the abi3 cells: the oldest entry inside the project's
+``requires-python`` (read from the ``pyproject.toml`` next to ``matrix.toml``) is the
+floor, and the release's ``verify`` installs the abi3 wheel on the oldest and the
+newest of them.
+
+Identities (:class:`Cell`; the one place they are spelled):
+
+- cell id ``<platform>-<label>[-cp3XYt]``: ``linux_x86_64-t28_cpu``,
+  ``linux_x86_64-t26_cuda_abi0``, ``linux_x86_64-t29_cpu-cp314t``;
+- job id ``<platform>-<flavour backend>[<toolkit>][-cp3XYt]``: ``linux_x86_64-cuda``,
+  ``linux_x86_64-rocm6.4``, ``linux_x86_64-cuda-cp314t``;
+- variant label ``t<major><minor>_<backend>[_abi<0|1>]`` (PEP 825): ``t28_cpu``. The
+  label carries no Python: an abi3 and a free-threaded variant wheel of one cell share
+  it, their wheel tags (``cp39-abi3``, ``cp314-cp314t``) tell them apart.
 """
 
 from __future__ import annotations
@@ -26,7 +42,14 @@ from pathlib import Path
 from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
-from _torch_c_dlpack_ext_core.naming import Backend, library_filename, parse_backend, variant_label
+from _torch_c_dlpack_ext_core.naming import (
+    ABI3,
+    Backend,
+    library_filename,
+    parse_backend,
+    python_target_tags,
+    variant_label,
+)
 from devtools.errors import HANDLED, MatrixError, report
 
 if sys.version_info >= (3, 11):
@@ -50,11 +73,20 @@ __all__ = [
 MATRIX_FILE = Path(__file__).resolve().parents[1] / "matrix.toml"
 SCHEMA = 1
 
-_TOP_KEYS = ("schema", "platforms", "indexes", "backends", "torch")
+_TOP_KEYS = ("schema", "platforms", "indexes", "backends", "freethreaded", "torch")
 _PLATFORM_KEYS = ("os", "machine", "runner", "cibw_platform", "cibw_arch", "image")
 _BACKEND_KEYS = ("toolchain", "images", "allow_failure")
-_TORCH_KEYS = ("minor", "release", "python", "python_exclude", "wheel")
-_WHEEL_KEYS = ("index", "backend", "toolkit", "toolkit_requirements", "platforms", "cxx11_abi")
+_TORCH_KEYS = ("minor", "release", "python", "freethreaded", "python_exclude", "wheel")
+_WHEEL_KEYS = (
+    "index",
+    "backend",
+    "toolkit",
+    "toolkit_requirements",
+    "platforms",
+    "cxx11_abi",
+    "freethreaded",
+)
+_FREETHREADED_KEYS = ("release", "reason")
 _OSES = ("linux", "windows", "macos")
 
 
@@ -137,6 +169,20 @@ class TorchWheel:
     toolkit_requirements: tuple[str, ...]
     platforms: tuple[str, ...]
     cxx11_abi: Mapping[str, bool]
+    #: The flavour's index ships the torch minor's free-threaded wheels (checked for
+    #: PyPI; ``freethreaded = false`` where that was not verified).
+    freethreaded: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class FreeThreaded:
+    """``[freethreaded."3.13t"]``: whether the release workflow builds this Python's cells."""
+
+    python: str
+    #: The release has jobs for it (``False``: ``nox -s build`` builds its cells, CI not).
+    release: bool
+    #: Why not (required when ``release`` is false).
+    reason: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,9 +191,13 @@ class TorchMinor:
 
     minor: str
     release: str
+    #: The CPythons with the GIL torch publishes wheels of (oldest first): the abi3
+    #: cells' floor and verify's oldest and newest.
     python: tuple[str, ...]
     python_exclude: Mapping[str, tuple[str, ...]]
     wheels: tuple[TorchWheel, ...]
+    #: The free-threaded CPythons torch publishes wheels of (``3.13t``).
+    freethreaded: tuple[str, ...] = ()
 
     @property
     def version(self) -> tuple[int, int]:
@@ -155,16 +205,20 @@ class TorchMinor:
         return int(major), int(minor)
 
     def pythons_for(self, platform: str) -> tuple[str, ...]:
-        """The CPython versions torch publishes wheels of on ``platform``."""
+        """The CPython versions (with the GIL) torch publishes wheels of on ``platform``."""
         excluded = self.python_exclude.get(platform, ())
         return tuple(p for p in self.python if p not in excluded)
+
+    def freethreaded_for(self, platform: str) -> tuple[str, ...]:
+        """The free-threaded CPythons torch publishes wheels of on ``platform``."""
+        excluded = self.python_exclude.get(platform, ())
+        return tuple(p for p in self.freethreaded if p not in excluded)
 
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
-    """One library to build: (Python, platform, torch minor, backend, C++ ABI)."""
+    """One library to build: (platform, torch minor, backend, C++ ABI, Python ABI)."""
 
-    python: str
     platform: Platform
     torch: TorchMinor
     backend: Backend
@@ -173,6 +227,13 @@ class Cell:
     wheel: TorchWheel
     #: The torch minor ships with both ABIs on this platform (labels must tell them apart).
     abi_ambiguous: bool
+    #: ``"abi3"`` (every CPython >= 3.9 with the GIL) or a free-threaded ``"3.14t"``: the
+    #: library's manifest ``python``.
+    python: str = ABI3
+    #: The CPythons with the GIL this torch minor supports on the platform (inside
+    #: ``requires-python``), oldest first: the interpreters an abi3 library of the cell
+    #: serves, and which the release's verify installs it on (the oldest and the newest).
+    pythons: tuple[str, ...] = ()
     #: Builder image of the cell's job (``None``: the platform's default image, if any).
     image: str | None = None
     #: The flavour's toolkit when its backend has one builder image per toolkit version
@@ -180,14 +241,21 @@ class Cell:
     job_toolkit: str | None = None
     #: Why the cell's job may fail without failing the release (``""``: it may not).
     allow_failure: str = ""
+    #: Why the release builds no job for the cell (``""``: it does).
+    not_released: str = ""
+
+    @property
+    def freethreaded(self) -> bool:
+        return self.python != ABI3
 
     @property
     def python_tag(self) -> str:
-        return "cp" + self.python.replace(".", "")
+        """``abi3``, or the free-threaded interpreter's ``cp314t``."""
+        return python_target_tags(self.python)[1]
 
     @property
     def label(self) -> str:
-        """PEP 825 variant label (``t26_cuda`` or ``t26_cuda_abi0``)."""
+        """PEP 825 variant label (``t26_cuda`` or ``t26_cuda_abi0``); no Python in it."""
         major, minor = self.torch.version
         return variant_label(
             major, minor, self.backend, self.cxx11_abi, with_abi=self.abi_ambiguous
@@ -195,21 +263,25 @@ class Cell:
 
     @property
     def id(self) -> str:
-        """``cp311-linux_x86_64-t26_cuda_abi0``: unique in the matrix, stable across runs."""
-        return f"{self.python_tag}-{self.platform.name}-{self.label}"
+        """``linux_x86_64-t26_cuda_abi0`` or ``linux_x86_64-t29_cpu-cp314t``: unique in
+        the matrix, stable across runs."""
+        suffix = f"-{self.python_tag}" if self.freethreaded else ""
+        return f"{self.platform.name}-{self.label}{suffix}"
 
     @property
     def job_id(self) -> str:
-        """The cibuildwheel job building this cell: ``cp311-linux_x86_64-cuda``.
+        """The cibuildwheel job building this cell: ``linux_x86_64-cuda`` (every Python),
+        ``linux_x86_64-cuda-cp314t`` (the free-threaded cells).
 
         A GPU flavour's job also builds its CPU libraries, so CPU cells of a
         platform that has GPU flavours belong to the first GPU group that
         yields them; CPU-only platforms have one ``cpu`` job. A backend with
         one builder image per toolkit version has one job per version
-        (``cp311-linux_x86_64-rocm6.1``): a job runs in one image.
+        (``linux_x86_64-rocm6.1``): a job runs in one image.
         """
-        suffix = self.job_toolkit or ""
-        return f"{self.python_tag}-{self.platform.name}-{self.wheel.backend.value}{suffix}"
+        toolkit = self.job_toolkit or ""
+        suffix = f"-{self.python_tag}" if self.freethreaded else ""
+        return f"{self.platform.name}-{self.wheel.backend.value}{toolkit}{suffix}"
 
     @property
     def library(self) -> str:
@@ -227,6 +299,7 @@ class Cell:
             "id": self.id,
             "job": self.job_id,
             "python": self.python,
+            "pythons": list(self.pythons),
             "platform": self.platform.name,
             "torch": self.torch.minor,
             "torch_release": self.torch.release,
@@ -238,6 +311,10 @@ class Cell:
             "label": self.label,
             "library": self.library,
         }
+
+
+def _newest(versions: Iterable[str]) -> str:
+    return max(versions, key=lambda v: _version_tuple("python", v.removesuffix("t")))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,18 +331,21 @@ class Matrix:
     requires_python: str | None = None
     #: ``[backends.X] allow_failure``: why that backend's jobs may fail.
     allow_failure: Mapping[Backend, str] = dataclasses.field(default_factory=dict)
+    #: ``[freethreaded."3.Xt"]``: which free-threaded Pythons the release builds.
+    freethreaded: Mapping[str, FreeThreaded] = dataclasses.field(default_factory=dict)
 
     def supports_python(self, python: str) -> bool:
-        """``python`` (``"3.11"``) is inside the project's ``requires-python``."""
+        """``python`` (``"3.11"``, ``"3.14t"``) is inside the project's ``requires-python``."""
         if self.requires_python is None:
             return True
         from packaging.specifiers import SpecifierSet
 
-        return SpecifierSet(self.requires_python).contains(f"{python}.0")
+        return SpecifierSet(self.requires_python).contains(f"{python.removesuffix('t')}.0")
 
     def cells(self) -> tuple[Cell, ...]:
-        """Every cell, in matrix order (torch minor, flavour, platform, Python, backend)."""
-        seen: dict[tuple[str, str, str, Backend, bool | None], Cell] = {}
+        """Every cell, in matrix order (torch minor, flavour, platform, Python ABI, backend):
+        per platform the abi3 cell, then one per free-threaded Python torch ships there."""
+        seen: dict[tuple[str, str, Backend, bool | None, str], Cell] = {}
         for minor in self.torch:
             abis: dict[str, set[bool]] = {}
             for wheel in minor.wheels:
@@ -279,31 +359,50 @@ class Matrix:
                 for plat_name in wheel.platforms:
                     platform = self.platforms[plat_name]
                     cell_abi = wheel.cxx11_abi.get(plat_name) if platform.dual_abi else None
-                    for python in minor.pythons_for(plat_name):
-                        if not self.supports_python(python):
-                            continue
+                    pythons = tuple(
+                        p for p in minor.pythons_for(plat_name) if self.supports_python(p)
+                    )
+                    targets = [ABI3] if pythons else []
+                    if wheel.freethreaded:
+                        targets += [
+                            p for p in minor.freethreaded_for(plat_name) if self.supports_python(p)
+                        ]
+                    for python in targets:
                         for backend in backends:
-                            key = (python, plat_name, minor.minor, backend, cell_abi)
+                            key = (plat_name, minor.minor, backend, cell_abi, python)
                             if key in seen:
                                 continue
+                            released = self.freethreaded.get(python)
                             seen[key] = Cell(
-                                python=python,
                                 platform=platform,
                                 torch=minor,
                                 backend=backend,
                                 cxx11_abi=cell_abi,
                                 wheel=wheel,
                                 abi_ambiguous=len(abis.get(plat_name, ())) > 1,
+                                python=python,
+                                pythons=pythons,
                                 image=images.get(wheel.toolkit or "", platform.image),
                                 job_toolkit=wheel.toolkit if images else None,
                                 allow_failure=self.allow_failure.get(wheel.backend, ""),
+                                not_released=(
+                                    released.reason
+                                    if released is not None and not released.release
+                                    else ""
+                                ),
                             )
         return tuple(seen.values())
 
     def pythons(self) -> tuple[str, ...]:
-        """Every Python of the matrix inside ``requires-python``, oldest first."""
+        """Every CPython with the GIL of the matrix inside ``requires-python``, oldest first."""
         found = {p for minor in self.torch for p in minor.python if self.supports_python(p)}
         return tuple(sorted(found, key=lambda v: _version_tuple("python", v)))
+
+    def python_abis(self) -> tuple[str, ...]:
+        """The Python ABIs of the cells: ``abi3`` and the free-threaded Pythons."""
+        free = {p for minor in self.torch for p in minor.freethreaded if self.supports_python(p)}
+        ordered = sorted(free, key=lambda v: _version_tuple("python", v.removesuffix("t")))
+        return (ABI3, *ordered)
 
     def select(
         self,
@@ -316,17 +415,16 @@ class Matrix:
 
         ``patterns``: cell ids, job ids or ``fnmatch`` patterns of either
         (``*-t26_*``). A pattern that matches nothing is an error with a hint, so
-        a typo in CI's ``--only`` never silently builds nothing.
+        a typo in CI's ``--only`` never silently builds nothing. ``python``: Python
+        ABIs (``abi3``, ``3.14t``).
         """
         cells = self.cells()
         for value in python:
-            if value not in self.pythons():
-                where = (
-                    f"outside requires-python {self.requires_python!r}"
-                    if any(value in m.python for m in self.torch)
-                    else "not in matrix.toml"
+            known = self.python_abis()
+            if value not in known:
+                raise ConfigError(
+                    f"python {value!r} is no Python ABI of the matrix{_hint(value, known)}"
                 )
-                raise ConfigError(f"python {value!r} is {where}{_hint(value, self.pythons())}")
         for value in platform:
             if value not in self.platforms:
                 raise ConfigError(f"platform {value!r} is not known{_hint(value, self.platforms)}")
@@ -348,11 +446,10 @@ class Matrix:
                 names = sorted({c.id for c in cells} | {c.job_id for c in cells})
                 close = difflib.get_close_matches(pattern, names, n=_CLOSE_MATCHES, cutoff=0.6)
                 hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
-                tag = re.match(r"cp3(\d+)-", pattern)
-                if tag and not self.supports_python(f"3.{tag.group(1)}"):
+                if re.match(r"cp3\d+-", pattern):
                     hint = (
-                        f" (Python 3.{tag.group(1)} is outside requires-python "
-                        f"{self.requires_python!r}: the matrix has no cp3{tag.group(1)} cells)"
+                        " (cells carry no CPython version any more: one abi3 library serves "
+                        "every CPython >= 3.9; only free-threaded cells end in -cp3XYt)"
                     )
                 raise ConfigError(
                     f"no matrix cell matches {pattern[:80]!r}{hint}; "
@@ -361,28 +458,46 @@ class Matrix:
             chosen.extend(c for c in hits if c not in chosen)
         return tuple(chosen)
 
+    def job_python(self, cells: Sequence[Cell]) -> str:
+        """The CPython a job's cibuildwheel builds with: the free-threaded Python of
+        free-threaded cells; for abi3 cells the newest CPython every one of the job's
+        torch minors supports on the platform (its test step installs the newest of
+        them), else the newest any of them supports."""
+        if cells[0].freethreaded:
+            return cells[0].python
+        common = set(cells[0].pythons).intersection(*(c.pythons for c in cells[1:]))
+        return _newest(common or {p for c in cells for p in c.pythons})
+
     def jobs(self, cells: Sequence[Cell] | None = None) -> list[dict[str, Any]]:
-        """CI's job matrix: one entry per cibuildwheel job (Python x platform x backend group)."""
+        """CI's job matrix: one entry per cibuildwheel job (platform x torch flavour, and
+        per free-threaded Python). Cells the release does not build (``[freethreaded]``
+        ``release = false``) get no job."""
         grouped: dict[str, list[Cell]] = {}
         for cell in self.cells() if cells is None else cells:
-            grouped.setdefault(cell.job_id, []).append(cell)
+            if not cell.not_released:
+                grouped.setdefault(cell.job_id, []).append(cell)
         jobs = []
         for job_id, members in grouped.items():
             first = members[0]
-            image = first.image
+            python = self.job_python(members)
             jobs.append(
                 {
                     "id": job_id,
-                    "python": first.python,
+                    "python": python,
                     "platform": first.platform.name,
                     "backend": first.wheel.backend.value,
                     "runner": first.platform.runner,
-                    "cibw_build": f"{first.python_tag}-*",
+                    "cibw_build": f"cp{python.replace('.', '')}-*",
                     "arch": first.platform.cibw_arch,
-                    "image": image or "",
+                    "image": first.image or "",
                     "toolkit": first.job_toolkit or "",
                     "allow_failure": first.allow_failure,
                     "cells": [c.id for c in members],
+                    # The CPythons each torch minor of the job serves (for verify).
+                    "torch": {
+                        c.torch.minor: [c.python] if c.freethreaded else list(c.pythons)
+                        for c in members
+                    },
                 }
             )
         return jobs
@@ -423,6 +538,9 @@ def _parse_wheel(
     requirements = raw.get("toolkit_requirements", [])
     if not isinstance(requirements, list) or not all(isinstance(r, str) for r in requirements):
         raise MatrixError(f"matrix.toml: {where}.toolkit_requirements must be a list of strings")
+    freethreaded = raw.get("freethreaded", True)
+    if not isinstance(freethreaded, bool):
+        raise MatrixError(f"matrix.toml: {where}.freethreaded must be true or false")
     return TorchWheel(
         index=index,
         index_url=indexes[index],
@@ -431,6 +549,7 @@ def _parse_wheel(
         toolkit_requirements=tuple(requirements),
         platforms=tuple(plats),
         cxx11_abi=dict(abi_raw),
+        freethreaded=freethreaded,
     )
 
 
@@ -453,6 +572,15 @@ def _parse_torch(
     for python in pythons:
         if len(_version_tuple(f"{where}.python", python)) != 2:
             raise MatrixError(f"matrix.toml: {where}.python {python!r} must be 'X.Y'")
+    free = raw.get("freethreaded", [])
+    if not isinstance(free, list) or not all(
+        isinstance(p, str) and p.endswith("t") and len(_version_tuple(where, p[:-1])) == 2
+        for p in free
+    ):
+        raise MatrixError(
+            f"matrix.toml: {where}.freethreaded must be a list of free-threaded CPythons "
+            f"like ['3.13t'], got {free!r}"
+        )
     exclude_raw = raw.get("python_exclude", {})
     if not isinstance(exclude_raw, dict):
         raise MatrixError(f"matrix.toml: {where}.python_exclude must be a table platform = [...]")
@@ -460,7 +588,7 @@ def _parse_torch(
     for plat, values in exclude_raw.items():
         _choice(f"{where}.python_exclude key", plat, platforms)
         for value in values:
-            _choice(f"{where}.python_exclude.{plat}", value, pythons)
+            _choice(f"{where}.python_exclude.{plat}", value, [*pythons, *free])
         exclude[plat] = tuple(values)
     wheels_raw = raw.get("wheel")
     if not isinstance(wheels_raw, list) or not wheels_raw:
@@ -470,8 +598,38 @@ def _parse_torch(
         for i, w in enumerate(wheels_raw)
     )
     return TorchMinor(
-        minor=minor, release=release, python=tuple(pythons), python_exclude=exclude, wheels=wheels
+        minor=minor,
+        release=release,
+        python=tuple(pythons),
+        python_exclude=exclude,
+        wheels=wheels,
+        freethreaded=tuple(free),
     )
+
+
+def _parse_freethreaded(
+    data: Mapping[str, Any], minors: Sequence[TorchMinor]
+) -> dict[str, FreeThreaded]:
+    """``[freethreaded."3.13t"]``: one table per free-threaded Python a torch minor lists."""
+    raw = data.get("freethreaded", {})
+    if not isinstance(raw, dict):
+        raise MatrixError(
+            'matrix.toml: [freethreaded] must hold tables like [freethreaded."3.14t"]'
+        )
+    listed = {p for minor in minors for p in minor.freethreaded}
+    result: dict[str, FreeThreaded] = {}
+    for python, table in raw.items():
+        where = f'[freethreaded."{python}"]'
+        _choice(f"{where} name", python, sorted(listed))
+        if not isinstance(table, dict):
+            raise MatrixError(f"matrix.toml: {where} must be a table")
+        _check_keys(where, table, _FREETHREADED_KEYS)
+        release = table.get("release", True)
+        if not isinstance(release, bool):
+            raise MatrixError(f"matrix.toml: {where}.release must be true or false")
+        reason = _str(where, table, "reason", required=not release) or ""
+        result[python] = FreeThreaded(python=python, release=release, reason=reason)
+    return result
 
 
 def _parse_backends(
@@ -563,6 +721,7 @@ def parse_matrix(
         torch=minors,
         requires_python=requires_python,
         allow_failure=allow_failure,
+        freethreaded=_parse_freethreaded(data, minors),
     )
 
 
@@ -605,12 +764,13 @@ def load_matrix(path: Path | None = None) -> Matrix:
 def main(argv: Sequence[str] | None = None) -> int:
     """``nox -s matrix``: print (or write) CI's job matrix; ``--list`` prints the cell ids.
 
-    One entry per cibuildwheel job (Python x platform x backend group), each with the
-    fields the release workflow uses (``id``, ``runner``, ``python``, ``cibw_build``,
-    ``arch``, ``image``, ``toolkit``, ``allow_failure``) and the cell ids it builds
-    (``cells``): the workflow passes exactly those, comma-joined, to the job's
-    ``python -m devtools.build --cells`` (``TCDE_JOB_CELLS``), so ``--only`` limits the
-    build to the cells it names, not to whole jobs.
+    One entry per cibuildwheel job (platform x torch flavour, plus one per free-threaded
+    Python the release builds), each with the fields the release workflow uses (``id``,
+    ``runner``, ``python``, ``cibw_build``, ``arch``, ``image``, ``toolkit``,
+    ``allow_failure``), the CPythons each of its torch minors serves (``torch``) and
+    the cell ids it builds (``cells``): the workflow passes exactly those, comma-joined,
+    to the job's ``python -m devtools.build --cells`` (``TCDE_JOB_CELLS``), so
+    ``--only`` limits the build to the cells it names, not to whole jobs.
     """
     import argparse
     import json
@@ -633,7 +793,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         for cell in cells:
             print(cell.id)
         return 0
-    text = json.dumps({"include": matrix.jobs(cells)}, indent=2) + "\n"
+    jobs = matrix.jobs(cells)
+    if not jobs:
+        reasons = sorted({c.not_released for c in cells})
+        return report(
+            MatrixError(
+                f"the release builds none of the {len(cells)} selected cell(s): "
+                + "; ".join(reasons)
+            )
+        )
+    text = json.dumps({"include": jobs}, indent=2) + "\n"
     if args.output:
         atomic_write_bytes(Path(args.output), text.encode())
     else:

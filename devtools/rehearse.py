@@ -14,8 +14,9 @@
      combined wheel is installed and the selector defers to torch's own API;
    - ``torch <old>``: a cached env with a real old torch
      (:func:`devtools.torchenv.torch_env`); the combined wheel loads its library;
-   - ``no combined wheel``: resolution for a Python no combined wheel serves picks
-     the universal wheel, which defers on torch 2.13 and explains on old torch;
+   - ``no combined wheel``: resolution for a free-threaded Python no combined wheel
+     serves (the abi3 wheel serves every CPython with the GIL) picks the universal
+     wheel, which defers on torch 2.13 and explains on old torch;
 
 5. upload a different file under an existing name: the index must refuse it and
    keep serving the original bytes.
@@ -67,18 +68,18 @@ __all__ = [
     "served_hashes",
 ]
 
-_PY = f"cp{sys.version_info[0]}{sys.version_info[1]}"
-#: Cells built by default (matrix.toml cell-id patterns, for the running Python;
-#: cells of other platforms are skipped by the build): small enough for CI, yet
-#: a combined wheel holding both C++ ABIs (PyPI's 2.6 is pre-cxx11, 2.8 cxx11)
-#: and a GPU library.
-DEFAULT_CELLS = (f"{_PY}-*-t28_cpu", f"{_PY}-*-t28_cuda", f"{_PY}-*-t26_cpu_abi0")
+#: Cells built by default (matrix.toml cell-id patterns; cells of other platforms are
+#: skipped by the build): small enough for CI, yet an abi3 combined wheel holding both
+#: C++ ABIs (PyPI's 2.6 is pre-cxx11, 2.8 cxx11) and a GPU library.
+DEFAULT_CELLS = ("*-t28_cpu", "*-t28_cuda", "*-t26_cpu_abi0")
 #: The old torch installed for real (its cell must be among the built ones).
 DEFAULT_OLD_TORCH = "2.8.0"
 #: torch with the exchange API built in; pip resolves it from the normal indexes.
 NEW_TORCH = "2.13.0"
-#: A Python no combined wheel is built for, to make pip fall back to the universal wheel.
-FOREIGN_PYTHON = "3.13"
+#: Free-threaded Pythons, the first of which no combined wheel serves makes pip fall back
+#: to the universal wheel (the abi3 wheel serves every CPython with the GIL, and abi3
+#: does not apply to a free-threaded one).
+FOREIGN_PYTHONS = ("3.13t", "3.14t", "3.15t")
 
 SERVER_START_TIMEOUT = 30.0
 HTTP_TIMEOUT = 30.0
@@ -352,14 +353,19 @@ def _pip_from_index(
     target: Path | None = None,
     python_version: str | None = None,
 ) -> dict[str, Any]:
-    """Install torch-c-dlpack-ext from the rehearsal index only; return pip's report."""
+    """Install torch-c-dlpack-ext from the rehearsal index only; return pip's report.
+
+    ``python_version``: resolve for another CPython (``3.14t``: a free-threaded one)."""
     cmd: list[str | os.PathLike[str]] = [sys.executable, "-m", "pip", "--python", python]
     cmd += ["install", "--no-deps", "--no-cache-dir", "--index-url", f"{server.simple_url}/"]
     cmd += ["--report", report]
     if target is not None:
         cmd += ["--target", target]
     if python_version is not None:
-        cmd += ["--python-version", python_version, "--only-binary", ":all:"]
+        version = python_version.removesuffix("t")
+        cmd += ["--python-version", version, "--only-binary", ":all:"]
+        if python_version.endswith("t"):
+            cmd += ["--implementation", "cp", "--abi", f"cp{version.replace('.', '')}t"]
     cmd.append(DIST_NAME)
     run(cmd, env=_isolated_pip_env(), timeout=deadline.left(INSTALL_TIMEOUT))
     data: dict[str, Any] = json.loads(report.read_text(encoding="utf-8"))
@@ -454,6 +460,15 @@ def _expected_library(files: release.ReleaseFiles, torch: str, backend: str) -> 
     return None
 
 
+def _foreign_python(files: release.ReleaseFiles) -> str:
+    """A free-threaded CPython no combined wheel of ``files`` serves."""
+    served = {tag.split("-")[1] for w in files.wheels if not w.universal for tag in w.tags}
+    for python in FOREIGN_PYTHONS:
+        if f"cp{python.replace('.', '')}" not in served:
+            return python
+    raise ReleaseError(f"every Python of {FOREIGN_PYTHONS} has a combined wheel in the release")
+
+
 def _install_scenarios(
     files: release.ReleaseFiles, server: IndexServer, work: Path, options: RehearsalOptions,
     deadline: _Deadline,
@@ -488,30 +503,34 @@ def _install_scenarios(
          "--no-cache-dir", "packaging>=24", "filelock>=3.12"],
         timeout=deadline.left(INSTALL_TIMEOUT),
     )  # fmt: skip
-    # No GPU here: the CPU library of that torch is the one to load; if its cell
-    # was not built, the selector must explain instead.
-    library = _expected_library(files, old_minor, "cpu")
+    # The library of that torch's backend (as the diagnostics describe the torch: its
+    # build flavour) is the one to load; if its cell was not built, the selector must
+    # explain instead.
+    decision = _diagnose(old.python, work, pythonpath=site)
+    backend = str((decision[2].get("torch") or {}).get("backend") or "cpu")
+    library = _expected_library(files, old_minor, backend)
     checks.append(
         _scenario(
             f"torch {options.old_torch}",
             files=files,
             pip_report=report,
-            decision=_diagnose(old.python, work, pythonpath=site),
+            decision=decision,
             want_wheel="combined",
             want_kind="load" if library else "unavailable",
             want_library=library,
         )
     )
 
+    foreign_python = _foreign_python(files)
     foreign = work / "site-foreign"
-    _log(f"scenario: resolution for Python {FOREIGN_PYTHON} (no combined wheel)")
+    _log(f"scenario: resolution for Python {foreign_python} (no combined wheel)")
     report = _pip_from_index(
         new_python, server, work / "report-foreign.json", deadline,
-        target=foreign, python_version=FOREIGN_PYTHON,
+        target=foreign, python_version=foreign_python,
     )  # fmt: skip
     for label, python, want in (
-        (f"py{FOREIGN_PYTHON} wheel, torch {NEW_TORCH}", new_python, "defer"),
-        (f"py{FOREIGN_PYTHON} wheel, torch {options.old_torch}", old.python, "unavailable"),
+        (f"py{foreign_python} wheel, torch {NEW_TORCH}", new_python, "defer"),
+        (f"py{foreign_python} wheel, torch {options.old_torch}", old.python, "unavailable"),
     ):
         checks.append(
             _scenario(

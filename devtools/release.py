@@ -13,17 +13,20 @@ devtools.release --help``):
 - ``publish-target --event E --ref R --publish BOOL``: where this run may publish
   (the publish guard): PyPI only from a pushed tag ``v<version>``, TestPyPI at
   most from a manual run, nothing otherwise; ``$GITHUB_OUTPUT`` lines;
-- ``github-matrix FILE``: turn ``nox -s matrix`` output into ``$GITHUB_OUTPUT`` lines;
+- ``github-matrix FILE``: turn ``nox -s matrix`` output into ``$GITHUB_OUTPUT`` lines
+  (the build jobs, and the verify jobs: each torch minor on its oldest and newest
+  CPython, the free-threaded wheels on theirs);
 - ``check-repaired DIR``: no wheel in DIR has libraries a repair tool grafted in;
 - ``contents --matrix FILE --dist DIST [--cells DIR] [--out DIR]``: the release's
   contents, cell by cell (present, or absent and why), as JSON and Markdown notes;
 - ``split-variants DIST DEST``: move the variant wheels and the variants index out
   of the files PyPI accepts today;
 - ``test-installed``: cibuildwheel's test command for one job's wheel;
-- ``verify DIST [--expect FILE]``: every expected cell is in the release exactly
-  once (absent only where matrix.toml allows its job to fail), then install each
-  wheel that fits this interpreter with each torch it serves into a fresh
-  environment and check what ``python -m torch_c_dlpack_ext --json`` decides.
+- ``verify DIST [--expect FILE] [--torch 2.8,2.9]``: every expected cell is in the
+  release exactly once (absent only where matrix.toml allows its job to fail), then
+  install each wheel that fits this interpreter with each torch it serves (or the
+  minors ``--torch`` names) into a fresh environment and check what ``python -m
+  torch_c_dlpack_ext --json`` decides.
 
 Credentials come only from the environment (``TWINE_USERNAME`` /
 ``TWINE_PASSWORD``, or Trusted Publishing in CI) and are never printed.
@@ -81,6 +84,7 @@ __all__ = [
     "twine_upload",
     "validate_repository_url",
     "variants_index_name",
+    "verify_matrix",
 ]
 
 #: Time limits (seconds) so a stuck index or resolver never hangs a release.
@@ -362,15 +366,43 @@ def publish_target(
     raise ReleaseError(f"event {event!r} never publishes; expected push or workflow_dispatch")
 
 
+def _python_version(python: str) -> Version:
+    """``3.12`` or a free-threaded ``3.14t`` as a :class:`Version` (the ``t`` dropped)."""
+    return Version(python.removesuffix("t"))
+
+
+def verify_matrix(jobs: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+    """The verify job's matrix: the abi3 wheel is installed on the oldest and the newest
+    CPython each torch minor supports on the platform (the jobs' ``torch`` field), with
+    that minor's torch; a free-threaded wheel on its own Python. One entry per (runner,
+    Python), naming the torch minors it checks (``"2.4,2.5"``); a runner installs only
+    wheels of its own platform."""
+    wanted: dict[tuple[str, str], set[str]] = {}
+    for job in jobs:
+        for minor, pythons in dict(job.get("torch") or {}).items():
+            if not pythons:
+                continue
+            ordered = sorted(pythons, key=_python_version)
+            for python in {ordered[0], ordered[-1]}:
+                wanted.setdefault((str(job["runner"]), python), set()).add(str(minor))
+    ordered_pairs = sorted(wanted, key=lambda pair: (pair[0], _python_version(pair[1]), pair[1]))
+    return [
+        {
+            "runner": runner,
+            "python": python,
+            "torch": ",".join(sorted(wanted[runner, python], key=Version)),
+        }
+        for runner, python in ordered_pairs
+    ]
+
+
 def github_matrix(matrix: Any, *, requires_python: str | None = None) -> dict[str, Any]:
     """From ``nox -s matrix`` JSON, the build matrix and the verify matrix.
 
     The build matrix keeps the jobs as they are (``{"include": [jobs]}``). The
     matrix yields no job for a Python outside ``requires_python``; one in the
     input (a hand-made file) is an error, since cibuildwheel would select
-    nothing for it. The verify matrix has one entry per (runner, Python) the
-    jobs build for: a combined wheel serves one Python on one platform, and a
-    runner can only install wheels of its own platform.
+    nothing for it. The verify matrix is :func:`verify_matrix`'s.
     """
     if not isinstance(matrix, dict) or not isinstance(matrix.get("include"), list):
         raise MatrixError('matrix JSON must be an object with an "include" list of jobs')
@@ -382,7 +414,7 @@ def github_matrix(matrix: Any, *, requires_python: str | None = None) -> dict[st
         raise MatrixError(f"matrix job lacks 'runner' or 'python': {bad[0]!r}")
     if requires_python is not None:
         allowed = SpecifierSet(requires_python)
-        outside = [job for job in jobs if Version(str(job["python"])) not in allowed]
+        outside = [job for job in jobs if _python_version(str(job["python"])) not in allowed]
         if outside:
             raise MatrixError(
                 f"job {outside[0].get('id')!r}: Python {outside[0]['python']} is outside "
@@ -390,9 +422,12 @@ def github_matrix(matrix: Any, *, requires_python: str | None = None) -> dict[st
             )
     if not jobs:
         raise MatrixError("the matrix selects no jobs; check --only against matrix.toml")
-    pairs = {(str(job["runner"]), str(job["python"])) for job in jobs}
-    ordered = sorted(pairs, key=lambda pair: (pair[0], Version(pair[1])))
-    verify = {"include": [{"runner": r, "python": p} for r, p in ordered]}
+    verify = {"include": verify_matrix(jobs)}
+    if not verify["include"]:
+        raise MatrixError(
+            "no job names the CPythons of its torch minors ('torch'); regenerate the file "
+            "with `nox -s matrix`"
+        )
     return {"cells": {**matrix, "include": jobs}, "verify": verify}
 
 
@@ -673,12 +708,13 @@ def decision_of(report: dict[str, Any]) -> tuple[str, str | None]:
 
 
 def expected_library(
-    entries: Sequence[ManifestEntry], torch: str, cxx11_abi: bool | None
+    entries: Sequence[ManifestEntry], torch: str, cxx11_abi: bool | None, backend: str = "cpu"
 ) -> ManifestEntry | None:
-    """The CPU library the selector must load for a torch ``major.minor`` with that
-    C++ ABI (runners have no GPU, so a GPU torch is served by the CPU library)."""
+    """The library the selector must load for a torch ``major.minor`` with that C++ ABI
+    and backend (the backend the diagnostics report for the installed torch: its
+    build flavour, so PyPI's CUDA torch gets the CUDA library even without a GPU)."""
     for entry in entries:
-        if entry.backend.value == "cpu" and entry.torch == torch and entry.cxx11_abi == cxx11_abi:
+        if entry.backend.value == backend and entry.torch == torch and entry.cxx11_abi == cxx11_abi:
             return entry
     return None
 
@@ -686,11 +722,12 @@ def expected_library(
 def check_against_torch(python: Path, entries: Sequence[ManifestEntry], torch: str) -> str:
     """Diagnose the environment of ``python`` (torch ``torch`` and the package are
     installed) and check the decision against the bundled ``entries``: load the
-    CPU library of that torch and ABI if there is one, else explain."""
+    library of that torch's backend and ABI if there is one, else explain."""
     report = diagnose(python)
     kind, library = decision_of(report)
-    abi = (report.get("torch") or {}).get("cxx11_abi")
-    want = expected_library(entries, torch, abi)
+    described = report.get("torch") or {}
+    abi = described.get("cxx11_abi")
+    want = expected_library(entries, torch, abi, str(described.get("backend") or "cpu"))
     if want is not None:
         if kind != "load" or Path(library or "").name != Path(want.file).name:
             raise ReleaseError(
@@ -744,15 +781,20 @@ def _verify_contents(expect: Sequence[dict[str, Any]], wheels: Sequence[WheelInf
     return lines
 
 
-def _install_and_diagnose(wheels: Sequence[WheelInfo], combined: Sequence[WheelInfo]) -> list[str]:
-    """verify's installing part: each fitting combined wheel with each torch it serves,
-    the universal wheel without torch, variant wheels against the combined ones."""
+def _install_and_diagnose(
+    wheels: Sequence[WheelInfo], combined: Sequence[WheelInfo], torch_minors: Sequence[str] | None
+) -> list[str]:
+    """verify's installing part: each fitting combined wheel with each torch it serves
+    (only ``torch_minors`` when given), the universal wheel without torch, variant
+    wheels against the combined ones."""
     results: list[str] = []
     with tempfile.TemporaryDirectory(prefix="tcde-verify-") as tmp:
         for wheel in combined:
             if not installs_here(wheel):
                 continue
-            for torch in sorted({e.torch for e in wheel.libraries}):
+            bundled = {e.torch for e in wheel.libraries}
+            chosen = bundled if torch_minors is None else bundled & set(torch_minors)
+            for torch in sorted(chosen, key=Version):
                 python = _venv(Path(tmp) / f"torch{torch}")
                 run(
                     ["uv", "pip", "install", "--python", python, f"torch=={torch}.*", wheel.path],
@@ -779,16 +821,23 @@ def _install_and_diagnose(wheels: Sequence[WheelInfo], combined: Sequence[WheelI
 
 
 def verify(
-    dist: Path, *, expect: Sequence[dict[str, Any]] | None = None, install: bool = True
+    dist: Path,
+    *,
+    expect: Sequence[dict[str, Any]] | None = None,
+    install: bool = True,
+    torch: Sequence[str] | None = None,
 ) -> list[str]:
     """Check the release in ``dist`` (combined, universal and variant wheels).
 
     ``expect``: the ``nox -s matrix`` jobs of the run; every cell they promise must
     be in exactly one combined and one variant wheel, unless matrix.toml allows its
     job to fail (the absence is then printed, not fatal). Then install every
-    combined wheel that fits this interpreter into a fresh environment once per
-    torch minor it bundles (torch from PyPI) and check the selector's decision;
-    the universal wheel must explain without torch (``install=False`` skips this).
+    combined wheel that fits this interpreter (the abi3 wheel on any CPython >= 3.9
+    with the GIL, a free-threaded one on its own Python) into a fresh environment
+    once per torch minor it bundles, or per minor of ``torch`` (the verify matrix
+    names the minors whose oldest or newest CPython this one is), torch from PyPI,
+    and check the selector's decision; the universal wheel must explain without
+    torch (``install=False`` skips this).
 
     Variant wheels are not installable by pip; their libraries are checked to be
     byte-identical to the combined wheels' (which were just exercised). GPU
@@ -808,9 +857,11 @@ def verify(
         for line in results:
             print(line)
         return results
-    results += _install_and_diagnose(wheels, combined)
+    if torch is not None and not torch:
+        raise ReleaseError("verify --torch names no torch minor")
+    results += _install_and_diagnose(wheels, combined, torch)
     if not any(" -> load " in line for line in results):
-        raise ReleaseError(f"{dist}: no wheel with a CPU library was exercised on this runner")
+        raise ReleaseError(f"{dist}: no wheel with a library was exercised on this runner")
     for line in results:
         print(line)
     return results
@@ -954,6 +1005,9 @@ def _parser() -> argparse.ArgumentParser:
     ver.add_argument(
         "--no-install", dest="install", action="store_false", help="check contents only"
     )
+    ver.add_argument(
+        "--torch", default=None, help="comma-separated torch minors to install (default: all)"
+    )
 
     sub.add_parser(
         "test-installed", help="cibuildwheel test: install the cell's torch, run diagnostics"
@@ -1001,7 +1055,12 @@ def _cmd_split_variants(args: argparse.Namespace) -> None:
 
 def _cmd_verify(args: argparse.Namespace) -> None:
     expect = load_jobs(args.expect) if args.expect is not None else None
-    verify(args.dist, expect=expect, install=args.install)
+    torch = None
+    if args.torch is not None:
+        torch = [m.strip() for m in args.torch.split(",") if m.strip()]
+        if not torch:
+            raise ConfigError(f"--torch {args.torch!r} names no torch minor (e.g. 2.8,2.9)")
+    verify(args.dist, expect=expect, install=args.install, torch=torch)
 
 
 _COMMANDS: dict[str, Any] = {

@@ -56,11 +56,13 @@ from devtools.errors import HANDLED, ProvisionError
 __all__ = [
     "NOT_NEEDED_TO_IMPORT",
     "TorchEnv",
+    "TorchTree",
     "cache_root",
     "find_uv",
     "main",
     "set_progress",
     "torch_env",
+    "torch_tree",
 ]
 
 #: Requirements of torch that ``import torch`` does not load (checked, see docs/facts.md).
@@ -69,7 +71,8 @@ NOT_NEEDED_TO_IMPORT = frozenset(
 )
 _MARKER = ".torchenv-complete.json"
 _VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?([a-z0-9.+]*)$")
-_PYTHON_RE = re.compile(r"^3\.\d+$")
+#: ``3.12``, or a free-threaded ``3.14t`` (then ``interpreter`` must be given).
+_PYTHON_RE = re.compile(r"^3\.\d+t?$")
 _SMOKE = "import torch; torch.ones(2); print(torch.__version__)"
 #: Creating an importable env downloads ~2.5 GB on a cold cache.
 _LOCK_TIMEOUT_S = 3600.0
@@ -202,7 +205,8 @@ def import_requirements(
         raise ProvisionError(f"no torch-*.dist-info in {site_packages}: the torch install failed")
     text = dist_infos[0].read_text(encoding="utf-8")
     environment: dict[str, str] = {str(k): str(v) for k, v in default_environment().items()}
-    environment.update(python_version=python, python_full_version=f"{python}.0", extra="")
+    version = python.removesuffix("t")  # markers know no free-threaded spelling
+    environment.update(python_version=version, python_full_version=f"{version}.0", extra="")
     needed: list[str] = []
     skipped: list[str] = []
     for line in text.splitlines():
@@ -226,13 +230,14 @@ def _create(
     importable: bool,
     extra: Sequence[str],
     index_url: str | None = None,
+    interpreter: Path | None = None,
 ) -> dict[str, object]:
-    interpreter = (
-        sys.executable if python == f"{sys.version_info[0]}.{sys.version_info[1]}" else python
-    )
+    if interpreter is None:
+        running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        interpreter = Path(sys.executable) if python == running else None
     started = time.monotonic()
     _log(f"creating {root} (Python {python})")
-    _uv(uv, "venv", "--quiet", "--python", interpreter, str(root))
+    _uv(uv, "venv", "--quiet", "--python", str(interpreter or python), str(root))
     env_py = str(_env_python(root))
     _log(f"installing torch=={version} --no-deps from PyPI (~1 GB on a cold uv cache)")
     index = ["--index-url", index_url] if index_url else []
@@ -266,13 +271,15 @@ def torch_env(
     python: str | None = None,
     extra: Sequence[str] = (),
     index_url: str | None = None,
+    interpreter: Path | None = None,
 ) -> TorchEnv:
     """The cached env with PyPI's ``torch==version`` (created on first use).
 
-    ``python``: ``"3.11"`` style (default: this interpreter's). ``importable``:
-    also install what ``import torch`` needs (verified). ``extra``: more
-    requirements. ``index_url``: take torch from this index instead of PyPI
-    (PyTorch's per-backend indexes; the env name records it). Raises
+    ``python``: ``"3.11"`` style (default: this interpreter's). ``interpreter``: the
+    CPython ``python`` names, where uv cannot find it by version (pyenv's shims hide
+    theirs). ``importable``: also install what ``import torch`` needs (verified).
+    ``extra``: more requirements. ``index_url``: take torch from this index instead of
+    PyPI (PyTorch's per-backend indexes; the env name records it). Raises
     :class:`ConfigError` for a malformed version and :class:`CommandError` when
     uv fails (e.g. no such torch release).
     """
@@ -282,7 +289,9 @@ def torch_env(
     if not _VERSION_RE.match(version):
         raise ConfigError(f"torch version {version!r} is not a release version like '2.6.0'")
     if not _PYTHON_RE.match(python):
-        raise ConfigError(f"python {python!r} is not a version like '3.11'")
+        raise ConfigError(f"python {python!r} is not a version like '3.11' or '3.14t'")
+    if python.endswith("t") and interpreter is None:
+        raise ConfigError(f"an environment of free-threaded {python} needs that interpreter")
     extra = tuple(extra)
     envs = cache_root() / "envs"
     envs.mkdir(parents=True, exist_ok=True)
@@ -302,6 +311,7 @@ def torch_env(
                     importable=importable,
                     extra=extra,
                     index_url=index_url,
+                    interpreter=interpreter,
                 )
             except BaseException:
                 shutil.rmtree(root, ignore_errors=True)
@@ -319,6 +329,89 @@ def torch_env(
         torch_dir=site / "torch",
         version=version,
         importable=importable,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchTree:
+    """A torch release installed into a plain folder (``uv pip install --target``): enough
+    to compile against, no interpreter of its own."""
+
+    root: Path
+    #: The folder holding ``torch/`` (and ``nvidia/`` for the GPU headers): the root itself.
+    site_packages: Path
+    torch_dir: Path
+    version: str
+    #: The CPython whose wheel of torch it holds (``3.12``, ``3.14t``).
+    python: str
+
+
+def torch_tree(
+    version: str,
+    *,
+    python: str,
+    interpreter: Path | None = None,
+    extra: Sequence[str] = (),
+    index_url: str | None = None,
+) -> TorchTree:
+    """The cached folder holding ``torch==version`` (``--no-deps``) and ``extra``, as
+    torch's wheel for CPython ``python`` ships it (created on first use).
+
+    A build compiles against torch's headers and libraries, which are the same in the
+    wheels of every CPython of a release, so no interpreter of ``python`` is needed:
+    uv installs the wheel for ``--python-version python``. A free-threaded ``python``
+    (``3.14t``) has no such option: ``interpreter`` must be that interpreter. Trees live
+    beside the environments (``$TCDE_DEV_CACHE/envs/tree-...``), with the same lock and
+    completeness marker. Raises :class:`ConfigError` for malformed versions and
+    :class:`CommandError` when uv fails.
+    """
+    from filelock import FileLock
+
+    if not _VERSION_RE.match(version):
+        raise ConfigError(f"torch version {version!r} is not a release version like '2.6.0'")
+    if not _PYTHON_RE.match(python):
+        raise ConfigError(f"python {python!r} is not a version like '3.12' or '3.14t'")
+    if python.endswith("t") and interpreter is None:
+        raise ConfigError(f"a torch tree for free-threaded {python} needs that interpreter")
+    extra = tuple(extra)
+    envs = cache_root() / "envs"
+    envs.mkdir(parents=True, exist_ok=True)
+    root = envs / ("tree-" + _env_name(version, python, False, extra, index_url))
+    with FileLock(str(root) + ".lock", timeout=_LOCK_TIMEOUT_S):
+        if not (root / _MARKER).is_file():
+            _CURRENT["env"] = (root.name, time.monotonic())
+            if root.exists():
+                _log(f"removing incomplete {root} (no {_MARKER}: an interrupted creation)")
+                shutil.rmtree(root)
+            started = time.monotonic()
+            target = (
+                ["--python", str(interpreter)]
+                if interpreter is not None
+                else ["--python", sys.executable, "--python-version", python]
+            )
+            index = ["--index-url", index_url] if index_url else []
+            try:
+                uv = find_uv()
+                _log(f"installing torch=={version} (CPython {python} wheel) into {root}")
+                _uv(uv, "pip", "install", "--target", str(root), *target, "--no-deps", *index,
+                    f"torch=={version}")  # fmt: skip
+                if extra:
+                    _uv(uv, "pip", "install", "--target", str(root), *target, *extra)
+            except BaseException:
+                shutil.rmtree(root, ignore_errors=True)
+                _CURRENT.pop("env", None)
+                raise
+            record = {
+                "torch": version,
+                "python": python,
+                "extra": list(extra),
+                "seconds": round(time.monotonic() - started, 1),
+            }
+            atomic_write_bytes(root / _MARKER, (json.dumps(record, indent=2) + "\n").encode())
+            _log(f"{root} ready in {record['seconds']} s")
+            _CURRENT.pop("env", None)
+    return TorchTree(
+        root=root, site_packages=root, torch_dir=root / "torch", version=version, python=python
     )
 
 

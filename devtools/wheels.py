@@ -5,13 +5,16 @@ All wheels are written by the in-tree backend's one writer
 metadata, the manifest and reproducibility (``SOURCE_DATE_EPOCH``) come from one
 place.
 
-- **combined** (one per Python x platform): every library built for it; on Linux
-  ``auditwheel repair`` gives it its manylinux tag with torch's and the GPU
-  runtimes' libraries excluded (they come from the user's torch install);
-- **variant** (PEP 825, one per cell): the cell's library plus the CPU library
-  of the same torch and ABI as a fallback, ``*.dist-info/variant.json``
-  declaring ``abi_dependency :: torch :: X.Y`` and the backend's properties;
-  the platform tag is the combined wheel's (same libraries, same policy);
+- **combined** (one per platform and Python ABI: the ``cp39-abi3`` wheel every
+  CPython >= 3.9 with the GIL installs, and one ``cp314-cp314t`` wheel per
+  free-threaded Python): every library built for it; on Linux ``auditwheel repair``
+  gives it its manylinux tag with torch's and the GPU runtimes' libraries excluded
+  (they come from the user's torch install);
+- **variant** (PEP 825, one per cell): the cell's library alone,
+  ``*.dist-info/variant.json`` declaring ``abi_dependency :: torch :: X.Y`` and the
+  backend's properties; the platform tag is the combined wheel's (same libraries, same
+  policy). A CUDA or ROCm variant carries no CPU library: the selector gives a GPU
+  torch its own backend's library (which serves CPU tensors too), never the CPU one;
 - **universal** ``py3-none-any``: no library (defers on torch >= 2.10, explains
   or JIT-compiles elsewhere);
 - ``torch_c_dlpack_ext-<version>-variants.json`` for the index;
@@ -82,7 +85,7 @@ def cell_for_entry(matrix: Matrix, entry: ManifestEntry) -> Cell:
             return cell
     raise MatrixError(
         f"{entry.file} (torch {entry.torch}, {entry.backend.value}, cxx11_abi={entry.cxx11_abi}, "
-        f"{entry.platform}, Python {entry.python}) is no cell of matrix.toml; "
+        f"{entry.platform}, python {entry.python}) is no cell of matrix.toml; "
         "rebuild it or fix the matrix"
     )
 
@@ -113,18 +116,52 @@ def _variant_info() -> Any:
 
 
 def variant_json(cell: Cell) -> bytes:
-    """``*.dist-info/variant.json`` of a cell's variant wheel, produced by variantlib."""
-    from variantlib.api import VariantDescription, VariantProperty, make_variant_dist_info
-
-    description = VariantDescription(
-        properties=[VariantProperty.from_str(p) for p in variant_properties(cell)],
-        label=cell.label,
-    )
-    data = _declare_abi_dependency(
-        json.loads(make_variant_dist_info(description, variant_info=_variant_info()))
-    )
+    """``*.dist-info/variant.json`` of a cell's variant wheel, produced by variantlib
+    (which needs Python >= 3.10; on 3.9 :func:`_variant_dist_info_without_variantlib`
+    writes the same document, a unit test keeps the two equal)."""
+    try:
+        from variantlib.api import VariantDescription, VariantProperty, make_variant_dist_info
+    except ImportError:
+        if sys.version_info >= (3, 10):
+            raise
+        data = _variant_dist_info_without_variantlib(cell)
+    else:
+        description = VariantDescription(
+            properties=[VariantProperty.from_str(p) for p in variant_properties(cell)],
+            label=cell.label,
+        )
+        data = json.loads(make_variant_dist_info(description, variant_info=_variant_info()))
+    data = _declare_abi_dependency(data)
     # Canonical form (sorted keys) so equal inputs give byte-identical wheels.
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
+#: The PEP 825 schema variantlib 0.2 names in the variant metadata it writes.
+_VARIANT_SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"
+
+
+def _variant_dist_info_without_variantlib(cell: Cell) -> dict[str, Any]:
+    """What variantlib 0.2's ``make_variant_dist_info`` writes for ``cell``, for
+    Python 3.9 where variantlib does not install: the schema, pyproject.toml's
+    ``[variant]`` priorities and providers, and the cell's properties under its label."""
+    from build_backend._metadata import load_pyproject
+
+    table = load_pyproject(ROOT).get("variant", {})
+    variants: dict[str, dict[str, list[str]]] = {}
+    for prop in variant_properties(cell):
+        namespace, feature, value = (part.strip() for part in prop.split("::"))
+        variants.setdefault(namespace, {}).setdefault(feature, []).append(value)
+    return {
+        "$schema": _VARIANT_SCHEMA,
+        "default-priorities": {
+            "namespace": list(table.get("default-priorities", {}).get("namespace", []))
+        },
+        "providers": {
+            name: {"plugin-api": provider["plugin-api"], "requires": list(provider["requires"])}
+            for name, provider in table.get("providers", {}).items()
+        },
+        "variants": {cell.label: variants},
+    }
 
 
 def _declare_abi_dependency(data: dict[str, Any]) -> dict[str, Any]:
@@ -319,7 +356,7 @@ def _rewrite_reproducibly(wheel: Path, out: Path, platform: str, libs: Path) -> 
 def assemble_group(
     libs: Path, out: Path, *, matrix: Matrix, repair: bool, platform_override: str | None = None
 ) -> list[Path]:
-    """Combined and variant wheels of one Python x platform group directory."""
+    """Combined and variant wheels of one platform x Python ABI group directory."""
     meta = project_metadata(ROOT)
     entries = load_manifest(libs / MANIFEST_NAME)
     if not entries:
@@ -339,18 +376,13 @@ def assemble_group(
             combined = out / plain.name
             _atomic_move(plain, combined)
         made.append(combined)
-        by_key = {(e.torch, e.backend, e.cxx11_abi): e for e in entries}
         for entry in entries:
             cell = cell_for_entry(matrix, entry)
-            chosen = [entry]
-            fallback = by_key.get((entry.torch, Backend.CPU, entry.cxx11_abi))
-            if entry.backend is not Backend.CPU and fallback is not None:
-                chosen.append(fallback)
             made.append(
                 assemble_wheel(
                     out,
                     meta=meta,
-                    libraries=[(e, libs / e.file) for e in chosen],
+                    libraries=[(entry, libs / entry.file)],
                     platform=platform,
                     label=cell.label,
                     variant_json=variant_json(cell),
@@ -415,10 +447,12 @@ def universal_wheel(out: Path) -> Path:
 
 
 def _is_variant(filename: str) -> bool:
-    from variantlib.constants import VALIDATION_WHEEL_NAME_REGEX
-
-    match = VALIDATION_WHEEL_NAME_REGEX.fullmatch(filename)
-    return bool(match and match.group("variant_label"))
+    """A PEP 825 variant wheel's name: a label after the platform tag (a PEP 427 build
+    tag, which would also make six parts, starts with a digit and sits third)."""
+    parts = filename[: -len(".whl")].split("-") if filename.endswith(".whl") else []
+    if len(parts) == 7:
+        return True
+    return len(parts) == 6 and not parts[2][:1].isdigit()
 
 
 def assemble_from_wheels(cells_dir: Path, out: Path) -> list[Path]:
@@ -427,8 +461,9 @@ def assemble_from_wheels(cells_dir: Path, out: Path) -> list[Path]:
     ``cells_dir`` is what actions/download-artifact made of the jobs' artifacts:
     one folder per artifact (jobs' wheels share file names, so they are never
     merged into one folder), searched recursively. Each job wheel carries some
-    libraries and their manifest; libraries of one Python x platform family x
-    architecture are unpacked into one group directory, then packed as
+    libraries and their manifest; libraries of one Python ABI (``cp39-abi3``,
+    ``cp314-cp314t``) x platform family x architecture are unpacked into one group
+    directory, then packed as
     :func:`assemble_dist` does, with the platform tag all its parts allow
     (:func:`combined_platform`). A library two job wheels both carry must be
     byte-identical in both; a job wheel with grafted libraries is refused.
@@ -445,12 +480,12 @@ def _assemble_from(wheels: Sequence[Path], out: Path, matrix: Matrix) -> list[Pa
 
     made: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="tcde-assemble-") as tmp:
-        groups: dict[tuple[str, str, str], _Group] = {}
+        groups: dict[tuple[str, str, str, str], _Group] = {}
         for wheel in wheels:
             _, _, _, tags = parse_wheel_filename(wheel.name)
             tag = min(tags, key=str)
             family, arch = platform_key(tag.platform)
-            key = (tag.interpreter, family, arch)
+            key = (tag.interpreter, tag.abi, family, arch)
             if key not in groups:
                 directory = Path(tmp) / "-".join(key)
                 directory.mkdir()

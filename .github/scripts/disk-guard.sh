@@ -5,8 +5,8 @@
 # Usage: disk-guard.sh NEEDED_GB [PATH]   (PATH default: the working directory)
 #
 # What a job needs (measured on Linux x86_64, Python 3.11): each cell's torch goes
-# into its own `--no-deps` environment, 1.6-1.7 GB for a CUDA torch (2.6.0, 2.8.0)
-# plus the CUDA header wheels; the cp311 CUDA job has 7 such environments
+# into its own `--no-deps` folder, 1.6-1.7 GB for a CUDA torch (2.6.0, 2.8.0)
+# plus the CUDA header wheels; the linux_x86_64-cuda job has 7 such folders
 # (~12 GB; uv hard-links them from its cache). The test step installs an importable
 # CUDA torch with its nvidia wheels (5.2 GB for 2.8.0). With the manylinux image
 # and the build's scratch space, a CUDA job needs ~20 GB; CPU-only jobs ~8 GB.

@@ -6,7 +6,7 @@
 # loudly in seconds instead of deep inside cibuildwheel.
 #
 # Usage: preflight-image.sh PYTHON_TAG [ROCM_VERSION]
-#   PYTHON_TAG    cp311 (the job's Python: /opt/python/cp311-cp311 must exist)
+#   PYTHON_TAG    cp312 (the job's Python: /opt/python/cp312-cp312 must exist)
 #   ROCM_VERSION  6.2.4 (the ROCm the job's flavour declares; /opt/rocm/.info/version
 #                 must start with it, and the HIP headers must be there)
 # PREFLIGHT_ROOT (default empty) prefixes every path, so the checks can be tested

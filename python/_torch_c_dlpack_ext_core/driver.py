@@ -47,9 +47,16 @@ from .errors import (
     TorchCDLPackExtError,
     TorchInstallError,
 )
-from .headers import find_dlpack_include, find_gpu_toolkit, find_python_include, python_of_headers
+from .headers import (
+    find_dlpack_include,
+    find_gpu_toolkit,
+    find_python_include,
+    python_target_of_headers,
+)
 from .manifest import ManifestEntry, atomic_write_bytes, sha256_of, verify_file
 from .naming import (
+    ABI3,
+    LIMITED_API_VERSION,
     PACKAGE,
     SOURCE_SUFFIXES,
     Backend,
@@ -58,6 +65,7 @@ from .naming import (
     parse_backend,
 )
 from .run import run
+from .stableabi import audit_stable_abi
 from .toolchains import AuditOutcome, CompileJob, Toolchain, toolchain_for
 from .toolchains.protocol import SCRATCH_PLACEHOLDER
 from .torchinstall import TorchInstall
@@ -72,7 +80,8 @@ __all__ = [
 ]
 
 #: Bump when the driver changes what it produces, so old cache records stop matching.
-_CACHE_SCHEMA = 1
+#: 2: libraries for a CPython with the GIL are built with the limited API (python "abi3").
+_CACHE_SCHEMA = 2
 #: Torch's CMake config asks dependents for C++20 from 2.12 on (``CXX_STANDARD 20`` in
 #: TorchConfig.cmake of PyPI's 2.12.0-2.15.0; 17 in 2.10.0 and 2.11.0).
 _CXX20_FROM = (2, 12)
@@ -118,6 +127,10 @@ class BuildPlan:
     dlpack_include: Path
     dlpack_version: str
     python_include: Path
+    #: What the library serves, as its manifest entry says it
+    #: (:func:`.headers.python_target_of_headers`): ``"abi3"`` (compiled with
+    #: ``Py_LIMITED_API``) or a free-threaded ``"3.14t"``.
+    python: str
     #: CUDA / ROCm include dirs (two for NVIDIA's wheels: cuda_runtime and cuda_nvcc's crt/).
     gpu_includes: tuple[Path, ...]
     gpu_toolkit: str | None
@@ -126,10 +139,19 @@ class BuildPlan:
     output_dir: Path
     #: ``sys.platform`` of the target; selects :attr:`platform_toolchain`.
     platform: str
-    #: Windows only: the target Python's import library (``<base>/libs/python311.lib``).
+    #: Windows only: the target Python's import library (``<base>/libs/python3.lib`` for
+    #: abi3, ``python314t.lib`` for a free-threaded target).
     python_import_lib: Path | None = None
     #: What ``$CXX`` puts after the compiler (``ccache g++``: ``("g++",)``).
     cxx_args: tuple[str, ...] = ()
+    #: The file exporting the target Python's C API, for the ELF audit (``None``: the
+    #: running interpreter's).
+    python_exports: Path | None = None
+
+    @property
+    def limited_api(self) -> bool:
+        """Compiled with ``Py_LIMITED_API`` (the python is ``abi3``)."""
+        return self.python == ABI3
 
     @property
     def platform_toolchain(self) -> Toolchain:
@@ -161,6 +183,9 @@ class BuildPlan:
             defines += ["USE_ROCM", "__HIP_PLATFORM_AMD__"]
         if self.cxx11_abi is not None:
             defines.append(f"_GLIBCXX_USE_CXX11_ABI={int(self.cxx11_abi)}")
+        if self.limited_api:
+            # One library for every CPython >= 3.9 with the GIL (see naming.ABI3).
+            defines.append(f"Py_LIMITED_API=0x{LIMITED_API_VERSION:08x}")
         # The quotes are part of the argv element: POSIX exec passes them as they are, and on
         # Windows subprocess escapes them (\") so cl's command-line parser restores them.
         return (
@@ -208,6 +233,7 @@ class BuildPlan:
             "sources": _source_digests(self.source_dir),
             "torch": self.torch.identity,
             "backend": self.backend.value,
+            "python": self.python,
             "compiler": [self.cxx, self.compiler_banner],
             "command": self.command("{output}"),
             "dlpack": [self.dlpack_version, sha256_of(self.dlpack_include / "dlpack" / "dlpack.h")],
@@ -318,6 +344,8 @@ def plan_build(
     environ: Mapping[str, str] | None = None,
     platform: str | None = None,
     python_lib: Path | str | None = None,
+    python: str | None = None,
+    python_exports: Path | str | None = None,
 ) -> BuildPlan:
     """Resolve and validate every input of a build without touching ``output_dir``.
 
@@ -325,7 +353,8 @@ def plan_build(
     ``sys.platform``) selects the toolchain (:func:`.toolchains.toolchain_for`):
     ``linux`` (gnu), ``darwin`` (clang), ``win32`` (MSVC). ``python_lib``:
     Windows only, the Python import library to link (default: the running
-    Python's). Raises the typed error of the first problem found.
+    Python's ``python3.lib``, or ``python3XYt.lib`` for a free-threaded target).
+    Raises the typed error of the first problem found.
     """
     platform = sys.platform if platform is None else platform
     toolchain = toolchain_for(platform)
@@ -363,9 +392,17 @@ def plan_build(
         backend, install, Path(gpu_home) if gpu_home is not None else None, environ
     )
     py_include = find_python_include(Path(python_include) if python_include else None)
+    target = python_target_of_headers(py_include)
+    if python is not None and python != target:
+        raise BuildError(
+            f"python={python!r} was requested, but the headers in {py_include} make a "
+            f"{target!r} library; pass python_include=<the include dir of the CPython "
+            f"that {python!r} names>"
+        )
     python_import_lib = toolchain.python_import_library(
-        Path(python_lib) if python_lib is not None else None
+        Path(python_lib) if python_lib is not None else None, limited_api=target == ABI3
     )
+    exports = _python_exports(py_include, target, python_exports)
     return BuildPlan(
         torch=install,
         backend=backend,
@@ -377,6 +414,7 @@ def plan_build(
         dlpack_include=dlpack_dir,
         dlpack_version=dlpack_version,
         python_include=py_include,
+        python=target,
         gpu_includes=gpu_includes,
         gpu_toolkit=gpu_toolkit,
         sources=sources,
@@ -385,6 +423,38 @@ def plan_build(
         platform=platform,
         python_import_lib=python_import_lib,
         cxx_args=compiler.args,
+        python_exports=exports,
+    )
+
+
+def _python_exports(include: Path, target: str, explicit: Path | str | None) -> Path | None:
+    """What exports the target Python's C API, for the ELF audit: ``explicit``; ``None``
+    (the running interpreter) for abi3, which every CPython >= 3.9 with the GIL exports
+    (the stable ABI audit checks the rest); for a free-threaded target another
+    interpreter's ``libpython3.Xt.so`` or ``python3.Xt`` in the prefix holding
+    ``include`` (``<prefix>/include/python3.Xt``)."""
+    import sysconfig
+
+    if explicit is not None:
+        return Path(explicit)
+    if target == ABI3:
+        return None
+    if Path(sysconfig.get_paths()["include"]).resolve() == include.resolve():
+        return None
+    prefix = include.parent.parent
+    name = include.name  # python3.14t
+    for candidate in (
+        *sorted((prefix / "lib").glob(f"lib{name}.so*")),
+        prefix / "bin" / name,
+    ):
+        if candidate.is_file():
+            return candidate
+    if not sys.platform.startswith("linux"):
+        return None  # no ELF audit there
+    raise BuildError(
+        f"no lib{name}.so or bin/{name} under {prefix}: the ABI audit of a {target} "
+        "library checks its Python symbols against that interpreter; pass "
+        "python_exports=<its libpython or executable>"
     )
 
 
@@ -403,7 +473,9 @@ def _cached_entry(plan: BuildPlan, key: str) -> ManifestEntry | None:
     return entry if entry.file == plan.filename else None
 
 
-def _build(plan: BuildPlan, key: str, *, audit: bool) -> ManifestEntry:
+def _build(
+    plan: BuildPlan, key: str, *, audit: bool, stable_abi_audit: bool | None = None
+) -> ManifestEntry:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{plan.filename}.", suffix=".tmp", dir=plan.output_dir)
     os.close(fd)
     tmp = Path(tmp_name)
@@ -432,9 +504,9 @@ def _build(plan: BuildPlan, key: str, *, audit: bool) -> ManifestEntry:
                 command=command,
             )
         compiler = (plan.cxx, *plan.cxx_args)
-        if audit and toolchain.audit(tmp, plan.torch, plan.backend, cxx=compiler) is (
-            AuditOutcome.NOT_APPLICABLE
-        ):
+        if audit and toolchain.audit(
+            tmp, plan.torch, plan.backend, cxx=compiler, python_exports=plan.python_exports
+        ) is (AuditOutcome.NOT_APPLICABLE):
             # The ELF audit checks symbol versions and the libstdc++ dual ABI, neither of
             # which exists on Windows or macOS: there the link itself resolved every import
             # (MSVC) or the wheel job's load test is the check (dyld, -undefined).
@@ -444,6 +516,8 @@ def _build(plan: BuildPlan, key: str, *, audit: bool) -> ManifestEntry:
                 file=sys.stderr,
                 flush=True,
             )
+        if audit and plan.limited_api:
+            audit_stable_abi(tmp, name=plan.filename, required=stable_abi_audit)
         entry = ManifestEntry(
             file=plan.filename,
             torch=f"{plan.torch.major}.{plan.torch.minor}",
@@ -454,7 +528,7 @@ def _build(plan: BuildPlan, key: str, *, audit: bool) -> ManifestEntry:
             toolchain=plan.toolchain,
             gpu_toolkit=plan.gpu_toolkit,
             platform=host_platform_tag(),
-            python=python_of_headers(plan.python_include),
+            python=plan.python,
             size=tmp.stat().st_size,
             sha256=sha256_of(tmp),
         )
@@ -482,6 +556,9 @@ def compile_library(
     python_include: Path | str | None = None,
     source_dir: Path | str | None = None,
     audit: bool = True,
+    python: str | None = None,
+    python_exports: Path | str | None = None,
+    stable_abi_audit: bool | None = None,
 ) -> ManifestEntry:
     """Compile the exchange library for one target and return its manifest entry.
 
@@ -491,7 +568,17 @@ def compile_library(
     ``python_include``, ``source_dir``: overrides of what is found
     automatically (the toolchain's compiler lookup, :mod:`.headers`,
     :func:`find_sources`). ``audit``: run the toolchain's audit (the ELF ABI
-    audit on Linux) before publishing.
+    audit on Linux) and, for an abi3 library, the stable ABI audit
+    (:func:`.stableabi.audit_stable_abi`) before publishing; ``stable_abi_audit``:
+    ``True`` requires the latter (abi3audit must be installed), ``None`` runs it when
+    abi3audit is installed.
+
+    The Python headers decide what the library serves (its manifest ``python``): those
+    of a CPython with the GIL make an ``abi3`` library (``Py_LIMITED_API``, every
+    CPython >= 3.9), a free-threaded CPython's a ``"3.14t"`` one. ``python``: the
+    expected value, checked against the headers. ``python_exports``: the target
+    interpreter's libpython or executable for the ELF audit (found next to a
+    free-threaded ``python_include`` when not given).
 
     The library lands in ``output_dir`` under :func:`~.naming.library_filename`;
     the entry's ``file`` is that bare name. An unchanged target is a cache hit
@@ -512,6 +599,8 @@ def compile_library(
             dlpack_include=dlpack_include,
             python_include=python_include,
             source_dir=source_dir,
+            python=python,
+            python_exports=python_exports,
         )
         key = plan.cache_key()
         plan.output_dir.mkdir(parents=True, exist_ok=True)
@@ -522,7 +611,7 @@ def compile_library(
                 if cached is not None:
                     print(f"{plan.filename} is up to date (cache hit)", file=sys.stderr, flush=True)
                     return cached
-                return _build(plan, key, audit=audit)
+                return _build(plan, key, audit=audit, stable_abi_audit=stable_abi_audit)
         except Timeout:
             raise BuildError(
                 f"another build of {plan.output} held {lock.lock_file} for over "

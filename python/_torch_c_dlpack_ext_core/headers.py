@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import BuildError, DLPackHeaderNotFoundError, GPUHeadersNotFoundError
-from .naming import Backend
+from .naming import ABI3, ABI3_FLOOR, Backend
 from .torchinstall import TorchInstall
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "find_gpu_toolkit",
     "find_python_include",
     "python_of_headers",
+    "python_target_of_headers",
 ]
 
 #: The oldest DLPack header that defines ``DLPackExchangeAPI``.
@@ -256,3 +257,38 @@ def python_of_headers(include_dir: Path) -> str:
     if found[0] is None or found[1] is None:
         raise BuildError(f"{include_dir / 'patchlevel.h'} defines no PY_MAJOR/MINOR_VERSION")
     return f"{found[0].group(1)}.{found[1].group(1)}"
+
+
+def _free_threaded_headers(include_dir: Path) -> bool:
+    """The headers are a free-threaded CPython's: ``pyconfig.h`` defines
+    ``Py_GIL_DISABLED`` to 1 (Debian's multiarch ``pyconfig.h``, which only includes
+    the architecture's own, belongs to a GIL build: Debian ships no free-threaded one)."""
+    try:
+        text = (include_dir / "pyconfig.h").read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise BuildError(
+            f"cannot read {include_dir / 'pyconfig.h'} ({exc.strerror}): {include_dir} is "
+            "not a complete CPython include dir; pass python_include=<dir holding Python.h>"
+        ) from None
+    return re.search(r"^\s*#\s*define\s+Py_GIL_DISABLED\s+1\b", text, re.MULTILINE) is not None
+
+
+def python_target_of_headers(include_dir: Path) -> str:
+    """What a library compiled against the CPython headers in ``include_dir`` serves, as
+    its manifest's ``python`` says it: ``"abi3"`` for a CPython with the GIL (the build
+    defines ``Py_LIMITED_API``, so it serves every CPython from 3.9 on), ``"3.14t"`` for
+    a free-threaded one (no limited API there: that interpreter only).
+
+    Raises :class:`BuildError` for headers older than 3.9 or not CPython's.
+    """
+    version = python_of_headers(include_dir)
+    major, minor = (int(part) for part in version.split("."))
+    if _free_threaded_headers(include_dir):
+        return f"{version}t"
+    if (major, minor) < ABI3_FLOOR:
+        raise BuildError(
+            f"the Python headers in {include_dir} are CPython {version}; the limited API "
+            f"build needs CPython {ABI3_FLOOR[0]}.{ABI3_FLOOR[1]} or newer headers "
+            "(pass python_include=<dir holding Python.h of a newer CPython>)"
+        )
+    return ABI3

@@ -6,7 +6,7 @@
      "libraries": [{"file": "libs/libtorch_c_dlpack_ext-torch2.6-cpu-cxx11abi0.so",
                     "torch": "2.6", "torch_build": "2.6.0+cu124", "backend": "cpu",
                     "cxx11_abi": false, "dlpack": "1.3", "toolchain": "g++ 12.2.0",
-                    "gpu_toolkit": null, "platform": "linux_x86_64", "python": "3.11",
+                    "gpu_toolkit": null, "platform": "linux_x86_64", "python": "abi3",
                     "size": 178000, "sha256": "..."}]}
 
 The selector reads this file; it never globs or parses file names. Size and
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .errors import REINSTALL, ManifestError, brief
-from .naming import Backend
+from .naming import ABI3, Backend
 
 __all__ = [
     "MAX_MANIFEST_BYTES",
@@ -67,8 +67,11 @@ class ManifestEntry(NamedTuple):
     gpu_toolkit: str | None
     #: Wheel platform tag of the build host (``linux_x86_64``).
     platform: str
-    #: CPython ``major.minor`` whose headers it was compiled against (``3.11``): the
-    #: wheel's Python tag (every library of one wheel has the same).
+    #: The CPythons it serves, which give the wheel its Python tags (every library of
+    #: one wheel has the same): ``"abi3"`` (built with ``Py_LIMITED_API`` = 3.9: every
+    #: CPython >= 3.9 with the GIL), ``"3.14t"`` (that free-threaded CPython only), or,
+    #: in manifests written before abi3, ``"3.11"`` (that CPython with the GIL only).
+    #: :func:`.naming.parse_python_target` reads it.
     python: str
     size: int
     sha256: str
@@ -204,12 +207,26 @@ def _check_field(where: str, name: str, value: Any) -> Any:
             )
         return value
     text = _check_text(where, name, value, optional=name == "gpu_toolkit")
-    if name in ("torch", "python"):
+    if name == "torch":
         major, dot, minor = str(text).partition(".")
         if not (dot and _is_number(major) and _is_number(minor)):
-            example = "a torch 'major.minor' such as '2.8'" if name == "torch" else "'3.11'"
-            raise ManifestError(f"{where}.{name} is {brief(text)}, expected {example}", REINSTALL)
+            raise ManifestError(
+                f"{where}.torch is {brief(text)}, expected a torch 'major.minor' such as '2.8'",
+                REINSTALL,
+            )
+    if name == "python":
+        _check_python(where, str(text))
     return text
+
+
+def _check_python(where: str, text: str) -> None:
+    major, dot, minor = text.removesuffix("t").partition(".")
+    if text != ABI3 and not (dot and _is_number(major) and _is_number(minor)):
+        raise ManifestError(
+            f"{where}.python is {brief(text)}, expected 'abi3', a free-threaded CPython "
+            "such as '3.14t', or (manifests before abi3) a CPython such as '3.11'",
+            REINSTALL,
+        )
 
 
 def _is_number(text: str) -> bool:
@@ -365,11 +382,12 @@ def load_manifest(path: Path) -> tuple[ManifestEntry, ...]:
     Schema 1: a UTF-8 JSON object of at most :data:`MAX_MANIFEST_BYTES`,
     ``{"schema": 1, "libraries": [entry, ...]}`` (at most :data:`MAX_ENTRIES`), every
     entry an object with exactly-typed fields: ``file`` (see :func:`check_library_path`),
-    ``torch`` (``"2.8"``), ``backend`` (``cpu``/``cuda``/``rocm``), ``cxx11_abi``
-    (bool or null), ``size`` (integer), ``sha256`` (64 lowercase hex), ``gpu_toolkit``
-    (string or null) and the other strings (non-empty, printable, bounded). Unknown keys
-    are ignored (a newer writer may add some). The file itself must be a regular file:
-    a directory, FIFO or device is refused without blocking.
+    ``torch`` (``"2.8"``), ``python`` (``"abi3"``, ``"3.14t"``, ``"3.11"``), ``backend``
+    (``cpu``/``cuda``/``rocm``), ``cxx11_abi`` (bool or null), ``size`` (integer),
+    ``sha256`` (64 lowercase hex), ``gpu_toolkit`` (string or null) and the other
+    strings (non-empty, printable, bounded). Unknown keys are ignored (a newer writer
+    may add some). The file itself must be a regular file: a directory, FIFO or device
+    is refused without blocking.
     """
     fd, info = _open_regular(path, f"manifest {path}", f"no manifest at {path}")
     try:

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 __all__ = [
+    "ABI3",
+    "ABI3_FLOOR",
     "CAPSULE_ATTR",
     "CAPSULE_NAME",
     "CORE_PACKAGE",
@@ -22,6 +24,7 @@ __all__ = [
     "ENV_PREFIX",
     "LEGACY_INT_ATTR",
     "LIBS_DIR",
+    "LIMITED_API_VERSION",
     "MANIFEST_NAME",
     "PACKAGE",
     "PLATFORM_TOOLCHAINS",
@@ -33,6 +36,8 @@ __all__ = [
     "host_platform_tag",
     "library_filename",
     "parse_backend",
+    "parse_python_target",
+    "python_target_tags",
     "shared_library_suffix",
     "toolchain_name",
     "torch_minor",
@@ -71,6 +76,52 @@ PLATFORM_TOOLCHAINS = {"linux": "gnu", "darwin": "darwin", "win32": "msvc"}
 #: Per toolchain: ``(file prefix, suffix)`` of a shared library. The toolchains read it
 #: from here, so file names are defined once for the build, the wheels and the runtime.
 SHARED_LIBRARY_NAMING = {"gnu": ("lib", ".so"), "darwin": ("lib", ".dylib"), "msvc": ("", ".dll")}
+
+
+#: The ``python`` of a library built with the limited C API (``Py_LIMITED_API`` =
+#: :data:`LIMITED_API_VERSION`): one build serves every CPython with the GIL from
+#: :data:`ABI3_FLOOR` on. Free-threaded CPython has another object header and cannot
+#: use it, so its libraries say ``"3.14t"`` (that interpreter only); manifests written
+#: before abi3 say ``"3.11"`` (that CPython with the GIL only).
+ABI3 = "abi3"
+#: The oldest CPython the abi3 libraries serve (the project's ``requires-python`` floor).
+ABI3_FLOOR = (3, 9)
+#: ``Py_LIMITED_API``: the stable ABI as of :data:`ABI3_FLOOR` (``0x03090000``).
+LIMITED_API_VERSION = (ABI3_FLOOR[0] << 24) | (ABI3_FLOOR[1] << 16)
+
+
+def parse_python_target(value: str) -> tuple[int, int, str]:
+    """``(major, minor, kind)`` of a library's ``python``: kind ``"abi3"`` (``"abi3"``:
+    every GIL CPython from :data:`ABI3_FLOOR`), ``"freethreaded"`` (``"3.14t"``) or
+    ``"cpython"`` (``"3.11"``, written before abi3: that GIL CPython only).
+
+    Raises :class:`~_torch_c_dlpack_ext_core.errors.ConfigError` for anything else.
+    """
+    if value == ABI3:
+        return ABI3_FLOOR[0], ABI3_FLOOR[1], "abi3"
+    text, kind = (value[:-1], "freethreaded") if value.endswith("t") else (value, "cpython")
+    major, dot, minor = text.partition(".")
+    if (
+        not (dot and major.isascii() and major.isdigit() and minor.isascii() and minor.isdigit())
+        or len(text) > 9
+    ):
+        from .errors import ConfigError, brief
+
+        raise ConfigError(
+            f"not a library's python: {brief(value)} (expected 'abi3', '3.14t' or '3.11')"
+        )
+    return int(major), int(minor), kind
+
+
+def python_target_tags(value: str) -> tuple[str, str]:
+    """The wheel's ``(interpreter, abi)`` tags for libraries whose ``python`` is ``value``:
+    ``abi3`` -> ``("cp39", "abi3")``, ``3.14t`` -> ``("cp314", "cp314t")``,
+    ``3.11`` -> ``("cp311", "cp311")``."""
+    major, minor, kind = parse_python_target(value)
+    interpreter = f"cp{major}{minor}"
+    if kind == "abi3":
+        return interpreter, ABI3
+    return interpreter, interpreter + ("t" if kind == "freethreaded" else "")
 
 
 class Backend(str, enum.Enum):

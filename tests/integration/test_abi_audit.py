@@ -120,3 +120,88 @@ def test_not_applicable_off_linux(torch213_library: tuple[Path, ManifestEntry]) 
     for platform in ("darwin", "win32"):
         outcome = toolchain_for(platform).audit(library, install, "cpu")
         assert outcome is AuditOutcome.NOT_APPLICABLE
+
+
+# --- the stable ABI audit (abi3audit) ------------------------------------------------
+
+_STABLE_C = """
+#include <Python.h>
+__attribute__((visibility("default"))) int tcde_probe(PyObject *o) {
+  PyErr_SetString(PyExc_ValueError, "x");
+  return PyType_IsSubtype(Py_TYPE(o), &PyBaseObject_Type);
+}
+"""
+#: ``PyUnicode_AsUTF8AndSize`` entered the stable ABI in 3.10; ``_PyObject_GetDictPtr``
+#: was never in it: a library built for abi3 3.9 must use neither.
+_UNSTABLE_C = """
+#include <Python.h>
+__attribute__((visibility("default"))) const char *tcde_probe(PyObject *o) {
+  Py_ssize_t n;
+  (void)_PyObject_GetDictPtr(o);
+  return PyUnicode_AsUTF8AndSize(o, &n);
+}
+"""
+
+
+def _c_library(tmp_path: Path, source: str, *, limited: bool) -> Path:
+    import subprocess
+    import sysconfig
+
+    src = tmp_path / "probe.c"
+    src.write_text(source, encoding="utf-8")
+    out = tmp_path / "libprobe.so"
+    define = ["-DPy_LIMITED_API=0x03090000"] if limited else []
+    cc = os.environ.get("CC") or "cc"
+    subprocess.run(
+        [cc, "-shared", "-fPIC", *define, f"-I{sysconfig.get_paths()['include']}", str(src),
+         "-o", str(out)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return out
+
+
+def test_stable_abi_audit_passes_on_a_limited_api_library(tmp_path: Path) -> None:
+    from _torch_c_dlpack_ext_core.stableabi import audit_stable_abi
+
+    library = _c_library(tmp_path, _STABLE_C, limited=True)
+    assert audit_stable_abi(library, name="libprobe.so", required=True) is True
+
+
+def test_stable_abi_audit_names_symbols_outside_abi3_39(tmp_path: Path) -> None:
+    from _torch_c_dlpack_ext_core.stableabi import audit_stable_abi
+
+    library = _c_library(tmp_path, _UNSTABLE_C, limited=False)
+    with pytest.raises(ABIAuditError) as info:
+        audit_stable_abi(library, name="libprobe.so", required=True)
+    message = str(info.value)
+    assert "stable ABI of CPython 3.9 (abi3)" in message
+    assert "_PyObject_GetDictPtr" in message
+    assert "PyUnicode_AsUTF8AndSize" in message  # in the stable ABI only from 3.10
+
+
+def test_stable_abi_audit_required_without_abi3audit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from _torch_c_dlpack_ext_core import stableabi
+    from _torch_c_dlpack_ext_core.errors import BuildError
+
+    monkeypatch.setattr(stableabi, "abi3audit_available", lambda: False)
+    library = _c_library(tmp_path, _STABLE_C, limited=True)
+    with pytest.raises(BuildError, match=r"needs abi3audit, which is not installed"):
+        stableabi.audit_stable_abi(library, required=True)
+    # Not required (a user's source build or JIT): skipped, and said so.
+    assert stableabi.audit_stable_abi(library) is False
+
+
+def test_real_library_is_abi3(old_torch_env: Callable[[str], TorchEnv], build_cache: Path) -> None:
+    """The library of a real torch, compiled by the driver (with Py_LIMITED_API), passes
+    the stable ABI audit and says so in its manifest entry and build info."""
+    from _torch_c_dlpack_ext_core.stableabi import audit_stable_abi
+
+    install = TorchInstall.from_path(old_torch_env("2.8.0").torch_dir)
+    out = build_cache / "torch2.8.0"
+    entry = compile_library(torch=install, backend="cpu", output_dir=out, stable_abi_audit=True)
+    assert entry.python == "abi3"
+    library = out / entry.file
+    assert audit_stable_abi(library, required=True) is True
+    assert b'"python": "abi3"' in library.read_bytes()

@@ -10,6 +10,7 @@ the final table.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import socket
 import subprocess
@@ -133,6 +134,17 @@ def test_rehearse_without_cells_or_dist_is_a_config_error(
     assert "--cells selects nothing" in capsys.readouterr().err
 
 
+def test_foreign_python_is_a_free_threaded_one_without_a_wheel(tmp_path: Path) -> None:
+    files = _files(tmp_path)
+    assert rehearse._foreign_python(files) == "3.13t"
+    cp313t = release.WheelInfo(
+        path=tmp_path / "x.whl", tags=frozenset({"cp313-cp313t-linux_x86_64"}), variant=False,
+        libraries=files.wheels[0].libraries,
+    )  # fmt: skip
+    files = dataclasses.replace(files, wheels=(*files.wheels, cp313t))
+    assert rehearse._foreign_python(files) == "3.14t"
+
+
 def test_publish_refuses_a_dist_without_this_project(tmp_path: Path) -> None:
     make_probe_wheel(tmp_path)
     with pytest.raises(ReleaseError, match="belongs to"):
@@ -161,7 +173,9 @@ def test_full_rehearsal(tmp_path: Path) -> None:
         "variants.json",
         "torch 2.13.0",
         f"torch {rehearse.DEFAULT_OLD_TORCH}",
-        "py3.13 wheel, torch 2.13.0",
+        # The abi3 wheel serves every CPython with the GIL: a free-threaded one without its
+        # own wheel gets the universal wheel.
+        "py3.13t wheel, torch 2.13.0",
         "second upload",
     ):
         assert any(line.startswith(name) and line.rstrip().endswith("ok")
@@ -183,11 +197,11 @@ def _files(tmp_path: Path) -> release.ReleaseFiles:
         toolchain="g++ 12.2.0",
         gpu_toolkit=None,
         platform="linux_x86_64",
-        python="3.11",
+        python="abi3",
         size=1,
         sha256="0" * 64,
     )
-    combined = tmp_path / f"torch_c_dlpack_ext-{version}-cp311-cp311-linux_x86_64.whl"
+    combined = tmp_path / f"torch_c_dlpack_ext-{version}-cp39-abi3-linux_x86_64.whl"
     universal = tmp_path / f"torch_c_dlpack_ext-{version}-py3-none-any.whl"
     return release.ReleaseFiles(
         version=version,
@@ -223,7 +237,7 @@ def _decision(kind: str, library: str | None = None, remedy: str = "") -> tuple[
     ("wheel", "decision", "problem"),
     [
         ("py3-none-any", _decision("defer"), "pip chose a universal wheel, expected a combined"),
-        ("cp311-cp311-linux_x86_64", _decision("load", "/x/libs/lib.so"), "selector decided load"),
+        ("cp39-abi3-linux_x86_64", _decision("load", "/x/libs/lib.so"), "selector decided load"),
     ],
 )
 def test_scenario_reports_mismatches(

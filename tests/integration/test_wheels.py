@@ -23,9 +23,11 @@ from tests.helpers import ROOT, clean_env, devtools_env
 
 pytestmark = pytest.mark.slow
 
-PY = f"cp{sys.version_info[0]}{sys.version_info[1]}"
 PLATFORM = "linux_x86_64"
-CELLS = (f"{PY}-{PLATFORM}-t28_cpu", f"{PY}-{PLATFORM}-t26_cpu_abi0")
+#: Two C++ ABIs, each with its CPU and CUDA library (a CUDA torch is served by the one
+#: of its backend, whichever rule the selector applies).
+LABELS = ("t28_cpu", "t26_cpu_abi0", "t28_cuda", "t26_cuda_abi0")
+CELLS = tuple(f"{PLATFORM}-{label}" for label in LABELS)
 EPOCH = "1700000000"
 #: variantlib's command line (the package has no ``__main__``).
 VARIANTLIB = [sys.executable, "-c", "import sys; from variantlib.commands.main import main; main()"]
@@ -73,7 +75,7 @@ def dist(dists: tuple[Path, Path]) -> Path:
 
 
 def _combined(dist: Path) -> Path:
-    (path,) = [p for p in dist.glob(f"*-{PY}-{PY}-manylinux_*.whl") if p.stem.endswith("x86_64")]
+    (path,) = [p for p in dist.glob("*-cp39-abi3-manylinux_*.whl") if p.stem.endswith("x86_64")]
     return path
 
 
@@ -113,8 +115,10 @@ def test_dist_holds_every_artifact(dist: Path) -> None:
     assert f"torch_c_dlpack_ext-{version}-py3-none-any.whl" in names
     assert f"torch_c_dlpack_ext-{version}.tar.gz" in names
     assert f"torch_c_dlpack_ext-{version}-variants.json" in names
-    variants = sorted(n for n in names if n.endswith(("-t28_cpu.whl", "-t26_cpu_abi0.whl")))
-    assert len(variants) == 2
+    variants = sorted(n for n in names if n.endswith(tuple(f"-{label}.whl" for label in LABELS)))
+    assert len(variants) == 4
+    # One wheel for every CPython >= 3.9: abi3, never one CPython's tag.
+    assert all("-cp39-abi3-manylinux_" in n for n in variants), variants
     with zipfile.ZipFile(_combined(dist)) as archive:
         top = {n.split("/")[0] for n in archive.namelist()}
         # The package and, beside it, its building blocks (no import side effects).
@@ -126,8 +130,11 @@ def test_dist_holds_every_artifact(dist: Path) -> None:
         manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
         assert sorted(e["file"] for e in manifest["libraries"]) == [
             "libs/libtorch_c_dlpack_ext-torch2.6-cpu-cxx11abi0.so",
+            "libs/libtorch_c_dlpack_ext-torch2.6-cuda-cxx11abi0.so",
             "libs/libtorch_c_dlpack_ext-torch2.8-cpu-cxx11abi1.so",
+            "libs/libtorch_c_dlpack_ext-torch2.8-cuda-cxx11abi1.so",
         ]
+        assert {e["python"] for e in manifest["libraries"]} == {"abi3"}
         assert "torch_c_dlpack_ext/csrc/exchange_api.cc" in archive.namelist()
         assert (
             "Root-Is-Purelib: false"
@@ -141,11 +148,11 @@ def test_reproducible_byte_for_byte(dists: tuple[Path, Path]) -> None:
 
     first, second = dists
     assert digests(first) == digests(second)
-    assert len(digests(first)) == 6
+    assert len(digests(first)) == 8
 
 
 def test_twine_and_check_wheel_contents(dist: Path) -> None:
-    plain = [str(p) for p in dist.glob("*.whl") if not p.stem.endswith(("_cpu", "_abi0"))]
+    plain = [str(p) for p in dist.glob("*.whl") if p.stem.count("-") == 4]
     assert len(plain) == 2  # combined + universal; variant names are not PEP 427 names
     _run(
         [
@@ -165,7 +172,7 @@ def test_twine_and_check_wheel_contents(dist: Path) -> None:
 def test_variant_wheels_validated_by_variantlib(dist: Path, tmp_path: Path) -> None:
     for wheel in dist.glob("*-t2*.whl"):
         out = _run([*VARIANTLIB, "analyze-wheel", "-i", str(wheel)])
-        torch = "2.8" if wheel.stem.endswith("t28_cpu") else "2.6"
+        torch = "2.8" if "-t28_" in wheel.name else "2.6"
         assert f"abi_dependency :: torch :: {torch}" in out
         (tmp_path / wheel.name).symlink_to(wheel)
     _run([*VARIANTLIB, "generate-index-json", "-d", str(tmp_path)])
@@ -185,10 +192,7 @@ def test_pip_ignores_variant_wheels(dist: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "case",
-    [
-        ("2.8.0", "libtorch_c_dlpack_ext-torch2.8-cpu-cxx11abi1.so"),
-        ("2.6.0", "libtorch_c_dlpack_ext-torch2.6-cpu-cxx11abi0.so"),
-    ],
+    [("2.8.0", "torch2.8", "cxx11abi1"), ("2.6.0", "torch2.6", "cxx11abi0")],
     ids=["torch2.8", "torch2.6"],
 )
 def test_combined_wheel_loads_in_old_torch(
@@ -196,9 +200,9 @@ def test_combined_wheel_loads_in_old_torch(
     deps_wheelhouse: Path,
     tmp_path: Path,
     old_torch_env: Callable[[str], Any],
-    case: tuple[str, str],
+    case: tuple[str, str, str],
 ) -> None:
-    torch, library = case
+    torch, minor, abi = case
     env = old_torch_env(torch)
     target = tmp_path / "site"
     _pip_install(target, "--find-links", str(dist), "--find-links", str(deps_wheelhouse),
@@ -206,6 +210,10 @@ def test_combined_wheel_loads_in_old_torch(
     assert not list(target.glob("*.dist-info/variant.json"))
     report = _diagnose(env.python, target)
     assert report["decision"]["kind"] == "load", report["decision"]
+    # The library of the backend the selector describes this torch with (PyPI's torch is
+    # a CUDA build), of its minor and C++ ABI.
+    backend = report["torch"]["backend"]
+    library = f"libtorch_c_dlpack_ext-{minor}-{backend}-{abi}.so"
     assert Path(report["decision"]["library"]).name == library
 
 
@@ -252,7 +260,7 @@ def test_assemble_from_job_wheels_reproduces_dist(dist: Path, tmp_path: Path) ->
     jobs.mkdir()
     # Two job wheels (as two cibuildwheel jobs would upload), one library each.
     combined = _combined(dist)
-    for label in ("t28_cpu", "t26_cpu_abi0"):
+    for label in LABELS:
         (variant,) = dist.glob(f"*-{label}.whl")
         job_dir = jobs / label
         job_dir.mkdir()

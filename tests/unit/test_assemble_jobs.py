@@ -94,17 +94,17 @@ def test_combined_platform_refuses_two_architectures() -> None:
 
 @pytest.fixture
 def cuda_and_rocm(tmp_path: Path) -> tuple[Path, list[Cell]]:
-    """The D1 case: two jobs of one Python and platform with equal wheel names, and
+    """The D1 case: two jobs of one platform with equal wheel names (both abi3), and
     (D4) one of them tagged with an extra, lower policy."""
-    cuda = _cells("cp311-linux_x86_64-t28_cpu", "cp311-linux_x86_64-t28_cuda")
-    rocm = _cells("cp311-linux_x86_64-t28_rocm", "cp311-linux_x86_64-t29_rocm")
-    a = job_wheel(tmp_path, "cp311-linux_x86_64-cuda", cuda, "manylinux_2_28_x86_64")
+    cuda = _cells("linux_x86_64-t28_cpu", "linux_x86_64-t28_cuda")
+    rocm = _cells("linux_x86_64-t28_rocm", "linux_x86_64-t29_rocm")
+    a = job_wheel(tmp_path, "linux_x86_64-cuda", cuda, "manylinux_2_28_x86_64")
     b = job_wheel(
-        tmp_path, "cp311-linux_x86_64-rocm6.4", rocm,
+        tmp_path, "linux_x86_64-rocm6.4", rocm,
         "manylinux_2_27_x86_64.manylinux_2_28_x86_64",
     )  # fmt: skip
-    mac = _cells("cp311-macosx_11_0_arm64-t28_cpu")
-    job_wheel(tmp_path, "cp311-macosx_11_0_arm64-cpu", mac, "macosx_11_0_arm64")
+    mac = _cells("macosx_11_0_arm64-t28_cpu")
+    job_wheel(tmp_path, "macosx_11_0_arm64-cpu", mac, "macosx_11_0_arm64")
     assert a.name.split("-")[:4] == b.name.split("-")[:4]
     return tmp_path / "cells", [*cuda, *rocm, *mac]
 
@@ -124,8 +124,8 @@ def test_assemble_keeps_every_jobs_libraries(
     names = sorted(p.name for p in made if p.suffix == ".whl")
     combined = [n for n in names if n.count("-") == 4 and "none-any" not in n]
     assert combined == [
-        f"torch_c_dlpack_ext-{V}-cp311-cp311-macosx_11_0_arm64.whl",
-        f"torch_c_dlpack_ext-{V}-cp311-cp311-manylinux_2_28_x86_64.whl",
+        f"torch_c_dlpack_ext-{V}-cp39-abi3-macosx_11_0_arm64.whl",
+        f"torch_c_dlpack_ext-{V}-cp39-abi3-manylinux_2_28_x86_64.whl",
     ]
     linux = _manifest(out / combined[1])
     assert sorted(Path(e["file"]).name for e in linux) == sorted(
@@ -136,21 +136,21 @@ def test_assemble_keeps_every_jobs_libraries(
                    for n in names), cell.id  # fmt: skip
     # The release contents: each cell once, nothing unexpected.
     jobs = [
-        {"id": "cp311-linux_x86_64-cuda", "cells": [c.id for c in cells[:2]], "allow_failure": ""},
+        {"id": "linux_x86_64-cuda", "cells": [c.id for c in cells[:2]], "allow_failure": ""},
         {
-            "id": "cp311-linux_x86_64-rocm6.4",
+            "id": "linux_x86_64-rocm6.4",
             "cells": [c.id for c in cells[2:4]],
             "allow_failure": "unproven",
         },
-        {"id": "cp311-macosx_11_0_arm64-cpu", "cells": [cells[4].id], "allow_failure": ""},
+        {"id": "macosx_11_0_arm64-cpu", "cells": [cells[4].id], "allow_failure": ""},
     ]
     infos = [release.read_wheel(p) for p in sorted(out.glob("*.whl"))]
     statuses = release.release_contents(jobs, infos, arrived=release.arrived_jobs(cells_dir))
     assert [(s.cell, s.state) for s in statuses] == [(c.id, "present") for c in cells]
     release.check_contents(statuses)
-    # The CPU fallback inside a CUDA variant wheel does not count as a second copy.
+    # A CUDA variant wheel carries its own library only (no CPU copy any more).
     (cuda_variant,) = [i for i in infos if i.path.name.endswith("-t28_cuda.whl")]
-    assert len(cuda_variant.libraries) == 2
+    assert [e.backend.value for e in cuda_variant.libraries] == ["cuda"]
 
 
 def test_contents_name_what_is_missing_and_whether_that_is_allowed(
@@ -161,38 +161,37 @@ def test_contents_name_what_is_missing_and_whether_that_is_allowed(
     wheels.assemble_from_wheels(cells_dir, out)
     infos = [release.read_wheel(p) for p in sorted(out.glob("*.whl"))]
     jobs = [
-        {"id": "cp311-linux_x86_64-cuda", "cells": [c.id for c in cells[:2]], "allow_failure": ""},
+        {"id": "linux_x86_64-cuda", "cells": [c.id for c in cells[:2]], "allow_failure": ""},
         {
-            "id": "cp311-linux_x86_64-rocm6.4",
+            "id": "linux_x86_64-rocm6.4",
             "cells": [c.id for c in cells[2:4]],
             "allow_failure": "unproven",
         },
-        {"id": "cp311-macosx_11_0_arm64-cpu", "cells": [cells[4].id], "allow_failure": ""},
+        {"id": "macosx_11_0_arm64-cpu", "cells": [cells[4].id], "allow_failure": ""},
         {
-            "id": "cp39-linux_x86_64-rocm6.4",
-            "cells": ["cp39-linux_x86_64-t28_rocm"],
+            "id": "linux_x86_64-rocm6.3",
+            "cells": ["linux_x86_64-t27_rocm"],
             "allow_failure": "unproven",
         },
     ]
     statuses = release.release_contents(jobs, infos, arrived=release.arrived_jobs(cells_dir))
     (absent,) = [s for s in statuses if s.state != "present"]
-    assert absent.cell == "cp39-linux_x86_64-t28_rocm"
+    assert absent.cell == "linux_x86_64-t27_rocm"
     assert (
-        absent.reason
-        == "job cp39-linux_x86_64-rocm6.4 uploaded no wheels (it failed or was cancelled)"
+        absent.reason == "job linux_x86_64-rocm6.3 uploaded no wheels (it failed or was cancelled)"
     )
     assert absent.acceptable
     release.check_contents(statuses)  # allowed to fail: no error
     notes = release.release_notes(statuses)
     assert "5 of 6 cells" in notes
-    assert "`cp39-linux_x86_64-t28_rocm`" in notes
+    assert "`linux_x86_64-t27_rocm`" in notes
     assert "0 of these block publishing" in notes
     # The same absence for a job that may not fail blocks verify.
-    jobs[-1] = {"id": "cp39-linux_x86_64-cuda", "cells": ["cp39-linux_x86_64-t28_cpu"],
+    jobs[-1] = {"id": "linux_aarch64-cpu", "cells": ["linux_aarch64-t28_cpu"],
                 "allow_failure": ""}  # fmt: skip
     statuses = release.release_contents(jobs, infos)
     with pytest.raises(
-        ReleaseError, match=r"1 cell\(s\) not in the release.*cp39-linux_x86_64-t28_cpu"
+        ReleaseError, match=r"1 cell\(s\) not in the release.*linux_aarch64-t28_cpu"
     ):
         release.check_contents(statuses)
     assert "1 of these block publishing" in release.release_notes(statuses)
@@ -205,7 +204,7 @@ def test_contents_see_a_cell_no_job_expects(
     out = tmp_path / "dist"
     wheels.assemble_from_wheels(cells_dir, out)
     infos = [release.read_wheel(p) for p in sorted(out.glob("*.whl"))]
-    jobs = [{"id": "cp311-linux_x86_64-cuda", "cells": [c.id for c in cells[:2]]}]
+    jobs = [{"id": "linux_x86_64-cuda", "cells": [c.id for c in cells[:2]]}]
     statuses = release.release_contents(jobs, infos)
     unexpected = sorted(s.cell for s in statuses if s.state == "unexpected")
     assert unexpected == sorted(c.id for c in cells[2:])
@@ -214,7 +213,7 @@ def test_contents_see_a_cell_no_job_expects(
 
 
 def test_one_library_in_two_job_wheels(tmp_path: Path) -> None:
-    cells = _cells("cp311-linux_x86_64-t28_cpu")
+    cells = _cells("linux_x86_64-t28_cpu")
     first = job_wheel(tmp_path, "a", cells, "manylinux_2_28_x86_64")
     # The same bytes twice (a job rerun uploaded under another name): kept once.
     (tmp_path / "cells" / "cell-b").mkdir()
@@ -235,12 +234,12 @@ def test_one_library_in_two_job_wheels(tmp_path: Path) -> None:
 
 
 def test_assemble_refuses_a_damaged_job_wheel(tmp_path: Path) -> None:
-    cells = _cells("cp311-linux_x86_64-t28_cpu")
+    cells = _cells("linux_x86_64-t28_cpu")
     job_wheel(tmp_path, "a", cells, "manylinux_2_28_x86_64", tamper=True)
     with pytest.raises(ReleaseError, match="does not match its manifest entry"):
         wheels.assemble_from_wheels(tmp_path / "cells", tmp_path / "dist")
     (tmp_path / "cells" / "cell-b").mkdir()
-    broken = tmp_path / "cells" / "cell-b" / f"torch_c_dlpack_ext-{V}-cp311-cp311-linux_x86_64.whl"
+    broken = tmp_path / "cells" / "cell-b" / f"torch_c_dlpack_ext-{V}-cp39-abi3-linux_x86_64.whl"
     broken.write_bytes(b"not a zip")
     for wheel in (tmp_path / "cells" / "cell-a").glob("*.whl"):
         wheel.unlink()
@@ -249,7 +248,7 @@ def test_assemble_refuses_a_damaged_job_wheel(tmp_path: Path) -> None:
 
 
 def test_grafted_libraries_are_refused(tmp_path: Path) -> None:
-    cells = _cells("cp311-linux_x86_64-t28_cpu")
+    cells = _cells("linux_x86_64-t28_cpu")
     wheel = job_wheel(tmp_path, "a", cells, "manylinux_2_28_x86_64")
     assert wheels.grafted_libraries(wheel) == []
     assert release.check_repaired(wheel.parent) == [wheel]
@@ -265,11 +264,11 @@ def test_grafted_libraries_are_refused(tmp_path: Path) -> None:
 
 
 def test_verify_refuses_unrepaired_linux_wheels(tmp_path: Path) -> None:
-    cells = _cells("cp311-linux_x86_64-t28_cpu")
-    job_wheel(tmp_path, "cp311-linux_x86_64-cuda", cells, "linux_x86_64")
+    cells = _cells("linux_x86_64-t28_cpu")
+    job_wheel(tmp_path, "linux_x86_64-cuda", cells, "linux_x86_64")
     out = tmp_path / "dist"
     wheels.assemble_from_wheels(tmp_path / "cells", out)
-    jobs = [{"id": "cp311-linux_x86_64-cuda", "cells": [cells[0].id]}]
+    jobs = [{"id": "linux_x86_64-cuda", "cells": [cells[0].id]}]
     with pytest.raises(ReleaseError, match="plain linux_\\* tag, which PyPI refuses"):
         release.verify(out, expect=jobs, install=False)
 
@@ -282,3 +281,23 @@ def test_arrived_jobs_reads_the_download_layout(tmp_path: Path) -> None:
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "y.whl").write_bytes(b"")
     assert release.arrived_jobs(tmp_path) == {"a"}
+
+
+def test_abi3_and_free_threaded_job_wheels_make_separate_combined_wheels(tmp_path: Path) -> None:
+    abi3 = _cells("linux_x86_64-t29_cpu", "linux_x86_64-t29_cuda")
+    free = _cells("linux_x86_64-t29_cpu-cp314t", "linux_x86_64-t29_cuda-cp314t")
+    job_wheel(tmp_path, "linux_x86_64-cuda", abi3, "manylinux_2_28_x86_64")
+    job_wheel(tmp_path, "linux_x86_64-cuda-cp314t", free, "manylinux_2_28_x86_64")
+    out = tmp_path / "dist"
+    made = wheels.assemble_from_wheels(tmp_path / "cells", out)
+    names = sorted(p.name for p in made if p.suffix == ".whl")
+    assert f"torch_c_dlpack_ext-{V}-cp39-abi3-manylinux_2_28_x86_64.whl" in names
+    assert f"torch_c_dlpack_ext-{V}-cp314-cp314t-manylinux_2_28_x86_64.whl" in names
+    assert f"torch_c_dlpack_ext-{V}-cp314-cp314t-manylinux_2_28_x86_64-t29_cuda.whl" in names
+    jobs = [
+        {"id": "linux_x86_64-cuda", "cells": [c.id for c in abi3], "allow_failure": ""},
+        {"id": "linux_x86_64-cuda-cp314t", "cells": [c.id for c in free], "allow_failure": ""},
+    ]
+    infos = [release.read_wheel(p) for p in sorted(out.glob("*.whl"))]
+    statuses = release.release_contents(jobs, infos)
+    assert [(s.cell, s.state) for s in statuses] == [(c.id, "present") for c in [*abi3, *free]]

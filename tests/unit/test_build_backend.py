@@ -250,7 +250,7 @@ def _fake_libs(tmp_path: Path) -> Path:
                 file=name, torch="2.8", torch_build="2.8.0+cu128", backend=backend, cxx11_abi=True,
                 dlpack="1.3", toolchain="g++ 12.2.0",
                 gpu_toolkit="12.8" if backend is Backend.CUDA else None, platform="linux_x86_64",
-                python="3.11", size=(libs / name).stat().st_size, sha256=sha256_of(libs / name),
+                python="abi3", size=(libs / name).stat().st_size, sha256=sha256_of(libs / name),
             )
         )  # fmt: skip
     write_manifest(libs / "manifest.json", entries)
@@ -261,7 +261,8 @@ def test_wheel_from_prebuilt_libraries(tmp_path: Path) -> None:
     libs = _fake_libs(tmp_path)
     out = tmp_path / "out"
     name = Path(build_backend.build_wheel(str(out), {"libs-dir": str(libs)})).name
-    assert name == "torch_c_dlpack_ext-0.2.0-cp311-cp311-linux_x86_64.whl"
+    # abi3: one wheel for every CPython >= 3.9 with the GIL.
+    assert name == "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64.whl"
     with zipfile.ZipFile(out / name) as archive:
         _record_ok(archive)
         manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
@@ -303,7 +304,7 @@ def test_variant_label_on_backend_wheel(tmp_path: Path) -> None:
             str(tmp_path), {"libs-dir": str(libs), "variant-label": "t28_cuda"}
         )
     ).name
-    assert name.endswith("-cp311-cp311-linux_x86_64-t28_cuda.whl")
+    assert name.endswith("-cp39-abi3-linux_x86_64-t28_cuda.whl")
 
 
 def test_wheel_without_torch_fails_with_the_fix(
@@ -326,20 +327,28 @@ def test_torch_setting_pointing_nowhere(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_libs_dir_target_python_comes_from_the_manifest(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("python", "tag"),
+    [("3.14t", "cp314-cp314t"), ("3.13t", "cp313-cp313t"), ("3.12", "cp312-cp312")],
+)
+def test_libs_dir_target_python_comes_from_the_manifest(
+    tmp_path: Path, python: str, tag: str
+) -> None:
     from _torch_c_dlpack_ext_core.manifest import load_manifest, write_manifest
 
     libs = _fake_libs(tmp_path)
     entries = load_manifest(libs / "manifest.json")
-    write_manifest(libs / "manifest.json", [e._replace(python="3.12") for e in entries])
+    # Free-threaded libraries (and "3.12" ones of a manifest written before abi3) serve one
+    # interpreter: the wheel says which.
+    write_manifest(libs / "manifest.json", [e._replace(python=python) for e in entries])
     assert build_backend.build_wheel(str(tmp_path / "a"), {"libs-dir": str(libs)}).endswith(
-        "-cp312-cp312-linux_x86_64.whl"
+        f"-{tag}-linux_x86_64.whl"
     )
-    # A libs dir mixing two Pythons' libraries cannot make one wheel.
-    write_manifest(libs / "manifest.json", [entries[0], entries[1]._replace(python="3.12")])
+    # A libs dir mixing abi3 and free-threaded libraries cannot make one wheel.
+    write_manifest(libs / "manifest.json", [entries[0], entries[1]._replace(python=python)])
     error = _hook_error(build_backend.build_wheel, str(tmp_path / "b"), {"libs-dir": str(libs)})
     assert isinstance(error, BuildError)
-    assert "compiled for 3.11 and 3.12" in str(error)
+    assert f"compiled for {' and '.join(sorted(['abi3', python]))}" in str(error)
     assert not (tmp_path / "b").exists() or list((tmp_path / "b").iterdir()) == []
 
 

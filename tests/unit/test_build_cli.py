@@ -1,5 +1,6 @@
 """``nox -s build``'s command line: the report follows ``--out`` (never the checkout's
-build/ when another output was asked for) and the summary table cuts notes at a word."""
+build/ when another output was asked for), the summary table cuts notes at a word, an
+empty ``--cells`` is refused before any work and a run that builds nothing fails."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from pathlib import Path
 
 import pytest
 from devtools import build
+from devtools.errors import CellsNotBuiltError
+
+from _torch_c_dlpack_ext_core.errors import ConfigError
 
 NOTE = (
     "index https://download.pytorch.org/whl/cu126 did not answer within 5 s "
@@ -31,9 +35,7 @@ def test_clip_keeps_short_text_and_takes_the_first_line() -> None:
 
 
 def test_table_note_column_is_clipped(capsys: pytest.CaptureFixture[str]) -> None:
-    result = build.CellResult(
-        cell="cp311-linux_x86_64-t26_cuda_abi0", status="skipped", reason=NOTE
-    )
+    result = build.CellResult(cell="linux_x86_64-t26_cuda_abi0", status="skipped", reason=NOTE)
     build.print_table([result])
     line = capsys.readouterr().out.splitlines()[1]
     note = line.split("  ")[-1]
@@ -44,14 +46,15 @@ def test_table_note_column_is_clipped(capsys: pytest.CaptureFixture[str]) -> Non
 def test_report_goes_beside_out_not_into_the_checkout(tmp_path: Path) -> None:
     out = tmp_path / "dist"
     cells = tmp_path / "cells"
-    # A cell of another platform: skipped with its reason, nothing compiled.
+    # A cell of another platform: skipped with its reason, nothing compiled (so the run
+    # fails: it built none of the cells asked for), and the report says why.
     code = build.main(
-        ["--cells", "cp311-win_amd64-t28_cpu", "--no-assemble", "--out", str(out),
+        ["--cells", "win_amd64-t28_cpu", "--no-assemble", "--out", str(out),
          "--build-dir", str(cells)]
     )  # fmt: skip
-    assert code == 0
+    assert code == CellsNotBuiltError.exit_code
     report = json.loads((tmp_path / build.REPORT_NAME).read_text(encoding="utf-8"))
-    assert [c["cell"] for c in report["cells"]] == ["cp311-win_amd64-t28_cpu"]
+    assert [c["cell"] for c in report["cells"]] == ["win_amd64-t28_cpu"]
     assert report["cells"][0]["status"] == "skipped"
     assert not (out / build.REPORT_NAME).exists(), "dist/ holds only what gets published"
     assert not (cells.parent / "cells" / build.REPORT_NAME).exists()
@@ -68,3 +71,86 @@ def test_report_option_and_default(tmp_path: Path) -> None:
     assert build.report_path(args, cells) == tmp_path / "b" / build.REPORT_NAME
     args = parser.parse_args(["--out", "x", "--report", str(tmp_path / "r.json")])
     assert build.report_path(args, cells) == tmp_path / "r.json"
+
+
+@pytest.fixture
+def no_work(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Record any attempt to build or to provision: the cases below must fail before."""
+    calls: list[object] = []
+    monkeypatch.setattr(build, "build_cells", lambda *a, **k: calls.append(a) or [])
+    monkeypatch.setattr(build, "build_one", lambda *a, **k: calls.append(a))
+    return calls
+
+
+@pytest.mark.parametrize("value", ["", " ", ",", " , ,", "\t"])
+def test_an_empty_cells_selection_is_an_error_before_any_work(
+    value: str, tmp_path: Path, no_work: list[object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # TCDE_JOB_CELLS unset in a release job's before-build expands to --cells "": that
+    # must never mean "every cell" (it compiled ~15 cells, then failed).
+    code = build.main(["--cells", value, "--no-assemble", "--build-dir", str(tmp_path)])
+    assert code == ConfigError.exit_code
+    assert no_work == []
+    err = capsys.readouterr().err
+    assert f"--cells {value!r} names no cell" in err
+    assert "nox -s matrix -- --list" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_select_cells_without_cells_is_the_host_platform() -> None:
+    matrix = build.load_matrix()
+    cells = build.select_cells(matrix, None)
+    host = build.host_platform_name(matrix)
+    assert cells
+    assert {c.platform.name for c in cells} == {host}
+    # Every Python ABI of the platform: the abi3 cells and the free-threaded ones.
+    assert {c.python for c in cells} >= {"abi3"}
+
+
+def test_a_build_of_none_of_the_requested_cells_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = build.main(
+        ["--cells", "win_amd64-t28_cpu,macosx_11_0_arm64-t28_cpu", "--no-assemble",
+         "--build-dir", str(tmp_path / "cells"), "--report", str(tmp_path / "r.json")]
+    )  # fmt: skip
+    assert code == CellsNotBuiltError.exit_code
+    err = capsys.readouterr().err
+    assert "none of the 2 selected cell(s) was built" in err
+    assert "win_amd64-t28_cpu: skipped (builds on win_amd64" in err
+    assert (tmp_path / "r.json").is_file()
+    assert not (tmp_path / "cells").exists()
+
+
+def test_python_flags_are_gone(capsys: pytest.CaptureFixture[str]) -> None:
+    # Cells carry no CPython version: --python / --all-pythons no longer select anything.
+    with pytest.raises(SystemExit) as info:
+        build._parser().parse_args(["--python", "3.12"])
+    assert info.value.code == 2
+    assert "unrecognized arguments: --python" in capsys.readouterr().err
+
+
+def test_the_report_never_overwrites_an_artifact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from devtools import wheels
+
+    out = tmp_path / "dist"
+    index = out / "torch_c_dlpack_ext-0.2.0-variants.json"
+
+    def assemble(groups: object, target: Path, **kwargs: object) -> list[Path]:
+        target.mkdir(parents=True, exist_ok=True)
+        index.write_text('{"variants": {}}\n', encoding="utf-8")
+        return [index]
+
+    built = build.CellResult(cell="linux_x86_64-t28_cpu", status="built", size=1, entry={})
+    monkeypatch.setattr(build, "build_cells", lambda *a, **k: [built])
+    monkeypatch.setattr(wheels, "assemble_dist", assemble)
+    code = build.main(
+        ["--cells", "linux_x86_64-t28_cpu", "--out", str(out), "--build-dir", str(tmp_path / "c")]
+    )
+    assert code == 0
+    # The last artifact written keeps its content; the report goes beside dist/.
+    assert index.read_text(encoding="utf-8") == '{"variants": {}}\n'
+    report = json.loads((tmp_path / build.REPORT_NAME).read_text(encoding="utf-8"))
+    assert report["artifacts"] == [{"file": index.name, "size": index.stat().st_size}]

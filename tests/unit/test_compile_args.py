@@ -183,6 +183,68 @@ def test_dlpack_header_too_old(inputs: Inputs) -> None:
     inputs.assert_output_dir_empty()
 
 
+def _python_headers(root: Path, version: str, *, free_threaded: bool) -> Path:
+    """A CPython ``<prefix>/include/python3.Y[t]`` with the three headers the driver reads,
+    and ``<prefix>/bin/python3.Y[t]`` standing for the interpreter."""
+    name = f"python{version}{'t' if free_threaded else ''}"
+    include = root / "include" / name
+    include.mkdir(parents=True)
+    (include / "Python.h").write_text("#include <pyconfig.h>\n", encoding="utf-8")
+    major, minor = version.split(".")
+    (include / "patchlevel.h").write_text(
+        f"#define PY_MAJOR_VERSION {major}\n#define PY_MINOR_VERSION {minor}\n", encoding="utf-8"
+    )
+    gil = "#define Py_GIL_DISABLED 1\n" if free_threaded else "/* #undef Py_GIL_DISABLED */\n"
+    (include / "pyconfig.h").write_text(gil, encoding="utf-8")
+    (root / "bin").mkdir()
+    (root / "bin" / name).write_bytes(b"\x7fELF stand-in")
+    return include
+
+
+def test_gil_headers_make_an_abi3_library(inputs: Inputs) -> None:
+    include = _python_headers(inputs.tmp / "py312", "3.12", free_threaded=False)
+    plan = inputs.plan(inputs.fake_torch(), python_include=include)
+    assert plan.python == "abi3"
+    assert plan.limited_api
+    assert "-DPy_LIMITED_API=0x03090000" in plan.command("OUT.so")
+    # abi3: the running interpreter stands for every CPython >= 3.9 in the ELF audit.
+    assert plan.python_exports is None
+
+
+def test_free_threaded_headers_make_a_library_for_that_python_only(inputs: Inputs) -> None:
+    include = _python_headers(inputs.tmp / "py314t", "3.14", free_threaded=True)
+    plan = inputs.plan(inputs.fake_torch(), python_include=include, python="3.14t")
+    assert plan.python == "3.14t"
+    assert not plan.limited_api
+    assert not [arg for arg in plan.command("OUT.so") if "Py_LIMITED_API" in arg]
+    # The ELF audit checks its Python symbols against that interpreter, not this one.
+    assert plan.python_exports == inputs.tmp / "py314t" / "bin" / "python3.14t"
+    # One library file name serves both: the wheel's tags tell them apart.
+    assert plan.filename == inputs.plan(plan.torch).filename
+
+
+def test_requested_python_must_match_the_headers(inputs: Inputs) -> None:
+    include = _python_headers(inputs.tmp / "py313", "3.13", free_threaded=False)
+    with pytest.raises(BuildError, match=r"python='3\.13t' was requested.*make a 'abi3' library"):
+        inputs.build(cxx=inputs.cxx, python_include=include, python="3.13t")
+    inputs.assert_output_dir_empty()
+
+
+def test_headers_older_than_the_abi3_floor(inputs: Inputs) -> None:
+    include = _python_headers(inputs.tmp / "py38", "3.8", free_threaded=False)
+    with pytest.raises(BuildError, match=r"CPython 3\.8; the limited API build needs CPython 3\.9"):
+        inputs.build(cxx=inputs.cxx, python_include=include)
+    inputs.assert_output_dir_empty()
+
+
+def test_cache_key_covers_the_python_abi(inputs: Inputs) -> None:
+    gil = _python_headers(inputs.tmp / "a", "3.13", free_threaded=False)
+    free = _python_headers(inputs.tmp / "b", "3.13", free_threaded=True)
+    torch = inputs.fake_torch()
+    keys = {inputs.plan(torch, python_include=include).cache_key() for include in (gil, free)}
+    assert len(keys) == 2
+
+
 def test_no_sources(inputs: Inputs) -> None:
     with pytest.raises(BuildError, match=r"no C\+\+ sources .*source_dir="):
         inputs.build(source_dir=inputs.output_dir, cxx=inputs.cxx)
@@ -211,6 +273,7 @@ def test_command_follows_the_build_contract(inputs: Inputs) -> None:
     assert defines == [
         "-DTCDE_BACKEND_CPU",
         "-D_GLIBCXX_USE_CXX11_ABI=0",
+        "-DPy_LIMITED_API=0x03090000",
         '-DTCDE_TORCH_BUILD="2.6.0+cu124"',
         f'-DTCDE_TOOLCHAIN="{plan.toolchain}"',
         '-DTCDE_GPU_TOOLKIT=""',
@@ -593,6 +656,7 @@ def test_windows_command_follows_the_build_contract(windows: Windows) -> None:
         "/std:c++17",
         "/Zc:__cplusplus",
         "/DTCDE_BACKEND_CPU",
+        "/DPy_LIMITED_API=0x03090000",
         '/DTCDE_TORCH_BUILD="2.8.0+cpu"',
         '/DTCDE_TOOLCHAIN="msvc 19.38.33130"',
         '/DTCDE_GPU_TOOLKIT=""',
@@ -664,6 +728,26 @@ def test_windows_cl_without_a_banner(windows: Windows) -> None:
         windows.plan(windows_torch(windows.inputs.tmp / "win"))
 
 
+def test_windows_abi3_links_the_stable_abi_import_library(
+    windows: Windows, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # python3.lib names python3.dll, which every CPython >= 3.9 ships: python311.lib would
+    # tie the DLL to one Python.
+    base = windows.inputs.tmp / "Python311"
+    (base / "libs" / "python3.lib").write_bytes(b"import library")
+    monkeypatch.setattr(driver.sys, "base_prefix", str(base))
+    import sysconfig
+
+    real = sysconfig.get_config_var
+    monkeypatch.setattr(
+        sysconfig, "get_config_var", lambda name: None if name == "installed_base" else real(name)
+    )
+    plan = windows.plan(windows_torch(windows.inputs.tmp / "win"), python_lib=None)
+    assert plan.python == "abi3"
+    assert plan.python_import_lib == (base / "libs" / "python3.lib").resolve()
+    assert "python3.lib" in plan.command("OUT.dll", "S")
+
+
 def test_windows_needs_the_python_import_library(windows: Windows) -> None:
     missing = windows.inputs.tmp / "nowhere" / "python311.lib"
     with pytest.raises(BuildError, match=r"no Python import library .*python311\.lib"):
@@ -681,7 +765,7 @@ def test_windows_torch_without_import_libraries(windows: Windows) -> None:
 
 def test_windows_build_keeps_msvc_by_products_out_of_output_dir(windows: Windows) -> None:
     plan = windows.plan(windows_torch(windows.inputs.tmp / "win"))
-    entry = driver._build(plan, plan.cache_key(), audit=True)
+    entry = driver._build(plan, plan.cache_key(), audit=True, stable_abi_audit=False)
     assert entry.file == plan.filename
     assert entry.cxx11_abi is None
     assert sorted(p.name for p in plan.output_dir.iterdir()) == [
@@ -715,6 +799,7 @@ def test_macos_command_follows_the_build_contract(inputs: Inputs) -> None:
         "dynamic_lookup",
         "-std=c++17",
         "-DTCDE_BACKEND_CPU",
+        "-DPy_LIMITED_API=0x03090000",
         '-DTCDE_TORCH_BUILD="2.8.0"',
         f'-DTCDE_TOOLCHAIN="{plan.toolchain}"',
         '-DTCDE_GPU_TOOLKIT=""',
@@ -762,7 +847,7 @@ def test_macos_build_writes_the_export_list(inputs: Inputs) -> None:
     prefix = inputs.fake_torch("2.8.0", abi=None, cuda=None, libs=MACOS_LIBS)
     plan = inputs.plan(prefix, platform="darwin", cxx=str(clang))
     assert plan.toolchain == "clang 16.0.0"
-    entry = driver._build(plan, plan.cache_key(), audit=True)
+    entry = driver._build(plan, plan.cache_key(), audit=True, stable_abi_audit=False)
     assert entry.file == plan.filename
     # Mach-O names C symbols with a leading underscore.
     assert seen.read_text(encoding="utf-8") == "_Foo\n_Bar\n"

@@ -39,7 +39,7 @@ def _entry(
         toolchain="g++ 12.2.0",
         gpu_toolkit="12.4",
         platform="linux_x86_64",
-        python="3.11",
+        python="abi3",
         size=len(payload),
         sha256=hashlib.sha256(payload).hexdigest(),
     )
@@ -233,11 +233,26 @@ def test_a_string_size_is_a_schema_error_not_a_size_mismatch(tmp_path: Path) -> 
         ("toolchain", "", "expected a non-empty string"),
         ("platform", "x" * 300, "longer than 256 characters"),
         ("backend", "CUDA", "expected one of"),
+        ("python", "abi4", "expected 'abi3', a free-threaded CPython such as '3.14t'"),
+        ("python", "ABI3", "expected 'abi3'"),
+        ("python", "3", "expected 'abi3'"),
+        ("python", "3.14tt", "expected 'abi3'"),
+        ("python", "cp314t", "expected 'abi3'"),
+        ("python", "3.x", "expected 'abi3'"),
     ],
 )
 def test_bad_field_values_are_refused(tmp_path: Path, field: str, value: object, says: str) -> None:
     with pytest.raises(ManifestError, match=re.escape(says)):
         load_manifest(with_entry(tmp_path, **{field: value}))
+
+
+@pytest.mark.parametrize("python", ["abi3", "3.13t", "3.14t", "3.11", "3.9"])
+def test_python_values_of_abi3_free_threaded_and_older_manifests_read(
+    tmp_path: Path, python: str
+) -> None:
+    # "3.11": manifests written before abi3 (one CPython with the GIL) still read.
+    (entry,) = load_manifest(with_entry(tmp_path, python=python))
+    assert entry.python == python
 
 
 def test_a_5000_character_file_name_is_not_echoed_whole(tmp_path: Path) -> None:

@@ -61,31 +61,80 @@ def test_pythons_per_torch_minor(minor: str, pythons: tuple[str, ...]) -> None:
     assert _minor(minor).python == pythons
 
 
-def test_torch_29_has_no_cp39_and_24_no_cp313() -> None:
-    assert not [c for c in MATRIX.cells() if c.torch.minor == "2.9" and c.python == "3.9"]
-    assert not [c for c in MATRIX.cells() if c.torch.minor == "2.4" and c.python == "3.13"]
+def test_no_cpython_version_in_a_cell() -> None:
+    # One abi3 library per (platform, torch minor, backend, ABI) serves every CPython
+    # with the GIL; the torch minor's CPythons only bound it.
+    for cell in MATRIX.cells():
+        assert not re.search(r"(^|-)cp3\d+-", cell.id), cell.id
+        if not cell.freethreaded:
+            assert cell.python == "abi3"
+            assert not cell.id.endswith("t")
+    assert _cell("linux_x86_64-t29_cpu").pythons == ("3.10", "3.11", "3.12", "3.13", "3.14")
+    assert _cell("linux_x86_64-t24_cpu").pythons == ("3.9", "3.10", "3.11", "3.12")
+    # torch 2.5.1 has cp313 wheels for Linux x86_64 only.
+    assert "3.13" in _cell("linux_x86_64-t25_cpu").pythons
+    assert "3.13" not in _cell("linux_aarch64-t25_cpu").pythons
 
 
-def test_torch_25_cp313_only_on_linux_x86_64() -> None:
-    platforms = {
-        c.platform.name for c in MATRIX.cells() if c.torch.minor == "2.5" and c.python == "3.13"
-    }
-    assert platforms == {"linux_x86_64"}
+def test_one_abi3_cell_per_platform_minor_backend_abi() -> None:
+    keys = [
+        (c.platform.name, c.torch.minor, c.backend, c.cxx11_abi)
+        for c in MATRIX.cells()
+        if not c.freethreaded
+    ]
+    assert len(keys) == len(set(keys))
+    linux = [c.id for c in MATRIX.select(python=["abi3"], platform=["linux_x86_64"])]
+    assert len(linux) == 20  # 2.4-2.9: cuda + cpu (2.6 twice: both ABIs) + one rocm each
+
+
+@pytest.mark.parametrize(
+    ("platform", "freethreaded"),
+    [
+        # Checked against PyPI's wheel tags (matrix.toml's provenance).
+        ("linux_x86_64", {"2.7": ["3.13t"], "2.8": ["3.13t"], "2.9": ["3.13t", "3.14t"]}),
+        ("linux_aarch64", {"2.7": ["3.13t"], "2.8": ["3.13t"], "2.9": ["3.13t", "3.14t"]}),
+        ("win_amd64", {"2.7": ["3.13t"], "2.8": ["3.13t"], "2.9": ["3.13t", "3.14t"]}),
+        (
+            "macosx_11_0_arm64",
+            {"2.6": ["3.13t"], "2.7": ["3.13t"], "2.8": ["3.13t"], "2.9": ["3.13t", "3.14t"]},
+        ),
+    ],
+)
+def test_free_threaded_cells_where_torch_ships_free_threaded_wheels(
+    platform: str, freethreaded: dict[str, list[str]]
+) -> None:
+    found: dict[str, set[str]] = {}
+    for cell in MATRIX.select(platform=[platform]):
+        if cell.freethreaded:
+            found.setdefault(cell.torch.minor, set()).add(cell.python)
+            assert cell.id.endswith(f"-cp{cell.python.replace('.', '')}")
+            assert cell.wheel.index == "pypi", cell.id  # other indexes: not checked
+    assert found == {minor: set(values) for minor, values in freethreaded.items()}
+
+
+def test_free_threaded_cell_identity() -> None:
+    cell = _cell("linux_x86_64-t29_cpu-cp314t")
+    assert cell.python == "3.14t"
+    assert cell.python_tag == "cp314t"
+    assert cell.label == "t29_cpu"  # the label carries no Python: the wheel tags do
+    assert cell.job_id == "linux_x86_64-cuda-cp314t"
+    assert cell.library == _cell("linux_x86_64-t29_cpu").library
 
 
 @pytest.mark.parametrize(
     ("cell_id", "abi"),
     [
-        ("cp311-linux_x86_64-t24_cuda", False),
-        ("cp311-linux_x86_64-t25_cpu", False),
-        ("cp311-linux_x86_64-t26_cuda_abi0", False),
-        ("cp311-linux_x86_64-t26_cuda_abi1", True),
-        ("cp311-linux_x86_64-t27_cuda", True),
-        ("cp311-linux_x86_64-t28_cpu", True),
-        ("cp311-linux_x86_64-t29_cuda", True),
-        ("cp311-linux_aarch64-t24_cpu", True),
-        ("cp311-win_amd64-t28_cpu", None),
-        ("cp311-macosx_11_0_arm64-t28_cpu", None),
+        ("linux_x86_64-t24_cuda", False),
+        ("linux_x86_64-t25_cpu", False),
+        ("linux_x86_64-t26_cuda_abi0", False),
+        ("linux_x86_64-t26_cuda_abi1", True),
+        ("linux_x86_64-t27_cuda", True),
+        ("linux_x86_64-t28_cpu", True),
+        ("linux_x86_64-t29_cuda", True),
+        ("linux_x86_64-t29_cuda-cp314t", True),
+        ("linux_aarch64-t24_cpu", True),
+        ("win_amd64-t28_cpu", None),
+        ("macosx_11_0_arm64-t28_cpu", None),
     ],
 )
 def test_cxx11_abi_facts(cell_id: str, abi: bool | None) -> None:
@@ -93,12 +142,12 @@ def test_cxx11_abi_facts(cell_id: str, abi: bool | None) -> None:
 
 
 def test_pypi_26_is_pre_cxx11_and_comes_from_pypi() -> None:
-    cell = _cell("cp311-linux_x86_64-t26_cuda_abi0")
+    cell = _cell("linux_x86_64-t26_cuda_abi0")
     assert cell.wheel.index == "pypi"
     assert cell.toolkit == "12.4"
     assert cell.library == "libtorch_c_dlpack_ext-torch2.6-cuda-cxx11abi0.so"
     # The cxx11 flavour of 2.6 is PyTorch's own cu126 index, not PyPI.
-    assert _cell("cp311-linux_x86_64-t26_cuda_abi1").wheel.index == "pytorch-cu126"
+    assert _cell("linux_x86_64-t26_cuda_abi1").wheel.index == "pytorch-cu126"
 
 
 @pytest.mark.parametrize(
@@ -146,105 +195,150 @@ def test_cell_ids_unique_and_labels_valid() -> None:
 
 
 def test_abi_suffix_only_where_a_minor_has_both_abis() -> None:
-    labels = {c.label for c in MATRIX.select(python=["3.11"], platform=["linux_x86_64"])}
+    labels = {c.label for c in MATRIX.select(platform=["linux_x86_64"])}
     assert "t26_cuda_abi0" in labels
     assert "t26_cuda_abi1" in labels
     assert "t28_cuda" in labels
     assert not any(label.startswith("t28_cuda_") for label in labels)
 
 
-def test_default_selection_for_python_and_platform() -> None:
-    cells = MATRIX.select(python=["3.11"], platform=["linux_x86_64"])
+def test_platform_selection_holds_every_torch_minor_and_python_abi() -> None:
+    cells = MATRIX.select(platform=["linux_x86_64"])
     assert {c.platform.name for c in cells} == {"linux_x86_64"}
-    assert {c.python for c in cells} == {"3.11"}
+    assert {c.python for c in cells} == {"abi3", "3.13t", "3.14t"}
     assert {c.torch.minor for c in cells} == {"2.4", "2.5", "2.6", "2.7", "2.8", "2.9"}
+    assert {c.python for c in MATRIX.select(python=["3.14t"])} == {"3.14t"}
 
 
 def test_select_patterns_and_typos() -> None:
-    assert [c.id for c in MATRIX.select(["cp311-linux_x86_64-t2[45]_cpu"])] == [
-        "cp311-linux_x86_64-t24_cpu",
-        "cp311-linux_x86_64-t25_cpu",
+    assert [c.id for c in MATRIX.select(["linux_x86_64-t2[45]_cpu"])] == [
+        "linux_x86_64-t24_cpu",
+        "linux_x86_64-t25_cpu",
     ]
-    job = MATRIX.select(["cp312-win_amd64-cpu"])
-    assert {c.job_id for c in job} == {"cp312-win_amd64-cpu"}
+    job = MATRIX.select(["win_amd64-cpu"])
+    assert {c.job_id for c in job} == {"win_amd64-cpu"}
     assert len(job) == 6
+    assert {c.id for c in MATRIX.select(["*-cp314t"])} == {
+        c.id for c in MATRIX.cells() if c.python == "3.14t"
+    }
     with pytest.raises(
-        ConfigError, match=r"no matrix cell matches 'cp311-linux_x86_64-t28_cdua'.*did you mean"
+        ConfigError, match=r"no matrix cell matches 'linux_x86_64-t28_cdua'.*did you mean"
     ) as typo:
-        MATRIX.select(["cp311-linux_x86_64-t28_cdua"])
+        MATRIX.select(["linux_x86_64-t28_cdua"])
     message = str(typo.value)
     # A few close matches and how to list all, never the whole matrix on one line.
-    assert "'cp311-linux_x86_64-t28_cuda'" in message
+    assert "'linux_x86_64-t28_cuda'" in message
     assert "nox -s matrix -- --list" in message
-    assert 1 <= message.count("'cp") - 1 <= 5
+    assert 1 <= message.count("'linux") - 1 <= 5
     assert len(message) < 400
     with pytest.raises(ConfigError) as nonsense:
         MATRIX.select(["nonsense" * 1000])
     assert "did you mean" not in str(nonsense.value)
     assert len(str(nonsense.value)) < 200
-    with pytest.raises(ConfigError, match=r"python '3\.7'"):
-        MATRIX.select(python=["3.7"])
+    # The ids before abi3 named a CPython: say why they match nothing now.
+    with pytest.raises(ConfigError, match=r"carry no CPython version any more"):
+        MATRIX.select(["cp311-linux_x86_64-t28_cpu"])
+    with pytest.raises(ConfigError, match=r"python '3\.11' is no Python ABI"):
+        MATRIX.select(python=["3.11"])
     with pytest.raises(ConfigError, match="did you mean 'linux_x86_64'"):
         MATRIX.select(platform=["linux_x86-64"])
 
 
-def test_jobs_group_cells_by_python_platform_backend() -> None:
+def test_jobs_one_per_platform_and_flavour_plus_free_threaded() -> None:
     jobs = MATRIX.jobs()
     by_id = {job["id"]: job for job in jobs}
     assert len(by_id) == len(jobs)
-    job = by_id["cp311-linux_x86_64-cuda"]
+    assert sorted(by_id) == [
+        "linux_aarch64-cpu",
+        "linux_aarch64-cpu-cp314t",
+        "linux_aarch64-cuda",
+        "linux_x86_64-cuda",
+        "linux_x86_64-cuda-cp314t",
+        "linux_x86_64-rocm6.1",
+        "linux_x86_64-rocm6.2",
+        "linux_x86_64-rocm6.2.4",
+        "linux_x86_64-rocm6.3",
+        "linux_x86_64-rocm6.4",
+        "macosx_11_0_arm64-cpu",
+        "macosx_11_0_arm64-cpu-cp314t",
+        "win_amd64-cpu",
+        "win_amd64-cpu-cp314t",
+    ]
+    job = by_id["linux_x86_64-cuda"]
     assert job["runner"] == "ubuntu-24.04"
     assert job["arch"] == "x86_64"
-    assert job["cibw_build"] == "cp311-*"
-    assert "cp311-linux_x86_64-t28_cuda" in job["cells"]
-    assert "cp311-linux_x86_64-t28_cpu" in job["cells"]
-    assert by_id["cp311-linux_x86_64-rocm6.4"]["image"].startswith("rocm/")
+    # The newest CPython every torch minor of the job supports (2.4: <= 3.12; 2.9: >= 3.10).
+    assert job["python"] == "3.12"
+    assert job["cibw_build"] == "cp312-*"
+    assert "linux_x86_64-t28_cuda" in job["cells"]
+    assert "linux_x86_64-t28_cpu" in job["cells"]
+    assert job["torch"]["2.4"] == ["3.9", "3.10", "3.11", "3.12"]
+    assert job["torch"]["2.9"] == ["3.10", "3.11", "3.12", "3.13", "3.14"]
+    free = by_id["linux_x86_64-cuda-cp314t"]
+    assert free["python"] == "3.14t"
+    assert free["cibw_build"] == "cp314t-*"
+    assert free["cells"] == ["linux_x86_64-t29_cuda-cp314t", "linux_x86_64-t29_cpu-cp314t"]
+    assert free["torch"] == {"2.9": ["3.14t"]}
+    assert by_id["linux_x86_64-rocm6.4"]["image"].startswith("rocm/")
     assert job["allow_failure"] == ""
-    assert by_id["cp311-linux_x86_64-rocm6.4"]["allow_failure"]
+    assert by_id["linux_x86_64-rocm6.4"]["allow_failure"]
+    # Every cell is in one job, except those the release does not build (3.13t).
     covered = [cell for job in jobs for cell in job["cells"]]
-    assert sorted(covered) == sorted(c.id for c in MATRIX.cells())
+    assert len(covered) == len(set(covered))
+    assert sorted(covered) == sorted(c.id for c in MATRIX.cells() if c.python != "3.13t")
+
+
+def test_cells_the_release_does_not_build_say_why() -> None:
+    cell = _cell("linux_x86_64-t28_cpu-cp313t")
+    assert "cibuildwheel" in cell.not_released
+    assert not _cell("linux_x86_64-t29_cpu-cp314t").not_released
+    assert MATRIX.jobs([cell]) == []
 
 
 def test_nox_matrix_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from devtools.matrix import main
 
-    assert main(["--only", "cp311-linux_x86_64-*"]) == 0
+    assert main(["--only", "linux_x86_64-*"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert {job["id"] for job in data["include"]} == {
-        "cp311-linux_x86_64-cuda",
-        "cp311-linux_x86_64-rocm6.1",
-        "cp311-linux_x86_64-rocm6.2",
-        "cp311-linux_x86_64-rocm6.2.4",
-        "cp311-linux_x86_64-rocm6.3",
-        "cp311-linux_x86_64-rocm6.4",
+        "linux_x86_64-cuda",
+        "linux_x86_64-cuda-cp314t",
+        "linux_x86_64-rocm6.1",
+        "linux_x86_64-rocm6.2",
+        "linux_x86_64-rocm6.2.4",
+        "linux_x86_64-rocm6.3",
+        "linux_x86_64-rocm6.4",
     }
     out = tmp_path / "m.json"
-    assert main(["--only", "cp39-macosx_11_0_arm64-cpu", "--output", str(out)]) == 0
+    assert main(["--only", "macosx_11_0_arm64-cpu", "--output", str(out)]) == 0
     assert json.loads(out.read_text())["include"][0]["runner"] == "macos-14"
     assert main(["--only", "nope"]) == 2
+    capsys.readouterr()
+    # Cells only `nox -s build` makes: the job matrix says so instead of being empty.
+    assert main(["--only", "*-cp313t"]) == MatrixError.exit_code
+    assert "the release builds none of the 16 selected cell(s): cibuildwheel" in (
+        capsys.readouterr().err
+    )
 
 
 def test_no_cell_for_a_python_outside_requires_python() -> None:
-    # The real matrix: every cell's Python is allowed by pyproject's requires-python.
+    # The real matrix: every Python it lists is allowed by pyproject's requires-python.
     from packaging.specifiers import SpecifierSet
 
     assert MATRIX.requires_python is not None
     allowed = SpecifierSet(MATRIX.requires_python)
-    assert all(f"{c.python}.0" in allowed for c in MATRIX.cells())
-    # A matrix listing a Python the project does not support yields no cell for it.
+    assert all(f"{p}.0" in allowed for c in MATRIX.cells() for p in c.pythons)
+    # A matrix listing a Python the project does not support leaves it out of the cells'
+    # Pythons (the abi3 floor); a torch minor with no supported Python yields no cell.
     data = _fixture()
     data["torch"][0]["python"] = ["3.8", "3.11"]
-    assert {c.python for c in parse_matrix(data).cells()} == {"3.8", "3.11"}
+    assert {p for c in parse_matrix(data).cells() for p in c.pythons} == {"3.8", "3.11"}
     matrix = parse_matrix(data, requires_python=">=3.9")
-    assert {c.python for c in matrix.cells()} == {"3.11"}
+    assert {p for c in matrix.cells() for p in c.pythons} == {"3.11"}
     assert matrix.pythons() == ("3.11",)
     assert {job["python"] for job in matrix.jobs()} == {"3.11"}
-    with pytest.raises(ConfigError, match=r"python '3\.8' is outside requires-python '>=3\.9'"):
-        matrix.select(python=["3.8"])
-    with pytest.raises(ConfigError, match=r"Python 3\.8 is outside requires-python '>=3\.9'"):
-        matrix.select(["cp38-linux_x86_64-t26_cpu_abi0"])
-    with pytest.raises(ConfigError, match="outside requires-python"):
-        MATRIX.select(["cp38-linux_x86_64-t24_cpu"])
+    data["torch"][0]["python"] = ["3.8"]
+    assert parse_matrix(data, requires_python=">=3.9").cells() == ()
 
 
 def test_rocm_builder_image_per_declared_rocm_version() -> None:
@@ -282,12 +376,28 @@ def _fixture() -> dict:  # type: ignore[type-arg]
 
 def test_fixture_matrix_parses() -> None:
     matrix = parse_matrix(_fixture())
-    assert [c.id for c in matrix.cells() if c.python == "3.11"] == [
-        "cp311-linux_x86_64-t26_cuda_abi0",
-        "cp311-linux_x86_64-t26_cpu_abi0",
-        "cp311-linux_x86_64-t26_cuda_abi1",
-        "cp311-linux_x86_64-t26_cpu_abi1",
+    assert [c.id for c in matrix.cells()] == [
+        "linux_x86_64-t26_cuda_abi0",
+        "linux_x86_64-t26_cpu_abi0",
+        "linux_x86_64-t26_cuda_abi1",
+        "linux_x86_64-t26_cpu_abi1",
     ]
+
+
+def test_fixture_free_threaded_cells_and_release_table() -> None:
+    data = _fixture()
+    data["torch"][0]["freethreaded"] = ["3.14t"]
+    data["torch"][0]["wheel"][1]["freethreaded"] = False
+    data["freethreaded"] = {"3.14t": {"release": False, "reason": "not yet"}}
+    matrix = parse_matrix(data)
+    free = [c for c in matrix.cells() if c.freethreaded]
+    # Only the flavour whose index ships them (the second one opted out).
+    assert [c.id for c in free] == [
+        "linux_x86_64-t26_cuda_abi0-cp314t",
+        "linux_x86_64-t26_cpu_abi0-cp314t",
+    ]
+    assert {c.not_released for c in free} == {"not yet"}
+    assert all("cp314t" not in job["id"] for job in matrix.jobs())
 
 
 @pytest.mark.parametrize(
@@ -320,6 +430,20 @@ def test_fixture_matrix_parses() -> None:
         ),
         (lambda d: d.update(backends={"cuda": {"images": {"12.4": ""}}}), "must be a table"),
         (lambda d: d.update(backends={"cuda": {"image": "x"}}), "did you mean 'images'"),
+        (lambda d: d["torch"][0].update(freethreaded=["3.14"]), "free-threaded CPythons"),
+        (lambda d: d["torch"][0].update(freethreaded="3.14t"), "free-threaded CPythons"),
+        (lambda d: d["torch"][0]["wheel"][0].update(freethreaded="no"), "true or false"),
+        (
+            lambda d: d.update(freethreaded={"3.13t": {"release": True}}),
+            r"\[freethreaded\.\"3\.13t\"\] name = '3\.13t' is not known",
+        ),
+        (
+            lambda d: (
+                d["torch"][0].update(freethreaded=["3.13t"]),
+                d.update(freethreaded={"3.13t": {"release": False}}),
+            ),
+            "needs reason",
+        ),
     ],
 )
 def test_validation_errors(mutate, message: str) -> None:  # type: ignore[no-untyped-def]
@@ -359,7 +483,7 @@ def test_nox_matrix_runs_without_importing_the_package() -> None:
     root = Path(__file__).resolve().parents[2]
     probe = (
         "import runpy, sys\n"
-        "sys.argv = ['matrix', '--only', 'cp311-win_amd64-t28_cpu', '--list']\n"
+        "sys.argv = ['matrix', '--only', 'win_amd64-t28_cpu', '--list']\n"
         "try:\n"
         "    runpy.run_module('devtools.matrix', run_name='__main__')\n"
         "except SystemExit as exc:\n"
@@ -372,5 +496,5 @@ def test_nox_matrix_runs_without_importing_the_package() -> None:
         env=devtools_env(),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["cp311-win_amd64-t28_cpu", "False", "False"]
+    assert proc.stdout.split() == ["win_amd64-t28_cpu", "False", "False"]
     assert proc.stderr == ""

@@ -24,18 +24,82 @@ def _fresh_index_cache() -> None:
 
 
 def test_other_platform_is_skipped_with_the_reason() -> None:
-    reason = build.skip_reason(_cell("cp311-win_amd64-t28_cpu"), "linux_x86_64")
+    reason = build.skip_reason(_cell("win_amd64-t28_cpu"), "linux_x86_64")
     assert reason == "builds on win_amd64, this host is linux_x86_64"
 
 
-def test_python_outside_requires_python() -> None:
-    # The matrix yields no cp38 cell (requires-python >= 3.9); the build still refuses
-    # one made by hand.
-    assert "3.8" not in MATRIX.pythons()
-    cell = dataclasses.replace(_cell("cp39-linux_x86_64-t24_cpu"), python="3.8")
-    reason = build.skip_reason(cell, "linux_x86_64")
+def test_free_threaded_cell_without_its_interpreter_is_skipped_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    build.freethreaded_python.cache_clear()
+    monkeypatch.setattr(
+        build, "freethreaded_python", lambda version: f"no free-threaded CPython {version}: x"
+    )
+    reason = build.skip_reason(_cell("linux_x86_64-t29_cpu-cp314t"), "linux_x86_64")
+    assert reason == "no free-threaded CPython 3.14t: x"
+
+
+def test_free_threaded_python_is_this_one_or_the_provisioners(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import importlib
+    import sys
+    import types
+
+    build.freethreaded_python.cache_clear()
+    monkeypatch.setattr(build, "running_python", lambda: "3.14t")
+    found = build.freethreaded_python("3.14t")
+    assert isinstance(found, build.Interpreter)
+    assert found.executable == Path(sys.executable)
+    # Another one: from devtools.freethreaded when it provides it, else the reason.
+    provisioner = types.SimpleNamespace(
+        free_threaded_python=lambda version: types.SimpleNamespace(
+            executable=tmp_path / f"python{version}", include_dir=tmp_path / "include"
+        )
+    )
+    real = importlib.import_module
+    monkeypatch.setattr(
+        importlib,
+        "import_module",
+        lambda name, *a: provisioner if name == "devtools.freethreaded" else real(name, *a),
+    )
+    build.freethreaded_python.cache_clear()
+    assert build.freethreaded_python("3.13t") == build.Interpreter(
+        tmp_path / "python3.13t", tmp_path / "include"
+    )
+
+    def missing(name: str, *a: object) -> object:
+        if name == "devtools.freethreaded":
+            raise ImportError(name)
+        return real(name, *a)
+
+    monkeypatch.setattr(importlib, "import_module", missing)
+    build.freethreaded_python.cache_clear()
+    reason = build.freethreaded_python("3.13t")
+    assert isinstance(reason, str)
+    assert reason.startswith("no free-threaded CPython 3.13t here")
+    build.freethreaded_python.cache_clear()
+
+
+def test_abi3_cell_on_a_free_threaded_interpreter_is_skipped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(build, "running_python", lambda: "3.14t")
+    monkeypatch.setattr(
+        build.sysconfig, "get_config_var", lambda name: 1 if name == "Py_GIL_DISABLED" else None
+    )
+    reason = build.skip_reason(_cell("linux_x86_64-t28_cpu"), "linux_x86_64")
     assert reason is not None
-    assert "Python 3.8 is outside requires-python >=3.9" in reason
+    assert "an abi3 library compiles against a CPython with the GIL" in reason
+
+
+def test_tree_python_prefers_the_running_one() -> None:
+    cell = _cell("linux_x86_64-t29_cpu")
+    running = build.running_python()
+    expected = running if running in cell.pythons else "3.14"
+    assert build.tree_python(cell) == expected
+    old = dataclasses.replace(cell, pythons=("3.9", "3.10"))
+    assert build.tree_python(old) == (running if running in old.pythons else "3.10")
 
 
 def test_rocm_without_toolchain(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -43,7 +107,7 @@ def test_rocm_without_toolchain(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     monkeypatch.delenv("ROCM_HOME", raising=False)
     if Path("/opt/rocm/include/hip").is_dir():
         pytest.skip("this machine has ROCm in /opt/rocm")
-    reason = build.skip_reason(_cell("cp311-linux_x86_64-t28_rocm"), "linux_x86_64")
+    reason = build.skip_reason(_cell("linux_x86_64-t28_rocm"), "linux_x86_64")
     assert reason is not None
     assert reason.startswith("no ROCm toolchain")
     (tmp_path / "include" / "hip").mkdir(parents=True)
@@ -55,7 +119,7 @@ def test_unreachable_index_is_checked_not_assumed() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    cell = _cell("cp311-linux_x86_64-t26_cpu_abi1")
+    cell = _cell("linux_x86_64-t26_cpu_abi1")
     wheel = dataclasses.replace(cell.wheel, index_url=f"http://127.0.0.1:{port}/whl")
     reason = build.skip_reason(dataclasses.replace(cell, wheel=wheel), "linux_x86_64")
     assert reason is not None
@@ -79,5 +143,5 @@ def test_bad_jobs_value_is_a_config_error(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_unknown_cell_pattern(capsys: pytest.CaptureFixture[str]) -> None:
-    assert build.main(["--cells", "cp311-linux_x86_64-t28_cdua", "--no-assemble"]) == 2
+    assert build.main(["--cells", "linux_x86_64-t28_cdua", "--no-assemble"]) == 2
     assert "did you mean" in capsys.readouterr().err

@@ -8,11 +8,15 @@ import pytest
 
 from _torch_c_dlpack_ext_core.errors import ConfigError, InvalidBackendError
 from _torch_c_dlpack_ext_core.naming import (
+    ABI3_FLOOR,
+    LIMITED_API_VERSION,
     Backend,
     default_cache_dir,
     env_var,
     library_filename,
     parse_backend,
+    parse_python_target,
+    python_target_tags,
     shared_library_suffix,
     torch_minor,
     variant_label,
@@ -109,3 +113,30 @@ def test_cache_dir_override_uses_the_project_prefix(
     monkeypatch.setenv(env_var("CACHE_DIR"), str(tmp_path))
     assert str(default_cache_dir()) == str(tmp_path)
     assert env_var("CACHE_DIR") == "TORCH_C_DLPACK_EXT_CACHE_DIR"
+
+
+@pytest.mark.parametrize(
+    ("python", "parsed", "tags"),
+    [
+        ("abi3", (3, 9, "abi3"), ("cp39", "abi3")),
+        ("3.14t", (3, 14, "freethreaded"), ("cp314", "cp314t")),
+        ("3.13t", (3, 13, "freethreaded"), ("cp313", "cp313t")),
+        ("3.11", (3, 11, "cpython"), ("cp311", "cp311")),
+    ],
+)
+def test_python_targets_and_their_wheel_tags(
+    python: str, parsed: tuple[int, int, str], tags: tuple[str, str]
+) -> None:
+    assert parse_python_target(python) == parsed
+    assert python_target_tags(python) == tags
+
+
+@pytest.mark.parametrize("python", ["", "abi4", "3", "3.x", "cp311", "3.11tt", "3.1" + "1" * 20])
+def test_python_target_rejects_garbage(python: str) -> None:
+    with pytest.raises(ConfigError, match=r"expected 'abi3', '3\.14t' or '3\.11'"):
+        parse_python_target(python)
+
+
+def test_limited_api_version_is_the_abi3_floor() -> None:
+    assert LIMITED_API_VERSION == 0x03090000
+    assert ABI3_FLOOR == (3, 9)

@@ -51,7 +51,7 @@ def test_the_glob_warning_quotes_what_each_pip_says() -> None:
     # Checked for real by tests/integration/test_readme_pip_errors.py.
     quoted = dict(QUOTED.findall(text))
     assert quoted["23.0.1 and 23.2.1"].endswith(".whl is not a valid wheel filename")
-    assert quoted["26.3"].startswith("Invalid build number: cp311 in '")
+    assert quoted["26.3"].startswith("Invalid build number: cp39 in '")
 
 
 #: "pip 23.0.1 and 23.2.1 say `<message>`": the pip versions and what they print.

@@ -35,13 +35,13 @@ def _cell(cell_id: str) -> Cell:
 @pytest.mark.parametrize(
     ("cell_id", "expected"),
     [
-        ("cp311-linux_x86_64-t28_cpu", ["abi_dependency :: torch :: 2.8"]),
+        ("linux_x86_64-t28_cpu", ["abi_dependency :: torch :: 2.8"]),
         (
-            "cp311-linux_x86_64-t26_cuda_abi0",
+            "linux_x86_64-t26_cuda_abi0",
             ["abi_dependency :: torch :: 2.6", "nvidia :: cuda_version_lower_bound :: 12.4"],
         ),
         (
-            "cp311-linux_x86_64-t29_rocm",
+            "linux_x86_64-t29_rocm",
             ["abi_dependency :: torch :: 2.9", "amd :: rocm_version :: 6.4"],
         ),
     ],
@@ -55,7 +55,7 @@ def test_variant_properties(cell_id: str, expected: list[str]) -> None:
 def test_variant_json_is_variantlib_valid() -> None:
     from variantlib.variants_json import VariantsJson
 
-    data = json.loads(wheels.variant_json(_cell("cp311-linux_x86_64-t26_cuda_abi0")))
+    data = json.loads(wheels.variant_json(_cell("linux_x86_64-t26_cuda_abi0")))
     assert data["variants"] == {
         "t26_cuda_abi0": {
             "abi_dependency": {"torch": ["2.6"]},
@@ -113,25 +113,25 @@ def _group(tmp_path: Path, cells: list[Cell]) -> Path:
 
 def test_assemble_group_combined_and_variant_wheels(tmp_path: Path) -> None:
     cells = [
-        _cell(f"cp311-linux_x86_64-{label}")
-        for label in ("t26_cuda_abi0", "t26_cpu_abi0", "t28_cpu")
+        _cell(f"linux_x86_64-{label}") for label in ("t26_cuda_abi0", "t26_cpu_abi0", "t28_cpu")
     ]
     libs = _group(tmp_path, cells)
     out = tmp_path / "dist"
     out.mkdir()
     made = wheels.assemble_group(libs, out, matrix=MATRIX, repair=False)
     names = sorted(p.name for p in made)
+    # One abi3 wheel for every CPython >= 3.9 with the GIL, and a variant wheel per cell.
     assert names == [
-        "torch_c_dlpack_ext-0.2.0-cp311-cp311-linux_x86_64-t26_cpu_abi0.whl",
-        "torch_c_dlpack_ext-0.2.0-cp311-cp311-linux_x86_64-t26_cuda_abi0.whl",
-        "torch_c_dlpack_ext-0.2.0-cp311-cp311-linux_x86_64-t28_cpu.whl",
-        "torch_c_dlpack_ext-0.2.0-cp311-cp311-linux_x86_64.whl",
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t26_cpu_abi0.whl",
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t26_cuda_abi0.whl",
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t28_cpu.whl",
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64.whl",
     ]
     with zipfile.ZipFile(out / names[1]) as archive:
         manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
-        # The CUDA variant carries the CPU library of its torch and ABI as a fallback.
-        assert sorted(e["file"] for e in manifest["libraries"]) == [
-            "libs/libtorch_c_dlpack_ext-torch2.6-cpu-cxx11abi0.so",
+        # The CUDA variant carries its own library only: a CUDA torch gets the CUDA
+        # library (which serves CPU tensors too), never a CPU copy.
+        assert [e["file"] for e in manifest["libraries"]] == [
             "libs/libtorch_c_dlpack_ext-torch2.6-cuda-cxx11abi0.so",
         ]
         variant = json.loads(archive.read("torch_c_dlpack_ext-0.2.0.dist-info/variant.json"))
@@ -143,6 +143,29 @@ def test_assemble_group_combined_and_variant_wheels(tmp_path: Path) -> None:
     index = wheels.variants_index([p for p in made if p.name != names[3]])
     assert sorted(index["variants"]) == ["t26_cpu_abi0", "t26_cuda_abi0", "t28_cpu"]
     _check_pep825(index)
+
+
+def test_free_threaded_group_makes_cp314t_wheels_with_the_same_labels(tmp_path: Path) -> None:
+    cells = [_cell("linux_x86_64-t29_cuda-cp314t"), _cell("linux_x86_64-t29_cpu-cp314t")]
+    libs = _group(tmp_path, cells)
+    out = tmp_path / "dist"
+    out.mkdir()
+    made = wheels.assemble_group(libs, out, matrix=MATRIX, repair=False)
+    assert sorted(p.name for p in made) == [
+        "torch_c_dlpack_ext-0.2.0-cp314-cp314t-linux_x86_64-t29_cpu.whl",
+        "torch_c_dlpack_ext-0.2.0-cp314-cp314t-linux_x86_64-t29_cuda.whl",
+        "torch_c_dlpack_ext-0.2.0-cp314-cp314t-linux_x86_64.whl",
+    ]
+    # Its entries map back to the free-threaded cells, not the abi3 ones.
+    entry = ManifestEntry(
+        file=cells[1].library, torch="2.9", torch_build="2.9.1", backend=cells[1].backend,
+        cxx11_abi=True, dlpack="1.3", toolchain="g++", gpu_toolkit=None,
+        platform="linux_x86_64", python="3.14t", size=1, sha256="0" * 64,
+    )  # fmt: skip
+    assert wheels.cell_for_entry(MATRIX, entry).id == "linux_x86_64-t29_cpu-cp314t"
+    assert wheels.cell_for_entry(MATRIX, entry._replace(python="abi3")).id == (
+        "linux_x86_64-t29_cpu"
+    )
 
 
 def test_variants_index_rejects_conflicting_labels(tmp_path: Path) -> None:
@@ -161,14 +184,17 @@ def test_variants_index_rejects_conflicting_labels(tmp_path: Path) -> None:
 
 
 def test_entry_outside_the_matrix_is_an_error() -> None:
-    cell = _cell("cp311-linux_x86_64-t28_cpu")
+    cell = _cell("linux_x86_64-t28_cpu")
     entry = ManifestEntry(
         file=cell.library, torch="2.3", torch_build="2.3.0", backend=cell.backend, cxx11_abi=True,
-        dlpack="1.3", toolchain="g++", gpu_toolkit=None, platform="linux_x86_64", python="3.11",
+        dlpack="1.3", toolchain="g++", gpu_toolkit=None, platform="linux_x86_64", python="abi3",
         size=1, sha256="0" * 64,
     )  # fmt: skip
     with pytest.raises(MatrixError, match=r"no cell of matrix\.toml"):
         wheels.cell_for_entry(MATRIX, entry)
+    # A library built for one CPython (a manifest from before abi3) is no cell either.
+    with pytest.raises(MatrixError, match=r"python 3\.11\) is no cell"):
+        wheels.cell_for_entry(MATRIX, entry._replace(torch="2.8", python="3.11"))
 
 
 def _rank(
@@ -193,7 +219,7 @@ def _rank(
 def _index_for(labels: list[str]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for label in labels:
-        data = json.loads(wheels.variant_json(_cell(f"cp311-linux_x86_64-{label}")))
+        data = json.loads(wheels.variant_json(_cell(f"linux_x86_64-{label}")))
         merged.setdefault("variants", {}).update(data.pop("variants"))
         merged.update(data)
     return merged
@@ -221,3 +247,28 @@ def test_indistinct_labels_are_reported(capsys: pytest.CaptureFixture[str]) -> N
     err = capsys.readouterr().err
     assert "'t26_cpu_abi0' and 't26_cpu_abi1' declare the same properties" in err
     assert "t28_cpu" not in err
+
+
+def test_variant_json_without_variantlib_is_what_variantlib_writes() -> None:
+    # Python 3.9 (variantlib needs 3.10) writes variant.json itself: the same document.
+    for cell in MATRIX.cells():
+        data = wheels._declare_abi_dependency(wheels._variant_dist_info_without_variantlib(cell))
+        assert data == json.loads(wheels.variant_json(cell)), cell.id
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-manylinux_2_28_x86_64.whl",
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-manylinux_2_28_x86_64-t28_cpu.whl",
+        "torch_c_dlpack_ext-0.2.0-cp314-cp314t-win_amd64-t29_cpu.whl",
+        "torch_c_dlpack_ext-0.2.0-1-cp39-abi3-win_amd64.whl",
+        "torch_c_dlpack_ext-0.2.0-1-cp39-abi3-win_amd64-t26_cpu_abi0.whl",
+        "torch_c_dlpack_ext-0.2.0-py3-none-any.whl",
+    ],
+)
+def test_variant_names_are_told_apart_as_variantlib_does(name: str) -> None:
+    from variantlib.constants import VALIDATION_WHEEL_NAME_REGEX
+
+    match = VALIDATION_WHEEL_NAME_REGEX.fullmatch(name)
+    assert wheels._is_variant(name) is bool(match and match.group("variant_label"))

@@ -77,10 +77,10 @@ def test_rehearsal_refuses_a_download_artifact_it_does_not_model(tmp_path: Path)
 
 
 def test_d1_equal_wheel_names_collide_only_when_merged(tmp_path: Path) -> None:
-    # The cuda and the rocm job of one Python repair to the same file name.
-    name = f"torch_c_dlpack_ext-{V}-cp311-cp311-manylinux_2_28_x86_64.whl"
+    # The cuda and the rocm job of one platform repair to the same file name (abi3).
+    name = f"torch_c_dlpack_ext-{V}-cp39-abi3-manylinux_2_28_x86_64.whl"
     artifacts = {}
-    for job in ("cp311-linux_x86_64-cuda", "cp311-linux_x86_64-rocm6.4"):
+    for job in ("linux_x86_64-cuda", "linux_x86_64-rocm6.4"):
         folder = tmp_path / "upload" / job
         folder.mkdir(parents=True)
         (folder / name).write_bytes(job.encode())
@@ -90,12 +90,12 @@ def test_d1_equal_wheel_names_collide_only_when_merged(tmp_path: Path) -> None:
         artifacts, tmp_path / "cells", pattern="cell-*", merge_multiple=False
     )
     assert sorted(p.relative_to(tmp_path / "cells").as_posix() for p in placed) == [
-        f"cell-cp311-linux_x86_64-cuda/{name}",
-        f"cell-cp311-linux_x86_64-rocm6.4/{name}",
+        f"cell-linux_x86_64-cuda/{name}",
+        f"cell-linux_x86_64-rocm6.4/{name}",
     ]
     assert {p.read_bytes() for p in placed} == {
-        b"cp311-linux_x86_64-cuda",
-        b"cp311-linux_x86_64-rocm6.4",
+        b"linux_x86_64-cuda",
+        b"linux_x86_64-rocm6.4",
     }
     with pytest.raises(ConfigError, match=f"both hold {name}"):
         dataflow.lay_out_artifacts(
@@ -302,8 +302,8 @@ def test_d7_job_build_gets_the_jobs_cell_ids(workflow: dict[str, Any]) -> None:
     assert options.libs_dir == ROOT / libs_dir
     # A dispatch run narrowed to one cell: the job keeps its id, but only that cell
     # is built (the job id would select all 14 cells of the job).
-    (job,) = MATRIX.jobs(MATRIX.select(["cp311-linux_x86_64-t28_cpu"]))
-    assert job["id"] == "cp311-linux_x86_64-cuda"
+    (job,) = MATRIX.jobs(MATRIX.select(["linux_x86_64-t28_cpu"]))
+    assert job["id"] == "linux_x86_64-cuda"
 
     def selected(job: dict[str, Any]) -> list[str]:
         passed = dataflow.evaluate(value, job)
@@ -311,7 +311,7 @@ def test_d7_job_build_gets_the_jobs_cell_ids(workflow: dict[str, Any]) -> None:
         cells = build._parser().parse_args(argv).cells
         return [c.id for c in MATRIX.select(cells.split(","))]
 
-    assert selected(job) == ["cp311-linux_x86_64-t28_cpu"]
+    assert selected(job) == ["linux_x86_64-t28_cpu"]
     assert len(MATRIX.select([job["id"]])) > 1
     # Every job of the full matrix: the job's build selects exactly the job's cells.
     for full in MATRIX.jobs():
@@ -409,7 +409,11 @@ def test_failures_do_not_block_the_rest(workflow: dict[str, Any]) -> None:
     assert "contents --matrix matrix.json --dist dist --cells cells" in contents["run"]
     assert "$GITHUB_STEP_SUMMARY" in contents["run"]
     verify = jobs["verify"]["steps"][-1]
-    assert verify["run"] == "$RELEASE_PY verify dist --expect matrix.json"
+    # Each verify entry installs the torch minors it names (oldest / newest CPython).
+    assert verify["run"] == '$RELEASE_PY verify dist --expect matrix.json --torch "$TORCH_MINORS"'
+    assert verify["env"] == {"TORCH_MINORS": "${{ matrix.torch }}"}
+    setup = next(s for s in jobs["verify"]["steps"] if "setup-python" in str(s.get("uses")))
+    assert setup["with"]["python-version"] == "${{ matrix.python }}"
 
 
 def test_images_come_from_the_matrix(workflow: dict[str, Any]) -> None:
@@ -466,7 +470,7 @@ def test_rehearsal_work_directory_is_claimed_safely(tmp_path: Path) -> None:
     # Its own directory, reused: an earlier run's artifacts must not count again.
     work = tmp_path / "work"
     dataflow._claim(work, settings)
-    stale = work / settings.download_path / "cell-cp311-win_amd64-cpu" / "old.whl"
+    stale = work / settings.download_path / "cell-win_amd64-cpu" / "old.whl"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"from the last run")
     (work / "notes.txt").write_text("kept")

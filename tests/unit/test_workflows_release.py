@@ -36,7 +36,7 @@ def _entry(torch: str, backend: Backend) -> ManifestEntry:
         toolchain="g++ 12.2.0",
         gpu_toolkit=None,
         platform="linux_x86_64",
-        python="3.11",
+        python="abi3",
         size=1,
         sha256="0" * 64,
     )
@@ -71,8 +71,8 @@ def make_sdist(directory: Path, version: str = V) -> Path:
 @pytest.fixture
 def dist(tmp_path: Path) -> Path:
     cpu = _entry("2.8", Backend.CPU)
-    make_wheel(tmp_path, "cp311-cp311-linux_x86_64", entries=(cpu, _entry("2.8", Backend.CUDA)))
-    make_wheel(tmp_path, "cp311-cp311-linux_x86_64", entries=(cpu,), label="t28_cpu")
+    make_wheel(tmp_path, "cp39-abi3-linux_x86_64", entries=(cpu, _entry("2.8", Backend.CUDA)))
+    make_wheel(tmp_path, "cp39-abi3-linux_x86_64", entries=(cpu,), label="t28_cpu")
     make_wheel(tmp_path, "py3-none-any")
     make_sdist(tmp_path)
     (tmp_path / release.variants_index_name()).write_text("{}")
@@ -88,7 +88,7 @@ def test_collect_classifies_every_file(dist: Path) -> None:
     assert [p.name for p in files.sdists] == [f"torch_c_dlpack_ext-{V}.tar.gz"]
     assert files.variants_index == dist / release.variants_index_name()
     combined = next(w for w in files.wheels if len(w.libraries) == 2)
-    assert "cp311-cp311-linux_x86_64" in combined.tags
+    assert "cp39-abi3-linux_x86_64" in combined.tags
     assert len(files.dists()) == 4
     without = files.dists(variant_wheels=False)
     assert len(without) == 3
@@ -114,7 +114,7 @@ def test_variants_index_of_another_version_is_refused(dist: Path) -> None:
 
 
 def test_universal_wheel_and_sdist_are_required(tmp_path: Path) -> None:
-    make_wheel(tmp_path, "cp311-cp311-linux_x86_64", entries=(_entry("2.8", Backend.CPU),))
+    make_wheel(tmp_path, "cp39-abi3-linux_x86_64", entries=(_entry("2.8", Backend.CPU),))
     make_sdist(tmp_path)
     with pytest.raises(ReleaseError, match="no universal"):
         release.collect(tmp_path)
@@ -155,37 +155,71 @@ def test_publish_without_url_is_a_config_error(dist: Path, monkeypatch: pytest.M
 
 
 def test_github_matrix() -> None:
+    old = ["3.9", "3.10", "3.11", "3.12"]
+    new = ["3.10", "3.11", "3.12", "3.13", "3.14"]
     cells = {
         "include": [
-            {"id": "a", "runner": "ubuntu-24.04", "python": "3.9"},
-            {"id": "b", "runner": "ubuntu-24.04", "python": "3.13"},
-            {"id": "c", "runner": "ubuntu-24.04", "python": "3.10"},
-            {"id": "d", "runner": "windows-2022", "python": "3.11"},
-            {"id": "e", "runner": "ubuntu-24.04", "python": "3.10"},
+            {"id": "a", "runner": "ubuntu-24.04", "python": "3.12",
+             "torch": {"2.4": old, "2.9": new}},
+            {"id": "b", "runner": "ubuntu-24.04", "python": "3.13", "torch": {"2.9": new}},
+            {"id": "c", "runner": "ubuntu-24.04", "python": "3.14t", "torch": {"2.9": ["3.14t"]}},
+            {"id": "d", "runner": "windows-2022", "python": "3.12", "torch": {"2.4": old}},
         ]
-    }
+    }  # fmt: skip
     out = release.github_matrix(cells)
     assert out["cells"] == cells
+    # Each torch minor on the oldest and the newest CPython it supports, per runner; the
+    # free-threaded wheel on its own Python.
     assert out["verify"] == {
         "include": [
-            {"runner": "ubuntu-24.04", "python": "3.9"},
-            {"runner": "ubuntu-24.04", "python": "3.10"},
-            {"runner": "ubuntu-24.04", "python": "3.13"},
-            {"runner": "windows-2022", "python": "3.11"},
+            {"runner": "ubuntu-24.04", "python": "3.9", "torch": "2.4"},
+            {"runner": "ubuntu-24.04", "python": "3.10", "torch": "2.9"},
+            {"runner": "ubuntu-24.04", "python": "3.12", "torch": "2.4"},
+            {"runner": "ubuntu-24.04", "python": "3.14", "torch": "2.9"},
+            {"runner": "ubuntu-24.04", "python": "3.14t", "torch": "2.9"},
+            {"runner": "windows-2022", "python": "3.9", "torch": "2.4"},
+            {"runner": "windows-2022", "python": "3.12", "torch": "2.4"},
         ]
     }
+
+
+def test_verify_matrix_of_the_real_matrix() -> None:
+    from devtools.matrix import load_matrix
+
+    verify = release.verify_matrix(load_matrix().jobs())
+    linux = {e["python"]: e["torch"] for e in verify if e["runner"] == "ubuntu-24.04"}
+    assert linux == {
+        "3.9": "2.4,2.5,2.6,2.7,2.8",
+        "3.10": "2.9",
+        "3.12": "2.4",
+        "3.13": "2.5,2.6,2.7,2.8",
+        "3.14": "2.9",
+        "3.14t": "2.9",
+    }
+    # Every torch minor of every platform is installed on its oldest and newest CPython.
+    for runner in {e["runner"] for e in verify}:
+        minors = [m for e in verify if e["runner"] == runner for m in e["torch"].split(",")]
+        assert all(minors.count(m) >= 2 for m in set(minors) if m != "2.9"), runner
 
 
 def test_github_matrix_refuses_pythons_outside_requires_python() -> None:
     # The matrix yields no such job (test_matrix); a hand-made file is refused.
     jobs = [
-        {"id": "cp38-linux_x86_64-cuda", "runner": "ubuntu-24.04", "python": "3.8"},
-        {"id": "cp39-linux_x86_64-cuda", "runner": "ubuntu-24.04", "python": "3.9"},
+        {"id": "x-cuda", "runner": "ubuntu-24.04", "python": "3.8", "torch": {"2.4": ["3.8"]}},
+        {"id": "y-cuda", "runner": "ubuntu-24.04", "python": "3.9", "torch": {"2.4": ["3.9"]}},
     ]
-    with pytest.raises(MatrixError, match=r"job 'cp38-linux_x86_64-cuda': Python 3\.8 is outside"):
+    with pytest.raises(MatrixError, match=r"job 'x-cuda': Python 3\.8 is outside"):
         release.github_matrix({"include": jobs}, requires_python=">=3.9")
     out = release.github_matrix({"include": jobs[1:]}, requires_python=">=3.9")
-    assert out["verify"] == {"include": [{"runner": "ubuntu-24.04", "python": "3.9"}]}
+    assert out["verify"] == {
+        "include": [{"runner": "ubuntu-24.04", "python": "3.9", "torch": "2.4"}]
+    }
+    # A free-threaded job's Python is compared without its "t".
+    free = {"id": "z", "runner": "r", "python": "3.14t", "torch": {"2.9": ["3.14t"]}}
+    assert release.github_matrix({"include": [free]}, requires_python=">=3.9")["verify"]
+    # Jobs that do not say their torch minors' CPythons (a file from before abi3).
+    with pytest.raises(MatrixError, match="regenerate the file"):
+        release.github_matrix({"include": [{"id": "old", "runner": "r", "python": "3.11"}]})
 
 
 def test_release_module_does_not_import_the_package() -> None:
@@ -233,11 +267,14 @@ def test_github_matrix_command_prints_output_lines(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "matrix.json"
-    path.write_text(json.dumps({"include": [{"runner": "r", "python": "3.11"}]}))
+    job = {"runner": "r", "python": "3.11", "torch": {"2.8": ["3.11"]}}
+    path.write_text(json.dumps({"include": [job]}))
     assert release.main(["github-matrix", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split("=", 1)[0] for line in lines] == ["cells", "verify"]
-    assert json.loads(lines[1].split("=", 1)[1]) == {"include": [{"runner": "r", "python": "3.11"}]}
+    assert json.loads(lines[1].split("=", 1)[1]) == {
+        "include": [{"runner": "r", "python": "3.11", "torch": "2.8"}]
+    }
 
 
 def test_split_variants_leaves_what_pypi_accepts(dist: Path, tmp_path: Path) -> None:
@@ -245,7 +282,7 @@ def test_split_variants_leaves_what_pypi_accepts(dist: Path, tmp_path: Path) -> 
     assert sorted(p.name for p in moved) == sorted(
         [
             release.variants_index_name(),
-            f"torch_c_dlpack_ext-{V}-cp311-cp311-linux_x86_64-t28_cpu.whl",
+            f"torch_c_dlpack_ext-{V}-cp39-abi3-linux_x86_64-t28_cpu.whl",
         ]
     )
     left = release.collect(dist)
@@ -290,18 +327,27 @@ def test_expected_library_matches_torch_minor_and_abi() -> None:
     assert release.expected_library(entries, "2.6", True) is abi1
     assert release.expected_library(entries, "2.7", True) is None
     assert release.expected_library((gpu,), "2.6", True) is None
+    # The backend the diagnostics report for the installed torch (its build flavour):
+    # PyPI's CUDA torch gets the CUDA library, also on a runner without a GPU.
+    assert release.expected_library(entries, "2.6", True, "cuda") is gpu
+    assert release.expected_library((abi1,), "2.6", True, "cuda") is None
+
+
+def test_verify_torch_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert release.main(["verify", str(tmp_path), "--torch", " , "]) == ConfigError.exit_code
+    assert "--torch ' , ' names no torch minor" in capsys.readouterr().err
 
 
 def test_variant_libraries_must_come_from_the_combined_build(tmp_path: Path) -> None:
     cpu = _entry("2.8", Backend.CPU)
-    combined = release.read_wheel(make_wheel(tmp_path, "cp311-cp311-linux_x86_64", entries=(cpu,)))
+    combined = release.read_wheel(make_wheel(tmp_path, "cp39-abi3-linux_x86_64", entries=(cpu,)))
     same = release.read_wheel(
-        make_wheel(tmp_path, "cp311-cp311-linux_x86_64", entries=(cpu,), label="t28_cpu")
+        make_wheel(tmp_path, "cp39-abi3-linux_x86_64", entries=(cpu,), label="t28_cpu")
     )
     release._same_libraries(same, [combined])
     rebuilt = cpu._replace(sha256="1" * 64)
     other = release.read_wheel(
-        make_wheel(tmp_path, "cp311-cp311-linux_x86_64", entries=(rebuilt,), label="t28_cpu")
+        make_wheel(tmp_path, "cp39-abi3-linux_x86_64", entries=(rebuilt,), label="t28_cpu")
     )
     with pytest.raises(ReleaseError, match="in no combined wheel"):
         release._same_libraries(other, [combined])

@@ -74,8 +74,10 @@ class DarwinToolchain(WithoutBinaryAudit):
         names = [self.link_library_name(stem) for stem in stems]
         return [name for name in names if not (lib_dir / name).is_file()]
 
-    def python_import_library(self, python_lib: Path | None) -> Path | None:
-        del python_lib
+    def python_import_library(
+        self, python_lib: Path | None, *, limited_api: bool = False
+    ) -> Path | None:
+        del python_lib, limited_api
         return None
 
     def command(self, job: CompileJob, output: Path | str, scratch: Path | str) -> list[str]:

@@ -117,11 +117,15 @@ def _python_exports_source() -> Path:
     return Path(os.path.realpath(sys.executable))
 
 
-def runtime_libraries(cxx: str | Sequence[str]) -> tuple[Path, ...]:
-    """libstdc++, libgcc_s, libc, libm, libpthread, libdl and the dynamic loader, as
-    located by the compiler (``-print-file-name``), plus the Python C API exporter."""
+def runtime_libraries(
+    cxx: str | Sequence[str], python_exports: Path | None = None
+) -> tuple[Path, ...]:
+    """libstdc++, libgcc_s, libc, libm, libpthread, libdl and the dynamic loader, as located by
+    the compiler (``-print-file-name``), plus the Python C API exporter:
+    ``python_exports``, else the running interpreter's libpython or executable."""
     found = [_print_file_name(cxx, soname) for soname in _RUNTIME_SONAMES]
-    return (*dict.fromkeys(p for p in found if p is not None), _python_exports_source())
+    python = python_exports if python_exports is not None else _python_exports_source()
+    return (*dict.fromkeys(p for p in found if p is not None), python)
 
 
 def _torch_libraries(torch: TorchFiles, backend: Backend) -> list[Path]:
@@ -136,19 +140,25 @@ def _torch_libraries(torch: TorchFiles, backend: Backend) -> list[Path]:
 
 
 def undefined_symbols_not_provided(
-    library: Path, torch: TorchFiles, backend: Backend | str, *, cxx: str | Sequence[str]
+    library: Path,
+    torch: TorchFiles,
+    backend: Backend | str,
+    *,
+    cxx: str | Sequence[str],
+    python_exports: Path | None = None,
 ) -> tuple[str, ...]:
     """Sorted undefined dynamic symbols of ``library`` that nothing at load time provides.
 
     "Provided" means exported by a library in ``torch/lib`` (GPU libraries only for
     a GPU ``backend``), by the C/C++ runtime the compiler ``cxx`` links against, or
-    by this Python interpreter. Raises :class:`CommandError` when ``nm`` fails.
+    by the target Python (``python_exports``, default this interpreter). Raises
+    :class:`CommandError` when ``nm`` fails.
     """
     backend = parse_backend(backend)
     needed = dynamic_symbols(library, defined=False)
     if not needed:
         return ()
-    providers = [*_torch_libraries(torch, backend), *runtime_libraries(cxx)]
+    providers = [*_torch_libraries(torch, backend), *runtime_libraries(cxx, python_exports)]
     # Smallest first: the search usually ends before the 0.5-1 GB libtorch_cuda is read.
     providers.sort(key=lambda path: path.stat().st_size)
     missing = set(needed)
@@ -194,16 +204,24 @@ def _likely_cause(missing: tuple[str, ...], torch: TorchFiles) -> str:
 
 
 def audit_elf_library(
-    library: Path, torch: TorchFiles, backend: Backend | str, *, cxx: str | Sequence[str]
+    library: Path,
+    torch: TorchFiles,
+    backend: Backend | str,
+    *,
+    cxx: str | Sequence[str],
+    python_exports: Path | None = None,
 ) -> None:
-    """Check that every symbol ``library`` needs is provided at load time.
+    """Check that every symbol ``library`` needs is provided at load time
+    (``python_exports``: the target interpreter's libpython or executable).
 
     Raises :class:`ABIAuditError` listing the missing symbols (demangled when
     ``c++filt`` is available) and the likely cause, or :class:`BuildError` when
     the symbols cannot be read.
     """
     try:
-        missing = undefined_symbols_not_provided(library, torch, backend, cxx=cxx)
+        missing = undefined_symbols_not_provided(
+            library, torch, backend, cxx=cxx, python_exports=python_exports
+        )
     except CommandError as exc:
         what = f"the ABI audit of {library.name} could not read dynamic symbols"
         raise BuildError.from_command(what, exc, tail=2000) from None

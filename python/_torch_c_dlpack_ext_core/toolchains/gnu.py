@@ -54,9 +54,11 @@ class GnuToolchain:
         del lib_dir, stems
         return []
 
-    def python_import_library(self, python_lib: Path | None) -> Path | None:
+    def python_import_library(
+        self, python_lib: Path | None, *, limited_api: bool = False
+    ) -> Path | None:
         # libpython is not linked: the interpreter provides it at load time.
-        del python_lib
+        del python_lib, limited_api
         return None
 
     def command(self, job: CompileJob, output: Path | str, scratch: Path | str) -> list[str]:
@@ -80,11 +82,12 @@ class GnuToolchain:
         backend: Backend | str,
         *,
         cxx: str | Sequence[str] | None = None,
+        python_exports: Path | None = None,
     ) -> AuditOutcome:
         """The ELF audit (:func:`.elf.audit_elf_library`); ``cxx`` (default: the one
         :meth:`find_compiler` finds) locates the C/C++ runtime the library links."""
         compiler = cxx if cxx is not None else self.find_compiler(None, os.environ).command
-        audit_elf_library(library, torch, backend, cxx=compiler)
+        audit_elf_library(library, torch, backend, cxx=compiler, python_exports=python_exports)
         return AuditOutcome.PASSED
 
 

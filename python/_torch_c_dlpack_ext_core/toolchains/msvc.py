@@ -92,13 +92,21 @@ class MsvcToolchain(WithoutBinaryAudit):
         names = [self.link_library_name(stem) for stem in stems]
         return [name for name in names if not (lib_dir / name).is_file()]
 
-    def python_import_library(self, python_lib: Path | None) -> Path | None:
-        """``python_lib``, else ``<installed_base>/libs/python3XY[t].lib`` of the running
-        Python (a venv's ``sys.prefix`` has no ``libs``; the base installation does)."""
+    def python_import_library(
+        self, python_lib: Path | None, *, limited_api: bool = False
+    ) -> Path | None:
+        """``python_lib``, else from ``<installed_base>/libs`` of the running Python (a
+        venv's ``sys.prefix`` has no ``libs``; the base installation does):
+        ``python3.lib`` for a ``limited_api`` build (the stable ABI's ``python3.dll``,
+        so the DLL serves every CPython), else ``python3XY[t].lib``."""
         if python_lib is None:
             base = sysconfig.get_config_var("installed_base") or sys.base_prefix
             free_threaded = "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
-            name = f"python{sysconfig.get_config_var('py_version_nodot')}{free_threaded}.lib"
+            name = (
+                "python3.lib"
+                if limited_api
+                else f"python{sysconfig.get_config_var('py_version_nodot')}{free_threaded}.lib"
+            )
             python_lib = Path(base) / "libs" / name
         if not python_lib.is_file():
             raise BuildError(

@@ -156,9 +156,12 @@ class Toolchain(Protocol):
         link (an empty list where the linker names a missing library itself)."""
         ...
 
-    def python_import_library(self, python_lib: Path | None) -> Path | None:
-        """The Python import library the link needs (``python_lib`` if given), or ``None``
-        where the interpreter provides libpython at load time. Raises :class:`BuildError`."""
+    def python_import_library(
+        self, python_lib: Path | None, *, limited_api: bool = False
+    ) -> Path | None:
+        """The Python import library the link needs (``python_lib`` if given; the stable
+        ABI's one for a ``limited_api`` build), or ``None`` where the interpreter provides
+        libpython at load time. Raises :class:`BuildError`."""
         ...
 
     def command(self, job: CompileJob, output: Path | str, scratch: Path | str) -> list[str]:
@@ -177,9 +180,11 @@ class Toolchain(Protocol):
         backend: Backend | str,
         *,
         cxx: str | Sequence[str] | None = None,
+        python_exports: Path | None = None,
     ) -> AuditOutcome:
         """Check the linked ``library`` before it is published (``cxx``: the compiler that
-        built it, a path or :attr:`Compiler.command`). Raises
+        built it, a path or :attr:`Compiler.command`; ``python_exports``: the file exporting
+        the target Python's C API, default the running interpreter's). Raises
         :class:`..errors.ABIAuditError` (or another :class:`BuildError`)."""
         ...
 
@@ -261,6 +266,7 @@ class WithoutBinaryAudit:
         backend: Backend | str,
         *,
         cxx: str | Sequence[str] | None = None,
+        python_exports: Path | None = None,
     ) -> AuditOutcome:
-        del library, torch, backend, cxx
+        del library, torch, backend, cxx, python_exports
         return AuditOutcome.NOT_APPLICABLE
