@@ -533,9 +533,12 @@ def _main(args: argparse.Namespace) -> int:
     if not args.no_assemble:
         from devtools import wheels
 
-        groups = sorted(
-            {group_dir(build_dir, c) for c in cells if group_dir(build_dir, c).is_dir()}
-        )
+        # Exactly the selected cells this run built or found cached: the group
+        # directories also keep libraries of cells an earlier run selected.
+        groups: dict[Path, set[str]] = {}
+        for cell, result in zip(cells, results):
+            if result.entry is not None:
+                groups.setdefault(group_dir(build_dir, cell), set()).add(str(result.entry["file"]))
         artifacts = wheels.assemble_dist(groups, out, matrix=matrix, repair=not args.no_repair)
         report["artifacts"] = [
             {"file": p.name, "size": p.stat().st_size} for p in artifacts if p.is_file()

@@ -31,7 +31,7 @@ import shutil
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -340,25 +340,28 @@ def _policy_platform(wheel_name: str) -> str:
     return ".".join(sorted({t.platform for t in tags}))
 
 
-def _rewrite_reproducibly(wheel: Path, out: Path, platform: str, libs: Path) -> Path:
-    """auditwheel writes its own zip (timestamps, order): re-pack with our writer and the
-    repaired tag, so the combined wheel stays byte-reproducible."""
-    meta = project_metadata(ROOT)
-    entries = load_manifest(libs / MANIFEST_NAME)
-    return assemble_wheel(
-        out,
-        meta=meta,
-        libraries=[(e, libs / e.file) for e in entries],
-        platform=platform,
-    )
-
-
 def assemble_group(
-    libs: Path, out: Path, *, matrix: Matrix, repair: bool, platform_override: str | None = None
+    libs: Path,
+    out: Path,
+    *,
+    matrix: Matrix,
+    repair: bool,
+    platform_override: str | None = None,
+    only: Collection[str] | None = None,
 ) -> list[Path]:
-    """Combined and variant wheels of one platform x Python ABI group directory."""
+    """Combined and variant wheels of one platform x Python ABI group directory.
+
+    ``only`` (library file names, as the manifest lists them) packs those libraries
+    alone: the group directory is a build cache that can hold libraries of cells an
+    earlier run selected, and dist/ holds what this run selected, nothing more.
+    """
     meta = project_metadata(ROOT)
     entries = load_manifest(libs / MANIFEST_NAME)
+    if only is not None:
+        missing = sorted(set(only) - {e.file for e in entries})
+        if missing:
+            raise BuildError(f"{libs / MANIFEST_NAME} lists no {', '.join(missing)}")
+        entries = [e for e in entries if e.file in only]
     if not entries:
         return []
     made: list[Path] = []
@@ -371,7 +374,9 @@ def assemble_group(
             repaired = _repair(plain, out, work)
             platform = _policy_platform(repaired.name)
         if platform is not None:
-            combined = _rewrite_reproducibly(plain, out, platform, libs)
+            # auditwheel writes its own zip (timestamps, order): re-pack with our writer
+            # and the repaired tag, so the combined wheel stays byte-reproducible.
+            combined = assemble_wheel(out, meta=meta, libraries=pairs, platform=platform)
         else:
             combined = out / plain.name
             _atomic_move(plain, combined)
@@ -392,16 +397,21 @@ def assemble_group(
 
 
 def assemble_dist(
-    groups: Sequence[Path], out: Path, *, matrix: Matrix | None = None, repair: bool = True
+    groups: Mapping[Path, Collection[str]],
+    out: Path,
+    *,
+    matrix: Matrix | None = None,
+    repair: bool = True,
 ) -> list[Path]:
-    """Everything dist/ holds, from the group directories ``nox -s build`` filled."""
+    """Everything dist/ holds, from the group directories ``nox -s build`` filled:
+    ``groups`` maps each directory to the library files of the selected cells."""
 
     matrix = load_matrix() if matrix is None else matrix
 
     def make(staging: Path) -> list[Path]:
         made: list[Path] = []
-        for libs in groups:
-            made += assemble_group(libs, staging, matrix=matrix, repair=repair)
+        for libs, files in sorted(groups.items()):
+            made += assemble_group(libs, staging, matrix=matrix, repair=repair, only=files)
         return _finish_dist(staging, made)
 
     return _publish_all(out, make)

@@ -143,7 +143,9 @@ def test_the_report_never_overwrites_an_artifact(
         index.write_text('{"variants": {}}\n', encoding="utf-8")
         return [index]
 
-    built = build.CellResult(cell="linux_x86_64-t28_cpu", status="built", size=1, entry={})
+    built = build.CellResult(
+        cell="linux_x86_64-t28_cpu", status="built", size=1, entry={"file": "libs/lib.so"}
+    )
     monkeypatch.setattr(build, "build_cells", lambda *a, **k: [built])
     monkeypatch.setattr(wheels, "assemble_dist", assemble)
     code = build.main(

@@ -206,12 +206,12 @@ def test_devtools_assembly_leaves_dist_as_it_was_when_it_fails_half_way(
 
     monkeypatch.setattr(_sdist, "build_sdist_impl", disk_full)
     with pytest.raises(OSError, match="No space left"):
-        wheels.assemble_dist([], out, matrix=None, repair=False)
+        wheels.assemble_dist({}, out, matrix=None, repair=False)
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dist"]  # no staging dir left
 
     monkeypatch.undo()
-    made = wheels.assemble_dist([], out, matrix=None, repair=False)
+    made = wheels.assemble_dist({}, out, matrix=None, repair=False)
     assert sorted(p.name for p in made) == [
         "torch_c_dlpack_ext-0.2.0-py3-none-any.whl",
         "torch_c_dlpack_ext-0.2.0.tar.gz",

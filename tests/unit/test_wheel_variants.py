@@ -145,6 +145,42 @@ def test_assemble_group_combined_and_variant_wheels(tmp_path: Path) -> None:
     _check_pep825(index)
 
 
+def test_dist_holds_the_selected_cells_only(tmp_path: Path) -> None:
+    """The group directory is a cache: a library an earlier run built there (torch 2.4
+    here) stays out of a dist/ assembled for other cells."""
+    cells = [_cell(f"linux_x86_64-{label}") for label in ("t24_cpu", "t28_cpu", "t28_cuda")]
+    libs = _group(tmp_path, cells)
+    out = tmp_path / "dist"
+    selected = {cells[1].library, cells[2].library}
+    made = wheels.assemble_dist({libs: selected}, out, matrix=MATRIX, repair=False)
+    names = sorted(p.name for p in made if p.name.endswith(".whl"))
+    assert names == [
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t28_cpu.whl",
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t28_cuda.whl",
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64.whl",
+        "torch_c_dlpack_ext-0.2.0-py3-none-any.whl",
+    ]
+    with zipfile.ZipFile(out / names[2]) as archive:
+        manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
+        packed = sorted(e["file"].rsplit("/", 1)[-1] for e in manifest["libraries"])
+        assert packed == sorted(selected)
+        assert cells[0].library not in {n.rsplit("/", 1)[-1] for n in archive.namelist()}
+    index = json.loads((out / "torch_c_dlpack_ext-0.2.0-variants.json").read_text("utf-8"))
+    assert sorted(index["variants"]) == ["t28_cpu", "t28_cuda"]
+
+
+def test_a_selected_library_missing_from_the_group_is_an_error(tmp_path: Path) -> None:
+    libs = _group(tmp_path, [_cell("linux_x86_64-t28_cpu")])
+    with pytest.raises(BuildError, match="lists no libtorch_c_dlpack_ext-torch2.6"):
+        wheels.assemble_group(
+            libs,
+            tmp_path,
+            matrix=MATRIX,
+            repair=False,
+            only={_cell("linux_x86_64-t26_cpu_abi0").library},
+        )
+
+
 def test_free_threaded_group_makes_cp314t_wheels_with_the_same_labels(tmp_path: Path) -> None:
     cells = [_cell("linux_x86_64-t29_cuda-cp314t"), _cell("linux_x86_64-t29_cpu-cp314t")]
     libs = _group(tmp_path, cells)
