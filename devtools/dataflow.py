@@ -296,9 +296,9 @@ def read_job_build(pyproject: Path = ROOT / "pyproject.toml") -> tuple[tuple[str
     """The job's own build, from ``[tool.cibuildwheel]``: the ``python -m devtools.build``
     arguments of ``before-build`` and the ``libs-dir`` the backend packs (which must be
     the folder that command fills, and the cells must be the job's ``TCDE_JOB_CELLS``)."""
-    import tomllib
+    from build_backend._metadata import load_pyproject
 
-    config = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["cibuildwheel"]
+    config = load_pyproject(pyproject.parent)["tool"]["cibuildwheel"]
     commands = [part.strip() for part in str(config.get("before-build", "")).split("&&")]
     builds = [c for c in commands if "-m devtools.build" in c]
     libs_dir = str(config.get("config-settings", {}).get("libs-dir", ""))
@@ -360,9 +360,9 @@ def _real_libraries(
 
 
 def _repair_command() -> str:
-    import tomllib
+    from build_backend._metadata import load_pyproject
 
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    config = load_pyproject(ROOT)
     command: str = config["tool"]["cibuildwheel"]["linux"]["repair-wheel-command"]
     return command
 
