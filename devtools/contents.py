@@ -106,19 +106,14 @@ def release_contents(
             if arrived is not None and job_id not in arrived:
                 reason = f"job {job_id} uploaded no wheels (it failed or was cancelled)"
             else:
-                missing = " or ".join(
-                    kind for kind, where in (("combined", where_c), ("variant", where_v))
-                    if not where
-                )  # fmt: skip
+                kinds = (("combined", where_c), ("variant", where_v))
+                missing = " or ".join(kind for kind, where in kinds if not where)
                 reason = f"no {missing} wheel holds it"
         statuses.append(CellStatus(cell_id, job_id, state, where_c, where_v, reason, allowed))
-    statuses.extend(
-        CellStatus(
-            cell_id, "", "unexpected", tuple(combined.get(cell_id, ())),
-            tuple(variants.get(cell_id, ())), "no job of the matrix builds it",
-        )
-        for cell_id in sorted((combined.keys() | variants.keys()) - expected.keys())
-    )  # fmt: skip
+    for cell_id in sorted((combined.keys() | variants.keys()) - expected.keys()):
+        where_c, where_v = tuple(combined.get(cell_id, ())), tuple(variants.get(cell_id, ()))
+        reason = "no job of the matrix builds it"
+        statuses.append(CellStatus(cell_id, "", "unexpected", where_c, where_v, reason))
     return statuses
 
 

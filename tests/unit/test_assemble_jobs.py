@@ -302,3 +302,26 @@ def test_abi3_and_free_threaded_job_wheels_make_separate_combined_wheels(tmp_pat
     infos = [distfiles.read_wheel(p) for p in sorted(out.glob("*.whl"))]
     statuses = contents.release_contents(jobs, infos)
     assert [(s.cell, s.state) for s in statuses] == [(c.id, "present") for c in [*abi3, *free]]
+
+
+def test_a_variant_wheel_counts_only_for_the_cell_its_label_names(tmp_path: Path) -> None:
+    # An older GPU variant wheel also carried the CPU library as a fallback: that copy
+    # must not make the CPU cell present in a variant wheel.
+    cuda, cpu = _cells("linux_x86_64-t28_cuda", "linux_x86_64-t28_cpu")
+    entries = tuple(dataflow.stand_in_library(c, tmp_path, elf=False)[0] for c in (cuda, cpu))
+    name = f"torch_c_dlpack_ext-{V}-cp39-abi3-manylinux_2_28_x86_64"
+    combined = distfiles.WheelInfo(
+        path=tmp_path / f"{name}.whl", tags=frozenset(), variant=False, libraries=entries
+    )
+    variant = distfiles.WheelInfo(
+        path=tmp_path / f"{name}-{cuda.label}.whl",
+        tags=frozenset(),
+        variant=True,
+        libraries=entries,
+        label=cuda.label,
+    )
+    jobs = [{"id": "linux_x86_64-cuda", "cells": [cuda.id, cpu.id]}]
+    statuses = {s.cell: s for s in contents.release_contents(jobs, [combined, variant])}
+    assert statuses[cuda.id].state == "present"
+    assert statuses[cpu.id].state == "absent"
+    assert statuses[cpu.id].reason == "no variant wheel holds it"

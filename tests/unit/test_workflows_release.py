@@ -89,6 +89,9 @@ def test_collect_classifies_every_file(dist: Path) -> None:
     assert files.variants_index == dist / distfiles.variants_index_name()
     combined = next(w for w in files.wheels if len(w.libraries) == 2)
     assert "cp39-abi3-linux_x86_64" in combined.tags
+    assert combined.label is None
+    (variant,) = [w for w in files.wheels if w.variant]
+    assert variant.label == "t28_cpu"
     assert len(files.dists()) == 4
     without = files.dists(variant_wheels=False)
     assert len(without) == 3
