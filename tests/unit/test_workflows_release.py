@@ -375,3 +375,20 @@ def test_workflow_and_cibuildwheel_call_existing_subcommands() -> None:
         "verify", "test-installed",
     }  # fmt: skip
     assert used <= _subcommands()
+
+
+def test_verify_installs_into_a_fresh_venv_of_this_python(tmp_path: Path) -> None:
+    # verify's environments: uv (found as everywhere in devtools) makes a venv of the
+    # running Python, and the interpreter path is the venv's own on this platform.
+    import sys
+
+    from _torch_c_dlpack_ext_core.run import run
+
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "stale").write_text("from an earlier run")
+    python = verify._venv(tmp_path / "env")
+    assert not (tmp_path / "env" / "stale").exists()
+    probe = "import sys; print(sys.prefix); print(sys.version_info[:2])"
+    prefix, version = run([python, "-c", probe]).stdout.splitlines()
+    assert Path(prefix).resolve() == (tmp_path / "env").resolve()
+    assert version == str(sys.version_info[:2])
