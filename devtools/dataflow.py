@@ -344,7 +344,9 @@ def _real_libraries(
     ]
     env = {**os.environ, "PYTHONPATH": "python"}
     command = [sys.executable, "-m", "devtools.build", *args, "--build-dir", str(build_dir)]
-    run(command, cwd=ROOT, env=env)
+    # run() captures; the build's own lines (cells, cache hits, audits) still reach the log.
+    built = run(command, cwd=ROOT, env=env)
+    sys.stderr.write(built.stdout + built.stderr)
     name = build_backend.build_wheel(str(out), {"libs-dir": str(libs_dir)})
     pairs = []
     libs = work / "real-libs"
