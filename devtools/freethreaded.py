@@ -68,7 +68,7 @@ from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from _torch_c_dlpack_ext_core.run import run
 from devtools.errors import HANDLED, ProvisionError, report
-from devtools.torchenv import cache_root
+from devtools.hostenv import dev_cache_root
 
 __all__ = [
     "BUILD_DEPENDENCIES",
@@ -221,7 +221,7 @@ def parse_version(version: object) -> tuple[str, DebianSource]:
 def prefix_for(version: str) -> Path:
     """Where ``version``'s installation is cached (``$TCDE_DEV_CACHE/python/<version>``)."""
     parse_version(version)
-    return cache_root() / "python" / version
+    return dev_cache_root() / "python" / version
 
 
 def apt_sources_list(source: DebianSource, mirror: str = DEBIAN_MIRROR) -> str:

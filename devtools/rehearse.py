@@ -4,7 +4,7 @@
 
 1. build a few cells with ``nox -s build`` (or take ``--dist``);
 2. start pypiserver on a free port of 127.0.0.1 (stopped on every exit path);
-3. publish with :func:`devtools.release.publish`, the code ``nox -s release`` runs,
+3. publish with :func:`devtools.publish.publish`, the code ``nox -s release`` runs,
    and check that the index serves exactly the uploaded files (sha256);
 4. install ``torch-c-dlpack-ext`` from that index, and only from it, into fresh
    environments and check which wheel pip chose (``pip --report``) and what the
@@ -52,12 +52,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from packaging.tags import parse_tag
+
 from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.manifest import sha256_of
 from _torch_c_dlpack_ext_core.naming import DIST_NAME
 from _torch_c_dlpack_ext_core.run import run
-from devtools import ROOT, release
+from devtools import ROOT, publish, verify
+from devtools.distfiles import ReleaseFiles
 from devtools.errors import HANDLED, ReleaseError
+from devtools.hostenv import venv_python
+from devtools.torchenv import find_uv
 
 __all__ = [
     "DEFAULT_CELLS",
@@ -264,9 +269,9 @@ def _rehearsal_credentials() -> contextlib.AbstractContextManager[Any]:
     )
 
 
-def _publish(dist: Path, server: IndexServer) -> tuple[release.ReleaseFiles, list[Check]]:
+def _publish(dist: Path, server: IndexServer) -> tuple[ReleaseFiles, list[Check]]:
     with _rehearsal_credentials():
-        files = release.publish(
+        files = publish.publish(
             dist, repository_url=f"{server.url}/", variants_dir=server.directory
         )
     uploaded = {p.name: sha256_of(p) for p in files.dists()}
@@ -305,7 +310,7 @@ def _tampered_copy(wheel: Path, out_dir: Path) -> Path:
     return copy
 
 
-def _second_upload(files: release.ReleaseFiles, server: IndexServer, work: Path) -> Check:
+def _second_upload(files: ReleaseFiles, server: IndexServer, work: Path) -> Check:
     before = served_hashes(server.simple_url)
     on_disk = {p.name: sha256_of(p) for p in server.directory.iterdir() if p.is_file()}
     target = files.wheels[0].path
@@ -314,7 +319,7 @@ def _second_upload(files: release.ReleaseFiles, server: IndexServer, work: Path)
     detail = ""
     with _rehearsal_credentials():
         try:
-            release.twine_upload([copy], f"{server.url}/", skip_existing=False)
+            publish.twine_upload([copy], f"{server.url}/", skip_existing=False)
         except CommandError as exc:
             refused = True
             lines = (exc.stderr or exc.stdout).strip().splitlines()
@@ -388,12 +393,12 @@ def _diagnose(
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
     # Run from the scratch dir so no source tree can shadow the installed package.
-    report = release.diagnose(python, env=env, cwd=work)
-    kind, library = release.decision_of(report)
+    report = verify.diagnose(python, env=env, cwd=work)
+    kind, library = verify.decision_of(report)
     return kind, Path(library).name if library else "-", report
 
 
-def _wheel_kind(name: str, files: release.ReleaseFiles) -> str:
+def _wheel_kind(name: str, files: ReleaseFiles) -> str:
     for wheel in files.wheels:
         if wheel.path.name == name:
             if wheel.universal:
@@ -405,7 +410,7 @@ def _wheel_kind(name: str, files: release.ReleaseFiles) -> str:
 def _scenario(
     name: str,
     *,
-    files: release.ReleaseFiles,
+    files: ReleaseFiles,
     pip_report: dict[str, Any],
     decision: tuple[str, str, dict[str, Any]],
     want_wheel: str,
@@ -440,8 +445,8 @@ def _scenario(
 def _new_torch_env(work: Path, deadline: _Deadline) -> Path:
     """A fresh venv with torch 2.13, packaging and filelock from the normal indexes."""
     root = work / "env-torch-new"
-    run(["uv", "venv", "--seed", "--python", sys.executable, root], timeout=120)
-    python = root / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    run([find_uv(), "venv", "--seed", "--python", sys.executable, root], timeout=120)
+    python = venv_python(root)
     _log(f"installing torch=={NEW_TORCH} (machine pip settings apply) into {root}")
     run(
         [python, "-m", "pip", "install", f"torch=={NEW_TORCH}", "packaging", "filelock"],
@@ -450,9 +455,9 @@ def _new_torch_env(work: Path, deadline: _Deadline) -> Path:
     return python
 
 
-def _expected_library(files: release.ReleaseFiles, torch: str, backend: str) -> str | None:
+def _expected_library(files: ReleaseFiles, torch: str, backend: str) -> str | None:
     for wheel in files.wheels:
-        if wheel.variant or wheel.universal or not release.installs_here(wheel):
+        if wheel.variant or wheel.universal or not verify.installs_here(wheel):
             continue
         for entry in wheel.libraries:
             if entry.torch == torch and entry.backend.value == backend:
@@ -460,9 +465,10 @@ def _expected_library(files: release.ReleaseFiles, torch: str, backend: str) -> 
     return None
 
 
-def _foreign_python(files: release.ReleaseFiles) -> str:
+def _foreign_python(files: ReleaseFiles) -> str:
     """A free-threaded CPython no combined wheel of ``files`` serves."""
-    served = {tag.split("-")[1] for w in files.wheels if not w.universal for tag in w.tags}
+    combined = [w for w in files.wheels if not w.universal]
+    served = {tag.abi for w in combined for triple in w.tags for tag in parse_tag(triple)}
     for python in FOREIGN_PYTHONS:
         if f"cp{python.replace('.', '')}" not in served:
             return python
@@ -470,7 +476,7 @@ def _foreign_python(files: release.ReleaseFiles) -> str:
 
 
 def _install_scenarios(
-    files: release.ReleaseFiles, server: IndexServer, work: Path, options: RehearsalOptions,
+    files: ReleaseFiles, server: IndexServer, work: Path, options: RehearsalOptions,
     deadline: _Deadline,
 ) -> list[Check]:  # fmt: skip
     from devtools.torchenv import torch_env

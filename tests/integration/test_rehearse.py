@@ -19,13 +19,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from devtools import rehearse, release
+from devtools import distfiles, publish, rehearse
 from devtools.errors import ReleaseError
 from tests.helpers import devtools_env
 
 from _torch_c_dlpack_ext_core.errors import CommandError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend
+from _torch_c_dlpack_ext_core.version import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = "rehearsal-probe"
@@ -77,7 +78,7 @@ def test_server_serves_uploads_and_refuses_an_overwrite(tmp_path: Path, credenti
     with rehearse.IndexServer(served_dir, log=tmp_path / "server.log") as server:
         assert _port_open(server.port)
         assert rehearse.served_hashes(server.simple_url, PROBE) == {}
-        release.twine_upload([wheel], f"{server.url}/", skip_existing=False)
+        publish.twine_upload([wheel], f"{server.url}/", skip_existing=False)
         original = rehearse.served_hashes(server.simple_url, PROBE)
         assert original == {wheel.name: hashlib.sha256(wheel.read_bytes()).hexdigest()}
 
@@ -85,7 +86,7 @@ def test_server_serves_uploads_and_refuses_an_overwrite(tmp_path: Path, credenti
         assert tampered.name == wheel.name
         assert tampered.read_bytes() != wheel.read_bytes()
         with pytest.raises(CommandError):
-            release.twine_upload([tampered], f"{server.url}/", skip_existing=False)
+            publish.twine_upload([tampered], f"{server.url}/", skip_existing=False)
         assert rehearse.served_hashes(server.simple_url, PROBE) == original
         assert (served_dir / wheel.name).read_bytes() == wheel.read_bytes()
     assert not _port_open(server.port)
@@ -109,7 +110,7 @@ def test_server_is_stopped_when_the_body_fails(tmp_path: Path) -> None:
 def test_upload_refuses_credentials_in_the_url(tmp_path: Path) -> None:
     wheel = make_probe_wheel(tmp_path)
     with pytest.raises(Exception, match="must not carry credentials"):
-        release.twine_upload([wheel], "http://user:secret@127.0.0.1:1/", skip_existing=False)
+        publish.twine_upload([wheel], "http://user:secret@127.0.0.1:1/", skip_existing=False)
 
 
 def test_twine_check_rejects_broken_metadata(tmp_path: Path) -> None:
@@ -122,9 +123,9 @@ def test_twine_check_rejects_broken_metadata(tmp_path: Path) -> None:
             if item.filename.endswith("METADATA"):
                 data = data.replace(b"Name: rehearsal-probe\n", b"")
             target.writestr(item, data)
-    release.twine_check([wheel])
+    publish.twine_check([wheel])
     with pytest.raises(CommandError):
-        release.twine_check([broken])
+        publish.twine_check([broken])
 
 
 def test_rehearse_without_cells_or_dist_is_a_config_error(
@@ -137,7 +138,7 @@ def test_rehearse_without_cells_or_dist_is_a_config_error(
 def test_foreign_python_is_a_free_threaded_one_without_a_wheel(tmp_path: Path) -> None:
     files = _files(tmp_path)
     assert rehearse._foreign_python(files) == "3.13t"
-    cp313t = release.WheelInfo(
+    cp313t = distfiles.WheelInfo(
         path=tmp_path / "x.whl", tags=frozenset({"cp313-cp313t-linux_x86_64"}), variant=False,
         libraries=files.wheels[0].libraries,
     )  # fmt: skip
@@ -148,7 +149,7 @@ def test_foreign_python_is_a_free_threaded_one_without_a_wheel(tmp_path: Path) -
 def test_publish_refuses_a_dist_without_this_project(tmp_path: Path) -> None:
     make_probe_wheel(tmp_path)
     with pytest.raises(ReleaseError, match="belongs to"):
-        release.collect(tmp_path)
+        distfiles.collect(tmp_path)
 
 
 @pytest.mark.slow
@@ -185,8 +186,8 @@ def test_full_rehearsal(tmp_path: Path) -> None:
     assert (tmp_path / "pypiserver.log").is_file()
 
 
-def _files(tmp_path: Path) -> release.ReleaseFiles:
-    version = release.__version__
+def _files(tmp_path: Path) -> distfiles.ReleaseFiles:
+    version = __version__
     entry = ManifestEntry(
         file="libs/libtorch_c_dlpack_ext-torch2.8-cpu-cxx11abi1.so",
         torch="2.8",
@@ -203,11 +204,11 @@ def _files(tmp_path: Path) -> release.ReleaseFiles:
     )
     combined = tmp_path / f"torch_c_dlpack_ext-{version}-cp39-abi3-linux_x86_64.whl"
     universal = tmp_path / f"torch_c_dlpack_ext-{version}-py3-none-any.whl"
-    return release.ReleaseFiles(
+    return distfiles.ReleaseFiles(
         version=version,
         wheels=(
-            release.WheelInfo(path=combined, tags=frozenset(), variant=False, libraries=(entry,)),
-            release.WheelInfo(path=universal, tags=frozenset(), variant=False, libraries=()),
+            distfiles.WheelInfo(path=combined, tags=frozenset(), variant=False, libraries=(entry,)),
+            distfiles.WheelInfo(path=universal, tags=frozenset(), variant=False, libraries=()),
         ),
         sdists=(),
         variants_index=None,

@@ -13,15 +13,16 @@ from typing import Any
 import pytest
 from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
-from devtools import dataflow, release, wheels
+from devtools import cisteps, contents, dataflow, distfiles, verify, wheels
 from devtools.errors import ReleaseError
 from devtools.matrix import Cell, load_matrix
 
 from _torch_c_dlpack_ext_core.manifest import sha256_of
+from _torch_c_dlpack_ext_core.version import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix()
-V = release.__version__
+V = __version__
 
 
 def _cells(*ids: str) -> list[Cell]:
@@ -144,10 +145,10 @@ def test_assemble_keeps_every_jobs_libraries(
         },
         {"id": "macosx_11_0_arm64-cpu", "cells": [cells[4].id], "allow_failure": ""},
     ]
-    infos = [release.read_wheel(p) for p in sorted(out.glob("*.whl"))]
-    statuses = release.release_contents(jobs, infos, arrived=release.arrived_jobs(cells_dir))
+    infos = [distfiles.read_wheel(p) for p in sorted(out.glob("*.whl"))]
+    statuses = contents.release_contents(jobs, infos, arrived=contents.arrived_jobs(cells_dir))
     assert [(s.cell, s.state) for s in statuses] == [(c.id, "present") for c in cells]
-    release.check_contents(statuses)
+    contents.check_contents(statuses)
     # A CUDA variant wheel carries its own library only (no CPU copy any more).
     (cuda_variant,) = [i for i in infos if i.path.name.endswith("-t28_cuda.whl")]
     assert [e.backend.value for e in cuda_variant.libraries] == ["cuda"]
@@ -159,7 +160,7 @@ def test_contents_name_what_is_missing_and_whether_that_is_allowed(
     cells_dir, cells = cuda_and_rocm
     out = tmp_path / "dist"
     wheels.assemble_from_wheels(cells_dir, out)
-    infos = [release.read_wheel(p) for p in sorted(out.glob("*.whl"))]
+    infos = [distfiles.read_wheel(p) for p in sorted(out.glob("*.whl"))]
     jobs = [
         {"id": "linux_x86_64-cuda", "cells": [c.id for c in cells[:2]], "allow_failure": ""},
         {
@@ -174,27 +175,27 @@ def test_contents_name_what_is_missing_and_whether_that_is_allowed(
             "allow_failure": "unproven",
         },
     ]
-    statuses = release.release_contents(jobs, infos, arrived=release.arrived_jobs(cells_dir))
+    statuses = contents.release_contents(jobs, infos, arrived=contents.arrived_jobs(cells_dir))
     (absent,) = [s for s in statuses if s.state != "present"]
     assert absent.cell == "linux_x86_64-t27_rocm"
     assert (
         absent.reason == "job linux_x86_64-rocm6.3 uploaded no wheels (it failed or was cancelled)"
     )
     assert absent.acceptable
-    release.check_contents(statuses)  # allowed to fail: no error
-    notes = release.release_notes(statuses)
+    contents.check_contents(statuses)  # allowed to fail: no error
+    notes = contents.release_notes(statuses)
     assert "5 of 6 cells" in notes
     assert "`linux_x86_64-t27_rocm`" in notes
     assert "0 of these block publishing" in notes
     # The same absence for a job that may not fail blocks verify.
     jobs[-1] = {"id": "linux_aarch64-cpu", "cells": ["linux_aarch64-t28_cpu"],
                 "allow_failure": ""}  # fmt: skip
-    statuses = release.release_contents(jobs, infos)
+    statuses = contents.release_contents(jobs, infos)
     with pytest.raises(
         ReleaseError, match=r"1 cell\(s\) not in the release.*linux_aarch64-t28_cpu"
     ):
-        release.check_contents(statuses)
-    assert "1 of these block publishing" in release.release_notes(statuses)
+        contents.check_contents(statuses)
+    assert "1 of these block publishing" in contents.release_notes(statuses)
 
 
 def test_contents_see_a_cell_no_job_expects(
@@ -203,13 +204,13 @@ def test_contents_see_a_cell_no_job_expects(
     cells_dir, cells = cuda_and_rocm
     out = tmp_path / "dist"
     wheels.assemble_from_wheels(cells_dir, out)
-    infos = [release.read_wheel(p) for p in sorted(out.glob("*.whl"))]
+    infos = [distfiles.read_wheel(p) for p in sorted(out.glob("*.whl"))]
     jobs = [{"id": "linux_x86_64-cuda", "cells": [c.id for c in cells[:2]]}]
-    statuses = release.release_contents(jobs, infos)
+    statuses = contents.release_contents(jobs, infos)
     unexpected = sorted(s.cell for s in statuses if s.state == "unexpected")
     assert unexpected == sorted(c.id for c in cells[2:])
     with pytest.raises(ReleaseError):
-        release.check_contents(statuses)
+        contents.check_contents(statuses)
 
 
 def test_one_library_in_two_job_wheels(tmp_path: Path) -> None:
@@ -251,16 +252,16 @@ def test_grafted_libraries_are_refused(tmp_path: Path) -> None:
     cells = _cells("linux_x86_64-t28_cpu")
     wheel = job_wheel(tmp_path, "a", cells, "manylinux_2_28_x86_64")
     assert wheels.grafted_libraries(wheel) == []
-    assert release.check_repaired(wheel.parent) == [wheel]
+    assert cisteps.check_repaired(wheel.parent) == [wheel]
     with zipfile.ZipFile(wheel, "a") as archive:
         archive.writestr("torch_c_dlpack_ext.libs/libc10-1234abcd.so", b"copy of torch")
     assert wheels.grafted_libraries(wheel) == ["torch_c_dlpack_ext.libs/libc10-1234abcd.so"]
     with pytest.raises(ReleaseError, match=r"grafted torch_c_dlpack_ext\.libs/libc10"):
-        release.check_repaired(wheel.parent)
+        cisteps.check_repaired(wheel.parent)
     with pytest.raises(ReleaseError, match="grafted"):
         wheels.assemble_from_wheels(tmp_path / "cells", tmp_path / "dist")
     with pytest.raises(ReleaseError, match="no wheels"):
-        release.check_repaired(tmp_path / "libs")
+        cisteps.check_repaired(tmp_path / "libs")
 
 
 def test_verify_refuses_unrepaired_linux_wheels(tmp_path: Path) -> None:
@@ -270,17 +271,17 @@ def test_verify_refuses_unrepaired_linux_wheels(tmp_path: Path) -> None:
     wheels.assemble_from_wheels(tmp_path / "cells", out)
     jobs = [{"id": "linux_x86_64-cuda", "cells": [cells[0].id]}]
     with pytest.raises(ReleaseError, match="plain linux_\\* tag, which PyPI refuses"):
-        release.verify(out, expect=jobs, install=False)
+        verify.verify(out, expect=jobs, install=False)
 
 
 def test_arrived_jobs_reads_the_download_layout(tmp_path: Path) -> None:
-    assert release.arrived_jobs(tmp_path / "nothing-downloaded") == set()
+    assert contents.arrived_jobs(tmp_path / "nothing-downloaded") == set()
     (tmp_path / "cell-a").mkdir()
     (tmp_path / "cell-a" / "x.whl").write_bytes(b"")
     (tmp_path / "cell-b").mkdir()  # an empty artifact folder: nothing arrived
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "y.whl").write_bytes(b"")
-    assert release.arrived_jobs(tmp_path) == {"a"}
+    assert contents.arrived_jobs(tmp_path) == {"a"}
 
 
 def test_abi3_and_free_threaded_job_wheels_make_separate_combined_wheels(tmp_path: Path) -> None:
@@ -298,6 +299,29 @@ def test_abi3_and_free_threaded_job_wheels_make_separate_combined_wheels(tmp_pat
         {"id": "linux_x86_64-cuda", "cells": [c.id for c in abi3], "allow_failure": ""},
         {"id": "linux_x86_64-cuda-cp314t", "cells": [c.id for c in free], "allow_failure": ""},
     ]
-    infos = [release.read_wheel(p) for p in sorted(out.glob("*.whl"))]
-    statuses = release.release_contents(jobs, infos)
+    infos = [distfiles.read_wheel(p) for p in sorted(out.glob("*.whl"))]
+    statuses = contents.release_contents(jobs, infos)
     assert [(s.cell, s.state) for s in statuses] == [(c.id, "present") for c in [*abi3, *free]]
+
+
+def test_a_variant_wheel_counts_only_for_the_cell_its_label_names(tmp_path: Path) -> None:
+    # An older GPU variant wheel also carried the CPU library as a fallback: that copy
+    # must not make the CPU cell present in a variant wheel.
+    cuda, cpu = _cells("linux_x86_64-t28_cuda", "linux_x86_64-t28_cpu")
+    entries = tuple(dataflow.stand_in_library(c, tmp_path, elf=False)[0] for c in (cuda, cpu))
+    name = f"torch_c_dlpack_ext-{V}-cp39-abi3-manylinux_2_28_x86_64"
+    combined = distfiles.WheelInfo(
+        path=tmp_path / f"{name}.whl", tags=frozenset(), variant=False, libraries=entries
+    )
+    variant = distfiles.WheelInfo(
+        path=tmp_path / f"{name}-{cuda.label}.whl",
+        tags=frozenset(),
+        variant=True,
+        libraries=entries,
+        label=cuda.label,
+    )
+    jobs = [{"id": "linux_x86_64-cuda", "cells": [cuda.id, cpu.id]}]
+    statuses = {s.cell: s for s in contents.release_contents(jobs, [combined, variant])}
+    assert statuses[cuda.id].state == "present"
+    assert statuses[cpu.id].state == "absent"
+    assert statuses[cpu.id].reason == "no variant wheel holds it"

@@ -1,5 +1,5 @@
-"""One source for the version: ``_version.py``. The changelog, the release tag and
-the built metadata must all agree with it."""
+"""One source for the version: ``_torch_c_dlpack_ext_core/version.py``. The changelog,
+the release tag and the built metadata must all agree with it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from devtools import release
+from devtools import publish
 from devtools.errors import ReleaseError
 from packaging.version import Version
 
@@ -44,11 +44,11 @@ def test_changelog_versions_descend() -> None:
 
 
 def test_tag_must_match_version() -> None:
-    release.check_tag(f"v{_version.__version__}")
-    with pytest.raises(ReleaseError, match=r"_version\.py"):
-        release.check_tag("v0.1.5")
+    publish.check_tag(f"v{_version.__version__}")
+    with pytest.raises(ReleaseError, match=r"_torch_c_dlpack_ext_core/version\.py"):
+        publish.check_tag("v0.1.5")
     with pytest.raises(ReleaseError):
-        release.check_tag(_version.__version__)  # the "v" is part of the tag
+        publish.check_tag(_version.__version__)  # the "v" is part of the tag
 
 
 def test_pyproject_reads_the_version_dynamically() -> None:

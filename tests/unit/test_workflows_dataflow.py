@@ -15,17 +15,18 @@ import pytest
 import tomllib
 import yaml
 from build_backend._options import read_options
-from devtools import dataflow, release, wheels
+from devtools import cisteps, dataflow, publish, release, wheels
 from devtools.errors import ReleaseError
 from devtools.matrix import load_matrix
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
+from _torch_c_dlpack_ext_core.version import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 SCRIPTS = ROOT / ".github" / "scripts"
 MATRIX = load_matrix()
-V = release.__version__
+V = __version__
 
 
 @pytest.fixture(scope="module")
@@ -330,7 +331,7 @@ def test_evaluate_refuses_what_it_cannot_model() -> None:
 
 
 @pytest.mark.parametrize(
-    ("event", "ref", "publish", "index"),
+    ("event", "ref", "may_publish", "index"),
     [
         ("push", f"refs/tags/v{V}", False, "pypi"),
         ("push", f"refs/tags/v{V}", True, "pypi"),
@@ -339,8 +340,8 @@ def test_evaluate_refuses_what_it_cannot_model() -> None:
         ("workflow_dispatch", "refs/heads/main", False, "none"),
     ],
 )
-def test_d8_publish_target(event: str, ref: str, publish: bool, index: str) -> None:
-    target = release.publish_target(event, ref, publish)
+def test_d8_publish_target(event: str, ref: str, may_publish: bool, index: str) -> None:
+    target = publish.publish_target(event, ref, may_publish)
     assert target.index == index
     if index == "pypi":
         assert target.repository_url == "https://upload.pypi.org/legacy/"
@@ -362,7 +363,7 @@ def test_d8_publish_target(event: str, ref: str, publish: bool, index: str) -> N
 )
 def test_d8_publish_guard_refuses(event: str, ref: str, message: str) -> None:
     with pytest.raises(ReleaseError, match=message):
-        release.publish_target(event, ref, True)
+        publish.publish_target(event, ref, True)
 
 
 def test_d8_workflow_publishes_only_where_the_guard_says(workflow: dict[str, Any]) -> None:
@@ -448,11 +449,11 @@ def test_d6_build_caches_are_freed_before_the_test_torch(
     keep.write_text("not an env")
     environ = {"TCDE_DEV_CACHE": str(dev), "UV_CACHE_DIR": str(uv)}
     # A developer's machine (not GitHub Actions): nothing is touched.
-    assert release.free_build_cache(environ) == []
-    assert release.free_build_cache({**environ, "GITHUB_ACTIONS": "false"}) == []
+    assert cisteps.free_build_cache(environ) == []
+    assert cisteps.free_build_cache({**environ, "GITHUB_ACTIONS": "false"}) == []
     assert (dev / "envs").is_dir()
     assert uv.is_dir()
-    freed = release.free_build_cache({**environ, "GITHUB_ACTIONS": "true"})
+    freed = cisteps.free_build_cache({**environ, "GITHUB_ACTIONS": "true"})
     assert freed == [(dev / "envs", 4096), (uv, 4096)]
     assert not (dev / "envs").exists()
     assert not uv.exists()

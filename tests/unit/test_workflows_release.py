@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from devtools import release
+from devtools import cisteps, distfiles, hostenv, publish, release, verify
 from devtools.errors import MatrixError, ReleaseError
 from tests.helpers import devtools_env
 
@@ -75,20 +75,23 @@ def dist(tmp_path: Path) -> Path:
     make_wheel(tmp_path, "cp39-abi3-linux_x86_64", entries=(cpu,), label="t28_cpu")
     make_wheel(tmp_path, "py3-none-any")
     make_sdist(tmp_path)
-    (tmp_path / release.variants_index_name()).write_text("{}")
-    (tmp_path / f".{release.variants_index_name()}.tmp").write_text("")  # half-written
+    (tmp_path / distfiles.variants_index_name()).write_text("{}")
+    (tmp_path / f".{distfiles.variants_index_name()}.tmp").write_text("")  # half-written
     return tmp_path
 
 
 def test_collect_classifies_every_file(dist: Path) -> None:
-    files = release.collect(dist)
+    files = distfiles.collect(dist)
     kinds = sorted(("universal" if w.universal else "variant" if w.variant else "combined")
                    for w in files.wheels)  # fmt: skip
     assert kinds == ["combined", "universal", "variant"]
     assert [p.name for p in files.sdists] == [f"torch_c_dlpack_ext-{V}.tar.gz"]
-    assert files.variants_index == dist / release.variants_index_name()
+    assert files.variants_index == dist / distfiles.variants_index_name()
     combined = next(w for w in files.wheels if len(w.libraries) == 2)
     assert "cp39-abi3-linux_x86_64" in combined.tags
+    assert combined.label is None
+    (variant,) = [w for w in files.wheels if w.variant]
+    assert variant.label == "t28_cpu"
     assert len(files.dists()) == 4
     without = files.dists(variant_wheels=False)
     assert len(without) == 3
@@ -97,37 +100,39 @@ def test_collect_classifies_every_file(dist: Path) -> None:
 
 def test_stale_version_is_refused(dist: Path) -> None:
     make_wheel(dist, "py3-none-any", version="0.1.5")
-    with pytest.raises(ReleaseError, match=r"version 0\.1\.5, but _version\.py says"):
-        release.collect(dist)
+    with pytest.raises(
+        ReleaseError, match=r"version 0\.1\.5, but python/_torch_c_dlpack_ext_core/version\.py says"
+    ):
+        distfiles.collect(dist)
 
 
 def test_foreign_files_are_refused(dist: Path) -> None:
     (dist / "notes.txt").write_text("x")
     with pytest.raises(ReleaseError, match=r"notes\.txt: not a wheel"):
-        release.collect(dist)
+        distfiles.collect(dist)
 
 
 def test_variants_index_of_another_version_is_refused(dist: Path) -> None:
     (dist / "torch_c_dlpack_ext-0.1.5-variants.json").write_text("{}")
     with pytest.raises(ReleaseError, match="variants index of another version"):
-        release.collect(dist)
+        distfiles.collect(dist)
 
 
 def test_universal_wheel_and_sdist_are_required(tmp_path: Path) -> None:
     make_wheel(tmp_path, "cp39-abi3-linux_x86_64", entries=(_entry("2.8", Backend.CPU),))
     make_sdist(tmp_path)
     with pytest.raises(ReleaseError, match="no universal"):
-        release.collect(tmp_path)
+        distfiles.collect(tmp_path)
     (tmp_path / f"torch_c_dlpack_ext-{V}.tar.gz").unlink()
     make_wheel(tmp_path, "py3-none-any")
     with pytest.raises(ReleaseError, match="no sdist"):
-        release.collect(tmp_path)
-    assert len(release.collect(tmp_path, require_sdist=False).wheels) == 2
+        distfiles.collect(tmp_path)
+    assert len(distfiles.collect(tmp_path, require_sdist=False).wheels) == 2
 
 
 def test_missing_dist_dir_says_how_to_fix(tmp_path: Path) -> None:
     with pytest.raises(ReleaseError, match="nox -s build"):
-        release.collect(tmp_path / "nope")
+        distfiles.collect(tmp_path / "nope")
 
 
 @pytest.mark.parametrize(
@@ -140,18 +145,18 @@ def test_missing_dist_dir_says_how_to_fix(tmp_path: Path) -> None:
 )
 def test_repository_url_validation(url: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        release.validate_repository_url(url)
+        publish.validate_repository_url(url)
 
 
 def test_repository_url_accepted() -> None:
     url = "https://upload.pypi.org/legacy/"
-    assert release.validate_repository_url(url) == url
+    assert publish.validate_repository_url(url) == url
 
 
 def test_publish_without_url_is_a_config_error(dist: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(release, "twine_check", lambda files: None)
+    monkeypatch.setattr(publish, "twine_check", lambda files: None)
     with pytest.raises(ConfigError, match="--repository-url is required"):
-        release.publish(dist, repository_url=None)
+        publish.publish(dist, repository_url=None)
 
 
 def test_github_matrix() -> None:
@@ -166,7 +171,7 @@ def test_github_matrix() -> None:
             {"id": "d", "runner": "windows-2022", "python": "3.12", "torch": {"2.4": old}},
         ]
     }  # fmt: skip
-    out = release.github_matrix(cells)
+    out = cisteps.github_matrix(cells)
     assert out["cells"] == cells
     # Each torch minor on the oldest and the newest CPython it supports, per runner; the
     # free-threaded wheel on its own Python.
@@ -186,7 +191,7 @@ def test_github_matrix() -> None:
 def test_verify_matrix_of_the_real_matrix() -> None:
     from devtools.matrix import load_matrix
 
-    verify = release.verify_matrix(load_matrix().jobs())
+    verify = cisteps.verify_matrix(load_matrix().jobs())
     linux = {e["python"]: e["torch"] for e in verify if e["runner"] == "ubuntu-24.04"}
     assert linux == {
         "3.9": "2.4,2.5,2.6,2.7,2.8",
@@ -209,17 +214,17 @@ def test_github_matrix_refuses_pythons_outside_requires_python() -> None:
         {"id": "y-cuda", "runner": "ubuntu-24.04", "python": "3.9", "torch": {"2.4": ["3.9"]}},
     ]
     with pytest.raises(MatrixError, match=r"job 'x-cuda': Python 3\.8 is outside"):
-        release.github_matrix({"include": jobs}, requires_python=">=3.9")
-    out = release.github_matrix({"include": jobs[1:]}, requires_python=">=3.9")
+        cisteps.github_matrix({"include": jobs}, requires_python=">=3.9")
+    out = cisteps.github_matrix({"include": jobs[1:]}, requires_python=">=3.9")
     assert out["verify"] == {
         "include": [{"runner": "ubuntu-24.04", "python": "3.9", "torch": "2.4"}]
     }
     # A free-threaded job's Python is compared without its "t".
     free = {"id": "z", "runner": "r", "python": "3.14t", "torch": {"2.9": ["3.14t"]}}
-    assert release.github_matrix({"include": [free]}, requires_python=">=3.9")["verify"]
+    assert cisteps.github_matrix({"include": [free]}, requires_python=">=3.9")["verify"]
     # Jobs that do not say their torch minors' CPythons (a file from before abi3).
     with pytest.raises(MatrixError, match="regenerate the file"):
-        release.github_matrix({"include": [{"id": "old", "runner": "r", "python": "3.11"}]})
+        cisteps.github_matrix({"include": [{"id": "old", "runner": "r", "python": "3.11"}]})
 
 
 def test_release_module_does_not_import_the_package() -> None:
@@ -252,7 +257,7 @@ def test_release_module_does_not_import_the_package() -> None:
 def test_requires_python_is_read_from_pyproject() -> None:
     from packaging.specifiers import SpecifierSet
 
-    value = release.requires_python()
+    value = hostenv.requires_python()
     assert value is not None
     assert "3.11" in SpecifierSet(value)
 
@@ -260,7 +265,7 @@ def test_requires_python_is_read_from_pyproject() -> None:
 @pytest.mark.parametrize("matrix", [{"include": []}, {"cells": []}, [], {"include": [{"id": "x"}]}])
 def test_github_matrix_rejects_bad_input(matrix: object) -> None:
     with pytest.raises(MatrixError):
-        release.github_matrix(matrix)
+        cisteps.github_matrix(matrix)
 
 
 def test_github_matrix_command_prints_output_lines(
@@ -278,19 +283,19 @@ def test_github_matrix_command_prints_output_lines(
 
 
 def test_split_variants_leaves_what_pypi_accepts(dist: Path, tmp_path: Path) -> None:
-    moved = release.split_variants(dist, tmp_path / "variants")
+    moved = distfiles.split_variants(dist, tmp_path / "variants")
     assert sorted(p.name for p in moved) == sorted(
         [
-            release.variants_index_name(),
+            distfiles.variants_index_name(),
             f"torch_c_dlpack_ext-{V}-cp39-abi3-linux_x86_64-t28_cpu.whl",
         ]
     )
-    left = release.collect(dist)
+    left = distfiles.collect(dist)
     assert not any(w.variant for w in left.wheels)
     assert left.variants_index is None
     assert len(left.wheels) == 2
     with pytest.raises(ReleaseError, match="missing"):
-        release.split_variants(dist, tmp_path / "variants")
+        distfiles.split_variants(dist, tmp_path / "variants")
 
 
 def test_check_tag_command_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
@@ -307,7 +312,7 @@ def test_check_tag_command_exit_code(capsys: pytest.CaptureFixture[str]) -> None
     ],
 )
 def test_decision_of(report: dict[str, object], expected: tuple[str, str | None]) -> None:
-    assert release.decision_of(report) == expected
+    assert verify.decision_of(report) == expected
 
 
 @pytest.mark.parametrize(
@@ -315,7 +320,7 @@ def test_decision_of(report: dict[str, object], expected: tuple[str, str | None]
 )
 def test_decision_of_rejects_a_report_without_decision(report: dict[str, object]) -> None:
     with pytest.raises(ReleaseError, match="no decision"):
-        release.decision_of(report)
+        verify.decision_of(report)
 
 
 def test_expected_library_matches_torch_minor_and_abi() -> None:
@@ -323,14 +328,14 @@ def test_expected_library_matches_torch_minor_and_abi() -> None:
     abi0 = abi1._replace(file="libs/abi0.so", cxx11_abi=False)
     gpu = _entry("2.6", Backend.CUDA)
     entries = (gpu, abi1, abi0)
-    assert release.expected_library(entries, "2.6", False) is abi0
-    assert release.expected_library(entries, "2.6", True) is abi1
-    assert release.expected_library(entries, "2.7", True) is None
-    assert release.expected_library((gpu,), "2.6", True) is None
+    assert verify.expected_library(entries, "2.6", False) is abi0
+    assert verify.expected_library(entries, "2.6", True) is abi1
+    assert verify.expected_library(entries, "2.7", True) is None
+    assert verify.expected_library((gpu,), "2.6", True) is None
     # The backend the diagnostics report for the installed torch (its build flavour):
     # PyPI's CUDA torch gets the CUDA library, also on a runner without a GPU.
-    assert release.expected_library(entries, "2.6", True, "cuda") is gpu
-    assert release.expected_library((abi1,), "2.6", True, "cuda") is None
+    assert verify.expected_library(entries, "2.6", True, "cuda") is gpu
+    assert verify.expected_library((abi1,), "2.6", True, "cuda") is None
 
 
 def test_verify_torch_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -340,17 +345,17 @@ def test_verify_torch_option(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 def test_variant_libraries_must_come_from_the_combined_build(tmp_path: Path) -> None:
     cpu = _entry("2.8", Backend.CPU)
-    combined = release.read_wheel(make_wheel(tmp_path, "cp39-abi3-linux_x86_64", entries=(cpu,)))
-    same = release.read_wheel(
+    combined = distfiles.read_wheel(make_wheel(tmp_path, "cp39-abi3-linux_x86_64", entries=(cpu,)))
+    same = distfiles.read_wheel(
         make_wheel(tmp_path, "cp39-abi3-linux_x86_64", entries=(cpu,), label="t28_cpu")
     )
-    release._same_libraries(same, [combined])
+    verify._same_libraries(same, [combined])
     rebuilt = cpu._replace(sha256="1" * 64)
-    other = release.read_wheel(
+    other = distfiles.read_wheel(
         make_wheel(tmp_path, "cp39-abi3-linux_x86_64", entries=(rebuilt,), label="t28_cpu")
     )
     with pytest.raises(ReleaseError, match="in no combined wheel"):
-        release._same_libraries(other, [combined])
+        verify._same_libraries(other, [combined])
 
 
 def _subcommands() -> set[str]:
@@ -370,3 +375,20 @@ def test_workflow_and_cibuildwheel_call_existing_subcommands() -> None:
         "verify", "test-installed",
     }  # fmt: skip
     assert used <= _subcommands()
+
+
+def test_verify_installs_into_a_fresh_venv_of_this_python(tmp_path: Path) -> None:
+    # verify's environments: uv (found as everywhere in devtools) makes a venv of the
+    # running Python, and the interpreter path is the venv's own on this platform.
+    import sys
+
+    from _torch_c_dlpack_ext_core.run import run
+
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "stale").write_text("from an earlier run")
+    python = verify._venv(tmp_path / "env")
+    assert not (tmp_path / "env" / "stale").exists()
+    probe = "import sys; print(sys.prefix); print(sys.version_info[:2])"
+    prefix, version = run([python, "-c", probe]).stdout.splitlines()
+    assert Path(prefix).resolve() == (tmp_path / "env").resolve()
+    assert version == str(sys.version_info[:2])

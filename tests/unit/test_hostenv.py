@@ -1,0 +1,40 @@
+"""devtools/hostenv.py: the one home of the small host and checkout facts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from devtools import hostenv
+
+from _torch_c_dlpack_ext_core.errors import ConfigError
+from _torch_c_dlpack_ext_core.naming import PLATFORM_TOOLCHAINS
+
+
+def test_every_toolchain_platform_has_an_os() -> None:
+    assert set(PLATFORM_TOOLCHAINS) == set(hostenv.OS_OF_PLATFORM)
+    assert hostenv.host_os("win32") == "windows"
+    assert hostenv.host_os("sunos5") is None
+
+
+def test_venv_python_per_platform(tmp_path: Path) -> None:
+    assert hostenv.venv_python(tmp_path, platform="win32") == tmp_path / "Scripts" / "python.exe"
+    assert hostenv.venv_python(tmp_path, platform="linux") == tmp_path / "bin" / "python"
+
+
+def test_dev_cache_root_honours_the_variable(tmp_path: Path) -> None:
+    assert hostenv.dev_cache_root({"TCDE_DEV_CACHE": str(tmp_path)}) == tmp_path
+    default = hostenv.dev_cache_root({})
+    assert default == Path.home() / ".cache" / "torch-c-dlpack-ext-dev"
+
+
+def test_requires_python_reads_and_validates(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    assert hostenv.requires_python(pyproject) is None
+    pyproject.write_text('[project]\nname = "x"\n')
+    assert hostenv.requires_python(pyproject) is None
+    pyproject.write_text('[project]\nname = "x"\nrequires-python = ">=3.9"\n')
+    assert hostenv.requires_python(pyproject) == ">=3.9"
+    pyproject.write_text('[project]\nname = "x"\nrequires-python = "three"\n')
+    with pytest.raises(ConfigError, match="not a specifier"):
+        hostenv.requires_python(pyproject)
