@@ -117,9 +117,26 @@ def build(torch: Any, info: TorchInfo, backend: Backend, settings: Settings) -> 
         ) from None
     from _torch_c_dlpack_ext_core import driver
 
+    def say_building(plan: driver.BuildPlan) -> None:
+        # The one line a JIT import prints, and only when it compiles (once per torch
+        # build): a cache hit, like any successful import, prints nothing.
+        print(
+            f"torch-c-dlpack-ext: building {plan.filename} for torch {info.version} in "
+            f"{output_dir} (once; later imports reuse it)",
+            file=sys.stderr,
+            flush=True,
+        )
+
     try:
         entry = driver.compile_library(
-            torch=Path(torch.__file__).parent, backend=backend, output_dir=output_dir
+            torch=Path(torch.__file__).parent,
+            backend=backend,
+            output_dir=output_dir,
+            echo=False,
+            on_compile=say_building,
+            # The library serves this interpreter only (the key holds its Python tag), so
+            # the stable ABI audit the release runs on abi3 wheels has nothing to add.
+            stable_abi_audit=False,
         )
     except TorchCDLPackExtError:
         raise
