@@ -11,7 +11,12 @@ the torch installation's files (never from whether torch imports here), and:
 * compiles to a temporary name, audits the result, then renames it into place,
   so a failed or killed build never leaves a library at the output path;
 * records a cache key in ``<library>.build.json``: an unchanged target
-  returns the recorded :class:`ManifestEntry` without compiling.
+  returns the recorded :class:`ManifestEntry` without compiling. The key covers what
+  decides the library's bytes (source, header and torch identities, the compiler, the
+  flags) and no input's location, so another venv of the same torch build hits the
+  same cache entry instead of rebuilding it;
+* writes what it publishes (library, ``.build.json``) with the umask's mode, so a
+  cache one user built can be reused read-only by another.
 
 What differs per platform (compiler, argv, library names, audit) is the
 :class:`~.toolchains.Toolchain` of the plan's platform; the headers are found by
@@ -34,7 +39,7 @@ import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +58,7 @@ from .headers import (
     find_python_include,
     python_target_of_headers,
 )
-from .manifest import ManifestEntry, atomic_write_bytes, sha256_of, verify_file
+from .manifest import ManifestEntry, atomic_write_bytes, new_temp_file, sha256_of, verify_file
 from .naming import (
     ABI3,
     LIMITED_API_VERSION,
@@ -81,7 +86,8 @@ __all__ = [
 
 #: Bump when the driver changes what it produces, so old cache records stop matching.
 #: 2: libraries for a CPython with the GIL are built with the limited API (python "abi3").
-_CACHE_SCHEMA = 2
+#: 3: the key names no input's location (placeholders and content digests instead).
+_CACHE_SCHEMA = 3
 #: Torch's CMake config asks dependents for C++20 from 2.12 on (``CXX_STANDARD 20`` in
 #: TorchConfig.cmake of PyPI's 2.12.0-2.15.0; 17 in 2.10.0 and 2.11.0).
 _CXX20_FROM = (2, 12)
@@ -225,21 +231,75 @@ class BuildPlan:
         """
         return self.platform_toolchain.command(self.job(), output, scratch)
 
+    def _input_locations(self) -> dict[str, Path]:
+        """Where this build's inputs happen to be, by the placeholder the cache key
+        writes instead (their content is keyed separately)."""
+        places = {
+            "<torch>": self.torch.root,
+            "<sources>": self.source_dir,
+            "<dlpack>": self.dlpack_include,
+            "<python-include>": self.python_include,
+        }
+        places.update({f"<gpu-include-{i}>": path for i, path in enumerate(self.gpu_includes)})
+        if self.python_import_lib is not None:
+            places["<python-lib>"] = self.python_import_lib
+        return places
+
     def cache_key(self) -> str:
-        """sha256 over everything that decides the bytes of the library."""
+        """sha256 over everything that decides the bytes of the library, and nothing
+        about where its inputs are installed.
+
+        Two venvs of one torch build put torch, the shipped ``csrc/`` and the DLPack
+        headers at different paths; those paths do not change the library (it embeds
+        none: no rpath), so the command is keyed with placeholders for them, and each
+        input by its identity instead: the source files' sha256, ``dlpack.h``'s sha256,
+        the Python headers' (:func:`_python_headers_identity`), the torch build's
+        (:attr:`.TorchInstall.identity`), the compiler's path and banner, the GPU
+        toolkit's version (a define in the command).
+        """
         digest = hashlib.sha256()
         record = {
             "schema": _CACHE_SCHEMA,
             "sources": _source_digests(self.source_dir),
             "torch": self.torch.identity,
             "backend": self.backend.value,
-            "python": self.python,
+            "python": [self.python, _python_headers_identity(self.python_include)],
             "compiler": [self.cxx, self.compiler_banner],
-            "command": self.command("{output}"),
+            "command": _without_locations(self.command("{output}"), self._input_locations()),
             "dlpack": [self.dlpack_version, sha256_of(self.dlpack_include / "dlpack" / "dlpack.h")],
         }
         digest.update(json.dumps(record, sort_keys=True, default=str).encode("utf-8"))
         return digest.hexdigest()
+
+
+def _without_locations(command: Sequence[str], places: Mapping[str, Path]) -> list[str]:
+    """``command`` with each of ``places`` (a whole path, or a path followed by a
+    separator) written as its placeholder. The longest path goes first, so an input
+    installed inside another's folder gets its own placeholder; the separator rule keeps
+    ``.../site-packages/torch`` from matching ``.../site-packages/torch_c_dlpack_ext``."""
+    ordered = sorted(places.items(), key=lambda item: len(str(item[1])), reverse=True)
+    patterns = [
+        (re.compile(re.escape(str(path)) + r"(?=$|[/\\])"), placeholder)
+        for placeholder, path in ordered
+    ]
+    portable = []
+    for arg in command:
+        text = arg
+        for pattern, placeholder in patterns:
+            # A placeholder holds no backslash, so it is a literal replacement.
+            text = pattern.sub(placeholder, text)
+        portable.append(text)
+    return portable
+
+
+def _python_headers_identity(include: Path) -> dict[str, str]:
+    """sha256 of the headers that say which CPython the include dir is for
+    (``patchlevel.h``: its version; ``pyconfig.h``: its configuration), where present."""
+    return {
+        name: sha256_of(include / name)
+        for name in ("patchlevel.h", "pyconfig.h")
+        if (include / name).is_file()
+    }
 
 
 def _source_digests(source_dir: Path) -> dict[str, str]:
@@ -474,11 +534,20 @@ def _cached_entry(plan: BuildPlan, key: str) -> ManifestEntry | None:
 
 
 def _build(
-    plan: BuildPlan, key: str, *, audit: bool, stable_abi_audit: bool | None = None
+    plan: BuildPlan,
+    key: str,
+    *,
+    audit: bool,
+    stable_abi_audit: bool | None = None,
+    echo: bool = True,
 ) -> ManifestEntry:
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{plan.filename}.", suffix=".tmp", dir=plan.output_dir)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    # The umask's mode for an executable (0755 under 022), not mkstemp's 0600: the cache
+    # is meant to be shared. Taken from the new file, because the linker may replace it.
+    fd, tmp = new_temp_file(plan.output_dir, prefix=f".{plan.filename}.", suffix=".tmp", mode=0o777)
+    try:
+        mode = os.fstat(fd).st_mode & 0o777
+    finally:
+        os.close(fd)
     scratch = tempfile.TemporaryDirectory(prefix="tcde-build-")
     toolchain = plan.platform_toolchain
     try:
@@ -488,15 +557,16 @@ def _build(
         command = toolchain.command(job, tmp, scratch_dir)
         started = time.monotonic()
         try:
-            run(command)
+            run(command, echo=echo)
         except CommandError as exc:
             what = f"compiling {plan.filename} against torch {plan.torch.version} failed"
             raise BuildError.from_command(what, exc, tail=6000) from None
-        print(
-            f"compiled {plan.filename} in {time.monotonic() - started:.1f} s",
-            file=sys.stderr,
-            flush=True,
-        )
+        if echo:
+            print(
+                f"compiled {plan.filename} in {time.monotonic() - started:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         if tmp.stat().st_size == 0:
             raise BuildError(
                 f"compiling {plan.filename}: {shlex.join(command[: 1 + len(plan.cxx_args)])} "
@@ -504,9 +574,14 @@ def _build(
                 command=command,
             )
         compiler = (plan.cxx, *plan.cxx_args)
-        if audit and toolchain.audit(
-            tmp, plan.torch, plan.backend, cxx=compiler, python_exports=plan.python_exports
-        ) is (AuditOutcome.NOT_APPLICABLE):
+        if (
+            audit
+            and toolchain.audit(
+                tmp, plan.torch, plan.backend, cxx=compiler, python_exports=plan.python_exports
+            )
+            is (AuditOutcome.NOT_APPLICABLE)
+            and echo
+        ):
             # The ELF audit checks symbol versions and the libstdc++ dual ABI, neither of
             # which exists on Windows or macOS: there the link itself resolved every import
             # (MSVC) or the wheel job's load test is the check (dyld, -undefined).
@@ -532,7 +607,7 @@ def _build(
             size=tmp.stat().st_size,
             sha256=sha256_of(tmp),
         )
-        tmp.chmod(0o755)
+        tmp.chmod(mode)
         os.replace(tmp, plan.output)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -559,6 +634,8 @@ def compile_library(
     python: str | None = None,
     python_exports: Path | str | None = None,
     stable_abi_audit: bool | None = None,
+    echo: bool = True,
+    on_compile: Callable[[BuildPlan], None] | None = None,
 ) -> ManifestEntry:
     """Compile the exchange library for one target and return its manifest entry.
 
@@ -579,6 +656,11 @@ def compile_library(
     expected value, checked against the headers. ``python_exports``: the target
     interpreter's libpython or executable for the ELF audit (found next to a
     free-threaded ``python_include`` when not given).
+
+    ``echo``: print the compiler command, the time it took and a cache hit to stderr
+    (the build tools' log); ``False`` prints nothing on success (the JIT at import).
+    ``on_compile``: called with the plan just before a compile starts (not on a cache
+    hit), under the lock, so a caller can say once that it is building.
 
     The library lands in ``output_dir`` under :func:`~.naming.library_filename`;
     the entry's ``file`` is that bare name. An unchanged target is a cache hit
@@ -609,9 +691,16 @@ def compile_library(
             with lock:
                 cached = _cached_entry(plan, key)
                 if cached is not None:
-                    print(f"{plan.filename} is up to date (cache hit)", file=sys.stderr, flush=True)
+                    if echo:
+                        print(
+                            f"{plan.filename} is up to date (cache hit)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                     return cached
-                return _build(plan, key, audit=audit, stable_abi_audit=stable_abi_audit)
+                if on_compile is not None:
+                    on_compile(plan)
+                return _build(plan, key, audit=audit, stable_abi_audit=stable_abi_audit, echo=echo)
         except Timeout:
             raise BuildError(
                 f"another build of {plan.output} held {lock.lock_file} for over "

@@ -35,6 +35,7 @@ __all__ = [
     "check_library_path",
     "dump_manifest",
     "load_manifest",
+    "new_temp_file",
     "open_regular",
     "read_fd",
     "read_verified",
@@ -457,13 +458,32 @@ def dump_manifest(entries: Iterable[ManifestEntry]) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
+def new_temp_file(directory: Path, prefix: str, suffix: str, mode: int = 0o666) -> tuple[int, Path]:
+    """Create a new file with a unique name in ``directory``; its open descriptor and path.
+
+    Like :func:`tempfile.mkstemp`, but the file gets ``mode`` less the umask (0644 for
+    0o666 under the usual 022), as any other new file would, instead of mkstemp's 0600:
+    what is renamed into place is meant to be shared (a cache another user reuses read-only,
+    ``build/cells/*/manifest.json``).
+    """
+    import secrets  # writers only (the build); import reads
+
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        path = directory / f"{prefix}{secrets.token_hex(6)}{suffix}"
+        try:
+            return os.open(path, flags, mode), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no unused temporary name {prefix}*{suffix} in {directory}")
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename,
-    so readers see either the old content or the new one, never half of it."""
-    import tempfile  # writers only (the build); import reads
-
+    so readers see either the old content or the new one, never half of it. The file gets
+    the umask's mode (:func:`new_temp_file`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = new_temp_file(path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -471,7 +491,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

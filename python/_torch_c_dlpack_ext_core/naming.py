@@ -11,7 +11,9 @@ from __future__ import annotations
 import enum
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 __all__ = [
     "ABI3",
@@ -31,7 +33,7 @@ __all__ = [
     "SHARED_LIBRARY_NAMING",
     "SOURCE_SUFFIXES",
     "Backend",
-    "default_cache_dir",
+    "UserCacheDir",
     "env_var",
     "host_platform_tag",
     "library_filename",
@@ -41,6 +43,7 @@ __all__ = [
     "shared_library_suffix",
     "toolchain_name",
     "torch_minor",
+    "user_cache_dir",
     "variant_label",
 ]
 
@@ -249,13 +252,47 @@ _USER_CACHE = {
 _XDG_CACHE = ("XDG_CACHE_HOME", (".cache",))
 
 
-def default_cache_dir() -> Path:
-    """Where JIT-built libraries go: ``$TORCH_C_DLPACK_EXT_CACHE_DIR``, else the
-    platform's user cache directory."""
-    override = os.environ.get(env_var("CACHE_DIR"))
-    if override:
-        return Path(override).expanduser()
-    variable, under_home = _USER_CACHE.get(sys.platform, _XDG_CACHE)
-    fallback = Path.home().joinpath(*under_home)
-    base = Path(os.environ.get(variable, fallback)) if variable else fallback
-    return base / DIST_NAME
+class UserCacheDir(NamedTuple):
+    """Where JIT-built libraries go by default, and the variable that said so."""
+
+    path: Path
+    #: ``XDG_CACHE_HOME`` / ``LOCALAPPDATA`` when it was honoured; ``None``: the default
+    #: under the home directory.
+    variable: str | None
+
+
+def user_cache_dir(
+    environ: Mapping[str, str] | None = None, platform: str | None = None
+) -> UserCacheDir:
+    """The JIT cache directory when ``TORCH_C_DLPACK_EXT_CACHE_DIR`` is not set (that
+    variable is a runtime setting, read once by ``torch_c_dlpack_ext._settings``):
+    ``<user cache dir>/torch-c-dlpack-ext``.
+
+    The user cache dir is ``$XDG_CACHE_HOME`` (``%LOCALAPPDATA%`` on Windows) when that
+    is an absolute path, else ``~/.cache`` (``~\\AppData\\Local``; ``~/Library/Caches`` on
+    macOS): the XDG Base Directory spec says an empty or relative value is to be ignored.
+    Never relative, so a cache never lands in (and is never loaded from) the current
+    directory: raises :class:`~_torch_c_dlpack_ext_core.errors.ConfigError` when the
+    home directory is unknown or relative.
+    """
+    environ = os.environ if environ is None else environ
+    variable, under_home = _USER_CACHE.get(
+        sys.platform if platform is None else platform, _XDG_CACHE
+    )
+    value = environ.get(variable, "") if variable else ""
+    # ntpath and posixpath agree with the platform's own idea of "absolute" only when
+    # asked on that platform; the value is read on the platform it names.
+    if value and os.path.isabs(value):
+        return UserCacheDir(Path(value) / DIST_NAME, variable)
+    try:
+        home = Path.home()
+    except RuntimeError:  # no HOME and no password database entry
+        home = Path()
+    if not home.is_absolute():
+        from .errors import ConfigError
+
+        raise ConfigError(
+            "no user cache directory for JIT builds: the home directory is unknown or "
+            f"relative ({str(home)!r}); set {env_var('CACHE_DIR')} to an absolute path"
+        )
+    return UserCacheDir(home.joinpath(*under_home, DIST_NAME), None)

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from .errors import CommandError, TorchInstallError
+from .manifest import sha256_of
 from .naming import Backend, torch_minor
 from .toolchains import Toolchain, toolchain_for
 from .toolchains.elf import dynamic_symbols
@@ -133,16 +134,22 @@ class TorchInstall:
 
     @property
     def identity(self) -> dict[str, object]:
-        """What distinguishes this installation for build caching.
+        """What distinguishes this torch build for build caching, and nothing about
+        where it is installed (another venv of the same wheel has the same identity).
 
         Version and ABI alone miss a reinstall of a different build with the same
-        version string (a nightly, a vendor build), so the main library's size and
-        modification time are part of it.
+        version string (a nightly, a vendor build), so the sha256 of ``version.py``
+        (which records the build's git commit and CUDA/ROCm version) and the main
+        library's size are part of it; not its modification time, which every
+        install sets anew.
         """
-        data: dict[str, object] = {"version": self.version, "cxx11_abi": self.cxx11_abi}
+        data: dict[str, object] = {
+            "version": self.version,
+            "cxx11_abi": self.cxx11_abi,
+            "version.py": sha256_of(self.root / "version.py"),
+        }
         for path in sorted(self.lib_dir.glob("*torch_cpu*")):
-            stat = path.stat()
-            data[path.name] = [stat.st_size, stat.st_mtime_ns]
+            data[path.name] = path.stat().st_size
         return data
 
     @classmethod

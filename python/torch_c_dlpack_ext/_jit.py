@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from _torch_c_dlpack_ext_core.errors import (
     TorchCDLPackExtError,
 )
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, read_verified
-from _torch_c_dlpack_ext_core.naming import Backend, default_cache_dir, env_var, library_filename
+from _torch_c_dlpack_ext_core.naming import Backend, env_var, library_filename, user_cache_dir
 from _torch_c_dlpack_ext_core.version import __version__
 
 from ._select import Settings
@@ -58,14 +57,19 @@ def cache_key(info: TorchInfo, backend: Backend, pytag: str) -> str:
 
 def _cache_root(settings: Settings) -> tuple[Path, str]:
     """The cache root and the fix a message should advise when it is unusable (the
-    setting it came from: the project's variable, ``XDG_CACHE_HOME``, or neither)."""
-    cache_var = env_var("CACHE_DIR")
-    point = f"point {cache_var} at a writable directory"
-    if settings.cache_dir is not None or os.environ.get(cache_var):
-        return settings.cache_dir or default_cache_dir(), point
-    root = default_cache_dir()
-    if not sys.platform.startswith(("win", "darwin")) and os.environ.get("XDG_CACHE_HOME"):
-        return root, f"it is under XDG_CACHE_HOME: make that writable, or {point}"
+    setting it came from: the project's variable, ``XDG_CACHE_HOME``, or neither).
+
+    The project's variable is taken from ``settings`` only (read once, by
+    :func:`._settings.read_settings`, which refuses a relative path and counts a blank
+    value as unset); it is never re-read here. Raises :class:`ConfigError` when there is
+    no absolute user cache directory (:func:`~_torch_c_dlpack_ext_core.naming.user_cache_dir`).
+    """
+    point = f"point {env_var('CACHE_DIR')} at a writable directory"
+    if settings.cache_dir is not None:
+        return settings.cache_dir, point
+    root, variable = user_cache_dir()
+    if variable is not None:
+        return root, f"it is under {variable}: make that writable, or {point}"
     return root, f"it is the user cache directory: make it writable, or {point}"
 
 
@@ -113,9 +117,26 @@ def build(torch: Any, info: TorchInfo, backend: Backend, settings: Settings) -> 
         ) from None
     from _torch_c_dlpack_ext_core import driver
 
+    def say_building(plan: driver.BuildPlan) -> None:
+        # The one line a JIT import prints, and only when it compiles (once per torch
+        # build): a cache hit, like any successful import, prints nothing.
+        print(
+            f"torch-c-dlpack-ext: building {plan.filename} for torch {info.version} in "
+            f"{output_dir} (once; later imports reuse it)",
+            file=sys.stderr,
+            flush=True,
+        )
+
     try:
         entry = driver.compile_library(
-            torch=Path(torch.__file__).parent, backend=backend, output_dir=output_dir
+            torch=Path(torch.__file__).parent,
+            backend=backend,
+            output_dir=output_dir,
+            echo=False,
+            on_compile=say_building,
+            # The library serves this interpreter only (the key holds its Python tag), so
+            # the stable ABI audit the release runs on abi3 wheels has nothing to add.
+            stable_abi_audit=False,
         )
     except TorchCDLPackExtError:
         raise

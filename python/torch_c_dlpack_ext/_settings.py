@@ -71,6 +71,22 @@ def _expand_user(raw: str) -> Path:
         return Path(raw)
 
 
+def _unknown_variable(name: str, short: str, known: tuple[str, ...]) -> str:
+    """The message for a prefixed variable that is not one of ours, with the closest
+    known name. Environment variables are case-sensitive on POSIX, so ``..._jit`` is
+    not ``..._JIT``: the case is folded for the hint only, and said to matter."""
+    folded = short.upper()
+    if folded in known:
+        fix = f"did you mean {env_var(folded)}? The names are case-sensitive"
+    else:
+        # Compare without the shared prefix, which would make every name "close".
+        import difflib  # only for a typo, so not on every import
+
+        hint = difflib.get_close_matches(folded, known, n=1)
+        fix = f"did you mean {env_var(hint[0])}?" if hint else "remove it"
+    return f"{name} is not a torch-c-dlpack-ext variable ({fix})"
+
+
 def read_settings(environ: Mapping[str, str]) -> Settings:
     """Read the prefixed variables of ``environ``; never raises.
 
@@ -82,14 +98,7 @@ def read_settings(environ: Mapping[str, str]) -> Settings:
     for name, _ in in_force:
         short = name[len(ENV_PREFIX) :]
         if short not in known:
-            # Compare without the shared prefix, which would make every name "close".
-            import difflib  # only for a typo, so not on every import
-
-            hint = difflib.get_close_matches(short, known, n=1)
-            fix = f"did you mean {env_var(hint[0])}?" if hint else "remove it"
-            problems.append(
-                SettingProblem(name, f"{name} is not a torch-c-dlpack-ext variable ({fix})")
-            )
+            problems.append(SettingProblem(name, _unknown_variable(name, short, known)))
 
     def value_of(short: str) -> str | None:
         value = environ.get(env_var(short), "").strip()
@@ -136,14 +145,31 @@ def read_settings(environ: Mapping[str, str]) -> Settings:
                 )
             )
 
+    cache_dir: Path | None = None
     raw_cache = value_of("CACHE_DIR")
+    if raw_cache is not None:
+        candidate = _expand_user(raw_cache)
+        if candidate.is_absolute():
+            cache_dir = candidate
+        else:
+            # A relative cache follows the current directory: a build would land there,
+            # and a later import started there would load whatever that directory holds.
+            shown = raw_cache if len(raw_cache) <= 200 else raw_cache[:200] + "..."
+            problems.append(
+                SettingProblem(
+                    env_var("CACHE_DIR"),
+                    f"{env_var('CACHE_DIR')}={shown!r} is not an absolute path (a cache "
+                    "relative to the current directory would be loaded from wherever a "
+                    "process starts): give an absolute path or unset it",
+                )
+            )
     return Settings(
         disable=flag("DISABLE"),
         force=flag("FORCE"),
         library=library,
         backend=backend,
         jit=flag("JIT"),
-        cache_dir=_expand_user(raw_cache) if raw_cache else None,
+        cache_dir=cache_dir,
         problems=tuple(problems),
         in_force=in_force,
     )

@@ -294,10 +294,9 @@ def test_eight_processes_jit_at_once_build_once(tmp_path: Path) -> None:
     assert [r["kind"] for r in results] == ["jit"] * 8, [r["reason"] for r in results]
     assert all(r["replaced"] and r["legacy"] for r in results)
     assert len({r["library"] for r in results}) == 1
-    # The driver logs each compile and each cache hit to stderr.
-    compiled = sum(err.count("compiled libtorch_c_dlpack_ext") for _, _, err in outputs)
-    hits = sum(err.count("(cache hit)") for _, _, err in outputs)
-    assert (compiled, hits) == (1, 7), [err[-500:] for _, _, err in outputs]
+    # A JIT import says one line when it compiles, nothing on a cache hit: one build.
+    building = [err.count("torch-c-dlpack-ext: building") for _, _, err in outputs]
+    assert sorted(building) == [0] * 7 + [1], [err[-500:] for _, _, err in outputs]
     libraries = list(cache.rglob("*.so"))
     assert len(libraries) == 1, libraries
     print(f"8 concurrent JIT imports: {elapsed:.1f} s")

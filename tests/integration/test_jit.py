@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tests.helpers import clean_env, make_package, run_python
+from tests.helpers import clean_env, make_package, probe_import, run_python
 
 from _torch_c_dlpack_ext_core.naming import Backend
 from torch_c_dlpack_ext._jit import cache_key
@@ -60,8 +60,19 @@ def empty_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_package(tmp_path_factory.mktemp("pkg"), manifest=False)
 
 
-BUILD = r"""
-import json, torch
+#: torch's own import warnings (NumPy missing...) are not ours: silenced, so stderr is
+#: exactly what torch-c-dlpack-ext printed.
+QUIET_TORCH = """
+import warnings
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import torch
+"""
+
+BUILD = (
+    QUIET_TORCH
+    + r"""
+import json
 before = torch.Tensor.__dict__.get("__dlpack_c_exchange_api__")
 import torch_c_dlpack_ext as pkg
 path = pkg.build_for_current_torch()
@@ -70,6 +81,7 @@ print(json.dumps({"path": str(path), "kind": status.kind.value,
                   "replaced": torch.Tensor.__dict__.get("__dlpack_c_exchange_api__") is not before,
                   "legacy": torch.Tensor.__dict__.get("__c_dlpack_exchange_api__")}))
 """
+)
 
 
 @pytest.mark.slow
@@ -87,13 +99,28 @@ def test_build_for_current_torch_builds_once_then_reuses(
     assert result["kind"] == "jit"
     assert result["replaced"]
     assert isinstance(result["legacy"], int)
-    assert "compiled libtorch_c_dlpack_ext" in first.stderr
+    # A cold build says one line that it is building (no compiler command, no timing).
+    (line,) = first.stderr.splitlines()
+    assert line.startswith(
+        f"torch-c-dlpack-ext: building {path.name} for torch {torch.__version__}"
+    )
+    assert line.endswith("(once; later imports reuse it)")
 
     second = run_python(BUILD, pythonpath=[empty_package], env=env, timeout=300)
     assert second.returncode == 0, second.stderr[-3000:]
     assert json.loads(second.stdout.strip().splitlines()[-1])["path"] == str(path)
-    assert "(cache hit)" in second.stderr
-    assert "compiled libtorch_c_dlpack_ext" not in second.stderr
+    assert second.stderr == "", "a cache hit prints nothing"
+
+
+@pytest.mark.slow
+def test_jit_import_on_a_warm_cache_prints_nothing(empty_package: Path, jit_cache: Path) -> None:
+    # Runs after the build above (same cache). An import prints nothing on success.
+    code = QUIET_TORCH + "import torch_c_dlpack_ext as p; print(p.status().kind.value)"
+    env = clean_env(**{P + "CACHE_DIR": str(jit_cache), P + "JIT": "1", P + "FORCE": "1"})
+    proc = run_python(code, pythonpath=[empty_package], env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "jit"
+    assert proc.stderr == ""
 
 
 @pytest.mark.slow
@@ -251,3 +278,56 @@ def test_jit_failure_under_jit_does_not_advise_setting_jit(
     for message in [result["text"], *result["all"], proc.stderr]:
         assert f"set {P}JIT=1" not in message, message
     assert f"point {P}CACHE_DIR at a writable directory" in result["text"]
+
+
+@pytest.mark.parametrize("name", ["jit", "Jit", "force"])
+def test_mis_cased_variable_is_announced_once_with_a_hint(empty_package: Path, name: str) -> None:
+    result = probe_import(empty_package, **{P + name: "1"})
+    (warning,) = [w for w in result["warnings"] if P + name in w]
+    assert f"did you mean {P}{name.upper()}? The names are case-sensitive" in warning
+    assert len(result["warnings"]) == 1, result["warnings"]
+
+
+CWD_BUILD = r"""
+import json, os, sys
+os.chdir(sys.argv[1])
+import torch_c_dlpack_ext as pkg
+from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtError
+try:
+    pkg.build_for_current_torch()
+except TorchCDLPackExtError as exc:
+    print(json.dumps({"error": type(exc).__name__}))
+"""
+
+
+@pytest.mark.parametrize(
+    "setting", [{P + "CACHE_DIR": "   "}, {"XDG_CACHE_HOME": ""}, {"XDG_CACHE_HOME": "rel"}]
+)
+def test_blank_or_relative_cache_settings_never_build_in_the_cwd(
+    empty_package: Path, tmp_path: Path, setting: dict[str, str]
+) -> None:
+    # CXX that cannot be a compiler: the cache directory is created, then the build stops.
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    env = clean_env(HOME=str(home), CXX="/bin/false")
+    env.pop("XDG_CACHE_HOME", None)
+    env.update(setting)
+    proc = run_python(CWD_BUILD, pythonpath=[empty_package], env=env, args=[str(work)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["error"] == "CompilerNotFoundError"
+    assert list(work.iterdir()) == [], "nothing may be created in the current directory"
+    (made,) = (home / ".cache" / "torch-c-dlpack-ext").iterdir()
+    assert made.name.startswith(f"torch{torch.__version__.replace('+', '_')}-")
+
+
+def test_relative_cache_dir_is_refused_by_build_for_current_torch(
+    empty_package: Path, tmp_path: Path
+) -> None:
+    code = CWD_BUILD.replace("type(exc).__name__}", 'type(exc).__name__, "text": str(exc)}')
+    env = clean_env(**{P + "CACHE_DIR": "cache"})
+    proc = run_python(code, pythonpath=[empty_package], env=env, args=[str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["error"] == "ConfigError"
+    assert f"{P}CACHE_DIR='cache' is not an absolute path" in result["text"]
+    assert list(tmp_path.iterdir()) == []

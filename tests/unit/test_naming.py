@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +12,6 @@ from _torch_c_dlpack_ext_core.naming import (
     ABI3_FLOOR,
     LIMITED_API_VERSION,
     Backend,
-    default_cache_dir,
     env_var,
     library_filename,
     parse_backend,
@@ -19,6 +19,7 @@ from _torch_c_dlpack_ext_core.naming import (
     python_target_tags,
     shared_library_suffix,
     torch_minor,
+    user_cache_dir,
     variant_label,
 )
 
@@ -107,11 +108,13 @@ def test_torch_minor_rejects_garbage() -> None:
         torch_minor("latest")
 
 
-def test_cache_dir_override_uses_the_project_prefix(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+def test_user_cache_dir_ignores_the_project_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv(env_var("CACHE_DIR"), str(tmp_path))
-    assert str(default_cache_dir()) == str(tmp_path)
+    # TORCH_C_DLPACK_EXT_CACHE_DIR is a runtime setting, read once by _settings.
+    monkeypatch.setenv(env_var("CACHE_DIR"), str(tmp_path / "ours"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert user_cache_dir(platform="linux").path == tmp_path / "xdg" / "torch-c-dlpack-ext"
     assert env_var("CACHE_DIR") == "TORCH_C_DLPACK_EXT_CACHE_DIR"
 
 

@@ -169,3 +169,21 @@ def test_library_path_that_cannot_be_stat_ed_is_a_problem(value: str) -> None:
     assert "cannot be checked" in problem.message
     assert "unset it" in problem.message
     assert len(problem.message) < 400, problem.message
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"), [("jit", "JIT"), ("Force", "FORCE"), ("cache_dir", "CACHE_DIR")]
+)
+def test_mis_cased_variable_gets_did_you_mean(name: str, meant: str) -> None:
+    # Environment variables are case-sensitive on POSIX: a hint, never a silent honour.
+    settings = read_settings({P + name: "1"})
+    (problem,) = settings.problems
+    assert problem.variable == P + name
+    assert f"did you mean {P}{meant}? The names are case-sensitive" in problem.message
+    assert settings.jit is False
+    assert settings.force is False
+
+
+def test_mis_cased_typo_still_gets_the_closest_name() -> None:
+    (problem,) = read_settings({P + "disabel": "1"}).problems
+    assert f"did you mean {P}DISABLE?" in problem.message
