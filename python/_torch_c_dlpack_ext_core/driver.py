@@ -351,7 +351,8 @@ def plan_build(
 
     Arguments as for :func:`compile_library`. ``platform`` (default
     ``sys.platform``) selects the toolchain (:func:`.toolchains.toolchain_for`):
-    ``linux`` (gnu), ``darwin`` (clang), ``win32`` (MSVC). ``python_lib``:
+    ``linux`` (gnu), ``darwin`` (clang), ``win32`` (MSVC), or a cross target
+    (``linux_aarch64``: gnu-aarch64). ``python_lib``:
     Windows only, the Python import library to link (default: the running
     Python's ``python3.lib``, or ``python3XYt.lib`` for a free-threaded target).
     Raises the typed error of the first problem found.
@@ -527,7 +528,8 @@ def _build(
             dlpack=plan.dlpack_version,
             toolchain=plan.toolchain,
             gpu_toolkit=plan.gpu_toolkit,
-            platform=host_platform_tag(),
+            # A cross toolchain's libraries are for its target, not for this host.
+            platform=toolchain.target_platform or host_platform_tag(),
             python=plan.python,
             size=tmp.stat().st_size,
             sha256=sha256_of(tmp),
@@ -559,6 +561,7 @@ def compile_library(
     python: str | None = None,
     python_exports: Path | str | None = None,
     stable_abi_audit: bool | None = None,
+    platform: str | None = None,
 ) -> ManifestEntry:
     """Compile the exchange library for one target and return its manifest entry.
 
@@ -578,7 +581,9 @@ def compile_library(
     CPython >= 3.9), a free-threaded CPython's a ``"3.14t"`` one. ``python``: the
     expected value, checked against the headers. ``python_exports``: the target
     interpreter's libpython or executable for the ELF audit (found next to a
-    free-threaded ``python_include`` when not given).
+    free-threaded ``python_include`` when not given). ``platform``: the target, as
+    :func:`plan_build` takes it (a cross target such as ``linux_aarch64`` selects its
+    cross toolchain).
 
     The library lands in ``output_dir`` under :func:`~.naming.library_filename`;
     the entry's ``file`` is that bare name. An unchanged target is a cache hit
@@ -601,6 +606,7 @@ def compile_library(
             source_dir=source_dir,
             python=python,
             python_exports=python_exports,
+            platform=platform,
         )
         key = plan.cache_key()
         plan.output_dir.mkdir(parents=True, exist_ok=True)
