@@ -481,13 +481,14 @@ def check_minor(
     """Install ``wheel`` beside ``cell``'s torch in ``root`` and run the three checks."""
     started = time.monotonic()
     result = MinorResult(minor=cell.torch.minor, torch=cell.torch.release)
+    pkg = run_dir / f"pkg-{cell.torch.minor}"
     try:
         env, tvm = minor_env(root, cell, emulation)
+        _uv_target(pkg, emulation, "--no-deps", str(wheel))
     except HANDLED as exc:
         result.detail = f"provisioning: {exc}"
+        result.seconds = round(time.monotonic() - started, 1)
         return result
-    pkg = run_dir / f"pkg-{cell.torch.minor}"
-    _uv_target(pkg, emulation, "--no-deps", str(wheel))
     paths = [pkg, env]
     causes: list[str] = []
 

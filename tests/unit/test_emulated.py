@@ -157,3 +157,23 @@ def test_one_row_per_minor_and_exit_0_only_if_every_minor_held(
         assert "failed" in bad
         assert "tvm-ffi echo: AssertionError: x" in bad
     assert not list((tmp_path / "opt" / "tcde" / "runs").iterdir())  # the run folder is gone
+
+
+def test_a_minor_whose_wheel_cannot_be_installed_is_a_failed_row(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from devtools.errors import ProvisionError
+
+    def refuse(target: Path, emulation: Any, *requirements: str) -> None:
+        raise ProvisionError("uv pip install --no-deps x.whl failed: not a supported wheel")
+
+    monkeypatch.setattr(emulated, "minor_env", lambda root, cell, emulation: (tmp_path, False))
+    monkeypatch.setattr(emulated, "_uv_target", refuse)
+    (cell,) = emulated.select_minors(MATRIX, "linux_aarch64", ["2.4"])
+    result = emulated.check_minor(
+        tmp_path, cell, tmp_path / "x.whl", AARCH64, examples=0, run_dir=tmp_path
+    )
+    assert not result.ok
+    assert result.detail == (
+        "provisioning: uv pip install --no-deps x.whl failed: not a supported wheel"
+    )
