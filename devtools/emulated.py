@@ -531,11 +531,15 @@ def check_minor(
         lines = (conf.stdout + conf.stderr).splitlines()
         summary = next((ln for ln in lines if ln.startswith("conformance: ") and "cases" in ln), "")
         result.steps["conformance"] = summary.removeprefix("conformance: ") or "no summary"
+        cases = summary.split()[1] if len(summary.split()) > 1 else "0"
         if conf.returncode != 0:
             failed = [ln for ln in lines if ln.startswith(("FAILED", "ERROR"))][:3]
             causes.append(
                 f"conformance exit {conf.returncode}: {' | '.join(failed) or _tail(conf)}"
             )
+        elif not cases.isdigit() or int(cases) == 0:
+            # Every property skipped (no hypothesis, no library): nothing was checked.
+            causes.append(f"conformance ran no case: {_tail(conf)}")
     result.ok = not causes
     result.detail = (
         "; ".join(causes) if causes else "; ".join(f"{k}: {v}" for k, v in result.steps.items())

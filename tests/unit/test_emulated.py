@@ -3,6 +3,7 @@ what a host that cannot emulate is told (exit 14), and the one table and exit st
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,65 @@ def test_a_minor_whose_wheel_cannot_be_installed_is_a_failed_row(
     assert result.detail == (
         "provisioning: uv pip install --no-deps x.whl failed: not a supported wheel"
     )
+
+
+def _diag(kind: str = "load", minor: int = 4, abi: int = 0, smoke: bool = True) -> str:
+    library = f"/opt/tcde/runs/r/pkg-2.4/torch_c_dlpack_ext/libs/libx-torch2.{minor}.so"
+    return json.dumps(
+        {
+            "decision": {"kind": kind, "library": library, "reason": "why not"},
+            "build_info": {"torch_major": 2, "torch_minor": minor, "cxx11_abi": abi},
+            "smoke_test": {"ok": smoke, "detail": "round trip of a 2x3 float32 cpu tensor"},
+        }
+    )
+
+
+_SUMMARY = "conformance: 231 cases in 6 properties (hypothesis profile 'emulated', 9.0 s)"
+
+
+@pytest.mark.parametrize(
+    ("diag", "conformance", "cause"),
+    [
+        (_diag(), (0, _SUMMARY), None),
+        (_diag(kind="defer"), (0, _SUMMARY), "decision defer: why not"),
+        (_diag(minor=5), (0, _SUMMARY), "loaded a library for torch 2.5, not 2.4"),
+        (_diag(abi=1), (0, _SUMMARY), "loaded cxx11_abi=1, torch uses False"),
+        (_diag(smoke=False), (0, _SUMMARY), "round trip: round trip of a 2x3"),
+        ("Traceback ...\nImportError: x", (0, _SUMMARY), "python -m torch_c_dlpack_ext --json"),
+        (_diag(), (1, "FAILED tests/conformance/test_diff_import.py::t - AssertionError"),
+         "conformance exit 1: FAILED tests/conformance/test_diff_import.py::t"),
+        (_diag(), (0, "6 skipped in 1.0s"), "conformance ran no case"),
+    ],
+)  # fmt: skip
+def test_check_minor_verdicts(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    diag: str,
+    conformance: tuple[int, str],
+    cause: str | None,
+) -> None:
+    def in_root(root: Path, paths: Any, argv: list[str], **kwargs: Any) -> Any:
+        if argv[:2] == ["-m", "torch_c_dlpack_ext"]:
+            return _done(0 if "decision" in diag else 1, diag, "" if "decision" in diag else diag)
+        if argv[:2] == ["-m", "pytest"]:
+            # The suite runs against the library the diagnosis says was loaded.
+            assert kwargs["env"]["TCDE_TEST_LIBRARY"] == json.loads(diag)["decision"]["library"]
+            return _done(conformance[0], conformance[1] + "\n", "")
+        return _done(0, "echo ok\n")  # tvm-ffi's echo
+
+    monkeypatch.setattr(emulated, "minor_env", lambda root, cell, emulation: (tmp_path, True))
+    monkeypatch.setattr(emulated, "_uv_target", lambda target, emulation, *reqs: None)
+    monkeypatch.setattr(emulated, "_in_root", in_root)
+    run_dir = tmp_path / "opt" / "tcde" / "runs" / "r"
+    emulated._stage_suite(run_dir, examples=5)
+    (cell,) = emulated.select_minors(MATRIX, "linux_aarch64", ["2.4"])
+    result = emulated.check_minor(
+        tmp_path, cell, tmp_path / "x.whl", AARCH64, examples=5, run_dir=run_dir
+    )
+    if cause is None:
+        assert result.ok, result.detail
+        assert "tvm-ffi echo: ok" in result.detail
+        assert "conformance: 231 cases" in result.detail
+    else:
+        assert not result.ok
+        assert cause in result.detail
