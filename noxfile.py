@@ -90,8 +90,10 @@ def lint(session: nox.Session) -> None:
 def build(session: nox.Session) -> None:
     """Compile every matrix cell this host can build, then assemble dist/.
 
-    ``nox -s build -- [--cells ID,PATTERN,...] [--jobs N] [--no-assemble] [--no-repair]
-    [--assemble-from DIR] [--out DIR] [--report FILE]``.
+    ``nox -s build -- [--cells ID,PATTERN,...] [--platform NAME] [--jobs N] [--no-assemble]
+    [--no-repair] [--assemble-from DIR] [--out DIR] [--report FILE]``.
+    ``--platform linux_aarch64`` on an x86_64 Linux host cross-compiles that platform's
+    abi3 cells (``apt-get install g++-aarch64-linux-gnu``) against its torch wheels.
     Default: every cell of matrix.toml for this platform, from any CPython >= 3.9 (the
     abi3 libraries serve them all; free-threaded cells need their interpreter). Each
     cell's torch goes into a cached folder (never imported); unchanged cells compile
@@ -101,6 +103,22 @@ def build(session: nox.Session) -> None:
     """
     session.install(*_group("build"))
     session.run("python", "-m", "devtools.build", *session.posargs, env=DEVTOOLS_ENV)
+
+
+@nox.session(default=False)
+def emulated(session: nox.Session) -> None:
+    """Our aarch64 wheel on real aarch64 CPython and torch 2.4-2.9, under qemu-user.
+
+    ``nox -s emulated -- --platform linux_aarch64 [--torch 2.8,2.9] [--dist DIR]
+    [--examples N]``. Needs root on Linux: installs qemu-user-static, binfmt-support and
+    debootstrap with apt-get where missing, registers binfmt_misc, debootstraps an arm64
+    Debian bookworm root once (cached under the dev cache), installs PyPI's aarch64 torch
+    per minor into it and the aarch64 wheel from dist/ (built first if missing); per
+    minor: the decision and round trip, tvm-ffi's echo, the conformance suite's invariant
+    half. One table; exit 0 only if every minor held, 14 if this host cannot emulate.
+    """
+    session.install(*_group("build"))
+    session.run("python", "-m", "devtools.emulated", *session.posargs, env=DEVTOOLS_ENV)
 
 
 @nox.session(default=False)

@@ -29,6 +29,13 @@ it (dist/ holds only what gets published): ``build/build-report.json`` by defaul
 ``before-build``) also copies the selected cells' libraries and their manifest into
 DIR, for the backend's ``libs-dir=``; every selected cell must then be built.
 
+``--platform NAME`` builds the cells of another matrix platform, cross-compiled with
+that target's toolchain (the driver's ``platform=``, a registry entry like any other:
+``linux_aarch64`` on a Linux host uses Debian's ``aarch64-linux-gnu-g++``) against
+its torch wheels (:func:`~devtools.torchenv.torch_tree`'s ``platform``); its abi3 cells
+only (a free-threaded cell needs that platform's interpreter). On a host of that
+platform it is a native build.
+
 ``--assemble-from DIR`` skips compiling: it merges the single-job wheels CI's
 cibuildwheel runs produced into the same artifacts.
 """
@@ -190,10 +197,53 @@ def tree_python(cell: Cell) -> str:
     return max(cell.pythons, key=lambda v: tuple(int(p) for p in v.split(".")))
 
 
-def skip_reason(cell: Cell, host: str | None) -> str | None:
-    """Why this host cannot build ``cell`` (``None``: it can)."""
-    if cell.platform.name != host:
-        return f"builds on {cell.platform.name}, this host is {host or 'not in matrix.toml'}"
+def cross_target(cell: Cell, host: str | None, target: str | None) -> str | None:
+    """The cross target ``cell`` is built for (its platform, when ``--platform`` named it
+    and it is not the host's: the driver then uses that target's cross toolchain), or
+    ``None`` for a native build."""
+    name = cell.platform.name
+    return name if target == name and name != host else None
+
+
+def _cross_compiler_missing(target: str) -> str | None:
+    from _torch_c_dlpack_ext_core.errors import CompilerNotFoundError
+    from _torch_c_dlpack_ext_core.toolchains import toolchain_for
+
+    try:
+        toolchain_for(target).find_compiler(None, os.environ)
+    except CompilerNotFoundError as exc:
+        return str(exc).strip().splitlines()[0]
+    return None
+
+
+def _cross_skip_reason(cell: Cell, host: str | None, cross: str) -> str | None:
+    """Why ``cell`` cannot be cross-compiled for ``cross`` here (``None``: it can)."""
+    from _torch_c_dlpack_ext_core.naming import PLATFORM_TOOLCHAINS
+
+    if cross not in PLATFORM_TOOLCHAINS:
+        return f"builds on {cross}: no cross toolchain for it, this host is {host}"
+    if cell.freethreaded:
+        return (
+            f"a cross build makes abi3 libraries only: a free-threaded cell needs a "
+            f"{cell.python} CPython of {cross} (build it on {cross})"
+        )
+    return _cross_compiler_missing(cross)
+
+
+def skip_reason(cell: Cell, host: str | None, target: str | None = None) -> str | None:
+    """Why this host cannot build ``cell`` (``None``: it can). ``target``: the platform
+    ``--platform`` chose (a cross target's cells are built with its cross toolchain)."""
+    from _torch_c_dlpack_ext_core.naming import PLATFORM_TOOLCHAINS
+
+    name = cell.platform.name
+    cross = cross_target(cell, host, target)
+    if name != host and cross is None:
+        hint = f" (--platform {name} cross-compiles it)" if name in PLATFORM_TOOLCHAINS else ""
+        return f"builds on {name}, this host is {host or 'not in matrix.toml'}{hint}"
+    if cross is not None:
+        reason = _cross_skip_reason(cell, host, cross)
+        if reason:
+            return reason
     if cell.backend is Backend.ROCM:
         missing = _rocm_missing()
         if missing:
@@ -216,8 +266,10 @@ def group_dir(build_dir: Path, cell: Cell) -> Path:
     return build_dir / f"{cell.platform.name}-{cell.python_tag}"
 
 
-def build_one(cell: Cell, build_dir: Path) -> CellResult:
-    """Provision the cell's torch and compile its library (a cache hit compiles nothing)."""
+def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResult:
+    """Provision the cell's torch and compile its library (a cache hit compiles nothing);
+    ``cross``: the cross target (:func:`cross_target`), whose torch wheels the tree holds
+    and whose toolchain compiles."""
     from _torch_c_dlpack_ext_core.driver import compile_library
     from devtools.torchenv import torch_tree
 
@@ -238,6 +290,7 @@ def build_one(cell: Cell, build_dir: Path) -> CellResult:
             interpreter=interpreter,
             extra=cell.wheel.toolkit_requirements,
             index_url=None if cell.wheel.index == "pypi" else cell.wheel.index_url,
+            platform=cross,
         )
         gpu_home = None
         if cell.backend is Backend.CUDA:
@@ -254,6 +307,7 @@ def build_one(cell: Cell, build_dir: Path) -> CellResult:
             python_include=python_include,
             python=cell.python,
             stable_abi_audit=True,
+            platform=cross,
         )
     except HANDLED as exc:
         return CellResult(
@@ -291,12 +345,17 @@ def _progress(done: int, total: int, started: float, result: CellResult, *, to_b
 _BUILT: list[bool] = []
 
 
-def build_cells(cells: Sequence[Cell], build_dir: Path, *, jobs: int = 1) -> list[CellResult]:
-    """Build ``cells`` (skipping what this host cannot build) and write each group's manifest."""
+def build_cells(
+    cells: Sequence[Cell], build_dir: Path, *, jobs: int = 1, target: str | None = None
+) -> list[CellResult]:
+    """Build ``cells`` (skipping what this host cannot build) and write each group's
+    manifest; ``target``: the platform ``--platform`` chose (cross-compiled when it is not
+    this host's)."""
     matrix_host = host_platform_name(load_matrix())
     started = time.monotonic()
     results: dict[str, CellResult] = {}
-    reasons = {cell.id: skip_reason(cell, matrix_host) for cell in cells}
+    reasons = {cell.id: skip_reason(cell, matrix_host, target) for cell in cells}
+    cross = {cell.id: cross_target(cell, matrix_host, target) for cell in cells}
     todo = [cell for cell in cells if reasons[cell.id] is None]
     _BUILT.clear()
     done = 0
@@ -308,12 +367,14 @@ def build_cells(cells: Sequence[Cell], build_dir: Path, *, jobs: int = 1) -> lis
             _progress(done, len(cells), started, results[cell.id], to_build=len(todo))
     if jobs <= 1:
         for cell in todo:
-            results[cell.id] = build_one(cell, build_dir)
+            results[cell.id] = build_one(cell, build_dir, cross[cell.id])
             done += 1
             _progress(done, len(cells), started, results[cell.id], to_build=len(todo))
     else:
         with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(build_one, cell, build_dir): cell for cell in todo}
+            futures = {
+                pool.submit(build_one, cell, build_dir, cross[cell.id]): cell for cell in todo
+            }
             for future in concurrent.futures.as_completed(futures):
                 result = future.result()
                 results[result.cell] = result
@@ -414,6 +475,13 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated cell ids, job ids or patterns (*-t26_*; default: every cell "
         "of this host's platform); an empty value is an error",
     )
+    parser.add_argument(
+        "--platform",
+        default=None,
+        help="the matrix platform to build for (default: this host's); another one is "
+        "cross-compiled with its cross toolchain (linux_aarch64 on a Linux host: "
+        "apt-get install g++-aarch64-linux-gnu)",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="cells built in parallel (processes)")
     parser.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
     parser.add_argument(
@@ -458,11 +526,19 @@ def report_path(args: argparse.Namespace, build_dir: Path) -> Path:
     return build_dir.parent / REPORT_NAME
 
 
-def select_cells(matrix: Matrix, value: str | None) -> tuple[Cell, ...]:
+def select_cells(
+    matrix: Matrix, value: str | None, platform: str | None = None
+) -> tuple[Cell, ...]:
     """The cells a run builds: ``--cells`` (ids or patterns, comma-separated), else
-    every cell of this host's platform. A given but empty ``--cells`` (``""``, commas,
-    blanks: ``TCDE_JOB_CELLS`` unset in a release job) is a :class:`ConfigError`: it
-    would otherwise mean "everything" and compile the whole matrix."""
+    every cell of ``platform`` (``--platform``; default this host's). With both, the
+    cells ``--cells`` names on ``platform``. A given but empty ``--cells`` (``""``,
+    commas, blanks: ``TCDE_JOB_CELLS`` unset in a release job) is a :class:`ConfigError`:
+    it would otherwise mean "everything" and compile the whole matrix."""
+    if platform is not None and platform not in matrix.platforms:
+        raise ConfigError(
+            f"--platform {platform!r} is no platform of matrix.toml; one of "
+            f"{', '.join(matrix.platforms)}"
+        )
     if value is not None:
         patterns = [p.strip() for p in value.split(",") if p.strip()]
         if not patterns:
@@ -472,6 +548,10 @@ def select_cells(matrix: Matrix, value: str | None) -> tuple[Cell, ...]:
                 "host's platform"
             )
         cells = matrix.select(patterns)
+        if platform is not None:
+            cells = tuple(cell for cell in cells if cell.platform.name == platform)
+    elif platform is not None:
+        cells = matrix.select(platform=[platform])
     else:
         host = host_platform_name(matrix)
         if host is None:
@@ -503,11 +583,11 @@ def _main(args: argparse.Namespace) -> int:
             print(f"wrote {path}")
         return 0
     matrix = load_matrix()
-    cells = select_cells(matrix, args.cells)
+    cells = select_cells(matrix, args.cells, args.platform)
     started = time.monotonic()
     print(f"building {len(cells)} cell(s) with --jobs {args.jobs}", file=sys.stderr)
     build_dir = args.build_dir.resolve()
-    results = build_cells(cells, build_dir, jobs=args.jobs)
+    results = build_cells(cells, build_dir, jobs=args.jobs, target=args.platform)
     wall = round(time.monotonic() - started, 1)
     print_table(results)
     report: dict[str, Any] = {

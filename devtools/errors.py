@@ -14,6 +14,7 @@ __all__ = [
     "HANDLED",
     "CellsNotBuiltError",
     "DevToolError",
+    "EmulationUnavailableError",
     "MatrixError",
     "ProvisionError",
     "ReleaseError",
@@ -53,6 +54,13 @@ class CellsNotBuiltError(DevToolError):
     """Cells a job must deliver were skipped or failed to build."""
 
     exit_code = 13
+
+
+class EmulationUnavailableError(DevToolError):
+    """This host cannot run another architecture's programs (``nox -s emulated``): not
+    root, no binfmt_misc, no qemu-user or debootstrap that could be installed."""
+
+    exit_code = 14
 
 
 #: What a devtools ``main()`` translates into one line and an exit code.

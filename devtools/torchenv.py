@@ -78,6 +78,13 @@ _SMOKE = "import torch; torch.ones(2); print(torch.__version__)"
 _LOCK_TIMEOUT_S = 3600.0
 #: Seconds between "still running" lines while uv works.
 HEARTBEAT_S = 30.0
+#: A matrix platform -> uv's ``--python-platform`` for a tree of that platform's wheels
+#: (a cross build's torch: installed for the target, never run here). manylinux_2_28
+#: admits the older manylinux2014 wheels too (PyPI's aarch64 torch 2.4.1 and 2.5.1).
+UV_PLATFORMS = {
+    "linux_aarch64": "aarch64-manylinux_2_28",
+    "linux_x86_64": "x86_64-manylinux_2_28",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,9 +360,14 @@ def torch_tree(
     interpreter: Path | None = None,
     extra: Sequence[str] = (),
     index_url: str | None = None,
+    platform: str | None = None,
 ) -> TorchTree:
     """The cached folder holding ``torch==version`` (``--no-deps``) and ``extra``, as
     torch's wheel for CPython ``python`` ships it (created on first use).
+
+    ``platform``: a matrix platform of :data:`UV_PLATFORMS` (``linux_aarch64``) whose
+    wheels the tree holds instead of this host's (a cross build compiles against them;
+    nothing in the tree is ever imported or run here); the tree's name records it.
 
     A build compiles against torch's headers and libraries, which are the same in the
     wheels of every CPython of a release, so no interpreter of ``python`` is needed:
@@ -373,10 +385,16 @@ def torch_tree(
         raise ConfigError(f"python {python!r} is not a version like '3.12' or '3.14t'")
     if python.endswith("t") and interpreter is None:
         raise ConfigError(f"a torch tree for free-threaded {python} needs that interpreter")
+    if platform is not None and platform not in UV_PLATFORMS:
+        raise ConfigError(
+            f"no torch tree for platform {platform!r}: trees of another platform's wheels "
+            f"are made for {', '.join(UV_PLATFORMS)}"
+        )
     extra = tuple(extra)
     envs = cache_root() / "envs"
     envs.mkdir(parents=True, exist_ok=True)
-    root = envs / ("tree-" + _env_name(version, python, False, extra, index_url))
+    where = f"{platform}-" if platform is not None else ""
+    root = envs / ("tree-" + where + _env_name(version, python, False, extra, index_url))
     with FileLock(str(root) + ".lock", timeout=_LOCK_TIMEOUT_S):
         if not (root / _MARKER).is_file():
             _CURRENT["env"] = (root.name, time.monotonic())
@@ -389,10 +407,13 @@ def torch_tree(
                 if interpreter is not None
                 else ["--python", sys.executable, "--python-version", python]
             )
+            if platform is not None:
+                target += ["--python-platform", UV_PLATFORMS[platform]]
             index = ["--index-url", index_url] if index_url else []
             try:
                 uv = find_uv()
-                _log(f"installing torch=={version} (CPython {python} wheel) into {root}")
+                wheel = f"CPython {python}" + (f" {platform}" if platform else "")
+                _log(f"installing torch=={version} ({wheel} wheel) into {root}")
                 _uv(uv, "pip", "install", "--target", str(root), *target, "--no-deps", *index,
                     f"torch=={version}")  # fmt: skip
                 if extra:
@@ -404,6 +425,7 @@ def torch_tree(
             record = {
                 "torch": version,
                 "python": python,
+                "platform": platform,
                 "extra": list(extra),
                 "seconds": round(time.monotonic() - started, 1),
             }

@@ -411,7 +411,8 @@ def plan_build(
 
     Arguments as for :func:`compile_library`. ``platform`` (default
     ``sys.platform``) selects the toolchain (:func:`.toolchains.toolchain_for`):
-    ``linux`` (gnu), ``darwin`` (clang), ``win32`` (MSVC). ``python_lib``:
+    ``linux`` (gnu), ``darwin`` (clang), ``win32`` (MSVC), or a cross target
+    (``linux_aarch64``: gnu-aarch64). ``python_lib``:
     Windows only, the Python import library to link (default: the running
     Python's ``python3.lib``, or ``python3XYt.lib`` for a free-threaded target).
     Raises the typed error of the first problem found.
@@ -602,7 +603,8 @@ def _build(
             dlpack=plan.dlpack_version,
             toolchain=plan.toolchain,
             gpu_toolkit=plan.gpu_toolkit,
-            platform=host_platform_tag(),
+            # A cross toolchain's libraries are for its target, not for this host.
+            platform=toolchain.target_platform or host_platform_tag(),
             python=plan.python,
             size=tmp.stat().st_size,
             sha256=sha256_of(tmp),
@@ -636,6 +638,7 @@ def compile_library(
     stable_abi_audit: bool | None = None,
     echo: bool = True,
     on_compile: Callable[[BuildPlan], None] | None = None,
+    platform: str | None = None,
 ) -> ManifestEntry:
     """Compile the exchange library for one target and return its manifest entry.
 
@@ -655,7 +658,9 @@ def compile_library(
     CPython >= 3.9), a free-threaded CPython's a ``"3.14t"`` one. ``python``: the
     expected value, checked against the headers. ``python_exports``: the target
     interpreter's libpython or executable for the ELF audit (found next to a
-    free-threaded ``python_include`` when not given).
+    free-threaded ``python_include`` when not given). ``platform``: the target, as
+    :func:`plan_build` takes it (a cross target such as ``linux_aarch64`` selects its
+    cross toolchain).
 
     ``echo``: print the compiler command, the time it took and a cache hit to stderr
     (the build tools' log); ``False`` prints nothing on success (the JIT at import).
@@ -683,6 +688,7 @@ def compile_library(
             source_dir=source_dir,
             python=python,
             python_exports=python_exports,
+            platform=platform,
         )
         key = plan.cache_key()
         plan.output_dir.mkdir(parents=True, exist_ok=True)

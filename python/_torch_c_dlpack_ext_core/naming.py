@@ -73,12 +73,25 @@ LEGACY_INT_ATTR = "__c_dlpack_exchange_api__"
 #: The files of ``csrc/`` a build reads: the driver hashes them into its cache key and
 #: the wheel and sdist ship them.
 SOURCE_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc", ".map")
-#: ``sys.platform`` -> the name of the toolchain that builds there (the keys of
-#: :data:`_torch_c_dlpack_ext_core.toolchains.TOOLCHAINS`). No other platform is supported.
-PLATFORM_TOOLCHAINS = {"linux": "gnu", "darwin": "darwin", "win32": "msvc"}
+#: A build target -> the name of the toolchain that builds for it (the keys of
+#: :data:`_torch_c_dlpack_ext_core.toolchains.TOOLCHAINS`). A target is ``sys.platform``
+#: (a native build: the host's compiler makes the host's code), or the wheel platform tag
+#: of a cross target (``linux_aarch64``: Debian's ``aarch64-linux-gnu-g++`` makes aarch64
+#: code on any Linux host). No other target is supported.
+PLATFORM_TOOLCHAINS = {
+    "linux": "gnu",
+    "darwin": "darwin",
+    "win32": "msvc",
+    "linux_aarch64": "gnu-aarch64",
+}
 #: Per toolchain: ``(file prefix, suffix)`` of a shared library. The toolchains read it
 #: from here, so file names are defined once for the build, the wheels and the runtime.
-SHARED_LIBRARY_NAMING = {"gnu": ("lib", ".so"), "darwin": ("lib", ".dylib"), "msvc": ("", ".dll")}
+SHARED_LIBRARY_NAMING = {
+    "gnu": ("lib", ".so"),
+    "darwin": ("lib", ".dylib"),
+    "msvc": ("", ".dll"),
+    "gnu-aarch64": ("lib", ".so"),
+}
 
 
 #: The ``python`` of a library built with the limited C API (``Py_LIMITED_API`` =
@@ -172,8 +185,9 @@ def torch_minor(version: str) -> tuple[int, int]:
 
 
 def toolchain_name(platform: str | None = None) -> str:
-    """The toolchain that builds on ``platform`` (as ``sys.platform`` spells it; default
-    this one): ``gnu``, ``darwin`` or ``msvc``.
+    """The toolchain that builds for ``platform`` (as ``sys.platform`` spells it, default
+    this one; or a cross target of :data:`PLATFORM_TOOLCHAINS`): ``gnu``, ``darwin``,
+    ``msvc`` or ``gnu-aarch64``.
 
     Raises :class:`~_torch_c_dlpack_ext_core.errors.ConfigError` for any other platform.
     """
@@ -185,7 +199,8 @@ def toolchain_name(platform: str | None = None) -> str:
         known = ", ".join(PLATFORM_TOOLCHAINS)
         raise ConfigError(
             f"unsupported platform {brief(platform)}: torch-c-dlpack-ext builds and names "
-            f"libraries for {known} (as sys.platform spells them)"
+            f"libraries for {known} (sys.platform spellings, or a cross target's wheel "
+            "platform tag)"
         )
     return name
 

@@ -1,13 +1,16 @@
-"""The toolchains (gnu, darwin, msvc) behind one :class:`Toolchain` protocol, and their registry.
+"""The toolchains (gnu, darwin, msvc, cross gnu-aarch64) behind one :class:`Toolchain`
+protocol, and their registry.
 
 :func:`toolchain_for` is the one place a platform string turns into behaviour:
 everything the build does differently per platform is a method or attribute of
-the toolchain it returns (see :mod:`.protocol`). The platform-to-toolchain map
+the toolchain it returns (see :mod:`.protocol`); a cross target (``linux_aarch64``)
+is a toolchain like the others. The platform-to-toolchain map
 and the shared-library file names are data of :mod:`..naming`, the one source
 that the runtime also reads.
 
 Modules: :mod:`.protocol` (the protocol and its data types), :mod:`.unix` (what
-gnu and darwin share), :mod:`.gnu`, :mod:`.darwin`, :mod:`.msvc`, and :mod:`.elf`
+gnu and darwin share), :mod:`.gnu`, :mod:`.cross` (gnu with a target-prefixed
+compiler), :mod:`.darwin`, :mod:`.msvc`, and :mod:`.elf`
 (``nm``-based symbol reading and the ELF ABI audit the gnu toolchain runs).
 """
 
@@ -17,6 +20,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from ..naming import toolchain_name
+from .cross import GNU_AARCH64
 from .darwin import DARWIN
 from .gnu import GNU
 from .msvc import MSVC
@@ -34,13 +38,13 @@ __all__ = [
 
 #: Every toolchain, by name (the values of :data:`..naming.PLATFORM_TOOLCHAINS`).
 TOOLCHAINS: Mapping[str, Toolchain] = MappingProxyType(
-    {toolchain.name: toolchain for toolchain in (GNU, DARWIN, MSVC)}
+    {toolchain.name: toolchain for toolchain in (GNU, DARWIN, MSVC, GNU_AARCH64)}
 )
 
 
 def toolchain_for(platform: str) -> Toolchain:
-    """The toolchain that builds on ``platform`` (as ``sys.platform`` spells it:
-    ``linux``, ``darwin``, ``win32``).
+    """The toolchain that builds for ``platform`` (as ``sys.platform`` spells it:
+    ``linux``, ``darwin``, ``win32``; or a cross target: ``linux_aarch64``).
 
     Raises :class:`~..errors.ConfigError` naming the supported platforms for any other.
     """

@@ -49,6 +49,7 @@ class DarwinToolchain(WithoutBinaryAudit):
     name = "darwin"
     library_prefix, library_suffix = SHARED_LIBRARY_NAMING["darwin"]
     dual_abi = False
+    target_platform: str | None = None  # native: the host's platform
     #: delocate's ``--exclude`` list (CPU builds only: no CUDA / ROCm on macOS);
     #: ``[tool.cibuildwheel.macos] repair-wheel-command`` in pyproject.toml repeats it.
     repair_excludes = (

@@ -25,6 +25,7 @@ class GnuToolchain:
     name = "gnu"
     library_prefix, library_suffix = SHARED_LIBRARY_NAMING["gnu"]
     dual_abi = True
+    target_platform: str | None = None  # native: the host's platform
     #: auditwheel's ``--exclude`` list; ``[tool.cibuildwheel.linux] repair-wheel-command``
     #: in pyproject.toml repeats it (TOML cannot import it) and a unit test keeps them equal.
     repair_excludes = (

@@ -42,6 +42,7 @@ class MsvcToolchain(WithoutBinaryAudit):
     name = "msvc"
     library_prefix, library_suffix = SHARED_LIBRARY_NAMING["msvc"]
     dual_abi = False
+    target_platform: str | None = None  # native: the host's platform
     #: No repair tool runs on Windows wheels (``repair-wheel-command = ""``).
     repair_excludes: tuple[str, ...] = ()
 

@@ -129,6 +129,13 @@ class Toolchain(Protocol):
         ...
 
     @property
+    def target_platform(self) -> str | None:
+        """The wheel platform tag of the code it makes when that is not the host's (a
+        cross toolchain: ``linux_aarch64``), recorded in each library's manifest entry;
+        ``None`` for a native toolchain (the host's tag is recorded)."""
+        ...
+
+    @property
     def dual_abi(self) -> bool:
         """libstdc++'s dual ABI applies: torch's ABI is read and compiled in, and it is
         part of the library's name."""
