@@ -9,7 +9,10 @@ on: it imports the package, then reads the attributes):
   C++ ABI is verified, loaded and published as that capsule (plus the legacy int
   ``__c_dlpack_exchange_api__``);
 - if nothing applies, import still succeeds: one :class:`TorchCDLPackExtWarning`
-  says why and what to do, and :func:`status` keeps the details.
+  says why and what to do, and :func:`status` keeps the details. Where the warnings
+  filter makes that warning an error (``python -W error``), the import raises
+  :class:`~torch_c_dlpack_ext.errors.WarningAsImportError`, an ``ImportError`` with the
+  warning as its cause, which consumers' optional-import guards catch.
 
 Import never compiles, spawns processes or touches the network unless
 ``TORCH_C_DLPACK_EXT_JIT=1`` asks it to build a library.
@@ -152,7 +155,7 @@ def _contained_status(exc: BaseException) -> StatusFields | None:
         category = UserWarning
     try:
         warnings.warn(message, category, stacklevel=3)
-    except Warning:  # the user's -W error: propagate, as the boundary does
+    except Warning:  # the user's -W error: the boundary makes it an ImportError
         raise
     except Exception:  # cannot be displayed (closed stderr, a failing hook)
         pass  # the status below still records the text
@@ -169,16 +172,47 @@ def _contained_status(exc: BaseException) -> StatusFields | None:
         return None
 
 
+def _warning_as_import_error(warning: Warning) -> ImportError:
+    """The ImportError that leaves the import when the user's warnings filter turned a
+    warning raised during it (ours, or one from torch) into an exception."""
+    try:
+        said = str(warning)
+    except Exception:  # a warning whose str() fails
+        said = type(warning).__name__
+    if not said.startswith("torch-c-dlpack-ext: "):
+        said = f"torch-c-dlpack-ext: a {type(warning).__name__} during the import: {said}"
+    kind = type(warning)
+    category = kind.__qualname__
+    if kind.__module__ != "builtins":  # -W and pytest take a dotted path to the class
+        category = f"{kind.__module__}.{category}"
+    message = (
+        f"{said} [The warnings filter (python -W error, or pytest's filterwarnings = error) "
+        "made this warning an error, so the import failed; consumers that import this "
+        "package optionally (tvm-ffi) use their own path instead. To import it: remove "
+        f"the cause above, let the warning through (-W default::{category}), "
+        "or set TORCH_C_DLPACK_EXT_DISABLE=1 to load nothing, quietly.]"
+    )
+    try:
+        from .errors import WarningAsImportError
+
+        return WarningAsImportError(message, warning)
+    except Exception:  # errors.py itself is broken: still an ImportError
+        return ImportError(message, name=__name__)
+
+
 def _import_boundary() -> StatusFields | None:
     """Run the selector; turn ANY exception it lets out into the documented outcome.
 
-    The one place that guarantees ``import torch_c_dlpack_ext`` does not raise (the
-    code below reports every expected failure itself; this catches the unexpected,
-    including ``BaseException`` subclasses such as ``GeneratorExit``): whatever was set
-    on ``torch.Tensor`` is put back, one warning names the exception, and
-    :func:`status` says UNAVAILABLE. Only ``KeyboardInterrupt``, ``SystemExit`` and a
-    warning that the user's filters turned into an error (``-W error``) propagate,
-    after the same restore: the user asked for those.
+    The one place that guarantees ``import torch_c_dlpack_ext`` raises nothing but an
+    ``ImportError`` (the code below reports every expected failure itself; this catches
+    the unexpected, including ``BaseException`` subclasses such as ``GeneratorExit``):
+    whatever was set on ``torch.Tensor`` is put back, one warning names the exception,
+    and :func:`status` says UNAVAILABLE. ``KeyboardInterrupt`` and ``SystemExit``
+    propagate, after the same restore: the user asked for those. A warning that the
+    user's filters turned into an exception (``-W error``) leaves as a
+    :class:`~torch_c_dlpack_ext.errors.WarningAsImportError` (an ``ImportError``,
+    the warning chained as its cause), because consumers guard this import with
+    ``except ImportError`` only.
     """
     tensor: Any = None
     saved: dict[str, object] = {}
@@ -193,9 +227,14 @@ def _import_boundary() -> StatusFields | None:
         return _run_selector()
     except BaseException as exc:
         _restore(tensor, saved)
-        if isinstance(exc, (KeyboardInterrupt, SystemExit, Warning)):
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
-        return _contained_status(exc)
+        if isinstance(exc, Warning):
+            raise _warning_as_import_error(exc) from exc
+        try:
+            return _contained_status(exc)
+        except Warning as warning:  # the boundary's own warning, made an error
+            raise _warning_as_import_error(warning) from warning
 
 
 # The import keeps the fields of its Status; status() makes the record on first use.

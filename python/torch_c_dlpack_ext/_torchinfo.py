@@ -80,16 +80,19 @@ def check_table(pointer: int, origin: str) -> tuple[int, int]:
 
 
 def detect_backend(torch: Any) -> Backend:
-    """The backend of a torch module, by the project's reviewed rule.
+    """The backend of a torch module, by its build flavour: ``torch.version.hip`` set
+    -> rocm, else ``torch.version.cuda`` set -> cuda, else cpu.
 
-    A GPU torch with no usable device reports ``cpu``: the CPU library serves it.
+    No device is asked: ``torch.cuda.is_available()`` runs ``cudaGetDeviceCount``, which
+    initialises the driver (``cuInit``), poisons later ``fork()``s and freezes
+    ``CUDA_VISIBLE_DEVICES``, in every process that imports tvm-ffi. A GPU torch on a
+    host without a device gets its backend's library, which serves CPU tensors too.
     ``getattr`` keeps builds whose ``torch.version`` lacks ``cuda`` or ``hip`` safe.
     """
-    if torch.cuda.is_available():
-        if getattr(torch.version, "cuda", None) is not None:
-            return Backend.CUDA
-        if getattr(torch.version, "hip", None) is not None:
-            return Backend.ROCM
+    version = getattr(torch, "version", None)
+    if getattr(version, "hip", None) is not None:
+        return Backend.ROCM
+    if getattr(version, "cuda", None) is not None:
         return Backend.CUDA
     return Backend.CPU
 
@@ -339,8 +342,9 @@ class TorchInfo(NamedTuple):
     def from_torch(cls, torch: Any) -> TorchInfo:
         """Describe an imported ``torch`` module.
 
-        Raises what torch raises (``torch.cuda.is_available()`` failing, no
-        ``__version__``): the caller reports that torch cannot be described.
+        Asks no device anything (:func:`detect_backend`). Raises what torch raises (no
+        ``__version__``, a failing ``compiled_with_cxx11_abi``): the caller reports that
+        torch cannot be described.
         """
         abi: bool | None
         if sys.platform.startswith(("win", "darwin")):

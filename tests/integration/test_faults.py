@@ -213,7 +213,6 @@ del sys.modules["torch"]
 fake = types.ModuleType("torch")
 fake.__version__ = "2.10.0+rocm6.4"
 fake.Tensor = Tensor
-fake.cuda = types.SimpleNamespace(is_available=lambda: True)
 fake.version = types.SimpleNamespace(cuda=None, hip="6.4")
 fake.compiled_with_cxx11_abi = lambda: True
 sys.modules["torch"] = fake
@@ -242,7 +241,8 @@ def test_library_for_other_cxx_abi_is_refused(
     tmp_path: Path, old_torch_env: Callable[[str], Any], build_cache: Path
 ) -> None:
     """A 2.8 library (cxx11 ABI) presented as the 2.6 entry (old ABI) to PyPI's 2.6.0:
-    dlopen reports an undefined symbol, which must become a warning, not an error."""
+    dlopen reports an undefined symbol, which must become a warning, not an error.
+    (PyPI's 2.6.0 is a CUDA build: ``BACKEND=cpu`` makes the CPU entry the one tried.)"""
     from _torch_c_dlpack_ext_core.driver import compile_library
 
     env28 = old_torch_env("2.8.0")
@@ -252,7 +252,7 @@ def test_library_for_other_cxx_abi_is_refused(
     root = make_package(
         tmp_path, [Bundled(out / entry.file, "2.6", Backend.CPU, False, "2.6.0+cu124")]
     )
-    result = probe(root, python=env26.python, timeout=300)
+    result = probe(root, python=env26.python, timeout=300, **{P + "BACKEND": "cpu"})
     assert_contained(result, "cannot be loaded", "undefined symbol")
 
 
@@ -371,21 +371,37 @@ os.write(1, b"ok\\n")
     assert proc.stdout.strip().endswith("ok")
 
 
-def test_warning_turned_into_error_still_propagates(tmp_path: Path) -> None:
-    """-W error is the user's choice: that Warning is raised from import, as before."""
+def test_warning_turned_into_error_leaves_as_an_import_error(tmp_path: Path) -> None:
+    """-W error is the user's choice, but consumers guard the import with ``except
+    ImportError`` only (tvm-ffi 0.1.1-0.1.15): what leaves is an ImportError subclass, the
+    warning chained as its cause, naming the cause and how to import anyway."""
     root = make_package(tmp_path, manifest=False)
     code = """
 import warnings
 import torch
+before = dict(vars(torch.Tensor))
 warnings.simplefilter("error")
 try:
     import torch_c_dlpack_ext
-except Warning as exc:
+except ImportError as exc:
+    from torch_c_dlpack_ext.errors import WarningAsImportError
+    from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtWarning
+    assert isinstance(exc, WarningAsImportError), type(exc)
+    assert isinstance(exc.__cause__, TorchCDLPackExtWarning), repr(exc.__cause__)
+    assert exc.warning is exc.__cause__ and exc.name == "torch_c_dlpack_ext"
+    assert str(exc.__cause__) in str(exc)
+    assert dict(vars(torch.Tensor)) == before
     print("raised", type(exc).__name__)
+    print(exc)
 """
     proc = run_python(code, pythonpath=[root], env=clean_env(**{P + "FORCE": "1"}), timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "raised TorchCDLPackExtWarning", proc.stdout
+    first, message = proc.stdout.strip().split("\n", 1)
+    assert first == "raised WarningAsImportError", proc.stdout
+    assert "no manifest at" in message, message  # the cause
+    assert "made this warning an error" in message, message
+    assert "-W default::_torch_c_dlpack_ext_core.errors.TorchCDLPackExtWarning" in message, message
+    assert f"{P}DISABLE=1" in message, message
 
 
 def test_reimport_says_the_capsule_is_ours_not_torchs(tmp_path: Path) -> None:
@@ -415,7 +431,8 @@ print(status.reason)
     assert "provides __dlpack_c_exchange_api__ itself" not in reason, reason
 
 
-GPU_TORCH = "import torch\ntorch.cuda.is_available = lambda: True\n"
+# A CUDA build of torch, by the flavour the selector reads (no device is ever asked).
+GPU_TORCH = "import torch\ntorch.version.cuda = '12.8'\n"
 
 
 @pytest.mark.parametrize(
