@@ -30,9 +30,8 @@ if TYPE_CHECKING:
     from _torch_c_dlpack_ext_core.version import __version__
 
     from . import errors
-    from ._loader import StatusFields
     from ._select import DecisionKind
-    from ._status import Status
+    from ._status import Status, StatusFields
 
 __all__ = [
     "DecisionKind",
@@ -107,7 +106,13 @@ def _torch_defers() -> bool:
 def _run_selector() -> StatusFields | None:
     if _torch_defers():
         return None
-    from ._loader import select_and_load
+    from ._loader import load_common
+
+    fields = load_common(os.environ, _PACKAGE_DIR)
+    if fields is not None:
+        return fields
+    # Anything unusual: the full selector decides, acts and says why.
+    from ._selector import select_and_load
 
     return select_and_load(os.environ, _PACKAGE_DIR)
 
@@ -258,15 +263,9 @@ def status() -> Status:
     """What importing this package did: the decision, the library loaded (if any),
     the running torch, the reason, and the warnings emitted."""
     if "status" not in _STATE:
-        fields = _STATE["fields"]
-        if fields is None:
-            from ._loader import deferred_status
+        from ._selector import status_of
 
-            made = deferred_status()
-        else:
-            from ._status import Status
-
-            made = Status(**fields)
+        made = status_of(_STATE["fields"])
         # setdefault is atomic: threads asking at once all get the first record made.
         _STATE.setdefault("status", made)
     current: Status = _STATE["status"]
@@ -283,7 +282,7 @@ def build_for_current_torch() -> Path:
     Returns the library's path; raises a :class:`~torch_c_dlpack_ext.errors.BuildError`
     (or another :mod:`~torch_c_dlpack_ext.errors` class) saying what is missing.
     """
-    from ._loader import build_for_current_torch as build
+    from ._selector import build_for_current_torch as build
 
     _STATE["status"], library = build(os.environ)
     return library

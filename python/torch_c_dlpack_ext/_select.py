@@ -241,7 +241,13 @@ def decide(
     5. ``LIBRARY`` -> ``LOAD`` that file (no manifest, so no size/sha256 check).
     6. The manifest is unusable -> ``JIT`` if opted in, else ``UNAVAILABLE`` naming
        the cause and the reinstall command.
-    7. The backend is ``BACKEND`` if set, else ``info.backend`` (by ``detect_backend``).
+    7. The backend is ``BACKEND`` if set, else ``info.backend``: the build flavour of
+       torch (``torch.version.hip`` -> rocm, else ``torch.version.cuda`` -> cuda, else
+       cpu; ``_torchinfo.detect_backend``), never a device query, so a CUDA torch on a
+       host without a GPU gets the CUDA library (which serves CPU tensors too). The rule
+       once asked ``torch.cuda.is_available()`` (as the package this one replaces did),
+       which initialises CUDA at import; see docs/facts.md, "The backend is the build
+       flavour".
        Entries must match torch ``major.minor`` (local versions such as
        ``2.8.0a0+abc`` count as 2.8), the backend, and the C++ ABI exactly (``None``
        matches only ``None``). Matching entries -> ``LOAD`` the first (one built

@@ -4,8 +4,8 @@ It also judges the two attributes other code may have put on ``torch.Tensor`` be
 us: a capsule is trusted only if ``PyCapsule_IsValid`` accepts it under the name
 ``dlpack_exchange_api``, and a legacy int only if it is an int64 address inside a
 loaded shared object whose table passes :func:`check_table`. Anything else is
-*bogus*: reported, and never deferred to or dereferenced. This module is the one home
-of the table checks (the loader checks its own libraries' tables with them).
+*bogus*: reported, and never deferred to or dereferenced. The table check itself is
+:func:`._capsule.check_table` (the loader checks its own libraries' tables with it).
 """
 
 from __future__ import annotations
@@ -17,11 +17,25 @@ from typing import Any, NamedTuple
 
 from _torch_c_dlpack_ext_core.naming import CAPSULE_ATTR, LEGACY_INT_ATTR, Backend, torch_minor
 
+from ._capsule import (
+    EXPORT_TABLE,
+    OWN_TABLES,
+    SUPPORTED_MAJOR,
+    TABLE_HEADER_BYTES,
+    TABLE_MEMBERS,
+    backend_of,
+    check_table,
+    cxx11_abi_of,
+)
+
 __all__ = [
     "CAPSULE_ATTR",
     "EXPORT_TABLE",
     "LEGACY_INT_ATTR",
     "OWN_TABLES",
+    "SUPPORTED_MAJOR",
+    "TABLE_HEADER_BYTES",
+    "TABLE_MEMBERS",
     "TorchInfo",
     "check_legacy_pointer",
     "check_table",
@@ -31,70 +45,12 @@ __all__ = [
     "table_origin",
 ]
 
-#: The export of a library that returns its table (see CONTRIBUTING.md, "Build contract").
-EXPORT_TABLE = "TorchDLPackExchangeAPIPtr"
-#: The DLPack major version whose ``DLPackExchangeAPI`` layout this package reads.
-SUPPORTED_MAJOR = 1
-#: Tables of the libraries this process loaded and checked (the loader adds each one).
-OWN_TABLES: set[int] = set()
-
-
-#: The two numbers of the ``DLPackExchangeAPI`` layout :func:`check_table` reads: the
-#: header (``DLPackVersion`` of two uint32, then the ``prev_api`` pointer) and the count of
-#: function pointers after it. The layout itself is the mirrors'
-#: (``_torch_c_dlpack_ext_core.dlpack_ctypes``, which the common import does not load:
-#: creating its ~15 ctypes types costs ~0.5 ms); a unit test pins these to them.
-TABLE_HEADER_BYTES = 8 + ctypes.sizeof(ctypes.c_void_p)
-TABLE_MEMBERS = 5
-
-
-def check_table(pointer: int, origin: str) -> tuple[int, int]:
-    """Check the ``DLPackExchangeAPI`` at ``pointer``; return its DLPack version.
-
-    Raises :class:`LibraryLoadError` if the pointer is NULL, the major version is
-    not 1, or any member is NULL (named through the mirrors).
-    """
-    from _torch_c_dlpack_ext_core.errors import LibraryLoadError
-
-    if not pointer:
-        raise LibraryLoadError(f"{origin}: {EXPORT_TABLE}() returned NULL")
-    major, minor = (ctypes.c_uint32 * 2).from_address(pointer)
-    version = (int(major), int(minor))
-    if version[0] != SUPPORTED_MAJOR:
-        raise LibraryLoadError(
-            f"{origin}: exchange table has DLPack version {version[0]}.{version[1]}, "
-            f"this loader reads major version {SUPPORTED_MAJOR}",
-            "upgrade torch-c-dlpack-ext or rebuild the library",
-        )
-    members = (ctypes.c_void_p * TABLE_MEMBERS).from_address(pointer + TABLE_HEADER_BYTES)
-    if not all(members):
-        from _torch_c_dlpack_ext_core.dlpack_ctypes import EXCHANGE_API_MEMBERS, DLPackExchangeAPI
-
-        table = DLPackExchangeAPI.from_address(pointer)
-        missing = [name for name in EXCHANGE_API_MEMBERS if not getattr(table, name)]
-        raise LibraryLoadError(
-            f"{origin}: exchange table has NULL member(s) {', '.join(missing)}",
-            "the library is incomplete: rebuild it",
-        )
-    return version
-
 
 def detect_backend(torch: Any) -> Backend:
-    """The backend of a torch module, by its build flavour: ``torch.version.hip`` set
-    -> rocm, else ``torch.version.cuda`` set -> cuda, else cpu.
-
-    No device is asked: ``torch.cuda.is_available()`` runs ``cudaGetDeviceCount``, which
-    initialises the driver (``cuInit``), poisons later ``fork()``s and freezes
-    ``CUDA_VISIBLE_DEVICES``, in every process that imports tvm-ffi. A GPU torch on a
-    host without a device gets its backend's library, which serves CPU tensors too.
-    ``getattr`` keeps builds whose ``torch.version`` lacks ``cuda`` or ``hip`` safe.
-    """
-    version = getattr(torch, "version", None)
-    if getattr(version, "hip", None) is not None:
-        return Backend.ROCM
-    if getattr(version, "cuda", None) is not None:
-        return Backend.CUDA
-    return Backend.CPU
+    """The backend of a torch module, by its build flavour (:func:`._capsule.backend_of`:
+    ``torch.version.hip`` -> rocm, else ``torch.version.cuda`` -> cuda, else cpu). No
+    device is asked, so describing torch never initialises CUDA."""
+    return Backend(backend_of(torch))
 
 
 def mapped_image_base(address: int) -> int | None:
@@ -346,12 +302,7 @@ class TorchInfo(NamedTuple):
         ``__version__``, a failing ``compiled_with_cxx11_abi``): the caller reports that
         torch cannot be described.
         """
-        abi: bool | None
-        if sys.platform.startswith(("win", "darwin")):
-            abi = None
-        else:
-            compiled = getattr(torch, "compiled_with_cxx11_abi", None)
-            abi = bool(compiled()) if callable(compiled) else None
+        abi = cxx11_abi_of(torch)
         version_mod = getattr(torch, "version", None)
         version = torch.__version__
         if not isinstance(version, str):
