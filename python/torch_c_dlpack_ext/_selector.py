@@ -90,21 +90,49 @@ def _cause(exc: BaseException) -> str:
     return str(getattr(exc, "cause", None) or _one_line(exc))
 
 
+#: Names spelled in lower case even at the start of a sentence.
+_LOWER_CASE_NAMES = frozenset({"torch", "torch's", "tvm-ffi", "pip"})
+
+
 def _sentence(message: str) -> str:
     """``message`` as a sentence: capitalised (unless it starts with an identifier such as
-    ``torch.Tensor``) and ending in a full stop."""
+    ``torch.Tensor`` or a name spelled in lower case, such as ``torch``) and ending in a
+    full stop."""
     first = message.split(" ", 1)[0]
-    if message[:1].islower() and not any(c in first for c in "._/="):
+    if (
+        message[:1].islower()
+        and not any(c in first for c in "._/=")
+        and first not in _LOWER_CASE_NAMES
+    ):
         message = message[0].upper() + message[1:]
     return message if message.endswith(".") else message + "."
 
 
+def _run_as_diagnostics() -> bool:
+    """Whether this import is ``python -m torch_c_dlpack_ext`` locating its ``__main__``:
+    the report it prints says everything the warning would (repeating it above the report,
+    as ``<frozen runpy>:...: TorchCDLPackExtWarning``, only confuses). While ``-m`` locates
+    the module, ``sys.argv[0]`` is ``"-m"``; ``sys.orig_argv`` (3.10+) names the module."""
+    if sys.argv[:1] != ["-m"]:
+        return False
+    argv: list[str] | None = getattr(sys, "orig_argv", None)
+    if argv is None:  # Python 3.9: "-m" alone says a module is being located
+        return True
+    try:
+        return argv[argv.index("-m") + 1] == "torch_c_dlpack_ext"
+    except (ValueError, IndexError):
+        return False
+
+
 def _announce(messages: Sequence[str]) -> str | None:
-    """Emit everything this import has to say as ONE warning; return its text."""
+    """Emit everything this import has to say as ONE warning; return its text (kept by
+    :func:`torch_c_dlpack_ext.status` even when nothing is emitted)."""
     if not messages:
         return None
     sentences = [_sentence(m) for m in messages]
     text = "torch-c-dlpack-ext: " + " ".join(sentences)
+    if _run_as_diagnostics():
+        return text
     try:
         warnings.warn(text, TorchCDLPackExtWarning, stacklevel=_importer_stacklevel())
     except Warning:  # the user's filters made it an error (-W error): they asked for that

@@ -284,7 +284,9 @@ print(status.kind.value, status.torch, "|", status.reason, "|", status.remedy)
     assert "install torch" in proc.stdout
     # Nothing published, so the one warning the README promises (issue 9, class 5).
     assert proc.stderr.count("TorchCDLPackExtWarning") == 1, proc.stderr
-    assert "Torch is not importable (ModuleNotFoundError" in proc.stderr, proc.stderr
+    assert "torch-c-dlpack-ext: torch is not importable (ModuleNotFoundError" in proc.stderr, (
+        proc.stderr
+    )
     diag = run_python(
         "import sys; sys.modules['torch'] = None\n"
         "from torch_c_dlpack_ext.__main__ import main; sys.exit(main([]))",
