@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from _torch_c_dlpack_ext_core.naming import CAPSULE_ATTR, LEGACY_INT_ATTR, Backend, torch_minor
 
 from ._capsule import (
+    EXPORT_BUILD_INFO,
     EXPORT_TABLE,
     OWN_TABLES,
     SUPPORTED_MAJOR,
@@ -95,22 +96,41 @@ def _table_provenance(address: int, base: int) -> str | None:
     if address in OWN_TABLES:
         return OWN_LIBRARY
     name = _IMAGE_NAMES.get(base, b"")
-    if not name:
-        return None
     if os.path.basename(name).startswith(b"libtorch_python"):
         return "torch's own libtorch_python"
+    handle = _exporting_image(name, address)
+    if handle is None:
+        return None
+    if hasattr(handle, EXPORT_BUILD_INFO):  # only this package's libraries say their build
+        return OWN_LIBRARY
+    # The same export without the build info: tvm-ffi's own torch addon (JIT-built by
+    # tvm-ffi where this package was not installed) or torch-c-dlpack-ext 0.1.x. Trusted as
+    # a table (it passed every check), but named as what it is, never as ours.
+    return f"{os.path.basename(os.fsdecode(name))} ({FOREIGN_LIBRARY})"
+
+
+def _exporting_image(name: bytes, address: int) -> ctypes.CDLL | None:
+    """A handle on the loaded image ``name`` if its ``TorchDLPackExchangeAPIPtr()``
+    returns exactly ``address``."""
+    if not name:
+        return None
     try:  # RTLD_NOLOAD: a handle on the image already there, never a new load
         handle = ctypes.CDLL(os.fsdecode(name), mode=os.RTLD_NOLOAD | ctypes.RTLD_LOCAL)
         export = getattr(handle, EXPORT_TABLE)
     except (OSError, AttributeError, ValueError):
         return None
     export.restype, export.argtypes = ctypes.c_void_p, []
-    return OWN_LIBRARY if export() == address else None
+    return handle if export() == address else None
 
 
-#: :func:`_table_provenance` of a table from a torch-c-dlpack-ext library (ours, or the
-#: package this one replaces); anything else it accepts is torch's own.
+#: :func:`_table_provenance` of a table from a torch-c-dlpack-ext library of this package
+#: (it exports ``TorchCDLPackExtBuildInfo``).
 OWN_LIBRARY = "a torch-c-dlpack-ext library"
+#: What a library exporting ``TorchDLPackExchangeAPIPtr`` but no build info is.
+FOREIGN_LIBRARY = (
+    "a library exporting TorchDLPackExchangeAPIPtr without this package's build info: "
+    "tvm-ffi's torch addon or torch-c-dlpack-ext 0.1.x"
+)
 
 
 def _mapping_permissions() -> list[tuple[int, int, str]] | None:
@@ -287,7 +307,8 @@ class TorchInfo(NamedTuple):
     #: Why an attribute that is present was judged bogus (then it is ignored, not trusted).
     bogus_attributes: tuple[str, ...] = ()
     #: Who made the valid capsule: ``""`` for torch, :data:`OWN_LIBRARY` when it is the
-    #: table of a torch-c-dlpack-ext library (an earlier import in this process).
+    #: table of a library of this package (an earlier import in this process), else the
+    #: image that published it (``libtorch_c_dlpack_addon_torch28-cpu.so (...)``).
     capsule_origin: str = ""
 
     @property
@@ -318,5 +339,6 @@ class TorchInfo(NamedTuple):
             has_capsule=has_capsule,
             has_legacy_int=has_legacy_int,
             bogus_attributes=bogus,
-            capsule_origin=origin if origin == OWN_LIBRARY else "",
+            # torch's own table is the default (""); anything else is named.
+            capsule_origin="" if origin.startswith("torch") else origin,
         )

@@ -580,3 +580,45 @@ def test_library_override_replaced_by_fifo_is_refused_without_blocking(tmp_path:
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["kind"] == "unavailable", result
     assert "is a FIFO" in result["reason"], result
+
+
+FOREIGN_TABLE = """
+import ctypes, sys
+import torch
+lib = ctypes.CDLL(sys.argv[1])
+lib.TorchDLPackExchangeAPIPtr.restype = ctypes.c_void_p
+name = ctypes.create_string_buffer(b"dlpack_exchange_api")
+new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi))
+# What tvm-ffi does with its JIT-built addon when this package is not installed.
+torch.Tensor.__dlpack_c_exchange_api__ = new(lib.TorchDLPackExchangeAPIPtr(),
+                                             ctypes.addressof(name), None)
+import torch_c_dlpack_ext
+status = torch_c_dlpack_ext.status()
+print(status.kind.value)
+print(status.reason)
+"""
+
+
+@pytest.mark.parametrize("build_info", [False, True], ids=["foreign", "ours"])
+def test_a_table_someone_else_published_is_named_as_theirs(
+    tmp_path: Path, build_info: bool
+) -> None:
+    """Issue 21 item 1: a table from an image exporting ``TorchDLPackExchangeAPIPtr`` but
+    not this package's ``TorchCDLPackExtBuildInfo`` (tvm-ffi's own addon, 0.1.x) is deferred
+    to and named by its image, never reported as "a torch-c-dlpack-ext library (an earlier
+    import in this process)"; one with the build info is ours."""
+    defines = () if build_info else ("FAKE_NO_BUILD_INFO",)
+    library = build_fake_library(tmp_path / "lib", *defines, name="libtorch_c_dlpack_addon.so")
+    root = make_package(tmp_path / "pkg", manifest=False)
+    proc = run_python(FOREIGN_TABLE, pythonpath=[root], args=[str(library)], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    kind, reason = proc.stdout.strip().splitlines()[-2:]
+    assert kind == "defer", proc.stdout
+    if build_info:
+        assert "a torch-c-dlpack-ext library (an earlier import in this process)" in reason
+    else:
+        assert reason.startswith("libtorch_c_dlpack_addon.so (a library exporting"), reason
+        assert "tvm-ffi's torch addon" in reason, reason
+        assert "earlier import" not in reason, reason
+        assert f"{P}FORCE=1 replaces it" in reason, reason
