@@ -903,12 +903,12 @@ for cls in classes + [CustomBase, Unprintable]:
     for name in [m for m in sys.modules if m.startswith("torch_c_dlpack_ext")]:
         del sys.modules[name]
     fake = types.ModuleType("torch_c_dlpack_ext._loader")
-    def select_and_load(environ, package_dir, exc=exc):
+    def load_common(environ, package_dir, exc=exc):  # the import's first call into it
         # Half-way through publishing, then the unexpected.
         torch.Tensor.__c_dlpack_exchange_api__ = 12345
         torch.Tensor.__dlpack_c_exchange_api__ = "half-published"
         raise exc
-    fake.select_and_load = select_and_load
+    fake.load_common = load_common
     sys.modules["torch_c_dlpack_ext._loader"] = fake
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -956,10 +956,10 @@ for name in ("KeyboardInterrupt", "SystemExit"):
     for m in [m for m in sys.modules if m.startswith("torch_c_dlpack_ext")]:
         del sys.modules[m]
     fake = types.ModuleType("torch_c_dlpack_ext._loader")
-    def select_and_load(environ, package_dir, name=name):
+    def load_common(environ, package_dir, name=name):
         torch.Tensor.__c_dlpack_exchange_api__ = 1
         raise getattr(__builtins__, name)()
-    fake.select_and_load = select_and_load
+    fake.load_common = load_common
     sys.modules["torch_c_dlpack_ext._loader"] = fake
     try:
         import torch_c_dlpack_ext
@@ -1037,3 +1037,53 @@ def test_import_tvm_ffi_is_total_and_builds_no_addon(
         count_case("import totality: tvm-ffi on torch 2.8 (one process each)", 1)
     finally:
         _remove(tmp)
+
+
+#: tvm-ffi's own warning when its fallback (JIT-compiling its addon) fails, as it must here
+#: (no compiler, no setuptools): under -W error that one is tvm-ffi's to raise.
+TVM_OWN_WARNING = "Failed to JIT torch c dlpack extension"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tvm_warning", ["error", "ignored"])
+def test_import_tvm_ffi_under_warnings_as_errors_falls_back(
+    tmp_path: Path, tvm_env: Any, tvm_warning: str
+) -> None:
+    """Issue 18: ``python -W error -c "import tvm_ffi"`` with no usable library
+    (``BACKEND=rocm`` on PyPI's CUDA torch 2.8 stands in for one): our import fails with an
+    ImportError, which tvm-ffi's guard catches, and tvm-ffi goes on to its own path. That
+    path here ends in tvm-ffi's own warning (it cannot build its addon), which ``-W error``
+    raises from tvm-ffi itself; with that one warning let through, the import succeeds.
+    Either way nothing of ours escapes (before, our warning did)."""
+    root = make_package(tmp_path / "pkg", manifest=False)
+    bin_dir = tmp_path / "bin"  # no compiler: tvm-ffi's own addon build fails fast
+    bin_dir.mkdir()
+    filters = "error" if tvm_warning == "error" else f"error,ignore:{TVM_OWN_WARNING}:UserWarning"
+    code = (
+        "import sys, tvm_ffi\n"
+        "assert 'torch_c_dlpack_ext' not in sys.modules\n"  # its import failed, cleanly
+        "print('ok')\n"
+    )
+    proc = run_python(
+        code,
+        pythonpath=[root],
+        python=tvm_env.python,
+        env=clean_env(
+            **{P + "BACKEND": "rocm"},
+            PYTHONWARNINGS=filters,  # python -W error [-W ignore:...]
+            PATH=str(bin_dir),
+            CXX="",
+            CC="",
+            TVM_FFI_CACHE_DIR=str(tmp_path / "tvm-cache"),
+        ),
+        timeout=300,
+    )
+    assert "TorchCDLPackExtWarning" not in proc.stderr, proc.stderr[-3000:]
+    assert "WarningAsImportError" not in proc.stderr, proc.stderr[-3000:]
+    if tvm_warning == "ignored":
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stdout.strip().endswith("ok"), proc.stdout
+    else:
+        assert proc.returncode == 0 or f"UserWarning: {TVM_OWN_WARNING}" in proc.stderr, (
+            proc.stderr[-3000:]
+        )
