@@ -21,7 +21,6 @@ Import never compiles, spawns processes or touches the network unless
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -137,74 +136,6 @@ def _restore(tensor: Any, saved: dict[str, object]) -> None:
         return
 
 
-def _contained_status(exc: BaseException) -> StatusFields | None:
-    """Emit the one warning for an exception the selector let out; return its status's
-    fields."""
-    try:
-        cause = f"{type(exc).__name__}: {exc}"
-    except Exception:  # an exception whose str() fails too
-        cause = f"{type(exc).__name__} (unprintable)"
-    if len(cause) > 300:
-        cause = cause[:300] + "..."
-    message = (
-        f"torch-c-dlpack-ext: selecting a library failed ({cause}); nothing published, "
-        "torch.Tensor left unchanged. Please report it with the output of: "
-        "python -m torch_c_dlpack_ext"
-    )
-    category: type[Warning] = UserWarning
-    try:
-        from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtWarning
-
-        category = TorchCDLPackExtWarning
-    except Exception:  # even errors.py is broken: still warn, as a UserWarning
-        category = UserWarning
-    try:
-        warnings.warn(message, category, stacklevel=3)
-    except Warning:  # the user's -W error: the boundary makes it an ImportError
-        raise
-    except Exception:  # cannot be displayed (closed stderr, a failing hook)
-        pass  # the status below still records the text
-    try:
-        from ._select import DecisionKind as Kind
-
-        return {
-            "kind": Kind.UNAVAILABLE,
-            "reason": f"selecting a library failed ({cause})",
-            "remedy": "report it with the output of python -m torch_c_dlpack_ext",
-            "warnings": (message,),
-        }
-    except Exception:
-        return None
-
-
-def _warning_as_import_error(warning: Warning) -> ImportError:
-    """The ImportError that leaves the import when the user's warnings filter turned a
-    warning raised during it (ours, or one from torch) into an exception."""
-    try:
-        said = str(warning)
-    except Exception:  # a warning whose str() fails
-        said = type(warning).__name__
-    if not said.startswith("torch-c-dlpack-ext: "):
-        said = f"torch-c-dlpack-ext: a {type(warning).__name__} during the import: {said}"
-    kind = type(warning)
-    category = kind.__qualname__
-    if kind.__module__ != "builtins":  # -W and pytest take a dotted path to the class
-        category = f"{kind.__module__}.{category}"
-    message = (
-        f"{said} [The warnings filter (python -W error, or pytest's filterwarnings = error) "
-        "made this warning an error, so the import failed; consumers that import this "
-        "package optionally (tvm-ffi) use their own path instead. To import it: remove "
-        f"the cause above, let the warning through (-W default::{category}), "
-        "or set TORCH_C_DLPACK_EXT_DISABLE=1 to load nothing, quietly.]"
-    )
-    try:
-        from .errors import WarningAsImportError
-
-        return WarningAsImportError(message, warning)
-    except Exception:  # errors.py itself is broken: still an ImportError
-        return ImportError(message, name=__name__)
-
-
 def _import_boundary() -> StatusFields | None:
     """Run the selector; turn ANY exception it lets out into the documented outcome.
 
@@ -234,12 +165,20 @@ def _import_boundary() -> StatusFields | None:
         _restore(tensor, saved)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
+        try:  # only now: the common import never loads the boundary's wording
+            from . import _boundary
+        except Exception:  # a broken installation: still what consumers' guards catch
+            raise ImportError(
+                f"torch-c-dlpack-ext: {type(exc).__name__} during the import, and its "
+                "_boundary module cannot be imported: reinstall torch-c-dlpack-ext",
+                name=__name__,
+            ) from exc
         if isinstance(exc, Warning):
-            raise _warning_as_import_error(exc) from exc
+            raise _boundary.warning_as_import_error(exc) from exc
         try:
-            return _contained_status(exc)
+            return _boundary.contained_status(exc)
         except Warning as warning:  # the boundary's own warning, made an error
-            raise _warning_as_import_error(warning) from warning
+            raise _boundary.warning_as_import_error(warning) from warning
 
 
 # The import keeps the fields of its Status; status() makes the record on first use.
