@@ -9,7 +9,10 @@ on: it imports the package, then reads the attributes):
   C++ ABI is verified, loaded and published as that capsule (plus the legacy int
   ``__c_dlpack_exchange_api__``);
 - if nothing applies, import still succeeds: one :class:`TorchCDLPackExtWarning`
-  says why and what to do, and :func:`status` keeps the details.
+  says why and what to do, and :func:`status` keeps the details. Where the warnings
+  filter makes that warning an error (``python -W error``), the import raises
+  :class:`~torch_c_dlpack_ext.errors.WarningAsImportError`, an ``ImportError`` with the
+  warning as its cause, which consumers' optional-import guards catch.
 
 Import never compiles, spawns processes or touches the network unless
 ``TORCH_C_DLPACK_EXT_JIT=1`` asks it to build a library.
@@ -18,7 +21,6 @@ Import never compiles, spawns processes or touches the network unless
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,9 +29,8 @@ if TYPE_CHECKING:
     from _torch_c_dlpack_ext_core.version import __version__
 
     from . import errors
-    from ._loader import StatusFields
     from ._select import DecisionKind
-    from ._status import Status
+    from ._status import Status, StatusFields
 
 __all__ = [
     "DecisionKind",
@@ -104,7 +105,13 @@ def _torch_defers() -> bool:
 def _run_selector() -> StatusFields | None:
     if _torch_defers():
         return None
-    from ._loader import select_and_load
+    from ._loader import load_common
+
+    fields = load_common(os.environ, _PACKAGE_DIR)
+    if fields is not None:
+        return fields
+    # Anything unusual: the full selector decides, acts and says why.
+    from ._selector import select_and_load
 
     return select_and_load(os.environ, _PACKAGE_DIR)
 
@@ -129,56 +136,19 @@ def _restore(tensor: Any, saved: dict[str, object]) -> None:
         return
 
 
-def _contained_status(exc: BaseException) -> StatusFields | None:
-    """Emit the one warning for an exception the selector let out; return its status's
-    fields."""
-    try:
-        cause = f"{type(exc).__name__}: {exc}"
-    except Exception:  # an exception whose str() fails too
-        cause = f"{type(exc).__name__} (unprintable)"
-    if len(cause) > 300:
-        cause = cause[:300] + "..."
-    message = (
-        f"torch-c-dlpack-ext: selecting a library failed ({cause}); nothing published, "
-        "torch.Tensor left unchanged. Please report it with the output of: "
-        "python -m torch_c_dlpack_ext"
-    )
-    category: type[Warning] = UserWarning
-    try:
-        from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtWarning
-
-        category = TorchCDLPackExtWarning
-    except Exception:  # even errors.py is broken: still warn, as a UserWarning
-        category = UserWarning
-    try:
-        warnings.warn(message, category, stacklevel=3)
-    except Warning:  # the user's -W error: propagate, as the boundary does
-        raise
-    except Exception:  # cannot be displayed (closed stderr, a failing hook)
-        pass  # the status below still records the text
-    try:
-        from ._select import DecisionKind as Kind
-
-        return {
-            "kind": Kind.UNAVAILABLE,
-            "reason": f"selecting a library failed ({cause})",
-            "remedy": "report it with the output of python -m torch_c_dlpack_ext",
-            "warnings": (message,),
-        }
-    except Exception:
-        return None
-
-
 def _import_boundary() -> StatusFields | None:
     """Run the selector; turn ANY exception it lets out into the documented outcome.
 
-    The one place that guarantees ``import torch_c_dlpack_ext`` does not raise (the
-    code below reports every expected failure itself; this catches the unexpected,
-    including ``BaseException`` subclasses such as ``GeneratorExit``): whatever was set
-    on ``torch.Tensor`` is put back, one warning names the exception, and
-    :func:`status` says UNAVAILABLE. Only ``KeyboardInterrupt``, ``SystemExit`` and a
-    warning that the user's filters turned into an error (``-W error``) propagate,
-    after the same restore: the user asked for those.
+    The one place that guarantees ``import torch_c_dlpack_ext`` raises nothing but an
+    ``ImportError`` (the code below reports every expected failure itself; this catches
+    the unexpected, including ``BaseException`` subclasses such as ``GeneratorExit``):
+    whatever was set on ``torch.Tensor`` is put back, one warning names the exception,
+    and :func:`status` says UNAVAILABLE. ``KeyboardInterrupt`` and ``SystemExit``
+    propagate, after the same restore: the user asked for those. A warning that the
+    user's filters turned into an exception (``-W error``) leaves as a
+    :class:`~torch_c_dlpack_ext.errors.WarningAsImportError` (an ``ImportError``,
+    the warning chained as its cause), because consumers guard this import with
+    ``except ImportError`` only.
     """
     tensor: Any = None
     saved: dict[str, object] = {}
@@ -193,9 +163,22 @@ def _import_boundary() -> StatusFields | None:
         return _run_selector()
     except BaseException as exc:
         _restore(tensor, saved)
-        if isinstance(exc, (KeyboardInterrupt, SystemExit, Warning)):
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
-        return _contained_status(exc)
+        try:  # only now: the common import never loads the boundary's wording
+            from . import _boundary
+        except Exception:  # a broken installation: still what consumers' guards catch
+            raise ImportError(
+                f"torch-c-dlpack-ext: {type(exc).__name__} during the import, and its "
+                "_boundary module cannot be imported: reinstall torch-c-dlpack-ext",
+                name=__name__,
+            ) from exc
+        if isinstance(exc, Warning):
+            raise _boundary.warning_as_import_error(exc) from exc
+        try:
+            return _boundary.contained_status(exc)
+        except Warning as warning:  # the boundary's own warning, made an error
+            raise _boundary.warning_as_import_error(warning) from warning
 
 
 # The import keeps the fields of its Status; status() makes the record on first use.
@@ -219,15 +202,9 @@ def status() -> Status:
     """What importing this package did: the decision, the library loaded (if any),
     the running torch, the reason, and the warnings emitted."""
     if "status" not in _STATE:
-        fields = _STATE["fields"]
-        if fields is None:
-            from ._loader import deferred_status
+        from ._selector import status_of
 
-            made = deferred_status()
-        else:
-            from ._status import Status
-
-            made = Status(**fields)
+        made = status_of(_STATE["fields"])
         # setdefault is atomic: threads asking at once all get the first record made.
         _STATE.setdefault("status", made)
     current: Status = _STATE["status"]
@@ -244,7 +221,7 @@ def build_for_current_torch() -> Path:
     Returns the library's path; raises a :class:`~torch_c_dlpack_ext.errors.BuildError`
     (or another :mod:`~torch_c_dlpack_ext.errors` class) saying what is missing.
     """
-    from ._loader import build_for_current_torch as build
+    from ._selector import build_for_current_torch as build
 
     _STATE["status"], library = build(os.environ)
     return library

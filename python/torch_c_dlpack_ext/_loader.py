@@ -1,96 +1,65 @@
-"""Act on the selector's decision: verify, dlopen, check the table, publish on ``torch.Tensor``.
+"""The import's common path, and the steps every load takes: verify, dlopen, check the
+table, publish on ``torch.Tensor``.
 
-Nothing here lets an expected failure escape :func:`select_and_load`: every one
-becomes the fields of a :class:`._status.Status` with the cause, and one
-:class:`TorchCDLPackExtWarning` (the package's ``__init__`` catches the unexpected).
-The import keeps those fields; the record itself is made when someone asks for it.
-Attributes are set only after a table passed every check, so a consumer never
-sees a half-valid API.
+:func:`load_common` handles the common case with this module and :mod:`._capsule`
+alone: no ``TORCH_C_DLPACK_EXT_*`` variable, neither attribute on
+``torch.Tensor``, a valid manifest and a matching library that loads. Anything else (and
+any failure on the way) returns ``None`` before anything changed, and the package's
+``__init__`` runs :mod:`._selector`, the full selector, which decides with
+:func:`._select.decide`, acts, and says why in one warning; it is imported only then.
+Fewer modules beat smaller ones here (each costs a file lookup and an unmarshal on every
+``import tvm_ffi``), so this module restates the manifest schema's checks and bounds and
+the torch version's reading, as plain functions over the JSON; unit tests pin them to
+the core's (``manifest.py``, ``naming.torch_minor``): the common path accepts only what
+the core accepts, and the core's messages explain everything else.
+
+Every check of the full path is kept: the manifest schema, the library's size and
+sha256, its ELF extents, a sealed in-memory copy for dlopen (``RTLD_NOW |
+RTLD_LOCAL``), the table check. Attributes are set only after the table passed every
+check, so a consumer never sees a half-valid API.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import json
 import os
-import sys
+import stat
 import threading
-import warnings
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from _torch_c_dlpack_ext_core.errors import (
-    REINSTALL,
-    ConfigError,
-    LibraryLoadError,
-    ManifestError,
-    TorchCDLPackExtError,
-    TorchCDLPackExtWarning,
-    TorchInstallError,
-)
-from _torch_c_dlpack_ext_core.manifest import (
-    ManifestEntry,
-    load_manifest,
-    open_regular,
-    read_fd,
-    read_verified,
-)
-from _torch_c_dlpack_ext_core.naming import (
-    CAPSULE_NAME,
-    ENV_PREFIX,
-    MANIFEST_NAME,
-    Backend,
-    env_var,
-)
-
-from ._select import (
-    Decision,
-    DecisionKind,
-    Settings,
-    decide,
-    describe_entry,
-    gpu_library_remedy,
-    manifest_needed,
-)
-from ._torchinfo import (
+from ._capsule import (
     CAPSULE_ATTR,
+    ENV_PREFIX,
+    EXPORT_BUILD_INFO,
     EXPORT_TABLE,
     LEGACY_INT_ATTR,
     OWN_TABLES,
-    TorchInfo,
-    check_legacy_pointer,
+    backend_of,
     check_table,
+    cxx11_abi_of,
+    make_capsule,
+    torch_minor_of,
 )
 
 if TYPE_CHECKING:
-    from ._status import Status
+    from collections.abc import Mapping
 
-#: The fields of a :class:`._status.Status` (``Status(**fields)`` makes the record).
-StatusFields = dict[str, Any]
+    from ._status import StatusFields
 
 __all__ = [
-    "EXPORT_BUILD_INFO",
+    "LOCK",
+    "MAX_LIBRARY_BYTES",
     "LoadedLibrary",
-    "build_for_current_torch",
     "check_elf_extent",
-    "deferred_status",
+    "load_common",
     "loaded_library",
+    "make_capsule",
     "open_library",
     "publish",
-    "select_and_load",
 ]
-
-#: The library's export describing its build (see CONTRIBUTING.md, "Build contract").
-EXPORT_BUILD_INFO = "TorchCDLPackExtBuildInfo"
-
-# A private prototype instead of setting argtypes on ctypes.pythonapi.PyCapsule_New,
-# which other packages in the same process may configure differently.
-_PyCapsule_New = ctypes.PYFUNCTYPE(
-    ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
-)(("PyCapsule_New", ctypes.pythonapi))
-# The capsule stores the name pointer, not a copy: this buffer must outlive every capsule.
-_CAPSULE_NAME_BUFFER = ctypes.create_string_buffer(CAPSULE_NAME)
 
 #: Serialises loading and publishing (imports from threads, build_for_current_torch).
 LOCK = threading.RLock()
@@ -98,9 +67,43 @@ LOCK = threading.RLock()
 # pointer points into them, so they must never be unloaded.
 _LIBRARIES: dict[str, LoadedLibrary] = {}
 
+# The manifest schema's bounds and fields (``_torch_c_dlpack_ext_core.manifest``; a unit
+# test keeps them equal). The most a library file may be is the manifest's bound.
+MAX_LIBRARY_BYTES = 1 << 32
+_SCHEMA_VERSION = 1
+_MAX_MANIFEST_BYTES = 1 << 20
+_MAX_ENTRIES = 1024
+_MAX_TEXT = 256
+_MAX_FILE_PATH = 512
+_MANIFEST_NAME = "manifest.json"
+_BACKENDS = ("cpu", "cuda", "rocm")
+_FIELDS = (
+    "file",
+    "torch",
+    "torch_build",
+    "backend",
+    "cxx11_abi",
+    "dlpack",
+    "toolchain",
+    "gpu_toolkit",
+    "platform",
+    "python",
+    "size",
+    "sha256",
+)
+_TEXT_FIELDS = ("torch", "torch_build", "dlpack", "toolchain", "gpu_toolkit", "platform", "python")
+_HEX = frozenset("0123456789abcdef")
+#: ``O_NONBLOCK``: a FIFO planted where a file should be must not block the import.
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
 
 class LoadedLibrary:
-    """A library whose exchange table passed :func:`._torchinfo.check_table`."""
+    """A library whose exchange table passed :func:`._capsule.check_table`."""
 
     __slots__ = ("dlpack_version", "handle", "path", "pointer")
 
@@ -127,7 +130,200 @@ class LoadedLibrary:
         return raw.decode("utf-8", "replace") if raw else None
 
 
-def _short_path(path: Path) -> str:
+# --------------------------------------------------------------------------------------
+# The common path.
+# --------------------------------------------------------------------------------------
+
+
+def load_common(environ: Mapping[str, str], package_dir: Path) -> StatusFields | None:
+    """Publish the bundled library matching the running torch, when nothing is unusual;
+    ``None`` otherwise (before anything was changed), for the full selector to decide,
+    act and explain. The same decision the selector would make (a unit test compares
+    them): no override, no attribute to judge, the first matching manifest entry."""
+    if any(name.startswith(ENV_PREFIX) for name in environ):
+        return None
+    with LOCK:
+        return _load_common(package_dir)
+
+
+def _load_common(package_dir: Path) -> StatusFields | None:
+    try:
+        import torch
+
+        tensor = torch.Tensor
+        if hasattr(tensor, CAPSULE_ATTR) or hasattr(tensor, LEGACY_INT_ATTR):
+            return None
+        verified = _matching_library(torch, package_dir)
+        loaded = open_library(*verified) if verified is not None else None
+    except Exception:  # the full selector meets the same and reports it
+        return None
+    if loaded is None:
+        return None
+    publish(torch, loaded.pointer)
+    return {"kind": "load", "library": loaded.path, "common_path": True}
+
+
+def _matching_library(torch: Any, package_dir: Path) -> tuple[Path, bytes] | None:
+    """``(path, verified bytes)`` of the manifest entry the selector would load first for
+    this torch, or ``None`` (no valid manifest, no match, a library that fails its check)."""
+    version = torch.__version__
+    wanted = torch_minor_of(version) if isinstance(version, str) else None
+    entries = _read_manifest(package_dir / _MANIFEST_NAME) if wanted is not None else None
+    if not entries:
+        return None
+    backend, abi = backend_of(torch), cxx11_abi_of(torch)
+    matching = [
+        entry
+        for entry in entries
+        if _minor_of_entry(entry) == wanted
+        and entry["backend"] == backend
+        and entry["cxx11_abi"] == abi
+        and (entry["cxx11_abi"] is None) == (abi is None)
+    ]
+    if not matching:
+        return None
+    # The selector's order: the build of the exact running torch first, then by file.
+    first = min(matching, key=lambda e: (e["torch_build"] != version, e["file"]))
+    return _read_verified(first, package_dir)
+
+
+def _minor_of_entry(entry: dict[str, Any]) -> tuple[int, int]:
+    major, minor = entry["torch"].split(".")
+    return int(major), int(minor)
+
+
+def _read_regular(path: Path, limit: int, size: int | None = None) -> bytes | None:
+    """The bytes of the regular file ``path`` (opened without blocking), if it has at most
+    ``limit`` bytes (exactly ``size``, when given) and none were added while reading."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except (OSError, ValueError):
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        if size is not None and info.st_size != size:
+            return None
+        data = read_fd(fd, limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) <= limit and (size is None or len(data) == size) else None
+
+
+def read_fd(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes of an open file, from its current offset."""
+    chunks: list[bytes] = []
+    total = 0
+    while total < limit and (chunk := os.read(fd, min(1 << 20, limit - total))):
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
+def _read_manifest(path: Path) -> list[dict[str, Any]] | None:
+    """The entries of a manifest that passes every check of
+    ``_torch_c_dlpack_ext_core.manifest.load_manifest``, as JSON objects; ``None`` for
+    any manifest it would refuse (it then says why)."""
+    raw = _read_regular(path, _MAX_MANIFEST_BYTES)
+    if raw is None or not raw.strip():
+        return None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, too deep
+        return None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    libraries = data.get("libraries") if type(schema) is int and schema == _SCHEMA_VERSION else None
+    valid = (
+        isinstance(libraries, list)
+        and len(libraries) <= _MAX_ENTRIES
+        and all(isinstance(entry, dict) and _valid_entry(entry) for entry in libraries)
+    )
+    return libraries if valid else None
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 6
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= _MAX_TEXT and value.isprintable()
+
+
+def _valid_file(file: Any) -> bool:
+    return (
+        isinstance(file, str)
+        and bool(file)
+        and len(file) <= _MAX_FILE_PATH
+        and file.isprintable()
+        and "\\" not in file
+        and ":" not in file
+        and all(part not in ("", ".", "..") and len(part) <= 255 for part in file.split("/"))
+    )
+
+
+def _valid_entry(entry: dict[str, Any]) -> bool:
+    """Whether ``ManifestEntry.from_json`` accepts ``entry`` (the same checks)."""
+    if any(name not in entry for name in _FIELDS):
+        return False
+    abi, size, sha = entry["cxx11_abi"], entry["size"], entry["sha256"]
+    if not (
+        _valid_file(entry["file"])
+        and isinstance(entry["backend"], str)
+        and entry["backend"] in _BACKENDS
+        and (abi is None or isinstance(abi, bool))
+        and type(size) is int
+        and 0 < size <= MAX_LIBRARY_BYTES
+        and isinstance(sha, str)
+        and len(sha) == 64
+        and all(c in _HEX for c in sha)
+        and all(
+            _is_text(entry[name]) or (name == "gpu_toolkit" and entry[name] is None)
+            for name in _TEXT_FIELDS
+        )
+    ):
+        return False
+    major, dot, minor = entry["torch"].partition(".")
+    python = entry["python"]
+    py_major, py_dot, py_minor = python.removesuffix("t").partition(".")
+    return bool(dot and _is_number(major) and _is_number(minor)) and (
+        python == "abi3" or bool(py_dot and _is_number(py_major) and _is_number(py_minor))
+    )
+
+
+def _read_verified(entry: dict[str, Any], package_dir: Path) -> tuple[Path, bytes] | None:
+    """``(path, bytes)`` of the entry's library if ``manifest.read_verified`` would return
+    them: a regular file inside the package of exactly the recorded size and sha256."""
+    path = package_dir / entry["file"]
+    real, root = os.path.realpath(path), os.path.realpath(package_dir)
+    if os.path.commonpath([real, root]) != root:
+        return None
+    data = _read_regular(path, entry["size"], entry["size"])
+    if data is None or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        return None
+    return path, data
+
+
+# --------------------------------------------------------------------------------------
+# Loading one library (both paths).
+# --------------------------------------------------------------------------------------
+
+
+def _load_error(message: str, remedy: str = "") -> Exception:
+    from _torch_c_dlpack_ext_core.errors import LibraryLoadError
+
+    return LibraryLoadError(message, remedy)
+
+
+def _reinstall() -> str:
+    from _torch_c_dlpack_ext_core.errors import REINSTALL
+
+    return REINSTALL
+
+
+def short_path(path: Path) -> str:
     """A path for messages: whole when reasonable, else its start and its end."""
     text = str(path)
     return text if len(text) <= 160 else f"{text[:60]}...{text[-60:]} ({len(text)} characters)"
@@ -147,58 +343,48 @@ def check_elf_extent(path: Path, data: bytes | None = None) -> None:
     read (then ``path`` only names it). Non-ELF files are left to dlopen, which
     rejects them with an ordinary error.
     """
-    import io
-
-    name = _short_path(path)
+    name = short_path(path)
     try:
-        if data is not None:
-            _check_elf_image(io.BytesIO(data), len(data), name)
-            return
-        with path.open("rb") as handle:
-            _check_elf_image(handle, os.fstat(handle.fileno()).st_size, name)
+        if data is None:
+            with path.open("rb") as handle:
+                data = handle.read()
     except OSError:
         return  # unreadable: dlopen reports it with the loader's own words
+    _check_elf_image(memoryview(data), name)
 
 
-def _check_elf_image(handle: Any, size: int, name: str) -> None:
+def _check_elf_image(data: memoryview, name: str) -> None:
     import struct
 
-    try:
-        ident = handle.read(16)
-        if len(ident) < 16 or not ident.startswith(_ELF_MAGIC):
-            return
-        is64, order = ident[4] == 2, "<" if ident[5] == 1 else ">"
-        header_format = order + ("HHIQQQIHHHHHH" if is64 else "HHIIIIIHHHHHH")
-        raw = handle.read(struct.calcsize(header_format))
-        if len(raw) < struct.calcsize(header_format):
-            raise LibraryLoadError(f"{name}: truncated ELF header", REINSTALL)
-        fields = struct.unpack(header_format, raw)
-        phoff, shoff = fields[4], fields[5]
-        phentsize, phnum, shentsize, shnum = fields[8], fields[9], fields[10], fields[11]
-        if phoff + phnum * phentsize > size or (shoff and shoff + shnum * shentsize > size):
-            raise LibraryLoadError(
-                f"{name}: truncated ({size} bytes, its ELF headers describe more)", REINSTALL
+    size = len(data)
+    if size < 16 or bytes(data[:4]) != _ELF_MAGIC:
+        return
+    is64, order = data[4] == 2, "<" if data[5] == 1 else ">"
+    header = struct.Struct(order + ("HHIQQQIHHHHHH" if is64 else "HHIIIIIHHHHHH"))
+    if size < 16 + header.size:
+        raise _load_error(f"{name}: truncated ELF header", _reinstall())
+    fields = header.unpack_from(data, 16)
+    phoff, shoff = fields[4], fields[5]
+    phentsize, phnum, shentsize, shnum = fields[8], fields[9], fields[10], fields[11]
+    if phoff + phnum * phentsize > size or (shoff and shoff + shnum * shentsize > size):
+        raise _load_error(
+            f"{name}: truncated ({size} bytes, its ELF headers describe more)", _reinstall()
+        )
+    segment = struct.Struct(order + ("IIQQQQQQ" if is64 else "IIIIIIII"))
+    for index in range(phnum):
+        start = phoff + index * phentsize
+        if start + segment.size > size:
+            raise _load_error(f"{name}: truncated ELF program headers", _reinstall())
+        values = segment.unpack_from(data, start)
+        offset, filesz = (values[2], values[5]) if is64 else (values[1], values[4])
+        if values[0] == _PT_LOAD and offset + filesz > size:
+            raise _load_error(
+                f"{name}: truncated: a loadable segment ends at byte {offset + filesz}, "
+                f"the file has {size}",
+                _reinstall(),
             )
-        segment_format = order + ("IIQQQQQQ" if is64 else "IIIIIIII")
-        for index in range(phnum):
-            handle.seek(phoff + index * phentsize)
-            segment = struct.unpack(segment_format, handle.read(struct.calcsize(segment_format)))
-            kind = segment[0]
-            offset, filesz = (segment[2], segment[5]) if is64 else (segment[1], segment[4])
-            if kind == _PT_LOAD and offset + filesz > size:
-                raise LibraryLoadError(
-                    f"{name}: truncated: a loadable segment ends at byte {offset + filesz}, "
-                    f"the file has {size}",
-                    REINSTALL,
-                )
-    except struct.error as exc:
-        raise LibraryLoadError(
-            f"{name}: truncated ELF program headers ({exc})", REINSTALL
-        ) from None
 
 
-#: The most a library file may be (the CPU library is ~50 kB, a GPU one a few MB).
-MAX_LIBRARY_BYTES = 1 << 30
 #: Descriptors of the private copies dlopen loaded, kept open for the life of the
 #: process: the number stays ours, so ``/proc/self/fd/N`` names only our library.
 _PRIVATE_COPIES: list[int] = []
@@ -207,17 +393,20 @@ _PRIVATE_COPIES: list[int] = []
 def _read_library(path: Path) -> bytes:
     """The bytes of ``path``, read once from one descriptor opened without blocking
     (a FIFO or device put in its place is refused, never waited on)."""
-    name = _short_path(path)
+    from _torch_c_dlpack_ext_core.errors import ManifestError
+    from _torch_c_dlpack_ext_core.manifest import open_regular
+
+    name = short_path(path)
     try:
         fd, info = open_regular(path, name)
     except ManifestError as exc:
-        raise LibraryLoadError(f"cannot be loaded: {exc.cause}") from None
+        raise _load_error(f"cannot be loaded: {exc.cause}") from None
     try:
         if info.st_size > MAX_LIBRARY_BYTES:
-            raise LibraryLoadError(f"{name}: {info.st_size} bytes, too large for a library")
+            raise _load_error(f"{name}: {info.st_size} bytes, too large for a library")
         return read_fd(fd, MAX_LIBRARY_BYTES)
     except OSError as exc:
-        raise LibraryLoadError(f"{name}: cannot be read ({exc.strerror})") from None
+        raise _load_error(f"{name}: cannot be read ({exc.strerror})") from None
     finally:
         os.close(fd)
 
@@ -228,8 +417,7 @@ def _private_copy(path: Path, data: bytes) -> str | None:
 
     Loading a private copy makes the bytes loaded exactly the bytes verified: a file
     swapped after the check, or truncated in place during (or after) dlopen, cannot
-    reach the process (a truncated mapping would be a SIGBUS). Cost: one copy of the
-    library into memory, measured at ~0.1 ms for the 50 kB CPU library.
+    reach the process (a truncated mapping would be a SIGBUS).
     """
     create = getattr(os, "memfd_create", None)
     if create is None or not os.path.isdir("/proc/self/fd"):
@@ -257,6 +445,13 @@ def _private_copy(path: Path, data: bytes) -> str | None:
     return f"/proc/self/fd/{fd}"
 
 
+#: RTLD_NOW: every symbol is bound at dlopen, so a library that needs one torch lacks
+#: fails here (with the symbol's name) instead of at its first call. RTLD_LOCAL: it
+#: resolves torch's symbols from the libraries ``import torch`` loaded and exports
+#: nothing to others.
+_DLOPEN_MODE = getattr(os, "RTLD_NOW", 2) | ctypes.RTLD_LOCAL
+
+
 def _dlopen(target: str, key: str, path: Path, data: bytes) -> ctypes.CDLL:
     """dlopen ``target`` (the private copy, or ``key`` itself); raises OSError.
 
@@ -265,33 +460,38 @@ def _dlopen(target: str, key: str, path: Path, data: bytes) -> ctypes.CDLL:
     holds exactly the verified bytes (a library that fails for its own reasons, such
     as an undefined symbol, fails the same way again and reports that).
     """
-    # RTLD_LOCAL: the library resolves torch's symbols from the libraries
-    # ``import torch`` already loaded, and exports nothing to others.
     try:
-        return ctypes.CDLL(target, mode=ctypes.RTLD_LOCAL)
+        return ctypes.CDLL(target, mode=_DLOPEN_MODE)
     except OSError:
         if target == key:
             raise
         try:
             unchanged = _read_library(path) == data
-        except LibraryLoadError:
+        except Exception:  # LibraryLoadError: the file is gone or changed
             unchanged = False
         if not unchanged:
             raise
-    return ctypes.CDLL(key, mode=ctypes.RTLD_LOCAL)
+    return ctypes.CDLL(key, mode=_DLOPEN_MODE)
+
+
+def _first_line(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return line if len(line) <= limit else line[:limit] + "..."
 
 
 def open_library(path: Path, data: bytes | None = None) -> LoadedLibrary:
     """dlopen ``path`` (once per process) and check its exchange table.
 
-    ``data``: the file's bytes as verified by the caller (:func:`._manifest.read_verified`);
-    without it the file is read here, once. Those bytes are ELF-checked and loaded from
-    a private copy (:func:`_private_copy`), so nothing that happens to ``path`` meanwhile
-    is loaded; where no private copy can be made the path itself is loaded.
-    Raises :class:`LibraryLoadError` carrying the loader's message (for example the
-    undefined symbol of a library built for the other C++ ABI).
+    ``data``: the file's bytes as verified by the caller (the manifest's size and
+    sha256); without it the file is read here, once. Those bytes are ELF-checked and
+    loaded from a private copy (:func:`_private_copy`), so nothing that happens to
+    ``path`` meanwhile is loaded; where no private copy can be made the path itself is
+    loaded. Raises :class:`~_torch_c_dlpack_ext_core.errors.LibraryLoadError` carrying
+    the loader's message (for example the undefined symbol of a library built for the
+    other C++ ABI).
     """
-    key = str(path.resolve())
+    key = os.path.realpath(path)
     with LOCK:
         if key in _LIBRARIES:
             return _LIBRARIES[key]
@@ -302,19 +502,19 @@ def open_library(path: Path, data: bytes | None = None) -> LoadedLibrary:
         try:
             handle = _dlopen(target, key, path, data)
         except OSError as exc:
-            cause = _one_line(exc).replace(target, key)
-            raise LibraryLoadError(f"{_short_path(path)}: cannot be loaded: {cause}") from None
+            cause = _first_line(exc).replace(target, key)
+            raise _load_error(f"{short_path(path)}: cannot be loaded: {cause}") from None
         try:
             func = getattr(handle, EXPORT_TABLE)
         except AttributeError:
-            raise LibraryLoadError(
-                f"{_short_path(path)}: does not export {EXPORT_TABLE} (not a torch-c-dlpack-ext "
+            raise _load_error(
+                f"{short_path(path)}: does not export {EXPORT_TABLE} (not a torch-c-dlpack-ext "
                 "library)"
             ) from None
         func.restype = ctypes.c_int64
         func.argtypes = []
         pointer = int(func())
-        version = check_table(pointer, _short_path(path))
+        version = check_table(pointer, short_path(path))
         loaded = LoadedLibrary(path=path, handle=handle, pointer=pointer, dlpack_version=version)
         _LIBRARIES[key] = loaded
         OWN_TABLES.add(pointer)
@@ -324,13 +524,7 @@ def open_library(path: Path, data: bytes | None = None) -> LoadedLibrary:
 def loaded_library(path: Path) -> LoadedLibrary | None:
     """The library this process opened from ``path``, if any."""
     with LOCK:
-        return _LIBRARIES.get(str(path.resolve()))
-
-
-def make_capsule(pointer: int) -> Any:
-    """A PyCapsule named ``dlpack_exchange_api`` wrapping ``pointer`` (no destructor:
-    the table is static in a library that is never unloaded)."""
-    return _PyCapsule_New(pointer, ctypes.addressof(_CAPSULE_NAME_BUFFER), None)
+        return _LIBRARIES.get(os.path.realpath(path))
 
 
 def publish(torch: Any, pointer: int) -> None:
@@ -339,391 +533,3 @@ def publish(torch: Any, pointer: int) -> None:
     with LOCK:
         setattr(torch.Tensor, CAPSULE_ATTR, capsule)
         setattr(torch.Tensor, LEGACY_INT_ATTR, pointer)
-
-
-_PACKAGE_PREFIX = os.path.dirname(__file__) + os.sep
-
-
-def _importer_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the first caller outside this
-    package (the line that imported it), whatever path led here. Like ``warnings``
-    itself, importlib's frames are skipped without being counted."""
-    level = 1
-    frame: FrameType | None = sys._getframe(1)  # the function about to call warnings.warn
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_PREFIX):
-        frame = frame.f_back
-        while (
-            frame is not None
-            and "importlib" in frame.f_code.co_filename
-            and ("_bootstrap" in frame.f_code.co_filename)
-        ):
-            frame = frame.f_back
-        level += 1
-    return level
-
-
-def _one_line(exc: BaseException, limit: int = 300) -> str:
-    """The first line of an error's message, cut to ``limit`` characters (compiler output
-    and long paths stay in :func:`status` and the diagnostics, not in the warning)."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _cause(exc: BaseException) -> str:
-    """An error's cause without its remedy (the caller names one remedy for all causes)."""
-    return str(getattr(exc, "cause", None) or _one_line(exc))
-
-
-def _sentence(message: str) -> str:
-    """``message`` as a sentence: capitalised (unless it starts with an identifier such as
-    ``torch.Tensor``) and ending in a full stop."""
-    first = message.split(" ", 1)[0]
-    if message[:1].islower() and not any(c in first for c in "._/="):
-        message = message[0].upper() + message[1:]
-    return message if message.endswith(".") else message + "."
-
-
-def _announce(messages: Sequence[str]) -> str | None:
-    """Emit everything this import has to say as ONE warning; return its text."""
-    if not messages:
-        return None
-    sentences = [_sentence(m) for m in messages]
-    text = "torch-c-dlpack-ext: " + " ".join(sentences)
-    try:
-        warnings.warn(text, TorchCDLPackExtWarning, stacklevel=_importer_stacklevel())
-    except Warning:  # the user's filters made it an error (-W error): they asked for that
-        raise
-    except Exception:  # it cannot be displayed (closed stderr, a failing hook):
-        pass  # the import must not fail for that; status() still holds the text
-    return text
-
-
-class _Action:
-    """Carries out one decision. Whatever it has to say (the decision's notes, a
-    fallback, a failure and its remedy) is collected and emitted as one warning."""
-
-    def __init__(
-        self,
-        torch: Any,
-        info: TorchInfo,
-        decision: Decision,
-        settings: Settings,
-        package_dir: Path,
-    ) -> None:
-        self.torch = torch
-        self.info = info
-        self.decision = decision
-        self.settings = settings
-        self.package_dir = package_dir
-        self.messages: list[str] = list(decision.warnings)
-
-    def finish(
-        self, kind: DecisionKind, library: Path | None = None, reason: str = "", remedy: str = ""
-    ) -> StatusFields:
-        text = _announce(self.messages)
-        return {
-            "kind": kind,
-            "library": library,
-            "torch": self.info,
-            "reason": reason or self.decision.reason,
-            "remedy": remedy or self.decision.remedy,
-            "warnings": (text,) if text else (),
-            "decision": self.decision,
-            "settings": self.settings,
-        }
-
-    def unavailable(self, reason: str, remedy: str = "") -> StatusFields:
-        """The outcome of a failed selection; torch is left as it was."""
-        remedy = remedy or self.decision.remedy
-        self.messages += [reason, *([remedy] if remedy else [])]
-        self.messages.append("Nothing published: torch.Tensor left unchanged")
-        return self.finish(DecisionKind.UNAVAILABLE, reason=reason, remedy=remedy)
-
-    def run(self) -> StatusFields:
-        handlers = {
-            DecisionKind.DEFER: self.nothing,
-            DecisionKind.DISABLED: self.nothing,
-            DecisionKind.UNAVAILABLE: lambda: self.unavailable(self.decision.reason),
-            DecisionKind.PUBLISH_LEGACY: self.publish_legacy,
-            DecisionKind.LOAD: self.load,
-            DecisionKind.JIT: self.jit,
-        }
-        return handlers[self.decision.kind]()
-
-    def nothing(self) -> StatusFields:
-        return self.finish(self.decision.kind)
-
-    def publish_legacy(self) -> StatusFields:
-        try:
-            pointer, _ = check_legacy_pointer(getattr(self.torch.Tensor, LEGACY_INT_ATTR))
-        except (AttributeError, LibraryLoadError) as exc:
-            return self.unavailable(
-                f"torch's legacy {LEGACY_INT_ATTR} is unusable: {_cause(exc)}",
-                f"unset it, or set {env_var('FORCE')}=1 to load a bundled library instead",
-            )
-        with LOCK:
-            setattr(self.torch.Tensor, CAPSULE_ATTR, make_capsule(pointer))
-        return self.finish(DecisionKind.PUBLISH_LEGACY)
-
-    def load(self) -> StatusFields:
-        if self.decision.library is not None:
-            try:
-                loaded = open_library(self.decision.library)
-            except LibraryLoadError as exc:
-                return self.unavailable(_cause(exc), f"fix or unset {env_var('LIBRARY')}")
-            mismatch = override_mismatch(loaded, self.info, self.settings)
-            if mismatch is not None:
-                return self.unavailable(*mismatch)
-            publish(self.torch, loaded.pointer)
-            self.messages.append(
-                f"loaded {loaded.path} from {env_var('LIBRARY')}: no manifest, so no "
-                "size/sha256 check was done"
-            )
-            return self.finish(DecisionKind.LOAD, loaded.path)
-        failures: list[str] = []
-        candidates = [self.decision.entry, *self.decision.fallbacks] if self.decision.entry else []
-        loaded_entry = self.try_entries(candidates, failures)
-        if loaded_entry is not None:
-            return self.finish(DecisionKind.LOAD, loaded_entry.path)
-        if self.settings.jit:
-            # Opted into JIT: build for this torch rather than give up.
-            return self.jit(
-                f"{'; '.join(failures)}; {env_var('JIT')} asks to build a library instead"
-            )
-        backend = self.decision.backend
-        remedy = (
-            gpu_library_remedy(backend)
-            if backend is not None and backend is not Backend.CPU
-            else f"{REINSTALL}; or set {env_var('JIT')}=1 to build a library for this torch"
-        )
-        return self.unavailable("no library could be loaded: " + "; ".join(failures), remedy)
-
-    def try_entries(
-        self, entries: Sequence[ManifestEntry], failures: list[str]
-    ) -> LoadedLibrary | None:
-        """Verify, open and publish the first entry that works; record why others failed."""
-        for entry in entries:
-            try:
-                loaded = open_library(*read_verified(entry, self.package_dir))
-            except (ManifestError, LibraryLoadError) as exc:
-                failures.append(_cause(exc))
-                continue
-            if failures:
-                self.messages.append(f"using {describe_entry(entry)} after: {'; '.join(failures)}")
-            publish(self.torch, loaded.pointer)
-            return loaded
-        return None
-
-    def jit(self, reason: str = "") -> StatusFields:
-        from . import _jit
-
-        backend = self.decision.backend or self.info.backend
-        try:
-            loaded = open_library(*_jit.build(self.torch, self.info, backend, self.settings))
-        except TorchCDLPackExtError as exc:
-            return self.unavailable(
-                f"the JIT build of the {backend.value} library for torch {self.info.version} "
-                f"failed: {_one_line(exc)}",
-                f"fix that cause (python -m torch_c_dlpack_ext shows details), or unset "
-                f"{env_var('JIT')}",
-            )
-        publish(self.torch, loaded.pointer)
-        return self.finish(DecisionKind.JIT, loaded.path, reason)
-
-
-def override_mismatch(
-    loaded: LoadedLibrary, info: TorchInfo, settings: Settings
-) -> tuple[str, str] | None:
-    """Why a ``TORCH_C_DLPACK_EXT_LIBRARY`` library must not be published on this torch
-    (reason, remedy), from its ``TorchCDLPackExtBuildInfo``; ``None`` if it may.
-
-    The manifest's checks, done on what the library says it is: another torch minor is
-    always refused (``THPVariable``'s layout and ATen's ABI differ between minors, so
-    the first call could crash); another C++ ABI too; another backend than the one this
-    torch needs (the CPU library on a GPU torch would answer ``current_work_stream``
-    without torch's stream) unless ``TORCH_C_DLPACK_EXT_BACKEND`` asks for exactly it.
-    A library that does not say its backend is refused on a GPU torch for that reason.
-    """
-    import json
-
-    var = env_var("LIBRARY")
-    name = _short_path(loaded.path)
-    try:
-        raw = loaded.build_info()
-        described = json.loads(raw) if raw else None
-    except (ValueError, RecursionError, UnicodeError):
-        described = None
-    built: dict[str, Any] = described if isinstance(described, dict) else {}
-    fix = (
-        f"point {var} at a library built for this torch, set {env_var('JIT')}=1 instead, "
-        "or unset it"
-    )
-    major, minor = built.get("torch_major"), built.get("torch_minor")
-    if isinstance(major, int) and isinstance(minor, int):
-        try:
-            running = info.major_minor
-        except TorchCDLPackExtError:
-            running = None
-        if running is not None and (major, minor) != running:
-            return (
-                f"{name} (from {var}) was built for torch {major}.{minor}, this is torch "
-                f"{info.version}: a library works only with the torch minor it was built for",
-                fix,
-            )
-    abi = built.get("cxx11_abi")
-    if (
-        isinstance(abi, int)
-        and not isinstance(abi, bool)
-        and info.cxx11_abi is not None
-        and bool(abi) != info.cxx11_abi
-    ):
-        return (
-            f"{name} (from {var}) was built for the cxx11 ABI {abi}, this torch uses "
-            f"{int(info.cxx11_abi)}",
-            fix,
-        )
-    wanted = settings.backend or info.backend
-    backend = built.get("backend")
-    if backend != wanted.value and (backend is not None or wanted is not Backend.CPU):
-        known = isinstance(backend, str) and backend in {b.value for b in Backend}
-        said = f"the {backend} backend" if known else "an unknown backend"
-        asked = (
-            f"{env_var('BACKEND')} asks for {wanted.value}"
-            if settings.backend is not None
-            else f"this torch needs {wanted.value}"
-            + (
-                " (a GPU torch gets a library that answers its streams)"
-                if wanted is not Backend.CPU
-                else ""
-            )
-        )
-        return (
-            f"{name} (from {var}) was built for {said}, {asked}",
-            f"point {var} at a {wanted.value} library"
-            + (f", set {env_var('BACKEND')}={backend} to use it anyway" if known else "")
-            + ", or unset it",
-        )
-    return None
-
-
-def _failed_before_deciding(reason: str, remedy: str) -> StatusFields:
-    """torch could not be imported or described: nothing is decided, one warning says why."""
-    text = _announce([reason, remedy, "Nothing published"])
-    return {
-        "kind": DecisionKind.UNAVAILABLE,
-        "reason": reason,
-        "remedy": remedy,
-        "warnings": (text,) if text else (),
-    }
-
-
-def deferred_status() -> Status:
-    """The :class:`Status` of an import that deferred on the fast path (torch had the
-    API and no override was set); describes torch without acting on anything."""
-    import torch
-
-    from ._status import Status
-
-    try:
-        info = TorchInfo.from_torch(torch)
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as exc:  # status() must not raise where the import did not
-        reason = (
-            "torch provides __dlpack_c_exchange_api__ itself (it cannot be described "
-            f"further: {type(exc).__name__}: {_one_line(exc, 200)})"
-        )
-        return Status(
-            kind=DecisionKind.DEFER,
-            reason=reason,
-            decision=Decision(kind=DecisionKind.DEFER, reason=reason),
-            settings=Settings(),
-        )
-    settings = Settings()
-    # The DEFER rule's own words: torch's capsule, or one an earlier import of ours set.
-    reason = decide(info, (), settings).reason
-    if not info.has_capsule:  # torch's capsule was changed after the import
-        reason = f"torch {info.version} provided __dlpack_c_exchange_api__ at import"
-    return Status(
-        kind=DecisionKind.DEFER,
-        torch=info,
-        reason=reason,
-        decision=Decision(kind=DecisionKind.DEFER, backend=info.backend, reason=reason),
-        settings=settings,
-    )
-
-
-def settings_of(environ: Mapping[str, str]) -> Settings:
-    """The runtime settings in ``environ``: ``Settings()`` when no ``TORCH_C_DLPACK_EXT_*``
-    variable is set (the common case parses nothing), else :func:`._settings.read_settings`."""
-    if not any(name.startswith(ENV_PREFIX) for name in environ):
-        return Settings()
-    from ._settings import read_settings
-
-    return read_settings(environ)
-
-
-def select_and_load(environ: Mapping[str, str], package_dir: Path) -> StatusFields:
-    """Run the whole selector once: read settings, torch and (if needed) the manifest,
-    decide, and act. Never raises for a bad environment, a bad installation, a bad
-    library or an odd torch; the returned fields of a :class:`._status.Status` say what
-    happened, and exactly one warning is emitted whenever nothing was published (and
-    whenever something needs saying after all)."""
-    with LOCK:
-        try:
-            import torch
-        # Whatever torch's own import raises (ImportError, OSError from its shared libraries...).
-        except Exception as exc:
-            return _failed_before_deciding(
-                f"torch is not importable ({type(exc).__name__}: {_one_line(exc, 200)})",
-                "install torch, then import torch_c_dlpack_ext again",
-            )
-        try:
-            info = TorchInfo.from_torch(torch)
-        except Exception as exc:  # an odd torch build must not break every importer
-            return _failed_before_deciding(
-                f"cannot describe the running torch ({type(exc).__name__}: {_one_line(exc, 200)})",
-                "report it with the output of python -m torch_c_dlpack_ext",
-            )
-        settings = settings_of(environ)
-        manifest: tuple[ManifestEntry, ...] | ManifestError = ()
-        if manifest_needed(info, settings):
-            try:
-                manifest = load_manifest(package_dir / MANIFEST_NAME)
-            except ManifestError as exc:
-                manifest = exc
-        decision = decide(info, manifest, settings)
-        return _Action(torch, info, decision, settings, package_dir).run()
-
-
-def build_for_current_torch(environ: Mapping[str, str]) -> tuple[Status, Path]:
-    """Build, load and publish for the running torch; the body of
-    :func:`torch_c_dlpack_ext.build_for_current_torch`. Raises what the build raises."""
-    from . import _jit
-    from ._status import Status
-
-    try:
-        import torch
-    except ImportError as exc:
-        raise TorchInstallError(
-            f"cannot build for the current torch: torch is not importable ({exc}); install it"
-        ) from None
-
-    with LOCK:
-        info = TorchInfo.from_torch(torch)
-        settings = settings_of(environ)
-        for problem in settings.problems:
-            # A bad BACKEND must not quietly become the detected backend.
-            if problem.variable in (env_var("BACKEND"), env_var("CACHE_DIR")):
-                raise ConfigError(f"cannot build for the current torch: {problem.message}")
-        backend = settings.backend or info.backend
-        loaded = open_library(*_jit.build(torch, info, backend, settings))
-        publish(torch, loaded.pointer)
-        status = Status(
-            kind=DecisionKind.JIT,
-            library=loaded.path,
-            torch=info,
-            reason=f"built for torch {info.version} ({backend.value}) on request",
-            settings=settings,
-        )
-        return status, loaded.path

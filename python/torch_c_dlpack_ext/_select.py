@@ -15,7 +15,7 @@ from _torch_c_dlpack_ext_core.errors import REINSTALL, ConfigError, ManifestErro
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend, env_var
 
-from ._torchinfo import TorchInfo
+from ._torchinfo import OWN_LIBRARY, TorchInfo
 
 REINSTALL_COMMAND = REINSTALL.partition(": ")[2]
 
@@ -168,12 +168,19 @@ def _rule_defer(info: TorchInfo, settings: Settings) -> Decision | None:
             f"{env_var('LIBRARY')} is ignored: torch {info.version} provides "
             f"__dlpack_c_exchange_api__ itself; also set {env_var('FORCE')}=1 to replace it",
         )
-    provider = (
-        f"{info.capsule_origin} (an earlier import in this process) already published "
-        f"__dlpack_c_exchange_api__ on torch {info.version}"
-        if info.capsule_origin
-        else f"torch {info.version} provides __dlpack_c_exchange_api__ itself"
-    )
+    if info.capsule_origin == OWN_LIBRARY:
+        provider = (
+            f"{info.capsule_origin} (an earlier import in this process) already published "
+            f"__dlpack_c_exchange_api__ on torch {info.version}"
+        )
+    elif info.capsule_origin:  # someone else's table: deferred to, and named as theirs
+        provider = (
+            f"{info.capsule_origin} already published __dlpack_c_exchange_api__ on torch "
+            f"{info.version}: it is used, not this package's library "
+            f"({env_var('FORCE')}=1 replaces it)"
+        )
+    else:
+        provider = f"torch {info.version} provides __dlpack_c_exchange_api__ itself"
     return Decision(kind=DecisionKind.DEFER, reason=provider, warnings=warnings)
 
 
@@ -231,7 +238,9 @@ def decide(
     2. ``DISABLE`` -> ``DISABLED``.
     3. torch already has a *valid* ``__dlpack_c_exchange_api__`` (a PyCapsule named
        ``dlpack_exchange_api``) -> ``DEFER`` on every backend, without consulting the
-       manifest; ``FORCE`` skips this rule (A/B tests).
+       manifest; ``FORCE`` skips this rule (A/B tests). The reason names who published
+       it: torch, an earlier import of this package, or another library's image (such as
+       tvm-ffi's own JIT-built addon), never the latter as ours.
     4. torch has only a *valid* legacy int attribute (an address inside a loaded
        shared object whose table checks out) -> ``PUBLISH_LEGACY`` (unless ``FORCE``).
        A bogus attribute (``5``, ``None``, a capsule of another name, an int that is
@@ -241,7 +250,13 @@ def decide(
     5. ``LIBRARY`` -> ``LOAD`` that file (no manifest, so no size/sha256 check).
     6. The manifest is unusable -> ``JIT`` if opted in, else ``UNAVAILABLE`` naming
        the cause and the reinstall command.
-    7. The backend is ``BACKEND`` if set, else ``info.backend`` (by ``detect_backend``).
+    7. The backend is ``BACKEND`` if set, else ``info.backend``: the build flavour of
+       torch (``torch.version.hip`` -> rocm, else ``torch.version.cuda`` -> cuda, else
+       cpu; ``_torchinfo.detect_backend``), never a device query, so a CUDA torch on a
+       host without a GPU gets the CUDA library (which serves CPU tensors too). The rule
+       once asked ``torch.cuda.is_available()`` (as the package this one replaces did),
+       which initialises CUDA at import; see docs/facts.md, "The backend is the build
+       flavour".
        Entries must match torch ``major.minor`` (local versions such as
        ``2.8.0a0+abc`` count as 2.8), the backend, and the C++ ABI exactly (``None``
        matches only ``None``). Matching entries -> ``LOAD`` the first (one built

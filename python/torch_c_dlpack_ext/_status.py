@@ -9,11 +9,32 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TypedDict
 
 from ._select import Decision, DecisionKind, Settings
 from ._torchinfo import TorchInfo
 
-__all__ = ["Status"]
+__all__ = ["Status", "StatusFields"]
+
+
+class StatusFields(TypedDict, total=False):
+    """What the import keeps of its outcome, to make its :class:`Status` from later
+    (``_selector.status_of``). Only the common path's ``kind``, ``library`` and
+    ``common_path`` are set by the import's hot path, which imports this module only for
+    type checking."""
+
+    #: A :class:`DecisionKind` (or its value, from the common path).
+    kind: str
+    library: Path | None
+    torch: TorchInfo | None
+    reason: str
+    remedy: str
+    warnings: tuple[str, ...]
+    decision: Decision | None
+    settings: Settings | None
+    #: Published on the common path (``_loader``): the record is made by running the
+    #: selector's decision on the same inputs.
+    common_path: bool
 
 
 @dataclasses.dataclass(frozen=True)

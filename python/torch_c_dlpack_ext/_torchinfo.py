@@ -4,8 +4,8 @@ It also judges the two attributes other code may have put on ``torch.Tensor`` be
 us: a capsule is trusted only if ``PyCapsule_IsValid`` accepts it under the name
 ``dlpack_exchange_api``, and a legacy int only if it is an int64 address inside a
 loaded shared object whose table passes :func:`check_table`. Anything else is
-*bogus*: reported, and never deferred to or dereferenced. This module is the one home
-of the table checks (the loader checks its own libraries' tables with them).
+*bogus*: reported, and never deferred to or dereferenced. The table check itself is
+:func:`._capsule.check_table` (the loader checks its own libraries' tables with it).
 """
 
 from __future__ import annotations
@@ -17,11 +17,26 @@ from typing import Any, NamedTuple
 
 from _torch_c_dlpack_ext_core.naming import CAPSULE_ATTR, LEGACY_INT_ATTR, Backend, torch_minor
 
+from ._capsule import (
+    EXPORT_BUILD_INFO,
+    EXPORT_TABLE,
+    OWN_TABLES,
+    SUPPORTED_MAJOR,
+    TABLE_HEADER_BYTES,
+    TABLE_MEMBERS,
+    backend_of,
+    check_table,
+    cxx11_abi_of,
+)
+
 __all__ = [
     "CAPSULE_ATTR",
     "EXPORT_TABLE",
     "LEGACY_INT_ATTR",
     "OWN_TABLES",
+    "SUPPORTED_MAJOR",
+    "TABLE_HEADER_BYTES",
+    "TABLE_MEMBERS",
     "TorchInfo",
     "check_legacy_pointer",
     "check_table",
@@ -31,67 +46,12 @@ __all__ = [
     "table_origin",
 ]
 
-#: The export of a library that returns its table (see CONTRIBUTING.md, "Build contract").
-EXPORT_TABLE = "TorchDLPackExchangeAPIPtr"
-#: The DLPack major version whose ``DLPackExchangeAPI`` layout this package reads.
-SUPPORTED_MAJOR = 1
-#: Tables of the libraries this process loaded and checked (the loader adds each one).
-OWN_TABLES: set[int] = set()
-
-
-#: The two numbers of the ``DLPackExchangeAPI`` layout :func:`check_table` reads: the
-#: header (``DLPackVersion`` of two uint32, then the ``prev_api`` pointer) and the count of
-#: function pointers after it. The layout itself is the mirrors'
-#: (``_torch_c_dlpack_ext_core.dlpack_ctypes``, which the common import does not load:
-#: creating its ~15 ctypes types costs ~0.5 ms); a unit test pins these to them.
-TABLE_HEADER_BYTES = 8 + ctypes.sizeof(ctypes.c_void_p)
-TABLE_MEMBERS = 5
-
-
-def check_table(pointer: int, origin: str) -> tuple[int, int]:
-    """Check the ``DLPackExchangeAPI`` at ``pointer``; return its DLPack version.
-
-    Raises :class:`LibraryLoadError` if the pointer is NULL, the major version is
-    not 1, or any member is NULL (named through the mirrors).
-    """
-    from _torch_c_dlpack_ext_core.errors import LibraryLoadError
-
-    if not pointer:
-        raise LibraryLoadError(f"{origin}: {EXPORT_TABLE}() returned NULL")
-    major, minor = (ctypes.c_uint32 * 2).from_address(pointer)
-    version = (int(major), int(minor))
-    if version[0] != SUPPORTED_MAJOR:
-        raise LibraryLoadError(
-            f"{origin}: exchange table has DLPack version {version[0]}.{version[1]}, "
-            f"this loader reads major version {SUPPORTED_MAJOR}",
-            "upgrade torch-c-dlpack-ext or rebuild the library",
-        )
-    members = (ctypes.c_void_p * TABLE_MEMBERS).from_address(pointer + TABLE_HEADER_BYTES)
-    if not all(members):
-        from _torch_c_dlpack_ext_core.dlpack_ctypes import EXCHANGE_API_MEMBERS, DLPackExchangeAPI
-
-        table = DLPackExchangeAPI.from_address(pointer)
-        missing = [name for name in EXCHANGE_API_MEMBERS if not getattr(table, name)]
-        raise LibraryLoadError(
-            f"{origin}: exchange table has NULL member(s) {', '.join(missing)}",
-            "the library is incomplete: rebuild it",
-        )
-    return version
-
 
 def detect_backend(torch: Any) -> Backend:
-    """The backend of a torch module, by the project's reviewed rule.
-
-    A GPU torch with no usable device reports ``cpu``: the CPU library serves it.
-    ``getattr`` keeps builds whose ``torch.version`` lacks ``cuda`` or ``hip`` safe.
-    """
-    if torch.cuda.is_available():
-        if getattr(torch.version, "cuda", None) is not None:
-            return Backend.CUDA
-        if getattr(torch.version, "hip", None) is not None:
-            return Backend.ROCM
-        return Backend.CUDA
-    return Backend.CPU
+    """The backend of a torch module, by its build flavour (:func:`._capsule.backend_of`:
+    ``torch.version.hip`` -> rocm, else ``torch.version.cuda`` -> cuda, else cpu). No
+    device is asked, so describing torch never initialises CUDA."""
+    return Backend(backend_of(torch))
 
 
 def mapped_image_base(address: int) -> int | None:
@@ -136,22 +96,41 @@ def _table_provenance(address: int, base: int) -> str | None:
     if address in OWN_TABLES:
         return OWN_LIBRARY
     name = _IMAGE_NAMES.get(base, b"")
-    if not name:
-        return None
     if os.path.basename(name).startswith(b"libtorch_python"):
         return "torch's own libtorch_python"
+    handle = _exporting_image(name, address)
+    if handle is None:
+        return None
+    if hasattr(handle, EXPORT_BUILD_INFO):  # only this package's libraries say their build
+        return OWN_LIBRARY
+    # The same export without the build info: tvm-ffi's own torch addon (JIT-built by
+    # tvm-ffi where this package was not installed) or torch-c-dlpack-ext 0.1.x. Trusted as
+    # a table (it passed every check), but named as what it is, never as ours.
+    return f"{os.path.basename(os.fsdecode(name))} ({FOREIGN_LIBRARY})"
+
+
+def _exporting_image(name: bytes, address: int) -> ctypes.CDLL | None:
+    """A handle on the loaded image ``name`` if its ``TorchDLPackExchangeAPIPtr()``
+    returns exactly ``address``."""
+    if not name:
+        return None
     try:  # RTLD_NOLOAD: a handle on the image already there, never a new load
         handle = ctypes.CDLL(os.fsdecode(name), mode=os.RTLD_NOLOAD | ctypes.RTLD_LOCAL)
         export = getattr(handle, EXPORT_TABLE)
     except (OSError, AttributeError, ValueError):
         return None
     export.restype, export.argtypes = ctypes.c_void_p, []
-    return OWN_LIBRARY if export() == address else None
+    return handle if export() == address else None
 
 
-#: :func:`_table_provenance` of a table from a torch-c-dlpack-ext library (ours, or the
-#: package this one replaces); anything else it accepts is torch's own.
+#: :func:`_table_provenance` of a table from a torch-c-dlpack-ext library of this package
+#: (it exports ``TorchCDLPackExtBuildInfo``).
 OWN_LIBRARY = "a torch-c-dlpack-ext library"
+#: What a library exporting ``TorchDLPackExchangeAPIPtr`` but no build info is.
+FOREIGN_LIBRARY = (
+    "a library exporting TorchDLPackExchangeAPIPtr without this package's build info: "
+    "tvm-ffi's torch addon or torch-c-dlpack-ext 0.1.x"
+)
 
 
 def _mapping_permissions() -> list[tuple[int, int, str]] | None:
@@ -328,7 +307,8 @@ class TorchInfo(NamedTuple):
     #: Why an attribute that is present was judged bogus (then it is ignored, not trusted).
     bogus_attributes: tuple[str, ...] = ()
     #: Who made the valid capsule: ``""`` for torch, :data:`OWN_LIBRARY` when it is the
-    #: table of a torch-c-dlpack-ext library (an earlier import in this process).
+    #: table of a library of this package (an earlier import in this process), else the
+    #: image that published it (``libtorch_c_dlpack_addon_torch28-cpu.so (...)``).
     capsule_origin: str = ""
 
     @property
@@ -339,15 +319,11 @@ class TorchInfo(NamedTuple):
     def from_torch(cls, torch: Any) -> TorchInfo:
         """Describe an imported ``torch`` module.
 
-        Raises what torch raises (``torch.cuda.is_available()`` failing, no
-        ``__version__``): the caller reports that torch cannot be described.
+        Asks no device anything (:func:`detect_backend`). Raises what torch raises (no
+        ``__version__``, a failing ``compiled_with_cxx11_abi``): the caller reports that
+        torch cannot be described.
         """
-        abi: bool | None
-        if sys.platform.startswith(("win", "darwin")):
-            abi = None
-        else:
-            compiled = getattr(torch, "compiled_with_cxx11_abi", None)
-            abi = bool(compiled()) if callable(compiled) else None
+        abi = cxx11_abi_of(torch)
         version_mod = getattr(torch, "version", None)
         version = torch.__version__
         if not isinstance(version, str):
@@ -363,5 +339,6 @@ class TorchInfo(NamedTuple):
             has_capsule=has_capsule,
             has_legacy_int=has_legacy_int,
             bogus_attributes=bogus,
-            capsule_origin=origin if origin == OWN_LIBRARY else "",
+            # torch's own table is the default (""); anything else is named.
+            capsule_origin="" if origin.startswith("torch") else origin,
         )

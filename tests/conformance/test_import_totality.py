@@ -8,7 +8,9 @@ FIFO, a symlink inside or out of the package, swapped with each other), every
 ``TORCH_C_DLPACK_EXT_*`` variable with generated values (and generated unknown names),
 and bogus torch attributes (a capsule that is ``5``, ``None``, a string, another name's
 capsule or a raising descriptor; a legacy int of ``1``, ``2**64``, a heap address...; a
-torch whose ``cuda.is_available`` raises or whose ``__version__`` is missing).
+torch whose ``compiled_with_cxx11_abi`` raises or whose ``__version__`` is missing), each
+case a quarter of the time under a warnings filter that makes every warning an error
+(``python -W error``).
 
 Each case runs in a subprocess, several per process: the worker imports torch once, then
 for each case resets torch, the environment and ``sys.modules`` and imports the package
@@ -24,7 +26,13 @@ The invariant, per case:
   pointer, from a library inside the case's package; not published means ``torch.Tensor``
   was left exactly as it was;
 - never deferred to a bogus attribute, and a bogus attribute is named in the warning;
-- with ``BACKEND=cuda``/``rocm`` no CPU library is ever published (issue 13).
+- with ``BACKEND=cuda``/``rocm`` no CPU library is ever published (issue 13);
+- no CUDA call: spies on ``torch.cuda.is_available``, ``device_count``, ``init``,
+  ``_lazy_init`` and ``torch._C._cuda_getDeviceCount``/``_cuda_init`` see nothing during the
+  import (issue 18: the backend is the build flavour);
+- under warnings-as-errors, the import either succeeds silently (published, deferred,
+  disabled) or raises an ``ImportError`` subclass whose cause is the warning, leaving
+  ``torch.Tensor`` as it was (issue 18: consumers guard with ``except ImportError``).
 
 The same cases run once more, fewer of them, inside a real torch 2.8 environment with the
 real apache-tvm-ffi (which lacks the API): ``import tvm_ffi`` must succeed and must not have
@@ -81,7 +89,22 @@ PREFIX = "TORCH_C_DLPACK_EXT_"
 MISSING = object()
 T = torch.Tensor
 ORIGINAL = {name: vars(T).get(name, MISSING) for name in (CAPSULE, LEGACY)}
-AVAILABLE, VERSION = torch.cuda.is_available, torch.__version__
+ABI_QUERY, VERSION = torch.compiled_with_cxx11_abi, torch.__version__
+CUDA_CALLS = []
+
+def spy(owner, name):
+    real = getattr(owner, name, None)
+    if real is None:
+        return
+    def spying(*args, **kwargs):
+        CUDA_CALLS.append(name)
+        return real(*args, **kwargs)
+    setattr(owner, name, spying)
+
+for name in ("is_available", "device_count", "init", "_lazy_init"):
+    spy(torch.cuda, name)
+for name in ("_cuda_getDeviceCount", "_cuda_init"):
+    spy(torch._C, name)
 is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
     ("PyCapsule_IsValid", ctypes.pythonapi))
 get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
@@ -119,7 +142,7 @@ def legacy_value(kind):
             "heap": lambda: ctypes.addressof(HEAP), "own": lambda: OWN_POINTER}[kind]()
 
 def raise_runtime():
-    raise RuntimeError("cuda driver exploded")
+    raise RuntimeError("torch's ABI query exploded")
 
 def raise_base():
     raise InjectedBaseException("injected")
@@ -131,7 +154,7 @@ def reset():
                 delattr(T, name)
         else:
             setattr(T, name, value)
-    torch.cuda.is_available, torch.__version__ = AVAILABLE, VERSION
+    torch.compiled_with_cxx11_abi, torch.__version__ = ABI_QUERY, VERSION
     for key in [k for k in os.environ if k.startswith(PREFIX)]:
         del os.environ[key]
     for name in [m for m in sys.modules if m.split(".")[0] == "torch_c_dlpack_ext"]:
@@ -148,10 +171,10 @@ def apply(case):
         value = legacy_value(case["legacy"])
         if value is not None:
             setattr(T, LEGACY, value)
-    if case["torch"] == "cuda_raises":
-        torch.cuda.is_available = raise_runtime
-    elif case["torch"] == "cuda_raises_base":
-        torch.cuda.is_available = raise_base
+    if case["torch"] == "abi_raises":
+        torch.compiled_with_cxx11_abi = raise_runtime
+    elif case["torch"] == "abi_raises_base":
+        torch.compiled_with_cxx11_abi = raise_base
     elif case["torch"] == "no_version":
         del torch.__version__
     elif case["torch"] == "version_float":
@@ -175,9 +198,10 @@ def run(case):
     before = state()
     base_path = list(sys.path)
     sys.path.insert(0, case["root"])
-    raised, status, package = None, None, None
+    raised, status, package, as_import_error, cause = None, None, None, False, None
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+        warnings.simplefilter("error" if case.get("werror") else "always")
+        del CUDA_CALLS[:]
         try:
             if MODE == "tvm":
                 import tvm_ffi
@@ -190,12 +214,19 @@ def run(case):
             status = pkg.status()
         except BaseException as exc:
             raised = f"{type(exc).__name__}: {exc}"[:1000]
+            as_import_error = isinstance(exc, ImportError)
+            cause = exc.__cause__
+    calls = list(CUDA_CALLS) if MODE == "batch" else []  # tvm-ffi asks torch.cuda itself
     sys.path[:] = base_path
     after = state()
     capsule = after[CAPSULE]
     valid = capsule is not MISSING and bool(is_valid(capsule, NAME))
     return {
         "raised": raised,
+        "as_import_error": as_import_error,
+        "cause_is_warning": isinstance(cause, Warning),
+        "cause_is_ours": type(cause).__name__ == "TorchCDLPackExtWarning",
+        "cuda_calls": calls,
         "kind": status.kind.value if status is not None else None,
         "library": str(status.library) if status is not None and status.library else None,
         "package": package,
@@ -261,7 +292,7 @@ LEGACIES: tuple[Any, ...] = (
     "heap",
     "own",
 )
-TORCH_STATES = ("ok", "cuda_raises", "cuda_raises_base", "no_version", "version_float")
+TORCH_STATES = ("ok", "abi_raises", "abi_raises_base", "no_version", "version_float")
 FIELDS = (
     "file",
     "torch",
@@ -395,6 +426,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
         "capsule": mostly("keep", CAPSULES),
         "legacy": mostly("absent", LEGACIES),
         "torch": mostly("ok", TORCH_STATES),
+        "werror": draw(st.sampled_from([False, False, False, True])),
     }
 
 
@@ -493,8 +525,25 @@ def materialize(
 PUBLISHED = {"load", "jit", "publish_legacy"}
 
 
+def _check_import_error(result: dict[str, Any], where: str) -> None:
+    """Under warnings-as-errors: what left the import is what consumers' ``except
+    ImportError`` guards catch (issue 18), and nothing was left on ``torch.Tensor``."""
+    assert result["as_import_error"], (result["raised"], where)
+    assert result["cause_is_warning"], (result["raised"], where)
+    assert result["unchanged"], f"raised but torch.Tensor changed\n{where}"
+    if result["cause_is_ours"]:
+        assert "made this warning an error" in result["raised"], result["raised"]
+
+
 def check(case: dict[str, Any], result: dict[str, Any]) -> None:
     where = f"case {json.dumps({k: v for k, v in case.items() if k != 'root'})[:1500]}"
+    assert result["cuda_calls"] == [], (result["cuda_calls"], where)
+    if case.get("werror") and result["raised"] is not None:
+        _check_import_error(result, where)
+        return
+    if case.get("werror"):
+        # Nothing to say, so nothing raised: published, deferred or disabled.
+        assert result["kind"] in PUBLISHED | {"defer", "disabled"}, (result, where)
     assert result["raised"] is None, f"import raised {result['raised']}\n{where}"
     assert result["package"].startswith(case["root"]), (result["package"], where)
     ours, kind = result["ours"], result["kind"]
@@ -514,7 +563,7 @@ def check(case: dict[str, Any], result: dict[str, Any]) -> None:
         # No generated manifest is a valid one without libraries (keys are at most 5
         # characters), so this text would misreport a broken manifest (issue 11).
         assert "universal wheel" not in message, message
-        if case["torch"] != "cuda_raises_base":
+        if case["torch"] != "abi_raises_base":
             # The boundary caught something the selector should have reported itself.
             assert "selecting a library failed" not in message, f"{message}\n{where}"
     if kind in PUBLISHED:
@@ -684,10 +733,10 @@ def _single_fault_cases() -> list[tuple[str, dict[str, Any], str]]:
         ("legacy-1", {"legacy": 1}, "__c_dlpack_exchange_api__ = 1 is not a valid"),
         ("legacy-2**64", {"legacy": 2**64}, "is not a valid table address"),
         ("legacy-heap", {"legacy": "heap"}, "does not point into a loaded shared library"),
-        ("cuda-raises", {"torch": "cuda_raises"}, "cannot describe the running torch"),
+        ("abi-raises", {"torch": "abi_raises"}, "cannot describe the running torch"),
         ("no-version", {"torch": "no_version"}, "cannot describe the running torch"),
         ("version-float", {"torch": "version_float"}, "torch.__version__ is float"),
-        ("base-exception", {"torch": "cuda_raises_base"}, "InjectedBaseException: injected"),
+        ("base-exception", {"torch": "abi_raises_base"}, "InjectedBaseException: injected"),
         ("bad-bool", {"env": {P + "FORCE": "maybe"}}, f"{P}FORCE='maybe' is not a boolean"),
         ("unknown-name", {"env": {P + "FORCE": "1", P + "BAKEND": "x"}}, "did you mean"),
         ("library-tilde", {"env": {P + "FORCE": "1", P + "LIBRARY": "~nouser/x"}}, "LIBRARY"),
@@ -735,6 +784,60 @@ def test_each_single_fault_gives_one_warning_naming_it(tmp_path: Path, fake_libr
             failures.append(f"{name}: {says!r} not in {result['ours']}")
     count_case("import totality: single faults", len(SINGLE_FAULTS))
     assert failures == [], "\n".join(failures)
+
+
+WERROR_CASES = (
+    # (name, change, raises, what the ImportError says)
+    ("valid", {}, False, ""),
+    ("manifest-missing", {"manifest_state": "missing"}, True, "no manifest at"),
+    ("library-truncated", {"library_state": "truncated"}, True, "bytes, the manifest says"),
+    ("bad-bool", {"env": {P + "FORCE": "maybe"}}, True, f"{P}FORCE='maybe' is not a boolean"),
+    # The boundary's own warning (an exception the selector let out), made an error.
+    ("base-exception", {"torch": "abi_raises_base"}, True, "InjectedBaseException: injected"),
+    ("disabled", {"env": {P + "DISABLE": "1"}}, False, ""),
+)
+
+
+def test_warnings_as_errors_give_an_import_error_or_nothing(
+    tmp_path: Path, fake_library: Path
+) -> None:
+    """Under ``-W error`` (issue 18): where nothing can be published, an ImportError
+    subclass with our warning as its cause, naming the cause and the remedy (consumers
+    guard the import with ``except ImportError``); the normal load path raises nothing
+    and publishes."""
+    (_, base, _) = SINGLE_FAULTS[0]
+    base = {**base, "manifest_state": "regular", "werror": True}
+    laid_out = [
+        materialize(
+            tmp_path / name,
+            {**base, **change},
+            fake_library,
+            torch_minor=TORCH_MINOR,
+            abi=ABI,
+            build=torch.__version__,
+        )
+        for name, change, _, _ in WERROR_CASES
+    ]
+    failures = []
+    for (name, _, raises, says), (case, result) in zip(WERROR_CASES, run_cases(tmp_path, laid_out)):
+        check(case, result)
+        if not raises:
+            if result["raised"] is not None:
+                failures.append(f"{name}: raised {result['raised']}")
+            continue
+        if result["raised"] is None:
+            failures.append(f"{name}: raised nothing ({result['kind']})")
+            continue
+        raised = result["raised"]
+        if not raised.startswith("WarningAsImportError: torch-c-dlpack-ext: "):
+            failures.append(f"{name}: {raised}")
+        elif says.lower() not in raised.lower() or not result["cause_is_ours"]:
+            failures.append(f"{name}: {says!r} not in {raised} (or not our warning's cause)")
+        elif f"{P}DISABLE=1" not in raised:
+            failures.append(f"{name}: no remedy in {raised}")
+    assert len(laid_out) == len(WERROR_CASES)
+    assert failures == [], "\n".join(failures)
+    count_case("import totality: warnings as errors", len(WERROR_CASES))
 
 
 def test_the_valid_case_publishes(tmp_path: Path, fake_library: Path) -> None:
@@ -800,12 +903,12 @@ for cls in classes + [CustomBase, Unprintable]:
     for name in [m for m in sys.modules if m.startswith("torch_c_dlpack_ext")]:
         del sys.modules[name]
     fake = types.ModuleType("torch_c_dlpack_ext._loader")
-    def select_and_load(environ, package_dir, exc=exc):
+    def load_common(environ, package_dir, exc=exc):  # the import's first call into it
         # Half-way through publishing, then the unexpected.
         torch.Tensor.__c_dlpack_exchange_api__ = 12345
         torch.Tensor.__dlpack_c_exchange_api__ = "half-published"
         raise exc
-    fake.select_and_load = select_and_load
+    fake.load_common = load_common
     sys.modules["torch_c_dlpack_ext._loader"] = fake
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -842,7 +945,9 @@ def test_the_import_boundary_catches_every_base_exception(tmp_path: Path) -> Non
     assert problems == [], problems[:5]
 
 
-def test_keyboard_interrupt_and_warnings_as_errors_pass_the_boundary(tmp_path: Path) -> None:
+def test_keyboard_interrupt_passes_and_a_warning_as_error_is_an_import_error(
+    tmp_path: Path,
+) -> None:
     root = make_package(tmp_path, manifest=False)
     code = r"""
 import sys, types, warnings
@@ -851,10 +956,10 @@ for name in ("KeyboardInterrupt", "SystemExit"):
     for m in [m for m in sys.modules if m.startswith("torch_c_dlpack_ext")]:
         del sys.modules[m]
     fake = types.ModuleType("torch_c_dlpack_ext._loader")
-    def select_and_load(environ, package_dir, name=name):
+    def load_common(environ, package_dir, name=name):
         torch.Tensor.__c_dlpack_exchange_api__ = 1
         raise getattr(__builtins__, name)()
-    fake.select_and_load = select_and_load
+    fake.load_common = load_common
     sys.modules["torch_c_dlpack_ext._loader"] = fake
     try:
         import torch_c_dlpack_ext
@@ -868,15 +973,15 @@ warnings.simplefilter("error")
 try:
     import torch_c_dlpack_ext
     print("warning swallowed")
-except Warning as e:
-    print("warning passed", type(e).__name__)
+except ImportError as e:
+    print("warning passed", type(e).__name__, type(e.__cause__).__name__)
 """
     proc = run_python(code, pythonpath=[root], env=clean_env(**{P + "FORCE": "1"}), timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split("\n")[:3] == [
         "KeyboardInterrupt passed KeyboardInterrupt False",
         "SystemExit passed SystemExit False",
-        "warning passed TorchCDLPackExtWarning",
+        "warning passed WarningAsImportError TorchCDLPackExtWarning",
     ], proc.stdout
 
 
@@ -909,7 +1014,7 @@ def test_import_tvm_ffi_is_total_and_builds_no_addon(
     # torch 2.8 has neither attribute; tvm-ffi itself trusts any attribute it finds (and
     # then never imports us) and calls torch.cuda.is_available itself, so the tvm-ffi cases
     # leave torch alone: they vary the installation and the environment.
-    case = {**case, "capsule": "keep", "legacy": "absent", "torch": "ok"}
+    case = {**case, "capsule": "keep", "legacy": "absent", "torch": "ok", "werror": False}
     tmp = tmp_path_factory.mktemp("tvm-totality")
     try:
         laid_out = materialize(
@@ -932,3 +1037,53 @@ def test_import_tvm_ffi_is_total_and_builds_no_addon(
         count_case("import totality: tvm-ffi on torch 2.8 (one process each)", 1)
     finally:
         _remove(tmp)
+
+
+#: tvm-ffi's own warning when its fallback (JIT-compiling its addon) fails, as it must here
+#: (no compiler, no setuptools): under -W error that one is tvm-ffi's to raise.
+TVM_OWN_WARNING = "Failed to JIT torch c dlpack extension"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tvm_warning", ["error", "ignored"])
+def test_import_tvm_ffi_under_warnings_as_errors_falls_back(
+    tmp_path: Path, tvm_env: Any, tvm_warning: str
+) -> None:
+    """Issue 18: ``python -W error -c "import tvm_ffi"`` with no usable library
+    (``BACKEND=rocm`` on PyPI's CUDA torch 2.8 stands in for one): our import fails with an
+    ImportError, which tvm-ffi's guard catches, and tvm-ffi goes on to its own path. That
+    path here ends in tvm-ffi's own warning (it cannot build its addon), which ``-W error``
+    raises from tvm-ffi itself; with that one warning let through, the import succeeds.
+    Either way nothing of ours escapes (before, our warning did)."""
+    root = make_package(tmp_path / "pkg", manifest=False)
+    bin_dir = tmp_path / "bin"  # no compiler: tvm-ffi's own addon build fails fast
+    bin_dir.mkdir()
+    filters = "error" if tvm_warning == "error" else f"error,ignore:{TVM_OWN_WARNING}:UserWarning"
+    code = (
+        "import sys, tvm_ffi\n"
+        "assert 'torch_c_dlpack_ext' not in sys.modules\n"  # its import failed, cleanly
+        "print('ok')\n"
+    )
+    proc = run_python(
+        code,
+        pythonpath=[root],
+        python=tvm_env.python,
+        env=clean_env(
+            **{P + "BACKEND": "rocm"},
+            PYTHONWARNINGS=filters,  # python -W error [-W ignore:...]
+            PATH=str(bin_dir),
+            CXX="",
+            CC="",
+            TVM_FFI_CACHE_DIR=str(tmp_path / "tvm-cache"),
+        ),
+        timeout=300,
+    )
+    assert "TorchCDLPackExtWarning" not in proc.stderr, proc.stderr[-3000:]
+    assert "WarningAsImportError" not in proc.stderr, proc.stderr[-3000:]
+    if tvm_warning == "ignored":
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stdout.strip().endswith("ok"), proc.stdout
+    else:
+        assert proc.returncode == 0 or f"UserWarning: {TVM_OWN_WARNING}" in proc.stderr, (
+            proc.stderr[-3000:]
+        )

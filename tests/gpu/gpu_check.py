@@ -465,6 +465,8 @@ GPU_CASES = [
     "cuda: cpu library refuses CUDA tensors",
     "cuda: tvm-ffi echo float16 (seed test)",
     "cuda: ns/call",
+    "cuda: import leaves CUDA uninitialised",
+    "cuda: a forked child uses CUDA after the import",
 ]
 
 
@@ -535,7 +537,72 @@ def _check(report: Report, torch_api: DLPackExchangeAPI, cache: Path, own_capsul
         return 0
     _gpu_half(report, tables)
     _bench_rows(report, tables, "cuda", cache, gpu=True)
+    assert cuda_lib is not None  # no gpu_reason: it was built
+    _import_checks(report, cuda_lib.path)
     return 0
+
+
+#: Imports torch_c_dlpack_ext in a fresh process with our CUDA library forced (issue 18);
+#: prints whether CUDA was initialised, then forks: the child must be able to use CUDA,
+#: which it cannot once the parent initialised it ("Cannot re-initialize CUDA in forked
+#: subprocess").
+IMPORT_PROBE = r"""
+import json, os, sys
+import torch
+import torch_c_dlpack_ext
+status = torch_c_dlpack_ext.status()
+initialized = torch.cuda.is_initialized()
+pid = os.fork()
+if pid == 0:
+    try:
+        ok = float(torch.ones(4, device="cuda").sum().item()) == 4.0
+    except BaseException as exc:
+        print(f"child: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        ok = False
+    os._exit(0 if ok else 3)
+_, code = os.waitpid(pid, 0)
+print(json.dumps({"kind": status.kind.value, "initialized": initialized,
+                  "child": os.waitstatus_to_exitcode(code)}))
+"""
+
+
+def _import_checks(report: Report, library: Path) -> None:
+    """After ``import torch_c_dlpack_ext`` (our CUDA library forced and published),
+    ``torch.cuda.is_initialized()`` is False and a forked child can use CUDA."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_C_DLPACK_EXT_")}
+    env.update(TORCH_C_DLPACK_EXT_FORCE="1", TORCH_C_DLPACK_EXT_LIBRARY=str(library))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-c", IMPORT_PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        detail = proc.stderr[-400:]
+        for case in GPU_CASES[-2:]:
+            report.add(case, "crashed", "-", MISMATCH, detail, gpu=True)
+        return
+    result = json.loads(lines[-1])
+    published = result["kind"] == "load"
+    report.add(
+        "cuda: import leaves CUDA uninitialised",
+        f"{result['kind']}, is_initialized() {result['initialized']}",
+        "load, is_initialized() False",
+        OK if published and result["initialized"] is False else MISMATCH,
+        gpu=True,
+    )
+    report.add(
+        "cuda: a forked child uses CUDA after the import",
+        f"child exit {result['child']}",
+        "child exit 0",
+        OK if result["child"] == 0 else MISMATCH,
+        proc.stderr[-400:] if result["child"] else "",
+        gpu=True,
+    )
 
 
 def _same(ours: str, theirs: str) -> tuple[str, str, bool]:

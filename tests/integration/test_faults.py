@@ -213,21 +213,21 @@ del sys.modules["torch"]
 fake = types.ModuleType("torch")
 fake.__version__ = "2.10.0+rocm6.4"
 fake.Tensor = Tensor
-fake.cuda = types.SimpleNamespace(is_available=lambda: True)
 fake.version = types.SimpleNamespace(cuda=None, hip="6.4")
 fake.compiled_with_cxx11_abi = lambda: True
 sys.modules["torch"] = fake
-from torch_c_dlpack_ext import _loader
+from torch_c_dlpack_ext import _loader, _selector
 def boom(path):
     raise AssertionError(f"manifest read: {path}")
-_loader.load_manifest = boom
+_selector.load_manifest = boom
+_loader._read_manifest = boom
 with warnings.catch_warnings():
     warnings.simplefilter("error")
     import torch_c_dlpack_ext as pkg
     import os
     from pathlib import Path
     for env in ({}, {"TORCH_C_DLPACK_EXT_BACKEND": "rocm"}):
-        fields = _loader.select_and_load(env, Path(pkg.__file__).parent)
+        fields = _selector.select_and_load(env, Path(pkg.__file__).parent)
         assert fields["kind"].value == "defer", fields
         assert fields["torch"].backend.value == "rocm", fields["torch"]
 print("ok")
@@ -242,7 +242,8 @@ def test_library_for_other_cxx_abi_is_refused(
     tmp_path: Path, old_torch_env: Callable[[str], Any], build_cache: Path
 ) -> None:
     """A 2.8 library (cxx11 ABI) presented as the 2.6 entry (old ABI) to PyPI's 2.6.0:
-    dlopen reports an undefined symbol, which must become a warning, not an error."""
+    dlopen reports an undefined symbol, which must become a warning, not an error.
+    (PyPI's 2.6.0 is a CUDA build: ``BACKEND=cpu`` makes the CPU entry the one tried.)"""
     from _torch_c_dlpack_ext_core.driver import compile_library
 
     env28 = old_torch_env("2.8.0")
@@ -252,7 +253,7 @@ def test_library_for_other_cxx_abi_is_refused(
     root = make_package(
         tmp_path, [Bundled(out / entry.file, "2.6", Backend.CPU, False, "2.6.0+cu124")]
     )
-    result = probe(root, python=env26.python, timeout=300)
+    result = probe(root, python=env26.python, timeout=300, **{P + "BACKEND": "cpu"})
     assert_contained(result, "cannot be loaded", "undefined symbol")
 
 
@@ -370,21 +371,37 @@ os.write(1, b"ok\\n")
     assert proc.stdout.strip().endswith("ok")
 
 
-def test_warning_turned_into_error_still_propagates(tmp_path: Path) -> None:
-    """-W error is the user's choice: that Warning is raised from import, as before."""
+def test_warning_turned_into_error_leaves_as_an_import_error(tmp_path: Path) -> None:
+    """-W error is the user's choice, but consumers guard the import with ``except
+    ImportError`` only (tvm-ffi 0.1.1-0.1.15): what leaves is an ImportError subclass, the
+    warning chained as its cause, naming the cause and how to import anyway."""
     root = make_package(tmp_path, manifest=False)
     code = """
 import warnings
 import torch
+before = dict(vars(torch.Tensor))
 warnings.simplefilter("error")
 try:
     import torch_c_dlpack_ext
-except Warning as exc:
+except ImportError as exc:
+    from torch_c_dlpack_ext.errors import WarningAsImportError
+    from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtWarning
+    assert isinstance(exc, WarningAsImportError), type(exc)
+    assert isinstance(exc.__cause__, TorchCDLPackExtWarning), repr(exc.__cause__)
+    assert exc.warning is exc.__cause__ and exc.name == "torch_c_dlpack_ext"
+    assert str(exc.__cause__) in str(exc)
+    assert dict(vars(torch.Tensor)) == before
     print("raised", type(exc).__name__)
+    print(exc)
 """
     proc = run_python(code, pythonpath=[root], env=clean_env(**{P + "FORCE": "1"}), timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "raised TorchCDLPackExtWarning", proc.stdout
+    first, message = proc.stdout.strip().split("\n", 1)
+    assert first == "raised WarningAsImportError", proc.stdout
+    assert "no manifest at" in message, message  # the cause
+    assert "made this warning an error" in message, message
+    assert "-W default::_torch_c_dlpack_ext_core.errors.TorchCDLPackExtWarning" in message, message
+    assert f"{P}DISABLE=1" in message, message
 
 
 def test_reimport_says_the_capsule_is_ours_not_torchs(tmp_path: Path) -> None:
@@ -414,7 +431,8 @@ print(status.reason)
     assert "provides __dlpack_c_exchange_api__ itself" not in reason, reason
 
 
-GPU_TORCH = "import torch\ntorch.cuda.is_available = lambda: True\n"
+# A CUDA build of torch, by the flavour the selector reads (no device is ever asked).
+GPU_TORCH = "import torch\ntorch.version.cuda = '12.8'\n"
 
 
 @pytest.mark.parametrize(
@@ -561,3 +579,45 @@ def test_library_override_replaced_by_fifo_is_refused_without_blocking(tmp_path:
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["kind"] == "unavailable", result
     assert "is a FIFO" in result["reason"], result
+
+
+FOREIGN_TABLE = """
+import ctypes, sys
+import torch
+lib = ctypes.CDLL(sys.argv[1])
+lib.TorchDLPackExchangeAPIPtr.restype = ctypes.c_void_p
+name = ctypes.create_string_buffer(b"dlpack_exchange_api")
+new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi))
+# What tvm-ffi does with its JIT-built addon when this package is not installed.
+torch.Tensor.__dlpack_c_exchange_api__ = new(lib.TorchDLPackExchangeAPIPtr(),
+                                             ctypes.addressof(name), None)
+import torch_c_dlpack_ext
+status = torch_c_dlpack_ext.status()
+print(status.kind.value)
+print(status.reason)
+"""
+
+
+@pytest.mark.parametrize("build_info", [False, True], ids=["foreign", "ours"])
+def test_a_table_someone_else_published_is_named_as_theirs(
+    tmp_path: Path, build_info: bool
+) -> None:
+    """Issue 21 item 1: a table from an image exporting ``TorchDLPackExchangeAPIPtr`` but
+    not this package's ``TorchCDLPackExtBuildInfo`` (tvm-ffi's own addon, 0.1.x) is deferred
+    to and named by its image, never reported as "a torch-c-dlpack-ext library (an earlier
+    import in this process)"; one with the build info is ours."""
+    defines = () if build_info else ("FAKE_NO_BUILD_INFO",)
+    library = build_fake_library(tmp_path / "lib", *defines, name="libtorch_c_dlpack_addon.so")
+    root = make_package(tmp_path / "pkg", manifest=False)
+    proc = run_python(FOREIGN_TABLE, pythonpath=[root], args=[str(library)], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    kind, reason = proc.stdout.strip().splitlines()[-2:]
+    assert kind == "defer", proc.stdout
+    if build_info:
+        assert "a torch-c-dlpack-ext library (an earlier import in this process)" in reason
+    else:
+        assert reason.startswith("libtorch_c_dlpack_addon.so (a library exporting"), reason
+        assert "tvm-ffi's torch addon" in reason, reason
+        assert "earlier import" not in reason, reason
+        assert f"{P}FORCE=1 replaces it" in reason, reason

@@ -171,10 +171,10 @@ threads = [threading.Thread(target=worker) for _ in range(8)]
 for t in threads: t.start()
 for t in threads: t.join()
 import torch_c_dlpack_ext as pkg
-from torch_c_dlpack_ext import _loader
+from torch_c_dlpack_ext import _loader, _selector
 first = torch.Tensor.__c_dlpack_exchange_api__
 assert len({id(s) for s in results}) == 1 and len(results) == 8
-fields = _loader.select_and_load(os.environ, Path(pkg.__file__).parent)
+fields = _selector.select_and_load(os.environ, Path(pkg.__file__).parent)
 assert fields["kind"].value == "load", fields
 assert torch.Tensor.__c_dlpack_exchange_api__ == first
 assert len(_loader._LIBRARIES) == 1, _loader._LIBRARIES
@@ -284,7 +284,9 @@ print(status.kind.value, status.torch, "|", status.reason, "|", status.remedy)
     assert "install torch" in proc.stdout
     # Nothing published, so the one warning the README promises (issue 9, class 5).
     assert proc.stderr.count("TorchCDLPackExtWarning") == 1, proc.stderr
-    assert "Torch is not importable (ModuleNotFoundError" in proc.stderr, proc.stderr
+    assert "torch-c-dlpack-ext: torch is not importable (ModuleNotFoundError" in proc.stderr, (
+        proc.stderr
+    )
     diag = run_python(
         "import sys; sys.modules['torch'] = None\n"
         "from torch_c_dlpack_ext.__main__ import main; sys.exit(main([]))",
@@ -338,23 +340,16 @@ print(json.dumps({"modules": ours, "set": "__dlpack_c_exchange_api__" in vars(to
         ("defer", ["torch_c_dlpack_ext"]),
         (
             "load",
-            [
-                "_torch_c_dlpack_ext_core",
-                "_torch_c_dlpack_ext_core.errors",
-                "_torch_c_dlpack_ext_core.manifest",
-                "_torch_c_dlpack_ext_core.naming",
-                "torch_c_dlpack_ext",
-                "torch_c_dlpack_ext._loader",
-                "torch_c_dlpack_ext._select",
-                "torch_c_dlpack_ext._torchinfo",
-            ],
+            # Issue 18: the common path is these two modules, no core module, no class of
+            # the selector's (Settings, Decision, TorchInfo, ManifestEntry, the enums).
+            ["torch_c_dlpack_ext", "torch_c_dlpack_ext._capsule", "torch_c_dlpack_ext._loader"],
         ),
     ],
 )
 def test_the_common_imports_load_few_modules(
     tmp_path: Path, fake_libs: dict[str, Path], path: str, expected: list[str]
 ) -> None:
-    """Neither the settings parser, the capsule reader, the mirrors, the diagnostics nor
+    """Neither the full selector, the settings parser, the mirrors, the diagnostics nor
     the Status record is loaded by a common import (they are, on demand, by status())."""
     root = make_package(tmp_path, [cell(fake_libs["good"])])
     proc = run_python(MODULES_PROBE, args=[path], pythonpath=[root], timeout=120)

@@ -20,11 +20,18 @@ from torch_c_dlpack_ext._torchinfo import (
 )
 
 
+def _no_device_query() -> Any:
+    raise AssertionError("detect_backend asked a device (torch.cuda.is_available)")
+
+
 def fake_torch(available: bool, version: Any, *, tensor_attrs: dict[str, Any] | None = None) -> Any:
+    """A torch module; ``available`` is what a device query would answer, and asking it
+    fails the test unless ``available`` (the tests of a query that raises set their own)."""
     tensor = type("Tensor", (), dict(tensor_attrs or {}))
+    query = (lambda: True) if available else _no_device_query
     return types.SimpleNamespace(
         __version__="2.6.0+x",
-        cuda=types.SimpleNamespace(is_available=lambda: available),
+        cuda=types.SimpleNamespace(is_available=query, device_count=query, init=query),
         version=version,
         Tensor=tensor,
         compiled_with_cxx11_abi=lambda: False,
@@ -32,32 +39,35 @@ def fake_torch(available: bool, version: Any, *, tensor_attrs: dict[str, Any] | 
 
 
 @pytest.mark.parametrize(
-    ("available", "version", "expected"),
+    ("version", "expected"),
     [
-        (True, types.SimpleNamespace(cuda="12.4", hip=None), Backend.CUDA),
-        (True, types.SimpleNamespace(cuda=None, hip="6.2.4"), Backend.ROCM),
-        # A GPU build on a machine without a device: the CPU library serves it.
-        (False, types.SimpleNamespace(cuda="12.4", hip=None), Backend.CPU),
-        (False, types.SimpleNamespace(cuda=None, hip="6.2.4"), Backend.CPU),
-        (False, types.SimpleNamespace(cuda=None, hip=None), Backend.CPU),
+        (types.SimpleNamespace(cuda="12.4", hip=None), Backend.CUDA),
+        (types.SimpleNamespace(cuda=None, hip="6.2.4"), Backend.ROCM),
+        # ROCm builds of some torch releases also set torch.version.cuda: hip decides.
+        (types.SimpleNamespace(cuda="12.4", hip="6.2.4"), Backend.ROCM),
+        (types.SimpleNamespace(cuda=None, hip=None), Backend.CPU),
         # Builds whose torch.version lacks the attributes must not raise.
-        (True, types.SimpleNamespace(), Backend.CUDA),
-        (True, types.SimpleNamespace(hip="6.0"), Backend.ROCM),
-        (False, types.SimpleNamespace(), Backend.CPU),
+        (types.SimpleNamespace(), Backend.CPU),
+        (types.SimpleNamespace(hip="6.0"), Backend.ROCM),
+        (types.SimpleNamespace(cuda="12.8"), Backend.CUDA),
+        (None, Backend.CPU),
     ],
     ids=[
         "cuda",
         "hip",
-        "cuda-build-no-device",
-        "hip-build-no-device",
+        "hip-and-cuda",
         "neither",
-        "available-no-attrs",
-        "hip-only-attr",
         "no-attrs",
+        "hip-only-attr",
+        "cuda-only-attr",
+        "no-version-module",
     ],
 )
-def test_detect_backend(available: bool, version: Any, expected: Backend) -> None:
-    assert detect_backend(fake_torch(available, version)) is expected
+def test_detect_backend_by_build_flavour(version: Any, expected: Backend) -> None:
+    """The flavour alone decides, and no device is asked: the fake's ``is_available``,
+    ``device_count`` and ``init`` fail the test if called. A CUDA build on a host with
+    no device (the query would say False) is still cuda."""
+    assert detect_backend(fake_torch(False, version)) is expected
 
 
 def test_torchinfo_from_fake_torch_without_version_attributes() -> None:
@@ -225,7 +235,7 @@ def test_mapped_image_base_never_reads_the_address() -> None:
     ("change", "says"),
     [
         ({"__version__": 2.6}, "torch.__version__ is float"),
-        ({"cuda": types.SimpleNamespace(is_available=lambda: 1 / 0)}, "division by zero"),
+        ({"compiled_with_cxx11_abi": lambda: 1 / 0}, "division by zero"),
     ],
 )
 def test_a_torch_that_cannot_be_described_raises(change: dict[str, Any], says: str) -> None:

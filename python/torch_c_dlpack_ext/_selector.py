@@ -1,0 +1,520 @@
+"""The full selector: everything the import does off its common path, and says why.
+
+:func:`._loader.load_common` handles the common case; this module runs when
+anything is unusual (a ``TORCH_C_DLPACK_EXT_*`` variable, an attribute on
+``torch.Tensor`` to judge, no valid manifest, no matching library, a library that
+fails), and for :func:`torch_c_dlpack_ext.status`, the diagnostics and an explicit
+build. It reads settings, torch and the manifest, decides with :func:`._select.decide`
+and acts. Nothing here lets an expected failure escape :func:`select_and_load`: every
+one becomes the fields of a :class:`._status.Status` with the cause, and one
+:class:`TorchCDLPackExtWarning` (the package's ``__init__`` catches the unexpected).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from _torch_c_dlpack_ext_core.errors import (
+    REINSTALL,
+    ConfigError,
+    LibraryLoadError,
+    ManifestError,
+    TorchCDLPackExtError,
+    TorchCDLPackExtWarning,
+    TorchInstallError,
+)
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest, read_verified
+from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend, env_var
+
+from ._capsule import CAPSULE_ATTR, ENV_PREFIX, LEGACY_INT_ATTR, make_capsule
+from ._loader import LOCK, LoadedLibrary, open_library, publish
+from ._loader import short_path as _short_path
+from ._select import (
+    Decision,
+    DecisionKind,
+    Settings,
+    decide,
+    describe_entry,
+    gpu_library_remedy,
+    manifest_needed,
+)
+from ._status import Status, StatusFields
+from ._torchinfo import TorchInfo, check_legacy_pointer
+
+__all__ = [
+    "build_for_current_torch",
+    "deferred_status",
+    "override_mismatch",
+    "select_and_load",
+    "settings_of",
+    "status_of",
+]
+
+
+_PACKAGE_PREFIX = os.path.dirname(__file__) + os.sep
+
+
+def _importer_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first caller outside this
+    package (the line that imported it), whatever path led here. Like ``warnings``
+    itself, importlib's frames are skipped without being counted."""
+    level = 1
+    frame: FrameType | None = sys._getframe(1)  # the function about to call warnings.warn
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_PREFIX):
+        frame = frame.f_back
+        while (
+            frame is not None
+            and "importlib" in frame.f_code.co_filename
+            and ("_bootstrap" in frame.f_code.co_filename)
+        ):
+            frame = frame.f_back
+        level += 1
+    return level
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """The first line of an error's message, cut to ``limit`` characters (compiler output
+    and long paths stay in :func:`status` and the diagnostics, not in the warning)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _cause(exc: BaseException) -> str:
+    """An error's cause without its remedy (the caller names one remedy for all causes)."""
+    return str(getattr(exc, "cause", None) or _one_line(exc))
+
+
+#: Names spelled in lower case even at the start of a sentence.
+_LOWER_CASE_NAMES = frozenset({"torch", "torch's", "tvm-ffi", "pip"})
+
+
+def _sentence(message: str) -> str:
+    """``message`` as a sentence: capitalised (unless it starts with an identifier such as
+    ``torch.Tensor`` or a name spelled in lower case, such as ``torch``) and ending in a
+    full stop."""
+    first = message.split(" ", 1)[0]
+    if (
+        message[:1].islower()
+        and not any(c in first for c in "._/=")
+        and first not in _LOWER_CASE_NAMES
+    ):
+        message = message[0].upper() + message[1:]
+    return message if message.endswith(".") else message + "."
+
+
+def _run_as_diagnostics() -> bool:
+    """Whether this import is ``python -m torch_c_dlpack_ext`` locating its ``__main__``:
+    the report it prints says everything the warning would (repeating it above the report,
+    as ``<frozen runpy>:...: TorchCDLPackExtWarning``, only confuses). While ``-m`` locates
+    the module, ``sys.argv[0]`` is ``"-m"``; ``sys.orig_argv`` (3.10+) names the module."""
+    if sys.argv[:1] != ["-m"]:
+        return False
+    argv: list[str] | None = getattr(sys, "orig_argv", None)
+    if argv is None:  # Python 3.9: "-m" alone says a module is being located
+        return True
+    try:
+        return argv[argv.index("-m") + 1] == "torch_c_dlpack_ext"
+    except (ValueError, IndexError):
+        return False
+
+
+def _announce(messages: Sequence[str]) -> str | None:
+    """Emit everything this import has to say as ONE warning; return its text (kept by
+    :func:`torch_c_dlpack_ext.status` even when nothing is emitted)."""
+    if not messages:
+        return None
+    sentences = [_sentence(m) for m in messages]
+    text = "torch-c-dlpack-ext: " + " ".join(sentences)
+    if _run_as_diagnostics():
+        return text
+    try:
+        warnings.warn(text, TorchCDLPackExtWarning, stacklevel=_importer_stacklevel())
+    except Warning:  # the user's filters made it an error (-W error): they asked for that
+        raise
+    except Exception:  # it cannot be displayed (closed stderr, a failing hook):
+        pass  # the import must not fail for that; status() still holds the text
+    return text
+
+
+class _Action:
+    """Carries out one decision. Whatever it has to say (the decision's notes, a
+    fallback, a failure and its remedy) is collected and emitted as one warning."""
+
+    def __init__(
+        self,
+        torch: Any,
+        info: TorchInfo,
+        decision: Decision,
+        settings: Settings,
+        package_dir: Path,
+    ) -> None:
+        self.torch = torch
+        self.info = info
+        self.decision = decision
+        self.settings = settings
+        self.package_dir = package_dir
+        self.messages: list[str] = list(decision.warnings)
+
+    def finish(
+        self, kind: DecisionKind, library: Path | None = None, reason: str = "", remedy: str = ""
+    ) -> StatusFields:
+        text = _announce(self.messages)
+        return {
+            "kind": kind,
+            "library": library,
+            "torch": self.info,
+            "reason": reason or self.decision.reason,
+            "remedy": remedy or self.decision.remedy,
+            "warnings": (text,) if text else (),
+            "decision": self.decision,
+            "settings": self.settings,
+        }
+
+    def unavailable(self, reason: str, remedy: str = "") -> StatusFields:
+        """The outcome of a failed selection; torch is left as it was."""
+        remedy = remedy or self.decision.remedy
+        self.messages += [reason, *([remedy] if remedy else [])]
+        self.messages.append("Nothing published: torch.Tensor left unchanged")
+        return self.finish(DecisionKind.UNAVAILABLE, reason=reason, remedy=remedy)
+
+    def run(self) -> StatusFields:
+        handlers = {
+            DecisionKind.DEFER: self.nothing,
+            DecisionKind.DISABLED: self.nothing,
+            DecisionKind.UNAVAILABLE: lambda: self.unavailable(self.decision.reason),
+            DecisionKind.PUBLISH_LEGACY: self.publish_legacy,
+            DecisionKind.LOAD: self.load,
+            DecisionKind.JIT: self.jit,
+        }
+        return handlers[self.decision.kind]()
+
+    def nothing(self) -> StatusFields:
+        return self.finish(self.decision.kind)
+
+    def publish_legacy(self) -> StatusFields:
+        try:
+            pointer, _ = check_legacy_pointer(getattr(self.torch.Tensor, LEGACY_INT_ATTR))
+        except (AttributeError, LibraryLoadError) as exc:
+            return self.unavailable(
+                f"torch's legacy {LEGACY_INT_ATTR} is unusable: {_cause(exc)}",
+                f"unset it, or set {env_var('FORCE')}=1 to load a bundled library instead",
+            )
+        with LOCK:
+            setattr(self.torch.Tensor, CAPSULE_ATTR, make_capsule(pointer))
+        return self.finish(DecisionKind.PUBLISH_LEGACY)
+
+    def load(self) -> StatusFields:
+        if self.decision.library is not None:
+            try:
+                loaded = open_library(self.decision.library)
+            except LibraryLoadError as exc:
+                return self.unavailable(_cause(exc), f"fix or unset {env_var('LIBRARY')}")
+            mismatch = override_mismatch(loaded, self.info, self.settings)
+            if mismatch is not None:
+                return self.unavailable(*mismatch)
+            publish(self.torch, loaded.pointer)
+            self.messages.append(
+                f"loaded {loaded.path} from {env_var('LIBRARY')}: no manifest, so no "
+                "size/sha256 check was done"
+            )
+            return self.finish(DecisionKind.LOAD, loaded.path)
+        failures: list[str] = []
+        candidates = [self.decision.entry, *self.decision.fallbacks] if self.decision.entry else []
+        loaded_entry = self.try_entries(candidates, failures)
+        if loaded_entry is not None:
+            return self.finish(DecisionKind.LOAD, loaded_entry.path)
+        if self.settings.jit:
+            # Opted into JIT: build for this torch rather than give up.
+            return self.jit(
+                f"{'; '.join(failures)}; {env_var('JIT')} asks to build a library instead"
+            )
+        backend = self.decision.backend
+        remedy = (
+            gpu_library_remedy(backend)
+            if backend is not None and backend is not Backend.CPU
+            else f"{REINSTALL}; or set {env_var('JIT')}=1 to build a library for this torch"
+        )
+        return self.unavailable("no library could be loaded: " + "; ".join(failures), remedy)
+
+    def try_entries(
+        self, entries: Sequence[ManifestEntry], failures: list[str]
+    ) -> LoadedLibrary | None:
+        """Verify, open and publish the first entry that works; record why others failed."""
+        for entry in entries:
+            try:
+                loaded = open_library(*read_verified(entry, self.package_dir))
+            except (ManifestError, LibraryLoadError) as exc:
+                failures.append(_cause(exc))
+                continue
+            if failures:
+                self.messages.append(f"using {describe_entry(entry)} after: {'; '.join(failures)}")
+            publish(self.torch, loaded.pointer)
+            return loaded
+        return None
+
+    def jit(self, reason: str = "") -> StatusFields:
+        from . import _jit
+
+        backend = self.decision.backend or self.info.backend
+        try:
+            loaded = open_library(*_jit.build(self.torch, self.info, backend, self.settings))
+        except TorchCDLPackExtError as exc:
+            return self.unavailable(
+                f"the JIT build of the {backend.value} library for torch {self.info.version} "
+                f"failed: {_one_line(exc)}",
+                f"fix that cause (python -m torch_c_dlpack_ext shows details), or unset "
+                f"{env_var('JIT')}",
+            )
+        publish(self.torch, loaded.pointer)
+        return self.finish(DecisionKind.JIT, loaded.path, reason)
+
+
+def override_mismatch(
+    loaded: LoadedLibrary, info: TorchInfo, settings: Settings
+) -> tuple[str, str] | None:
+    """Why a ``TORCH_C_DLPACK_EXT_LIBRARY`` library must not be published on this torch
+    (reason, remedy), from its ``TorchCDLPackExtBuildInfo``; ``None`` if it may.
+
+    The manifest's checks, done on what the library says it is: another torch minor is
+    always refused (``THPVariable``'s layout and ATen's ABI differ between minors, so
+    the first call could crash); another C++ ABI too; another backend than the one this
+    torch needs (the CPU library on a GPU torch would answer ``current_work_stream``
+    without torch's stream) unless ``TORCH_C_DLPACK_EXT_BACKEND`` asks for exactly it.
+    A library that does not say its backend is refused on a GPU torch for that reason.
+    """
+    import json
+
+    var = env_var("LIBRARY")
+    name = _short_path(loaded.path)
+    try:
+        raw = loaded.build_info()
+        described = json.loads(raw) if raw else None
+    except (ValueError, RecursionError, UnicodeError):
+        described = None
+    built: dict[str, Any] = described if isinstance(described, dict) else {}
+    fix = (
+        f"point {var} at a library built for this torch, set {env_var('JIT')}=1 instead, "
+        "or unset it"
+    )
+    major, minor = built.get("torch_major"), built.get("torch_minor")
+    if isinstance(major, int) and isinstance(minor, int):
+        try:
+            running = info.major_minor
+        except TorchCDLPackExtError:
+            running = None
+        if running is not None and (major, minor) != running:
+            return (
+                f"{name} (from {var}) was built for torch {major}.{minor}, this is torch "
+                f"{info.version}: a library works only with the torch minor it was built for",
+                fix,
+            )
+    abi = built.get("cxx11_abi")
+    if (
+        isinstance(abi, int)
+        and not isinstance(abi, bool)
+        and info.cxx11_abi is not None
+        and bool(abi) != info.cxx11_abi
+    ):
+        return (
+            f"{name} (from {var}) was built for the cxx11 ABI {abi}, this torch uses "
+            f"{int(info.cxx11_abi)}",
+            fix,
+        )
+    wanted = settings.backend or info.backend
+    backend = built.get("backend")
+    if backend != wanted.value and (backend is not None or wanted is not Backend.CPU):
+        known = isinstance(backend, str) and backend in {b.value for b in Backend}
+        said = f"the {backend} backend" if known else "an unknown backend"
+        asked = (
+            f"{env_var('BACKEND')} asks for {wanted.value}"
+            if settings.backend is not None
+            else f"this torch needs {wanted.value}"
+            + (
+                " (a GPU torch gets a library that answers its streams)"
+                if wanted is not Backend.CPU
+                else ""
+            )
+        )
+        return (
+            f"{name} (from {var}) was built for {said}, {asked}",
+            f"point {var} at a {wanted.value} library"
+            + (f", set {env_var('BACKEND')}={backend} to use it anyway" if known else "")
+            + ", or unset it",
+        )
+    return None
+
+
+def _failed_before_deciding(reason: str, remedy: str) -> StatusFields:
+    """torch could not be imported or described: nothing is decided, one warning says why."""
+    text = _announce([reason, remedy, "Nothing published"])
+    return {
+        "kind": DecisionKind.UNAVAILABLE,
+        "reason": reason,
+        "remedy": remedy,
+        "warnings": (text,) if text else (),
+    }
+
+
+def deferred_status() -> Status:
+    """The :class:`Status` of an import that deferred on the fast path (torch had the
+    API and no override was set); describes torch without acting on anything."""
+    import torch
+
+    try:
+        info = TorchInfo.from_torch(torch)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # status() must not raise where the import did not
+        reason = (
+            "torch provides __dlpack_c_exchange_api__ itself (it cannot be described "
+            f"further: {type(exc).__name__}: {_one_line(exc, 200)})"
+        )
+        return Status(
+            kind=DecisionKind.DEFER,
+            reason=reason,
+            decision=Decision(kind=DecisionKind.DEFER, reason=reason),
+            settings=Settings(),
+        )
+    settings = Settings()
+    # The DEFER rule's own words: torch's capsule, or one an earlier import of ours set.
+    reason = decide(info, (), settings).reason
+    if not info.has_capsule:  # torch's capsule was changed after the import
+        reason = f"torch {info.version} provided __dlpack_c_exchange_api__ at import"
+    return Status(
+        kind=DecisionKind.DEFER,
+        torch=info,
+        reason=reason,
+        decision=Decision(kind=DecisionKind.DEFER, backend=info.backend, reason=reason),
+        settings=settings,
+    )
+
+
+def status_of(fields: StatusFields | None) -> Status:
+    """The :class:`Status` of an import, from the fields it kept (``None``: it deferred on
+    ``__init__``'s fast path)."""
+    if fields is None:
+        return deferred_status()
+    if fields.get("common_path"):
+        return _common_path_status(fields.get("library"))
+    return Status(
+        kind=DecisionKind(fields["kind"]),
+        library=fields.get("library"),
+        torch=fields.get("torch"),
+        reason=fields.get("reason", ""),
+        remedy=fields.get("remedy", ""),
+        warnings=fields.get("warnings", ()),
+        decision=fields.get("decision"),
+        settings=fields.get("settings"),
+    )
+
+
+def _common_path_status(library: Path | None) -> Status:
+    """The :class:`Status` of an import that published on the common path: the decision
+    the selector makes for the same inputs (no override, neither attribute on
+    ``torch.Tensor`` before, this package's manifest), made now."""
+    import torch
+
+    settings = Settings()
+    try:
+        info: TorchInfo | None = TorchInfo.from_torch(torch)._replace(
+            has_capsule=False, has_legacy_int=False, bogus_attributes=(), capsule_origin=""
+        )
+    except Exception:  # status() must not raise where the import did not
+        info = None
+    decision = Decision(kind=DecisionKind.LOAD, reason=f"loaded {library}")
+    if info is not None:
+        try:
+            made = decide(info, load_manifest(Path(__file__).parent / MANIFEST_NAME), settings)
+        except ManifestError:  # changed since the import
+            made = None
+        if made is not None and made.kind is DecisionKind.LOAD:
+            decision = made
+    return Status(
+        kind=DecisionKind.LOAD,
+        library=library,
+        torch=info,
+        reason=decision.reason,
+        decision=decision,
+        settings=settings,
+    )
+
+
+def settings_of(environ: Mapping[str, str]) -> Settings:
+    """The runtime settings in ``environ``: ``Settings()`` when no ``TORCH_C_DLPACK_EXT_*``
+    variable is set (the common case parses nothing), else :func:`._settings.read_settings`."""
+    if not any(name.startswith(ENV_PREFIX) for name in environ):
+        return Settings()
+    from ._settings import read_settings
+
+    return read_settings(environ)
+
+
+def select_and_load(environ: Mapping[str, str], package_dir: Path) -> StatusFields:
+    """Run the whole selector once: read settings, torch and (if needed) the manifest,
+    decide, and act. Never raises for a bad environment, a bad installation, a bad
+    library or an odd torch; the returned fields of a :class:`._status.Status` say what
+    happened, and exactly one warning is emitted whenever nothing was published (and
+    whenever something needs saying after all)."""
+    with LOCK:
+        try:
+            import torch
+        # Whatever torch's own import raises (ImportError, OSError from its shared libraries...).
+        except Exception as exc:
+            return _failed_before_deciding(
+                f"torch is not importable ({type(exc).__name__}: {_one_line(exc, 200)})",
+                "install torch, then import torch_c_dlpack_ext again",
+            )
+        try:
+            info = TorchInfo.from_torch(torch)
+        except Exception as exc:  # an odd torch build must not break every importer
+            return _failed_before_deciding(
+                f"cannot describe the running torch ({type(exc).__name__}: {_one_line(exc, 200)})",
+                "report it with the output of python -m torch_c_dlpack_ext",
+            )
+        settings = settings_of(environ)
+        manifest: tuple[ManifestEntry, ...] | ManifestError = ()
+        if manifest_needed(info, settings):
+            try:
+                manifest = load_manifest(package_dir / MANIFEST_NAME)
+            except ManifestError as exc:
+                manifest = exc
+        decision = decide(info, manifest, settings)
+        return _Action(torch, info, decision, settings, package_dir).run()
+
+
+def build_for_current_torch(environ: Mapping[str, str]) -> tuple[Status, Path]:
+    """Build, load and publish for the running torch; the body of
+    :func:`torch_c_dlpack_ext.build_for_current_torch`. Raises what the build raises."""
+    from . import _jit
+
+    try:
+        import torch
+    except ImportError as exc:
+        raise TorchInstallError(
+            f"cannot build for the current torch: torch is not importable ({exc}); install it"
+        ) from None
+
+    with LOCK:
+        info = TorchInfo.from_torch(torch)
+        settings = settings_of(environ)
+        for problem in settings.problems:
+            # A bad BACKEND must not quietly become the detected backend.
+            if problem.variable in (env_var("BACKEND"), env_var("CACHE_DIR")):
+                raise ConfigError(f"cannot build for the current torch: {problem.message}")
+        backend = settings.backend or info.backend
+        loaded = open_library(*_jit.build(torch, info, backend, settings))
+        publish(torch, loaded.pointer)
+        status = Status(
+            kind=DecisionKind.JIT,
+            library=loaded.path,
+            torch=info,
+            reason=f"built for torch {info.version} ({backend.value}) on request",
+            settings=settings,
+        )
+        return status, loaded.path

@@ -1,0 +1,294 @@
+"""The import's common path (``_loader.load_common`` with ``_capsule``) restates a few
+facts of the core so that it imports none of the core's modules: the names, the manifest
+schema's checks and bounds, the torch version's reading, the selector's choice. Each is
+pinned here to its source, so the common path accepts exactly what the core accepts and
+picks what the selector picks (anything else goes to the full selector, which explains).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from _torch_c_dlpack_ext_core import dlpack_ctypes, manifest, naming
+from _torch_c_dlpack_ext_core.errors import ConfigError, ManifestError
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
+from torch_c_dlpack_ext import _capsule, _loader
+from torch_c_dlpack_ext._select import DecisionKind, Settings, decide
+from torch_c_dlpack_ext._torchinfo import TorchInfo
+
+
+def test_names_are_the_cores() -> None:
+    assert _capsule.CAPSULE_ATTR == naming.CAPSULE_ATTR
+    assert _capsule.LEGACY_INT_ATTR == naming.LEGACY_INT_ATTR
+    assert _capsule.CAPSULE_NAME == naming.CAPSULE_NAME == dlpack_ctypes.CAPSULE_NAME
+    assert _capsule.ENV_PREFIX == naming.ENV_PREFIX
+    assert naming.MANIFEST_NAME == _loader._MANIFEST_NAME
+    assert tuple(b.value for b in naming.Backend) == _loader._BACKENDS
+
+
+def test_schema_bounds_are_the_manifests() -> None:
+    """One value each: the loader's most a library may be is the manifest's."""
+    assert _loader.MAX_LIBRARY_BYTES == manifest.MAX_LIBRARY_BYTES
+    assert manifest.MAX_MANIFEST_BYTES == _loader._MAX_MANIFEST_BYTES
+    assert manifest.MAX_ENTRIES == _loader._MAX_ENTRIES
+    assert manifest.MAX_TEXT == _loader._MAX_TEXT
+    assert manifest.MAX_FILE_PATH == _loader._MAX_FILE_PATH
+    assert manifest.SCHEMA_VERSION == _loader._SCHEMA_VERSION
+    assert ManifestEntry._fields == _loader._FIELDS
+    assert set(_loader._TEXT_FIELDS) == set(ManifestEntry._fields) - {
+        "file",
+        "backend",
+        "cxx11_abi",
+        "size",
+        "sha256",
+    }
+
+
+VERSIONS = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["2.8.0", "2.8.0a0+abc", " 2.6.0+cu124", "2.10", "2.", ".8", "2.x", "٣.٨.0"]),
+    st.from_regex(r"\A[0-9]{1,11}\.[0-9]{0,11}[a-z+.0-9]{0,5}\Z"),
+)
+
+
+@given(VERSIONS)
+def test_torch_minor_reads_what_naming_reads(version: str) -> None:
+    try:
+        expected: tuple[int, int] | None = naming.torch_minor(version)
+    except ConfigError:
+        expected = None
+    assert _capsule.torch_minor_of(version) == expected
+
+
+def _valid_entry_json(**change: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "file": "libs/libtorch_c_dlpack_ext-torch2.8-cuda-cxx11abi1.so",
+        "torch": "2.8",
+        "torch_build": "2.8.0+cu128",
+        "backend": "cuda",
+        "cxx11_abi": True,
+        "dlpack": "1.3",
+        "toolchain": "g++ 12.2.0",
+        "gpu_toolkit": "12.8",
+        "platform": "linux_x86_64",
+        "python": "abi3",
+        "size": 64152,
+        "sha256": "a" * 64,
+    }
+    data.update(change)
+    return data
+
+
+FIELD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-3, max_value=2**33),
+    st.sampled_from([2**32, 2**32 + 1, 1.0, 0, "", " ", "\x00", "a" * 257, "a" * 256]),
+    st.sampled_from(["2.8", "2.08", "2.8.1", "٣.٨", "2", "abi3", "3.14t", "3.14", "3.x", "t"]),
+    st.sampled_from(["cpu", "cuda", "rocm", "CUDA", "libs/x.so", "../x.so", "/abs.so", "a//b"]),
+    st.sampled_from(["a\\b", "c:x", "./x", "a/" + "b" * 256, "x" * 513, "A" * 64, "0" * 63]),
+    st.text(max_size=8),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@st.composite
+def manifests(draw: st.DrawFn) -> bytes:
+    entries: list[Any] = [_valid_entry_json(), _valid_entry_json(file="libs/b.so", backend="cpu")]
+    for _ in range(draw(st.integers(0, 3))):
+        index = draw(st.integers(0, 1))
+        name = draw(st.sampled_from(ManifestEntry._fields))
+        if draw(st.booleans()):
+            entries[index][name] = draw(FIELD_VALUES)
+        else:
+            entries[index].pop(name, None)
+    if draw(st.integers(0, 9)) == 0:
+        entries.append(draw(FIELD_VALUES))
+    top: Any = {"schema": 1, "libraries": entries, "extra": "ignored"}
+    how = draw(st.sampled_from(["ok"] * 6 + ["schema", "libraries", "top", "bytes", "blank"]))
+    if how == "schema":
+        top["schema"] = draw(st.sampled_from([True, 1.0, "1", 2, None, 0]))
+    elif how == "libraries":
+        top["libraries"] = draw(FIELD_VALUES)
+    elif how == "top":
+        top = draw(FIELD_VALUES)
+    raw = json.dumps(top).encode()
+    if how == "bytes":
+        raw = draw(st.sampled_from([b"\xff" + raw, b"\xef\xbb\xbf" + raw, raw[:-1], raw + b"x"]))
+    elif how == "blank":
+        raw = b"  \n"
+    return raw
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=manifests())
+def test_the_common_path_accepts_exactly_the_manifests_the_core_accepts(
+    raw: bytes, tmp_path: Path
+) -> None:
+    path = tmp_path / "manifest.json"
+    path.write_bytes(raw)
+    try:
+        expected: list[dict[str, Any]] | None = [
+            entry.to_json() for entry in manifest.load_manifest(path)
+        ]
+    except ManifestError:
+        expected = None
+    fast = _loader._read_manifest(path)
+    if expected is None:
+        assert fast is None, raw[:300]
+    else:
+        assert fast is not None, raw[:300]
+        assert [{k: e[k] for k in ManifestEntry._fields} for e in fast] == expected
+
+
+def test_a_manifest_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "huge").write_bytes(b" " * (manifest.MAX_MANIFEST_BYTES + 1))
+    for name in ("dir", "fifo", "missing", "huge"):
+        assert _loader._read_manifest(tmp_path / name) is None, name
+
+
+LIBRARY = b"\x7fELF" + bytes(200)
+
+
+def _layout(root: Path, state: str) -> dict[str, Any]:
+    """A package with one library in ``state``; the manifest entry (JSON) for it."""
+    package = root / "pkg"
+    (package / "libs").mkdir(parents=True)
+    target = package / "libs" / "lib.so"
+    entry = _valid_entry_json(
+        file="libs/lib.so", size=len(LIBRARY), sha256=hashlib.sha256(LIBRARY).hexdigest()
+    )
+    if state == "regular":
+        target.write_bytes(LIBRARY)
+    elif state == "truncated":
+        target.write_bytes(LIBRARY[:100])
+    elif state == "grown":
+        target.write_bytes(LIBRARY + b"x")
+    elif state == "same_size":
+        target.write_bytes(bytes(len(LIBRARY)))
+    elif state == "directory":
+        target.mkdir()
+    elif state == "fifo":
+        os.mkfifo(target)
+    elif state == "symlink_inside":
+        (package / "libs" / "real.so").write_bytes(LIBRARY)
+        target.symlink_to("real.so")
+    elif state == "symlink_out":
+        (root / "outside.so").write_bytes(LIBRARY)
+        target.symlink_to(root / "outside.so")
+    return entry
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        "regular",
+        "missing",
+        "truncated",
+        "grown",
+        "same_size",
+        "directory",
+        "fifo",
+        "symlink_inside",
+        "symlink_out",
+    ],
+)
+def test_the_common_path_verifies_a_library_as_the_core_does(tmp_path: Path, state: str) -> None:
+    entry = _layout(tmp_path, state)
+    package = tmp_path / "pkg"
+    try:
+        expected: tuple[Path, bytes] | None = manifest.read_verified(
+            ManifestEntry.from_json(entry), package
+        )
+    except ManifestError:
+        expected = None
+    assert _loader._read_verified(entry, package) == expected
+    assert (expected is not None) is (state in ("regular", "symlink_inside"))
+
+
+# The selector's choice, compared with the common path's, on one manifest holding every
+# kind of neighbour: other minor, backend, ABI, and two builds of one cell.
+CELLS = [
+    ("2.8", "cuda", True, "2.8.0+cu128", "b-cuda"),
+    ("2.8", "cuda", True, "2.8.0+cu126", "a-cuda-other-build"),
+    ("2.8", "cpu", True, "2.8.0+cpu", "cpu"),
+    ("2.8", "rocm", True, "2.8.0+rocm6.3", "rocm"),
+    ("2.8", "cuda", False, "2.8.0+cu128", "cuda-abi0"),
+    ("2.6", "cuda", False, "2.6.0+cu124", "old"),
+]
+TORCHES = [
+    ("2.8.0+cu128", "12.8", None, True),
+    ("2.8.0+cu126", "12.6", None, True),
+    ("2.8.0a0+abc", "12.8", None, True),
+    ("2.8.0+cpu", None, None, True),
+    ("2.8.0+rocm6.3", None, "6.3", True),
+    ("2.8.0+rocm6.3", "12.8", "6.3", True),  # hip decides even beside cuda
+    ("2.8.0+cu128", "12.8", None, False),
+    ("2.6.0+cu124", "12.4", None, False),
+    ("2.6.0+cu124", "12.4", None, True),
+    ("2.7.0", None, None, True),
+]
+
+
+@pytest.fixture
+def package_dir(tmp_path: Path) -> Path:
+    entries = []
+    for torch, backend, abi, build, name in CELLS:
+        data = name.encode() * 10
+        (tmp_path / "libs").mkdir(exist_ok=True)
+        (tmp_path / "libs" / f"{name}.so").write_bytes(data)
+        entries.append(
+            ManifestEntry.from_json(
+                _valid_entry_json(
+                    file=f"libs/{name}.so",
+                    torch=torch,
+                    torch_build=build,
+                    backend=backend,
+                    cxx11_abi=abi,
+                    size=len(data),
+                    sha256=hashlib.sha256(data).hexdigest(),
+                )
+            )
+        )
+    write_manifest(tmp_path / "manifest.json", entries)
+    return tmp_path
+
+
+def _no_device_query() -> None:
+    raise AssertionError("the common path asked a device")
+
+
+@pytest.mark.parametrize(("version", "cuda", "hip", "abi"), TORCHES)
+def test_the_common_path_picks_what_the_selector_picks(
+    package_dir: Path, version: str, cuda: str | None, hip: str | None, abi: bool
+) -> None:
+    torch = types.SimpleNamespace(
+        __version__=version,
+        version=types.SimpleNamespace(cuda=cuda, hip=hip),
+        compiled_with_cxx11_abi=lambda: abi,
+        cuda=types.SimpleNamespace(is_available=_no_device_query),
+        Tensor=type("Tensor", (), {}),
+    )
+    decision = decide(
+        TorchInfo.from_torch(torch),
+        manifest.load_manifest(package_dir / "manifest.json"),
+        Settings(),
+    )
+    found = _loader._matching_library(torch, package_dir)
+    if decision.kind is DecisionKind.LOAD:
+        assert decision.entry is not None
+        assert found is not None
+        assert found[0] == package_dir / decision.entry.file
+    else:
+        assert found is None, (decision, found)
