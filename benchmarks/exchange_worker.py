@@ -24,6 +24,7 @@ HARNESS_FUNCTIONS = (
     "from_py_object",
     "dltensor_from_py_object",
     "to_py_object",
+    "round_trip",
     "allocator",
     "current_work_stream",
     "loop_overhead",

@@ -10,8 +10,11 @@
 #include "tcde_python.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <c10/core/CPUAllocator.h>
 
 #if defined(TCDE_BACKEND_CUDA)
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAStream.h>
 #elif defined(TCDE_BACKEND_ROCM)
 #include <c10/hip/HIPStream.h>
@@ -21,8 +24,10 @@
 #include <cstdio>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <new>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -30,27 +35,58 @@ namespace {
 
 constexpr const char* kLib = "torch-c-dlpack-ext";
 
-// Owner of an exported tensor. Allocated with ONE operator new together with
-// the shape and strides arrays that follow it in memory: the arrays are copies,
-// so in-place metadata changes on the Python tensor (t.resize_(), t.t_()) cannot
-// alter a DLTensor a consumer is still reading.
+// Owner of an exported or allocated tensor's memory, allocated with ONE operator
+// new together with the shape and strides arrays that follow it in memory. The
+// arrays are copies, so in-place metadata changes on the Python tensor
+// (t.resize_(), t.t_()) cannot alter a DLTensor a consumer is still reading.
+//
+// It holds what owns the memory, not the tensor: an export holds the tensor's
+// c10::Storage, an allocation the c10::DataPtr itself. A tensor reference would
+// cost more on torch >= 2.10: taking a second reference to a TensorImpl that has
+// a Python object increfs that object through a virtual call, and dropping it
+// decrefs it again (c10/util/intrusive_ptr.h, "PyObject preservation"); a
+// storage has no Python object unless Python code asked for one. The storage is
+// also what the exported `data` points into: t.set_() on the Python tensor after
+// the export cannot free memory a consumer still reads.
+template <typename Owner>
 struct ManagedContext {
-  // `managed` is left uninitialized: NewManaged() sets every field, and zeroing
-  // it first (a `rep stos` per export) was measurable.
-  explicit ManagedContext(at::Tensor&& t) noexcept : tensor(std::move(t)) {}
+  // `managed` is left uninitialized: NewContext() and its callers set every field,
+  // and zeroing it first (a `rep stos` per export) was measurable.
+  explicit ManagedContext(Owner&& o) noexcept : owner(std::move(o)) {}
 
-  at::Tensor tensor;
+  Owner owner;
   DLManagedTensorVersioned managed;
 
   int64_t* dims() noexcept { return reinterpret_cast<int64_t*>(this + 1); }
 };
-static_assert(sizeof(ManagedContext) % alignof(int64_t) == 0, "dims() must be aligned");
+static_assert(sizeof(ManagedContext<c10::Storage>) % alignof(int64_t) == 0,
+              "dims() must be aligned");
+static_assert(sizeof(ManagedContext<c10::DataPtr>) % alignof(int64_t) == 0,
+              "dims() must be aligned");
 
+template <typename Owner>
 void DeleteManagedContext(DLManagedTensorVersioned* self) noexcept {
   if (self == nullptr) return;
-  auto* ctx = static_cast<ManagedContext*>(self->manager_ctx);
-  ctx->~ManagedContext();
+  auto* ctx = static_cast<ManagedContext<Owner>*>(self->manager_ctx);
+  ctx->~ManagedContext<Owner>();
   ::operator delete(ctx);
+}
+
+// A context with room for `ndim` sizes and strides and every field but the
+// DLTensor's set. May throw std::bad_alloc (then `owner` is released).
+template <typename Owner>
+ManagedContext<Owner>* NewContext(Owner&& owner, int32_t ndim) {
+  void* raw = ::operator new(sizeof(ManagedContext<Owner>) +
+                             2 * static_cast<size_t>(ndim) * sizeof(int64_t));
+  auto* ctx = new (raw) ManagedContext<Owner>(std::move(owner));
+  DLManagedTensorVersioned& m = ctx->managed;
+  m.version.major = DLPACK_MAJOR_VERSION;
+  m.version.minor = DLPACK_MINOR_VERSION;
+  m.manager_ctx = ctx;
+  m.deleter = &DeleteManagedContext<Owner>;
+  // Shares the memory, writable: no READ_ONLY and no IS_COPIED, as torch 2.13.
+  m.flags = 0;
+  return ctx;
 }
 
 // Why a tensor cannot be exported; kNone when it can.
@@ -220,37 +256,30 @@ int RaiseCurrentException(PyObject* c10_error_type) noexcept {
 }
 
 // An owning DLManagedTensorVersioned for an exportable tensor (`described` from
-// Describe(), whose shape and strides it copies). One allocation; the tensor
-// reference keeps the memory alive until the consumer calls the deleter. Takes
-// the tensor by value so that a caller done with it can move it in: each
-// reference count change is an atomic operation, measurable per call.
-DLManagedTensorVersioned* NewManaged(at::Tensor t, const DLTensor& described) {
-  const int64_t ndim = described.ndim;
-  void* raw = ::operator new(sizeof(ManagedContext) + 2 * ndim * sizeof(int64_t));
-  auto* ctx = new (raw) ManagedContext(std::move(t));
+// Describe(), whose shape and strides it copies): one allocation, holding a
+// reference to the tensor's storage until the consumer calls the deleter.
+DLManagedTensorVersioned* NewManaged(const at::Tensor& t, const DLTensor& described) {
+  const int32_t ndim = described.ndim;
+  // Describe() checked has_storage(); unsafe_storage() skips the check that
+  // storage() repeats (and that throws for tensors whose storage access throws,
+  // none of which Describe() accepts with elements).
+  auto* ctx = NewContext(c10::Storage(t.unsafeGetTensorImpl()->unsafe_storage()), ndim);
   int64_t* shape = ctx->dims();
   int64_t* strides = shape + ndim;
-  for (int64_t i = 0; i < ndim; ++i) {
+  for (int32_t i = 0; i < ndim; ++i) {
     shape[i] = described.shape[i];
     strides[i] = described.strides[i];
   }
-  DLManagedTensorVersioned& m = ctx->managed;
-  m.version.major = DLPACK_MAJOR_VERSION;
-  m.version.minor = DLPACK_MINOR_VERSION;
-  m.manager_ctx = ctx;
-  m.deleter = &DeleteManagedContext;
-  // Shares the tensor's memory, writable: no READ_ONLY and no IS_COPIED, as torch 2.13.
-  m.flags = 0;
   // Field by field, not as one struct copy: see Describe().
-  DLTensor& dl = m.dl_tensor;
+  DLTensor& dl = ctx->managed.dl_tensor;
   dl.data = described.data;
   dl.device = described.device;
-  dl.ndim = described.ndim;
+  dl.ndim = ndim;
   dl.dtype = described.dtype;
   dl.shape = shape;
   dl.strides = strides;
   dl.byte_offset = described.byte_offset;
-  return &m;
+  return &ctx->managed;
 }
 
 int ManagedTensorFromPyObjectNoSync(void* py_obj, DLManagedTensorVersioned** out) {
@@ -551,18 +580,126 @@ int AllocatorFail(DLManagedTensorVersioned** out, void* error_ctx, SetErrorFn se
   return -1;
 }
 
+// Whether at::empty fills new memory: torch.use_deterministic_algorithms(True)
+// with torch.utils.deterministic.fill_uninitialized_memory (its default) makes
+// it fill floats with NaN and integers with their maximum. Then the allocator
+// goes through at::empty, so its memory holds what torch's own table gives.
+// Read per call: Python can switch the mode at any time.
+bool FillsUninitializedMemory() {
+  const at::Context& context = at::globalContext();
+  return context.deterministicAlgorithms() && context.deterministicFillUninitializedMemory();
+}
+
+// Sizes at::empty would refuse: a negative size, or more than int64 holds.
+enum class LayoutProblem { kNone, kNegative, kOverflow };
+
+// The contiguous layout at::empty gives `sizes` (copied into `shape`), with the
+// strides written to `strides` and the byte size to `*nbytes`; c10's own rules
+// decide what it refuses (c10/core/TensorImpl.h: safe_compute_numel and
+// empty_tensor_restride; computeStorageNbytesContiguous): the element count,
+// multiplied left to right (an overflow before a zero size still counts), the
+// byte size, and every row-major stride (zero sizes count as one) must fit in
+// int64. `*bad_dim` names a negative size.
+LayoutProblem ContiguousLayout(const int64_t* sizes, int32_t ndim, uint64_t itemsize,
+                               int64_t* shape, int64_t* strides, uint64_t* nbytes,
+                               int32_t* bad_dim) noexcept {
+  constexpr auto kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (int32_t i = 0; i < ndim; ++i) {
+    const int64_t size = sizes[i];
+    if (size < 0) {
+      *bad_dim = i;
+      return LayoutProblem::kNegative;
+    }
+    shape[i] = size;
+    overflow |= MulOverflows(numel, static_cast<uint64_t>(size), &numel);
+  }
+  overflow |= numel > kMax || MulOverflows(numel, itemsize, nbytes) || *nbytes > kMax;
+  uint64_t stride = 1;
+  for (int32_t i = ndim - 1; i >= 0; --i) {
+    strides[i] = static_cast<int64_t>(stride);
+    if (i > 0) {
+      overflow |= MulOverflows(stride, static_cast<uint64_t>(std::max<int64_t>(shape[i], 1)),
+                               &stride) ||
+                  stride > kMax;
+    }
+  }
+  return overflow ? LayoutProblem::kOverflow : LayoutProblem::kNone;
+}
+
+void DeleteStorageReference(void* storage) noexcept { delete static_cast<c10::Storage*>(storage); }
+
+// The memory of a tensor at::empty (or the backend's own empty) just made, as a
+// DataPtr holding a reference to its storage. Throws std::runtime_error (not a
+// c10::Error: this is no allocation failure) if the tensor is not plain memory
+// of the requested layout: a Python mode may answer at::empty.
+c10::DataPtr MemoryOf(const at::TensorBase& t, const c10::Device& device,
+                      c10::ScalarType scalar_type, at::IntArrayRef sizes, uint64_t nbytes) {
+  if (!t.defined() || t.device() != device || t.scalar_type() != scalar_type ||
+      t.sizes() != sizes || !t.is_contiguous() || !t.has_storage()) {
+    throw std::runtime_error(
+        "torch-c-dlpack-ext allocator: at::empty returned a tensor that is not plain memory "
+        "of the requested dtype, device and shape (is a Python mode active?)");
+  }
+  const c10::Storage& storage = t.unsafeGetTensorImpl()->unsafe_storage();
+  void* data = nbytes == 0 ? nullptr : t.data_ptr();
+  const auto offset_bytes = static_cast<uint64_t>(t.storage_offset()) * t.element_size();
+  if (nbytes != 0 && (data == nullptr || storage.nbytes() < offset_bytes + nbytes)) {
+    throw std::runtime_error(
+        "torch-c-dlpack-ext allocator: at::empty returned a tensor without the memory it "
+        "describes (is a Python mode active?)");
+  }
+  return c10::DataPtr(data, new c10::Storage(storage), &DeleteStorageReference, device);
+}
+
+// Memory for a contiguous tensor of `sizes`, from the allocator at::empty would
+// use. Host memory (the common case) comes from c10::GetCPUAllocator(), as in
+// at::detail::empty_cpu, without the dispatcher and without building a tensor
+// only to take its memory. A CUDA build's GPU memory comes from
+// at::detail::empty_cuda (it also initializes CUDA lazily and sets the device).
+// The deterministic fill (see FillsUninitializedMemory) and a ROCm build's GPU
+// memory go through at::empty.
+c10::DataPtr AllocateMemory(bool host, const c10::Device& device, c10::ScalarType scalar_type,
+                            at::IntArrayRef sizes, uint64_t nbytes) {
+  const bool fill = FillsUninitializedMemory();
+  if (C10_LIKELY(host && !fill)) return c10::GetCPUAllocator()->allocate(nbytes);
+#if defined(TCDE_BACKEND_CUDA)
+  if (!host && !fill) {
+    return MemoryOf(at::detail::empty_cuda(sizes, scalar_type, device, std::nullopt), device,
+                    scalar_type, sizes, nbytes);
+  }
+#endif
+  // The overload with explicit options: the same operator call as with
+  // TensorOptions, without assembling and re-checking a TensorOptions first.
+  return MemoryOf(at::empty(sizes, scalar_type, std::nullopt, device, std::nullopt, std::nullopt),
+                  device, scalar_type, sizes, nbytes);
+}
+
+using AllocatedContext = ManagedContext<c10::DataPtr>;
+
+struct AllocatedContextDeleter {
+  void operator()(AllocatedContext* ctx) const noexcept {
+    DeleteManagedContext<c10::DataPtr>(&ctx->managed);
+  }
+};
+
 // Errors go through SetError, not the Python error indicator: the consumer
 // decides how to surface them. Kinds: ValueError for a prototype torch cannot
-// represent, MemoryError when out of memory, RuntimeError otherwise.
+// represent (its dtype, its device, a negative size, or an element count, byte
+// size or stride beyond int64, which at::empty refuses with a RuntimeError),
+// MemoryError when the memory cannot be allocated (the CPU allocator's failure,
+// which c10 reports as a plain c10::Error, c10::OutOfMemoryError, std::bad_alloc),
+// RuntimeError otherwise (for example a CUDA error).
 int ManagedTensorAllocator(DLTensor* prototype, DLManagedTensorVersioned** out, void* error_ctx,
                            SetErrorFn set_error) {
+  char message[256];
   try {
     if (prototype == nullptr || out == nullptr) {
       return AllocatorFail(out, error_ctx, set_error, "ValueError",
                            "torch-c-dlpack-ext allocator: prototype and out must not be NULL");
     }
     *out = nullptr;
-    char message[256];
     c10::ScalarType scalar_type{};
     if (!tcde::FromDLDataType(prototype->dtype, &scalar_type)) {
       std::snprintf(message, sizeof(message),
@@ -573,50 +710,82 @@ int ManagedTensorAllocator(DLTensor* prototype, DLManagedTensorVersioned** out, 
                     static_cast<unsigned>(prototype->dtype.lanes));
       return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
     }
-    if (const char* backend = tcde::BackendServing(prototype->device.device_type)) {
-      std::snprintf(message, sizeof(message),
-                    "torch-c-dlpack-ext allocator: cannot allocate on DLPack device type %d id %d "
-                    "with its " TCDE_BACKEND_NAME " build, which serves no such device; use the "
-                    "%s build",
-                    static_cast<int>(prototype->device.device_type),
-                    static_cast<int>(prototype->device.device_id), backend);
-      return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
-    }
+    // Host memory is the common case: only other device types need the device checks.
+    const bool host = prototype->device.device_type == kDLCPU;
     c10::Device device(c10::DeviceType::CPU);
-    if (!tcde::FromDLDevice(prototype->device, &device)) {
-      std::snprintf(message, sizeof(message),
-                    "torch-c-dlpack-ext allocator: cannot allocate on DLPack device type %d id %d "
-                    "with this library (a " TCDE_BACKEND_NAME " build)",
-                    static_cast<int>(prototype->device.device_type),
-                    static_cast<int>(prototype->device.device_id));
-      return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
+    if (!host) {
+      if (const char* backend = tcde::BackendServing(prototype->device.device_type)) {
+        std::snprintf(message, sizeof(message),
+                      "torch-c-dlpack-ext allocator: cannot allocate on DLPack device type %d id "
+                      "%d with its " TCDE_BACKEND_NAME " build, which serves no such device; use "
+                      "the %s build",
+                      static_cast<int>(prototype->device.device_type),
+                      static_cast<int>(prototype->device.device_id), backend);
+        return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
+      }
+      if (!tcde::FromDLDevice(prototype->device, &device)) {
+        std::snprintf(message, sizeof(message),
+                      "torch-c-dlpack-ext allocator: cannot allocate on DLPack device type %d id "
+                      "%d with this library (a " TCDE_BACKEND_NAME " build)",
+                      static_cast<int>(prototype->device.device_type),
+                      static_cast<int>(prototype->device.device_id));
+        return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
+      }
     }
-    if (prototype->ndim < 0 || (prototype->ndim > 0 && prototype->shape == nullptr)) {
+    const int32_t ndim = prototype->ndim;
+    if (ndim < 0 || (ndim > 0 && prototype->shape == nullptr)) {
       return AllocatorFail(out, error_ctx, set_error, "ValueError",
                            "torch-c-dlpack-ext allocator: prototype ndim is negative or its "
                            "shape is NULL");
     }
-    for (int32_t i = 0; i < prototype->ndim; ++i) {
-      if (prototype->shape[i] < 0) {
+    // One allocation for the context, its shape and its strides; the memory follows.
+    std::unique_ptr<AllocatedContext, AllocatedContextDeleter> ctx(
+        NewContext(c10::DataPtr(), ndim));
+    int64_t* shape = ctx->dims();
+    int64_t* strides = shape + ndim;
+    uint64_t nbytes = 0;
+    int32_t bad_dim = 0;
+    const auto itemsize = static_cast<uint64_t>(c10::elementSize(scalar_type));
+    switch (ContiguousLayout(prototype->shape, ndim, itemsize, shape, strides, &nbytes,
+                             &bad_dim)) {
+      case LayoutProblem::kNone:
+        break;
+      case LayoutProblem::kNegative:
         std::snprintf(message, sizeof(message),
                       "torch-c-dlpack-ext allocator: prototype shape[%d] is %lld; sizes must be "
                       ">= 0",
-                      static_cast<int>(i), static_cast<long long>(prototype->shape[i]));
+                      static_cast<int>(bad_dim), static_cast<long long>(prototype->shape[bad_dim]));
         return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
-      }
+      case LayoutProblem::kOverflow:
+        std::snprintf(message, sizeof(message),
+                      "torch-c-dlpack-ext allocator: a contiguous tensor of this prototype's %d "
+                      "sizes and %llu-byte elements has an element count, byte size or stride "
+                      "beyond int64, which torch cannot represent; request a smaller shape",
+                      static_cast<int>(ndim), static_cast<unsigned long long>(itemsize));
+        return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
     }
-    // The overload with explicit options: the same operator call as with
-    // TensorOptions, without assembling and re-checking a TensorOptions first.
-    at::Tensor t =
-        at::empty(at::IntArrayRef(prototype->shape, static_cast<size_t>(prototype->ndim)),
-                  scalar_type, std::nullopt, device, std::nullopt, std::nullopt);
-    DLTensor described{};
-    if (Describe(t, &described) != ExportProblem::kNone) {
-      return AllocatorFail(out, error_ctx, set_error, "RuntimeError",
-                           "torch-c-dlpack-ext allocator: the new tensor cannot be described in "
-                           "DLPack (please report this)");
+    try {
+      ctx->owner = AllocateMemory(host, device, scalar_type,
+                                  at::IntArrayRef(shape, static_cast<size_t>(ndim)), nbytes);
+    } catch (const c10::OutOfMemoryError& e) {
+      return AllocatorFail(out, error_ctx, set_error, "MemoryError", e.what_without_backtrace());
+    } catch (const c10::Error& e) {
+      // The sizes were checked above: on host memory, the allocator failing is the one
+      // c10::Error left (DefaultCPUAllocator: "can't allocate memory").
+      return AllocatorFail(out, error_ctx, set_error, host ? "MemoryError" : "RuntimeError",
+                           e.what_without_backtrace());
     }
-    *out = NewManaged(std::move(t), described);
+    DLTensor& dl = ctx->managed.dl_tensor;
+    // NULL for a tensor without elements, as exports have it.
+    dl.data = nbytes == 0 ? nullptr : ctx->owner.get();
+    dl.device = prototype->device;
+    if (host) dl.device.device_id = 0;  // as an export of a CPU tensor reports it
+    dl.ndim = ndim;
+    dl.dtype = prototype->dtype;
+    dl.shape = shape;
+    dl.strides = strides;
+    dl.byte_offset = 0;
+    *out = &ctx.release()->managed;
     return 0;
   } catch (const c10::OutOfMemoryError& e) {
     return AllocatorFail(out, error_ctx, set_error, "MemoryError", e.what_without_backtrace());
