@@ -111,8 +111,10 @@ enum class ExportProblem {
 // narrow stores just made (a store-forwarding stall).
 ExportProblem Describe(const at::Tensor& t, DLTensor* out) {
   // Order matters: later checks call accessors that throw on the earlier kinds.
-  if (t.layout() != c10::kStrided) return ExportProblem::kLayout;
+  // Nested first: a jagged nested tensor also has a layout of its own (kJagged),
+  // and the layout message's remedy (.to_dense()) does not apply to it.
   if (t.is_nested()) return ExportProblem::kNested;
+  if (t.layout() != c10::kStrided) return ExportProblem::kLayout;
   DLDataType dtype;
   if (!tcde::ToDLDataType(t.scalar_type(), &dtype)) return ExportProblem::kDtype;
   // DLPack has no conjugate/negative flags: exporting the raw memory would
@@ -160,10 +162,21 @@ int RaiseExportProblem(ExportProblem problem, const at::Tensor& t) {
       break;
     }
     case ExportProblem::kNested:
-      PyErr_Format(PyExc_BufferError,
-                   "%s: cannot export a nested tensor through DLPack; export its components "
-                   "(t.unbind()) one by one",
-                   kLib);
+      // Neither kind of nested tensor has .to_dense(): name what each does have.
+      if (t.layout() == c10::kJagged) {
+        PyErr_Format(PyExc_BufferError,
+                     "%s: cannot export a jagged nested tensor through DLPack, which describes "
+                     "one strided array; export its packed values and offsets (t.values(), "
+                     "t.offsets()), a padded copy (t.to_padded_tensor(0.0)) or its components "
+                     "(t.unbind()) one by one",
+                     kLib);
+      } else {
+        PyErr_Format(PyExc_BufferError,
+                     "%s: cannot export a nested tensor through DLPack, which describes one "
+                     "strided array; export a padded copy (t.to_padded_tensor(0.0)) or its "
+                     "components (t.unbind()) one by one",
+                     kLib);
+      }
       break;
     case ExportProblem::kDtype:
       PyErr_Format(PyExc_BufferError,
@@ -322,24 +335,15 @@ int DLTensorFromPyObjectNoSync(void* py_obj, DLTensor* out) {
   }
 }
 
-// The import this thread is making right now. at::TensorMaker owns the context
-// from the moment it is given and deletes it if make_tensor() throws; while the
-// import is in progress that must not reach the producer's deleter, because a
-// failed import leaves the tensor with the caller (see below).
-thread_local const void* t_import_in_progress = nullptr;
-
-class ImportInProgress {
- public:
-  explicit ImportInProgress(const void* managed) noexcept { t_import_in_progress = managed; }
-  ~ImportInProgress() { t_import_in_progress = nullptr; }
-  ImportInProgress(const ImportInProgress&) = delete;
-  ImportInProgress& operator=(const ImportInProgress&) = delete;
-};
+// The storage deleter of an import while its tensor is being built: none. If
+// building fails, the storage dies without touching the producer's tensor (a
+// failed import leaves it with the caller, deleter not run); DeleteImported is
+// swapped in once the tensor exists (c10::DataPtr::compare_exchange_deleter).
+void KeepImported(void* /*ctx*/) noexcept {}
 
 // Storage context deleter of an imported tensor: hands the memory back to its
 // producer, exactly once, when torch frees the storage.
 void DeleteImported(void* ctx) noexcept {
-  if (ctx == t_import_in_progress) return;
   auto* managed = static_cast<DLManagedTensorVersioned*>(ctx);
   if (managed->deleter != nullptr) managed->deleter(managed);
 }
@@ -376,7 +380,7 @@ int RaiseBadImport(const char* what, const DLTensor& dl) {
 // Checked up front because at::TensorMaker computes the storage size in a
 // noexcept function: an overflow there would terminate the process.
 bool StorageElements(const DLTensor& dl, uint64_t itemsize, uint64_t offset,
-                     uint64_t* storage_elements) noexcept {
+                     uint64_t* storage_elements, bool* empty) noexcept {
   bool any_empty = false;
   uint64_t numel = 1;
   bool numel_overflows = false;
@@ -423,14 +427,8 @@ bool StorageElements(const DLTensor& dl, uint64_t itemsize, uint64_t offset,
     return false;
   }
   *storage_elements = elements;
+  *empty = any_empty;
   return true;
-}
-
-bool HasNoElements(const DLTensor& dl) noexcept {
-  for (int32_t i = 0; i < dl.ndim; ++i) {
-    if (dl.shape[i] == 0) return true;
-  }
-  return false;
 }
 
 // Ownership rule: on failure (-1) ownership has NOT been taken and the deleter
@@ -492,10 +490,9 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
     const auto itemsize = static_cast<uint64_t>(c10::elementSize(scalar_type));
     // An element-aligned byte_offset is a storage offset, as in torch 2.13: the
     // storage starts at `data` and covers the offset plus the view's extent.
-    // (at::TensorMaker's own storage_offset() adds the offset to the storage
-    // size in elements, not bytes, in the torch releases this library serves:
-    // a too-small storage that views, copies and torch.save read past. So the
-    // storage is made for the whole span and the view set on it.) torch 2.13
+    // (Not at::TensorMaker's storage_offset(): in the torch releases this library
+    // serves it adds the offset to the storage size in elements, not bytes, a
+    // too-small storage that views, copies and torch.save read past.) torch 2.13
     // refuses an unaligned offset; so do we: the elements would be misaligned.
     if (dl.byte_offset % itemsize != 0) {
       return RaiseBadImport(
@@ -504,55 +501,60 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
     }
     const uint64_t storage_offset = dl.byte_offset / itemsize;
     uint64_t storage_elements = 0;
-    if (!StorageElements(dl, itemsize, storage_offset, &storage_elements)) {
+    bool empty = false;
+    if (!StorageElements(dl, itemsize, storage_offset, &storage_elements, &empty)) {
       return RaiseBadImport(
           "negative sizes or strides, or an element count or memory extent beyond int64 "
           "(torch supports neither)",
           dl);
     }
-    if (dl.data == nullptr && !HasNoElements(dl)) {
+    if (dl.data == nullptr && !empty) {
       return RaiseBadImport("data is NULL but the tensor has elements", dl);
     }
-    at::Tensor tensor;
-    {
-      // Declared before `maker`, so it is still in force while `maker` unwinds.
-      const ImportInProgress in_progress(src);
-      if (storage_offset == 0) {
-        auto maker = at::for_blob(dl.data, sizes);
-        maker.context(src, &DeleteImported)
-            .target_device(device)
-            .options(at::TensorOptions().dtype(scalar_type).device(device));
-        // A NULL strides array (allowed before DLPack 1.2) means compact row-major.
-        if (dl.strides != nullptr && dl.ndim > 0) {
-          maker.strides(at::IntArrayRef(dl.strides, static_cast<size_t>(dl.ndim)));
-        }
-        tensor = maker.make_tensor();
-      } else {
-        // A storage for the whole span from `data`, then the view on it.
-        const auto span = static_cast<int64_t>(storage_elements);
-        auto maker = at::for_blob(dl.data, at::IntArrayRef(&span, 1));
-        maker.context(src, &DeleteImported)
-            .target_device(device)
-            .options(at::TensorOptions().dtype(scalar_type).device(device));
-        tensor = maker.make_tensor();
-        c10::SmallVector<int64_t, 8> strides(static_cast<size_t>(dl.ndim));
-        int64_t step = 1;
-        for (int32_t i = dl.ndim - 1; i >= 0; --i) {
-          strides[i] = dl.strides != nullptr ? dl.strides[i] : step;
-          // (checked above not to overflow; the first size is never multiplied in)
-          if (i > 0) step *= std::max<int64_t>(dl.shape[i], 1);
-        }
-        try {
-          tensor.unsafeGetTensorImpl()->set_sizes_and_strides(
-              sizes, strides, static_cast<int64_t>(storage_offset));
-        } catch (...) {
-          tensor.storage().mutable_data_ptr().release_context();
-          throw;
-        }
+    // Built directly (what at::for_blob(...).make_tensor() does, without the
+    // builder, its dispatch-key and tracer guards, which need nothing here, and
+    // its second pass over the sizes): a storage from `data` covering the offset
+    // and the view's whole extent, then the view on it. A view without elements
+    // gets an empty storage and no offset: its offset addresses nothing, and a
+    // storage of that size (torch 2.13 makes one) would have torch.save and
+    // copy.deepcopy read memory the producer never provided.
+    const int64_t offset = empty ? 0 : static_cast<int64_t>(storage_offset);
+    const size_t nbytes = empty ? 0 : static_cast<size_t>(storage_elements * itemsize);
+    c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
+                         c10::DataPtr(dl.data, src, &KeepImported, device),
+                         /*allocator=*/nullptr, /*resizable=*/false);
+    c10::StorageImpl* storage_impl = storage.unsafeGetStorageImpl();
+    // FromDLDevice() makes CPU or CUDA devices only (a ROCm torch's HIP devices are
+    // "cuda"): their dispatch keys, as TensorOptions::computeDispatchKey() gives them.
+    const c10::DispatchKeySet keys(device.is_cpu() ? c10::DispatchKey::CPU
+                                                   : c10::DispatchKey::CUDA);
+    at::Tensor tensor = at::detail::make_tensor<c10::TensorImpl>(
+        std::move(storage), keys, c10::scalarTypeToTypeMeta(scalar_type));
+    c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+    if (dl.strides != nullptr && dl.ndim > 0) {
+      impl->set_sizes_and_strides(sizes, at::IntArrayRef(dl.strides, static_cast<size_t>(dl.ndim)),
+                                  offset);
+    } else if (offset == 0) {
+      // A NULL strides array (allowed before DLPack 1.2) means compact row-major.
+      impl->set_sizes_contiguous(sizes);
+    } else {
+      c10::SmallVector<int64_t, 8> strides(static_cast<size_t>(dl.ndim));
+      int64_t step = 1;
+      for (int32_t i = dl.ndim - 1; i >= 0; --i) {
+        strides[i] = step;
+        // (checked above not to overflow; the first size is never multiplied in)
+        if (i > 0) step *= std::max<int64_t>(dl.shape[i], 1);
       }
+      impl->set_sizes_and_strides(sizes, strides, offset);
     }
-    // From here the storage owns `src`. If wrapping fails, detach our deleter
-    // before `tensor` dies, so the failure still leaves `src` with the caller.
+    // The tensor exists: from here its storage hands `src` back to the producer.
+    c10::DataPtr& data_ptr = storage_impl->mutable_data_ptr();
+    if (!data_ptr.compare_exchange_deleter(&KeepImported, &DeleteImported)) {
+      PyErr_Format(PyExc_RuntimeError, "%s: the imported storage lost its deleter", kLib);
+      return -1;
+    }
+    // If wrapping fails, detach our deleter again before `tensor` dies, so the
+    // failure still leaves `src` with the caller.
     PyObject* wrapped = nullptr;
     try {
       wrapped = THPVariable_Wrap(tensor);
@@ -560,13 +562,13 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
       RaiseCurrentException(PyExc_RuntimeError);
     }
     if (wrapped == nullptr) {
-      tensor.storage().mutable_data_ptr().release_context();
+      (void)data_ptr.compare_exchange_deleter(&DeleteImported, &KeepImported);
       return -1;
     }
     *out_py = wrapped;
     return 0;
   } catch (...) {
-    // make_tensor() failed; ImportInProgress kept the deleter from running: not consumed.
+    // Building the tensor failed; its storage had KeepImported: not consumed.
     return RaiseCurrentException(PyExc_BufferError);
   }
 }

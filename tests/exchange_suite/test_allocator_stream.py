@@ -97,6 +97,13 @@ def test_allocator_matches_torch(api: DLPackExchangeAPI, need_torch_api: DLPackE
         ("vector lanes", {"lanes": 4}, "ValueError", "dtype"),
         ("unsupported device", {"device_type": DLDeviceType.kDLVulkan}, "ValueError", "device"),
         ("negative size", {"shape": (2, -1)}, "ValueError", "shape[1]"),
+        # Sizes torch cannot represent (at::empty: "Storage size calculation overflowed",
+        # a RuntimeError) are a bad prototype; memory that cannot be had is a MemoryError
+        # (DefaultCPUAllocator: "can't allocate memory", a RuntimeError from at::empty).
+        ("element count beyond int64", {"shape": (2**62, 4)}, "ValueError", "int64"),
+        ("byte size beyond int64", {"shape": (2**61,), "bits": 64}, "ValueError", "int64"),
+        ("stride beyond int64", {"shape": (0, 2**40, 2**40)}, "ValueError", "int64"),
+        ("more memory than exists", {"shape": (2**58,)}, "MemoryError", "allocate"),
     ],
 )
 def test_allocator_failure_calls_set_error(
