@@ -162,13 +162,13 @@ int RaiseExportProblem(ExportProblem problem, const at::Tensor& t) {
       break;
     }
     case ExportProblem::kNested:
-      // Neither kind of nested tensor has .to_dense(): name what each does have.
+      // Neither kind of nested tensor has .to_dense(): name what each has on every
+      // torch served (a jagged one has no to_padded_tensor() on torch 2.4).
       if (t.layout() == c10::kJagged) {
         PyErr_Format(PyExc_BufferError,
                      "%s: cannot export a jagged nested tensor through DLPack, which describes "
                      "one strided array; export its packed values and offsets (t.values(), "
-                     "t.offsets()), a padded copy (t.to_padded_tensor(0.0)) or its components "
-                     "(t.unbind()) one by one",
+                     "t.offsets()) or its components (t.unbind()) one by one",
                      kLib);
       } else {
         PyErr_Format(PyExc_BufferError,
