@@ -44,7 +44,7 @@ constexpr const char* kLib = "torch-c-dlpack-ext";
 // c10::Storage, an allocation the c10::DataPtr itself. A tensor reference would
 // cost more on torch >= 2.10: taking a second reference to a TensorImpl that has
 // a Python object increfs that object through a virtual call, and dropping it
-// decrefs it again (c10/util/intrusive_ptr.h, "PyObject preservation"); a
+// decrefs it again (docs/facts.md, "What the exchange hot paths rest on"); a
 // storage has no Python object unless Python code asked for one. The storage is
 // also what the exported `data` points into: t.set_() on the Python tensor after
 // the export cannot free memory a consumer still reads.
@@ -585,7 +585,8 @@ int AllocatorFail(DLManagedTensorVersioned** out, void* error_ctx, SetErrorFn se
 // Whether at::empty fills new memory: torch.use_deterministic_algorithms(True)
 // with torch.utils.deterministic.fill_uninitialized_memory (its default) makes
 // it fill floats with NaN and integers with their maximum. Then the allocator
-// goes through at::empty, so its memory holds what torch's own table gives.
+// goes through at::empty, so its memory holds what torch's own table gives
+// (docs/facts.md, "What the exchange hot paths rest on").
 // Read per call: Python can switch the mode at any time.
 bool FillsUninitializedMemory() {
   const at::Context& context = at::globalContext();
