@@ -81,8 +81,9 @@ DEVIATIONS: dict[str, Deviation] = {
     ),
     "empty-view-storage": Deviation(
         "imports a view without elements with an element-aligned byte_offset as a storage "
-        "of byte_offset bytes and that storage offset (a huge offset: a huge storage, which "
-        "torch.save and copy.deepcopy then read past the producer's memory)",
+        "of byte_offset bytes and that storage offset, even over NULL data (a huge offset: a "
+        "huge storage, which torch.save and copy.deepcopy then read past the producer's "
+        "memory)",
         "an empty storage and storage offset 0: the view addresses no memory",
         "a storage must lie inside the memory the producer provided",
     ),
