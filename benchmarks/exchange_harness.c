@@ -154,6 +154,28 @@ TCDE_BENCH_EXPORT int64_t tcde_bench_to_py_object(const DLPackExchangeAPI* api,
   return elapsed;
 }
 
+/* The round trip a consumer makes for each tensor it hands back to Python: an owning
+ * export, then the import of that managed tensor, then the release of the new object
+ * (which tears the imported tensor down and runs the export's deleter). */
+TCDE_BENCH_EXPORT int64_t tcde_bench_round_trip(const DLPackExchangeAPI* api, PyObject* tensors,
+                                                int64_t calls) {
+  if (check_args(api, tensors, calls) != 0) return -1;
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < calls; ++i) {
+    DLManagedTensorVersioned* managed = NULL;
+    if (api->managed_tensor_from_py_object_no_sync(nth(tensors, i), &managed) != 0) {
+      return fail("managed_tensor_from_py_object_no_sync");
+    }
+    void* out = NULL;
+    if (api->managed_tensor_to_py_object_no_sync(managed, &out) != 0) {
+      if (managed->deleter != NULL) managed->deleter(managed);
+      return fail("managed_tensor_to_py_object_no_sync");
+    }
+    Py_DECREF((PyObject*)out);
+  }
+  return now_ns() - start;
+}
+
 static void set_python_error(void* error_ctx, const char* kind, const char* message) {
   (void)error_ctx;
   PyErr_Format(PyExc_RuntimeError, "%s: %s", kind, message);

@@ -9,6 +9,10 @@ JSON document of raw per-call samples in nanoseconds; the parent summarizes them
 Config keys: ``harness`` (path of the compiled harness), ``calls``, ``repeats``,
 ``warmup``, ``providers`` (a list of ``{"name", "kind": "capsule" | "library", "path"}``),
 ``python_calls`` (0 skips the Python-path loops).
+
+With ``--serve`` it answers requests on stdin instead, one repeat at a time (see
+:func:`serve`): the parent interleaves the repeats of the torch 2.13 and the torch 2.8
+workers, so that both comparisons see the same moments of a shared machine's load.
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ import json
 import sys
 import timeit
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 HARNESS_FUNCTIONS = (
     "from_py_object",
     "dltensor_from_py_object",
     "to_py_object",
+    "round_trip",
     "allocator",
     "current_work_stream",
     "loop_overhead",
@@ -117,69 +122,119 @@ def _warm_up(function: Callable[..., int], api: int, tensors: list[Any], calls: 
     return None
 
 
+class Session:
+    """The harness, the providers' tables and the tensors of one worker, warmed up."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        import torch
+
+        self.torch = torch
+        self.harness = ctypes.PyDLL(config["harness"])
+        self.calls = int(config["calls"])
+        self.tensors = _tensors(torch)
+        self.python_calls = int(config.get("python_calls", 0))
+        self.repeats = int(config["repeats"])
+        self._keep: list[Any] = []
+        self.functions: dict[str, Callable[..., int]] = {}
+        for name in HARNESS_FUNCTIONS:
+            function = getattr(self.harness, f"tcde_bench_{name}")
+            function.restype = ctypes.c_int64
+            function.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.c_int64]
+            self.functions[name] = function
+        self.apis: dict[str, int] = {}
+        self.errors: dict[str, str] = {}
+        for provider in config["providers"]:
+            resolved = _resolve_api(torch, provider, self._keep)
+            if isinstance(resolved, str):
+                self.errors[provider["name"]] = resolved
+            else:
+                self.apis[provider["name"]] = resolved
+        self.unsupported: dict[str, dict[str, str]] = {name: {} for name in self.apis}
+        warmup = int(config["warmup"])
+        for name, api in self.apis.items():
+            for function_name, function in self.functions.items():
+                problem = _warm_up(function, api, self.tensors, warmup)
+                if problem is not None:
+                    self.unsupported[name][function_name] = problem
+
+    def repeat(self, index: int) -> dict[str, dict[str, float]]:
+        """One repeat: every function, each timed for every provider in turn, the providers'
+        order rotated by ``index`` so that none always runs first (or right after another);
+        returns ns per call by provider and function."""
+        names = list(self.apis)
+        shift = index % len(names) if names else 0
+        order = names[shift:] + names[:shift]
+        result: dict[str, dict[str, float]] = {name: {} for name in names}
+        for function_name, function in self.functions.items():
+            for name in order:
+                if function_name in self.unsupported[name]:
+                    continue
+                elapsed = function(self.apis[name], self.tensors, self.calls)
+                result[name][function_name] = elapsed / self.calls
+        return result
+
+    def metadata(self) -> dict[str, Any]:
+        """Everything but the samples; the Python-path loops run here (untimed by rounds)."""
+        torch = self.torch
+        return {
+            "torch": str(torch.__version__),
+            "python": sys.version.split()[0],
+            "tensors": [f"{tuple(t.shape)} {t.dtype}" for t in self.tensors],
+            "unsupported": self.unsupported,
+            "errors": self.errors,
+            "python_path": (
+                _python_path(torch, self.tensors, self.python_calls, self.repeats)
+                if self.python_calls > 0
+                else {}
+            ),
+        }
+
+
 def measure(config: dict[str, Any]) -> dict[str, Any]:
     """Run every harness function for every provider; repeats interleave the providers so
     that a load spike on the shared machine hits all of them alike."""
-    import torch
+    session = Session(config)
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name in session.apis}
+    for index in range(session.repeats):
+        for name, functions in session.repeat(index).items():
+            for function_name, value in functions.items():
+                samples[name].setdefault(function_name, []).append(value)
+    return {"samples": samples, **session.metadata()}
 
-    harness = ctypes.PyDLL(config["harness"])
-    calls = int(config["calls"])
-    repeats = int(config["repeats"])
-    warmup = int(config["warmup"])
-    tensors = _tensors(torch)
-    keep: list[Any] = []
 
-    functions: dict[str, Callable[..., int]] = {}
-    for name in HARNESS_FUNCTIONS:
-        function = getattr(harness, f"tcde_bench_{name}")
-        function.restype = ctypes.c_int64
-        function.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.c_int64]
-        functions[name] = function
+def serve(config: dict[str, Any], requests: IO[str], replies: IO[str]) -> None:
+    """Answer one JSON request per line, so that a parent can interleave the repeats of
+    several workers (other torch environments) in one run: ``{"op": "ready"}`` is sent
+    once set up; ``{"op": "repeat", "index": i}`` is answered with ``{"samples": ...}``
+    (one :meth:`Session.repeat`), ``{"op": "finish"}`` with :meth:`Session.metadata`,
+    after which the worker exits."""
+    session = Session(config)
 
-    apis: dict[str, int] = {}
-    errors: dict[str, str] = {}
-    for provider in config["providers"]:
-        resolved = _resolve_api(torch, provider, keep)
-        if isinstance(resolved, str):
-            errors[provider["name"]] = resolved
+    def reply(document: dict[str, Any]) -> None:
+        replies.write(json.dumps(document) + "\n")
+        replies.flush()
+
+    reply({"op": "ready"})
+    for line in requests:
+        request = json.loads(line)
+        if request["op"] == "repeat":
+            reply({"samples": session.repeat(int(request["index"]))})
+        elif request["op"] == "finish":
+            reply(session.metadata())
+            return
         else:
-            apis[provider["name"]] = resolved
-
-    samples: dict[str, dict[str, list[float]]] = {name: {} for name in apis}
-    unsupported: dict[str, dict[str, str]] = {name: {} for name in apis}
-    for name, api in apis.items():
-        for function_name, function in functions.items():
-            problem = _warm_up(function, api, tensors, warmup)
-            if problem is not None:
-                unsupported[name][function_name] = problem
-    for _ in range(repeats):
-        for name, api in apis.items():
-            for function_name, function in functions.items():
-                if function_name in unsupported[name]:
-                    continue
-                elapsed = function(api, tensors, calls)
-                samples[name].setdefault(function_name, []).append(elapsed / calls)
-
-    python_calls = int(config.get("python_calls", 0))
-    return {
-        "torch": str(torch.__version__),
-        "python": sys.version.split()[0],
-        "tensors": [f"{tuple(t.shape)} {t.dtype}" for t in tensors],
-        "samples": samples,
-        "unsupported": unsupported,
-        "errors": errors,
-        "python_path": (
-            _python_path(torch, tensors, python_calls, repeats) if python_calls > 0 else {}
-        ),
-    }
+            raise ValueError(f"unknown request {request!r}")
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m benchmarks.exchange_worker CONFIG.json", file=sys.stderr)
+    if len(argv) not in (1, 2) or (len(argv) == 2 and argv[1] != "--serve"):
+        print("usage: python -m benchmarks.exchange_worker CONFIG.json [--serve]", file=sys.stderr)
         return 2
     with open(argv[0], encoding="utf-8") as handle:
         config = json.load(handle)
+    if len(argv) == 2:
+        serve(config, sys.stdin, sys.stdout)
+        return 0
     json.dump(measure(config), sys.stdout)
     sys.stdout.write("\n")
     return 0

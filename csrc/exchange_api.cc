@@ -10,8 +10,11 @@
 #include "tcde_python.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <c10/core/CPUAllocator.h>
 
 #if defined(TCDE_BACKEND_CUDA)
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAStream.h>
 #elif defined(TCDE_BACKEND_ROCM)
 #include <c10/hip/HIPStream.h>
@@ -21,8 +24,10 @@
 #include <cstdio>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <new>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -30,27 +35,58 @@ namespace {
 
 constexpr const char* kLib = "torch-c-dlpack-ext";
 
-// Owner of an exported tensor. Allocated with ONE operator new together with
-// the shape and strides arrays that follow it in memory: the arrays are copies,
-// so in-place metadata changes on the Python tensor (t.resize_(), t.t_()) cannot
-// alter a DLTensor a consumer is still reading.
+// Owner of an exported or allocated tensor's memory, allocated with ONE operator
+// new together with the shape and strides arrays that follow it in memory. The
+// arrays are copies, so in-place metadata changes on the Python tensor
+// (t.resize_(), t.t_()) cannot alter a DLTensor a consumer is still reading.
+//
+// It holds what owns the memory, not the tensor: an export holds the tensor's
+// c10::Storage, an allocation the c10::DataPtr itself. A tensor reference would
+// cost more on torch >= 2.10: taking a second reference to a TensorImpl that has
+// a Python object increfs that object through a virtual call, and dropping it
+// decrefs it again (docs/facts.md, "What the exchange hot paths rest on"); a
+// storage has no Python object unless Python code asked for one. The storage is
+// also what the exported `data` points into: t.set_() on the Python tensor after
+// the export cannot free memory a consumer still reads.
+template <typename Owner>
 struct ManagedContext {
-  // `managed` is left uninitialized: NewManaged() sets every field, and zeroing
-  // it first (a `rep stos` per export) was measurable.
-  explicit ManagedContext(at::Tensor&& t) noexcept : tensor(std::move(t)) {}
+  // `managed` is left uninitialized: NewContext() and its callers set every field,
+  // and zeroing it first (a `rep stos` per export) was measurable.
+  explicit ManagedContext(Owner&& o) noexcept : owner(std::move(o)) {}
 
-  at::Tensor tensor;
+  Owner owner;
   DLManagedTensorVersioned managed;
 
   int64_t* dims() noexcept { return reinterpret_cast<int64_t*>(this + 1); }
 };
-static_assert(sizeof(ManagedContext) % alignof(int64_t) == 0, "dims() must be aligned");
+static_assert(sizeof(ManagedContext<c10::Storage>) % alignof(int64_t) == 0,
+              "dims() must be aligned");
+static_assert(sizeof(ManagedContext<c10::DataPtr>) % alignof(int64_t) == 0,
+              "dims() must be aligned");
 
+template <typename Owner>
 void DeleteManagedContext(DLManagedTensorVersioned* self) noexcept {
   if (self == nullptr) return;
-  auto* ctx = static_cast<ManagedContext*>(self->manager_ctx);
-  ctx->~ManagedContext();
+  auto* ctx = static_cast<ManagedContext<Owner>*>(self->manager_ctx);
+  ctx->~ManagedContext<Owner>();
   ::operator delete(ctx);
+}
+
+// A context with room for `ndim` sizes and strides and every field but the
+// DLTensor's set. May throw std::bad_alloc (then `owner` is released).
+template <typename Owner>
+ManagedContext<Owner>* NewContext(Owner&& owner, int32_t ndim) {
+  void* raw = ::operator new(sizeof(ManagedContext<Owner>) +
+                             2 * static_cast<size_t>(ndim) * sizeof(int64_t));
+  auto* ctx = new (raw) ManagedContext<Owner>(std::move(owner));
+  DLManagedTensorVersioned& m = ctx->managed;
+  m.version.major = DLPACK_MAJOR_VERSION;
+  m.version.minor = DLPACK_MINOR_VERSION;
+  m.manager_ctx = ctx;
+  m.deleter = &DeleteManagedContext<Owner>;
+  // Shares the memory, writable: no READ_ONLY and no IS_COPIED, as torch 2.13.
+  m.flags = 0;
+  return ctx;
 }
 
 // Why a tensor cannot be exported; kNone when it can.
@@ -75,8 +111,10 @@ enum class ExportProblem {
 // narrow stores just made (a store-forwarding stall).
 ExportProblem Describe(const at::Tensor& t, DLTensor* out) {
   // Order matters: later checks call accessors that throw on the earlier kinds.
-  if (t.layout() != c10::kStrided) return ExportProblem::kLayout;
+  // Nested first: a jagged nested tensor also has a layout of its own (kJagged),
+  // and the layout message's remedy (.to_dense()) does not apply to it.
   if (t.is_nested()) return ExportProblem::kNested;
+  if (t.layout() != c10::kStrided) return ExportProblem::kLayout;
   DLDataType dtype;
   if (!tcde::ToDLDataType(t.scalar_type(), &dtype)) return ExportProblem::kDtype;
   // DLPack has no conjugate/negative flags: exporting the raw memory would
@@ -124,10 +162,21 @@ int RaiseExportProblem(ExportProblem problem, const at::Tensor& t) {
       break;
     }
     case ExportProblem::kNested:
-      PyErr_Format(PyExc_BufferError,
-                   "%s: cannot export a nested tensor through DLPack; export its components "
-                   "(t.unbind()) one by one",
-                   kLib);
+      // Neither kind of nested tensor has .to_dense(): name what each has on every
+      // torch served (a jagged one has no to_padded_tensor() on torch 2.4).
+      if (t.layout() == c10::kJagged) {
+        PyErr_Format(PyExc_BufferError,
+                     "%s: cannot export a jagged nested tensor through DLPack, which describes "
+                     "one strided array; export its packed values and offsets (t.values(), "
+                     "t.offsets()) or its components (t.unbind()) one by one",
+                     kLib);
+      } else {
+        PyErr_Format(PyExc_BufferError,
+                     "%s: cannot export a nested tensor through DLPack, which describes one "
+                     "strided array; export a padded copy (t.to_padded_tensor(0.0)) or its "
+                     "components (t.unbind()) one by one",
+                     kLib);
+      }
       break;
     case ExportProblem::kDtype:
       PyErr_Format(PyExc_BufferError,
@@ -220,37 +269,30 @@ int RaiseCurrentException(PyObject* c10_error_type) noexcept {
 }
 
 // An owning DLManagedTensorVersioned for an exportable tensor (`described` from
-// Describe(), whose shape and strides it copies). One allocation; the tensor
-// reference keeps the memory alive until the consumer calls the deleter. Takes
-// the tensor by value so that a caller done with it can move it in: each
-// reference count change is an atomic operation, measurable per call.
-DLManagedTensorVersioned* NewManaged(at::Tensor t, const DLTensor& described) {
-  const int64_t ndim = described.ndim;
-  void* raw = ::operator new(sizeof(ManagedContext) + 2 * ndim * sizeof(int64_t));
-  auto* ctx = new (raw) ManagedContext(std::move(t));
+// Describe(), whose shape and strides it copies): one allocation, holding a
+// reference to the tensor's storage until the consumer calls the deleter.
+DLManagedTensorVersioned* NewManaged(const at::Tensor& t, const DLTensor& described) {
+  const int32_t ndim = described.ndim;
+  // Describe() checked has_storage(); unsafe_storage() skips the check that
+  // storage() repeats (and that throws for tensors whose storage access throws,
+  // none of which Describe() accepts with elements).
+  auto* ctx = NewContext(c10::Storage(t.unsafeGetTensorImpl()->unsafe_storage()), ndim);
   int64_t* shape = ctx->dims();
   int64_t* strides = shape + ndim;
-  for (int64_t i = 0; i < ndim; ++i) {
+  for (int32_t i = 0; i < ndim; ++i) {
     shape[i] = described.shape[i];
     strides[i] = described.strides[i];
   }
-  DLManagedTensorVersioned& m = ctx->managed;
-  m.version.major = DLPACK_MAJOR_VERSION;
-  m.version.minor = DLPACK_MINOR_VERSION;
-  m.manager_ctx = ctx;
-  m.deleter = &DeleteManagedContext;
-  // Shares the tensor's memory, writable: no READ_ONLY and no IS_COPIED, as torch 2.13.
-  m.flags = 0;
   // Field by field, not as one struct copy: see Describe().
-  DLTensor& dl = m.dl_tensor;
+  DLTensor& dl = ctx->managed.dl_tensor;
   dl.data = described.data;
   dl.device = described.device;
-  dl.ndim = described.ndim;
+  dl.ndim = ndim;
   dl.dtype = described.dtype;
   dl.shape = shape;
   dl.strides = strides;
   dl.byte_offset = described.byte_offset;
-  return &m;
+  return &ctx->managed;
 }
 
 int ManagedTensorFromPyObjectNoSync(void* py_obj, DLManagedTensorVersioned** out) {
@@ -293,24 +335,15 @@ int DLTensorFromPyObjectNoSync(void* py_obj, DLTensor* out) {
   }
 }
 
-// The import this thread is making right now. at::TensorMaker owns the context
-// from the moment it is given and deletes it if make_tensor() throws; while the
-// import is in progress that must not reach the producer's deleter, because a
-// failed import leaves the tensor with the caller (see below).
-thread_local const void* t_import_in_progress = nullptr;
-
-class ImportInProgress {
- public:
-  explicit ImportInProgress(const void* managed) noexcept { t_import_in_progress = managed; }
-  ~ImportInProgress() { t_import_in_progress = nullptr; }
-  ImportInProgress(const ImportInProgress&) = delete;
-  ImportInProgress& operator=(const ImportInProgress&) = delete;
-};
+// The storage deleter of an import while its tensor is being built: none. If
+// building fails, the storage dies without touching the producer's tensor (a
+// failed import leaves it with the caller, deleter not run); DeleteImported is
+// swapped in once the tensor exists (c10::DataPtr::compare_exchange_deleter).
+void KeepImported(void* /*ctx*/) noexcept {}
 
 // Storage context deleter of an imported tensor: hands the memory back to its
 // producer, exactly once, when torch frees the storage.
 void DeleteImported(void* ctx) noexcept {
-  if (ctx == t_import_in_progress) return;
   auto* managed = static_cast<DLManagedTensorVersioned*>(ctx);
   if (managed->deleter != nullptr) managed->deleter(managed);
 }
@@ -347,7 +380,7 @@ int RaiseBadImport(const char* what, const DLTensor& dl) {
 // Checked up front because at::TensorMaker computes the storage size in a
 // noexcept function: an overflow there would terminate the process.
 bool StorageElements(const DLTensor& dl, uint64_t itemsize, uint64_t offset,
-                     uint64_t* storage_elements) noexcept {
+                     uint64_t* storage_elements, bool* empty) noexcept {
   bool any_empty = false;
   uint64_t numel = 1;
   bool numel_overflows = false;
@@ -394,14 +427,8 @@ bool StorageElements(const DLTensor& dl, uint64_t itemsize, uint64_t offset,
     return false;
   }
   *storage_elements = elements;
+  *empty = any_empty;
   return true;
-}
-
-bool HasNoElements(const DLTensor& dl) noexcept {
-  for (int32_t i = 0; i < dl.ndim; ++i) {
-    if (dl.shape[i] == 0) return true;
-  }
-  return false;
 }
 
 // Ownership rule: on failure (-1) ownership has NOT been taken and the deleter
@@ -463,10 +490,9 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
     const auto itemsize = static_cast<uint64_t>(c10::elementSize(scalar_type));
     // An element-aligned byte_offset is a storage offset, as in torch 2.13: the
     // storage starts at `data` and covers the offset plus the view's extent.
-    // (at::TensorMaker's own storage_offset() adds the offset to the storage
-    // size in elements, not bytes, in the torch releases this library serves:
-    // a too-small storage that views, copies and torch.save read past. So the
-    // storage is made for the whole span and the view set on it.) torch 2.13
+    // (Not at::TensorMaker's storage_offset(): in the torch releases this library
+    // serves it adds the offset to the storage size in elements, not bytes, a
+    // too-small storage that views, copies and torch.save read past.) torch 2.13
     // refuses an unaligned offset; so do we: the elements would be misaligned.
     if (dl.byte_offset % itemsize != 0) {
       return RaiseBadImport(
@@ -475,55 +501,60 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
     }
     const uint64_t storage_offset = dl.byte_offset / itemsize;
     uint64_t storage_elements = 0;
-    if (!StorageElements(dl, itemsize, storage_offset, &storage_elements)) {
+    bool empty = false;
+    if (!StorageElements(dl, itemsize, storage_offset, &storage_elements, &empty)) {
       return RaiseBadImport(
           "negative sizes or strides, or an element count or memory extent beyond int64 "
           "(torch supports neither)",
           dl);
     }
-    if (dl.data == nullptr && !HasNoElements(dl)) {
+    if (dl.data == nullptr && !empty) {
       return RaiseBadImport("data is NULL but the tensor has elements", dl);
     }
-    at::Tensor tensor;
-    {
-      // Declared before `maker`, so it is still in force while `maker` unwinds.
-      const ImportInProgress in_progress(src);
-      if (storage_offset == 0) {
-        auto maker = at::for_blob(dl.data, sizes);
-        maker.context(src, &DeleteImported)
-            .target_device(device)
-            .options(at::TensorOptions().dtype(scalar_type).device(device));
-        // A NULL strides array (allowed before DLPack 1.2) means compact row-major.
-        if (dl.strides != nullptr && dl.ndim > 0) {
-          maker.strides(at::IntArrayRef(dl.strides, static_cast<size_t>(dl.ndim)));
-        }
-        tensor = maker.make_tensor();
-      } else {
-        // A storage for the whole span from `data`, then the view on it.
-        const auto span = static_cast<int64_t>(storage_elements);
-        auto maker = at::for_blob(dl.data, at::IntArrayRef(&span, 1));
-        maker.context(src, &DeleteImported)
-            .target_device(device)
-            .options(at::TensorOptions().dtype(scalar_type).device(device));
-        tensor = maker.make_tensor();
-        c10::SmallVector<int64_t, 8> strides(static_cast<size_t>(dl.ndim));
-        int64_t step = 1;
-        for (int32_t i = dl.ndim - 1; i >= 0; --i) {
-          strides[i] = dl.strides != nullptr ? dl.strides[i] : step;
-          // (checked above not to overflow; the first size is never multiplied in)
-          if (i > 0) step *= std::max<int64_t>(dl.shape[i], 1);
-        }
-        try {
-          tensor.unsafeGetTensorImpl()->set_sizes_and_strides(
-              sizes, strides, static_cast<int64_t>(storage_offset));
-        } catch (...) {
-          tensor.storage().mutable_data_ptr().release_context();
-          throw;
-        }
+    // Built directly (what at::for_blob(...).make_tensor() does, without the
+    // builder, its dispatch-key and tracer guards, which need nothing here, and
+    // its second pass over the sizes): a storage from `data` covering the offset
+    // and the view's whole extent, then the view on it. A view without elements
+    // gets an empty storage and no offset: its offset addresses nothing, and a
+    // storage of that size (torch 2.13 makes one) would have torch.save and
+    // copy.deepcopy read memory the producer never provided.
+    const int64_t offset = empty ? 0 : static_cast<int64_t>(storage_offset);
+    const size_t nbytes = empty ? 0 : static_cast<size_t>(storage_elements * itemsize);
+    c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
+                         c10::DataPtr(dl.data, src, &KeepImported, device),
+                         /*allocator=*/nullptr, /*resizable=*/false);
+    c10::StorageImpl* storage_impl = storage.unsafeGetStorageImpl();
+    // FromDLDevice() makes CPU or CUDA devices only (a ROCm torch's HIP devices are
+    // "cuda"): their dispatch keys, as TensorOptions::computeDispatchKey() gives them.
+    const c10::DispatchKeySet keys(device.is_cpu() ? c10::DispatchKey::CPU
+                                                   : c10::DispatchKey::CUDA);
+    at::Tensor tensor = at::detail::make_tensor<c10::TensorImpl>(
+        std::move(storage), keys, c10::scalarTypeToTypeMeta(scalar_type));
+    c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+    if (dl.strides != nullptr && dl.ndim > 0) {
+      impl->set_sizes_and_strides(sizes, at::IntArrayRef(dl.strides, static_cast<size_t>(dl.ndim)),
+                                  offset);
+    } else if (offset == 0) {
+      // A NULL strides array (allowed before DLPack 1.2) means compact row-major.
+      impl->set_sizes_contiguous(sizes);
+    } else {
+      c10::SmallVector<int64_t, 8> strides(static_cast<size_t>(dl.ndim));
+      int64_t step = 1;
+      for (int32_t i = dl.ndim - 1; i >= 0; --i) {
+        strides[i] = step;
+        // (checked above not to overflow; the first size is never multiplied in)
+        if (i > 0) step *= std::max<int64_t>(dl.shape[i], 1);
       }
+      impl->set_sizes_and_strides(sizes, strides, offset);
     }
-    // From here the storage owns `src`. If wrapping fails, detach our deleter
-    // before `tensor` dies, so the failure still leaves `src` with the caller.
+    // The tensor exists: from here its storage hands `src` back to the producer.
+    c10::DataPtr& data_ptr = storage_impl->mutable_data_ptr();
+    if (!data_ptr.compare_exchange_deleter(&KeepImported, &DeleteImported)) {
+      PyErr_Format(PyExc_RuntimeError, "%s: the imported storage lost its deleter", kLib);
+      return -1;
+    }
+    // If wrapping fails, detach our deleter again before `tensor` dies, so the
+    // failure still leaves `src` with the caller.
     PyObject* wrapped = nullptr;
     try {
       wrapped = THPVariable_Wrap(tensor);
@@ -531,13 +562,13 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
       RaiseCurrentException(PyExc_RuntimeError);
     }
     if (wrapped == nullptr) {
-      tensor.storage().mutable_data_ptr().release_context();
+      (void)data_ptr.compare_exchange_deleter(&DeleteImported, &KeepImported);
       return -1;
     }
     *out_py = wrapped;
     return 0;
   } catch (...) {
-    // make_tensor() failed; ImportInProgress kept the deleter from running: not consumed.
+    // Building the tensor failed; its storage had KeepImported: not consumed.
     return RaiseCurrentException(PyExc_BufferError);
   }
 }
@@ -551,18 +582,127 @@ int AllocatorFail(DLManagedTensorVersioned** out, void* error_ctx, SetErrorFn se
   return -1;
 }
 
+// Whether at::empty fills new memory: torch.use_deterministic_algorithms(True)
+// with torch.utils.deterministic.fill_uninitialized_memory (its default) makes
+// it fill floats with NaN and integers with their maximum. Then the allocator
+// goes through at::empty, so its memory holds what torch's own table gives
+// (docs/facts.md, "What the exchange hot paths rest on").
+// Read per call: Python can switch the mode at any time.
+bool FillsUninitializedMemory() {
+  const at::Context& context = at::globalContext();
+  return context.deterministicAlgorithms() && context.deterministicFillUninitializedMemory();
+}
+
+// Sizes at::empty would refuse: a negative size, or more than int64 holds.
+enum class LayoutProblem { kNone, kNegative, kOverflow };
+
+// The contiguous layout at::empty gives `sizes` (copied into `shape`), with the
+// strides written to `strides` and the byte size to `*nbytes`; c10's own rules
+// decide what it refuses (c10/core/TensorImpl.h: safe_compute_numel and
+// empty_tensor_restride; computeStorageNbytesContiguous): the element count,
+// multiplied left to right (an overflow before a zero size still counts), the
+// byte size, and every row-major stride (zero sizes count as one) must fit in
+// int64. `*bad_dim` names a negative size.
+LayoutProblem ContiguousLayout(const int64_t* sizes, int32_t ndim, uint64_t itemsize,
+                               int64_t* shape, int64_t* strides, uint64_t* nbytes,
+                               int32_t* bad_dim) noexcept {
+  constexpr auto kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (int32_t i = 0; i < ndim; ++i) {
+    const int64_t size = sizes[i];
+    if (size < 0) {
+      *bad_dim = i;
+      return LayoutProblem::kNegative;
+    }
+    shape[i] = size;
+    overflow |= MulOverflows(numel, static_cast<uint64_t>(size), &numel);
+  }
+  overflow |= numel > kMax || MulOverflows(numel, itemsize, nbytes) || *nbytes > kMax;
+  uint64_t stride = 1;
+  for (int32_t i = ndim - 1; i >= 0; --i) {
+    strides[i] = static_cast<int64_t>(stride);
+    if (i > 0) {
+      overflow |= MulOverflows(stride, static_cast<uint64_t>(std::max<int64_t>(shape[i], 1)),
+                               &stride) ||
+                  stride > kMax;
+    }
+  }
+  return overflow ? LayoutProblem::kOverflow : LayoutProblem::kNone;
+}
+
+void DeleteStorageReference(void* storage) noexcept { delete static_cast<c10::Storage*>(storage); }
+
+// The memory of a tensor at::empty (or the backend's own empty) just made, as a
+// DataPtr holding a reference to its storage. Throws std::runtime_error (not a
+// c10::Error: this is no allocation failure) if the tensor is not plain memory
+// of the requested layout: a Python mode may answer at::empty.
+c10::DataPtr MemoryOf(const at::TensorBase& t, const c10::Device& device,
+                      c10::ScalarType scalar_type, at::IntArrayRef sizes, uint64_t nbytes) {
+  if (!t.defined() || t.device() != device || t.scalar_type() != scalar_type ||
+      t.sizes() != sizes || !t.is_contiguous() || !t.has_storage()) {
+    throw std::runtime_error(
+        "torch-c-dlpack-ext allocator: at::empty returned a tensor that is not plain memory "
+        "of the requested dtype, device and shape (is a Python mode active?)");
+  }
+  const c10::Storage& storage = t.unsafeGetTensorImpl()->unsafe_storage();
+  void* data = nbytes == 0 ? nullptr : t.data_ptr();
+  const auto offset_bytes = static_cast<uint64_t>(t.storage_offset()) * t.element_size();
+  if (nbytes != 0 && (data == nullptr || storage.nbytes() < offset_bytes + nbytes)) {
+    throw std::runtime_error(
+        "torch-c-dlpack-ext allocator: at::empty returned a tensor without the memory it "
+        "describes (is a Python mode active?)");
+  }
+  return c10::DataPtr(data, new c10::Storage(storage), &DeleteStorageReference, device);
+}
+
+// Memory for a contiguous tensor of `sizes`, from the allocator at::empty would
+// use. Host memory (the common case) comes from c10::GetCPUAllocator(), as in
+// at::detail::empty_cpu, without the dispatcher and without building a tensor
+// only to take its memory. A CUDA build's GPU memory comes from
+// at::detail::empty_cuda (it also initializes CUDA lazily and sets the device).
+// The deterministic fill (see FillsUninitializedMemory) and a ROCm build's GPU
+// memory go through at::empty.
+c10::DataPtr AllocateMemory(bool host, const c10::Device& device, c10::ScalarType scalar_type,
+                            at::IntArrayRef sizes, uint64_t nbytes) {
+  const bool fill = FillsUninitializedMemory();
+  if (C10_LIKELY(host && !fill)) return c10::GetCPUAllocator()->allocate(nbytes);
+#if defined(TCDE_BACKEND_CUDA)
+  if (!host && !fill) {
+    return MemoryOf(at::detail::empty_cuda(sizes, scalar_type, device, std::nullopt), device,
+                    scalar_type, sizes, nbytes);
+  }
+#endif
+  // The overload with explicit options: the same operator call as with
+  // TensorOptions, without assembling and re-checking a TensorOptions first.
+  return MemoryOf(at::empty(sizes, scalar_type, std::nullopt, device, std::nullopt, std::nullopt),
+                  device, scalar_type, sizes, nbytes);
+}
+
+using AllocatedContext = ManagedContext<c10::DataPtr>;
+
+struct AllocatedContextDeleter {
+  void operator()(AllocatedContext* ctx) const noexcept {
+    DeleteManagedContext<c10::DataPtr>(&ctx->managed);
+  }
+};
+
 // Errors go through SetError, not the Python error indicator: the consumer
 // decides how to surface them. Kinds: ValueError for a prototype torch cannot
-// represent, MemoryError when out of memory, RuntimeError otherwise.
+// represent (its dtype, its device, a negative size, or an element count, byte
+// size or stride beyond int64, which at::empty refuses with a RuntimeError),
+// MemoryError when the memory cannot be allocated (the CPU allocator's failure,
+// which c10 reports as a plain c10::Error, c10::OutOfMemoryError, std::bad_alloc),
+// RuntimeError otherwise (for example a CUDA error).
 int ManagedTensorAllocator(DLTensor* prototype, DLManagedTensorVersioned** out, void* error_ctx,
                            SetErrorFn set_error) {
+  char message[256];
   try {
     if (prototype == nullptr || out == nullptr) {
       return AllocatorFail(out, error_ctx, set_error, "ValueError",
                            "torch-c-dlpack-ext allocator: prototype and out must not be NULL");
     }
     *out = nullptr;
-    char message[256];
     c10::ScalarType scalar_type{};
     if (!tcde::FromDLDataType(prototype->dtype, &scalar_type)) {
       std::snprintf(message, sizeof(message),
@@ -573,50 +713,82 @@ int ManagedTensorAllocator(DLTensor* prototype, DLManagedTensorVersioned** out, 
                     static_cast<unsigned>(prototype->dtype.lanes));
       return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
     }
-    if (const char* backend = tcde::BackendServing(prototype->device.device_type)) {
-      std::snprintf(message, sizeof(message),
-                    "torch-c-dlpack-ext allocator: cannot allocate on DLPack device type %d id %d "
-                    "with its " TCDE_BACKEND_NAME " build, which serves no such device; use the "
-                    "%s build",
-                    static_cast<int>(prototype->device.device_type),
-                    static_cast<int>(prototype->device.device_id), backend);
-      return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
-    }
+    // Host memory is the common case: only other device types need the device checks.
+    const bool host = prototype->device.device_type == kDLCPU;
     c10::Device device(c10::DeviceType::CPU);
-    if (!tcde::FromDLDevice(prototype->device, &device)) {
-      std::snprintf(message, sizeof(message),
-                    "torch-c-dlpack-ext allocator: cannot allocate on DLPack device type %d id %d "
-                    "with this library (a " TCDE_BACKEND_NAME " build)",
-                    static_cast<int>(prototype->device.device_type),
-                    static_cast<int>(prototype->device.device_id));
-      return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
+    if (!host) {
+      if (const char* backend = tcde::BackendServing(prototype->device.device_type)) {
+        std::snprintf(message, sizeof(message),
+                      "torch-c-dlpack-ext allocator: cannot allocate on DLPack device type %d id "
+                      "%d with its " TCDE_BACKEND_NAME " build, which serves no such device; use "
+                      "the %s build",
+                      static_cast<int>(prototype->device.device_type),
+                      static_cast<int>(prototype->device.device_id), backend);
+        return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
+      }
+      if (!tcde::FromDLDevice(prototype->device, &device)) {
+        std::snprintf(message, sizeof(message),
+                      "torch-c-dlpack-ext allocator: cannot allocate on DLPack device type %d id "
+                      "%d with this library (a " TCDE_BACKEND_NAME " build)",
+                      static_cast<int>(prototype->device.device_type),
+                      static_cast<int>(prototype->device.device_id));
+        return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
+      }
     }
-    if (prototype->ndim < 0 || (prototype->ndim > 0 && prototype->shape == nullptr)) {
+    const int32_t ndim = prototype->ndim;
+    if (ndim < 0 || (ndim > 0 && prototype->shape == nullptr)) {
       return AllocatorFail(out, error_ctx, set_error, "ValueError",
                            "torch-c-dlpack-ext allocator: prototype ndim is negative or its "
                            "shape is NULL");
     }
-    for (int32_t i = 0; i < prototype->ndim; ++i) {
-      if (prototype->shape[i] < 0) {
+    // One allocation for the context, its shape and its strides; the memory follows.
+    std::unique_ptr<AllocatedContext, AllocatedContextDeleter> ctx(
+        NewContext(c10::DataPtr(), ndim));
+    int64_t* shape = ctx->dims();
+    int64_t* strides = shape + ndim;
+    uint64_t nbytes = 0;
+    int32_t bad_dim = 0;
+    const auto itemsize = static_cast<uint64_t>(c10::elementSize(scalar_type));
+    switch (ContiguousLayout(prototype->shape, ndim, itemsize, shape, strides, &nbytes,
+                             &bad_dim)) {
+      case LayoutProblem::kNone:
+        break;
+      case LayoutProblem::kNegative:
         std::snprintf(message, sizeof(message),
                       "torch-c-dlpack-ext allocator: prototype shape[%d] is %lld; sizes must be "
                       ">= 0",
-                      static_cast<int>(i), static_cast<long long>(prototype->shape[i]));
+                      static_cast<int>(bad_dim), static_cast<long long>(prototype->shape[bad_dim]));
         return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
-      }
+      case LayoutProblem::kOverflow:
+        std::snprintf(message, sizeof(message),
+                      "torch-c-dlpack-ext allocator: a contiguous tensor of this prototype's %d "
+                      "sizes and %llu-byte elements has an element count, byte size or stride "
+                      "beyond int64, which torch cannot represent; request a smaller shape",
+                      static_cast<int>(ndim), static_cast<unsigned long long>(itemsize));
+        return AllocatorFail(out, error_ctx, set_error, "ValueError", message);
     }
-    // The overload with explicit options: the same operator call as with
-    // TensorOptions, without assembling and re-checking a TensorOptions first.
-    at::Tensor t =
-        at::empty(at::IntArrayRef(prototype->shape, static_cast<size_t>(prototype->ndim)),
-                  scalar_type, std::nullopt, device, std::nullopt, std::nullopt);
-    DLTensor described{};
-    if (Describe(t, &described) != ExportProblem::kNone) {
-      return AllocatorFail(out, error_ctx, set_error, "RuntimeError",
-                           "torch-c-dlpack-ext allocator: the new tensor cannot be described in "
-                           "DLPack (please report this)");
+    try {
+      ctx->owner = AllocateMemory(host, device, scalar_type,
+                                  at::IntArrayRef(shape, static_cast<size_t>(ndim)), nbytes);
+    } catch (const c10::OutOfMemoryError& e) {
+      return AllocatorFail(out, error_ctx, set_error, "MemoryError", e.what_without_backtrace());
+    } catch (const c10::Error& e) {
+      // The sizes were checked above: on host memory, the allocator failing is the one
+      // c10::Error left (DefaultCPUAllocator: "can't allocate memory").
+      return AllocatorFail(out, error_ctx, set_error, host ? "MemoryError" : "RuntimeError",
+                           e.what_without_backtrace());
     }
-    *out = NewManaged(std::move(t), described);
+    DLTensor& dl = ctx->managed.dl_tensor;
+    // NULL for a tensor without elements, as exports have it.
+    dl.data = nbytes == 0 ? nullptr : ctx->owner.get();
+    dl.device = prototype->device;
+    if (host) dl.device.device_id = 0;  // as an export of a CPU tensor reports it
+    dl.ndim = ndim;
+    dl.dtype = prototype->dtype;
+    dl.shape = shape;
+    dl.strides = strides;
+    dl.byte_offset = 0;
+    *out = &ctx.release()->managed;
     return 0;
   } catch (const c10::OutOfMemoryError& e) {
     return AllocatorFail(out, error_ctx, set_error, "MemoryError", e.what_without_backtrace());

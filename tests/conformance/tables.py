@@ -79,6 +79,14 @@ DEVIATIONS: dict[str, Deviation] = {
         "byte_offset / itemsize, covering the whole view. Unaligned offsets: both refuse",
         "NULL strides only mean row-major; the offset means the same either way",
     ),
+    "empty-view-storage": Deviation(
+        "imports a view without elements with an element-aligned byte_offset as a storage "
+        "of byte_offset bytes and that storage offset, even over NULL data (a huge offset: a "
+        "huge storage, which torch.save and copy.deepcopy then read past the producer's "
+        "memory)",
+        "an empty storage and storage offset 0: the view addresses no memory",
+        "a storage must lie inside the memory the producer provided",
+    ),
     "deleter-on-refusal": Deviation(
         "runs the producer's deleter on some refusals (device types it maps but cannot "
         "use, e.g. kDLOpenCL: an internal assert after it took ownership)",
@@ -125,8 +133,9 @@ DEVIATIONS: dict[str, Deviation] = {
     ),
     "allocator-error-kind": Deviation(
         "reports every allocator failure with kind MemoryError",
-        "ValueError for a prototype torch cannot represent, MemoryError when out of "
-        "memory, RuntimeError otherwise",
+        "ValueError for a prototype torch cannot represent (dtype, device, negative sizes, "
+        "an element count, byte size or stride beyond int64), MemoryError when the memory "
+        "cannot be allocated, RuntimeError otherwise (e.g. a CUDA error)",
         "the kind names the cause",
     ),
 }

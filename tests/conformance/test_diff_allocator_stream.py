@@ -25,7 +25,14 @@ from .checks import bits
 from .conftest import count_case
 from .gpu_checks import check_refuses_unserved_gpu
 from .tables import Tables, deviates
-from .test_diff_import import DEVICE_IDS, DEVICE_TYPES, IMPORTABLE, mostly, row_major_span
+from .test_diff_import import (
+    DEVICE_IDS,
+    DEVICE_TYPES,
+    IMPORTABLE,
+    INT64_MAX,
+    mostly,
+    row_major_span,
+)
 
 GPU_TYPES = (DLDeviceType.kDLCUDA, DLDeviceType.kDLROCM)
 HOST_TYPES = (
@@ -76,16 +83,39 @@ def allocate(api: Any, proto: Prototype) -> tuple[int, Any, list[tuple[str, str]
 
 
 def numel(shape: tuple[int, ...]) -> int:
-    """The element count, or 2**64 where c10 finds it overflowing (it multiplies the sizes
-    left to right: an overflow before a zero size still counts)."""
-    product = 1
+    """The element count, or 2**64 where c10 finds it overflowing: it multiplies the sizes
+    left to right in uint64 (an overflow before a zero size still counts; a product past
+    int64 that a later zero brings back to 0 does not) and refuses a count beyond int64."""
+    product, overflow = 1, False
     for n in shape:
         product *= n
-        if abs(product) >= 2**63:
-            return 2**64
-    return product
+        if product >= 2**64:
+            overflow, product = True, product % 2**64
+    return 2**64 if overflow or product > INT64_MAX else product
 
 
+def expected_kind(proto: Prototype) -> str:
+    """The SetError kind of a prototype that cannot be allocated: ValueError for one torch
+    cannot represent (dtype, device, negative sizes, or an element count, byte size or
+    row-major stride beyond int64, the sizes c10 refuses), MemoryError for memory that
+    cannot be had."""
+    if proto.dtype not in IMPORTABLE or proto.device[0] != DLDeviceType.kDLCPU:
+        return "ValueError"
+    if any(n < 0 for n in proto.shape):
+        return "ValueError"
+    count = numel(proto.shape)
+    if count > INT64_MAX or count * IMPORTABLE[proto.dtype] > INT64_MAX:
+        return "ValueError"
+    if row_major_span(proto.shape) > INT64_MAX:
+        return "ValueError"
+    return "MemoryError"
+
+
+# A count past int64 that a zero brings back (c10 allocates it), an element count beyond
+# uint64 (ValueError) and 4 EiB (MemoryError: no address space holds it).
+@example(proto=Prototype((2**62, 2, 0), 3, (DLDataTypeCode.kDLInt, 8, 1), (1, 0)))
+@example(proto=Prototype((2**62, 4), 2, (DLDataTypeCode.kDLFloat, 32, 1), (1, 0)))
+@example(proto=Prototype((2**40, 2**20), 2, (DLDataTypeCode.kDLFloat, 32, 1), (1, 0)))
 # Found by the thorough profile: c10 counts the first size out of the largest stride.
 @example(proto=Prototype((2**40, 0, 2**40), 3, (DLDataTypeCode.kDLInt, 8, 1), (1, 0)))
 @example(proto=Prototype((0, 2**40, 2**40), 3, (DLDataTypeCode.kDLInt, 8, 1), (1, 0)))
@@ -106,7 +136,7 @@ def test_allocator_generated(tables: Tables, proto: Prototype) -> None:
         assert status == -1, f"allocated {proto}"
         assert not out
         assert len(errors) == 1, errors
-        assert errors[0][0] in ("ValueError", "MemoryError", "RuntimeError"), errors
+        assert errors[0][0] == expected_kind(proto), errors
         if proto.device[0] in GPU_TYPES and proto.dtype in IMPORTABLE:
             assert "build" in errors[0][1], errors
     else:

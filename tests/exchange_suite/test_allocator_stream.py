@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Any
 
 import pytest
@@ -97,6 +98,13 @@ def test_allocator_matches_torch(api: DLPackExchangeAPI, need_torch_api: DLPackE
         ("vector lanes", {"lanes": 4}, "ValueError", "dtype"),
         ("unsupported device", {"device_type": DLDeviceType.kDLVulkan}, "ValueError", "device"),
         ("negative size", {"shape": (2, -1)}, "ValueError", "shape[1]"),
+        # Sizes torch cannot represent (at::empty: "Storage size calculation overflowed",
+        # a RuntimeError) are a bad prototype; memory that cannot be had is a MemoryError
+        # (DefaultCPUAllocator: "can't allocate memory", a RuntimeError from at::empty).
+        ("element count beyond int64", {"shape": (2**62, 4)}, "ValueError", "int64"),
+        ("byte size beyond int64", {"shape": (2**61,), "bits": 64}, "ValueError", "int64"),
+        ("stride beyond int64", {"shape": (0, 2**40, 2**40)}, "ValueError", "int64"),
+        ("more memory than exists", {"shape": (2**58,)}, "MemoryError", "allocate"),
     ],
 )
 def test_allocator_failure_calls_set_error(
@@ -109,6 +117,37 @@ def test_allocator_failure_calls_set_error(
     assert len(sink.errors) == 1
     assert sink.errors[0][0] == kind
     assert needle in sink.errors[0][1]
+
+
+@pytest.mark.parametrize(
+    ("code", "bits", "expected"),
+    [
+        (DLDataTypeCode.kDLFloat, 32, float("nan")),
+        (DLDataTypeCode.kDLInt, 32, 2**31 - 1),
+    ],
+)
+def test_allocator_honours_the_deterministic_fill(
+    api: DLPackExchangeAPI, code: int, bits: int, expected: float
+) -> None:
+    """With torch.use_deterministic_algorithms(True) and fill_uninitialized_memory, new
+    memory holds NaN (floats) or the maximum (integers), as torch.empty's does."""
+    import torch.utils.deterministic
+
+    enabled = torch.are_deterministic_algorithms_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        status, out, sink = allocate(api, (257,), code=code, bits=bits)
+        assert (status, sink.errors) == (0, [])
+        tensor = import_managed(api, out)
+    finally:
+        torch.use_deterministic_algorithms(enabled)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+    if math.isnan(expected):
+        assert tensor.isnan().all()
+    else:
+        assert tensor.eq(expected).all()
 
 
 def test_allocator_gpu_without_gpu(api: DLPackExchangeAPI) -> None:

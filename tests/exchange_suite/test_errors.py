@@ -90,6 +90,36 @@ def test_inexpressible_dltensor(
         api.dltensor_from_py_object_no_sync(factory(), ctypes.byref(DLTensor()))
 
 
+def _jagged() -> torch.Tensor:
+    try:
+        return torch.nested.nested_tensor([torch.ones(2, 3), torch.ones(4, 3)], layout=torch.jagged)
+    except (AttributeError, RuntimeError, TypeError) as exc:
+        pytest.skip(f"torch {torch.__version__} makes no jagged nested tensor here: {exc}")
+
+
+@pytest.mark.parametrize("factory", [_nested, _jagged], ids=["strided", "jagged"])
+def test_nested_remedies_work(api: DLPackExchangeAPI, factory: Callable[[], Any]) -> None:
+    """Every remedy the refusal of a nested tensor names (``t.method(...)``) works on that
+    tensor: neither kind has ``.to_dense()``, which the layout message suggests."""
+    import re
+
+    tensor = factory()
+    with pytest.raises(BufferError, match="nested") as refused:
+        api.managed_tensor_from_py_object_no_sync(
+            tensor, ctypes.byref(ctypes.POINTER(DLManagedTensorVersioned)())
+        )
+    message = str(refused.value)
+    remedies = re.findall(r"\bt\.(\w+)\(([^)]*)\)", message)
+    assert remedies, message
+    assert "to_dense" not in message, message
+    for name, argument in remedies:
+        result = getattr(tensor, name)(*([float(argument)] if argument else []))
+        # Each remedy gives what DLPack can export: strided tensors (or a tuple of them).
+        for part in result if isinstance(result, tuple) else (result,):
+            assert part.layout == torch.strided, (name, part)
+            assert not part.is_nested, (name, part)
+
+
 @pytest.mark.parametrize("name", present(REFUSED_DTYPES))
 def test_refused_dtypes(api: DLPackExchangeAPI, name: str) -> None:
     dtype = getattr(torch, name)

@@ -15,6 +15,7 @@ from .dlpack_ctypes import (
     export_dltensor,
     export_managed,
     fields_of,
+    import_managed,
     managed_fields,
 )
 
@@ -125,6 +126,26 @@ def test_managed_keeps_memory_alive(api: DLPackExchangeAPI) -> None:
     assert values[999] == 999
     del junk
     managed.contents.deleter(managed)
+
+
+def test_managed_keeps_memory_alive_across_set_(api: DLPackExchangeAPI) -> None:
+    """The export holds the memory, not the tensor: ``t.set_()`` afterwards gives the
+    tensor other memory, and the exported memory must live until the export's deleter."""
+    import gc
+
+    from .test_import import HandBuilt
+
+    built = HandBuilt([float(i) for i in range(6)], (6,))
+    tensor = import_managed(api, built.pointer())
+    managed = export_managed(api, tensor)
+    data = managed.contents.dl_tensor.data
+    tensor.set_(torch.zeros(2, dtype=torch.float64))
+    gc.collect()
+    assert built.calls == [], "the exported memory was released while the export held it"
+    assert list((ctypes.c_double * 6).from_address(data)) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    managed.contents.deleter(managed)
+    assert built.calls == [built.address]
+    del tensor
 
 
 def test_dltensor_points_into_tensor_metadata(api: DLPackExchangeAPI) -> None:

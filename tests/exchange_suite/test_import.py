@@ -148,6 +148,41 @@ def test_import_byte_offset_storage_covers_the_view(api: DLPackExchangeAPI) -> N
         assert len(built.calls) == 1
 
 
+@pytest.mark.parametrize(
+    ("shape", "strides"), [((0,), None), ((3, 0), None), ((3, 0), (1, 4)), ((0, 5), (7, 1))]
+)
+def test_import_empty_view_gets_an_empty_storage(
+    api: DLPackExchangeAPI, shape: tuple[int, ...], strides: tuple[int, ...] | None
+) -> None:
+    """A view without elements addresses no memory, whatever its byte_offset: it gets an
+    empty storage and storage offset 0 (deviation ``empty-view-storage``). A storage
+    covering a huge offset (torch 2.13 makes one) has torch.save and copy.deepcopy read
+    memory the producer never provided."""
+    import copy
+    import gc
+    import io
+
+    built = HandBuilt([1.0], shape, strides, byte_offset=2**40)  # 8-aligned, < int64
+    tensor = import_managed(api, built.pointer())
+    assert tuple(tensor.shape) == shape
+    assert tensor.numel() == 0
+    if strides is not None:
+        assert tensor.stride() == strides
+    # (An int, not the storage, in the assertion: pytest's repr of a storage reads it.)
+    nbytes = tensor.untyped_storage().nbytes()
+    assert nbytes == 0, f"an empty view got a {nbytes}-byte storage"
+    assert tensor.storage_offset() == 0
+    assert copy.deepcopy(tensor).shape == shape
+    saved = io.BytesIO()
+    torch.save(tensor, saved)
+    saved.seek(0)
+    loaded = torch.load(saved, weights_only=True)
+    assert (tuple(loaded.shape), loaded.dtype) == (shape, torch.float64)
+    del tensor
+    gc.collect()
+    assert built.calls == [built.address], "deleter must run exactly once"
+
+
 def test_import_flags(api: DLPackExchangeAPI) -> None:
     from .dlpack_ctypes import FLAG_IS_COPIED, FLAG_IS_SUBBYTE_TYPE_PADDED, FLAG_READ_ONLY
 

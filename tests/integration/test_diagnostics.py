@@ -128,8 +128,8 @@ def test_gpu_tensor_metadata_through_published_capsule() -> None:
 
 def test_forced_table_says_each_thing_once(tmp_path: Path) -> None:
     # FORCE=1 on a torch with its own API, bundled libraries for other torch releases:
-    # the list and the advice appear once each in the table (the import's own warning
-    # on stderr is the one message the import always gives).
+    # the list and the advice appear once each, in the table: `python -m` reports the
+    # import's outcome there and does not repeat it as a warning above (issue 21, item 17).
     fake = tmp_path / "fake.so"
     fake.write_bytes(b"\0" * 64)
     bundled = [
@@ -145,7 +145,8 @@ def test_forced_table_says_each_thing_once(tmp_path: Path) -> None:
     assert table.count("--no-build-isolation") == 1, table
     assert table.lower().count("no bundled library matches") == 1, table
     assert "\nwarning " not in table, table
-    assert proc.stderr.lower().count("no bundled library matches") == 1
+    assert "no bundled library matches" not in proc.stderr.lower(), proc.stderr
+    assert "TorchCDLPackExtWarning" not in proc.stderr, proc.stderr
     assert max(len(line) for line in table.splitlines()) <= 420
 
 

@@ -27,15 +27,19 @@ TORCH = "2.8.0"
 def tvm_env() -> Any:
     from devtools.torchenv import torch_env
 
-    return torch_env(TORCH, importable=True, extra=["apache-tvm-ffi"])
+    # The CUDA headers the CUDA library compiles against (torch 2.8 is a CUDA 12.8 build).
+    headers = ["nvidia-cuda-runtime-cu12==12.8.*", "nvidia-cuda-nvcc-cu12==12.8.*"]
+    return torch_env(TORCH, importable=True, extra=["apache-tvm-ffi", *headers])
 
 
 @pytest.fixture(scope="module")
 def library28(tvm_env: Any, build_cache: Path) -> tuple[Path, ManifestEntry]:
     from _torch_c_dlpack_ext_core.driver import compile_library
 
-    out = build_cache / f"dropin-torch{TORCH}-cpu"
-    entry = compile_library(torch=tvm_env.torch_dir, backend="cpu", output_dir=out)
+    # PyPI's torch 2.8 is a CUDA build: the selector gives it the CUDA library (which
+    # serves CPU tensors too, GPU or not), never the CPU one.
+    out = build_cache / f"dropin-torch{TORCH}-cuda"
+    entry = compile_library(torch=tvm_env.torch_dir, backend="cuda", output_dir=out)
     return out / entry.file, entry
 
 

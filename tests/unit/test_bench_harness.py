@@ -140,6 +140,25 @@ def test_to_py_object_feeds_managed_tensors_in_batches(harness: ctypes.PyDLL) ->
     assert producer.deleted == 600
 
 
+def test_round_trip_exports_imports_and_releases_each_tensor(harness: ctypes.PyDLL) -> None:
+    producer = FakeProducer()
+    elapsed = harness.tcde_bench_round_trip(producer.address, ["a", "b"], 5)
+    assert elapsed > 0
+    assert producer.calls["from_py_object"] == 5
+    assert producer.calls["to_py_object"] == 5
+    assert producer.seen == ["a", "b", "a", "b", "a"]
+    assert producer.deleted == 5
+
+
+def test_round_trip_failure_releases_the_export(harness: ctypes.PyDLL) -> None:
+    producer = FakeProducer()
+    producer.fail_in = "to_py_object"
+    with pytest.raises(RuntimeError, match="to_py_object_no_sync failed"):
+        harness.tcde_bench_round_trip(producer.address, ["t"], 3)
+    # The refused managed tensor is still the harness's: it was released, once.
+    assert producer.deleted == 1
+
+
 def test_a_failing_producer_stops_the_loop_with_an_error(harness: ctypes.PyDLL) -> None:
     producer = FakeProducer()
     producer.fail_in = "from_py_object"
@@ -207,6 +226,29 @@ def worker_config(tmp_path: Path, harness: ctypes.PyDLL) -> Path:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     return path
+
+
+def test_served_worker_answers_repeats_one_at_a_time(worker_config: Path) -> None:
+    """``--serve``: ready, then one repeat per request (providers rotated), then the rest."""
+    proc = subprocess.Popen(
+        [sys.executable, "-W", "ignore", "-m", "benchmarks.exchange_worker", str(worker_config),
+         "--serve"],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), str(ROOT)])},
+    )  # fmt: skip
+    requests = [{"op": "repeat", "index": 0}, {"op": "repeat", "index": 1}, {"op": "finish"}]
+    stdout, stderr = proc.communicate("".join(json.dumps(r) + "\n" for r in requests), timeout=300)
+    assert proc.returncode == 0, stderr
+    replies = [json.loads(line) for line in stdout.splitlines()]
+    assert replies[0] == {"op": "ready"}
+    assert len(replies) == 4
+    for reply in replies[1:3]:
+        assert set(reply["samples"]) == {"torch"}
+        assert set(reply["samples"]["torch"]) == set(FUNCTIONS)
+        assert all(value > 0 for value in reply["samples"]["torch"].values())
+    assert replies[3]["errors"] == {}
+    assert "from_dlpack(capsule)" in replies[3]["python_path"]
 
 
 def test_worker_times_torchs_own_table(worker_config: Path) -> None:
