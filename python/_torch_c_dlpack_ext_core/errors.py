@@ -8,6 +8,8 @@ unless they ask for it.
 
 from __future__ import annotations
 
+from .version import __version__
+
 __all__ = [
     "ABIAuditError",
     "ABIMismatchError",
@@ -33,10 +35,12 @@ __all__ = [
     "reinstall_command",
 ]
 
-#: How to repair a damaged installation (named once in any message that needs it).
-#: Unpinned: prefer :func:`reinstall_command`, which names this version.
+#: How to repair a damaged installation (named once in any message that needs it). It
+#: names this version: unpinned, pip picks whatever the index has (PyPI's 0.1.5 sdist
+#: before this version is published, which fails to build).
 REINSTALL = (
-    "reinstall torch-c-dlpack-ext: pip install --force-reinstall --no-deps torch-c-dlpack-ext"
+    "reinstall torch-c-dlpack-ext: pip install --force-reinstall --no-deps "
+    f"torch-c-dlpack-ext=={__version__}"
 )
 
 #: What a source build needs besides torch, by the module each provides: pyproject.toml's
@@ -59,8 +63,6 @@ TAIL_CHARS = 2000
 def pinned_requirement() -> str:
     """``torch-c-dlpack-ext==<this version>``: what every remedy installs. Unpinned, pip
     picks whatever the index has (PyPI's 0.1.5 sdist before this version is published)."""
-    from .version import __version__  # only when a message needs it: not on the import path
-
     return f"torch-c-dlpack-ext=={__version__}"
 
 

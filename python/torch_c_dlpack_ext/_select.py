@@ -11,7 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from _torch_c_dlpack_ext_core.errors import REINSTALL, ConfigError, ManifestError
+from _torch_c_dlpack_ext_core.errors import (
+    REINSTALL,
+    ConfigError,
+    ManifestError,
+    build_from_source_command,
+)
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend, env_var
 
@@ -127,9 +132,7 @@ def _build_remedy(manifest: Sequence[ManifestEntry]) -> str:
         have = "This installation bundles no libraries (a universal wheel)."
     return (
         f"{have} Build one from source after installing torch: "
-        "pip install --force-reinstall --no-deps --no-build-isolation "
-        "--no-binary torch-c-dlpack-ext "
-        f"torch-c-dlpack-ext; or set {env_var('JIT')}=1 to build one on first import"
+        f"{build_from_source_command()}; or set {env_var('JIT')}=1 to build one on first import"
     )
 
 

@@ -12,6 +12,7 @@ import pytest
 from _torch_c_dlpack_ext_core.errors import ManifestError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend, library_filename
+from _torch_c_dlpack_ext_core.version import __version__
 from torch_c_dlpack_ext._select import Decision, DecisionKind, Settings, decide, manifest_needed
 from torch_c_dlpack_ext._settings import read_settings
 from torch_c_dlpack_ext._torchinfo import TorchInfo
@@ -99,7 +100,11 @@ CASES = [
         says=(
             "no bundled library matches torch 2.6.0+cu124 (cuda cxx11abi1)",
             "torch 2.6 cuda cxx11abi0; torch 2.6 cpu cxx11abi0",
-            "pip install --force-reinstall --no-deps --no-build-isolation",
+            # The remedy builds THIS version from source, its build requirements first
+            # (unpinned, pip fetched PyPI's 0.1.5 sdist, which fails: issue 21 item 13).
+            '"packaging>=24"',
+            "pip install --force-reinstall --no-deps --no-build-isolation --no-binary "
+            f"torch-c-dlpack-ext torch-c-dlpack-ext=={__version__};",
             f"{P}JIT=1",
         ),
     ),
@@ -352,7 +357,7 @@ CASES = [
             "no usable manifest",
             "not valid JSON",
             f"{P}JIT=1",
-            "pip install --force-reinstall --no-deps torch-c-dlpack-ext",
+            f"pip install --force-reinstall --no-deps torch-c-dlpack-ext=={__version__};",
         ),
     ),
     Case("manifest corrupt with jit", torch_info(), BROKEN, {P + "JIT": "1"}, K.JIT),
