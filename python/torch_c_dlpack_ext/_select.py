@@ -18,7 +18,8 @@ from _torch_c_dlpack_ext_core.errors import (
     build_from_source_command,
 )
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
-from _torch_c_dlpack_ext_core.naming import Backend, env_var
+from _torch_c_dlpack_ext_core.naming import TORCH_RANGE, Backend, env_var
+from _torch_c_dlpack_ext_core.version import __version__
 
 from ._torchinfo import OWN_LIBRARY, TorchInfo
 
@@ -270,8 +271,11 @@ def decide(
        remedies, even when a CPU library of the same torch is bundled: it would hand
        GPU tensors' consumers no stream of torch's, so consumers must use their own
        path. ``BACKEND=cpu`` is the explicit way to use the CPU library on a GPU torch.
-    9. Nothing matches -> ``JIT`` if opted in, else ``UNAVAILABLE`` listing the
-       bundled libraries, the build-from-source command and the JIT variable.
+    9. Nothing matches and torch is outside ``naming.TORCH_RANGE`` (2.4-2.15, the
+       layouts the driver checks) -> ``UNAVAILABLE`` saying so with the range, JIT or
+       not: no library can be built for it.
+    10. Nothing matches -> ``JIT`` if opted in, else ``UNAVAILABLE`` listing the
+        bundled libraries, the build-from-source command and the JIT variable.
     """
     decision = _decide(info, manifest, settings)
     if info.bogus_attributes and decision.kind not in (DecisionKind.DEFER, DecisionKind.DISABLED):
@@ -350,11 +354,40 @@ def _match_manifest(
             f"on a {backend.value} torch: it cannot give {backend.value} tensors torch's stream)",
             remedy=gpu_library_remedy(backend),
         )
+    unsupported = _unsupported_torch(info, version)
+    if unsupported is not None:
+        return unsupported
     return _nothing_matches(
         settings,
         backend,
         f"no bundled library matches {_describe_torch(info, backend)}",
         _build_remedy(manifest),
+    )
+
+
+def _unsupported_torch(info: TorchInfo, version: tuple[int, int]) -> Decision | None:
+    """A torch outside :data:`TORCH_RANGE` that nothing bundled serves: no library can be
+    built for it either (the JIT would fail on the unchecked THPVariable layout), so it
+    is told so, with the range, and never pointed at the JIT."""
+    (lo, hi) = TORCH_RANGE
+    if lo <= version <= hi:
+        return None
+    supported = f"{lo[0]}.{lo[1]}-{hi[0]}.{hi[1]}"
+    if version < lo:
+        remedy = (
+            f"use torch {lo[0]}.{lo[1]} or newer (torch 2.10 and later provide "
+            "__dlpack_c_exchange_api__ themselves)"
+        )
+    else:
+        remedy = (
+            "upgrade torch-c-dlpack-ext to a release that supports this torch; "
+            f"{env_var('DISABLE')}=1 silences this"
+        )
+    return Decision(
+        kind=DecisionKind.UNAVAILABLE,
+        reason=f"torch {info.version} is not supported: torch-c-dlpack-ext "
+        f"{__version__} builds for torch {supported}",
+        remedy=remedy,
     )
 
 

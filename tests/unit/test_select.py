@@ -432,6 +432,48 @@ def test_decision_is_frozen() -> None:
         decision.kind = K.DEFER  # type: ignore[misc]
 
 
+@pytest.mark.parametrize("jit", [False, True], ids=["plain", "jit"])
+def test_a_torch_older_than_the_range_is_unsupported_not_sent_to_the_jit(jit: bool) -> None:
+    """Issue 21 item 14: torch 2.3.1 was told to try JIT=1, which then failed with a
+    clipped layout message. It is told it is unsupported, with the range, JIT or not."""
+    settings = read_settings({P + "JIT": "1"} if jit else {})
+    decision = decide(torch_info("2.3.1+cu121", abi=False), FULL, settings)
+    assert decision.kind is K.UNAVAILABLE, decision
+    assert decision.reason == (
+        f"torch 2.3.1+cu121 is not supported: torch-c-dlpack-ext {__version__} builds "
+        "for torch 2.4-2.15"
+    )
+    assert decision.remedy.startswith("use torch 2.4 or newer")
+    assert "JIT" not in decision.reason + decision.remedy
+
+
+def test_a_torch_newer_than_the_range_without_the_api_is_told_to_upgrade_us() -> None:
+    decision = decide(torch_info("2.16.0", Backend.CPU, True), FULL, Settings())
+    assert decision.kind is K.UNAVAILABLE, decision
+    assert "torch 2.16.0 is not supported" in decision.reason
+    assert "builds for torch 2.4-2.15" in decision.reason
+    assert decision.remedy.startswith("upgrade torch-c-dlpack-ext")
+
+
+def test_a_bundled_library_still_serves_its_torch_outside_the_range() -> None:
+    # The range never overrides the manifest: what is bundled and matches, loads.
+    odd = entry("2.3", "cuda", False, "2.3.1+cu121")
+    decision = decide(torch_info("2.3.1+cu121", abi=False), (odd,), Settings())
+    assert decision.kind is K.LOAD
+    assert decision.entry == odd
+
+
+def test_the_supported_range_is_the_layouts_the_driver_checks() -> None:
+    from _torch_c_dlpack_ext_core import driver
+    from _torch_c_dlpack_ext_core.naming import TORCH_RANGE
+
+    heads = driver._THPVARIABLE_HEADS
+    assert (heads[0][0], heads[-1][1]) == TORCH_RANGE
+    # Contiguous: each range starts one minor after the previous one ends.
+    for (_, end, _), (start, _, _) in zip(heads, heads[1:]):
+        assert start == (end[0], end[1] + 1)
+
+
 def test_decide_is_pure() -> None:
     info, settings = torch_info(), Settings()
     assert decide(info, FULL, settings) == decide(info, FULL, settings)
