@@ -59,6 +59,7 @@ __all__ = [
     "make_capsule",
     "open_library",
     "publish",
+    "read_library",
 ]
 
 #: Serialises loading and publishing (imports from threads, build_for_current_torch).
@@ -390,7 +391,7 @@ def _check_elf_image(data: memoryview, name: str) -> None:
 _PRIVATE_COPIES: list[int] = []
 
 
-def _read_library(path: Path) -> bytes:
+def read_library(path: Path) -> bytes:
     """The bytes of ``path``, read once from one descriptor opened without blocking
     (a FIFO or device put in its place is refused, never waited on)."""
     from _torch_c_dlpack_ext_core.errors import ManifestError
@@ -466,7 +467,7 @@ def _dlopen(target: str, key: str, path: Path, data: bytes) -> ctypes.CDLL:
         if target == key:
             raise
         try:
-            unchanged = _read_library(path) == data
+            unchanged = read_library(path) == data
         except Exception:  # LibraryLoadError: the file is gone or changed
             unchanged = False
         if not unchanged:
@@ -496,7 +497,7 @@ def open_library(path: Path, data: bytes | None = None) -> LoadedLibrary:
         if key in _LIBRARIES:
             return _LIBRARIES[key]
         if data is None:
-            data = _read_library(path)
+            data = read_library(path)
         check_elf_extent(path, data)
         target = _private_copy(path, data) or key
         try:

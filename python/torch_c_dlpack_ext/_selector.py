@@ -13,6 +13,7 @@ one becomes the fields of a :class:`._status.Status` with the cause, and one
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
@@ -33,7 +34,7 @@ from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest, read
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend, env_var
 
 from ._capsule import CAPSULE_ATTR, ENV_PREFIX, LEGACY_INT_ATTR, make_capsule
-from ._loader import LOCK, LoadedLibrary, open_library, publish
+from ._loader import LOCK, LoadedLibrary, open_library, publish, read_library
 from ._loader import short_path as _short_path
 from ._select import (
     Decision,
@@ -211,11 +212,18 @@ class _Action:
 
     def load(self) -> StatusFields:
         if self.decision.library is not None:
+            path = self.decision.library
             try:
-                loaded = open_library(self.decision.library)
+                data = read_library(path)
+                # What the file says it was built for, read before dlopen: a library of
+                # another torch minor would only fail there, on an undefined symbol.
+                early = build_info_in(data)
+                mismatch = _mismatch(early, path, self.info, self.settings) if early else None
+                if mismatch is None:
+                    loaded = open_library(path, data)
+                    mismatch = override_mismatch(loaded, self.info, self.settings)
             except LibraryLoadError as exc:
                 return self.unavailable(_cause(exc), f"fix or unset {env_var('LIBRARY')}")
-            mismatch = override_mismatch(loaded, self.info, self.settings)
             if mismatch is not None:
                 return self.unavailable(*mismatch)
             publish(self.torch, loaded.pointer)
@@ -288,16 +296,39 @@ def override_mismatch(
     without torch's stream) unless ``TORCH_C_DLPACK_EXT_BACKEND`` asks for exactly it.
     A library that does not say its backend is refused on a GPU torch for that reason.
     """
+    return _mismatch(_parse_build_info(loaded.build_info()), loaded.path, info, settings)
+
+
+#: How ``TorchCDLPackExtBuildInfo``'s JSON (csrc/build_info.cc) stands in the file: a
+#: NUL-terminated string constant that begins with the torch build.
+_BUILD_INFO_IN_FILE = re.compile(
+    rb'\{"torch": "[^"\x00]{1,200}", "torch_major": [^\x00]{1,2000}?\}\x00'
+)
+
+
+def build_info_in(data: bytes) -> dict[str, Any]:
+    """The build info a library's bytes hold (its ``TorchCDLPackExtBuildInfo`` string
+    constant), read without loading it; ``{}`` when there is none."""
+    match = _BUILD_INFO_IN_FILE.search(data)
+    return _parse_build_info(match.group()[:-1].decode("utf-8", "replace") if match else None)
+
+
+def _parse_build_info(raw: str | None) -> dict[str, Any]:
     import json
 
-    var = env_var("LIBRARY")
-    name = _short_path(loaded.path)
     try:
-        raw = loaded.build_info()
         described = json.loads(raw) if raw else None
-    except (ValueError, RecursionError, UnicodeError):
+    except (ValueError, RecursionError):
         described = None
-    built: dict[str, Any] = described if isinstance(described, dict) else {}
+    return described if isinstance(described, dict) else {}
+
+
+def _mismatch(
+    built: dict[str, Any], path: Path, info: TorchInfo, settings: Settings
+) -> tuple[str, str] | None:
+    """:func:`override_mismatch` on a build info already read (``{}``: nothing known)."""
+    var = env_var("LIBRARY")
+    name = _short_path(path)
     fix = (
         f"point {var} at a library built for this torch, set {env_var('JIT')}=1 instead, "
         "or unset it"

@@ -258,6 +258,29 @@ def test_library_for_other_cxx_abi_is_refused(
 
 
 @pytest.mark.slow
+def test_library_override_for_another_minor_is_named_before_dlopen(
+    tmp_path: Path,
+    old_torch_env: Callable[[str], Any],
+    torch213_library: tuple[Path, ManifestEntry],
+) -> None:
+    """Issue 21 item 9: ``LIBRARY`` naming the 2.13 library on PyPI's torch 2.8 failed
+    inside dlopen ("undefined symbol: ..."). The build info is read from the file's bytes
+    first, so the message says which torch it was built for."""
+    library, _ = torch213_library
+    env28 = old_torch_env("2.8.0")
+    root = make_package(tmp_path / "pkg", manifest=False)
+    result = probe(
+        root,
+        python=env28.python,
+        timeout=300,
+        **{P + "LIBRARY": str(library), P + "BACKEND": "cpu"},
+    )
+    assert result["kind"] == "unavailable", result
+    assert_contained(result, "was built for torch 2.13, this is torch 2.8.0")
+    assert "undefined symbol" not in json.dumps(result), result
+
+
+@pytest.mark.slow
 def test_eight_processes_jit_at_once_build_once(tmp_path: Path) -> None:
     """Eight importers, JIT on, empty cache: one compile (the driver's lock and cache),
     eight published libraries."""
