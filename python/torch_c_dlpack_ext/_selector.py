@@ -23,6 +23,7 @@ from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import (
     REINSTALL,
+    BuildError,
     ConfigError,
     LibraryLoadError,
     ManifestError,
@@ -84,6 +85,19 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
     and long paths stay in :func:`status` and the diagnostics, not in the warning)."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _with_tool_tail(exc: BaseException, lines: int = 3, limit: int = 600) -> str:
+    """:func:`_one_line` of ``exc`` and, for a failed build, its tool's last lines
+    (clipped): the warning, ``status().reason`` and the diagnostics all show what the
+    compiler said, never only "...failed (exit 1):"."""
+    first = _one_line(exc)
+    details = exc.details if isinstance(exc, BuildError) else ""
+    kept = [line.strip() for line in details.splitlines() if line.strip()][-lines:]
+    if not kept:
+        return first
+    tail = " / ".join(kept)
+    return f"{first} {tail if len(tail) <= limit else '...' + tail[-limit:]}"
 
 
 def _cause(exc: BaseException) -> str:
@@ -275,7 +289,7 @@ class _Action:
         except TorchCDLPackExtError as exc:
             return self.unavailable(
                 f"the JIT build of the {backend.value} library for torch {self.info.version} "
-                f"failed: {_one_line(exc)}",
+                f"failed: {_with_tool_tail(exc)}",
                 f"fix that cause (python -m torch_c_dlpack_ext shows details), or unset "
                 f"{env_var('JIT')}",
             )

@@ -176,6 +176,41 @@ def test_unwritable_jit_cache(tmp_path: Path) -> None:
     assert_contained(result, "not writable", f"{P}CACHE_DIR")
 
 
+FAILING_CXX = """#!/bin/sh
+case "$1" in
+  --version) echo "g++ (Debian 12.2.0-14) 12.2.0"; exit 0 ;;
+  -dumpmachine) echo "x86_64-linux-gnu"; exit 0 ;;
+  -dumpversion|-dumpfullversion) echo "12.2.0"; exit 0 ;;
+esac
+echo "cc1plus: compiling exchange_api.cc" >&2
+echo "fatal error: cannot write exchange_api.o: No space left on device" >&2
+exit 1
+"""
+
+
+def test_a_failed_jit_build_shows_the_compilers_last_lines(tmp_path: Path) -> None:
+    """Issue 21 item 8: the warning and status() ended with "...failed (exit 1):"; the
+    compiler's last lines are where the user is sent to look."""
+    root = make_package(tmp_path / "pkg", manifest=False)
+    cxx = tmp_path / "bin" / "g++"
+    cxx.parent.mkdir()
+    cxx.write_text(FAILING_CXX, encoding="utf-8")
+    cxx.chmod(0o755)
+    result = probe(
+        root,
+        **{
+            P + "FORCE": "1",
+            P + "JIT": "1",
+            P + "CACHE_DIR": str(tmp_path / "cache"),
+            "CXX": str(cxx),
+        },
+    )
+    assert result["kind"] == "unavailable", result
+    assert_contained(result, "JIT build", "No space left on device")
+    assert "No space left on device" in result["reason"], result  # status() too
+    assert not any((tmp_path / "cache").rglob("*.so"))
+
+
 def test_jit_without_compiler(tmp_path: Path) -> None:
     root = make_package(tmp_path / "pkg", manifest=False)
     # A PATH with binutils (the driver's audit needs nm) but no C++ compiler.
