@@ -130,3 +130,48 @@ def test_broken_library_does_not_break_import_tvm_ffi(
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert "import ok" in proc.stdout
     assert "truncated" in proc.stdout
+
+
+ADDON_FIRST = r"""
+import sys
+import torch
+import tvm_ffi  # torch-c-dlpack-ext not importable yet: tvm-ffi JIT-builds its own addon
+assert "torch_c_dlpack_ext" not in sys.modules
+assert hasattr(torch.Tensor, "__dlpack_c_exchange_api__"), "tvm-ffi published no table"
+sys.path.insert(0, sys.argv[1])
+import torch_c_dlpack_ext as ext
+status = ext.status()
+assert status.kind.value == "defer", status
+print("reason:", status.reason)
+"""
+
+
+def test_a_table_tvm_ffi_published_is_named_as_tvm_ffis(
+    tmp_path: Path, library28: tuple[Path, ManifestEntry]
+) -> None:
+    """Issue 21 item 1, with real tvm-ffi: its JIT-built addon (it exports
+    ``TorchDLPackExchangeAPIPtr`` too) published the table before our import; the status
+    names its image and never calls it this package's."""
+    from devtools.torchenv import torch_env
+
+    # setuptools: tvm-ffi builds its addon with torch.utils.cpp_extension.
+    env = torch_env(
+        TORCH,
+        importable=True,
+        extra=["apache-tvm-ffi", "setuptools", "nvidia-cuda-runtime-cu12==12.8.*",
+               "nvidia-cuda-nvcc-cu12==12.8.*"],
+    )  # fmt: skip
+    root = make_package(tmp_path / "pkg", [bundle(*library28)])
+    proc = run_python(
+        ADDON_FIRST,
+        args=[str(root)],
+        env=tvm_environ(tmp_path),
+        python=env.python,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    (addon,) = (tmp_path / "tvm-cache").glob("libtorch_c_dlpack_addon_*.so")
+    reason = proc.stdout.split("reason:", 1)[1].strip()
+    assert reason.startswith(addon.name), reason
+    assert "it is used, not this package's library" in reason, reason
+    assert "an earlier import in this process" not in reason, reason
