@@ -66,6 +66,7 @@ from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
 from devtools import ROOT
 from devtools.errors import HANDLED, CellsNotBuiltError, ProvisionError
 from devtools.errors import report as report_error
+from devtools.hostenv import host_os
 from devtools.matrix import Cell, Matrix, load_matrix
 
 __all__ = [
@@ -105,7 +106,7 @@ class CellResult:
 
 def host_platform_name(matrix: Matrix) -> str | None:
     """The matrix platform this host builds for (by OS and machine), or ``None``."""
-    system = {"linux": "linux", "win32": "windows", "darwin": "macos"}.get(sys.platform)
+    system = host_os()
     machine = host_platform.machine()
     for name, plat in matrix.platforms.items():
         if plat.os == system and plat.machine.lower() == machine.lower():

@@ -57,8 +57,9 @@ from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from devtools import ROOT
 from devtools.errors import HANDLED, EmulationUnavailableError, ProvisionError
 from devtools.errors import report as report_error
+from devtools.hostenv import dev_cache_root
 from devtools.matrix import Cell, Matrix, load_matrix
-from devtools.torchenv import cache_root, find_uv
+from devtools.torchenv import find_uv
 
 __all__ = [
     "EMULATED",
@@ -237,7 +238,7 @@ def provision_root(emulation: Emulation) -> Path:
     """The cached Debian root of ``emulation`` (made with debootstrap on first use)."""
     from filelock import FileLock
 
-    base = cache_root() / "emulated"
+    base = dev_cache_root() / "emulated"
     base.mkdir(parents=True, exist_ok=True)
     root = base / f"debian-{emulation.suite}-{emulation.debian_arch}"
     with FileLock(str(root) + ".lock", timeout=3600):

@@ -30,14 +30,16 @@ OS_OF_PLATFORM: Mapping[str, str] = {"linux": "linux", "win32": "windows", "darw
 DEV_CACHE_VAR = DEV_ENV_PREFIX + "DEV_CACHE"
 
 
-def host_os(platform: str = sys.platform) -> str | None:
-    """matrix.toml's OS name for ``platform`` (``sys.platform`` spelling), or ``None``."""
-    return OS_OF_PLATFORM.get(platform)
+def host_os(platform: str | None = None) -> str | None:
+    """matrix.toml's OS name for ``platform`` (``sys.platform`` spelling; default: this
+    process's, read at the call), or ``None``."""
+    return OS_OF_PLATFORM.get(sys.platform if platform is None else platform)
 
 
-def venv_python(root: Path, *, platform: str = sys.platform) -> Path:
-    """The interpreter of the virtual environment at ``root``."""
-    if platform == "win32":
+def venv_python(root: Path, *, platform: str | None = None) -> Path:
+    """The interpreter of the virtual environment at ``root`` (``platform``: default this
+    process's ``sys.platform``, read at the call)."""
+    if (sys.platform if platform is None else platform) == "win32":
         return root / "Scripts" / "python.exe"
     return root / "bin" / "python"
 

@@ -51,6 +51,7 @@ from _torch_c_dlpack_ext_core.naming import (
     variant_label,
 )
 from devtools.errors import HANDLED, MatrixError, report
+from devtools.hostenv import requires_python
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -725,23 +726,6 @@ def parse_matrix(
     )
 
 
-def _requires_python(pyproject: Path) -> str | None:
-    if not pyproject.is_file():
-        return None
-    from build_backend._metadata import load_pyproject
-
-    value = load_pyproject(pyproject.parent).get("project", {}).get("requires-python")
-    if value is None:
-        return None
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-    try:
-        SpecifierSet(str(value))
-    except InvalidSpecifier:
-        raise ConfigError(f"{pyproject}: requires-python {value!r} is not a specifier") from None
-    return str(value)
-
-
 def load_matrix(path: Path | None = None) -> Matrix:
     """Read and validate ``matrix.toml`` (default: the one at the repository root).
 
@@ -756,9 +740,7 @@ def load_matrix(path: Path | None = None) -> Matrix:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise MatrixError(f"{path} is not valid TOML: {exc}") from None
-    return parse_matrix(
-        data, path, requires_python=_requires_python(path.parent / "pyproject.toml")
-    )
+    return parse_matrix(data, path, requires_python=requires_python(path.parent / "pyproject.toml"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -33,7 +33,6 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import os
 import re
 import shutil
 import sys
@@ -49,15 +48,14 @@ from packaging.utils import canonicalize_name
 
 from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
-from _torch_c_dlpack_ext_core.naming import DEV_ENV_PREFIX
 from _torch_c_dlpack_ext_core.run import run
 from devtools.errors import HANDLED, ProvisionError
+from devtools.hostenv import dev_cache_root, venv_python
 
 __all__ = [
     "NOT_NEEDED_TO_IMPORT",
     "TorchEnv",
     "TorchTree",
-    "cache_root",
     "find_uv",
     "main",
     "set_progress",
@@ -100,17 +98,6 @@ class TorchEnv:
 
 
 #: Where the cached environments live (a developer tools' variable, own prefix).
-DEV_CACHE_VAR = DEV_ENV_PREFIX + "DEV_CACHE"
-
-
-def cache_root() -> Path:
-    """``$TCDE_DEV_CACHE`` or ``~/.cache/torch-c-dlpack-ext-dev``."""
-    override = os.environ.get(DEV_CACHE_VAR)
-    if override:
-        return Path(override).expanduser()
-    return Path.home() / ".cache" / "torch-c-dlpack-ext-dev"
-
-
 def find_uv() -> str:
     """``uv`` on PATH, else the one the ``uv`` Python package ships."""
     found = shutil.which("uv")
@@ -176,12 +163,6 @@ def _env_name(
     return name
 
 
-def _env_python(root: Path) -> Path:
-    if sys.platform.startswith("win"):
-        return root / "Scripts" / "python.exe"
-    return root / "bin" / "python"
-
-
 def _site_packages(root: Path) -> Path:
     found = sorted(root.glob("lib/python3*/site-packages")) or [root / "Lib" / "site-packages"]
     return found[0]
@@ -245,7 +226,7 @@ def _create(
     started = time.monotonic()
     _log(f"creating {root} (Python {python})")
     _uv(uv, "venv", "--quiet", "--python", str(interpreter or python), str(root))
-    env_py = str(_env_python(root))
+    env_py = str(venv_python(root))
     _log(f"installing torch=={version} --no-deps from PyPI (~1 GB on a cold uv cache)")
     index = ["--index-url", index_url] if index_url else []
     _uv(uv, "pip", "install", "--python", env_py, "--no-deps", *index, f"torch=={version}")
@@ -300,7 +281,7 @@ def torch_env(
     if python.endswith("t") and interpreter is None:
         raise ConfigError(f"an environment of free-threaded {python} needs that interpreter")
     extra = tuple(extra)
-    envs = cache_root() / "envs"
+    envs = dev_cache_root() / "envs"
     envs.mkdir(parents=True, exist_ok=True)
     root = envs / _env_name(version, python, importable, extra, index_url)
     with FileLock(str(root) + ".lock", timeout=_LOCK_TIMEOUT_S):
@@ -331,7 +312,7 @@ def torch_env(
     site = _site_packages(root)
     return TorchEnv(
         root=root,
-        python=_env_python(root),
+        python=venv_python(root),
         site_packages=site,
         torch_dir=site / "torch",
         version=version,
@@ -391,7 +372,7 @@ def torch_tree(
             f"are made for {', '.join(UV_PLATFORMS)}"
         )
     extra = tuple(extra)
-    envs = cache_root() / "envs"
+    envs = dev_cache_root() / "envs"
     envs.mkdir(parents=True, exist_ok=True)
     where = f"{platform}-" if platform is not None else ""
     root = envs / ("tree-" + where + _env_name(version, python, False, extra, index_url))

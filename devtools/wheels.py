@@ -361,7 +361,7 @@ def assemble_group(
         missing = sorted(set(only) - {e.file for e in entries})
         if missing:
             raise BuildError(f"{libs / MANIFEST_NAME} lists no {', '.join(missing)}")
-        entries = [e for e in entries if e.file in only]
+        entries = tuple(e for e in entries if e.file in only)
     if not entries:
         return []
     made: list[Path] = []

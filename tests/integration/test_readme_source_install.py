@@ -139,10 +139,10 @@ def _index(directory: Path, log: Path) -> Iterator[str]:
 def _old_sdist(directory: Path) -> Path:
     """PyPI's 0.1.5 sdist (found through PyPI's simple page, sha256-checked, kept in the
     developer cache)."""
-    from devtools.torchenv import cache_root
+    from devtools.hostenv import dev_cache_root
 
     name = f"torch_c_dlpack_ext-{OLD_RELEASE}.tar.gz"
-    cached = cache_root() / "downloads" / name
+    cached = dev_cache_root() / "downloads" / name
     if not cached.is_file():
         page = (
             urllib.request.urlopen("https://pypi.org/simple/torch-c-dlpack-ext/", timeout=60)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devtools import build, torchenv
+from devtools import build, hostenv, torchenv
 from devtools.matrix import load_matrix
 
 from _torch_c_dlpack_ext_core.driver import plan_build
@@ -185,7 +185,7 @@ def test_platform_selects_that_platforms_cells() -> None:
 
 def test_torch_tree_of_another_platform(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, ...]] = []
-    monkeypatch.setenv(torchenv.DEV_CACHE_VAR, str(tmp_path))
+    monkeypatch.setenv(hostenv.DEV_CACHE_VAR, str(tmp_path))
     monkeypatch.setattr(torchenv, "find_uv", lambda: "uv")
     monkeypatch.setattr(torchenv, "_uv", lambda uv, *args: calls.append(args))
     tree = torchenv.torch_tree("2.4.1", python="3.11", platform="linux_aarch64")

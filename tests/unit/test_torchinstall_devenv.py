@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from devtools import torchenv
 from devtools.errors import ProvisionError
-from devtools.torchenv import DEV_CACHE_VAR
+from devtools.hostenv import DEV_CACHE_VAR
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 
