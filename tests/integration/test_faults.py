@@ -622,16 +622,17 @@ def test_library_override_replaced_by_fifo_is_refused_without_blocking(tmp_path:
     lib = tmp_path / "override.so"
     shutil.copyfile(library, lib)
     env = {P + "FORCE": "1", P + "LIBRARY": str(lib)}
-    # Swapped before the loader opens it: at its first look at the file.
+    # Swapped before the loader opens it: at its first look at the file (read_library,
+    # which reads the bytes whose build info is checked before dlopen).
     code_action = "fifo"
     root = tmp_path / "pkg"
     race = RACE.format(action=code_action).replace(
         'frame.f_code.co_name == "__init__"\n'
         '            and frame.f_code.co_filename.endswith(os.path.join("ctypes", "__init__.py"))\n'
         '            and frame.f_locals.get("name")',
-        'frame.f_code.co_name == "open_library"',
+        'frame.f_code.co_name == "read_library"',
     )
-    assert "open_library" in race
+    assert "read_library" in race
     proc = run_python(race, pythonpath=[root], env=clean_env(**env), timeout=60, args=[str(lib)])
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
