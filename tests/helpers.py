@@ -40,6 +40,7 @@ FAKE_LIBRARY_SOURCE = (
 
 __all__ = [
     "CSRC",
+    "CUDA_SPY",
     "IMPORT_PROBE",
     "ROOT",
     "Bundled",
@@ -141,6 +142,28 @@ def devtools_env(**extra: str) -> dict[str, str]:
     """:func:`clean_env` for ``python -m devtools.<tool>`` run from the repository root, as
     the nox sessions run it: the shipped building blocks (``python/``) on ``PYTHONPATH``."""
     return clean_env(PYTHONPATH=str(ROOT / "python"), **extra)
+
+
+#: Python source for a fresh interpreter that has imported torch: wraps every CUDA query
+#: torch has (those this build defines) so each call is appended to ``CUDA_CALLS``; the
+#: import-must-not-touch-CUDA checks (totality worker, tests/integration) run it first.
+CUDA_SPY = r"""
+CUDA_CALLS = []
+
+def spy(owner, name):
+    real = getattr(owner, name, None)
+    if real is None:
+        return
+    def spying(*args, **kwargs):
+        CUDA_CALLS.append(name)
+        return real(*args, **kwargs)
+    setattr(owner, name, spying)
+
+for name in ("is_available", "device_count", "init", "_lazy_init"):
+    spy(torch.cuda, name)
+for name in ("_cuda_getDeviceCount", "_cuda_init"):
+    spy(torch._C, name)
+"""
 
 
 def run_python(

@@ -56,7 +56,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.helpers import Bundled, build_fake_library, clean_env, make_package, run_python
+from tests.helpers import CUDA_SPY, Bundled, build_fake_library, clean_env, make_package, run_python
 
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PACKAGE, Backend
 from torch_c_dlpack_ext._settings import BUILD_TIME_VARIABLES, RUNTIME_VARIABLES
@@ -78,7 +78,8 @@ TVM_CASES = 6 if IN_CI_PROFILE else max(10, settings.default.max_examples // 50)
 # The worker: runs many cases in one interpreter, one JSON line per case.
 # --------------------------------------------------------------------------------------
 
-WORKER = r"""
+WORKER = (
+    r"""
 import ctypes, json, os, sys, warnings
 
 MODE = sys.argv[2]  # "batch": many cases, re-importing the package; "tvm": one, via tvm_ffi
@@ -90,22 +91,9 @@ MISSING = object()
 T = torch.Tensor
 ORIGINAL = {name: vars(T).get(name, MISSING) for name in (CAPSULE, LEGACY)}
 ABI_QUERY, VERSION = torch.compiled_with_cxx11_abi, torch.__version__
-CUDA_CALLS = []
-
-def spy(owner, name):
-    real = getattr(owner, name, None)
-    if real is None:
-        return
-    def spying(*args, **kwargs):
-        CUDA_CALLS.append(name)
-        return real(*args, **kwargs)
-    setattr(owner, name, spying)
-
-for name in ("is_available", "device_count", "init", "_lazy_init"):
-    spy(torch.cuda, name)
-for name in ("_cuda_getDeviceCount", "_cuda_init"):
-    spy(torch._C, name)
-is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+"""
+    + CUDA_SPY
+    + r"""is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
     ("PyCapsule_IsValid", ctypes.pythonapi))
 get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
     ("PyCapsule_GetPointer", ctypes.pythonapi))
@@ -248,6 +236,7 @@ for index, case in enumerate(cases):
     apply(case)
     print(json.dumps({"case": index, **run(case)}), flush=True)
 """
+)
 
 # --------------------------------------------------------------------------------------
 # Cases: what hypothesis generates, and how a case is laid out on disk.

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import Bundled, clean_env, make_package, run_python
+from tests.helpers import CUDA_SPY, Bundled, clean_env, make_package, run_python
 
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend
@@ -29,27 +29,15 @@ OLD = "2.8.0"
 
 #: Wraps every CUDA query torch has (those that exist in this build), imports the package,
 #: asks status(), then runs the diagnostics' round trip through the published capsule.
-SPY = r"""
+SPY = (
+    r"""
 import json, sys
 import torch
-CALLS = []
-
-def spy(owner, name):
-    real = getattr(owner, name, None)
-    if real is None:
-        return
-    def spying(*args, **kwargs):
-        CALLS.append(name)
-        return real(*args, **kwargs)
-    setattr(owner, name, spying)
-
-for name in ("is_available", "device_count", "init", "_lazy_init"):
-    spy(torch.cuda, name)
-for name in ("_cuda_getDeviceCount", "_cuda_init"):
-    spy(torch._C, name)
-import torch_c_dlpack_ext
+"""
+    + CUDA_SPY
+    + r"""import torch_c_dlpack_ext
 status = torch_c_dlpack_ext.status()
-during_import = list(CALLS)
+during_import = list(CUDA_CALLS)
 initialized = bool(torch.cuda.is_initialized())
 from torch_c_dlpack_ext.__main__ import smoke_test
 smoke = smoke_test(torch) if status.published else None
@@ -64,6 +52,7 @@ print(json.dumps({
     "cuda_build": torch.version.cuda,
 }))
 """
+)
 
 
 def spy_import(root: Path | None, python: Path | str = sys.executable, **env: str) -> Any:
