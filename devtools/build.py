@@ -64,10 +64,12 @@ from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, atomic_write_bytes, write_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
 from devtools import ROOT
+from devtools.cells import Cell, group_dir
 from devtools.errors import HANDLED, CellsNotBuiltError, ProvisionError
 from devtools.errors import report as report_error
 from devtools.hostenv import host_os
-from devtools.matrix import Cell, Matrix, load_matrix
+from devtools.matrix import load_matrix
+from devtools.matrixmodel import Matrix
 
 __all__ = [
     "CellResult",
@@ -259,12 +261,6 @@ def skip_reason(cell: Cell, host: str | None, target: str | None = None) -> str 
             f"{running_python()} (run the build with such a CPython)"
         )
     return index_unreachable(cell.wheel.index_url)
-
-
-def group_dir(build_dir: Path, cell: Cell) -> Path:
-    """Where a cell's library goes: one directory per platform and Python ABI
-    (``linux_x86_64-abi3``, ``linux_x86_64-cp314t``): one combined wheel each."""
-    return build_dir / f"{cell.platform.name}-{cell.python_tag}"
 
 
 def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResult:

@@ -44,8 +44,10 @@ from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
 from _torch_c_dlpack_ext_core.run import run
 from _torch_c_dlpack_ext_core.toolchains import TOOLCHAINS
 from devtools import ROOT
+from devtools.cells import Cell
 from devtools.errors import MatrixError, ReleaseError
-from devtools.matrix import Cell, Matrix, load_matrix
+from devtools.matrix import load_matrix
+from devtools.matrixmodel import Matrix
 
 __all__ = [
     "AUDITWHEEL_EXCLUDES",

@@ -14,8 +14,9 @@ import pytest
 from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
 from devtools import cisteps, contents, dataflow, distfiles, verify, wheels
+from devtools.cells import Cell
 from devtools.errors import ReleaseError
-from devtools.matrix import Cell, load_matrix
+from devtools.matrix import load_matrix
 
 from _torch_c_dlpack_ext_core.manifest import sha256_of
 from _torch_c_dlpack_ext_core.version import __version__

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devtools.matrix import Cell, load_matrix
+from devtools.cells import Cell
+from devtools.matrix import load_matrix
 
 from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of, write_manifest
