@@ -677,8 +677,7 @@ def _check_result(
     """Every expected cell exactly once, with its job's bytes; one combined wheel
     per platform x Python ABI (``cp39-abi3``, ``cp314-cp314t``); failed jobs' cells,
     and only those, absent."""
-    from devtools.wheelnames import parse_wheel_name
-    from devtools.wheels import platform_key
+    from devtools.wheelnames import parse_wheel_name, platform_key
 
     def where(name: str) -> str:
         tag = min(parse_wheel_name(name).tags, key=str)

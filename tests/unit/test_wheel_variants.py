@@ -1,4 +1,5 @@
-"""Variant metadata (PEP 825) of the wheels devtools/wheels.py assembles, checked with variantlib.
+"""Variant metadata (PEP 825) of the wheels devtools/wheels.py assembles (devtools/variants.py
+writes it), checked with variantlib.
 
 No compiler here: libraries are stand-in bytes; what is under test is the
 metadata, the labels, the index file and how variantlib ranks the labels.
@@ -21,7 +22,7 @@ from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of, write_ma
 
 variantlib = pytest.importorskip("variantlib", reason="variantlib is in the test dependency group")
 
-from devtools import wheels  # noqa: E402
+from devtools import variants, wheelnames, wheels  # noqa: E402
 from devtools.errors import MatrixError  # noqa: E402
 
 MATRIX = load_matrix()
@@ -48,7 +49,7 @@ def _cell(cell_id: str) -> Cell:
     ],
 )
 def test_variant_properties(cell_id: str, expected: list[str]) -> None:
-    props = wheels.variant_properties(_cell(cell_id))
+    props = variants.variant_properties(_cell(cell_id))
     assert props == expected
     assert all(PROPERTY_RE.match(p) for p in props)
 
@@ -56,7 +57,7 @@ def test_variant_properties(cell_id: str, expected: list[str]) -> None:
 def test_variant_json_is_variantlib_valid() -> None:
     from variantlib.variants_json import VariantsJson
 
-    data = json.loads(wheels.variant_json(_cell("linux_x86_64-t26_cuda_abi0")))
+    data = json.loads(variants.variant_json(_cell("linux_x86_64-t26_cuda_abi0")))
     assert data["variants"] == {
         "t26_cuda_abi0": {
             "abi_dependency": {"torch": ["2.6"]},
@@ -141,7 +142,7 @@ def test_assemble_group_combined_and_variant_wheels(tmp_path: Path) -> None:
         assert not [n for n in archive.namelist() if n.endswith("variant.json")]
         manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
         assert len(manifest["libraries"]) == 3
-    index = wheels.variants_index([p for p in made if p.name != names[3]])
+    index = variants.variants_index([p for p in made if p.name != names[3]])
     assert sorted(index["variants"]) == ["t26_cpu_abi0", "t26_cuda_abi0", "t28_cpu"]
     _check_pep825(index)
 
@@ -217,7 +218,7 @@ def test_variants_index_rejects_conflicting_labels(tmp_path: Path) -> None:
     first = wheel("a.whl", {"abi_dependency": {"torch": ["2.8"]}})
     second = wheel("b.whl", {"abi_dependency": {"torch": ["2.9"]}})
     with pytest.raises(BuildError, match="t28_cpu"):
-        wheels.variants_index([first, second])
+        variants.variants_index([first, second])
 
 
 def test_entry_outside_the_matrix_is_an_error() -> None:
@@ -256,7 +257,7 @@ def _rank(
 def _index_for(labels: list[str]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for label in labels:
-        data = json.loads(wheels.variant_json(_cell(f"linux_x86_64-{label}")))
+        data = json.loads(variants.variant_json(_cell(f"linux_x86_64-{label}")))
         merged.setdefault("variants", {}).update(data.pop("variants"))
         merged.update(data)
     return merged
@@ -280,7 +281,7 @@ def test_variantlib_ranks_the_label_of_the_installed_torch(monkeypatch: pytest.M
 
 def test_indistinct_labels_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
     index = _index_for(["t26_cpu_abi0", "t26_cpu_abi1", "t28_cpu"])
-    wheels._warn_indistinct(index["variants"])
+    variants._warn_indistinct(index["variants"])
     err = capsys.readouterr().err
     assert "'t26_cpu_abi0' and 't26_cpu_abi1' declare the same properties" in err
     assert "t28_cpu" not in err
@@ -289,8 +290,9 @@ def test_indistinct_labels_are_reported(capsys: pytest.CaptureFixture[str]) -> N
 def test_variant_json_without_variantlib_is_what_variantlib_writes() -> None:
     # Python 3.9 (variantlib needs 3.10) writes variant.json itself: the same document.
     for cell in MATRIX.cells():
-        data = wheels._declare_abi_dependency(wheels._variant_dist_info_without_variantlib(cell))
-        assert data == json.loads(wheels.variant_json(cell)), cell.id
+        written = variants._variant_dist_info_without_variantlib(cell)
+        data = variants._declare_abi_dependency(written)
+        assert data == json.loads(variants.variant_json(cell)), cell.id
 
 
 @pytest.mark.parametrize(
@@ -308,4 +310,4 @@ def test_variant_names_are_told_apart_as_variantlib_does(name: str) -> None:
     from variantlib.constants import VALIDATION_WHEEL_NAME_REGEX
 
     match = VALIDATION_WHEEL_NAME_REGEX.fullmatch(name)
-    assert wheels._is_variant(name) is bool(match and match.group("variant_label"))
+    assert wheelnames.is_variant_name(name) is bool(match and match.group("variant_label"))
