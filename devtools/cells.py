@@ -1,5 +1,5 @@
 """THE build identities: what a cell is called, which job builds it, where its library
-goes and which variant label its wheel gets.
+goes and which variant label its wheel gets; and finding a built library's cell again.
 
 A *cell* is one library: (platform, torch minor, backend, C++ ABI, Python ABI). The
 Python ABI is ``abi3`` for every normal cell (compiled once with the limited API, it
@@ -17,14 +17,22 @@ here only:
   :func:`~_torch_c_dlpack_ext_core.naming.variant_label`): ``t28_cpu``. The label
   carries no Python: an abi3 and a free-threaded variant wheel of one cell share it,
   their wheel tags (``cp39-abi3``, ``cp314-cp314t``) tell them apart.
+
+``nox -s build`` records the cell id in each library's manifest entry
+(:attr:`~_torch_c_dlpack_ext_core.manifest.ManifestEntry.cell`), so wheel assembly
+and the release's contents find the cell by that id (:func:`cell_for_entry`), never by
+comparing the entry's fields with the matrix.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import (
     ABI3,
     Backend,
@@ -32,9 +40,10 @@ from _torch_c_dlpack_ext_core.naming import (
     python_target_tags,
     variant_label,
 )
+from devtools.errors import MatrixError
 from devtools.matrixtables import Platform, TorchMinor, TorchWheel
 
-__all__ = ["Cell", "group_dir"]
+__all__ = ["Cell", "cell_for_entry", "group_dir"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,3 +157,46 @@ def group_dir(build_dir: Path, cell: Cell) -> Path:
     """Where a cell's library goes under ``build_dir`` (``build/cells``): its group
     folder (:attr:`Cell.group`)."""
     return build_dir / cell.group
+
+
+def cell_for_entry(cells: Iterable[Cell], entry: ManifestEntry, source: str | Path) -> Cell:
+    """The cell among ``cells`` (the matrix's) that ``entry``, a library listed in
+    ``source`` (a manifest or a wheel), was built for: the one its ``cell`` id names.
+
+    Raises :class:`~devtools.errors.MatrixError` naming ``source`` when the entry has no
+    cell id (a manifest written before cell ids), names a cell the matrix does not have,
+    or describes another library than that cell's (the cell's id now means something
+    else): in each case the library must be rebuilt.
+    """
+    by_id = {cell.id: cell for cell in cells}
+    described = (
+        f"torch {entry.torch}, {entry.backend.value}, cxx11_abi={entry.cxx11_abi}, "
+        f"python {entry.python}"
+    )
+    if entry.cell is None:
+        raise MatrixError(
+            f"{source}: {entry.file} ({described}) carries no cell id (it was built before "
+            "manifests recorded their cells); rebuild that cell with `nox -s build -- --cells "
+            "<its cell id>` (`nox -s matrix -- --list` lists them)"
+        )
+    cell = by_id.get(entry.cell)
+    if cell is None:
+        close = difflib.get_close_matches(entry.cell, list(by_id), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise MatrixError(
+            f"{source}: {entry.file} was built for cell {entry.cell!r}, which is no cell of "
+            f"matrix.toml{hint}; rebuild it or fix the matrix"
+        )
+    if (entry.torch, entry.backend, entry.cxx11_abi, entry.python) != (
+        cell.torch.minor,
+        cell.backend,
+        cell.cxx11_abi,
+        cell.python,
+    ):
+        raise MatrixError(
+            f"{source}: {entry.file} ({described}) is not a library of cell {cell.id} "
+            f"(torch {cell.torch.minor}, {cell.backend.value}, cxx11_abi={cell.cxx11_abi}, "
+            f"python {cell.python}): matrix.toml changed since it was built; rebuild "
+            f"it with `nox -s build -- --cells {cell.id}`"
+        )
+    return cell

@@ -263,6 +263,7 @@ def _entry(cell: Any, path: Path, toolchain: str) -> Any:
         python=cell.python,
         size=path.stat().st_size,
         sha256=sha256_of(path),
+        cell=cell.id,
     )
 
 

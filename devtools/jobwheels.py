@@ -1,5 +1,5 @@
 """CI's job wheels, read for the assemble step: each job wheel's libraries, checked
-(its manifest's size and sha256, no grafted copies) and
+(its manifest's size and sha256, no grafted copies, a cell id the matrix knows) and
 gathered per combined wheel (Python ABI x platform family x architecture), a library
 two jobs both built kept once when the bytes are equal."""
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PACKAGE
+from devtools.cells import Cell, cell_for_entry
 from devtools.errors import ReleaseError
 from devtools.repair import grafted_libraries
 from devtools.wheelnames import parse_wheel_name, platform_key
@@ -32,7 +33,7 @@ class JobGroup:
     #: The platform tags of each job wheel, for the combined wheel's tag.
     tag_sets: list[frozenset[str]] = dataclasses.field(default_factory=list)
 
-    def add(self, wheel: Path, platforms: frozenset[str]) -> None:
+    def add(self, wheel: Path, platforms: frozenset[str], cells: Sequence[Cell]) -> None:
         self.tag_sets.append(platforms)
         try:
             grafted = grafted_libraries(wheel)
@@ -44,11 +45,16 @@ class JobGroup:
             with zipfile.ZipFile(wheel) as archive:
                 manifest = json.loads(archive.read(f"{PACKAGE}/{MANIFEST_NAME}"))
                 for item in manifest.get("libraries", []):
-                    self._add_library(wheel, archive, ManifestEntry.from_json(item))
+                    self._add_library(wheel, archive, ManifestEntry.from_json(item), cells)
         except (KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
             raise ReleaseError(f"{wheel}: not a job wheel of this project ({exc})") from None
 
-    def _add_library(self, wheel: Path, archive: zipfile.ZipFile, entry: ManifestEntry) -> None:
+    def _add_library(
+        self, wheel: Path, archive: zipfile.ZipFile, entry: ManifestEntry, cells: Sequence[Cell]
+    ) -> None:
+        # Job wheels are built by this version's `devtools.build` in the same workflow
+        # run, so every entry names its cell: no fallback for entries without an id.
+        cell_for_entry(cells, entry, wheel)
         name = Path(entry.file).name
         known = self.entries.get(name)
         if known is not None:
@@ -70,7 +76,7 @@ class JobGroup:
         self.origin[name] = str(wheel)
 
 
-def gather(wheels: Sequence[Path], work: Path) -> list[JobGroup]:
+def gather(wheels: Sequence[Path], work: Path, cells: Sequence[Cell]) -> list[JobGroup]:
     """The job ``wheels``' libraries, one :class:`JobGroup` (a folder under ``work``
     with the libraries and their manifest) per combined wheel they make."""
     groups: dict[tuple[str, str, str, str], JobGroup] = {}
@@ -83,7 +89,7 @@ def gather(wheels: Sequence[Path], work: Path) -> list[JobGroup]:
             directory = work / "-".join(key)
             directory.mkdir()
             groups[key] = JobGroup(directory)
-        groups[key].add(wheel, frozenset(t.platform for t in tags))
+        groups[key].add(wheel, frozenset(t.platform for t in tags), cells)
     for group in groups.values():
         write_manifest(group.directory / MANIFEST_NAME, group.entries.values())
     return list(groups.values())

@@ -10,8 +10,8 @@ place.
   free-threaded Python): every library built for it; on Linux ``auditwheel repair``
   gives it its manylinux tag with torch's and the GPU runtimes' libraries excluded
   (:mod:`devtools.repair`; they come from the user's torch install);
-- **variant** (PEP 825, one per cell): the cell's library alone (its cell found by
-  :func:`cell_for_entry`), with
+- **variant** (PEP 825, one per cell): the cell's library alone, found by the cell id
+  its manifest entry carries (:func:`devtools.cells.cell_for_entry`), with
   ``*.dist-info/variant.json`` (:mod:`devtools.variants`) declaring
   ``abi_dependency :: torch :: X.Y`` and the backend's properties; the platform tag is
   the combined wheel's (same libraries, same policy). A CUDA or ROCm variant carries no
@@ -41,11 +41,11 @@ from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
 
 from _torch_c_dlpack_ext_core.errors import BuildError
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, atomic_write_bytes, load_manifest
+from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes, load_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
 from devtools import ROOT
-from devtools.cells import Cell
-from devtools.errors import MatrixError, ReleaseError
+from devtools.cells import cell_for_entry
+from devtools.errors import ReleaseError
 from devtools.jobwheels import gather
 from devtools.matrix import load_matrix
 from devtools.matrixmodel import Matrix
@@ -53,39 +53,7 @@ from devtools.repair import auditwheel_repair
 from devtools.variants import variant_json, variants_index
 from devtools.wheelnames import combined_platform, is_variant_name, platform_tag
 
-__all__ = [
-    "assemble_dist",
-    "assemble_from_wheels",
-    "assemble_group",
-    "cell_for_entry",
-    "universal_wheel",
-]
-
-
-def cell_for_entry(matrix: Matrix, entry: ManifestEntry) -> Cell:
-    """The matrix cell a built library belongs to. Raises :class:`MatrixError`."""
-    for cell in matrix.cells():
-        if (
-            cell.python == entry.python
-            and cell.torch.minor == entry.torch
-            and cell.backend is entry.backend
-            and cell.cxx11_abi == entry.cxx11_abi
-            and _same_platform(entry.platform, cell.platform.name)
-        ):
-            return cell
-    raise MatrixError(
-        f"{entry.file} (torch {entry.torch}, {entry.backend.value}, cxx11_abi={entry.cxx11_abi}, "
-        f"{entry.platform}, python {entry.python}) is no cell of matrix.toml; "
-        "rebuild it or fix the matrix"
-    )
-
-
-def _same_platform(built: str, matrix_name: str) -> bool:
-    # macOS tags carry the deployment target of the Python that built them
-    # (macosx_11_0_arm64, macosx_14_0_arm64): compare the OS family and the arch.
-    if built.startswith("macosx_") and matrix_name.startswith("macosx_"):
-        return built.rsplit("_", 1)[-1] == matrix_name.rsplit("_", 1)[-1]
-    return built == matrix_name
+__all__ = ["assemble_dist", "assemble_from_wheels", "assemble_group", "universal_wheel"]
 
 
 def assemble_group(
@@ -112,9 +80,10 @@ def assemble_group(
         entries = tuple(e for e in entries if e.file in only)
     if not entries:
         return []
-    # Every library's cell before anything is packed: a library that is no cell of the
-    # matrix fails here, not after half the wheels are written.
-    cells = [cell_for_entry(matrix, e) for e in entries]
+    # Every library's cell before anything is packed: an entry without a cell id fails
+    # here, naming the manifest, not after half the wheels are written.
+    all_cells = matrix.cells()
+    cells = [cell_for_entry(all_cells, e, libs / MANIFEST_NAME) for e in entries]
     made: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="tcde-wheels-") as tmp:
         work = Path(tmp)
@@ -228,7 +197,7 @@ def assemble_from_wheels(cells_dir: Path, out: Path) -> list[Path]:
 def _assemble_from(wheels: Sequence[Path], out: Path, matrix: Matrix) -> list[Path]:
     made: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="tcde-assemble-") as tmp:
-        for group in gather(wheels, Path(tmp)):
+        for group in gather(wheels, Path(tmp), matrix.cells()):
             made += assemble_group(
                 group.directory,
                 out,

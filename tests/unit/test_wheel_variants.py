@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devtools.cells import Cell
+from devtools.cells import Cell, cell_for_entry
 from devtools.matrix import load_matrix
 
 from _torch_c_dlpack_ext_core.errors import BuildError
@@ -106,7 +106,7 @@ def _group(tmp_path: Path, cells: list[Cell]) -> Path:
                 backend=cell.backend, cxx11_abi=cell.cxx11_abi, dlpack="1.3",
                 toolchain="g++ 12.2.0",
                 gpu_toolkit=cell.toolkit, platform=cell.platform.name, python=cell.python,
-                size=path.stat().st_size, sha256=sha256_of(path),
+                size=path.stat().st_size, sha256=sha256_of(path), cell=cell.id,
             )
         )  # fmt: skip
     write_manifest(libs / "manifest.json", entries)
@@ -194,16 +194,16 @@ def test_free_threaded_group_makes_cp314t_wheels_with_the_same_labels(tmp_path: 
         "torch_c_dlpack_ext-0.2.0-cp314-cp314t-linux_x86_64-t29_cuda.whl",
         "torch_c_dlpack_ext-0.2.0-cp314-cp314t-linux_x86_64.whl",
     ]
-    # Its entries map back to the free-threaded cells, not the abi3 ones.
+    # Its entries map back to the free-threaded cells, not the abi3 ones (by their ids).
     entry = ManifestEntry(
         file=cells[1].library, torch="2.9", torch_build="2.9.1", backend=cells[1].backend,
         cxx11_abi=True, dlpack="1.3", toolchain="g++", gpu_toolkit=None,
         platform="linux_x86_64", python="3.14t", size=1, sha256="0" * 64,
+        cell="linux_x86_64-t29_cpu-cp314t",
     )  # fmt: skip
-    assert wheels.cell_for_entry(MATRIX, entry).id == "linux_x86_64-t29_cpu-cp314t"
-    assert wheels.cell_for_entry(MATRIX, entry._replace(python="abi3")).id == (
-        "linux_x86_64-t29_cpu"
-    )
+    assert cell_for_entry(MATRIX.cells(), entry, "m.json").id == "linux_x86_64-t29_cpu-cp314t"
+    abi3 = entry._replace(python="abi3", cell="linux_x86_64-t29_cpu")
+    assert cell_for_entry(MATRIX.cells(), abi3, "m.json").id == "linux_x86_64-t29_cpu"
 
 
 def test_variants_index_rejects_conflicting_labels(tmp_path: Path) -> None:
@@ -226,13 +226,15 @@ def test_entry_outside_the_matrix_is_an_error() -> None:
     entry = ManifestEntry(
         file=cell.library, torch="2.3", torch_build="2.3.0", backend=cell.backend, cxx11_abi=True,
         dlpack="1.3", toolchain="g++", gpu_toolkit=None, platform="linux_x86_64", python="abi3",
-        size=1, sha256="0" * 64,
+        size=1, sha256="0" * 64, cell="linux_x86_64-t23_cpu",
     )  # fmt: skip
     with pytest.raises(MatrixError, match=r"no cell of matrix\.toml"):
-        wheels.cell_for_entry(MATRIX, entry)
-    # A library built for one CPython (a manifest from before abi3) is no cell either.
-    with pytest.raises(MatrixError, match=r"python 3\.11\) is no cell"):
-        wheels.cell_for_entry(MATRIX, entry._replace(torch="2.8", python="3.11"))
+        cell_for_entry(MATRIX.cells(), entry, "m.json")
+    # A library built for one CPython (a manifest from before abi3, so before cell ids)
+    # names no cell either.
+    old = entry._replace(torch="2.8", python="3.11", cell=None)
+    with pytest.raises(MatrixError, match=r"python 3\.11\) carries no cell id"):
+        cell_for_entry(MATRIX.cells(), old, "m.json")
 
 
 def _rank(
