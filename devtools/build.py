@@ -19,7 +19,7 @@ An empty ``--cells`` is an error before any work, and a run that builds none of 
 cells it selected fails (exit 13).
 
 Libraries land in ``build/cells/<platform>-abi3/`` (``<platform>-cp314t/``) with a
-manifest (each entry names its ``python``); then :mod:`devtools.wheels` packs the
+manifest (each entry names its ``python`` and its cell id); then :mod:`devtools.wheels` packs the
 combined, variant and universal wheels, the variants index and the sdist into
 ``dist/``. A report (``build-report.json``) goes beside the output folder, never into
 it (dist/ holds only what gets published): ``build/build-report.json`` by default,
@@ -64,10 +64,12 @@ from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, atomic_write_bytes, write_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
 from devtools import ROOT
+from devtools.cells import Cell, group_dir
 from devtools.errors import HANDLED, CellsNotBuiltError, ProvisionError
 from devtools.errors import report as report_error
 from devtools.hostenv import host_os
-from devtools.matrix import Cell, Matrix, load_matrix
+from devtools.matrix import load_matrix
+from devtools.matrixmodel import Matrix
 
 __all__ = [
     "CellResult",
@@ -261,16 +263,11 @@ def skip_reason(cell: Cell, host: str | None, target: str | None = None) -> str 
     return index_unreachable(cell.wheel.index_url)
 
 
-def group_dir(build_dir: Path, cell: Cell) -> Path:
-    """Where a cell's library goes: one directory per platform and Python ABI
-    (``linux_x86_64-abi3``, ``linux_x86_64-cp314t``): one combined wheel each."""
-    return build_dir / f"{cell.platform.name}-{cell.python_tag}"
-
-
 def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResult:
     """Provision the cell's torch and compile its library (a cache hit compiles nothing);
     ``cross``: the cross target (:func:`cross_target`), whose torch wheels the tree holds
-    and whose toolchain compiles."""
+    and whose toolchain compiles. The library's manifest entry names the cell (its id),
+    which is how wheel assembly finds the cell again."""
     from _torch_c_dlpack_ext_core.driver import compile_library
     from devtools.torchenv import torch_tree
 
@@ -309,7 +306,7 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
             python=cell.python,
             stable_abi_audit=True,
             platform=cross,
-        )
+        )._replace(cell=cell.id)
     except HANDLED as exc:
         return CellResult(
             cell=cell.id,

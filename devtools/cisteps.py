@@ -100,7 +100,7 @@ def github_matrix(matrix: Any, *, requires_python: str | None = None) -> dict[st
 def check_repaired(directory: Path) -> list[Path]:
     """Every wheel in ``directory`` bundles only its own libraries: a repair tool that
     grafted a copy of torch's (or anything else) is an error naming the files."""
-    from devtools.wheels import grafted_libraries
+    from devtools.repair import grafted_libraries
 
     found = sorted(directory.glob("*.whl"))
     if not found:
@@ -110,7 +110,7 @@ def check_repaired(directory: Path) -> list[Path]:
         if grafted:
             raise ReleaseError(
                 f"{wheel.name}: the repair step grafted {', '.join(grafted[:5])}; "
-                "exclude them in [tool.cibuildwheel] (devtools/wheels.py AUDITWHEEL_EXCLUDES)"
+                "exclude them in [tool.cibuildwheel] (devtools/repair.py AUDITWHEEL_EXCLUDES)"
             )
     return found
 

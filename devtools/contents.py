@@ -14,8 +14,10 @@ from typing import Any
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from _torch_c_dlpack_ext_core.naming import DIST_NAME
 from _torch_c_dlpack_ext_core.version import __version__
+from devtools.cells import cell_for_entry
 from devtools.distfiles import WheelInfo, read_wheel
 from devtools.errors import MatrixError, ReleaseError
+from devtools.matrixmodel import Matrix
 
 __all__ = [
     "CellStatus",
@@ -55,11 +57,11 @@ class CellStatus:
 
 
 def _cells_in_wheels(
-    matrix: Any, wheels: Sequence[WheelInfo]
+    matrix: Matrix, wheels: Sequence[WheelInfo]
 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """``{cell id: [wheel names]}`` for combined and for variant wheels."""
-    from devtools.wheels import cell_for_entry
-
+    """``{cell id: [wheel names]}`` for combined and for variant wheels; a library whose
+    cell id the matrix does not know (or that has none) counts as ``<wheel>:<file>``."""
+    cells = matrix.cells()
     combined: dict[str, list[str]] = {}
     variants: dict[str, list[str]] = {}
     for wheel in wheels:
@@ -67,7 +69,7 @@ def _cells_in_wheels(
             continue
         for entry in wheel.libraries:
             try:
-                cell = cell_for_entry(matrix, entry)
+                cell = cell_for_entry(cells, entry, wheel.path.name)
             except MatrixError:
                 cell_id = f"{wheel.path.name}:{entry.file}"
             else:

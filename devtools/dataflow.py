@@ -263,6 +263,7 @@ def _entry(cell: Any, path: Path, toolchain: str) -> Any:
         python=cell.python,
         size=path.stat().st_size,
         sha256=sha256_of(path),
+        cell=cell.id,
     )
 
 
@@ -677,8 +678,7 @@ def _check_result(
     """Every expected cell exactly once, with its job's bytes; one combined wheel
     per platform x Python ABI (``cp39-abi3``, ``cp314-cp314t``); failed jobs' cells,
     and only those, absent."""
-    from devtools.wheelnames import parse_wheel_name
-    from devtools.wheels import platform_key
+    from devtools.wheelnames import parse_wheel_name, platform_key
 
     def where(name: str) -> str:
         tag = min(parse_wheel_name(name).tags, key=str)

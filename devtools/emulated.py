@@ -55,10 +55,12 @@ from typing import Any
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from devtools import ROOT
+from devtools.cells import Cell
 from devtools.errors import HANDLED, EmulationUnavailableError, ProvisionError
 from devtools.errors import report as report_error
 from devtools.hostenv import dev_cache_root
-from devtools.matrix import Cell, Matrix, load_matrix
+from devtools.matrix import load_matrix
+from devtools.matrixmodel import Matrix
 from devtools.torchenv import find_uv
 
 __all__ = [

@@ -7,11 +7,12 @@
                     "torch": "2.6", "torch_build": "2.6.0+cu124", "backend": "cpu",
                     "cxx11_abi": false, "dlpack": "1.3", "toolchain": "g++ 12.2.0",
                     "gpu_toolkit": null, "platform": "linux_x86_64", "python": "abi3",
-                    "size": 178000, "sha256": "..."}]}
+                    "size": 178000, "sha256": "...", "cell": "linux_x86_64-t26_cpu_abi0"}]}
 
 The selector reads this file; it never globs or parses file names. Size and
 sha256 are checked before a library is loaded, because dlopen of a truncated
-file can kill the process with SIGBUS where no ``except`` helps.
+file can kill the process with SIGBUS where no ``except`` helps. ``cell`` (optional)
+is for the developer tools only: the selector never reads it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .naming import ABI3, Backend
 
 __all__ = [
     "MAX_MANIFEST_BYTES",
+    "REQUIRED_FIELDS",
     "SCHEMA_VERSION",
     "ManifestEntry",
     "atomic_write_bytes",
@@ -76,6 +78,11 @@ class ManifestEntry(NamedTuple):
     python: str
     size: int
     sha256: str
+    #: The ``matrix.toml`` cell the library was built for (``linux_x86_64-t28_cpu``),
+    #: recorded by ``nox -s build`` so that wheel assembly finds the cell by its id.
+    #: ``None``: built outside the matrix (a source build, the JIT) or listed in a
+    #: manifest written before cell ids. Optional, and never read by the selector.
+    cell: str | None = None
 
     @property
     def torch_version(self) -> tuple[int, int]:
@@ -85,6 +92,10 @@ class ManifestEntry(NamedTuple):
     def to_json(self) -> dict[str, Any]:
         data = self._asdict()
         data["backend"] = self.backend.value
+        if self.cell is None:
+            # Left out rather than null: a library built outside the matrix gets the
+            # manifest it got before cell ids existed, byte for byte.
+            del data["cell"]
         return data
 
     @classmethod
@@ -96,10 +107,26 @@ class ManifestEntry(NamedTuple):
         """
         if not isinstance(data, dict):
             raise ManifestError(f"{where} is {_json_type(data)}, expected an object", REINSTALL)
-        missing = [name for name in cls._fields if name not in data]
+        missing = [name for name in REQUIRED_FIELDS if name not in data]
         if missing:
             raise ManifestError(f"{where} lacks {', '.join(missing)}", REINSTALL)
-        return cls(*(_check_field(where, name, data[name]) for name in cls._fields))
+        values = {name: _check_field(where, name, data[name]) for name in REQUIRED_FIELDS}
+        values["cell"] = _read_cell(data.get("cell"))
+        return cls._make(values[name] for name in cls._fields)
+
+
+#: The fields every entry has (the JSON keys a manifest must give); ``cell`` is optional.
+REQUIRED_FIELDS = tuple(name for name in ManifestEntry._fields if name != "cell")
+
+
+def _read_cell(value: Any) -> str | None:
+    """``cell`` when it is plain text, else ``None``: the selector never reads the field
+    (the runtime's fast path skips it), so a value it cannot use is ignored like an
+    unknown key instead of refusing a manifest whose libraries are fine. The developer
+    tools then report the library as having no cell id."""
+    if isinstance(value, str) and value and _is_plain_text(value, MAX_TEXT):
+        return value
+    return None
 
 
 #: Bounds of the manifest schema. A real manifest is a few kB: one entry per bundled library.
@@ -386,8 +413,9 @@ def load_manifest(path: Path) -> tuple[ManifestEntry, ...]:
     ``torch`` (``"2.8"``), ``python`` (``"abi3"``, ``"3.14t"``, ``"3.11"``), ``backend``
     (``cpu``/``cuda``/``rocm``), ``cxx11_abi`` (bool or null), ``size`` (integer),
     ``sha256`` (64 lowercase hex), ``gpu_toolkit`` (string or null) and the other
-    strings (non-empty, printable, bounded). Unknown keys are ignored (a newer writer
-    may add some). The file itself must be a regular file: a directory, FIFO or device
+    strings (non-empty, printable, bounded); ``cell`` may be absent (a value that is
+    not plain text reads as absent). Unknown keys are ignored (a newer writer may add
+    some). The file itself must be a regular file: a directory, FIFO or device
     is refused without blocking.
     """
     fd, info = _open_regular(path, f"manifest {path}", f"no manifest at {path}")

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
-from devtools import cisteps, contents, dataflow, distfiles, verify, wheels
+from devtools import cisteps, contents, dataflow, distfiles, repair, verify, wheelnames, wheels
+from devtools.cells import Cell
 from devtools.errors import ReleaseError
-from devtools.matrix import Cell, load_matrix
+from devtools.matrix import load_matrix
 
 from _torch_c_dlpack_ext_core.manifest import sha256_of
 from _torch_c_dlpack_ext_core.version import __version__
@@ -60,7 +61,7 @@ def job_wheel(
     ],
 )
 def test_platform_key_is_family_and_architecture(platform: str, key: tuple[str, str]) -> None:
-    assert wheels.platform_key(platform) == key
+    assert wheelnames.platform_key(platform) == key
 
 
 @pytest.mark.parametrize(
@@ -83,12 +84,12 @@ def test_platform_key_is_family_and_architecture(platform: str, key: tuple[str, 
     ],
 )
 def test_combined_platform_of_mixed_tag_sets(tag_sets: list[set[str]], combined: str) -> None:
-    assert wheels.combined_platform([frozenset(s) for s in tag_sets]) == combined
+    assert wheelnames.combined_platform([frozenset(s) for s in tag_sets]) == combined
 
 
 def test_combined_platform_refuses_two_architectures() -> None:
     with pytest.raises(ReleaseError, match="different platforms"):
-        wheels.combined_platform(
+        wheelnames.combined_platform(
             [frozenset({"manylinux_2_28_x86_64"}), frozenset({"manylinux_2_28_aarch64"})]
         )
 
@@ -251,11 +252,11 @@ def test_assemble_refuses_a_damaged_job_wheel(tmp_path: Path) -> None:
 def test_grafted_libraries_are_refused(tmp_path: Path) -> None:
     cells = _cells("linux_x86_64-t28_cpu")
     wheel = job_wheel(tmp_path, "a", cells, "manylinux_2_28_x86_64")
-    assert wheels.grafted_libraries(wheel) == []
+    assert repair.grafted_libraries(wheel) == []
     assert cisteps.check_repaired(wheel.parent) == [wheel]
     with zipfile.ZipFile(wheel, "a") as archive:
         archive.writestr("torch_c_dlpack_ext.libs/libc10-1234abcd.so", b"copy of torch")
-    assert wheels.grafted_libraries(wheel) == ["torch_c_dlpack_ext.libs/libc10-1234abcd.so"]
+    assert repair.grafted_libraries(wheel) == ["torch_c_dlpack_ext.libs/libc10-1234abcd.so"]
     with pytest.raises(ReleaseError, match=r"grafted torch_c_dlpack_ext\.libs/libc10"):
         cisteps.check_repaired(wheel.parent)
     with pytest.raises(ReleaseError, match="grafted"):

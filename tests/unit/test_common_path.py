@@ -43,8 +43,8 @@ def test_schema_bounds_are_the_manifests() -> None:
     assert manifest.MAX_TEXT == _loader._MAX_TEXT
     assert manifest.MAX_FILE_PATH == _loader._MAX_FILE_PATH
     assert manifest.SCHEMA_VERSION == _loader._SCHEMA_VERSION
-    assert ManifestEntry._fields == _loader._FIELDS
-    assert set(_loader._TEXT_FIELDS) == set(ManifestEntry._fields) - {
+    assert manifest.REQUIRED_FIELDS == _loader._FIELDS
+    assert set(_loader._TEXT_FIELDS) == set(manifest.REQUIRED_FIELDS) - {
         "file",
         "backend",
         "cxx11_abi",
@@ -147,7 +147,12 @@ def test_the_common_path_accepts_exactly_the_manifests_the_core_accepts(
         assert fast is None, raw[:300]
     else:
         assert fast is not None, raw[:300]
-        assert [{k: e[k] for k in ManifestEntry._fields} for e in fast] == expected
+        # The fields the common path reads; ``cell`` (optional, for the developer tools)
+        # it never reads, and the core never refuses a manifest for it.
+        fields = manifest.REQUIRED_FIELDS
+        assert [{k: e[k] for k in fields} for e in fast] == [
+            {k: e[k] for k in fields} for e in expected
+        ]
 
 
 def test_a_manifest_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
@@ -292,3 +297,13 @@ def test_the_common_path_picks_what_the_selector_picks(
         assert found[0] == package_dir / decision.entry.file
     else:
         assert found is None, (decision, found)
+
+
+@pytest.mark.parametrize("cell", ["linux_x86_64-t28_cuda", 7, None, "x\x00"])
+def test_the_common_path_ignores_the_cell_id(tmp_path: Path, cell: object) -> None:
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps({"schema": 1, "libraries": [_valid_entry_json(cell=cell)]}))
+    fast = _loader._read_manifest(path)
+    assert fast is not None
+    (entry,) = manifest.load_manifest(path)
+    assert entry.cell == (cell if cell == "linux_x86_64-t28_cuda" else None)

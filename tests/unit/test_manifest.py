@@ -14,6 +14,7 @@ import pytest
 
 from _torch_c_dlpack_ext_core.errors import ManifestError
 from _torch_c_dlpack_ext_core.manifest import (
+    REQUIRED_FIELDS,
     ManifestEntry,
     atomic_write_bytes,
     dump_manifest,
@@ -185,7 +186,7 @@ def with_entry(tmp_path: Path, **fields: object) -> Path:
 
 
 def test_schema_covers_every_field() -> None:
-    assert set(ACCEPTS) == set(ManifestEntry._fields)
+    assert set(ACCEPTS) == set(REQUIRED_FIELDS)
 
 
 @pytest.mark.parametrize(
@@ -399,3 +400,34 @@ def test_verify_message_shortens_a_long_file_name(package: Path) -> None:
         verify_file(_entry(file="libs/" + "b" * 250), package)
     assert len(str(info.value)) < 300
     assert "(255 characters)" in str(info.value)
+
+
+# --- the optional cell id (written by `nox -s build`, read by the developer tools) -------
+
+
+def test_the_cell_id_round_trips(tmp_path: Path) -> None:
+    entry = _entry(cell="linux_x86_64-t26_cuda_abi0")
+    write_manifest(tmp_path / "manifest.json", [entry])
+    (loaded,) = load_manifest(tmp_path / "manifest.json")
+    assert loaded == entry
+    assert loaded.cell == "linux_x86_64-t26_cuda_abi0"
+
+
+def test_a_manifest_without_cell_ids_still_reads(tmp_path: Path) -> None:
+    # Manifests written before cell ids, and those of source builds and the JIT (which
+    # build no matrix cell): the same bytes as before, read as they were.
+    data = json.loads(dump_manifest([_entry()]))
+    assert set(data["libraries"][0]) == set(REQUIRED_FIELDS)
+    assert data["schema"] == 1
+    (loaded,) = load_manifest(with_entry(tmp_path))
+    assert loaded.cell is None
+    assert loaded == _entry()
+
+
+@pytest.mark.parametrize("value", [None, 7, True, [], {}, "", "a\x00b", "x" * 300])
+def test_a_cell_value_that_is_not_plain_text_reads_as_absent(tmp_path: Path, value: object) -> None:
+    # The selector never reads `cell`: a value it could not use is no reason to refuse
+    # the manifest (the runtime's fast path skips the field and must agree).
+    (loaded,) = load_manifest(with_entry(tmp_path, cell=value))
+    assert loaded.cell is None
+    assert loaded == _entry()

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from devtools.errors import MatrixError
-from devtools.matrix import load_matrix, parse_matrix
+from devtools.matrix import load_matrix
+from devtools.matrixtoml import parse_matrix
 from tests.helpers import devtools_env
 
 from _torch_c_dlpack_ext_core.errors import ConfigError

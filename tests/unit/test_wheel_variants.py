@@ -1,4 +1,5 @@
-"""Variant metadata (PEP 825) of the wheels devtools/wheels.py assembles, checked with variantlib.
+"""Variant metadata (PEP 825) of the wheels devtools/wheels.py assembles (devtools/variants.py
+writes it), checked with variantlib.
 
 No compiler here: libraries are stand-in bytes; what is under test is the
 metadata, the labels, the index file and how variantlib ranks the labels.
@@ -13,14 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devtools.matrix import Cell, load_matrix
+from devtools.cells import Cell, cell_for_entry
+from devtools.matrix import load_matrix
 
 from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of, write_manifest
 
 variantlib = pytest.importorskip("variantlib", reason="variantlib is in the test dependency group")
 
-from devtools import wheels  # noqa: E402
+from devtools import variants, wheelnames, wheels  # noqa: E402
 from devtools.errors import MatrixError  # noqa: E402
 
 MATRIX = load_matrix()
@@ -47,7 +49,7 @@ def _cell(cell_id: str) -> Cell:
     ],
 )
 def test_variant_properties(cell_id: str, expected: list[str]) -> None:
-    props = wheels.variant_properties(_cell(cell_id))
+    props = variants.variant_properties(_cell(cell_id))
     assert props == expected
     assert all(PROPERTY_RE.match(p) for p in props)
 
@@ -55,7 +57,7 @@ def test_variant_properties(cell_id: str, expected: list[str]) -> None:
 def test_variant_json_is_variantlib_valid() -> None:
     from variantlib.variants_json import VariantsJson
 
-    data = json.loads(wheels.variant_json(_cell("linux_x86_64-t26_cuda_abi0")))
+    data = json.loads(variants.variant_json(_cell("linux_x86_64-t26_cuda_abi0")))
     assert data["variants"] == {
         "t26_cuda_abi0": {
             "abi_dependency": {"torch": ["2.6"]},
@@ -104,7 +106,7 @@ def _group(tmp_path: Path, cells: list[Cell]) -> Path:
                 backend=cell.backend, cxx11_abi=cell.cxx11_abi, dlpack="1.3",
                 toolchain="g++ 12.2.0",
                 gpu_toolkit=cell.toolkit, platform=cell.platform.name, python=cell.python,
-                size=path.stat().st_size, sha256=sha256_of(path),
+                size=path.stat().st_size, sha256=sha256_of(path), cell=cell.id,
             )
         )  # fmt: skip
     write_manifest(libs / "manifest.json", entries)
@@ -140,7 +142,7 @@ def test_assemble_group_combined_and_variant_wheels(tmp_path: Path) -> None:
         assert not [n for n in archive.namelist() if n.endswith("variant.json")]
         manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
         assert len(manifest["libraries"]) == 3
-    index = wheels.variants_index([p for p in made if p.name != names[3]])
+    index = variants.variants_index([p for p in made if p.name != names[3]])
     assert sorted(index["variants"]) == ["t26_cpu_abi0", "t26_cuda_abi0", "t28_cpu"]
     _check_pep825(index)
 
@@ -192,16 +194,16 @@ def test_free_threaded_group_makes_cp314t_wheels_with_the_same_labels(tmp_path: 
         "torch_c_dlpack_ext-0.2.0-cp314-cp314t-linux_x86_64-t29_cuda.whl",
         "torch_c_dlpack_ext-0.2.0-cp314-cp314t-linux_x86_64.whl",
     ]
-    # Its entries map back to the free-threaded cells, not the abi3 ones.
+    # Its entries map back to the free-threaded cells, not the abi3 ones (by their ids).
     entry = ManifestEntry(
         file=cells[1].library, torch="2.9", torch_build="2.9.1", backend=cells[1].backend,
         cxx11_abi=True, dlpack="1.3", toolchain="g++", gpu_toolkit=None,
         platform="linux_x86_64", python="3.14t", size=1, sha256="0" * 64,
+        cell="linux_x86_64-t29_cpu-cp314t",
     )  # fmt: skip
-    assert wheels.cell_for_entry(MATRIX, entry).id == "linux_x86_64-t29_cpu-cp314t"
-    assert wheels.cell_for_entry(MATRIX, entry._replace(python="abi3")).id == (
-        "linux_x86_64-t29_cpu"
-    )
+    assert cell_for_entry(MATRIX.cells(), entry, "m.json").id == "linux_x86_64-t29_cpu-cp314t"
+    abi3 = entry._replace(python="abi3", cell="linux_x86_64-t29_cpu")
+    assert cell_for_entry(MATRIX.cells(), abi3, "m.json").id == "linux_x86_64-t29_cpu"
 
 
 def test_variants_index_rejects_conflicting_labels(tmp_path: Path) -> None:
@@ -216,7 +218,7 @@ def test_variants_index_rejects_conflicting_labels(tmp_path: Path) -> None:
     first = wheel("a.whl", {"abi_dependency": {"torch": ["2.8"]}})
     second = wheel("b.whl", {"abi_dependency": {"torch": ["2.9"]}})
     with pytest.raises(BuildError, match="t28_cpu"):
-        wheels.variants_index([first, second])
+        variants.variants_index([first, second])
 
 
 def test_entry_outside_the_matrix_is_an_error() -> None:
@@ -224,13 +226,15 @@ def test_entry_outside_the_matrix_is_an_error() -> None:
     entry = ManifestEntry(
         file=cell.library, torch="2.3", torch_build="2.3.0", backend=cell.backend, cxx11_abi=True,
         dlpack="1.3", toolchain="g++", gpu_toolkit=None, platform="linux_x86_64", python="abi3",
-        size=1, sha256="0" * 64,
+        size=1, sha256="0" * 64, cell="linux_x86_64-t23_cpu",
     )  # fmt: skip
     with pytest.raises(MatrixError, match=r"no cell of matrix\.toml"):
-        wheels.cell_for_entry(MATRIX, entry)
-    # A library built for one CPython (a manifest from before abi3) is no cell either.
-    with pytest.raises(MatrixError, match=r"python 3\.11\) is no cell"):
-        wheels.cell_for_entry(MATRIX, entry._replace(torch="2.8", python="3.11"))
+        cell_for_entry(MATRIX.cells(), entry, "m.json")
+    # A library built for one CPython (a manifest from before abi3, so before cell ids)
+    # names no cell either.
+    old = entry._replace(torch="2.8", python="3.11", cell=None)
+    with pytest.raises(MatrixError, match=r"python 3\.11\) carries no cell id"):
+        cell_for_entry(MATRIX.cells(), old, "m.json")
 
 
 def _rank(
@@ -255,7 +259,7 @@ def _rank(
 def _index_for(labels: list[str]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for label in labels:
-        data = json.loads(wheels.variant_json(_cell(f"linux_x86_64-{label}")))
+        data = json.loads(variants.variant_json(_cell(f"linux_x86_64-{label}")))
         merged.setdefault("variants", {}).update(data.pop("variants"))
         merged.update(data)
     return merged
@@ -279,7 +283,7 @@ def test_variantlib_ranks_the_label_of_the_installed_torch(monkeypatch: pytest.M
 
 def test_indistinct_labels_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
     index = _index_for(["t26_cpu_abi0", "t26_cpu_abi1", "t28_cpu"])
-    wheels._warn_indistinct(index["variants"])
+    variants._warn_indistinct(index["variants"])
     err = capsys.readouterr().err
     assert "'t26_cpu_abi0' and 't26_cpu_abi1' declare the same properties" in err
     assert "t28_cpu" not in err
@@ -288,8 +292,9 @@ def test_indistinct_labels_are_reported(capsys: pytest.CaptureFixture[str]) -> N
 def test_variant_json_without_variantlib_is_what_variantlib_writes() -> None:
     # Python 3.9 (variantlib needs 3.10) writes variant.json itself: the same document.
     for cell in MATRIX.cells():
-        data = wheels._declare_abi_dependency(wheels._variant_dist_info_without_variantlib(cell))
-        assert data == json.loads(wheels.variant_json(cell)), cell.id
+        written = variants._variant_dist_info_without_variantlib(cell)
+        data = variants._declare_abi_dependency(written)
+        assert data == json.loads(variants.variant_json(cell)), cell.id
 
 
 @pytest.mark.parametrize(
@@ -307,4 +312,4 @@ def test_variant_names_are_told_apart_as_variantlib_does(name: str) -> None:
     from variantlib.constants import VALIDATION_WHEEL_NAME_REGEX
 
     match = VALIDATION_WHEEL_NAME_REGEX.fullmatch(name)
-    assert wheels._is_variant(name) is bool(match and match.group("variant_label"))
+    assert wheelnames.is_variant_name(name) is bool(match and match.group("variant_label"))

@@ -15,7 +15,7 @@ import pytest
 import tomllib
 import yaml
 from build_backend._options import read_options
-from devtools import cisteps, dataflow, publish, release, wheels
+from devtools import cisteps, dataflow, publish, release, repair, variants
 from devtools.errors import ReleaseError
 from devtools.matrix import load_matrix
 
@@ -135,7 +135,7 @@ def _flags(command: str, flag: str) -> list[str]:
 
 def test_one_exclude_list_for_auditwheel() -> None:
     command = _pyproject()["tool"]["cibuildwheel"]["linux"]["repair-wheel-command"]
-    assert sorted(_flags(command, "--exclude")) == sorted(wheels.AUDITWHEEL_EXCLUDES)
+    assert sorted(_flags(command, "--exclude")) == sorted(repair.AUDITWHEEL_EXCLUDES)
 
 
 def test_d4_linux_repair_gives_exactly_the_images_policy() -> None:
@@ -148,8 +148,8 @@ def test_d4_linux_repair_gives_exactly_the_images_policy() -> None:
 def test_d3_macos_repair_tolerates_rpath_dependencies() -> None:
     command = _pyproject()["tool"]["cibuildwheel"]["macos"]["repair-wheel-command"]
     assert "--ignore-missing-dependencies" in shlex.split(command)
-    assert sorted(_flags(command, "--exclude")) == sorted(wheels.DELOCATE_EXCLUDES)
-    assert set(wheels.DELOCATE_EXCLUDES) == {
+    assert sorted(_flags(command, "--exclude")) == sorted(repair.DELOCATE_EXCLUDES)
+    assert set(repair.DELOCATE_EXCLUDES) == {
         "libc10.dylib",
         "libtorch.dylib",
         "libtorch_cpu.dylib",
@@ -245,7 +245,7 @@ def test_d9_rocm_image_and_variant_metadata_name_one_version() -> None:
         if cell.backend.value != "rocm":
             continue
         assert cell.image == MATRIX.backend_images[cell.backend][str(cell.toolkit)]
-        assert f"amd :: rocm_version :: {cell.toolkit}" in wheels.variant_properties(cell)
+        assert f"amd :: rocm_version :: {cell.toolkit}" in variants.variant_properties(cell)
         assert f"rocm{cell.toolkit}-" in str(cell.image)
 
 

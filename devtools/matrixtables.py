@@ -1,0 +1,107 @@
+"""``matrix.toml``'s tables as typed records: the platforms, the torch minors and the
+torch wheel flavours built against, and which free-threaded Pythons the release builds.
+
+Plain data: :mod:`devtools.matrixtoml` validates the file into these records,
+:mod:`devtools.cells` makes cells of them and :mod:`devtools.matrixmodel` derives the
+cells and CI's jobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from _torch_c_dlpack_ext_core.naming import Backend
+from devtools.hostenv import OS_OF_PLATFORM
+
+__all__ = ["FreeThreaded", "Platform", "TorchMinor", "TorchWheel", "python_sort_key"]
+
+
+def python_sort_key(python: str) -> tuple[int, ...]:
+    """``"3.14t"`` -> ``(3, 14)``: orders CPython versions (validated ones: see
+    :mod:`devtools.matrixtoml`), a free-threaded one like its GIL twin."""
+    return tuple(int(part) for part in python.removesuffix("t").split("."))
+
+
+@dataclasses.dataclass(frozen=True)
+class Platform:
+    """A wheel platform the matrix builds for (``linux_x86_64``...)."""
+
+    name: str
+    os: str
+    #: ``platform.machine()`` on that platform (``x86_64``, ``AMD64``, ``arm64``).
+    machine: str
+    runner: str
+    cibw_platform: str
+    cibw_arch: str
+    #: manylinux image cibuildwheel builds in (Linux only).
+    image: str | None
+
+    @property
+    def dual_abi(self) -> bool:
+        """libstdc++'s dual ABI applies (Linux): library names and cells carry it."""
+        return self.os == "linux"
+
+    @property
+    def sys_platform(self) -> str:
+        """The ``sys.platform`` of this platform's interpreters (``linux``, ``win32``)."""
+        return next(name for name, os_name in OS_OF_PLATFORM.items() if os_name == self.os)
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchWheel:
+    """One torch wheel flavour we compile against (an index, a backend, an ABI per platform)."""
+
+    index: str
+    index_url: str
+    backend: Backend
+    #: CUDA / ROCm version of that torch build (``None`` for CPU builds).
+    toolkit: str | None
+    #: Extra requirements supplying GPU headers at build time.
+    toolkit_requirements: tuple[str, ...]
+    platforms: tuple[str, ...]
+    cxx11_abi: Mapping[str, bool]
+    #: The flavour's index ships the torch minor's free-threaded wheels (checked for
+    #: PyPI; ``freethreaded = false`` where that was not verified).
+    freethreaded: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class FreeThreaded:
+    """``[freethreaded."3.13t"]``: whether the release workflow builds this Python's cells."""
+
+    python: str
+    #: The release has jobs for it (``False``: ``nox -s build`` builds its cells, CI not).
+    release: bool
+    #: Why not (required when ``release`` is false).
+    reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchMinor:
+    """A torch minor version and the release built against."""
+
+    minor: str
+    release: str
+    #: The CPythons with the GIL torch publishes wheels of (oldest first): the abi3
+    #: cells' floor and verify's oldest and newest.
+    python: tuple[str, ...]
+    python_exclude: Mapping[str, tuple[str, ...]]
+    wheels: tuple[TorchWheel, ...]
+    #: The free-threaded CPythons torch publishes wheels of (``3.13t``).
+    freethreaded: tuple[str, ...] = ()
+
+    @property
+    def version(self) -> tuple[int, int]:
+        major, minor = self.minor.split(".")
+        return int(major), int(minor)
+
+    def pythons_for(self, platform: str) -> tuple[str, ...]:
+        """The CPython versions (with the GIL) torch publishes wheels of on ``platform``."""
+        excluded = self.python_exclude.get(platform, ())
+        return tuple(p for p in self.python if p not in excluded)
+
+    def freethreaded_for(self, platform: str) -> tuple[str, ...]:
+        """The free-threaded CPythons torch publishes wheels of on ``platform``."""
+        excluded = self.python_exclude.get(platform, ())
+        return tuple(p for p in self.freethreaded if p not in excluded)
