@@ -90,7 +90,8 @@ def _pipeline(build_dir: Path, *, jobs: int, cells: str | None) -> dict[str, Any
     command: list[str | Path] = [
         sys.executable,
         "-m",
-        "devtools.build",
+        "devtools",
+        "build",
         "--no-assemble",
         "--jobs",
         str(jobs),

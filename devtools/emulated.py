@@ -38,7 +38,6 @@ binfmt_misc, no qemu-user) is told so in one line, with exit code 14
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -56,9 +55,8 @@ from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from devtools import ROOT
 from devtools.errors import HANDLED, EmulationUnavailableError, ProvisionError
-from devtools.errors import report as report_error
 from devtools.hostenv import dev_cache_root
-from devtools.matrix import Cell, Matrix, load_matrix
+from devtools.matrix import Cell, Matrix
 from devtools.torchenv import find_uv
 
 __all__ = [
@@ -67,7 +65,6 @@ __all__ = [
     "MinorResult",
     "check_host",
     "combined_wheel",
-    "main",
     "provision_root",
 ]
 
@@ -110,7 +107,7 @@ MIRROR_VAR = "TCDE_DEBIAN_MIRROR"
 _MARKER = ".emulated-root-complete.json"
 #: Inside the root.
 _ENVS = Path("opt/tcde/envs")
-_RUNS = Path("opt/tcde/runs")
+RUNS = Path("opt/tcde/runs")
 #: What every per-minor folder holds besides torch (pure Python, or aarch64 wheels).
 CHECK_REQUIREMENTS = ("numpy", "pytest", "hypothesis", "packaging", "filelock")
 TVM_FFI = "apache-tvm-ffi"
@@ -165,7 +162,7 @@ class MinorResult:
     steps: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def _log(message: str) -> None:
+def log(message: str) -> None:
     print(f"emulated: {message}", file=sys.stderr, flush=True)
 
 
@@ -199,7 +196,7 @@ def check_host(emulation: Emulation, *, install: bool = True) -> None:
             raise EmulationUnavailableError(
                 f"missing Debian packages {' '.join(missing)}; apt-get install {' '.join(missing)}"
             )
-        _log(f"apt-get install {' '.join(missing)}")
+        log(f"apt-get install {' '.join(missing)}")
         proc = _sh(["apt-get", "install", "-y", "-q", *missing], timeout=900)
         if proc.returncode != 0:
             raise EmulationUnavailableError(
@@ -249,7 +246,7 @@ def provision_root(emulation: Emulation) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
         started = time.monotonic()
-        _log(f"debootstrap {emulation.suite} {emulation.debian_arch} into {root} (~2-5 min)")
+        log(f"debootstrap {emulation.suite} {emulation.debian_arch} into {root} (~2-5 min)")
         cmd = [
             "debootstrap",
             f"--arch={emulation.debian_arch}",
@@ -335,7 +332,7 @@ def minor_env(root: Path, cell: Cell, emulation: Emulation) -> tuple[Path, bool]
             platform = cell.platform.name
             tvm = has_wheel(TVM_FFI, emulation)
             extra = [TVM_FFI] if tvm else []
-            _log(
+            log(
                 f"installing torch=={release} {' '.join([*CHECK_REQUIREMENTS, *extra])} "
                 f"({platform} wheels) into {env}"
             )
@@ -375,10 +372,10 @@ def ensure_wheel(dist: Path, platform: str) -> Path:
     wheel = combined_wheel(dist, platform)
     if wheel is not None:
         return wheel
-    from devtools import build
+    from devtools import cli
 
-    _log(f"no {platform} combined wheel in {dist}: nox -s build -- --platform {platform}")
-    code = build.main(["--platform", platform, "--out", str(dist)])
+    log(f"no {platform} combined wheel in {dist}: nox -s build -- --platform {platform}")
+    code = cli.main(["build", "--platform", platform, "--out", str(dist)])
     wheel = combined_wheel(dist, platform)
     if wheel is None:
         raise ProvisionError(
@@ -387,14 +384,14 @@ def ensure_wheel(dist: Path, platform: str) -> Path:
     return wheel
 
 
-class _Mounted:
+class Mounted:
     """``/proc`` mounted inside the root while the checks run (unmounted on every exit)."""
 
     def __init__(self, root: Path) -> None:
         self.proc = root / "proc"
         self.mounted = False
 
-    def __enter__(self) -> _Mounted:
+    def __enter__(self) -> Mounted:
         if not os.path.ismount(self.proc):
             proc = _sh(["mount", "-t", "proc", "proc", str(self.proc)])
             if proc.returncode != 0:
@@ -549,7 +546,7 @@ def check_minor(
     return result
 
 
-def _stage_suite(run_dir: Path, examples: int) -> None:
+def stage_suite(run_dir: Path, examples: int) -> None:
     """Copy the conformance suite (and what it imports) into the run folder."""
     tests = run_dir / "src" / "tests"
     tests.mkdir(parents=True)
@@ -586,66 +583,3 @@ def select_minors(matrix: Matrix, platform: str, minors: Sequence[str] | None) -
             )
         return [by_minor[m] for m in minors]
     return list(by_minor.values())
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="nox -s emulated --", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--platform", required=True, choices=sorted(EMULATED))
-    parser.add_argument("--torch", default=None, help="comma-separated minors (default: all)")
-    parser.add_argument("--dist", type=Path, default=ROOT / "dist")
-    parser.add_argument(
-        "--examples",
-        type=int,
-        default=DEFAULT_EXAMPLES,
-        help="conformance examples per property (0: skip the suite)",
-    )
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line (what ``nox -s emulated`` runs)."""
-    args = _parser().parse_args(argv)
-    try:
-        return _main(args)
-    except HANDLED as exc:
-        return report_error(exc)
-
-
-def _main(args: argparse.Namespace) -> int:
-    emulation = EMULATED[args.platform]
-    started = time.monotonic()
-    matrix = load_matrix()
-    minors = [m.strip() for m in args.torch.split(",") if m.strip()] if args.torch else None
-    cells = select_minors(matrix, args.platform, minors)
-    check_host(emulation)
-    root = provision_root(emulation)
-    wheel = ensure_wheel(args.dist.resolve(), args.platform)
-    _log(f"wheel {wheel.name}; root {root}")
-    results: list[MinorResult] = []
-    runs = root / _RUNS
-    runs.mkdir(parents=True, exist_ok=True)
-    run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=runs))
-    try:
-        _stage_suite(run_dir, args.examples)
-        with _Mounted(root):
-            for cell in cells:
-                _log(f"torch {cell.torch.release} ...")
-                result = check_minor(
-                    root, cell, wheel, emulation, examples=args.examples, run_dir=run_dir
-                )
-                _log(
-                    f"torch {cell.torch.release}: {'ok' if result.ok else 'failed'} "
-                    f"in {result.seconds:.0f} s"
-                )
-                results.append(result)
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    print_table(results)
-    print(f"wall time {time.monotonic() - started:.0f} s; root {root}")
-    return 0 if results and all(r.ok for r in results) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

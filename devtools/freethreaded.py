@@ -42,13 +42,12 @@ with the elapsed time, and a heartbeat every :data:`HEARTBEAT_S` seconds while a
 The lines go to stderr or to :func:`set_progress`'s sink. Every command goes through the
 project's one subprocess helper (``_torch_c_dlpack_ext_core.run``).
 
-Command line: ``PYTHONPATH=python python -m devtools.freethreaded 3.14t`` provisions (or
+Command line: ``PYTHONPATH=python python -m devtools freethreaded 3.14t`` provisions (or
 reuses) the interpreter and prints its executable's path.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -67,7 +66,7 @@ from packaging.version import Version
 from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from _torch_c_dlpack_ext_core.run import run
-from devtools.errors import HANDLED, ProvisionError, report
+from devtools.errors import ProvisionError
 from devtools.hostenv import dev_cache_root
 
 __all__ = [
@@ -82,7 +81,6 @@ __all__ = [
     "apt_sources_list",
     "dsc_version",
     "free_threaded_python",
-    "main",
     "orig_url",
     "parse_version",
     "prefix_for",
@@ -640,35 +638,3 @@ def free_threaded_python(
     if found is None:
         raise ProvisionError(f"{prefix} is incomplete right after its build")
     return found
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: provision (or reuse) a free-threaded CPython and print its executable."""
-    parser = argparse.ArgumentParser(
-        prog="python -m devtools.freethreaded",
-        description="Build (once) and print a cached free-threaded CPython.",
-    )
-    parser.add_argument("version", help=f"one of {', '.join(SOURCES)}")
-    parser.add_argument("--jobs", type=int, default=None, help="parallel make jobs")
-    parser.add_argument("--mirror", default=DEBIAN_MIRROR, help="Debian archive URL")
-    parser.add_argument(
-        "--install-build-deps",
-        action="store_true",
-        help="apt-get install missing build dependencies (root) instead of failing",
-    )
-    args = parser.parse_args(argv)
-    try:
-        found = free_threaded_python(
-            args.version,
-            jobs=args.jobs,
-            mirror=args.mirror,
-            install_build_deps=args.install_build_deps,
-        )
-    except HANDLED as exc:
-        return report(exc)
-    print(found.executable)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,13 +23,12 @@ what is being installed, the elapsed time, and a line every 30 s while uv runs. 
 lines go to stderr, or to :func:`set_progress`'s sink (``tests/conftest.py`` sends them
 to pytest's terminal, past its output capture).
 
-Command line: ``python -m devtools.torchenv 2.6.0 --importable [--extra pytest]``
-prints the env's path.
+Command line: ``python -m devtools torchenv 2.6.0 --importable [--extra pytest]``
+prints the env's path (:mod:`devtools.commands.torchenv`).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -49,7 +48,7 @@ from packaging.utils import canonicalize_name
 from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from _torch_c_dlpack_ext_core.run import run
-from devtools.errors import HANDLED, ProvisionError
+from devtools.errors import ProvisionError
 from devtools.hostenv import dev_cache_root, venv_python
 
 __all__ = [
@@ -57,7 +56,6 @@ __all__ = [
     "TorchEnv",
     "TorchTree",
     "find_uv",
-    "main",
     "set_progress",
     "torch_env",
     "torch_tree",
@@ -416,26 +414,3 @@ def torch_tree(
     return TorchTree(
         root=root, site_packages=root, torch_dir=root / "torch", version=version, python=python
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: create (or reuse) an env and print its path."""
-    parser = argparse.ArgumentParser(prog="python -m devtools.torchenv", description=__doc__)
-    parser.add_argument("version", help="torch release, e.g. 2.6.0")
-    parser.add_argument("--importable", action="store_true", help="make 'import torch' work")
-    parser.add_argument("--python", default=None, help="e.g. 3.11 (default: this interpreter's)")
-    parser.add_argument("--extra", action="append", default=[], help="another requirement")
-    args = parser.parse_args(argv)
-    try:
-        env = torch_env(
-            args.version, importable=args.importable, python=args.python, extra=args.extra
-        )
-    except HANDLED as exc:
-        print(f"error: {type(exc).__name__}: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return exc.exit_code
-    print(env.root)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

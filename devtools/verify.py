@@ -2,7 +2,7 @@
 exactly once (absent only where matrix.toml allows its job to fail), each combined
 wheel that fits this interpreter is installed with each torch it serves into a fresh
 environment, and ``python -m torch_c_dlpack_ext --json`` must decide what the
-bundled manifest says (``release.py verify``; cibuildwheel's test command uses the
+bundled manifest says (``python -m devtools verify``; cibuildwheel's test command uses the
 same check for one job's wheel)."""
 
 from __future__ import annotations

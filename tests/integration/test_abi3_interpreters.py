@@ -76,7 +76,7 @@ def abi3_dist(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> Pa
     libraries are compiled once, on this interpreter, and cached)."""
     out = tmp_path_factory.mktemp("abi3") / "dist"
     proc = subprocess.run(
-        [sys.executable, "-m", "devtools.build", "--cells", ",".join(CELLS), "--out", str(out),
+        [sys.executable, "-m", "devtools", "build", "--cells", ",".join(CELLS), "--out", str(out),
          "--build-dir", str(build_cache / "cells")],
         cwd=ROOT, env=devtools_env(), capture_output=True, text=True, timeout=3600,
         check=False,
@@ -231,7 +231,7 @@ def test_free_threaded_wheel_loads_and_round_trips_through_tvm_ffi(
         pytest.skip(found)
     dist = tmp_path / "dist"
     proc = subprocess.run(
-        [sys.executable, "-m", "devtools.build", "--cells", ",".join(FREE_THREADED_CELLS),
+        [sys.executable, "-m", "devtools", "build", "--cells", ",".join(FREE_THREADED_CELLS),
          "--out", str(dist), "--build-dir", str(build_cache / "cells")],
         cwd=ROOT, env=devtools_env(), capture_output=True, text=True, timeout=3600,
         check=False,

@@ -106,7 +106,7 @@ def test_provisions_a_free_threaded_314(progress: Progress, tmp_path: Path) -> N
 
     # The command line reuses the cached build and prints the interpreter.
     cli = subprocess.run(
-        [sys.executable, "-m", "devtools.freethreaded", "3.14t"],
+        [sys.executable, "-m", "devtools", "freethreaded", "3.14t"],
         capture_output=True,
         text=True,
         cwd=ROOT,

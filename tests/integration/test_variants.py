@@ -49,7 +49,7 @@ def links(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> Path:
     """A find-links directory: variant wheels, the combined wheel and the variants index."""
     dist = tmp_path_factory.mktemp("dist")
     _run(
-        [sys.executable, "-m", "devtools.build", "--cells", ",".join(CELLS), "--out", str(dist),
+        [sys.executable, "-m", "devtools", "build", "--cells", ",".join(CELLS), "--out", str(dist),
          "--build-dir", str(build_cache / "cells")],
         env=devtools_env(),
     )  # fmt: skip

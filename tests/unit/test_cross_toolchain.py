@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from devtools import build, hostenv, torchenv
+from devtools.commands import build as build_command
 from devtools.matrix import load_matrix
 
 from _torch_c_dlpack_ext_core.driver import plan_build
@@ -173,14 +174,14 @@ def test_free_threaded_cells_are_not_cross_compiled() -> None:
 
 
 def test_platform_selects_that_platforms_cells() -> None:
-    cells = build.select_cells(MATRIX, None, "linux_aarch64")
+    cells = build_command.select_cells(MATRIX, None, "linux_aarch64")
     assert cells
     assert {c.platform.name for c in cells} == {"linux_aarch64"}
     assert {c.id for c in cells} >= {f"linux_aarch64-t2{m}_cpu" for m in range(4, 10)}
-    both = build.select_cells(MATRIX, "*-t28_cpu", "linux_aarch64")
+    both = build_command.select_cells(MATRIX, "*-t28_cpu", "linux_aarch64")
     assert [c.id for c in both] == ["linux_aarch64-t28_cpu"]
     with pytest.raises(ConfigError, match="--platform 'linux_arm' is no platform"):
-        build.select_cells(MATRIX, None, "linux_arm")
+        build_command.select_cells(MATRIX, None, "linux_arm")
 
 
 def test_torch_tree_of_another_platform(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

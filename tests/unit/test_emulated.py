@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devtools import emulated
+from devtools import cli, emulated
 from devtools.errors import EmulationUnavailableError
 from devtools.matrix import load_matrix
 
@@ -103,7 +103,7 @@ def test_main_says_why_in_one_line_and_exits_14(
         raise EmulationUnavailableError("emulation needs root (binfmt_misc, ...); run as root")
 
     monkeypatch.setattr(emulated, "check_host", refuse)
-    assert emulated.main(["--platform", "linux_aarch64", "--torch", "2.8"]) == 14
+    assert cli.main(["emulated", "--platform", "linux_aarch64", "--torch", "2.8"]) == 14
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "error: EmulationUnavailableError: emulation needs root (binfmt_misc, ...); run as root"
@@ -144,8 +144,8 @@ def test_one_row_per_minor_and_exit_0_only_if_every_minor_held(
     monkeypatch.setattr(emulated, "provision_root", lambda emulation: tmp_path)
     monkeypatch.setattr(emulated, "ensure_wheel", lambda dist, platform: tmp_path / "x.whl")
     monkeypatch.setattr(emulated, "check_minor", check)
-    monkeypatch.setattr(emulated, "_Mounted", _NoMount)
-    code = emulated.main(["--platform", "linux_aarch64"])
+    monkeypatch.setattr(emulated, "Mounted", _NoMount)
+    code = cli.main(["emulated", "--platform", "linux_aarch64"])
     assert seen == ["2.4", "2.5", "2.6", "2.7", "2.8", "2.9"]
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("2.")]
     assert len(rows) == 6
@@ -228,7 +228,7 @@ def test_check_minor_verdicts(
     monkeypatch.setattr(emulated, "_uv_target", lambda target, emulation, *reqs: None)
     monkeypatch.setattr(emulated, "_in_root", in_root)
     run_dir = tmp_path / "opt" / "tcde" / "runs" / "r"
-    emulated._stage_suite(run_dir, examples=5)
+    emulated.stage_suite(run_dir, examples=5)
     (cell,) = emulated.select_minors(MATRIX, "linux_aarch64", ["2.4"])
     result = emulated.check_minor(
         tmp_path, cell, tmp_path / "x.whl", AARCH64, examples=5, run_dir=run_dir

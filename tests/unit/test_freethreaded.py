@@ -405,7 +405,7 @@ def test_steps_report_progress_with_a_heartbeat(monkeypatch: pytest.MonkeyPatch)
 
 def test_the_command_line_reports_a_bad_version_in_one_line() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "devtools.freethreaded", "3.14"],
+        [sys.executable, "-m", "devtools", "freethreaded", "3.14"],
         capture_output=True,
         text=True,
         cwd=ROOT,

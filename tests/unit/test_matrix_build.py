@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from devtools import build
+from devtools import build, cli
 from devtools.matrix import load_matrix
 
 MATRIX = load_matrix()
@@ -138,10 +138,10 @@ def test_host_platform_name(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_bad_jobs_value_is_a_config_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert build.main(["--jobs", "0", "--no-assemble"]) == 2
+    assert cli.main(["build", "--jobs", "0", "--no-assemble"]) == 2
     assert "--jobs 0: must be 1 or more" in capsys.readouterr().err
 
 
 def test_unknown_cell_pattern(capsys: pytest.CaptureFixture[str]) -> None:
-    assert build.main(["--cells", "linux_x86_64-t28_cdua", "--no-assemble"]) == 2
+    assert cli.main(["build", "--cells", "linux_x86_64-t28_cdua", "--no-assemble"]) == 2
     assert "did you mean" in capsys.readouterr().err
