@@ -464,7 +464,7 @@ def buildable_here(cell: Any, host: str | None) -> bool:
     """This host compiles ``cell`` the way its job would: its platform, and a CPython
     with the GIL for an abi3 cell (any one: the library serves them all) or the cell's
     own free-threaded CPython running this rehearsal."""
-    from devtools.build import running_python
+    from devtools.buildhost import running_python
 
     if cell.platform.name != host:
         return False
@@ -589,7 +589,7 @@ def rehearse_dataflow(
     """Run the data flow in ``work`` (see the module docstring); never raises for a
     problem the release would have, it reports it in :attr:`FlowResult.problems`."""
     from devtools import cli, contents, distfiles, publish, verify
-    from devtools.build import host_platform_name
+    from devtools.buildhost import host_platform_name
     from devtools.matrix import load_matrix
 
     started = time.monotonic()

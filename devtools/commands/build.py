@@ -54,6 +54,7 @@ from typing import Any
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from devtools import ROOT, build
+from devtools.buildhost import host_platform_name
 from devtools.errors import CellsNotBuiltError
 from devtools.matrix import Cell, Matrix, load_matrix
 
@@ -137,7 +138,7 @@ def select_cells(
     elif platform is not None:
         cells = matrix.select(platform=[platform])
     else:
-        host = build.host_platform_name(matrix)
+        host = host_platform_name(matrix)
         if host is None:
             raise ConfigError(
                 f"this host ({sys.platform}, {host_platform.machine()}) is no platform of "

@@ -223,7 +223,7 @@ def test_free_threaded_wheel_loads_and_round_trips_through_tvm_ffi(
 ) -> None:
     """The cp314t wheel: its libraries compiled against free-threaded CPython 3.14's
     headers and torch 2.9.1's cp314t wheel, run there with the GIL off."""
-    from devtools.build import freethreaded_python
+    from devtools.buildhost import freethreaded_python
     from devtools.torchenv import torch_env
 
     found = freethreaded_python("3.14t")

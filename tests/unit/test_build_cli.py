@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from devtools import build, cli
+from devtools import build, buildhost, cli
 from devtools.commands import build as command
 from devtools.errors import CellsNotBuiltError
 
@@ -108,7 +108,7 @@ def test_an_empty_cells_selection_is_an_error_before_any_work(
 def test_select_cells_without_cells_is_the_host_platform() -> None:
     matrix = build.load_matrix()
     cells = command.select_cells(matrix, None)
-    host = build.host_platform_name(matrix)
+    host = buildhost.host_platform_name(matrix)
     assert cells
     assert {c.platform.name for c in cells} == {host}
     # Every Python ABI of the platform: the abi3 cells and the free-threaded ones.
