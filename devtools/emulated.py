@@ -55,9 +55,8 @@ from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from devtools import ROOT
 from devtools.errors import HANDLED, EmulationUnavailableError, ProvisionError
-from devtools.hostenv import dev_cache_root
+from devtools.hostenv import dev_cache_root, find_uv
 from devtools.matrix import Cell, Matrix
-from devtools.torchenv import find_uv
 
 __all__ = [
     "EMULATED",

@@ -60,8 +60,7 @@ from _torch_c_dlpack_ext_core.run import run
 from devtools import ROOT, publish, verify
 from devtools.distfiles import ReleaseFiles
 from devtools.errors import ReleaseError
-from devtools.hostenv import venv_python
-from devtools.torchenv import find_uv
+from devtools.hostenv import find_uv, venv_python
 
 __all__ = [
     "DEFAULT_CELLS",

@@ -26,8 +26,7 @@ from _torch_c_dlpack_ext_core.run import run
 from devtools.contents import check_contents, release_contents
 from devtools.distfiles import WheelInfo, read_wheel
 from devtools.errors import ReleaseError
-from devtools.hostenv import venv_python
-from devtools.torchenv import find_uv
+from devtools.hostenv import find_uv, venv_python
 
 __all__ = [
     "check_against_torch",

@@ -110,7 +110,7 @@ def test_pip_and_uv_pick_the_abi3_wheel_for_every_cpython(
     """Resolution only (no interpreter of that version needed): every CPython >= 3.9
     with the GIL, 3.14 and a future 3.15 included, gets the one abi3 wheel; a
     free-threaded one, for which this dist has no wheel, the universal wheel."""
-    from devtools.torchenv import find_uv
+    from devtools.hostenv import find_uv
 
     platform = _combined_platform(abi3_dist)
     version = python.removesuffix("t")
@@ -165,7 +165,7 @@ print(json.dumps({"python": sys.version.split()[0], "torch": torch.__version__,
 def _install_target(python: Path, site: Path, *args: str) -> None:
     """Install into ``site`` for ``python``'s CPython with uv (pip itself no longer runs
     for 3.9), its configuration files off: only the named sources count."""
-    from devtools.torchenv import find_uv
+    from devtools.hostenv import find_uv
 
     cmd = [find_uv(), "pip", "install", "--no-config", "--python", str(python), "--target",
            str(site), *args]  # fmt: skip
