@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from devtools.freethreaded import DEBIAN_MIRROR, SOURCES
+from devtools.debsource import DEBIAN_MIRROR
+from devtools.freethreaded import SOURCES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
