@@ -21,7 +21,7 @@ import dataclasses
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import Protocol, cast
+from typing import NoReturn, Protocol, cast
 
 from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtError
 from devtools.errors import HANDLED, UNEXPECTED_EXIT_CODE, DevToolError
@@ -48,6 +48,7 @@ class Command:
     help: str
 
     def load(self) -> CommandModule:
+        """Import the command's module (only now: its imports are its own)."""
         return cast(CommandModule, importlib.import_module(self.module))
 
 
@@ -121,7 +122,7 @@ def _parser(chosen: Command | None) -> argparse.ArgumentParser:
     return parser
 
 
-def _unknown(parser: argparse.ArgumentParser, name: str) -> None:
+def _unknown(parser: argparse.ArgumentParser, name: str) -> NoReturn:
     import difflib
 
     close = difflib.get_close_matches(name, list(_BY_NAME), n=1)
