@@ -36,9 +36,8 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from _torch_c_dlpack_ext_core.run import run
 from devtools.errors import ProvisionError
 
-__all__ = ["CARRY_DIR", "LIMIT_BYTES", "PREINSTALLED", "ROOT", "WHEELS", "gather", "install_line"]
+__all__ = ["CARRY_DIR", "LIMIT_BYTES", "PREINSTALLED", "WHEELS", "gather", "install_line"]
 
-ROOT = Path(__file__).resolve().parents[1]
 #: The carry folder, relative to the checkout (ignored by .gitignore).
 CARRY_DIR = ".gpu-carry"
 #: The machine takes the checkout plus carried files up to 64 MiB in all.

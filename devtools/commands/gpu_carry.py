@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from devtools.gpu_carry import CARRY_DIR, ROOT, gather, install_line
+from devtools import ROOT
+from devtools.gpu_carry import CARRY_DIR, gather, install_line
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
