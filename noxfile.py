@@ -30,9 +30,15 @@ def _group(name: str) -> list[str]:
     return list(nox.project.dependency_groups(PYPROJECT, name))
 
 
-#: How the developer tools run from the checkout: as modules of the repository root, with
-#: the shipped building blocks (python/_torch_c_dlpack_ext_core) importable.
+#: How the developer tools run from the checkout (``python -m devtools <command>``, the
+#: repository root's package), with the shipped building blocks
+#: (python/_torch_c_dlpack_ext_core) importable.
 DEVTOOLS_ENV = {"PYTHONPATH": str(ROOT / "python")}
+
+
+def _devtools(session: nox.Session, command: str) -> None:
+    """``python -m devtools <command>``, with the session's arguments after ``--``."""
+    session.run("python", "-m", "devtools", command, *session.posargs, env=DEVTOOLS_ENV)
 
 
 @nox.session(venv_backend="virtualenv")
@@ -102,7 +108,7 @@ def build(session: nox.Session) -> None:
     build/build-report.json (beside ``--out DIR`` when given; ``--report FILE`` chooses).
     """
     session.install(*_group("build"))
-    session.run("python", "-m", "devtools.build", *session.posargs, env=DEVTOOLS_ENV)
+    _devtools(session, "build")
 
 
 @nox.session(default=False)
@@ -118,7 +124,7 @@ def emulated(session: nox.Session) -> None:
     half. One table; exit 0 only if every minor held, 14 if this host cannot emulate.
     """
     session.install(*_group("build"))
-    session.run("python", "-m", "devtools.emulated", *session.posargs, env=DEVTOOLS_ENV)
+    _devtools(session, "emulated")
 
 
 @nox.session(default=False)
@@ -129,7 +135,7 @@ def matrix(session: nox.Session) -> None:
     ``--list`` prints every cell id instead.
     """
     session.install("packaging>=24", "filelock>=3.12", "tomli>=1.1; python_version < '3.11'")
-    session.run("python", "-m", "devtools.matrix", *session.posargs, env=DEVTOOLS_ENV)
+    _devtools(session, "matrix")
 
 
 @nox.session(default=False)
@@ -142,7 +148,7 @@ def release(session: nox.Session) -> None:
     Publishing instead. See README "Releasing".
     """
     session.install(*_group("release"))
-    session.run("python", "-m", "devtools.release", "upload", *session.posargs, env=DEVTOOLS_ENV)
+    _devtools(session, "upload")
 
 
 @nox.session(default=False)
@@ -156,7 +162,7 @@ def rehearse(session: nox.Session) -> None:
     changing the served files. ``-- --help`` lists the options.
     """
     session.install(*_group("rehearse"))
-    session.run("python", "-m", "devtools.rehearse", *session.posargs, env=DEVTOOLS_ENV)
+    _devtools(session, "rehearse")
 
 
 @nox.session(default=False)
@@ -171,7 +177,7 @@ def rehearse_dataflow(session: nox.Session) -> None:
     [--only CELLS] [--workdir DIR]``.
     """
     session.install(*_group("build"), "twine>=6.1", "pyyaml>=6")
-    session.run("python", "-m", "devtools.dataflow", *session.posargs, env=DEVTOOLS_ENV)
+    _devtools(session, "rehearse-dataflow")
 
 
 @nox.session(venv_backend="virtualenv", default=False)

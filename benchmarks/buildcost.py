@@ -72,7 +72,7 @@ def _cells(ctx: BenchContext) -> list[tuple[str, Path, str]]:
 
 def _pipeline_cell_id() -> str:
     """The matrix id of the torch 2.8 CPU cell (abi3) on this host."""
-    from devtools.build import host_platform_name
+    from devtools.buildhost import host_platform_name
     from devtools.matrix import load_matrix
 
     matrix = load_matrix()
@@ -90,7 +90,8 @@ def _pipeline(build_dir: Path, *, jobs: int, cells: str | None) -> dict[str, Any
     command: list[str | Path] = [
         sys.executable,
         "-m",
-        "devtools.build",
+        "devtools",
+        "build",
         "--no-assemble",
         "--jobs",
         str(jobs),

@@ -9,7 +9,7 @@ The backend only packs. A wheel holds one of:
 
 ``libs-dir``
     A directory holding prebuilt libraries and their ``manifest.json`` (as
-    ``python -m devtools.build --libs-dir`` writes them, in CI cibuildwheel's
+    ``python -m devtools build --libs-dir`` writes them, in CI cibuildwheel's
     ``before-build``); the wheel packs exactly those, tagged for the Python their
     manifest entries name.
 ``universal``

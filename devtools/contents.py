@@ -140,7 +140,7 @@ def release_notes(statuses: Sequence[CellStatus], version: str = __version__) ->
         lines += [
             "",
             f"{len(blocking)} of these block publishing"
-            + (" (`devtools/release.py verify --expect` fails)." if blocking else "."),
+            + (" (`python -m devtools verify --expect` fails)." if blocking else "."),
         ]
     return "\n".join(lines) + "\n"
 

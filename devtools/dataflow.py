@@ -5,13 +5,13 @@ together outside GitHub. This replays that flow here, reading the settings it
 depends on from the workflow file itself, so a change there is rehearsed too:
 
 1. the job matrix, exactly as the ``matrix`` job makes it (``devtools.matrix``,
-   then ``release.py github-matrix``);
+   then ``python -m devtools github-matrix``);
 2. one job wheel per job, as its ``cells`` job would upload it. The cell
    selection is the workflow's ``TCDE_JOB_CELLS`` expression evaluated for that
    job. Cells this host can build (its platform; an abi3 cell from any CPython with
    the GIL, a free-threaded one only from that interpreter; chosen with
    ``--real-cells``) are compiled for real as the job does: ``[tool.cibuildwheel]
-   before-build``'s ``python -m devtools.build`` command (into a libs dir under the
+   before-build``'s ``python -m devtools build`` command (into a libs dir under the
    work directory, the compiled-library cache at ``--build-dir``), then the in-tree
    backend with ``config-settings`` (``libs-dir``); the others get stand-in
    libraries (a tiny C library per cell where this host can make one: Linux x86_64;
@@ -21,8 +21,8 @@ depends on from the workflow file itself, so a change there is rehearsed too:
 3. the artifacts laid out as actions/download-artifact v4 lays them out with the
    ``assemble`` job's settings (a name pattern: one folder per artifact, or one
    merged folder with ``merge-multiple``, where equal names collide);
-4. the ``assemble`` job's steps: ``nox -s build -- --assemble-from``, ``release.py
-   contents``, the twine check, ``split-variants``; then ``verify --expect`` on the
+4. the ``assemble`` job's steps: ``nox -s build -- --assemble-from``, ``python -m
+   devtools contents``, the twine check, ``split-variants``; then ``verify --expect`` on the
    layout the ``verify`` job downloads (contents and byte identity; installing
    torch is the verify job's own part and not repeated here);
 5. the result must hold every expected cell exactly once, with the bytes its job
@@ -35,8 +35,6 @@ report them absent, and ``verify`` must pass only if matrix.toml allows it.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import dataclasses
 import fnmatch
 import json
@@ -45,7 +43,6 @@ import re
 import shlex
 import shutil
 import sys
-import tempfile
 import time
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -61,7 +58,6 @@ __all__ = [
     "FlowSettings",
     "evaluate",
     "lay_out_artifacts",
-    "main",
     "read_workflow",
     "rehearse_dataflow",
 ]
@@ -120,7 +116,7 @@ class FlowSettings:
 
     #: ``TCDE_JOB_CELLS`` of the cells job's cibuildwheel step.
     cells_env: str
-    #: ``[tool.cibuildwheel] before-build``'s devtools.build argv (after ``-m devtools.build``).
+    #: ``[tool.cibuildwheel] before-build``'s build argv (after ``-m devtools build``).
     build_args: tuple[str, ...]
     #: ``[tool.cibuildwheel] config-settings`` ``libs-dir``: what the backend packs.
     libs_dir: str
@@ -294,23 +290,23 @@ def stand_in_library(cell: Any, directory: Path, *, elf: bool) -> tuple[Any, Pat
 
 
 def read_job_build(pyproject: Path = ROOT / "pyproject.toml") -> tuple[tuple[str, ...], str]:
-    """The job's own build, from ``[tool.cibuildwheel]``: the ``python -m devtools.build``
+    """The job's own build, from ``[tool.cibuildwheel]``: the ``python -m devtools build``
     arguments of ``before-build`` and the ``libs-dir`` the backend packs (which must be
     the folder that command fills, and the cells must be the job's ``TCDE_JOB_CELLS``)."""
     from build_backend._metadata import load_pyproject
 
     config = load_pyproject(pyproject.parent)["tool"]["cibuildwheel"]
     commands = [part.strip() for part in str(config.get("before-build", "")).split("&&")]
-    builds = [c for c in commands if "-m devtools.build" in c]
+    builds = [c for c in commands if "-m devtools build" in c]
     libs_dir = str(config.get("config-settings", {}).get("libs-dir", ""))
     if len(builds) != 1 or not libs_dir:
         raise _error(
-            "pyproject.toml [tool.cibuildwheel]: expected one `python -m devtools.build` in "
+            "pyproject.toml [tool.cibuildwheel]: expected one `python -m devtools build` in "
             "before-build and config-settings libs-dir; the rehearsal models that job build"
         )
     argv = shlex.split(builds[0])
     env = argv[: argv.index("python")]  # the assignments before the interpreter
-    args = tuple(argv[argv.index("devtools.build") + 1 :])
+    args = tuple(argv[argv.index("devtools") + 2 :])  # after "devtools build"
     if (
         env != ["PYTHONPATH=python"]
         or f"${CELLS_VARIABLE}" not in args
@@ -328,7 +324,7 @@ def read_job_build(pyproject: Path = ROOT / "pyproject.toml") -> tuple[tuple[str
 def _real_libraries(
     settings: FlowSettings, cells_value: str, work: Path, build_dir: Path
 ) -> list[tuple[Any, Path]]:
-    """Build a job wheel as the cells job does: before-build's devtools.build command
+    """Build a job wheel as the cells job does: before-build's ``devtools build`` command
     (``$TCDE_JOB_CELLS`` filled in; its libs dir under ``work``, the compiled-library
     cache at ``build_dir``), then the in-tree backend packing that libs dir. Returns
     the wheel's libraries."""
@@ -344,7 +340,7 @@ def _real_libraries(
         for a in settings.build_args
     ]
     env = {**os.environ, "PYTHONPATH": "python"}
-    command = [sys.executable, "-m", "devtools.build", *args, "--build-dir", str(build_dir)]
+    command = [sys.executable, "-m", "devtools", "build", *args, "--build-dir", str(build_dir)]
     # run() captures; the build's own lines (cells, cache hits, audits) still reach the log.
     built = run(command, cwd=ROOT, env=env)
     sys.stderr.write(built.stdout + built.stderr)
@@ -425,7 +421,7 @@ def build_job(
     from build_backend._wheel import assemble_wheel
 
     value = evaluate(settings.cells_env, job)
-    # devtools.build's selection: the cells named (of the job's platform and Python ABI).
+    # The build's selection: the cells named (of the job's platform and Python ABI).
     selected = list(matrix.select(value.split(",")))
     if [c.id for c in selected] != list(job["cells"]):
         raise _error(
@@ -469,7 +465,7 @@ def buildable_here(cell: Any, host: str | None) -> bool:
     """This host compiles ``cell`` the way its job would: its platform, and a CPython
     with the GIL for an abi3 cell (any one: the library serves them all) or the cell's
     own free-threaded CPython running this rehearsal."""
-    from devtools.build import running_python
+    from devtools.buildhost import running_python
 
     if cell.platform.name != host:
         return False
@@ -537,14 +533,14 @@ class FlowResult:
 
 
 def _job_matrix(work: Path, only: str) -> tuple[Path, list[dict[str, Any]]]:
-    """The matrix job's two steps: ``nox -s matrix`` and ``release.py github-matrix``."""
-    from devtools import matrix as nox_matrix
+    """The matrix job's two steps: ``nox -s matrix`` and ``devtools github-matrix``."""
+    from devtools import cli
     from devtools.cisteps import github_matrix
     from devtools.hostenv import requires_python
 
     path = work / "matrix.json"
     argv = ["--output", str(path)] + (["--only", only] if only else [])
-    if nox_matrix.main(argv) != 0:
+    if cli.main(["matrix", *argv]) != 0:
         raise _error(f"nox -s matrix {' '.join(argv)} failed")
     data = json.loads(path.read_text(encoding="utf-8"))
     jobs = github_matrix(data, requires_python=requires_python())["cells"]
@@ -593,8 +589,8 @@ def rehearse_dataflow(
 ) -> FlowResult:
     """Run the data flow in ``work`` (see the module docstring); never raises for a
     problem the release would have, it reports it in :attr:`FlowResult.problems`."""
-    from devtools import build, contents, distfiles, publish, verify
-    from devtools.build import host_platform_name
+    from devtools import cli, contents, distfiles, publish, verify
+    from devtools.buildhost import host_platform_name
     from devtools.matrix import load_matrix
 
     started = time.monotonic()
@@ -632,7 +628,7 @@ def rehearse_dataflow(
                           time.monotonic() - started)  # fmt: skip
     dist, notes, variants = work / "dist", work / "release-notes", work / "variants"
     _log("assemble: nox -s build -- --assemble-from")
-    if build.main(["--assemble-from", str(cells_dir), "--out", str(dist)]) != 0:
+    if cli.main(["build", "--assemble-from", str(cells_dir), "--out", str(dist)]) != 0:
         problems.append("assemble (nox -s build -- --assemble-from) failed")
         return FlowResult(len(jobs), 0, real, list(fail_jobs), [], [], 0, problems,
                           time.monotonic() - started)  # fmt: skip
@@ -718,40 +714,3 @@ def print_summary(result: FlowResult) -> None:
     for problem in result.problems:
         print(f"PROBLEM: {problem}")
     print("data flow ok" if result.ok else f"{len(result.problems)} problem(s)")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line (``nox -s rehearse_dataflow``); exit 1 if the flow has a problem."""
-    from devtools.errors import HANDLED
-
-    parser = argparse.ArgumentParser(prog="rehearse_dataflow", description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--real-cells", default=",".join(DEFAULT_REAL_CELLS),
-        help="cell ids this host compiles for real (others get stand-ins)",
-    )  # fmt: skip
-    parser.add_argument("--fail-job", action="append", default=[], help="drop a job's artifact")
-    parser.add_argument("--only", default="", help="the dispatch `cells` input")
-    parser.add_argument("--workdir", type=Path, help="keep everything here")
-    parser.add_argument("--build-dir", type=Path, help="compiled-library cache for real cells")
-    args = parser.parse_args(argv)
-    real = tuple(c.strip() for c in args.real_cells.split(",") if c.strip())
-    try:
-        with contextlib.ExitStack() as stack:
-            if args.workdir is None:
-                work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tcde-flow-")))
-            else:
-                work = args.workdir
-                work.mkdir(parents=True, exist_ok=True)
-            result = rehearse_dataflow(
-                work, real_cells=real, fail_jobs=args.fail_job, only=args.only,
-                build_dir=args.build_dir or ROOT / "build" / "cells",
-            )  # fmt: skip
-            print_summary(result)
-    except HANDLED as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0 if result.ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

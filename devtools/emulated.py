@@ -1,15 +1,9 @@
-"""``nox -s emulated -- --platform linux_aarch64``: our aarch64 wheel on real aarch64
-CPython and real aarch64 torch, under qemu-user, for every torch minor of the matrix.
+"""Our aarch64 wheel on real aarch64 CPython and real aarch64 torch, under qemu-user, per
+torch minor of the matrix (``python -m devtools emulated``, ``nox -s emulated``; how the
+host emulates and the Debian root: :mod:`devtools.emulation`).
 
-What it provisions (from Debian packages and PyPI only), all cached:
+What it provisions inside the root (from PyPI only), cached:
 
-* the host side: ``qemu-user-static``, ``binfmt-support`` and ``debootstrap`` (apt-get,
-  when missing), binfmt_misc mounted (``mount -t binfmt_misc``) and qemu's aarch64
-  handler enabled (``update-binfmts``; qemu-user-static registers it with the ``F``
-  flag, so the kernel runs aarch64 programs inside a chroot too);
-* an arm64 Debian bookworm root (``debootstrap --variant=minbase``, with ``python3``:
-  bookworm's CPython 3.11) under ``$TCDE_DEV_CACHE/emulated/`` with a completeness
-  marker, like the torch environments of :mod:`devtools.torchenv`;
 * per torch minor, a folder inside that root with PyPI's aarch64 wheels of the matrix's
   torch release and what the checks need (numpy, pytest, hypothesis and, where PyPI has
   an aarch64 wheel of it for CPython 3.11, apache-tvm-ffi), installed from this host by
@@ -29,22 +23,13 @@ Per minor, inside the root (``chroot``, ``/proc`` mounted for the run):
    2.4-2.9 have no table of their own to compare with) against the installed library,
    with a derandomized profile of ``--examples`` examples per property sized to fit a
    few minutes a minor under emulation.
-
-It prints one table, a row per minor (``ok``, or ``failed`` with the cause), and exits 0
-only if every minor held (1 otherwise). A host that cannot emulate (not root, no
-binfmt_misc, no qemu-user) is told so in one line, with exit code 14
-(:class:`~devtools.errors.EmulationUnavailableError`).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import os
-import platform as host_platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -56,70 +41,32 @@ from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from devtools import ROOT
 from devtools.cells import Cell
-from devtools.errors import HANDLED, EmulationUnavailableError, ProvisionError
-from devtools.errors import report as report_error
-from devtools.hostenv import dev_cache_root
-from devtools.matrix import load_matrix
+from devtools.emulation import STEP_TIMEOUT_S, Emulation, capture, in_root, last_lines, log
+from devtools.errors import HANDLED, ProvisionError
+from devtools.hostenv import find_uv
 from devtools.matrixmodel import Matrix
-from devtools.torchenv import find_uv
 
 __all__ = [
-    "EMULATED",
-    "Emulation",
+    "DEFAULT_EXAMPLES",
+    "RUNS",
     "MinorResult",
-    "check_host",
+    "check_minor",
     "combined_wheel",
-    "main",
-    "provision_root",
+    "ensure_wheel",
+    "minor_env",
+    "select_minors",
+    "stage_suite",
 ]
 
 
-@dataclasses.dataclass(frozen=True)
-class Emulation:
-    """How one foreign platform is emulated here."""
-
-    #: Debian's name of the architecture (debootstrap ``--arch``).
-    debian_arch: str
-    #: The binfmt_misc handler qemu-user-static registers (``update-binfmts`` name).
-    binfmt: str
-    #: ``uname -m`` inside the emulation.
-    machine: str
-    #: The Debian release of the root and the CPython it ships.
-    suite: str
-    python: str
-    #: uv's ``--python-platform`` for what runs in the root: its glibc's manylinux tag, so
-    #: uv installs what pip in the root would (bookworm: glibc 2.36).
-    uv_platform: str
-
-
-#: Matrix platform -> its emulation (bookworm's python3 is CPython 3.11).
-EMULATED = {
-    "linux_aarch64": Emulation(
-        debian_arch="arm64",
-        binfmt="qemu-aarch64",
-        machine="aarch64",
-        suite="bookworm",
-        python="3.11",
-        uv_platform="aarch64-manylinux_2_36",
-    ),
-}
-#: The Debian packages the host needs.
-HOST_PACKAGES = ("qemu-user-static", "binfmt-support", "debootstrap")
-BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
-#: Where packages for the root come from (override: ``TCDE_DEBIAN_MIRROR``).
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
-MIRROR_VAR = "TCDE_DEBIAN_MIRROR"
-_MARKER = ".emulated-root-complete.json"
 #: Inside the root.
 _ENVS = Path("opt/tcde/envs")
-_RUNS = Path("opt/tcde/runs")
+RUNS = Path("opt/tcde/runs")
 #: What every per-minor folder holds besides torch (pure Python, or aarch64 wheels).
 CHECK_REQUIREMENTS = ("numpy", "pytest", "hypothesis", "packaging", "filelock")
 TVM_FFI = "apache-tvm-ffi"
 #: Examples per conformance property under emulation (the CI profile runs 150 natively).
 DEFAULT_EXAMPLES = 40
-#: Seconds each in-emulator step may take.
-STEP_TIMEOUT_S = 600.0
 _PROFILE_PLUGIN = "tcde_emulated_profile"
 _PROFILE_SOURCE = """\
 from hypothesis import HealthCheck, settings
@@ -167,115 +114,6 @@ class MinorResult:
     steps: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def _log(message: str) -> None:
-    print(f"emulated: {message}", file=sys.stderr, flush=True)
-
-
-def _sh(cmd: Sequence[str], *, timeout: float = STEP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(cmd), capture_output=True, text=True, check=False, timeout=timeout)
-
-
-def _tail(proc: subprocess.CompletedProcess[str], lines: int = 3) -> str:
-    text = (proc.stderr or proc.stdout or "").strip().splitlines()
-    return " | ".join(text[-lines:]) if text else f"exit {proc.returncode}"
-
-
-def check_host(emulation: Emulation, *, install: bool = True) -> None:
-    """Make this host run ``emulation``'s programs, or raise
-    :class:`EmulationUnavailableError` saying why not (in one line).
-
-    Installs the missing :data:`HOST_PACKAGES` with apt-get (``install``), mounts
-    binfmt_misc and enables qemu's handler. Needs root (mount, chroot, debootstrap).
-    """
-    if not sys.platform.startswith("linux"):
-        raise EmulationUnavailableError(f"emulation needs a Linux host; this is {sys.platform}")
-    if host_platform.machine() == emulation.machine:
-        return  # a native host runs the programs itself
-    if os.geteuid() != 0:
-        raise EmulationUnavailableError(
-            "emulation needs root (binfmt_misc, debootstrap, chroot); run as root"
-        )
-    missing = [p for p in HOST_PACKAGES if not _package_installed(p)]
-    if missing:
-        if not install or shutil.which("apt-get") is None:
-            raise EmulationUnavailableError(
-                f"missing Debian packages {' '.join(missing)}; apt-get install {' '.join(missing)}"
-            )
-        _log(f"apt-get install {' '.join(missing)}")
-        proc = _sh(["apt-get", "install", "-y", "-q", *missing], timeout=900)
-        if proc.returncode != 0:
-            raise EmulationUnavailableError(
-                f"apt-get install {' '.join(missing)} failed: {_tail(proc, 2)}"
-            )
-    if not (BINFMT_DIR / "status").is_file():
-        proc = _sh(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT_DIR)])
-        if proc.returncode != 0:
-            raise EmulationUnavailableError(
-                f"binfmt_misc is not mounted and cannot be ({_tail(proc, 1)}); this host "
-                "(a container without it?) cannot run foreign programs"
-            )
-    handler = BINFMT_DIR / emulation.binfmt
-    if not handler.is_file() or "enabled" not in handler.read_text(errors="replace"):
-        proc = _sh(["update-binfmts", "--enable", emulation.binfmt])
-        if proc.returncode != 0 or not handler.is_file():
-            raise EmulationUnavailableError(
-                f"cannot register the {emulation.binfmt} binfmt_misc handler: {_tail(proc, 1)}"
-            )
-    flags = next(
-        (line for line in handler.read_text().splitlines() if line.startswith("flags:")), ""
-    )
-    if "F" not in flags:
-        raise EmulationUnavailableError(
-            f"{handler} has no F flag ({flags.strip() or 'none'}): qemu cannot be found inside "
-            "a chroot; reinstall qemu-user-static (its handlers are registered with F)"
-        )
-
-
-def _package_installed(name: str) -> bool:
-    proc = _sh(["dpkg-query", "-W", "-f=${Status}", name], timeout=30)
-    return proc.returncode == 0 and proc.stdout.endswith("installed")
-
-
-def provision_root(emulation: Emulation) -> Path:
-    """The cached Debian root of ``emulation`` (made with debootstrap on first use)."""
-    from filelock import FileLock
-
-    base = dev_cache_root() / "emulated"
-    base.mkdir(parents=True, exist_ok=True)
-    root = base / f"debian-{emulation.suite}-{emulation.debian_arch}"
-    with FileLock(str(root) + ".lock", timeout=3600):
-        if (root / _MARKER).is_file():
-            return root
-        mirror = os.environ.get(MIRROR_VAR, DEFAULT_MIRROR)
-        staging = root.with_name(root.name + ".tmp")
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(root, ignore_errors=True)
-        started = time.monotonic()
-        _log(f"debootstrap {emulation.suite} {emulation.debian_arch} into {root} (~2-5 min)")
-        cmd = [
-            "debootstrap",
-            f"--arch={emulation.debian_arch}",
-            "--variant=minbase",
-            "--include=python3,libstdc++6",
-            emulation.suite,
-            str(staging),
-            mirror,
-        ]
-        proc = _sh(cmd, timeout=3600)
-        if proc.returncode != 0:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise ProvisionError(f"debootstrap failed: {_tail(proc)}")
-        staging.rename(root)
-        record = {
-            "suite": emulation.suite,
-            "arch": emulation.debian_arch,
-            "mirror": mirror,
-            "seconds": round(time.monotonic() - started, 1),
-        }
-        atomic_write_bytes(root / _MARKER, (json.dumps(record, indent=2) + "\n").encode())
-    return root
-
-
 def _uv_target(target: Path, emulation: Emulation, *requirements: str) -> None:
     cmd = [
         find_uv(),
@@ -292,9 +130,9 @@ def _uv_target(target: Path, emulation: Emulation, *requirements: str) -> None:
         emulation.uv_platform,
         *requirements,
     ]
-    proc = _sh(cmd, timeout=3600)
+    proc = capture(cmd, timeout=3600)
     if proc.returncode != 0:
-        raise ProvisionError(f"uv pip install {' '.join(requirements)} failed: {_tail(proc)}")
+        raise ProvisionError(f"uv pip install {' '.join(requirements)} failed: {last_lines(proc)}")
 
 
 def has_wheel(requirement: str, emulation: Emulation) -> bool:
@@ -319,7 +157,7 @@ def has_wheel(requirement: str, emulation: Emulation) -> bool:
             emulation.uv_platform,
             requirement,
         ]
-        return _sh(cmd, timeout=120).returncode == 0
+        return capture(cmd, timeout=120).returncode == 0
 
 
 def minor_env(root: Path, cell: Cell, emulation: Emulation) -> tuple[Path, bool]:
@@ -337,7 +175,7 @@ def minor_env(root: Path, cell: Cell, emulation: Emulation) -> tuple[Path, bool]
             platform = cell.platform.name
             tvm = has_wheel(TVM_FFI, emulation)
             extra = [TVM_FFI] if tvm else []
-            _log(
+            log(
                 f"installing torch=={release} {' '.join([*CHECK_REQUIREMENTS, *extra])} "
                 f"({platform} wheels) into {env}"
             )
@@ -377,10 +215,10 @@ def ensure_wheel(dist: Path, platform: str) -> Path:
     wheel = combined_wheel(dist, platform)
     if wheel is not None:
         return wheel
-    from devtools import build
+    from devtools import cli
 
-    _log(f"no {platform} combined wheel in {dist}: nox -s build -- --platform {platform}")
-    code = build.main(["--platform", platform, "--out", str(dist)])
+    log(f"no {platform} combined wheel in {dist}: nox -s build -- --platform {platform}")
+    code = cli.main(["build", "--platform", platform, "--out", str(dist)])
     wheel = combined_wheel(dist, platform)
     if wheel is None:
         raise ProvisionError(
@@ -389,69 +227,12 @@ def ensure_wheel(dist: Path, platform: str) -> Path:
     return wheel
 
 
-class _Mounted:
-    """``/proc`` mounted inside the root while the checks run (unmounted on every exit)."""
-
-    def __init__(self, root: Path) -> None:
-        self.proc = root / "proc"
-        self.mounted = False
-
-    def __enter__(self) -> _Mounted:
-        if not os.path.ismount(self.proc):
-            proc = _sh(["mount", "-t", "proc", "proc", str(self.proc)])
-            if proc.returncode != 0:
-                raise EmulationUnavailableError(f"cannot mount /proc in the root: {_tail(proc)}")
-            self.mounted = True
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.mounted:
-            _sh(["umount", "--lazy", str(self.proc)])
-
-
-def _in_root(
-    root: Path,
-    paths: Sequence[Path],
-    argv: Sequence[str],
-    *,
-    env: dict[str, str],
-    cwd: str = "/",
-    timeout: float = STEP_TIMEOUT_S,
-) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` with the root's python3 inside the root (``PYTHONPATH``: ``paths``)."""
-    inside = [f"/{p.relative_to(root)}" for p in paths]
-    environment = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": "/tmp",
-        "LANG": "C.UTF-8",
-        "PYTHONPATH": ":".join(inside),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        **env,
-    }
-    cmd = [
-        "chroot",
-        str(root),
-        "/usr/bin/env",
-        "-C",
-        cwd,
-        "-i",
-        *(f"{k}={v}" for k, v in environment.items()),
-        "/usr/bin/python3",
-        *argv,
-    ]
-    try:
-        return _sh(cmd, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
-        return subprocess.CompletedProcess(cmd, 124, out, f"timed out after {timeout:.0f} s")
-
-
 def _check_decision(
     root: Path, paths: Sequence[Path], cell: Cell, result: MinorResult, causes: list[str]
 ) -> str:
     """``python -m torch_c_dlpack_ext --json``: our library of this torch minor and ABI is
     loaded and its round trip holds. Returns the loaded library's path in the root."""
-    diag = _in_root(root, paths, ["-m", "torch_c_dlpack_ext", "--json"], env={})
+    diag = in_root(root, paths, ["-m", "torch_c_dlpack_ext", "--json"], env={})
     library = ""
     try:
         report: dict[str, Any] = json.loads(diag.stdout)
@@ -473,7 +254,7 @@ def _check_decision(
         result.steps["decision"] = f"{decision['kind']} {Path(library).name}"
         result.steps["round trip"] = "ok" if report["smoke_test"]["ok"] else "failed"
     except (ValueError, KeyError, TypeError):
-        causes.append(f"python -m torch_c_dlpack_ext --json: {_tail(diag)}")
+        causes.append(f"python -m torch_c_dlpack_ext --json: {last_lines(diag)}")
 
     return library
 
@@ -498,17 +279,17 @@ def check_minor(
     library = _check_decision(root, paths, cell, result, causes)
 
     if tvm:
-        echo = _in_root(root, paths, ["-c", _ECHO], env={"TVM_FFI_CACHE_DIR": "/tmp/tvm-ffi"})
+        echo = in_root(root, paths, ["-c", _ECHO], env={"TVM_FFI_CACHE_DIR": "/tmp/tvm-ffi"})
         result.steps["tvm-ffi echo"] = "ok" if echo.returncode == 0 else "failed"
         if echo.returncode != 0:
-            causes.append(f"tvm-ffi echo: {_tail(echo)}")
+            causes.append(f"tvm-ffi echo: {last_lines(echo)}")
     else:
         result.steps["tvm-ffi echo"] = f"not run: no {TVM_FFI} wheel for this platform"
 
     if library and examples > 0:
         suite = run_dir / "src"
         inside_lib = library
-        conf = _in_root(
+        conf = in_root(
             root,
             [suite, suite / "tests", *paths],
             [
@@ -538,11 +319,11 @@ def check_minor(
         if conf.returncode != 0:
             failed = [ln for ln in lines if ln.startswith(("FAILED", "ERROR"))][:3]
             causes.append(
-                f"conformance exit {conf.returncode}: {' | '.join(failed) or _tail(conf)}"
+                f"conformance exit {conf.returncode}: {' | '.join(failed) or last_lines(conf)}"
             )
         elif not cases.isdigit() or int(cases) == 0:
             # Every property skipped (no hypothesis, no library): nothing was checked.
-            causes.append(f"conformance ran no case: {_tail(conf)}")
+            causes.append(f"conformance ran no case: {last_lines(conf)}")
     result.ok = not causes
     result.detail = (
         "; ".join(causes) if causes else "; ".join(f"{k}: {v}" for k, v in result.steps.items())
@@ -551,7 +332,7 @@ def check_minor(
     return result
 
 
-def _stage_suite(run_dir: Path, examples: int) -> None:
+def stage_suite(run_dir: Path, examples: int) -> None:
     """Copy the conformance suite (and what it imports) into the run folder."""
     tests = run_dir / "src" / "tests"
     tests.mkdir(parents=True)
@@ -561,14 +342,6 @@ def _stage_suite(run_dir: Path, examples: int) -> None:
         )
     plugin = run_dir / "src" / f"{_PROFILE_PLUGIN}.py"
     plugin.write_text(_PROFILE_SOURCE.format(examples=examples))
-
-
-def print_table(results: Sequence[MinorResult]) -> None:
-    """One row per minor: ok or failed, seconds, and the details or the cause."""
-    print(f"{'torch':<8} {'release':<8} {'result':<7} {'seconds':>8}  detail")
-    for r in results:
-        state = "ok" if r.ok else "failed"
-        print(f"{r.minor:<8} {r.torch:<8} {state:<7} {r.seconds:>8.1f}  {r.detail}")
 
 
 def select_minors(matrix: Matrix, platform: str, minors: Sequence[str] | None) -> list[Cell]:
@@ -588,66 +361,3 @@ def select_minors(matrix: Matrix, platform: str, minors: Sequence[str] | None) -
             )
         return [by_minor[m] for m in minors]
     return list(by_minor.values())
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="nox -s emulated --", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--platform", required=True, choices=sorted(EMULATED))
-    parser.add_argument("--torch", default=None, help="comma-separated minors (default: all)")
-    parser.add_argument("--dist", type=Path, default=ROOT / "dist")
-    parser.add_argument(
-        "--examples",
-        type=int,
-        default=DEFAULT_EXAMPLES,
-        help="conformance examples per property (0: skip the suite)",
-    )
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line (what ``nox -s emulated`` runs)."""
-    args = _parser().parse_args(argv)
-    try:
-        return _main(args)
-    except HANDLED as exc:
-        return report_error(exc)
-
-
-def _main(args: argparse.Namespace) -> int:
-    emulation = EMULATED[args.platform]
-    started = time.monotonic()
-    matrix = load_matrix()
-    minors = [m.strip() for m in args.torch.split(",") if m.strip()] if args.torch else None
-    cells = select_minors(matrix, args.platform, minors)
-    check_host(emulation)
-    root = provision_root(emulation)
-    wheel = ensure_wheel(args.dist.resolve(), args.platform)
-    _log(f"wheel {wheel.name}; root {root}")
-    results: list[MinorResult] = []
-    runs = root / _RUNS
-    runs.mkdir(parents=True, exist_ok=True)
-    run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=runs))
-    try:
-        _stage_suite(run_dir, args.examples)
-        with _Mounted(root):
-            for cell in cells:
-                _log(f"torch {cell.torch.release} ...")
-                result = check_minor(
-                    root, cell, wheel, emulation, examples=args.examples, run_dir=run_dir
-                )
-                _log(
-                    f"torch {cell.torch.release}: {'ok' if result.ok else 'failed'} "
-                    f"in {result.seconds:.0f} s"
-                )
-                results.append(result)
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    print_table(results)
-    print(f"wall time {time.monotonic() - started:.0f} s; root {root}")
-    return 0 if results and all(r.ok for r in results) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,8 +2,10 @@
 
 These never reach a user of the package: only ``nox`` sessions, CI and the tests run
 devtools. The shipped package's errors (``_torch_c_dlpack_ext_core.errors``) keep
-exit codes 1-8; a devtools command line (``main()`` of each module) prints either
-kind as one line and exits with its ``exit_code`` (:data:`HANDLED` lists both bases).
+exit codes 1-8, these take 9-14; ``python -m devtools`` (:mod:`devtools.cli`, the one
+place that reports them) prints either kind as one line and exits with its
+``exit_code`` (:data:`HANDLED` lists both bases), and anything else with
+:data:`UNEXPECTED_EXIT_CODE`.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtError
 
 __all__ = [
     "HANDLED",
+    "UNEXPECTED_EXIT_CODE",
     "CellsNotBuiltError",
     "DevToolError",
     "EmulationUnavailableError",
     "MatrixError",
     "ProvisionError",
     "ReleaseError",
-    "report",
 ]
 
 
@@ -63,13 +65,9 @@ class EmulationUnavailableError(DevToolError):
     exit_code = 14
 
 
-#: What a devtools ``main()`` translates into one line and an exit code.
+#: What ``python -m devtools`` translates into one line and the error's exit code.
 HANDLED = (TorchCDLPackExtError, DevToolError)
 
-
-def report(error: TorchCDLPackExtError | DevToolError) -> int:
-    """Print ``error`` as one line on stderr (``error: <Class>: <message>``); its exit code."""
-    import sys
-
-    print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
-    return error.exit_code
+#: An exception none of the tools foresaw (a bug): sysexits.h's EX_SOFTWARE, apart from
+#: every failure code above, so a CI log tells a bug from a failure.
+UNEXPECTED_EXIT_CODE = 70

@@ -4,22 +4,11 @@
 ``executable`` runs without the GIL and whose ``include_dir`` holds the headers
 (``pyconfig.h`` with ``Py_GIL_DISABLED 1``) that free-threaded libraries compile against.
 
-Where it comes from. No Debian suite ships a free-threaded (``nogil``) binary package, and
-PyPI has no CPython source distribution, so the interpreter is built from CPython's own
-release tarball as Debian's source package carries it (the ``.orig.tar.xz``; Debian's
-patches are not applied). The tarball is fetched with ``apt-get source --download-only``
-through a PRIVATE apt configuration (a temporary ``sources.list`` with one ``deb-src`` line
-per suite of :data:`SOURCES`, its own lists and cache): the system's apt sources are
-neither read nor changed, and apt checks the files against the suite's signed index
-(``/usr/share/keyrings/debian-archive-keyring.gpg``). The versions the suites' indexes name
-(``apt-cache madison``) are tried newest first, because an archive's pool can lag its
-index (a mirror mid-sync, or a proxy like the one our machines use, which serves
-``python3.13`` 3.13.15 and 3.13.5 but none of the 3.14.8-3.14.10 its index names). When none
-downloads, a release pinned in :data:`SOURCES` is taken from the pool with apt's own
-downloader (``apt-helper download-file``), checked against the pinned SHA-256 of its
-``.orig`` tarball (for 3.14: 3.14.7; how the pin was verified is in docs/facts.md). Then
-``./configure --disable-gil --disable-test-modules --prefix=<cache>/python/<version>``,
-``make -j<cores>`` and ``make install DESTDIR=<staging>``.
+Where it comes from: CPython's release tarball as Debian's source package carries it,
+downloaded through a private apt configuration (:mod:`devtools.debsource`; the suites and
+pinned releases per version: :data:`SOURCES`). Then ``./configure --disable-gil
+--disable-test-modules --prefix=<cache>/python/<version>``, ``make -j<cores>`` and ``make
+install DESTDIR=<staging>``.
 
 What the host needs (Debian or Ubuntu): ``apt-get``, ``make``, a C compiler, ``tar`` and
 ``xz-utils``, ``pkg-config``, the archive keyring, and the headers of the extension modules
@@ -38,79 +27,52 @@ absent. Before the rename the staged interpreter is checked: ``Py_GIL_DISABLED``
 ``sys._is_gil_enabled()`` is False, and the required extension modules import.
 
 A cold build takes minutes (download, configure, make, install); each step prints a line
-with the elapsed time, and a heartbeat every :data:`HEARTBEAT_S` seconds while a step runs.
+with the elapsed time, and a heartbeat every 30 s while a step runs (:data:`PROGRESS`).
 The lines go to stderr or to :func:`set_progress`'s sink. Every command goes through the
-project's one subprocess helper (``_torch_c_dlpack_ext_core.run``).
+project's one subprocess helper (:func:`devtools.steps.run_step`).
 
-Command line: ``PYTHONPATH=python python -m devtools.freethreaded 3.14t`` provisions (or
+Command line: ``PYTHONPATH=python python -m devtools freethreaded 3.14t`` provisions (or
 reuses) the interpreter and prints its executable's path.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
 import re
 import shutil
-import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-
-from packaging.version import Version
 
 from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from _torch_c_dlpack_ext_core.run import run
-from devtools.errors import HANDLED, ProvisionError, report
+from devtools.debsource import (
+    DEBIAN_MIRROR,
+    KEYRING,
+    DebianSource,
+    PinnedRelease,
+    fetch_source,
+    upstream_version,
+)
+from devtools.errors import ProvisionError
 from devtools.hostenv import dev_cache_root
+from devtools.steps import Progress, run_step
 
 __all__ = [
     "BUILD_DEPENDENCIES",
-    "DEBIAN_MIRROR",
-    "KEYRING",
+    "PROGRESS",
     "RECORD",
     "SOURCES",
-    "DebianSource",
     "FreeThreadedPython",
-    "PinnedRelease",
-    "apt_sources_list",
-    "dsc_version",
     "free_threaded_python",
-    "main",
-    "orig_url",
     "parse_version",
     "prefix_for",
     "set_progress",
-    "source_candidates",
-    "upstream_version",
 ]
-
-
-@dataclasses.dataclass(frozen=True)
-class PinnedRelease:
-    """A release taken straight from the archive's pool when no version the indexes name
-    downloads, checked against the SHA-256 of its ``.orig`` tarball pinned here (where each
-    pin was verified: docs/facts.md)."""
-
-    debian_version: str
-    orig_sha256: str
-
-
-@dataclasses.dataclass(frozen=True)
-class DebianSource:
-    """Where the CPython of one free-threaded version comes from: a Debian source package,
-    the suites whose indexes name its versions (newest tried first), and pinned releases
-    tried last."""
-
-    package: str
-    suites: tuple[str, ...]
-    pinned: tuple[PinnedRelease, ...] = ()
 
 
 #: The supported versions. sid carries the newest patch releases; the second suite keeps
@@ -129,10 +91,6 @@ SOURCES: Mapping[str, DebianSource] = {
         ),
     ),
 }
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
-KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
-#: apt's own downloader (same proxy settings as apt; checks a given hash).
-_APT_HELPER = "/usr/lib/apt/apt-helper"
 #: Extension module -> the Debian package with its headers. Each must import in the result.
 BUILD_DEPENDENCIES: Mapping[str, str] = {
     "ssl": "libssl-dev",
@@ -157,11 +115,8 @@ BUILD_TOOLS: Mapping[str, str] = {
 RECORD = ".tcde-freethreaded.json"
 #: A CPython build tree plus its installation; checked before starting.
 NEEDED_FREE_BYTES = 2 * 1024**3
-HEARTBEAT_S = 30.0
 _LOCK_TIMEOUT_S = 3600.0
 _VERSION_RE = re.compile(r"^(3)\.(\d+)(t?)$")
-#: How many lines of a failed tool's output an error carries.
-_TAIL_LINES = 25
 
 # Runs in the staged interpreter (-I: no PYTHON* variables, such as PYTHON_GIL=1, apply).
 _CHECK = """\
@@ -224,130 +179,13 @@ def prefix_for(version: str) -> Path:
     return dev_cache_root() / "python" / version
 
 
-def apt_sources_list(source: DebianSource, mirror: str = DEBIAN_MIRROR) -> str:
-    """The private ``sources.list``: one ``deb-src`` line per suite, signed by the archive
-    keyring (so apt verifies the indexes as it does for the system's own sources)."""
-    mirror = mirror.rstrip("/")
-    if not mirror or any(c.isspace() for c in mirror):
-        raise ConfigError(f"apt mirror {mirror!r} is not a URL like {DEBIAN_MIRROR!r}")
-    return "".join(
-        f"deb-src [signed-by={KEYRING}] {mirror} {suite} main\n" for suite in source.suites
-    )
-
-
-def upstream_version(debian_version: str) -> str:
-    """The CPython release of a Debian version: ``"3.13.5-2+deb13u5"`` -> ``"3.13.5"``
-    (epoch and Debian revision dropped); anything else is a :class:`ProvisionError`."""
-    # "~" sorts a Debian pre-release before its release: 3.13.0~rc3 is CPython's 3.13.0rc3.
-    version = debian_version.strip().split(":", 1)[-1].rsplit("-", 1)[0].replace("~", "")
-    if not re.fullmatch(r"3\.\d+\.\d+((a|b|rc)\d+)?", version):
-        raise ProvisionError(f"Debian version {debian_version!r} is not a CPython release")
-    return version
-
-
-def dsc_version(text: str) -> str:
-    """The ``Version`` field of a (clear-signed) ``.dsc`` file."""
-    body = text.split("-----BEGIN PGP SIGNATURE-----", 1)[0]
-    match = re.search(r"^Version:[ \t]*(\S+)[ \t]*$", body, re.MULTILINE)
-    if match is None:
-        raise ProvisionError("the downloaded .dsc has no Version field")
-    return match.group(1)
-
-
-def orig_url(package: str, debian_version: str, mirror: str = DEBIAN_MIRROR) -> str:
-    """The pool URL of the ``.orig.tar.xz`` of ``package`` at ``debian_version``."""
-    section = package[:4] if package.startswith("lib") else package[:1]
-    upstream = upstream_version(debian_version)
-    return f"{mirror.rstrip('/')}/pool/main/{section}/{package}/{package}_{upstream}.orig.tar.xz"
-
-
-def source_candidates(madison: str, package: str) -> list[tuple[str, str]]:
-    """``apt-cache madison`` lines -> [(Debian version, suite)] of CPython releases, newest
-    first, each version once. Pre-releases (``3.15.0~a2-1``) are left out."""
-    found: dict[str, str] = {}
-    for line in madison.splitlines():
-        fields = [field.strip() for field in line.split("|")]
-        if len(fields) != 3 or fields[0] != package or not fields[2].endswith(" Sources"):
-            continue
-        debian_version, where = fields[1], fields[2].split()
-        if "~" in debian_version:
-            continue
-        try:
-            upstream_version(debian_version)
-        except ProvisionError:
-            continue
-        found.setdefault(debian_version, where[-2].split("/")[0] if len(where) >= 3 else "?")
-
-    def newest(version: str) -> tuple[Version, str]:
-        return Version(upstream_version(version)), version
-
-    return sorted(found.items(), key=lambda item: newest(item[0]), reverse=True)
-
-
-# ---- progress ------------------------------------------------------------------------------
-
-_SINK: list[Callable[[str], None]] = []
-_CURRENT: dict[str, tuple[str, float]] = {}
+#: Which version is being built, each step and its duration, a heartbeat while it runs.
+PROGRESS = Progress("freethreaded")
 
 
 def set_progress(sink: Callable[[str], None] | None) -> None:
     """Send progress lines to ``sink`` (``None``: back to stderr)."""
-    _SINK[:] = [sink] if sink is not None else []
-
-
-def _log(message: str) -> None:
-    what, started = _CURRENT.get("build", ("", time.monotonic()))
-    where = f" [{what}, {time.monotonic() - started:.0f} s]" if what else ""
-    line = f"freethreaded{where}: {message}"
-    if _SINK:
-        _SINK[0](line)
-    else:
-        print(line, file=sys.stderr, flush=True)
-
-
-@contextmanager
-def _step(doing: str) -> Iterator[None]:
-    """Log the step, a heartbeat every :data:`HEARTBEAT_S` while it runs, and its duration."""
-    _log(doing)
-    done = threading.Event()
-    started = time.monotonic()
-
-    def beat() -> None:
-        while not done.wait(HEARTBEAT_S):
-            _log(f"  still {doing} ({time.monotonic() - started:.0f} s)")
-
-    thread = threading.Thread(target=beat, name="freethreaded-heartbeat", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-    _log(f"  done in {time.monotonic() - started:.1f} s")
-
-
-def _run(
-    step: str,
-    cmd: Sequence[str | os.PathLike[str]],
-    *,
-    cwd: Path | None = None,
-    timeout: float | None = None,
-    echo: bool = True,
-) -> str:
-    """Run one command of ``step``; a failure is a :class:`ProvisionError` with its last lines."""
-    try:
-        proc = run(cmd, cwd=cwd, timeout=timeout, echo=echo)
-    except CommandError as exc:
-        output = "\n".join(part for part in (exc.stdout.strip(), exc.stderr.strip()) if part)
-        tail = "\n".join(output.splitlines()[-_TAIL_LINES:])
-        raise ProvisionError(
-            f"{step} failed (exit code {exc.returncode}): {' '.join(exc.cmd)}\n"
-            f"last lines of its output:\n{tail}"
-        ) from None
-    return proc.stdout + proc.stderr
-
-
-# ---- the build -----------------------------------------------------------------------------
+    PROGRESS.set_sink(sink)
 
 
 def _missing_packages(packages: Sequence[str]) -> list[str]:
@@ -385,106 +223,8 @@ def _preflight(install_build_deps: bool) -> None:
             f"building a free-threaded CPython needs {', '.join(packages)}: "
             f"{' '.join(command)} (or pass --install-build-deps)"
         )
-    with _step(f"installing the build dependencies {' '.join(packages)}"):
-        _run("installing the build dependencies", command)
-
-
-def _fetch_source(source: DebianSource, mirror: str, work: Path) -> tuple[Path, str]:
-    """Download ``source`` with a private apt configuration; (orig tarball, provenance)."""
-    apt = work / "apt"
-    for folder in ("lists/partial", "cache/archives/partial", "sources.list.d"):
-        (apt / folder).mkdir(parents=True)
-    (apt / "sources.list").write_text(apt_sources_list(source, mirror), encoding="utf-8")
-    options = [
-        f"-oDir::Etc::SourceList={apt / 'sources.list'}",
-        f"-oDir::Etc::SourceParts={apt / 'sources.list.d'}",
-        f"-oDir::State::Lists={apt / 'lists'}",
-        f"-oDir::Cache={apt / 'cache'}",
-        # The private folders are root's; apt's download sandbox user could not write them.
-        "-oAPT::Sandbox::User=root",
-    ]
-    suites = ", ".join(source.suites)
-    with _step(f"reading Debian's source indexes ({suites}) from {mirror}"):
-        _run(
-            f"apt-get update of a private deb-src list ({suites} at {mirror}; is it reachable?)",
-            ["apt-get", *options, "--error-on=any", "update"],
-            timeout=900,
-        )
-    madison = _run(
-        f"apt-cache madison {source.package}",
-        ["apt-cache", *options, "madison", source.package],
-        echo=False,
-    )
-    candidates = source_candidates(madison, source.package)
-    if not candidates and not source.pinned:
-        raise ProvisionError(
-            f"no CPython release of {source.package} in {suites} at {mirror}:\n{madison.strip()}"
-        )
-    _log("candidates, newest first: " + ", ".join(f"{v} ({s})" for v, s in candidates))
-    # An index can name a version its pool does not serve yet (a mirror mid-sync, a proxy
-    # behind the index): take the newest one that downloads.
-    failures: list[str] = []
-    for debian_version, suite in candidates:
-        download = work / f"download-{len(failures)}"
-        download.mkdir()
-        try:
-            with _step(
-                f"downloading {source.package} {debian_version} ({suite}) with apt-get source"
-            ):
-                _run(
-                    f"apt-get source {source.package}={debian_version}",
-                    [
-                        "apt-get",
-                        *options,
-                        "source",
-                        "--download-only",
-                        f"{source.package}={debian_version}",
-                    ],
-                    cwd=download,
-                    timeout=1800,
-                )
-        except ProvisionError as exc:
-            _log(f"  {debian_version} did not download; trying an older one")
-            failures.append(str(exc))
-            continue
-        dscs = sorted(download.glob(f"{source.package}_*.dsc"))
-        if len(dscs) != 1 or dsc_version(dscs[0].read_text(encoding="utf-8")) != debian_version:
-            raise ProvisionError(f"apt-get source left no .dsc of {debian_version} in {download}")
-        origs = [
-            path
-            for path in sorted(download.glob(f"{source.package}_*.orig.tar.*"))
-            if path.suffix != ".asc"  # upstream's signature, shipped beside the tarball
-        ]
-        if len(origs) != 1:
-            raise ProvisionError(f"apt-get source left no single .orig tarball in {download}")
-        return origs[0], f"{source.package} {debian_version} ({suite})"
-    for pin in source.pinned:
-        url = orig_url(source.package, pin.debian_version, mirror)
-        target = work / url.rsplit("/", 1)[1]
-        try:
-            with _step(
-                f"downloading the pinned {source.package} {pin.debian_version} from the pool"
-            ):
-                _run(
-                    f"downloading {url} (SHA-256 {pin.orig_sha256})",
-                    [
-                        _APT_HELPER,
-                        "-oAPT::Sandbox::User=root",
-                        "download-file",
-                        url,
-                        target,
-                        f"SHA256:{pin.orig_sha256}",
-                    ],
-                    timeout=1800,
-                )
-        except ProvisionError as exc:
-            failures.append(str(exc))
-            continue
-        return target, f"{source.package} {pin.debian_version} (pool, pinned SHA-256)"
-    raise ProvisionError(
-        f"no version of {source.package} downloads from {mirror}; the last attempt:\n"
-        + (failures[-1] if failures else "(none: the indexes name no release)")
-    )
+    with PROGRESS.step(f"installing the build dependencies {' '.join(packages)}"):
+        run_step("installing the build dependencies", command)
 
 
 def _build(version: str, source: DebianSource, prefix: Path, mirror: str, jobs: int) -> None:
@@ -492,27 +232,27 @@ def _build(version: str, source: DebianSource, prefix: Path, mirror: str, jobs: 
     staging = Path(tempfile.mkdtemp(prefix=f".build-{version}-", dir=prefix.parent))
     started = time.monotonic()
     try:
-        orig, provenance = _fetch_source(source, mirror, staging)
+        orig, provenance = fetch_source(source, mirror, staging, PROGRESS)
         python_version = upstream_version(provenance.split()[1])
-        _log(f"building CPython {python_version} from {provenance}, without the GIL")
-        with _step(f"unpacking {orig.name}"):
-            _run("unpacking the source", ["tar", "-xf", orig, "-C", staging])
+        PROGRESS.log(f"building CPython {python_version} from {provenance}, without the GIL")
+        with PROGRESS.step(f"unpacking {orig.name}"):
+            run_step("unpacking the source", ["tar", "-xf", orig, "-C", staging])
         trees = [p for p in staging.glob("Python-*") if p.is_dir()]
         if len(trees) != 1:
             raise ProvisionError(f"{orig.name} did not unpack into one Python-* folder")
         tree = trees[0]
         configure = ["--disable-gil", "--disable-test-modules", f"--prefix={prefix}"]
-        with _step(f"./configure {' '.join(configure)}"):
-            _run("configure", ["./configure", *configure], cwd=tree)
-        with _step(f"make -j{jobs} (the longest step)"):
-            _run("make", ["make", f"-j{jobs}"], cwd=tree)
+        with PROGRESS.step(f"./configure {' '.join(configure)}"):
+            run_step("configure", ["./configure", *configure], cwd=tree)
+        with PROGRESS.step(f"make -j{jobs} (the longest step)"):
+            run_step("make", ["make", f"-j{jobs}"], cwd=tree)
         destdir = staging / "destdir"
-        with _step("make install (into the staging folder)"):
-            _run("make install", ["make", "install", f"DESTDIR={destdir}"], cwd=tree)
+        with PROGRESS.step("make install (into the staging folder)"):
+            run_step("make install", ["make", "install", f"DESTDIR={destdir}"], cwd=tree)
         staged = destdir / prefix.relative_to(prefix.anchor)
         executable = staged / "bin" / f"python{version}"
-        with _step("checking the interpreter (GIL disabled, extension modules import)"):
-            out = _run(
+        with PROGRESS.step("checking the interpreter (GIL disabled, extension modules import)"):
+            out = run_step(
                 "checking the interpreter",
                 [executable, "-I", "-c", _CHECK, *BUILD_DEPENDENCIES],
                 echo=False,
@@ -532,7 +272,7 @@ def _build(version: str, source: DebianSource, prefix: Path, mirror: str, jobs: 
         }
         atomic_write_bytes(staged / RECORD, (json.dumps(record, indent=2) + "\n").encode())
         staged.rename(prefix)
-        _log(f"{prefix} ready in {record['seconds']} s")
+        PROGRESS.log(f"{prefix} ready in {record['seconds']} s")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -572,6 +312,23 @@ def _read(version: str, prefix: Path) -> FreeThreadedPython | None:
         python_version=str(record["python"]),
         source=str(record["source"]),
     )
+
+
+def _clear_stale(version: str, prefix: Path) -> None:
+    """Remove what a killed build left (only the lock holder builds, so anything here is
+    such a leftover), and refuse a cache without room for a build."""
+    for stale in prefix.parent.glob(f".build-{version}-*"):
+        PROGRESS.log(f"removing {stale} (left by an interrupted build)")
+        shutil.rmtree(stale, ignore_errors=True)
+    if prefix.exists():
+        PROGRESS.log(f"removing incomplete {prefix} (no {RECORD})")
+        shutil.rmtree(prefix)
+    free = shutil.disk_usage(prefix.parent).free
+    if free < NEEDED_FREE_BYTES:
+        raise ProvisionError(
+            f"{prefix.parent} has {free / 1024**3:.1f} GiB free; building CPython needs "
+            f"{NEEDED_FREE_BYTES / 1024**3:.0f} GiB"
+        )
 
 
 def free_threaded_python(
@@ -617,58 +374,13 @@ def free_threaded_python(
         found = _read(version, prefix)
         if found is not None:  # another process built it while we waited
             return found
-        _CURRENT["build"] = (version, time.monotonic())
-        # Only the lock holder builds, so what is here is left over from a killed run.
-        for stale in prefix.parent.glob(f".build-{version}-*"):
-            _log(f"removing {stale} (left by an interrupted build)")
-            shutil.rmtree(stale, ignore_errors=True)
-        if prefix.exists():
-            _log(f"removing incomplete {prefix} (no {RECORD})")
-            shutil.rmtree(prefix)
-        free = shutil.disk_usage(prefix.parent).free
-        if free < NEEDED_FREE_BYTES:
-            raise ProvisionError(
-                f"{prefix.parent} has {free / 1024**3:.1f} GiB free; building CPython needs "
-                f"{NEEDED_FREE_BYTES / 1024**3:.0f} GiB"
-            )
-        _preflight(install_build_deps)
-        _build(version, source, prefix, mirror, jobs)
+        with PROGRESS.making(version):
+            _clear_stale(version, prefix)
+            _preflight(install_build_deps)
+            _build(version, source, prefix, mirror, jobs)
     finally:
-        _CURRENT.pop("build", None)
         lock.release()
     found = _read(version, prefix)
     if found is None:
         raise ProvisionError(f"{prefix} is incomplete right after its build")
     return found
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: provision (or reuse) a free-threaded CPython and print its executable."""
-    parser = argparse.ArgumentParser(
-        prog="python -m devtools.freethreaded",
-        description="Build (once) and print a cached free-threaded CPython.",
-    )
-    parser.add_argument("version", help=f"one of {', '.join(SOURCES)}")
-    parser.add_argument("--jobs", type=int, default=None, help="parallel make jobs")
-    parser.add_argument("--mirror", default=DEBIAN_MIRROR, help="Debian archive URL")
-    parser.add_argument(
-        "--install-build-deps",
-        action="store_true",
-        help="apt-get install missing build dependencies (root) instead of failing",
-    )
-    args = parser.parse_args(argv)
-    try:
-        found = free_threaded_python(
-            args.version,
-            jobs=args.jobs,
-            mirror=args.mirror,
-            install_build_deps=args.install_build_deps,
-        )
-    except HANDLED as exc:
-        return report(exc)
-    print(found.executable)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

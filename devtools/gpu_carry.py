@@ -12,16 +12,15 @@ torch and the compiler:
   older, so the preinstalled copy may be too old);
 * ``filelock``: the build driver's lock (torch requires it, carried in case).
 
-``python -m devtools.gpu_carry`` downloads exactly those (no dependencies resolved beyond
-them: the list above is checked against each wheel's ``Requires-Dist``) into
-``.gpu-carry/`` (git-ignored) through a temporary folder renamed into place, checks the
-total stays under the limit, and prints the one line that installs them offline and runs
-the check there.
+``python -m devtools gpu-carry`` (also spelled ``python -m devtools.gpu_carry``) downloads
+exactly those (no dependencies resolved beyond them: the list above is checked against
+each wheel's ``Requires-Dist``) into ``.gpu-carry/`` (git-ignored) through a temporary
+folder renamed into place, checks the total stays under the limit, and prints the one line
+that installs them offline and runs the check there.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -34,13 +33,11 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from _torch_c_dlpack_ext_core.errors import CommandError
 from _torch_c_dlpack_ext_core.run import run
-from devtools.errors import HANDLED, ProvisionError
+from devtools.errors import ProvisionError
 
-__all__ = ["CARRY_DIR", "LIMIT_BYTES", "PREINSTALLED", "WHEELS", "gather", "install_line", "main"]
+__all__ = ["CARRY_DIR", "LIMIT_BYTES", "PREINSTALLED", "WHEELS", "gather", "install_line"]
 
-ROOT = Path(__file__).resolve().parents[1]
 #: The carry folder, relative to the checkout (ignored by .gitignore).
 CARRY_DIR = ".gpu-carry"
 #: The machine takes the checkout plus carried files up to 64 MiB in all.
@@ -141,26 +138,7 @@ def install_line(folder: str = CARRY_DIR) -> str:
     return f"python -m pip install --no-index --find-links {folder} {names} && {CHECK}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: gather the wheels and print the GPU machine's command."""
-    parser = argparse.ArgumentParser(prog="python -m devtools.gpu_carry", description=__doc__)
-    parser.add_argument(
-        "--dest", type=Path, default=ROOT / CARRY_DIR, help=f"default: <checkout>/{CARRY_DIR}"
-    )
-    args = parser.parse_args(argv)
-    try:
-        gather(args.dest)
-    except HANDLED as exc:
-        detail = exc.stderr.strip()[-2000:] if isinstance(exc, CommandError) else ""
-        print(f"error: {type(exc).__name__}: {exc}\n{detail}".rstrip(), file=sys.stderr)
-        return exc.exit_code
-    try:
-        folder = args.dest.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        folder = str(args.dest.resolve())
-    print(install_line(folder))
-    return 0
+if __name__ == "__main__":  # the older spelling of `python -m devtools gpu-carry`
+    from devtools.cli import main
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["gpu-carry", *sys.argv[1:]]))

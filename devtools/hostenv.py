@@ -1,11 +1,12 @@
 """The small facts about this host and checkout that several developer tools need, kept
 once: the OS a ``sys.platform`` names, a virtual environment's interpreter, the
-developer cache root and the project's ``requires-python``.
+developer cache root, the project's ``requires-python`` and where uv is.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,11 +14,13 @@ from pathlib import Path
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.naming import DEV_ENV_PREFIX
 from devtools import ROOT
+from devtools.errors import ProvisionError
 
 __all__ = [
     "DEV_CACHE_VAR",
     "OS_OF_PLATFORM",
     "dev_cache_root",
+    "find_uv",
     "host_os",
     "requires_python",
     "venv_python",
@@ -68,3 +71,17 @@ def requires_python(pyproject: Path = ROOT / "pyproject.toml") -> str | None:
     except InvalidSpecifier:
         raise ConfigError(f"{pyproject}: requires-python {value!r} is not a specifier") from None
     return str(value)
+
+
+def find_uv() -> str:
+    """``uv`` on PATH, else the one the ``uv`` Python package ships."""
+    found = shutil.which("uv")
+    if found:
+        return found
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        raise ProvisionError(
+            "uv is not on PATH and the 'uv' package is not installed; 'pip install uv'"
+        ) from None
+    return str(find_uv_bin())

@@ -1,6 +1,6 @@
 """Release rehearsal against a real package index on 127.0.0.1.
 
-``nox -s rehearse`` (or ``PYTHONPATH=python python -m devtools.rehearse``) does, bounded in time:
+``nox -s rehearse`` (or ``PYTHONPATH=python python -m devtools rehearse``) does, bounded in time:
 
 1. build a few cells with ``nox -s build`` (or take ``--dist``);
 2. start pypiserver on a free port of 127.0.0.1 (stopped on every exit path);
@@ -32,7 +32,6 @@ indexes, wheel folders) cannot supply the package either.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import html.parser
@@ -54,15 +53,14 @@ from typing import Any
 
 from packaging.tags import parse_tag
 
-from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
+from _torch_c_dlpack_ext_core.errors import CommandError
 from _torch_c_dlpack_ext_core.manifest import sha256_of
 from _torch_c_dlpack_ext_core.naming import DIST_NAME
 from _torch_c_dlpack_ext_core.run import run
 from devtools import ROOT, publish, verify
 from devtools.distfiles import ReleaseFiles
-from devtools.errors import HANDLED, ReleaseError
-from devtools.hostenv import venv_python
-from devtools.torchenv import find_uv
+from devtools.errors import ReleaseError
+from devtools.hostenv import find_uv, venv_python
 
 __all__ = [
     "DEFAULT_CELLS",
@@ -585,51 +583,3 @@ def rehearse(options: RehearsalOptions) -> list[Check]:
             _log("second upload of an existing file name")
             checks.append(_second_upload(files, server, work))
         return checks
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rehearse", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--cells",
-        default=",".join(DEFAULT_CELLS),
-        help=f"cells to build, comma-separated (default: {','.join(DEFAULT_CELLS)})",
-    )
-    parser.add_argument("--dist", type=Path, help="use these built dists instead of building")
-    parser.add_argument(
-        "--old-torch", default=DEFAULT_OLD_TORCH, help="real old torch to install (X.Y.Z)"
-    )
-    parser.add_argument("--workdir", type=Path, help="keep scratch files here")
-    parser.add_argument("--budget", type=float, default=5400.0, help="overall limit, seconds")
-    parser.add_argument("--traceback", action="store_true", help="show tracebacks on errors")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: run the rehearsal, print the table, exit 1 if a check failed."""
-    args = _parser().parse_args(argv)
-    cells = tuple(c.strip() for c in args.cells.split(",") if c.strip())
-    try:
-        if not cells and args.dist is None:
-            raise ConfigError("--cells selects nothing; name at least one cell or pass --dist")
-        checks = rehearse(
-            RehearsalOptions(
-                cells=cells,
-                dist=args.dist,
-                old_torch=args.old_torch,
-                workdir=args.workdir,
-                budget=args.budget,
-            )
-        )
-    except HANDLED as exc:
-        if args.traceback:
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    print_table(checks)
-    failed = [c for c in checks if not c.ok]
-    print(f"{len(checks) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

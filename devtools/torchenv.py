@@ -23,23 +23,20 @@ what is being installed, the elapsed time, and a line every 30 s while uv runs. 
 lines go to stderr, or to :func:`set_progress`'s sink (``tests/conftest.py`` sends them
 to pytest's terminal, past its output capture).
 
-Command line: ``python -m devtools.torchenv 2.6.0 --importable [--extra pytest]``
-prints the env's path.
+Command line: ``python -m devtools torchenv 2.6.0 --importable [--extra pytest]``
+prints the env's path (:mod:`devtools.commands.torchenv`).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
 import re
 import shutil
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from packaging.markers import default_environment
@@ -49,15 +46,14 @@ from packaging.utils import canonicalize_name
 from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from _torch_c_dlpack_ext_core.run import run
-from devtools.errors import HANDLED, ProvisionError
-from devtools.hostenv import dev_cache_root, venv_python
+from devtools.errors import ProvisionError
+from devtools.hostenv import dev_cache_root, find_uv, venv_python
+from devtools.steps import Progress
 
 __all__ = [
     "NOT_NEEDED_TO_IMPORT",
     "TorchEnv",
     "TorchTree",
-    "find_uv",
-    "main",
     "set_progress",
     "torch_env",
     "torch_tree",
@@ -74,8 +70,6 @@ _PYTHON_RE = re.compile(r"^3\.\d+t?$")
 _SMOKE = "import torch; torch.ones(2); print(torch.__version__)"
 #: Creating an importable env downloads ~2.5 GB on a cold cache.
 _LOCK_TIMEOUT_S = 3600.0
-#: Seconds between "still running" lines while uv works.
-HEARTBEAT_S = 30.0
 #: A matrix platform -> uv's ``--python-platform`` for a tree of that platform's wheels
 #: (a cross build's torch: installed for the target, never run here). manylinux_2_28
 #: admits the older manylinux2014 wheels too (PyPI's aarch64 torch 2.4.1 and 2.5.1).
@@ -97,58 +91,14 @@ class TorchEnv:
     importable: bool
 
 
-#: Where the cached environments live (a developer tools' variable, own prefix).
-def find_uv() -> str:
-    """``uv`` on PATH, else the one the ``uv`` Python package ships."""
-    found = shutil.which("uv")
-    if found:
-        return found
-    try:
-        from uv import find_uv_bin
-    except ImportError:
-        raise ProvisionError(
-            "uv is not on PATH and the 'uv' package is not installed; 'pip install uv'"
-        ) from None
-    return str(find_uv_bin())
-
-
-_SINK: list[Callable[[str], None]] = []
-#: What is being created, and since when (for the elapsed time on each line).
-_CURRENT: dict[str, tuple[str, float]] = {}
+#: Which env is being created, what is installing, the elapsed time; a "still running"
+#: line every 30 s while uv works.
+PROGRESS = Progress("torchenv")
 
 
 def set_progress(sink: Callable[[str], None] | None) -> None:
     """Send progress lines to ``sink`` (``None``: back to stderr)."""
-    _SINK[:] = [sink] if sink is not None else []
-
-
-def _log(message: str) -> None:
-    what, started = _CURRENT.get("env", ("", time.monotonic()))
-    prefix = f"torchenv [{what}, {time.monotonic() - started:.0f} s]" if what else "torchenv"
-    line = f"{prefix}: {message}"
-    if _SINK:
-        _SINK[0](line)
-    else:
-        print(line, file=sys.stderr, flush=True)
-
-
-@contextmanager
-def _heartbeat(doing: str) -> Iterator[None]:
-    """A "still running" line every :data:`HEARTBEAT_S` until the block ends."""
-    done = threading.Event()
-    started = time.monotonic()
-
-    def beat() -> None:
-        while not done.wait(HEARTBEAT_S):
-            _log(f"  still {doing} ({time.monotonic() - started:.0f} s)")
-
-    thread = threading.Thread(target=beat, name="torchenv-heartbeat", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
+    PROGRESS.set_sink(sink)
 
 
 def _env_name(
@@ -170,13 +120,15 @@ def _site_packages(root: Path) -> Path:
 
 def _uv(uv: str, *args: str) -> None:
     started = time.monotonic()
-    with _heartbeat(f"running uv {' '.join(a for a in args if not a.startswith('/'))[:80]}"):
+    with PROGRESS.heartbeat(
+        f"running uv {' '.join(a for a in args if not a.startswith('/'))[:80]}"
+    ):
         proc = run([uv, *args])
     # uv's summary lines ("Prepared 11 packages in ...", "Installed ...") are the progress report.
     for line in proc.stderr.splitlines():
         if line.strip().startswith(("Prepared", "Installed", "Resolved", "Using")):
-            _log(f"  uv: {line.strip()}")
-    _log(f"  done in {time.monotonic() - started:.1f} s")
+            PROGRESS.log(f"  uv: {line.strip()}")
+    PROGRESS.log(f"  done in {time.monotonic() - started:.1f} s")
 
 
 def import_requirements(
@@ -224,23 +176,25 @@ def _create(
         running = f"{sys.version_info[0]}.{sys.version_info[1]}"
         interpreter = Path(sys.executable) if python == running else None
     started = time.monotonic()
-    _log(f"creating {root} (Python {python})")
+    PROGRESS.log(f"creating {root} (Python {python})")
     _uv(uv, "venv", "--quiet", "--python", str(interpreter or python), str(root))
     env_py = str(venv_python(root))
-    _log(f"installing torch=={version} --no-deps from PyPI (~1 GB on a cold uv cache)")
+    PROGRESS.log(f"installing torch=={version} --no-deps from PyPI (~1 GB on a cold uv cache)")
     index = ["--index-url", index_url] if index_url else []
     _uv(uv, "pip", "install", "--python", env_py, "--no-deps", *index, f"torch=={version}")
     record: dict[str, object] = {"torch": version, "python": python, "importable": importable}
     if importable:
         needed, skipped = import_requirements(_site_packages(root), version, python)
-        _log(f"installing what import torch needs: {' '.join(needed)} numpy")
+        PROGRESS.log(f"installing what import torch needs: {' '.join(needed)} numpy")
         _uv(uv, "pip", "install", "--python", env_py, *needed, "numpy", *extra)
         checked = time.monotonic()
         try:
             run([env_py, "-c", _SMOKE])
-            _log(f"  import torch works ({time.monotonic() - checked:.1f} s)")
+            PROGRESS.log(f"  import torch works ({time.monotonic() - checked:.1f} s)")
         except CommandError as exc:
-            _log(f"import torch failed ({exc.stderr.strip().splitlines()[-1:]}); adding {skipped}")
+            PROGRESS.log(
+                f"import torch failed ({exc.stderr.strip().splitlines()[-1:]}); adding {skipped}"
+            )
             _uv(uv, "pip", "install", "--python", env_py, *skipped)
             run([env_py, "-c", _SMOKE])
             needed += skipped
@@ -250,6 +204,29 @@ def _create(
     record["extra"] = list(extra)
     record["seconds"] = round(time.monotonic() - started, 1)
     return record
+
+
+def _create_once(root: Path, create: Callable[[], dict[str, object]]) -> None:
+    """Create ``root`` with ``create`` (which returns its record) unless its marker says
+    it is complete; the lock makes concurrent callers create it once, and a creation that
+    fails or was killed leaves nothing that looks ready."""
+    from filelock import FileLock
+
+    with FileLock(str(root) + ".lock", timeout=_LOCK_TIMEOUT_S):
+        if (root / _MARKER).is_file():
+            return
+        with PROGRESS.making(root.name):
+            if root.exists():
+                PROGRESS.log(f"removing incomplete {root} (no {_MARKER}: an interrupted creation)")
+                shutil.rmtree(root)
+            try:
+                record = create()
+            except BaseException:
+                shutil.rmtree(root, ignore_errors=True)
+                raise
+            # Written last: its presence means everything above succeeded.
+            atomic_write_bytes(root / _MARKER, (json.dumps(record, indent=2) + "\n").encode())
+            PROGRESS.log(f"{root} ready in {record['seconds']} s")
 
 
 def torch_env(
@@ -271,8 +248,6 @@ def torch_env(
     :class:`ConfigError` for a malformed version and :class:`CommandError` when
     uv fails (e.g. no such torch release).
     """
-    from filelock import FileLock
-
     python = python or f"{sys.version_info[0]}.{sys.version_info[1]}"
     if not _VERSION_RE.match(version):
         raise ConfigError(f"torch version {version!r} is not a release version like '2.6.0'")
@@ -284,31 +259,19 @@ def torch_env(
     envs = dev_cache_root() / "envs"
     envs.mkdir(parents=True, exist_ok=True)
     root = envs / _env_name(version, python, importable, extra, index_url)
-    with FileLock(str(root) + ".lock", timeout=_LOCK_TIMEOUT_S):
-        if not (root / _MARKER).is_file():
-            _CURRENT["env"] = (root.name, time.monotonic())
-            if root.exists():
-                _log(f"removing incomplete {root} (no {_MARKER}: an interrupted creation)")
-                shutil.rmtree(root)
-            try:
-                record = _create(
-                    root,
-                    find_uv(),
-                    version,
-                    python=python,
-                    importable=importable,
-                    extra=extra,
-                    index_url=index_url,
-                    interpreter=interpreter,
-                )
-            except BaseException:
-                shutil.rmtree(root, ignore_errors=True)
-                _CURRENT.pop("env", None)
-                raise
-            # Written last: its presence means everything above succeeded.
-            atomic_write_bytes(root / _MARKER, (json.dumps(record, indent=2) + "\n").encode())
-            _log(f"{root} ready in {record['seconds']} s")
-            _CURRENT.pop("env", None)
+    _create_once(
+        root,
+        lambda: _create(
+            root,
+            find_uv(),
+            version,
+            python=python,
+            importable=importable,
+            extra=extra,
+            index_url=index_url,
+            interpreter=interpreter,
+        ),
+    )
     site = _site_packages(root)
     return TorchEnv(
         root=root,
@@ -358,8 +321,6 @@ def torch_tree(
     completeness marker. Raises :class:`ConfigError` for malformed versions and
     :class:`CommandError` when uv fails.
     """
-    from filelock import FileLock
-
     if not _VERSION_RE.match(version):
         raise ConfigError(f"torch version {version!r} is not a release version like '2.6.0'")
     if not _PYTHON_RE.match(python):
@@ -376,66 +337,33 @@ def torch_tree(
     envs.mkdir(parents=True, exist_ok=True)
     where = f"{platform}-" if platform is not None else ""
     root = envs / ("tree-" + where + _env_name(version, python, False, extra, index_url))
-    with FileLock(str(root) + ".lock", timeout=_LOCK_TIMEOUT_S):
-        if not (root / _MARKER).is_file():
-            _CURRENT["env"] = (root.name, time.monotonic())
-            if root.exists():
-                _log(f"removing incomplete {root} (no {_MARKER}: an interrupted creation)")
-                shutil.rmtree(root)
-            started = time.monotonic()
-            target = (
-                ["--python", str(interpreter)]
-                if interpreter is not None
-                else ["--python", sys.executable, "--python-version", python]
-            )
-            if platform is not None:
-                target += ["--python-platform", UV_PLATFORMS[platform]]
-            index = ["--index-url", index_url] if index_url else []
-            try:
-                uv = find_uv()
-                wheel = f"CPython {python}" + (f" {platform}" if platform else "")
-                _log(f"installing torch=={version} ({wheel} wheel) into {root}")
-                _uv(uv, "pip", "install", "--target", str(root), *target, "--no-deps", *index,
-                    f"torch=={version}")  # fmt: skip
-                if extra:
-                    _uv(uv, "pip", "install", "--target", str(root), *target, *extra)
-            except BaseException:
-                shutil.rmtree(root, ignore_errors=True)
-                _CURRENT.pop("env", None)
-                raise
-            record = {
-                "torch": version,
-                "python": python,
-                "platform": platform,
-                "extra": list(extra),
-                "seconds": round(time.monotonic() - started, 1),
-            }
-            atomic_write_bytes(root / _MARKER, (json.dumps(record, indent=2) + "\n").encode())
-            _log(f"{root} ready in {record['seconds']} s")
-            _CURRENT.pop("env", None)
+
+    def create() -> dict[str, object]:
+        started = time.monotonic()
+        target = (
+            ["--python", str(interpreter)]
+            if interpreter is not None
+            else ["--python", sys.executable, "--python-version", python]
+        )
+        if platform is not None:
+            target += ["--python-platform", UV_PLATFORMS[platform]]
+        index = ["--index-url", index_url] if index_url else []
+        uv = find_uv()
+        wheel = f"CPython {python}" + (f" {platform}" if platform else "")
+        PROGRESS.log(f"installing torch=={version} ({wheel} wheel) into {root}")
+        install = [uv, "pip", "install", "--target", str(root), *target]
+        _uv(*install, "--no-deps", *index, f"torch=={version}")
+        if extra:
+            _uv(*install, *extra)
+        return {
+            "torch": version,
+            "python": python,
+            "platform": platform,
+            "extra": list(extra),
+            "seconds": round(time.monotonic() - started, 1),
+        }
+
+    _create_once(root, create)
     return TorchTree(
         root=root, site_packages=root, torch_dir=root / "torch", version=version, python=python
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: create (or reuse) an env and print its path."""
-    parser = argparse.ArgumentParser(prog="python -m devtools.torchenv", description=__doc__)
-    parser.add_argument("version", help="torch release, e.g. 2.6.0")
-    parser.add_argument("--importable", action="store_true", help="make 'import torch' work")
-    parser.add_argument("--python", default=None, help="e.g. 3.11 (default: this interpreter's)")
-    parser.add_argument("--extra", action="append", default=[], help="another requirement")
-    args = parser.parse_args(argv)
-    try:
-        env = torch_env(
-            args.version, importable=args.importable, python=args.python, extra=args.extra
-        )
-    except HANDLED as exc:
-        print(f"error: {type(exc).__name__}: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return exc.exit_code
-    print(env.root)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

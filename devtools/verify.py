@@ -2,7 +2,7 @@
 exactly once (absent only where matrix.toml allows its job to fail), each combined
 wheel that fits this interpreter is installed with each torch it serves into a fresh
 environment, and ``python -m torch_c_dlpack_ext --json`` must decide what the
-bundled manifest says (``release.py verify``; cibuildwheel's test command uses the
+bundled manifest says (``python -m devtools verify``; cibuildwheel's test command uses the
 same check for one job's wheel)."""
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from _torch_c_dlpack_ext_core.run import run
 from devtools.contents import check_contents, release_contents
 from devtools.distfiles import WheelInfo, read_wheel
 from devtools.errors import ReleaseError
-from devtools.hostenv import venv_python
-from devtools.torchenv import find_uv
+from devtools.hostenv import find_uv, venv_python
 
 __all__ = [
     "check_against_torch",

@@ -76,7 +76,7 @@ def abi3_dist(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> Pa
     libraries are compiled once, on this interpreter, and cached)."""
     out = tmp_path_factory.mktemp("abi3") / "dist"
     proc = subprocess.run(
-        [sys.executable, "-m", "devtools.build", "--cells", ",".join(CELLS), "--out", str(out),
+        [sys.executable, "-m", "devtools", "build", "--cells", ",".join(CELLS), "--out", str(out),
          "--build-dir", str(build_cache / "cells")],
         cwd=ROOT, env=devtools_env(), capture_output=True, text=True, timeout=3600,
         check=False,
@@ -110,7 +110,7 @@ def test_pip_and_uv_pick_the_abi3_wheel_for_every_cpython(
     """Resolution only (no interpreter of that version needed): every CPython >= 3.9
     with the GIL, 3.14 and a future 3.15 included, gets the one abi3 wheel; a
     free-threaded one, for which this dist has no wheel, the universal wheel."""
-    from devtools.torchenv import find_uv
+    from devtools.hostenv import find_uv
 
     platform = _combined_platform(abi3_dist)
     version = python.removesuffix("t")
@@ -165,7 +165,7 @@ print(json.dumps({"python": sys.version.split()[0], "torch": torch.__version__,
 def _install_target(python: Path, site: Path, *args: str) -> None:
     """Install into ``site`` for ``python``'s CPython with uv (pip itself no longer runs
     for 3.9), its configuration files off: only the named sources count."""
-    from devtools.torchenv import find_uv
+    from devtools.hostenv import find_uv
 
     cmd = [find_uv(), "pip", "install", "--no-config", "--python", str(python), "--target",
            str(site), *args]  # fmt: skip
@@ -223,7 +223,7 @@ def test_free_threaded_wheel_loads_and_round_trips_through_tvm_ffi(
 ) -> None:
     """The cp314t wheel: its libraries compiled against free-threaded CPython 3.14's
     headers and torch 2.9.1's cp314t wheel, run there with the GIL off."""
-    from devtools.build import freethreaded_python
+    from devtools.buildhost import freethreaded_python
     from devtools.torchenv import torch_env
 
     found = freethreaded_python("3.14t")
@@ -231,7 +231,7 @@ def test_free_threaded_wheel_loads_and_round_trips_through_tvm_ffi(
         pytest.skip(found)
     dist = tmp_path / "dist"
     proc = subprocess.run(
-        [sys.executable, "-m", "devtools.build", "--cells", ",".join(FREE_THREADED_CELLS),
+        [sys.executable, "-m", "devtools", "build", "--cells", ",".join(FREE_THREADED_CELLS),
          "--out", str(dist), "--build-dir", str(build_cache / "cells")],
         cwd=ROOT, env=devtools_env(), capture_output=True, text=True, timeout=3600,
         check=False,

@@ -67,7 +67,7 @@ def test_cross_build_of_one_aarch64_cell(
     out = tmp_path / "dist"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
     proc = subprocess.run(
-        [sys.executable, "-m", "devtools.build", "--platform", "linux_aarch64",
+        [sys.executable, "-m", "devtools", "build", "--platform", "linux_aarch64",
          "--cells", CELL, "--build-dir", str(build_dir), "--out", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False,
     )  # fmt: skip

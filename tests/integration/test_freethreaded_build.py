@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from devtools import freethreaded
+from devtools import debsource, freethreaded
 from devtools.errors import ProvisionError
 from devtools.freethreaded import free_threaded_python
 from tests.helpers import ROOT, devtools_env
@@ -20,7 +20,7 @@ from tests.helpers import ROOT, devtools_env
 Progress = Callable[[str], None]
 
 needs_apt = pytest.mark.skipif(
-    shutil.which("apt-get") is None or not freethreaded.KEYRING.is_file(),
+    shutil.which("apt-get") is None or not debsource.KEYRING.is_file(),
     reason="builds from Debian's source packages: needs apt-get and the archive keyring",
 )
 
@@ -106,7 +106,7 @@ def test_provisions_a_free_threaded_314(progress: Progress, tmp_path: Path) -> N
 
     # The command line reuses the cached build and prints the interpreter.
     cli = subprocess.run(
-        [sys.executable, "-m", "devtools.freethreaded", "3.14t"],
+        [sys.executable, "-m", "devtools", "freethreaded", "3.14t"],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -178,7 +178,7 @@ def _bash(
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory, progress: Progress) -> tuple[Path, Path]:
     """(the user's directory with ``venv/`` holding torch 2.8.0, the index folder)."""
-    from devtools.torchenv import find_uv
+    from devtools.hostenv import find_uv
 
     lines = _recipe()
     work = tmp_path_factory.mktemp("readme-source")

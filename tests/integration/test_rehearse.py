@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from devtools import distfiles, publish, rehearse
+from devtools import cli, distfiles, publish, rehearse
 from devtools.errors import ReleaseError
 from tests.helpers import devtools_env
 
@@ -131,7 +131,7 @@ def test_twine_check_rejects_broken_metadata(tmp_path: Path) -> None:
 def test_rehearse_without_cells_or_dist_is_a_config_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert rehearse.main(["--cells", ""]) == 2
+    assert cli.main(["rehearse", "--cells", ""]) == 2
     assert "--cells selects nothing" in capsys.readouterr().err
 
 
@@ -157,7 +157,7 @@ def test_full_rehearsal(tmp_path: Path) -> None:
     """``nox -s rehearse``'s code path, end to end, bounded in time."""
     # As `nox -s rehearse` runs it: a module of the repository root, the core on PYTHONPATH.
     env = devtools_env()
-    cmd = [sys.executable, "-m", "devtools.rehearse", "--workdir", str(tmp_path)]
+    cmd = [sys.executable, "-m", "devtools", "rehearse", "--workdir", str(tmp_path)]
     proc = subprocess.run(
         [*cmd, "--budget", "3000"],
         cwd=ROOT,

@@ -52,7 +52,7 @@ def _run(cmd: list[str], *, env: dict[str, str] | None = None, cwd: Path | None 
 
 def _build(out: Path, build_dir: Path) -> None:
     _run(
-        [sys.executable, "-m", "devtools.build", "--cells", ",".join(CELLS), "--out", str(out),
+        [sys.executable, "-m", "devtools", "build", "--cells", ",".join(CELLS), "--out", str(out),
          "--build-dir", str(build_dir)],
         env=devtools_env(SOURCE_DATE_EPOCH=EPOCH),
         cwd=ROOT,
@@ -266,8 +266,9 @@ def test_assemble_from_job_wheels_reproduces_dist(dist: Path, tmp_path: Path) ->
         job_dir.mkdir()
         (job_dir / combined.name).write_bytes(_strip_variant(variant))
     out = tmp_path / "out"
+    assemble = [sys.executable, "-m", "devtools", "build", "--assemble-from", str(jobs)]
     _run(
-        [sys.executable, "-m", "devtools.build", "--assemble-from", str(jobs), "--out", str(out)],
+        [*assemble, "--out", str(out)],
         env=devtools_env(SOURCE_DATE_EPOCH=EPOCH),
         cwd=ROOT,
     )

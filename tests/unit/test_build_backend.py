@@ -86,7 +86,7 @@ def _hook_error(hook: Callable[..., Any], *args: Any) -> TorchCDLPackExtError:
 def test_the_backend_builds_no_matrix_cells(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # cells= is gone (CI's jobs run `python -m devtools.build` and pass libs-dir=); asking
+    # cells= is gone (CI's jobs run `python -m devtools build` and pass libs-dir=); asking
     # for requirements reads the settings, so the old key fails at once, with the paragraph.
     error = _hook_error(build_backend.get_requires_for_build_wheel, {"cells": "cp311-*-t28_cpu"})
     assert isinstance(error, ConfigError)

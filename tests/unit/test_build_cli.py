@@ -4,11 +4,13 @@ empty ``--cells`` is refused before any work and a run that builds nothing fails
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
-from devtools import build
+from devtools import build, buildhost, cli
+from devtools.commands import build as command
 from devtools.errors import CellsNotBuiltError
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
@@ -36,7 +38,7 @@ def test_clip_keeps_short_text_and_takes_the_first_line() -> None:
 
 def test_table_note_column_is_clipped(capsys: pytest.CaptureFixture[str]) -> None:
     result = build.CellResult(cell="linux_x86_64-t26_cuda_abi0", status="skipped", reason=NOTE)
-    build.print_table([result])
+    command.print_table([result])
     line = capsys.readouterr().out.splitlines()[1]
     note = line.split("  ")[-1]
     assert note == build.clip(NOTE)
@@ -48,29 +50,35 @@ def test_report_goes_beside_out_not_into_the_checkout(tmp_path: Path) -> None:
     cells = tmp_path / "cells"
     # A cell of another platform: skipped with its reason, nothing compiled (so the run
     # fails: it built none of the cells asked for), and the report says why.
-    code = build.main(
-        ["--cells", "win_amd64-t28_cpu", "--no-assemble", "--out", str(out),
+    code = cli.main(
+        ["build", "--cells", "win_amd64-t28_cpu", "--no-assemble", "--out", str(out),
          "--build-dir", str(cells)]
     )  # fmt: skip
     assert code == CellsNotBuiltError.exit_code
-    report = json.loads((tmp_path / build.REPORT_NAME).read_text(encoding="utf-8"))
+    report = json.loads((tmp_path / command.REPORT_NAME).read_text(encoding="utf-8"))
     assert [c["cell"] for c in report["cells"]] == ["win_amd64-t28_cpu"]
     assert report["cells"][0]["status"] == "skipped"
-    assert not (out / build.REPORT_NAME).exists(), "dist/ holds only what gets published"
-    assert not (cells.parent / "cells" / build.REPORT_NAME).exists()
+    assert not (out / command.REPORT_NAME).exists(), "dist/ holds only what gets published"
+    assert not (cells.parent / "cells" / command.REPORT_NAME).exists()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    return parser
 
 
 def test_report_option_and_default(tmp_path: Path) -> None:
-    parser = build._parser()
+    parser = _parser()
     cells = tmp_path / "b" / "cells"
-    assert build.report_path(parser.parse_args([]), cells) == tmp_path / "b" / build.REPORT_NAME
+    assert command.report_path(parser.parse_args([]), cells) == tmp_path / "b" / command.REPORT_NAME
     args = parser.parse_args(["--out", str(tmp_path / "o" / "dist")])
-    assert build.report_path(args, cells) == tmp_path / "o" / build.REPORT_NAME
+    assert command.report_path(args, cells) == tmp_path / "o" / command.REPORT_NAME
     # --out naming the default dist/ keeps the default report (not one in the checkout root).
-    args = parser.parse_args(["--out", str(build.DEFAULT_OUT)])
-    assert build.report_path(args, cells) == tmp_path / "b" / build.REPORT_NAME
+    args = parser.parse_args(["--out", str(command.DEFAULT_OUT)])
+    assert command.report_path(args, cells) == tmp_path / "b" / command.REPORT_NAME
     args = parser.parse_args(["--out", "x", "--report", str(tmp_path / "r.json")])
-    assert build.report_path(args, cells) == tmp_path / "r.json"
+    assert command.report_path(args, cells) == tmp_path / "r.json"
 
 
 @pytest.fixture
@@ -88,7 +96,7 @@ def test_an_empty_cells_selection_is_an_error_before_any_work(
 ) -> None:
     # TCDE_JOB_CELLS unset in a release job's before-build expands to --cells "": that
     # must never mean "every cell" (it compiled ~15 cells, then failed).
-    code = build.main(["--cells", value, "--no-assemble", "--build-dir", str(tmp_path)])
+    code = cli.main(["build", "--cells", value, "--no-assemble", "--build-dir", str(tmp_path)])
     assert code == ConfigError.exit_code
     assert no_work == []
     err = capsys.readouterr().err
@@ -99,8 +107,8 @@ def test_an_empty_cells_selection_is_an_error_before_any_work(
 
 def test_select_cells_without_cells_is_the_host_platform() -> None:
     matrix = build.load_matrix()
-    cells = build.select_cells(matrix, None)
-    host = build.host_platform_name(matrix)
+    cells = command.select_cells(matrix, None)
+    host = buildhost.host_platform_name(matrix)
     assert cells
     assert {c.platform.name for c in cells} == {host}
     # Every Python ABI of the platform: the abi3 cells and the free-threaded ones.
@@ -110,8 +118,8 @@ def test_select_cells_without_cells_is_the_host_platform() -> None:
 def test_a_build_of_none_of_the_requested_cells_fails(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = build.main(
-        ["--cells", "win_amd64-t28_cpu,macosx_11_0_arm64-t28_cpu", "--no-assemble",
+    code = cli.main(
+        ["build", "--cells", "win_amd64-t28_cpu,macosx_11_0_arm64-t28_cpu", "--no-assemble",
          "--build-dir", str(tmp_path / "cells"), "--report", str(tmp_path / "r.json")]
     )  # fmt: skip
     assert code == CellsNotBuiltError.exit_code
@@ -125,7 +133,7 @@ def test_a_build_of_none_of_the_requested_cells_fails(
 def test_python_flags_are_gone(capsys: pytest.CaptureFixture[str]) -> None:
     # Cells carry no CPython version: --python / --all-pythons no longer select anything.
     with pytest.raises(SystemExit) as info:
-        build._parser().parse_args(["--python", "3.12"])
+        cli.main(["build", "--python", "3.12"])
     assert info.value.code == 2
     assert "unrecognized arguments: --python" in capsys.readouterr().err
 
@@ -148,11 +156,10 @@ def test_the_report_never_overwrites_an_artifact(
     )
     monkeypatch.setattr(build, "build_cells", lambda *a, **k: [built])
     monkeypatch.setattr(wheels, "assemble_dist", assemble)
-    code = build.main(
-        ["--cells", "linux_x86_64-t28_cpu", "--out", str(out), "--build-dir", str(tmp_path / "c")]
-    )
+    cells = ["--cells", "linux_x86_64-t28_cpu"]
+    code = cli.main(["build", *cells, "--out", str(out), "--build-dir", str(tmp_path / "c")])
     assert code == 0
     # The last artifact written keeps its content; the report goes beside dist/.
     assert index.read_text(encoding="utf-8") == '{"variants": {}}\n'
-    report = json.loads((tmp_path / build.REPORT_NAME).read_text(encoding="utf-8"))
+    report = json.loads((tmp_path / command.REPORT_NAME).read_text(encoding="utf-8"))
     assert report["artifacts"] == [{"file": index.name, "size": index.stat().st_size}]

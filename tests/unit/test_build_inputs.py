@@ -171,7 +171,7 @@ def test_the_edges_of_the_range_are_stored_exactly(
 def test_devtools_refuses_a_bad_epoch_before_compiling_anything(tmp_path: Path) -> None:
     out = tmp_path / "dist"
     proc = subprocess.run(
-        [sys.executable, "-m", "devtools.build", "--cells", "*-t28_cpu", "--out", str(out),
+        [sys.executable, "-m", "devtools", "build", "--cells", "*-t28_cpu", "--out", str(out),
          "--build-dir", str(tmp_path / "cells")],
         cwd=ROOT, env=devtools_env(SOURCE_DATE_EPOCH="1e9"), capture_output=True, text=True,
         timeout=120, check=False,

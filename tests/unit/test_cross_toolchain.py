@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devtools import build, hostenv, torchenv
+from devtools import buildhost, hostenv, torchenv
+from devtools.commands import build as build_command
 from devtools.matrix import load_matrix
 
 from _torch_c_dlpack_ext_core.driver import plan_build
@@ -138,13 +139,13 @@ def test_plan_for_the_cross_target_uses_the_cross_toolchain(
 
 
 def test_other_platform_cells_name_the_cross_option() -> None:
-    reason = build.skip_reason(_cell("linux_aarch64-t28_cpu"), "linux_x86_64")
+    reason = buildhost.skip_reason(_cell("linux_aarch64-t28_cpu"), "linux_x86_64")
     assert reason == (
         "builds on linux_aarch64, this host is linux_x86_64 "
         "(--platform linux_aarch64 cross-compiles it)"
     )
     # No cross toolchain for Windows: no hint.
-    assert build.skip_reason(_cell("win_amd64-t28_cpu"), "linux_x86_64") == (
+    assert buildhost.skip_reason(_cell("win_amd64-t28_cpu"), "linux_x86_64") == (
         "builds on win_amd64, this host is linux_x86_64"
     )
 
@@ -153,34 +154,34 @@ def test_cross_cells_are_built_when_the_compiler_is_there(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cell = _cell("linux_aarch64-t24_cpu")
-    monkeypatch.setattr(build, "index_unreachable", lambda url, timeout=5.0: None)
+    monkeypatch.setattr(buildhost, "index_unreachable", lambda url, timeout=5.0: None)
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
-    reason = build.skip_reason(cell, "linux_x86_64", "linux_aarch64")
+    reason = buildhost.skip_reason(cell, "linux_x86_64", "linux_aarch64")
     assert reason is not None
     assert "apt-get install g++-aarch64-linux-gnu" in reason
     _fake_gxx(tmp_path / "bin", "aarch64-linux-gnu-g++", "aarch64-linux-gnu")
-    assert build.skip_reason(cell, "linux_x86_64", "linux_aarch64") is None
-    assert build.cross_target(cell, "linux_x86_64", "linux_aarch64") == "linux_aarch64"
+    assert buildhost.skip_reason(cell, "linux_x86_64", "linux_aarch64") is None
+    assert buildhost.cross_target(cell, "linux_x86_64", "linux_aarch64") == "linux_aarch64"
     # On an aarch64 host the same cell is a native build.
-    assert build.cross_target(cell, "linux_aarch64", "linux_aarch64") is None
+    assert buildhost.cross_target(cell, "linux_aarch64", "linux_aarch64") is None
 
 
 def test_free_threaded_cells_are_not_cross_compiled() -> None:
     cell = _cell("linux_aarch64-t29_cpu-cp314t")
-    reason = build.skip_reason(cell, "linux_x86_64", "linux_aarch64")
+    reason = buildhost.skip_reason(cell, "linux_x86_64", "linux_aarch64")
     assert reason is not None
     assert reason.startswith("a cross build makes abi3 libraries only")
 
 
 def test_platform_selects_that_platforms_cells() -> None:
-    cells = build.select_cells(MATRIX, None, "linux_aarch64")
+    cells = build_command.select_cells(MATRIX, None, "linux_aarch64")
     assert cells
     assert {c.platform.name for c in cells} == {"linux_aarch64"}
     assert {c.id for c in cells} >= {f"linux_aarch64-t2{m}_cpu" for m in range(4, 10)}
-    both = build.select_cells(MATRIX, "*-t28_cpu", "linux_aarch64")
+    both = build_command.select_cells(MATRIX, "*-t28_cpu", "linux_aarch64")
     assert [c.id for c in both] == ["linux_aarch64-t28_cpu"]
     with pytest.raises(ConfigError, match="--platform 'linux_arm' is no platform"):
-        build.select_cells(MATRIX, None, "linux_arm")
+        build_command.select_cells(MATRIX, None, "linux_arm")
 
 
 def test_torch_tree_of_another_platform(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devtools import emulated
+from devtools import cli, emulated, emulation
 from devtools.errors import EmulationUnavailableError
 from devtools.matrix import load_matrix
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 
 MATRIX = load_matrix()
-AARCH64 = emulated.EMULATED["linux_aarch64"]
+AARCH64 = emulation.EMULATED["linux_aarch64"]
 
 
 def test_combined_wheel_is_the_abi3_wheel_of_the_platform(tmp_path: Path) -> None:
@@ -54,20 +54,20 @@ def _done(rc: int, out: str = "", err: str = "") -> subprocess.CompletedProcess[
 def x86_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """An x86_64 Linux root host whose packages are installed and whose binfmt_misc is
     the folder returned."""
-    monkeypatch.setattr(emulated.sys, "platform", "linux")
-    monkeypatch.setattr(emulated.host_platform, "machine", lambda: "x86_64")
-    monkeypatch.setattr(emulated.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(emulated, "_package_installed", lambda name: True)
+    monkeypatch.setattr(emulation.sys, "platform", "linux")
+    monkeypatch.setattr(emulation.host_platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(emulation.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(emulation, "_package_installed", lambda name: True)
     binfmt = tmp_path / "binfmt_misc"
     binfmt.mkdir()
-    monkeypatch.setattr(emulated, "BINFMT_DIR", binfmt)
+    monkeypatch.setattr(emulation, "BINFMT_DIR", binfmt)
     return binfmt
 
 
 def test_not_root_cannot_emulate(x86_host: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(emulated.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(emulation.os, "geteuid", lambda: 1000)
     with pytest.raises(EmulationUnavailableError, match="needs root") as info:
-        emulated.check_host(AARCH64)
+        emulation.check_host(AARCH64)
     assert info.value.exit_code == 14
 
 
@@ -78,9 +78,9 @@ def test_no_binfmt_misc_cannot_emulate(x86_host: Path, monkeypatch: pytest.Monke
         calls.append(list(cmd))
         return _done(32, err="mount: permission denied")
 
-    monkeypatch.setattr(emulated, "_sh", sh)
+    monkeypatch.setattr(emulation, "capture", sh)
     with pytest.raises(EmulationUnavailableError, match="binfmt_misc is not mounted and cannot be"):
-        emulated.check_host(AARCH64)
+        emulation.check_host(AARCH64)
     assert calls == [["mount", "-t", "binfmt_misc", "binfmt_misc", str(x86_host)]]
 
 
@@ -89,11 +89,11 @@ def test_a_handler_without_the_f_flag_is_refused(
 ) -> None:
     (x86_host / "status").write_text("enabled\n")
     (x86_host / "qemu-aarch64").write_text("enabled\ninterpreter /usr/bin/qemu\nflags: P\n")
-    monkeypatch.setattr(emulated, "_sh", lambda cmd, timeout=0: _done(0))
+    monkeypatch.setattr(emulation, "capture", lambda cmd, timeout=0: _done(0))
     with pytest.raises(EmulationUnavailableError, match="no F flag"):
-        emulated.check_host(AARCH64)
+        emulation.check_host(AARCH64)
     (x86_host / "qemu-aarch64").write_text("enabled\ninterpreter /usr/bin/qemu\nflags: PF\n")
-    emulated.check_host(AARCH64)  # registered as qemu-user-static does: usable
+    emulation.check_host(AARCH64)  # registered as qemu-user-static does: usable
 
 
 def test_main_says_why_in_one_line_and_exits_14(
@@ -102,8 +102,8 @@ def test_main_says_why_in_one_line_and_exits_14(
     def refuse(emulation: Any, install: bool = True) -> None:
         raise EmulationUnavailableError("emulation needs root (binfmt_misc, ...); run as root")
 
-    monkeypatch.setattr(emulated, "check_host", refuse)
-    assert emulated.main(["--platform", "linux_aarch64", "--torch", "2.8"]) == 14
+    monkeypatch.setattr(emulation, "check_host", refuse)
+    assert cli.main(["emulated", "--platform", "linux_aarch64", "--torch", "2.8"]) == 14
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "error: EmulationUnavailableError: emulation needs root (binfmt_misc, ...); run as root"
@@ -140,12 +140,12 @@ def test_one_row_per_minor_and_exit_0_only_if_every_minor_held(
             detail="tvm-ffi echo: AssertionError: x" if bad else "decision: load x",
         )
 
-    monkeypatch.setattr(emulated, "check_host", lambda emulation: None)
-    monkeypatch.setattr(emulated, "provision_root", lambda emulation: tmp_path)
+    monkeypatch.setattr(emulation, "check_host", lambda target: None)
+    monkeypatch.setattr(emulation, "provision_root", lambda target: tmp_path)
     monkeypatch.setattr(emulated, "ensure_wheel", lambda dist, platform: tmp_path / "x.whl")
     monkeypatch.setattr(emulated, "check_minor", check)
-    monkeypatch.setattr(emulated, "_Mounted", _NoMount)
-    code = emulated.main(["--platform", "linux_aarch64"])
+    monkeypatch.setattr(emulation, "Mounted", _NoMount)
+    code = cli.main(["emulated", "--platform", "linux_aarch64"])
     assert seen == ["2.4", "2.5", "2.6", "2.7", "2.8", "2.9"]
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("2.")]
     assert len(rows) == 6
@@ -226,9 +226,9 @@ def test_check_minor_verdicts(
 
     monkeypatch.setattr(emulated, "minor_env", lambda root, cell, emulation: (tmp_path, True))
     monkeypatch.setattr(emulated, "_uv_target", lambda target, emulation, *reqs: None)
-    monkeypatch.setattr(emulated, "_in_root", in_root)
+    monkeypatch.setattr(emulated, "in_root", in_root)
     run_dir = tmp_path / "opt" / "tcde" / "runs" / "r"
-    emulated._stage_suite(run_dir, examples=5)
+    emulated.stage_suite(run_dir, examples=5)
     (cell,) = emulated.select_minors(MATRIX, "linux_aarch64", ["2.4"])
     result = emulated.check_minor(
         tmp_path, cell, tmp_path / "x.whl", AARCH64, examples=5, run_dir=run_dir

@@ -14,21 +14,23 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from devtools import freethreaded
+from devtools import freethreaded, steps
+from devtools.debsource import (
+    DebianSource,
+    apt_sources_list,
+    dsc_version,
+    orig_url,
+    source_candidates,
+    upstream_version,
+)
 from devtools.errors import ProvisionError
 from devtools.freethreaded import (
     RECORD,
     SOURCES,
-    DebianSource,
     FreeThreadedPython,
-    apt_sources_list,
-    dsc_version,
     free_threaded_python,
-    orig_url,
     parse_version,
     prefix_for,
-    source_candidates,
-    upstream_version,
 )
 from tests.helpers import ROOT, devtools_env
 
@@ -382,7 +384,7 @@ def test_a_good_result_passes() -> None:
 def test_a_failed_step_carries_the_tools_last_lines() -> None:
     script = "for i in $(seq 1 40); do echo out$i; done; echo 'fatal: no compiler' >&2; exit 3"
     with pytest.raises(ProvisionError) as info:
-        freethreaded._run("configure", ["sh", "-c", script])
+        steps.run_step("configure", ["sh", "-c", script])
     message = str(info.value)
     assert message.startswith("configure failed (exit code 3): sh -c")
     assert "out40" in message
@@ -392,11 +394,11 @@ def test_a_failed_step_carries_the_tools_last_lines() -> None:
 
 def test_steps_report_progress_with_a_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
     lines: list[str] = []
-    monkeypatch.setattr(freethreaded, "HEARTBEAT_S", 0.05)
-    monkeypatch.setitem(freethreaded._CURRENT, "build", ("3.14t", time.monotonic() - 7))
-    monkeypatch.setattr(freethreaded, "_SINK", [])
+    monkeypatch.setattr(freethreaded.PROGRESS, "heartbeat_s", 0.05)
+    monkeypatch.setattr(freethreaded.PROGRESS, "current", ("3.14t", time.monotonic() - 7))
+    monkeypatch.setattr(freethreaded.PROGRESS, "sink", None)
     freethreaded.set_progress(lines.append)
-    with freethreaded._step("make -j2"):
+    with freethreaded.PROGRESS.step("make -j2"):
         time.sleep(0.3)
     assert lines[0].startswith("freethreaded [3.14t, 7 s]: make -j2"), lines
     assert len([line for line in lines if "still make -j2" in line]) >= 2, lines
@@ -405,7 +407,7 @@ def test_steps_report_progress_with_a_heartbeat(monkeypatch: pytest.MonkeyPatch)
 
 def test_the_command_line_reports_a_bad_version_in_one_line() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "devtools.freethreaded", "3.14"],
+        [sys.executable, "-m", "devtools", "freethreaded", "3.14"],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -301,7 +301,10 @@ def test_cells_the_release_does_not_build_say_why() -> None:
 
 
 def test_nox_matrix_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from devtools.matrix import main
+    from devtools.cli import main as devtools
+
+    def main(argv: list[str]) -> int:
+        return devtools(["matrix", *argv])
 
     assert main(["--only", "linux_x86_64-*"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -480,7 +483,7 @@ def test_devtools_matrix_is_the_only_reader() -> None:
 
 
 def test_nox_matrix_runs_without_importing_the_package() -> None:
-    # `nox -s matrix` in CI (python -m devtools.matrix, PYTHONPATH=python): the package
+    # `nox -s matrix` in CI (python -m devtools matrix, PYTHONPATH=python): the package
     # is never imported (no selection, no warning about a checkout with nothing to load),
     # and neither is torch.
     import subprocess
@@ -488,9 +491,9 @@ def test_nox_matrix_runs_without_importing_the_package() -> None:
     root = Path(__file__).resolve().parents[2]
     probe = (
         "import runpy, sys\n"
-        "sys.argv = ['matrix', '--only', 'win_amd64-t28_cpu', '--list']\n"
+        "sys.argv = ['devtools', 'matrix', '--only', 'win_amd64-t28_cpu', '--list']\n"
         "try:\n"
-        "    runpy.run_module('devtools.matrix', run_name='__main__')\n"
+        "    runpy.run_module('devtools', run_name='__main__')\n"
         "except SystemExit as exc:\n"
         "    assert exc.code == 0, exc.code\n"
     )

@@ -16,16 +16,16 @@ def test_progress_names_the_env_and_beats_while_uv_runs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     lines: list[str] = []
-    monkeypatch.setattr(torchenv, "HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(torchenv.PROGRESS, "heartbeat_s", 0.05)
 
     def slow_uv(cmd: list[str], **_: object) -> subprocess.CompletedProcess[str]:
         time.sleep(0.3)
         return subprocess.CompletedProcess(cmd, 0, "", "Installed 1 package in 3ms\n")
 
     monkeypatch.setattr(torchenv, "run", slow_uv)
-    monkeypatch.setitem(torchenv._CURRENT, "env", ("py3.11-torch2.8.0", time.monotonic() - 5))
+    monkeypatch.setattr(torchenv.PROGRESS, "current", ("py3.11-torch2.8.0", time.monotonic() - 5))
     # monkeypatch restores the session's sink (tests/conftest.py) afterwards.
-    monkeypatch.setattr(torchenv, "_SINK", [])
+    monkeypatch.setattr(torchenv.PROGRESS, "sink", None)
     torchenv.set_progress(lines.append)
     torchenv._uv("uv", "pip", "install", "torch==2.8.0")
     assert lines, "no progress at all"
@@ -41,6 +41,6 @@ def test_progress_names_the_env_and_beats_while_uv_runs(
 def test_progress_goes_to_stderr_without_a_sink(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(torchenv, "_SINK", [])
-    torchenv._log("hello")
+    monkeypatch.setattr(torchenv.PROGRESS, "sink", None)
+    torchenv.PROGRESS.log("hello")
     assert capsys.readouterr().err == "torchenv: hello\n"

@@ -168,9 +168,7 @@ def test_cibuildwheel_config() -> None:
     repair = cibw["linux"]["repair-wheel-command"]
     for lib in ("libtorch.so", "libc10.so", "libtorch_cpu.so", "libtorch_python.so"):
         assert f"--exclude {lib}" in repair
-    assert (
-        "torch_c_dlpack_ext" in cibw["test-command"] or "devtools.release" in cibw["test-command"]
-    )
+    assert "torch_c_dlpack_ext" in cibw["test-command"] or "-m devtools " in cibw["test-command"]
 
 
 # --- the rules catch what they must ---------------------------------------------------

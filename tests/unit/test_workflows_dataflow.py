@@ -15,7 +15,7 @@ import pytest
 import tomllib
 import yaml
 from build_backend._options import read_options
-from devtools import cisteps, dataflow, publish, release, repair, variants
+from devtools import cisteps, cli, dataflow, publish, repair, variants
 from devtools.errors import ReleaseError
 from devtools.matrix import load_matrix
 
@@ -165,7 +165,7 @@ def test_windows_repair_is_explicitly_none() -> None:
 def test_repaired_wheels_are_checked_for_grafted_libraries(workflow: dict[str, Any]) -> None:
     steps = workflow["jobs"]["cells"]["steps"]
     check = _step(workflow, "cells", name="The repaired wheel bundles only its own libraries")
-    assert check["run"] == "$RELEASE_PY check-repaired wheelhouse"
+    assert check["run"] == "$DEVTOOLS check-repaired wheelhouse"
     assert steps.index(_cibw(workflow)) < steps.index(check)
 
 
@@ -281,7 +281,12 @@ def test_d6_disk_guard_fails_loudly(tmp_path: Path) -> None:
 
 
 def test_d7_job_build_gets_the_jobs_cell_ids(workflow: dict[str, Any]) -> None:
-    from devtools import build
+    import argparse
+
+    from devtools.commands import build
+
+    parser = argparse.ArgumentParser()
+    build.add_arguments(parser)
 
     value = _cibw(workflow)["env"][dataflow.CELLS_VARIABLE]
     assert value == "${{ join(matrix.cells, ',') }}"
@@ -309,7 +314,7 @@ def test_d7_job_build_gets_the_jobs_cell_ids(workflow: dict[str, Any]) -> None:
     def selected(job: dict[str, Any]) -> list[str]:
         passed = dataflow.evaluate(value, job)
         argv = [passed if a == "$TCDE_JOB_CELLS" else a for a in args]
-        cells = build._parser().parse_args(argv).cells
+        cells = parser.parse_args(argv).cells
         return [c.id for c in MATRIX.select(cells.split(","))]
 
     assert selected(job) == ["linux_x86_64-t28_cpu"]
@@ -386,13 +391,13 @@ def test_d8_publish_target_command_writes_output_lines(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     argv = ["publish-target", "--event", "workflow_dispatch", "--ref", "refs/heads/x"]
-    assert release.main([*argv, "--publish", "false"]) == 0
+    assert cli.main([*argv, "--publish", "false"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "index=none",
         "repository_url=",
         "project_url=",
     ]
-    assert release.main([*argv, "--publish", "maybe"]) == ConfigError.exit_code
+    assert cli.main([*argv, "--publish", "maybe"]) == ConfigError.exit_code
 
 
 # --- one failing job does not block the others -------------------------------------------
@@ -411,7 +416,7 @@ def test_failures_do_not_block_the_rest(workflow: dict[str, Any]) -> None:
     assert "$GITHUB_STEP_SUMMARY" in contents["run"]
     verify = jobs["verify"]["steps"][-1]
     # Each verify entry installs the torch minors it names (oldest / newest CPython).
-    assert verify["run"] == '$RELEASE_PY verify dist --expect matrix.json --torch "$TORCH_MINORS"'
+    assert verify["run"] == '$DEVTOOLS verify dist --expect matrix.json --torch "$TORCH_MINORS"'
     assert verify["env"] == {"TORCH_MINORS": "${{ matrix.torch }}"}
     setup = next(s for s in jobs["verify"]["steps"] if "setup-python" in str(s.get("uses")))
     assert setup["with"]["python-version"] == "${{ matrix.python }}"

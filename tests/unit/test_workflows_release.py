@@ -1,10 +1,9 @@
-"""The steps the release workflow runs through ``devtools/release.py``: validating
+"""The steps the release workflow runs through ``python -m devtools``: validating
 ``dist/``, the GitHub matrix from ``nox -s matrix``, the tag check, splitting the
 variants index off the uploadable files."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import tarfile
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from devtools import cisteps, distfiles, hostenv, publish, release, verify
+from devtools import cisteps, cli, distfiles, hostenv, publish, verify
 from devtools.errors import MatrixError, ReleaseError
 from tests.helpers import devtools_env
 
@@ -228,17 +227,17 @@ def test_github_matrix_refuses_pythons_outside_requires_python() -> None:
 
 
 def test_release_module_does_not_import_the_package() -> None:
-    # Run as CI runs it (python -m devtools.release, PYTHONPATH=python): no import-time
+    # Run as CI runs it (python -m devtools, PYTHONPATH=python): no import-time
     # library selection, no torch, no warning.
     import subprocess
     import sys
 
-    root = Path(release.__file__).resolve().parents[1]
+    root = Path(cli.__file__).resolve().parents[1]
     probe = (
         "import runpy, sys\n"
-        "sys.argv = ['release.py', 'check-tag', sys.argv[1]]\n"
+        "sys.argv = ['devtools', 'check-tag', sys.argv[1]]\n"
         "try:\n"
-        "    runpy.run_module('devtools.release', run_name='__main__')\n"
+        "    runpy.run_module('devtools', run_name='__main__')\n"
         "except SystemExit as exc:\n"
         "    code = exc.code\n"
         "package = any(m.split('.')[0] == 'torch_c_dlpack_ext' for m in sys.modules)\n"
@@ -274,7 +273,7 @@ def test_github_matrix_command_prints_output_lines(
     path = tmp_path / "matrix.json"
     job = {"runner": "r", "python": "3.11", "torch": {"2.8": ["3.11"]}}
     path.write_text(json.dumps({"include": [job]}))
-    assert release.main(["github-matrix", str(path)]) == 0
+    assert cli.main(["github-matrix", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split("=", 1)[0] for line in lines] == ["cells", "verify"]
     assert json.loads(lines[1].split("=", 1)[1]) == {
@@ -299,8 +298,8 @@ def test_split_variants_leaves_what_pypi_accepts(dist: Path, tmp_path: Path) -> 
 
 
 def test_check_tag_command_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
-    assert release.main(["check-tag", f"v{V}"]) == 0
-    assert release.main(["check-tag", "v9.9.9"]) == ReleaseError.exit_code
+    assert cli.main(["check-tag", f"v{V}"]) == 0
+    assert cli.main(["check-tag", "v9.9.9"]) == ReleaseError.exit_code
     assert "does not match" in capsys.readouterr().err
 
 
@@ -339,7 +338,7 @@ def test_expected_library_matches_torch_minor_and_abi() -> None:
 
 
 def test_verify_torch_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert release.main(["verify", str(tmp_path), "--torch", " , "]) == ConfigError.exit_code
+    assert cli.main(["verify", str(tmp_path), "--torch", " , "]) == ConfigError.exit_code
     assert "--torch ' , ' names no torch minor" in capsys.readouterr().err
 
 
@@ -359,17 +358,15 @@ def test_variant_libraries_must_come_from_the_combined_build(tmp_path: Path) -> 
 
 
 def _subcommands() -> set[str]:
-    parser = release._parser()
-    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return set(action.choices)
+    return {command.name for command in cli.COMMANDS}
 
 
 def test_workflow_and_cibuildwheel_call_existing_subcommands() -> None:
-    root = Path(release.__file__).resolve().parents[1]
+    root = Path(cli.__file__).resolve().parents[1]
     text = (root / ".github" / "workflows" / "release.yml").read_text(encoding="utf-8")
-    used = set(re.findall(r"\$RELEASE_PY ([a-z-]+)", text))
+    used = set(re.findall(r"\$DEVTOOLS ([a-z-]+)", text))
     cibw = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]
-    used |= set(re.findall(r"devtools\.release ([a-z-]+)", cibw["cibuildwheel"]["test-command"]))
+    used |= set(re.findall(r"-m devtools ([a-z-]+)", cibw["cibuildwheel"]["test-command"]))
     assert used >= {
         "publish-target", "github-matrix", "check-repaired", "contents", "split-variants",
         "verify", "test-installed",
