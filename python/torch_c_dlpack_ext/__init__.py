@@ -61,14 +61,13 @@ _LAZY = {
 
 
 def _is_torchs_own_capsule(torch: Any, capsule: object) -> bool:
-    """Whether ``capsule`` is a valid ``dlpack_exchange_api`` capsule holding exactly the
-    table torch itself publishes (``torch._C._dlpack_exchange_api()``, torch 2.10-2.15).
-
-    ``PyCapsule_IsValid`` checks the exact type and the name first, so any object is safe.
-    Private prototypes (``_loader.pythonapi_function``, restated to keep this path to this
-    module): instances of the class ctypes made for ``pythonapi``, whose shared functions
-    other packages may configure. A torch without that function goes to the selector.
-    """
+    # Whether `capsule` is a valid `dlpack_exchange_api` capsule holding exactly the
+    # table torch itself publishes (`torch._C._dlpack_exchange_api()`, torch 2.10-2.15).
+    #
+    # `PyCapsule_IsValid` checks the exact type and the name first, so any object is safe.
+    # Private prototypes (`_loader.pythonapi_function`, restated to keep this path to this
+    # module): instances of the class ctypes made for `pythonapi`, whose shared functions
+    # other packages may configure. A torch without that function goes to the selector.
     import ctypes  # torch has imported it
 
     def reader(name: str, restype: Any) -> Any:
@@ -84,15 +83,14 @@ def _is_torchs_own_capsule(torch: Any, capsule: object) -> bool:
 
 
 def _torch_defers() -> bool:
-    """The fast path: torch provides its own valid API capsule, so the selector would
-    DEFER (the caller has checked that no override is set).
-
-    Answered in this module alone: importing any submodule costs more than the whole
-    question (the first import from the package's directory was measured at ~0.3 ms, an
-    empty package's whole import at ~0.17 ms). Anything unusual (another torch, someone
-    else's capsule, an odd value) goes to the selector, whose ``_capsule`` and
-    ``_torchinfo`` check and report it fully.
-    """
+    # The fast path: torch provides its own valid API capsule, so the selector would
+    # DEFER (the caller has checked that no override is set).
+    #
+    # Answered in this module alone: importing any submodule costs more than the whole
+    # question (the first import from the package's directory was measured at ~0.3 ms, an
+    # empty package's whole import at ~0.17 ms). Anything unusual (another torch, someone
+    # else's capsule, an odd value) goes to the selector, whose `_capsule` and
+    # `_torchinfo` check and report it fully.
     try:
         import torch
 
@@ -130,7 +128,7 @@ _ATTRIBUTES = (_CAPSULE_ATTR, _LEGACY_INT_ATTR)
 
 
 def _restore(tensor: Any, saved: dict[str, object]) -> None:
-    """Put ``torch.Tensor``'s own two attributes back as they were before the selector ran."""
+    # Put `torch.Tensor`'s own two attributes back as they were before the selector ran.
     if tensor is None:
         return
     try:
@@ -146,19 +144,18 @@ def _restore(tensor: Any, saved: dict[str, object]) -> None:
 
 
 def _import_boundary() -> StatusFields | None:
-    """Run the selector; turn ANY exception it lets out into the documented outcome.
-
-    The one place that guarantees ``import torch_c_dlpack_ext`` raises nothing but an
-    ``ImportError`` (the code below reports every expected failure itself; this catches
-    the unexpected, including ``BaseException`` subclasses such as ``GeneratorExit``):
-    whatever was set on ``torch.Tensor`` is put back, one warning names the exception,
-    and :func:`status` says UNAVAILABLE. ``KeyboardInterrupt`` and ``SystemExit``
-    propagate, after the same restore: the user asked for those. A warning that the
-    user's filters turned into an exception (``-W error``) leaves as a
-    :class:`~torch_c_dlpack_ext.errors.WarningAsImportError` (an ``ImportError``,
-    the warning chained as its cause), because consumers guard this import with
-    ``except ImportError`` only.
-    """
+    # Run the selector; turn ANY exception it lets out into the documented outcome.
+    #
+    # The one place that guarantees `import torch_c_dlpack_ext` raises nothing but an
+    # `ImportError` (the code below reports every expected failure itself; this catches
+    # the unexpected, including `BaseException` subclasses such as `GeneratorExit`):
+    # whatever was set on `torch.Tensor` is put back, one warning names the exception,
+    # and status says UNAVAILABLE. `KeyboardInterrupt` and `SystemExit`
+    # propagate, after the same restore: the user asked for those. A warning that the
+    # user's filters turned into an exception (`-W error`) leaves as a
+    # torch_c_dlpack_ext.errors.WarningAsImportError (an `ImportError`,
+    # the warning chained as its cause), because consumers guard this import with
+    # `except ImportError` only.
     tensor: Any = None
     saved: dict[str, object] = {}
     try:

@@ -1,30 +1,28 @@
-"""The import's common path, the exchange ABI's names, and the steps every load takes:
-verify, dlopen, check the table, publish on ``torch.Tensor``.
+"""The import's common path (:func:`load_common`), the exchange ABI's names, and the
+steps every load takes: verify, dlopen, check the table, publish on ``torch.Tensor``."""
 
-:func:`load_common` handles the common case with this module alone: no
-``TORCH_C_DLPACK_EXT_*`` variable, neither attribute on ``torch.Tensor``, a valid
-manifest and a matching library that loads. Anything else (and any failure on the way)
-returns ``None`` before anything changed, and the package's ``__init__`` runs
-:mod:`._selector`, the full selector, which decides with :func:`._select.decide`, acts,
-and says why in one warning; it is imported only then.
-
-Every check of the full path is kept: the manifest schema, the library's size and
-sha256, its ELF extents, a sealed in-memory copy for dlopen (``RTLD_NOW |
-RTLD_LOCAL``), the table check. Attributes are set only after the table passed every
-check, so a consumer never sees a half-valid API.
-
-This module is what every ``import tvm_ffi`` on torch < 2.10 executes, so it is written
-for that (measured with ``nox -s bench``, see CONTRIBUTING "The import's common path"):
-one module (each more costs a file lookup and an unmarshal), comments rather than
-docstrings on private functions (docstrings are unmarshalled on every import), string
-paths rather than ``pathlib``, no class created at import or on the common path (a
-``ctypes`` prototype or array type is a class; the calls below use instances of classes
-``ctypes`` already has), and no ``realpath`` (a system call per path component). It
-restates the core's names, the manifest schema's checks and bounds and the torch version's
-reading as plain functions over the JSON; unit tests pin each to the core's
-(``naming``, ``manifest.py``, ``dlpack_ctypes``): the common path accepts only what the
-core accepts, and the core's messages explain everything else.
-"""
+# load_common handles the common case with this module alone: no TORCH_C_DLPACK_EXT_*
+# variable, neither attribute on torch.Tensor, a valid manifest and a matching library
+# that loads. Anything else (and any failure on the way) returns None before anything
+# changed, and the package's __init__ runs _selector, the full selector, which decides
+# with _select.decide, acts, and says why in one warning; it is imported only then.
+#
+# Every check of the full path is kept: the manifest schema, the library's size and
+# sha256, its ELF extents, a sealed in-memory copy for dlopen (RTLD_NOW | RTLD_LOCAL),
+# the table check. Attributes are set only after the table passed every check, so a
+# consumer never sees a half-valid API.
+#
+# This module is what every `import tvm_ffi` on torch < 2.10 executes, so it is written
+# for that (measured with `nox -s bench`, see CONTRIBUTING "The import's common path"):
+# one module (each more costs a file lookup and an unmarshal), comments rather than
+# docstrings (the first unmarshal in a process costs about 6 us per KiB of bytecode),
+# string paths rather than pathlib, no class created at import or on the common path (a
+# ctypes prototype or array type is a class; the calls below use instances of classes
+# ctypes already has), and no realpath (a system call per path component). It restates
+# the core's names, the manifest schema's checks and bounds and the torch version's
+# reading as plain functions over the JSON; unit tests pin each to the core's (naming,
+# manifest.py, dlpack_ctypes): the common path accepts only what the core accepts, and
+# the core's messages explain everything else.
 
 from __future__ import annotations
 
@@ -41,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
-    #: What :data:`LIBRARIES` keeps of a loaded library (see there).
+    #: What LIBRARIES keeps of a loaded library (see there).
     Record = tuple[str, int | ctypes.CDLL, int, tuple[int, int]]
 
 __all__ = [
@@ -75,11 +73,11 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------------------
-# The exchange ABI's names (``_torch_c_dlpack_ext_core.naming`` and the mirrors in
-# ``dlpack_ctypes`` are their sources; a unit test keeps them equal).
+# The exchange ABI's names (`_torch_c_dlpack_ext_core.naming` and the mirrors in
+# `dlpack_ctypes` are their sources; a unit test keeps them equal).
 # --------------------------------------------------------------------------------------
 
-#: The attribute torch 2.10+ sets on ``torch.Tensor`` (a PyCapsule), and the one we publish.
+#: The attribute torch 2.10+ sets on `torch.Tensor` (a PyCapsule), and the one we publish.
 CAPSULE_ATTR = "__dlpack_c_exchange_api__"
 #: The legacy int attribute (torch main for a few weeks; read by tvm-ffi 0.1.0-0.1.3).
 LEGACY_INT_ATTR = "__c_dlpack_exchange_api__"
@@ -91,15 +89,15 @@ ENV_PREFIX = "TORCH_C_DLPACK_EXT_"
 EXPORT_TABLE = "TorchDLPackExchangeAPIPtr"
 #: The library's export describing its build (see CONTRIBUTING.md, "Build contract").
 EXPORT_BUILD_INFO = "TorchCDLPackExtBuildInfo"
-#: The DLPack major version whose ``DLPackExchangeAPI`` layout this package reads.
+#: The DLPack major version whose `DLPackExchangeAPI` layout this package reads.
 SUPPORTED_MAJOR = 1
-#: The two numbers of the ``DLPackExchangeAPI`` layout :func:`check_table` reads: the
-#: header (``DLPackVersion`` of two uint32, then the ``prev_api`` pointer) and the count of
+#: The two numbers of the `DLPackExchangeAPI` layout check_table reads: the
+#: header (`DLPackVersion` of two uint32, then the `prev_api` pointer) and the count of
 #: function pointers after it.
 TABLE_HEADER_BYTES = 8 + ctypes.sizeof(ctypes.c_void_p)
 TABLE_MEMBERS = 5
 #: Tables of the libraries this process loaded and checked: a table found on
-#: ``torch.Tensor`` later is known to be ours.
+#: `torch.Tensor` later is known to be ours.
 OWN_TABLES: set[int] = set()
 
 # The table as native C lays it out: two uint32, then prev_api and the members (pointers).
@@ -108,13 +106,13 @@ _TABLE = struct.Struct(f"@II{1 + TABLE_MEMBERS}P")
 #: Serialises loading and publishing (imports from threads, build_for_current_torch).
 LOCK = threading.RLock()
 #: Libraries this process loaded, by their file's identity (device, inode: the same file
-#: under another name is the same library), each ``(path, dlopen handle, table pointer,
-#: DLPack version)``; ``_library.LoadedLibrary`` is the view of one. They stay referenced
+#: under another name is the same library), each `(path, dlopen handle, table pointer,
+#: DLPack version)`; `_library.LoadedLibrary` is the view of one. They stay referenced
 #: for the life of the process: the published pointer points into them, so they must
 #: never be unloaded.
 LIBRARIES: dict[tuple[int, int], Record] = {}
 
-# The manifest schema's bounds and fields (``_torch_c_dlpack_ext_core.manifest``; a unit
+# The manifest schema's bounds and fields (`_torch_c_dlpack_ext_core.manifest`; a unit
 # test keeps them equal). The most a library file may be is the manifest's bound.
 MAX_LIBRARY_BYTES = 1 << 32
 _SCHEMA_VERSION = 1
@@ -152,7 +150,7 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 # RTLD_NOW: every symbol is bound at dlopen, so a library that needs one torch lacks fails
 # here (with the symbol's name) instead of at its first call. RTLD_LOCAL: it resolves
-# torch's symbols from the libraries ``import torch`` loaded and exports nothing to others.
+# torch's symbols from the libraries `import torch` loaded and exports nothing to others.
 _DLOPEN_MODE = getattr(os, "RTLD_NOW", 2) | ctypes.RTLD_LOCAL
 
 
@@ -162,15 +160,15 @@ _DLOPEN_MODE = getattr(os, "RTLD_NOW", 2) | ctypes.RTLD_LOCAL
 
 
 def backend_of(torch: Any) -> str:
-    """The backend of a torch module, by its build flavour: ``torch.version.hip`` set ->
-    ``"rocm"``, else ``torch.version.cuda`` set -> ``"cuda"``, else ``"cpu"``.
-
-    No device is asked: ``torch.cuda.is_available()`` runs ``cudaGetDeviceCount``, which
-    initialises the driver (``cuInit``), poisons later ``fork()``s and freezes
-    ``CUDA_VISIBLE_DEVICES`` in every process that imports tvm-ffi (docs/facts.md, "The
-    backend is the build flavour"). A GPU torch on a host without a device gets its
-    backend's library, which serves CPU tensors too.
-    """
+    # The backend of a torch module, by its build flavour: `torch.version.hip` set ->
+    # `"rocm"`, else `torch.version.cuda` set -> `"cuda"`, else `"cpu"`.
+    #
+    # No device is asked: `torch.cuda.is_available()` runs `cudaGetDeviceCount`, which
+    # initialises the driver (`cuInit`), poisons later `fork()`s and freezes
+    # `CUDA_VISIBLE_DEVICES` in every process that imports tvm-ffi (docs/facts.md, "The
+    # backend is the build flavour"). A GPU torch on a host without a device gets its
+    # backend's library, which serves CPU tensors too.
+    #
     # getattr keeps builds whose torch.version lacks cuda or hip safe.
     version = getattr(torch, "version", None)
     if getattr(version, "hip", None) is not None:
@@ -181,8 +179,8 @@ def backend_of(torch: Any) -> str:
 
 
 def cxx11_abi_of(torch: Any) -> bool | None:
-    """``torch.compiled_with_cxx11_abi()``; ``None`` where not applicable (Windows, macOS,
-    a torch without it). Raises what torch raises."""
+    # `torch.compiled_with_cxx11_abi()`; `None` where not applicable (Windows, macOS,
+    # a torch without it). Raises what torch raises.
     if sys.platform.startswith(("win", "darwin")):
         return None
     compiled = getattr(torch, "compiled_with_cxx11_abi", None)
@@ -190,8 +188,8 @@ def cxx11_abi_of(torch: Any) -> bool | None:
 
 
 def torch_minor_of(version: str) -> tuple[int, int] | None:
-    """``(major, minor)`` of a torch version such as ``2.8.0a0+abc``, or ``None`` where
-    ``naming.torch_minor`` raises (a unit test compares the two on any text)."""
+    # `(major, minor)` of a torch version such as `2.8.0a0+abc`, or `None` where
+    # `naming.torch_minor` raises (a unit test compares the two on any text).
     major, dot, rest = version.lstrip().partition(".")
     end = 0
     while end < len(rest) and rest[end].isdecimal():
@@ -207,10 +205,10 @@ def torch_minor_of(version: str) -> tuple[int, int] | None:
 
 
 def pythonapi_function(name: str, restype: Any, *argtypes: Any) -> Any:
-    """A private prototype of the C-API function ``name``: an instance of the class ctypes
-    made for ``pythonapi`` (GIL held, Python errors checked) with its own ``restype`` and
-    ``argtypes``. Never ``ctypes.pythonapi.<name>`` itself, whose types other packages may
-    set; never a new ``PYFUNCTYPE`` class, which would be a class creation per import."""
+    # A private prototype of the C-API function `name`: an instance of the class ctypes
+    # made for `pythonapi` (GIL held, Python errors checked) with its own `restype` and
+    # `argtypes`. Never `ctypes.pythonapi.<name>` itself, whose types other packages may
+    # set; never a new `PYFUNCTYPE` class, which would be a class creation per import.
     function = ctypes.pythonapi._FuncPtr((name, ctypes.pythonapi))
     function.restype = restype
     function.argtypes = argtypes
@@ -218,8 +216,8 @@ def pythonapi_function(name: str, restype: Any, *argtypes: Any) -> Any:
 
 
 def make_capsule(pointer: int) -> Any:
-    """A PyCapsule named ``dlpack_exchange_api`` wrapping ``pointer`` (no destructor:
-    the table is static in a library that is never unloaded)."""
+    # A PyCapsule named `dlpack_exchange_api` wrapping `pointer` (no destructor:
+    # the table is static in a library that is never unloaded).
     # The capsule keeps the name's address, not a copy, and outlives this module (it sits
     # on torch.Tensor): one reference to the name is never given back, so the bytes stay.
     pythonapi_function("Py_IncRef", None, ctypes.py_object)(CAPSULE_NAME)
@@ -230,11 +228,10 @@ def make_capsule(pointer: int) -> Any:
 
 
 def check_table(pointer: int, origin: str) -> tuple[int, int]:
-    """Check the ``DLPackExchangeAPI`` at ``pointer``; return its DLPack version.
-
-    Raises :class:`~_torch_c_dlpack_ext_core.errors.LibraryLoadError` if the pointer is
-    NULL, the major version is not 1, or any member is NULL (named through the mirrors).
-    """
+    # Check the `DLPackExchangeAPI` at `pointer`; return its DLPack version.
+    #
+    # Raises _torch_c_dlpack_ext_core.errors.LibraryLoadError if the pointer is
+    # NULL, the major version is not 1, or any member is NULL (named through the mirrors).
     if not pointer:
         raise load_error(f"{origin}: {EXPORT_TABLE}() returned NULL")
     major, minor, _prev_api, *members = _TABLE.unpack(ctypes.string_at(pointer, _TABLE.size))
@@ -261,13 +258,13 @@ def check_table(pointer: int, origin: str) -> tuple[int, int]:
 
 
 def load_common(package_dir: str) -> dict[str, Any] | None:
-    """Publish the bundled library matching the running torch, when nothing is unusual,
-    and return the import's status fields (``_status.StatusFields``, which this module
-    does not import: ``_status`` reaches back here through ``_torchinfo``); ``None``
-    otherwise (before anything was changed), for the full selector to decide,
-    act and explain. The same decision the selector would make (a unit test compares
-    them): no attribute to judge, the first matching manifest entry. The caller has
-    checked that no ``TORCH_C_DLPACK_EXT_*`` variable is set."""
+    # Publish the bundled library matching the running torch, when nothing is unusual,
+    # and return the import's status fields (`_status.StatusFields`, which this module
+    # does not import: `_status` reaches back here through `_torchinfo`); `None`
+    # otherwise (before anything was changed), for the full selector to decide,
+    # act and explain. The same decision the selector would make (a unit test compares
+    # them): no attribute to judge, the first matching manifest entry. The caller has
+    # checked that no `TORCH_C_DLPACK_EXT_*` variable is set.
     with LOCK:
         try:
             import torch
@@ -287,7 +284,7 @@ def load_common(package_dir: str) -> dict[str, Any] | None:
 
 def _matching_library(torch: Any, package_dir: str) -> tuple[str, bytes, os.stat_result] | None:
     # The manifest entry the selector would load first for this torch, verified:
-    # ``(path, bytes, stat)``, or None (no valid manifest, no match, a failed check).
+    # `(path, bytes, stat)`, or None (no valid manifest, no match, a failed check).
     version = torch.__version__
     wanted = torch_minor_of(version) if isinstance(version, str) else None
     if wanted is None:
@@ -319,8 +316,8 @@ def _minor_of_entry(entry: dict[str, Any]) -> tuple[int, int]:
 def _read_regular(
     path: str, limit: int, size: int | None = None, flags: int = 0
 ) -> tuple[bytes, os.stat_result] | None:
-    # The bytes of the regular file ``path`` (opened without blocking, with ``flags``
-    # added) and its stat, if it has at most ``limit`` bytes (exactly ``size``, when
+    # The bytes of the regular file `path` (opened without blocking, with `flags`
+    # added) and its stat, if it has at most `limit` bytes (exactly `size`, when
     # given) and it did not grow while being read.
     try:
         fd = os.open(path, _OPEN_FLAGS | flags)
@@ -343,7 +340,7 @@ def _read_regular(
 
 
 def read_fd(fd: int, limit: int) -> bytes:
-    """Up to ``limit`` bytes of an open file, from its current offset."""
+    # Up to `limit` bytes of an open file, from its current offset.
     chunks: list[bytes] = []
     total = 0
     while total < limit and (chunk := os.read(fd, min(1 << 20, limit - total))):
@@ -354,7 +351,7 @@ def read_fd(fd: int, limit: int) -> bytes:
 
 def _read_manifest(path: str) -> list[dict[str, Any]] | None:
     # The entries of a manifest that passes every check of
-    # ``_torch_c_dlpack_ext_core.manifest.load_manifest``, as JSON objects; None for any
+    # `_torch_c_dlpack_ext_core.manifest.load_manifest`, as JSON objects; None for any
     # manifest it would refuse (it then says why).
     read = _read_regular(path, _MAX_MANIFEST_BYTES)
     if read is None or not read[0].strip():
@@ -394,7 +391,7 @@ def _valid_file(file: Any) -> bool:
 
 
 def _valid_entry(entry: dict[str, Any]) -> bool:
-    # Whether ``ManifestEntry.from_json`` accepts ``entry`` (the same checks).
+    # Whether `ManifestEntry.from_json` accepts `entry` (the same checks).
     if any(name not in entry for name in _FIELDS):
         return False
     abi, size, sha = entry["cxx11_abi"], entry["size"], entry["sha256"]
@@ -425,7 +422,7 @@ def _valid_entry(entry: dict[str, Any]) -> bool:
 def _read_verified(
     entry: dict[str, Any], package_dir: str
 ) -> tuple[str, bytes, os.stat_result] | None:
-    # ``(path, bytes, stat)`` of the entry's library if ``manifest.read_verified`` would
+    # `(path, bytes, stat)` of the entry's library if `manifest.read_verified` would
     # return them: a regular file inside the package of exactly the recorded size and
     # sha256. Inside is proven without resolving the path (realpath costs a system call
     # per component of where the package is installed): no directory between the package
@@ -459,14 +456,14 @@ def _read_verified(
 
 
 def load_error(message: str, remedy: str = "") -> Exception:
-    """A ``LibraryLoadError`` (its module is imported only when one is made)."""
+    # A `LibraryLoadError` (its module is imported only when one is made).
     from _torch_c_dlpack_ext_core.errors import LibraryLoadError
 
     return LibraryLoadError(message, remedy)
 
 
 def short_path(path: Path | str) -> str:
-    """A path for messages: whole when reasonable, else its start and its end."""
+    # A path for messages: whole when reasonable, else its start and its end.
     text = str(path)
     return text if len(text) <= 160 else f"{text[:60]}...{text[-60:]} ({len(text)} characters)"
 
@@ -476,14 +473,13 @@ _PT_LOAD = 1
 
 
 def check_elf_image(data: bytes | memoryview, path: Path | str) -> None:
-    """Refuse an ELF image whose headers point past its end (``path`` names it).
-
-    dlopen maps every loadable segment; touching a page beyond the end of a truncated
-    file raises SIGBUS, which kills the process (no ``except`` helps). A manifest
-    checksum cannot catch a file that was truncated before it was hashed, so the extents
-    are checked too. Non-ELF data is left to dlopen, which rejects it with an ordinary
-    error.
-    """
+    # Refuse an ELF image whose headers point past its end (`path` names it).
+    #
+    # dlopen maps every loadable segment; touching a page beyond the end of a truncated
+    # file raises SIGBUS, which kills the process (no `except` helps). A manifest
+    # checksum cannot catch a file that was truncated before it was hashed, so the extents
+    # are checked too. Non-ELF data is left to dlopen, which rejects it with an ordinary
+    # error.
     size = len(data)
     if size < 16 or bytes(data[:4]) != _ELF_MAGIC:
         return
@@ -518,17 +514,17 @@ def _elf_error(path: Path | str, problem: str) -> Exception:
 
 
 # Descriptors of the private copies dlopen loaded, kept open for the life of the
-# process: the number stays ours, so ``/proc/self/fd/N`` names only our library.
+# process: the number stays ours, so `/proc/self/fd/N` names only our library.
 _PRIVATE_COPIES: list[int] = []
 
 
 def private_copy(path: str, data: bytes) -> str | None:
-    """A sealed in-memory copy of ``data`` for dlopen (``/proc/self/fd/N`` of a memfd named
-    after ``path``), or ``None`` where that is unavailable (not Linux, no memfd, no /proc).
-
-    Loading a private copy makes the bytes loaded exactly the bytes verified: a file
-    swapped after the check, or truncated in place during (or after) dlopen, cannot reach
-    the process (a truncated mapping would be a SIGBUS)."""
+    # A sealed in-memory copy of `data` for dlopen (`/proc/self/fd/N` of a memfd named
+    # after `path`), or `None` where that is unavailable (not Linux, no memfd, no /proc).
+    #
+    # Loading a private copy makes the bytes loaded exactly the bytes verified: a file
+    # swapped after the check, or truncated in place during (or after) dlopen, cannot reach
+    # the process (a truncated mapping would be a SIGBUS).
     create = getattr(os, "memfd_create", None)
     if create is None or not os.path.isdir("/proc/self/fd"):
         return None
@@ -556,9 +552,9 @@ def private_copy(path: str, data: bytes) -> str | None:
 
 
 def dlopen(target: str) -> int | ctypes.CDLL:
-    """The handle of ``target`` opened ``RTLD_NOW | RTLD_LOCAL`` (raises OSError): the bare
-    dlopen handle where ``_ctypes`` offers dlopen (POSIX), else a CDLL (Windows); a CDLL
-    costs a class creation, so it is made only when needed (``_library.LoadedLibrary``)."""
+    # The handle of `target` opened `RTLD_NOW | RTLD_LOCAL` (raises OSError): the bare
+    # dlopen handle where `_ctypes` offers dlopen (POSIX), else a CDLL (Windows); a CDLL
+    # costs a class creation, so it is made only when needed (`_library.LoadedLibrary`).
     import _ctypes
 
     raw = getattr(_ctypes, "dlopen", None)
@@ -569,8 +565,8 @@ def dlopen(target: str) -> int | ctypes.CDLL:
 
 
 def table_pointer(handle: int | ctypes.CDLL) -> int | None:
-    """What the library's ``TorchDLPackExchangeAPIPtr()`` returns; ``None`` if it lacks
-    the export."""
+    # What the library's `TorchDLPackExchangeAPIPtr()` returns; `None` if it lacks
+    # the export.
     if isinstance(handle, ctypes.CDLL):
         try:
             func = getattr(handle, EXPORT_TABLE)
@@ -593,7 +589,7 @@ def table_pointer(handle: int | ctypes.CDLL) -> int | None:
 
 
 def _open(path: str, data: bytes, info: os.stat_result) -> Record:
-    # ``_library.open_library`` for bytes verified on the common path, whose stat is known.
+    # `_library.open_library` for bytes verified on the common path, whose stat is known.
     key = (info.st_dev, info.st_ino)
     record = LIBRARIES.get(key)
     if record is not None:
@@ -611,7 +607,7 @@ def _open(path: str, data: bytes, info: os.stat_result) -> Record:
 
 
 def publish(torch: Any, pointer: int) -> None:
-    """Set the capsule and the legacy int attribute on ``torch.Tensor``."""
+    # Set the capsule and the legacy int attribute on `torch.Tensor`.
     capsule = make_capsule(pointer)
     with LOCK:
         setattr(torch.Tensor, CAPSULE_ATTR, capsule)

@@ -340,9 +340,10 @@ print(json.dumps({"modules": ours, "set": "__dlpack_c_exchange_api__" in vars(to
         ("defer", ["torch_c_dlpack_ext"]),
         (
             "load",
-            # Issue 18: the common path is these two modules, no core module, no class of
-            # the selector's (Settings, Decision, TorchInfo, ManifestEntry, the enums).
-            ["torch_c_dlpack_ext", "torch_c_dlpack_ext._capsule", "torch_c_dlpack_ext._loader"],
+            # Issue 18: the common path is the package and one module, no core module, no
+            # class of the selector's (Settings, Decision, TorchInfo, ManifestEntry, the
+            # enums).
+            ["torch_c_dlpack_ext", "torch_c_dlpack_ext._loader"],
         ),
     ],
 )
