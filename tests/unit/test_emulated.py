@@ -33,6 +33,10 @@ def test_combined_wheel_is_the_abi3_wheel_of_the_platform(tmp_path: Path) -> Non
     combined = tmp_path / "torch_c_dlpack_ext-0.2.0-cp39-abi3-manylinux_2_34_aarch64.whl"
     combined.write_bytes(b"")
     assert emulated.combined_wheel(tmp_path, "linux_aarch64") == combined
+    # Read through devtools.wheelnames: the platform's family and architecture, whatever
+    # glibc floor the repair gave.
+    assert emulated.combined_wheel(tmp_path, "linux_x86_64") == tmp_path / names[0]
+    assert emulated.combined_wheel(tmp_path, "macosx_11_0_arm64") is None
 
 
 def test_every_torch_minor_of_the_platform_is_checked() -> None:
