@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
@@ -21,6 +20,7 @@ from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PACKAGE
 from _torch_c_dlpack_ext_core.run import run
 from devtools.errors import MatrixError, ReleaseError
 from devtools.hostenv import dev_cache_root
+from devtools.matrixtables import python_sort_key, python_within
 from devtools.verify import DIAGNOSE_TIMEOUT, INSTALL_TIMEOUT, check_against_torch
 
 __all__ = [
@@ -30,11 +30,6 @@ __all__ = [
     "github_matrix",
     "verify_matrix",
 ]
-
-
-def _python_version(python: str) -> Version:
-    """``3.12`` or a free-threaded ``3.14t`` as a :class:`Version` (the ``t`` dropped)."""
-    return Version(python.removesuffix("t"))
 
 
 def verify_matrix(jobs: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
@@ -48,10 +43,10 @@ def verify_matrix(jobs: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
         for minor, pythons in dict(job.get("torch") or {}).items():
             if not pythons:
                 continue
-            ordered = sorted(pythons, key=_python_version)
+            ordered = sorted(pythons, key=python_sort_key)
             for python in {ordered[0], ordered[-1]}:
                 wanted.setdefault((str(job["runner"]), python), set()).add(str(minor))
-    ordered_pairs = sorted(wanted, key=lambda pair: (pair[0], _python_version(pair[1]), pair[1]))
+    ordered_pairs = sorted(wanted, key=lambda pair: (pair[0], python_sort_key(pair[1]), pair[1]))
     return [
         {
             "runner": runner,
@@ -78,14 +73,12 @@ def github_matrix(matrix: Any, *, requires_python: str | None = None) -> dict[st
     ]
     if bad:
         raise MatrixError(f"matrix job lacks 'runner' or 'python': {bad[0]!r}")
-    if requires_python is not None:
-        allowed = SpecifierSet(requires_python)
-        outside = [job for job in jobs if _python_version(str(job["python"])) not in allowed]
-        if outside:
-            raise MatrixError(
-                f"job {outside[0].get('id')!r}: Python {outside[0]['python']} is outside "
-                f"requires-python {requires_python!r}; regenerate the file with `nox -s matrix`"
-            )
+    outside = [job for job in jobs if not python_within(str(job["python"]), requires_python)]
+    if outside:
+        raise MatrixError(
+            f"job {outside[0].get('id')!r}: Python {outside[0]['python']} is outside "
+            f"requires-python {requires_python!r}; regenerate the file with `nox -s matrix`"
+        )
     if not jobs:
         raise MatrixError("the matrix selects no jobs; check --only against matrix.toml")
     verify = {"include": verify_matrix(jobs)}
@@ -189,7 +182,7 @@ def check_installed_job(python: Path) -> str:
         raise ReleaseError(
             "the job's wheel bundles no library; check TCDE_JOB_CELLS and before-build"
         )
-    torch = max({e.torch for e in entries}, key=lambda v: tuple(int(p) for p in v.split(".")))
+    torch = max({e.torch for e in entries}, key=Version)
     # No pip cache: a CUDA torch is ~3 GB of wheels the runner's disk cannot spare.
     run(
         [python, "-m", "pip", "install", "--no-cache-dir", f"torch=={torch}.*"],
