@@ -1,6 +1,6 @@
-"""The release workflow's small steps between nox sessions: its job matrices
-(``github-matrix``), the repair check of a job's wheels (``check-repaired``) and
-cibuildwheel's test command for one job's wheel (``test-installed``)."""
+"""The release workflow's small steps: its job matrices as ``$GITHUB_OUTPUT`` lines
+(``matrix --github-output``), the check of a job's repaired wheels (``check-repaired``)
+and cibuildwheel's test command for one job's wheel (``test-installed``)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ __all__ = [
     "check_repaired",
     "free_build_cache",
     "github_matrix",
+    "github_output_lines",
     "verify_matrix",
 ]
 
@@ -90,9 +91,20 @@ def github_matrix(matrix: Any, *, requires_python: str | None = None) -> dict[st
     return {"cells": {**matrix, "include": jobs}, "verify": verify}
 
 
-def check_repaired(directory: Path) -> list[Path]:
+def github_output_lines(matrix: Any, *, requires_python: str | None = None) -> list[str]:
+    """:func:`github_matrix`'s two matrices as ``$GITHUB_OUTPUT`` lines (``cells=<JSON>``,
+    ``verify=<JSON>``: one line each, which is all that file's ``key=value`` form takes)."""
+    matrices = github_matrix(matrix, requires_python=requires_python)
+    return [f"{key}={json.dumps(value, separators=(',', ':'))}" for key, value in matrices.items()]
+
+
+def check_repaired(directory: Path, cells: Sequence[str] | None = None) -> list[Path]:
     """Every wheel in ``directory`` bundles only its own libraries: a repair tool that
-    grafted a copy of torch's (or anything else) is an error naming the files."""
+    grafted a copy of torch's (or anything else) is an error naming the files.
+
+    ``cells``: the cell ids the job built (its ``TCDE_JOB_CELLS``); the wheels' manifests
+    must then name exactly those, each once, so a job whose before-build compiled other
+    cells fails in that job, not later in the assemble job."""
     from devtools.repair import grafted_libraries
 
     found = sorted(directory.glob("*.whl"))
@@ -105,7 +117,32 @@ def check_repaired(directory: Path) -> list[Path]:
                 f"{wheel.name}: the repair step grafted {', '.join(grafted[:5])}; "
                 "exclude them in [tool.cibuildwheel] (devtools/repair.py AUDITWHEEL_EXCLUDES)"
             )
+    if cells is not None:
+        _check_job_cells(found, cells)
     return found
+
+
+def _check_job_cells(wheels: Sequence[Path], cells: Sequence[str]) -> None:
+    from devtools.distfiles import read_wheel
+
+    held = [(w.name, e.cell) for w in wheels for e in read_wheel(w).libraries]
+    problems = []
+    unnamed = [name for name, cell in held if cell is None]
+    if unnamed:
+        problems.append(f"{unnamed[0]} has a library whose manifest entry names no cell")
+    ids = [cell for _, cell in held if cell is not None]
+    if extra := sorted(set(ids) - set(cells)):
+        problems.append(f"cells the job does not build: {', '.join(extra)}")
+    if missing := [cell for cell in cells if cell not in ids]:
+        problems.append(f"cells of the job missing: {', '.join(missing)}")
+    if twice := sorted({cell for cell in ids if ids.count(cell) > 1}):
+        problems.append(f"cells in more than one library: {', '.join(twice)}")
+    if problems:
+        raise ReleaseError(
+            f"the job's wheels ({', '.join(w.name for w in wheels)}) do not hold exactly its "
+            f"{len(cells)} cell(s): {'; '.join(problems)}; check TCDE_JOB_CELLS and "
+            "[tool.cibuildwheel] before-build"
+        )
 
 
 def _installed_manifest(python: Path) -> tuple[ManifestEntry, ...]:

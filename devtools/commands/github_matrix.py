@@ -16,13 +16,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from devtools.cisteps import github_matrix
+    from devtools.cisteps import github_output_lines
     from devtools.hostenv import requires_python
 
     try:
         data = json.loads(args.matrix.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise MatrixError(f"{args.matrix}: not readable JSON ({exc})") from None
-    for key, value in github_matrix(data, requires_python=requires_python()).items():
-        print(f"{key}={json.dumps(value, separators=(',', ':'))}")
+    for line in github_output_lines(data, requires_python=requires_python()):
+        print(line)
     return 0

@@ -326,3 +326,39 @@ def test_a_variant_wheel_counts_only_for_the_cell_its_label_names(tmp_path: Path
     assert statuses[cuda.id].state == "present"
     assert statuses[cpu.id].state == "absent"
     assert statuses[cpu.id].reason == "no variant wheel holds it"
+
+
+def test_check_repaired_with_the_jobs_cells(tmp_path: Path) -> None:
+    # The cells job's post-build check: the wheels hold exactly TCDE_JOB_CELLS, each once.
+    cells = _cells("linux_x86_64-t28_cpu", "linux_x86_64-t28_cuda")
+    ids = [c.id for c in cells]
+    wheel = job_wheel(tmp_path, "a", cells, "manylinux_2_28_x86_64")
+    assert cisteps.check_repaired(wheel.parent, ids) == [wheel]
+    assert cisteps.check_repaired(wheel.parent, ids[::-1]) == [wheel]
+    with pytest.raises(ReleaseError, match="cells of the job missing: linux_x86_64-t26_cpu"):
+        cisteps.check_repaired(wheel.parent, [*ids, "linux_x86_64-t26_cpu"])
+    with pytest.raises(ReleaseError, match="cells the job does not build: linux_x86_64-t28_cuda"):
+        cisteps.check_repaired(wheel.parent, ids[:1])
+    # Two wheels in one wheelhouse holding one cell twice.
+    second = job_wheel(tmp_path, "b", cells[:1], "manylinux_2_27_x86_64")
+    second.rename(wheel.parent / second.name)
+    with pytest.raises(ReleaseError, match="in more than one library: linux_x86_64-t28_cpu"):
+        cisteps.check_repaired(wheel.parent, ids)
+
+
+def test_check_repaired_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from devtools import cli
+
+    from _torch_c_dlpack_ext_core.errors import ConfigError
+
+    cells = _cells("linux_x86_64-t28_cpu")
+    wheel = job_wheel(tmp_path, "a", cells, "manylinux_2_28_x86_64")
+    assert cli.main(["check-repaired", str(wheel.parent), "--cells", cells[0].id]) == 0
+    assert "the job's 1 cell(s), each once" in capsys.readouterr().out
+    assert cli.main(["check-repaired", str(wheel.parent)]) == 0
+    # TCDE_JOB_CELLS unset in the job: refused, as the job's build refuses it.
+    assert cli.main(["check-repaired", str(wheel.parent), "--cells", ""]) == ConfigError.exit_code
+    failed = cli.main(["check-repaired", str(wheel.parent), "--cells", "linux_x86_64-t26_cpu"])
+    assert failed == ReleaseError.exit_code
+    assert "do not hold exactly its 1 cell(s)" in capsys.readouterr().err
+

@@ -281,6 +281,26 @@ def test_github_matrix_command_prints_output_lines(
     }
 
 
+def test_matrix_command_appends_the_workflows_job_outputs(tmp_path: Path) -> None:
+    # The matrix job's one call: the matrix JSON for the later jobs and, appended to
+    # $GITHUB_OUTPUT (which holds the publish guard's lines already), its two outputs.
+    output = tmp_path / "github-output"
+    output.write_text("index=none\n", encoding="utf-8")
+    argv = ["matrix", "--only", "linux_x86_64-t28_cpu,win_amd64-t28_cpu"]
+    argv += ["--output", str(tmp_path / "matrix.json"), "--github-output", str(output)]
+    assert cli.main(argv) == 0
+    lines = output.read_text(encoding="utf-8").splitlines()
+    assert [line.split("=", 1)[0] for line in lines] == ["index", "cells", "verify"]
+    jobs = json.loads((tmp_path / "matrix.json").read_text(encoding="utf-8"))
+    assert json.loads(lines[1].split("=", 1)[1]) == jobs
+    assert [j["cells"] for j in jobs["include"]] == [
+        ["linux_x86_64-t28_cpu"],
+        ["win_amd64-t28_cpu"],
+    ]
+    verify = json.loads(lines[2].split("=", 1)[1])
+    assert verify == {"include": cisteps.verify_matrix(jobs["include"])}
+
+
 def test_split_variants_leaves_what_pypi_accepts(dist: Path, tmp_path: Path) -> None:
     moved = distfiles.split_variants(dist, tmp_path / "variants")
     assert sorted(p.name for p in moved) == sorted(
