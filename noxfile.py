@@ -152,6 +152,21 @@ def release(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def assemble(session: nox.Session) -> None:
+    """The release workflow's assemble job, in one call, from the jobs' wheels.
+
+    ``nox -s assemble -- --cells DIR --matrix FILE --dist DIR --variants DIR --notes DIR
+    [--summary FILE]``: merges the job wheels (one ``cell-<job id>/`` folder each) into
+    the combined, variant and universal wheels, the variants index and the sdist, writes
+    the release's contents and notes, runs ``twine check --strict`` and moves the variant
+    wheels and the variants index out of the uploadable dists. The build and release
+    sessions' dependencies.
+    """
+    session.install(*_group("build"), *_group("release"))
+    _devtools(session, "assemble")
+
+
+@nox.session(default=False)
 def rehearse(session: nox.Session) -> None:
     """Release rehearsal against a real local index (pypiserver on 127.0.0.1).
 

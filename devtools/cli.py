@@ -71,6 +71,7 @@ COMMANDS: tuple[Command, ...] = (
     _command("publish-target", "where this run may publish: $GITHUB_OUTPUT lines"),
     _command("github-matrix", "the build and verify matrices: $GITHUB_OUTPUT lines"),
     _command("check-repaired", "no wheel in DIR holds libraries a repair grafted in"),
+    _command("assemble", "the assemble job: job wheels to dist/, notes, checks"),
     _command("contents", "the release cell by cell, and its release notes"),
     _command("split-variants", "move variant wheels and variants.json out of dist/"),
     _command("verify", "every cell is there; each wheel works with its torch"),

@@ -362,3 +362,48 @@ def test_check_repaired_command(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert failed == ReleaseError.exit_code
     assert "do not hold exactly its 1 cell(s)" in capsys.readouterr().err
 
+
+def _assemble(tmp_path: Path, jobs: list[dict[str, Any]], *extra: str) -> int:
+    from devtools import cli
+
+    (tmp_path / "matrix.json").write_text(json.dumps({"include": jobs}), encoding="utf-8")
+    argv = ["assemble", "--cells", str(tmp_path / "cells"), "--matrix"]
+    argv += [str(tmp_path / "matrix.json"), "--dist", str(tmp_path / "dist")]
+    argv += ["--variants", str(tmp_path / "variants"), "--notes", str(tmp_path / "notes")]
+    return cli.main([*argv, *extra])
+
+
+def test_the_assemble_jobs_one_call(
+    cuda_and_rocm: tuple[Path, list[Cell]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, cells = cuda_and_rocm
+    summary = tmp_path / "summary.md"
+    summary.write_text("an earlier step's summary\n", encoding="utf-8")
+    jobs = MATRIX.jobs(MATRIX.select([c.id for c in cells]))
+    assert _assemble(tmp_path, jobs, "--summary", str(summary)) == 0
+    notes = (tmp_path / "notes" / "NOTES.md").read_text(encoding="utf-8")
+    assert f"{len(cells)} of {len(cells)} cells" in notes
+    assert capsys.readouterr().out == notes
+    assert summary.read_text(encoding="utf-8") == "an earlier step's summary\n" + notes
+    data = json.loads((tmp_path / "notes" / "release-contents.json").read_text("utf-8"))
+    assert data["present"] == data["expected"] == len(cells)
+    # dist/ holds what PyPI takes (checked by twine); the variant wheels moved aside.
+    left = distfiles.collect(tmp_path / "dist")
+    assert not any(w.variant for w in left.wheels)
+    assert left.variants_index is None
+    assert len([w for w in left.wheels if not w.universal]) == 2
+    moved = sorted(p.name for p in (tmp_path / "variants").iterdir())
+    assert distfiles.variants_index_name() in moved
+    assert len([n for n in moved if wheelnames.is_variant_name(n)]) == len(cells)
+
+
+def test_the_assemble_job_reports_absent_cells_and_leaves_the_verdict_to_verify(
+    cuda_and_rocm: tuple[Path, list[Cell]], tmp_path: Path
+) -> None:
+    _, cells = cuda_and_rocm
+    jobs = MATRIX.jobs(MATRIX.select([*(c.id for c in cells), "linux_aarch64-t28_cpu"]))
+    assert _assemble(tmp_path, jobs) == 0
+    notes = (tmp_path / "notes" / "NOTES.md").read_text(encoding="utf-8")
+    assert f"{len(cells)} of {len(cells) + 1} cells" in notes
+    assert "job linux_aarch64-cpu uploaded no wheels" in notes
+    assert "1 of these block publishing" in notes
