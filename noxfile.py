@@ -184,14 +184,14 @@ def rehearse(session: nox.Session) -> None:
 def rehearse_dataflow(session: nox.Session) -> None:
     """The release workflow's data flow on this machine, for the whole matrix.
 
-    ``nox -s matrix`` -> one job wheel per job (cells this host builds compiled for
-    real, the others stand-ins, Linux x86_64 repaired by the real auditwheel
-    command) -> artifacts laid out as download-artifact v4 does with release.yml's
-    settings -> assemble, contents, twine check, ``verify --expect``; every cell
-    must come out exactly once. ``-- [--real-cells IDS] [--fail-job JOB ...]
-    [--only CELLS] [--workdir DIR]``.
+    Replays each job's one call (``devtools/releaseflow.py``) in a folder of its own:
+    ``nox -s matrix`` -> per job its wheel (cells this host builds compiled for real,
+    the others stand-ins, Linux x86_64 repaired by the real auditwheel command) and
+    ``check-repaired --cells`` -> the artifacts laid out as download-artifact v4 does ->
+    ``nox -s assemble`` -> ``verify --expect``; every cell must come out exactly once.
+    ``-- [--real-cells IDS] [--fail-job JOB ...] [--only CELLS] [--workdir DIR]``.
     """
-    session.install(*_group("build"), "twine>=6.1", "pyyaml>=6")
+    session.install(*_group("build"), *_group("release"))
     _devtools(session, "rehearse-dataflow")
 
 

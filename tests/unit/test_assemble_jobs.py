@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
-from devtools import cisteps, contents, dataflow, distfiles, repair, verify, wheelnames, wheels
+from devtools import cisteps, contents, distfiles, flowjob, repair, verify, wheelnames, wheels
 from devtools.cells import Cell
 from devtools.errors import ReleaseError
 from devtools.matrix import load_matrix
@@ -36,7 +36,7 @@ def job_wheel(
     """A job wheel (stand-in libraries, a true manifest) as job ``job`` uploads it,
     in ``cells/cell-<job>/`` like download-artifact v4 lays it out."""
     libs = tmp_path / "libs" / job
-    pairs = [dataflow.stand_in_library(c, libs, elf=False) for c in cells]
+    pairs = [flowjob.stand_in_library(c, libs, elf=False) for c in cells]
     if tamper:
         pairs[0][1].write_bytes(b"changed after the manifest was written")
     folder = tmp_path / "cells" / f"cell-{job}"
@@ -224,7 +224,7 @@ def test_one_library_in_two_job_wheels(tmp_path: Path) -> None:
     (combined,) = [p for p in made if p.name.endswith("-manylinux_2_28_x86_64.whl")]
     assert len(_manifest(combined)) == 1
     # Different bytes for one cell: refused, naming both job wheels.
-    entry, path = dataflow.stand_in_library(cells[0], tmp_path / "rebuilt", elf=False)
+    entry, path = flowjob.stand_in_library(cells[0], tmp_path / "rebuilt", elf=False)
     path.write_bytes(b"another build of the same cell")
     entry = entry._replace(size=path.stat().st_size, sha256=sha256_of(path))
     folder = tmp_path / "cells" / "cell-c"
@@ -309,7 +309,7 @@ def test_a_variant_wheel_counts_only_for_the_cell_its_label_names(tmp_path: Path
     # An older GPU variant wheel also carried the CPU library as a fallback: that copy
     # must not make the CPU cell present in a variant wheel.
     cuda, cpu = _cells("linux_x86_64-t28_cuda", "linux_x86_64-t28_cpu")
-    entries = tuple(dataflow.stand_in_library(c, tmp_path, elf=False)[0] for c in (cuda, cpu))
+    entries = tuple(flowjob.stand_in_library(c, tmp_path, elf=False)[0] for c in (cuda, cpu))
     name = f"torch_c_dlpack_ext-{V}-cp39-abi3-manylinux_2_28_x86_64"
     combined = distfiles.WheelInfo(
         path=tmp_path / f"{name}.whl", tags=frozenset(), variant=False, libraries=entries

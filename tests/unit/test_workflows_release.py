@@ -387,11 +387,14 @@ def test_workflow_and_cibuildwheel_call_existing_subcommands() -> None:
     used = set(re.findall(r"\$DEVTOOLS ([a-z-]+)", text))
     cibw = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]
     used |= set(re.findall(r"-m devtools ([a-z-]+)", cibw["cibuildwheel"]["test-command"]))
-    assert used >= {
-        "publish-target", "github-matrix", "check-repaired", "contents", "split-variants",
-        "verify", "test-installed",
-    }  # fmt: skip
+    # contents and split-variants run inside `nox -s assemble` (the assemble command),
+    # the matrices' $GITHUB_OUTPUT lines come from `nox -s matrix -- --github-output`.
+    assert used >= {"publish-target", "check-repaired", "verify", "test-installed"}
     assert used <= _subcommands()
+    sessions = set(re.findall(r"uvx nox -s ([a-z_]+)", text))
+    assert sessions == {"matrix", "assemble"}
+    noxfile = (root / "noxfile.py").read_text(encoding="utf-8")
+    assert all(f"\ndef {session}(session: nox.Session)" in noxfile for session in sessions)
 
 
 def test_verify_installs_into_a_fresh_venv_of_this_python(tmp_path: Path) -> None:
