@@ -69,7 +69,6 @@ COMMANDS: tuple[Command, ...] = (
     _command("upload", "twine check --strict, then twine upload of dist/"),
     _command("check-tag", "the pushed tag is v<version of version.py>"),
     _command("publish-target", "where this run may publish: $GITHUB_OUTPUT lines"),
-    _command("github-matrix", "the build and verify matrices: $GITHUB_OUTPUT lines"),
     _command("check-repaired", "no wheel in DIR holds libraries a repair grafted in"),
     _command("assemble", "the assemble job: job wheels to dist/, notes, checks"),
     _command("contents", "the release cell by cell, and its release notes"),

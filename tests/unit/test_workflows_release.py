@@ -267,20 +267,6 @@ def test_github_matrix_rejects_bad_input(matrix: object) -> None:
         cisteps.github_matrix(matrix)
 
 
-def test_github_matrix_command_prints_output_lines(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = tmp_path / "matrix.json"
-    job = {"runner": "r", "python": "3.11", "torch": {"2.8": ["3.11"]}}
-    path.write_text(json.dumps({"include": [job]}))
-    assert cli.main(["github-matrix", str(path)]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert [line.split("=", 1)[0] for line in lines] == ["cells", "verify"]
-    assert json.loads(lines[1].split("=", 1)[1]) == {
-        "include": [{"runner": "r", "python": "3.11", "torch": "2.8"}]
-    }
-
-
 def test_matrix_command_appends_the_workflows_job_outputs(tmp_path: Path) -> None:
     # The matrix job's one call: the matrix JSON for the later jobs and, appended to
     # $GITHUB_OUTPUT (which holds the publish guard's lines already), its two outputs.
