@@ -140,7 +140,8 @@ def lay_out_artifacts(
                 earlier = placed.get(target, "an earlier download")
                 raise ConfigError(
                     f"artifacts {earlier!r} and {artifact!r} both hold {source.name}: "
-                    "download-artifact with merge-multiple would keep only one of them"
+                    f"download-artifact would keep only one of them in {folder} (jobs' "
+                    "wheels share names: one folder per artifact, no merge-multiple)"
                 )
             shutil.copyfile(source, target)
             placed[target] = artifact
@@ -312,8 +313,12 @@ def rehearse_dataflow(
     if failed is not None:
         problems.append(f"assemble ({releaseflow.ASSEMBLE.run_line}): {failed}")
         return result()
-    _upload(store, "assemble", assemble)
-    _download(store, "verify", verify)
+    try:
+        _upload(store, "assemble", assemble)
+        _download(store, "verify", verify)
+    except ConfigError as exc:
+        problems.append(f"the assemble job's artifacts: {exc}")
+        return result()
     # Installing torch is the verify job's own part: every entry checks the same contents.
     torch = {"TORCH_MINORS": verify_jobs[0]["torch"]}
     failed = replay(releaseflow.VERIFY, verify, torch, extra=["--no-install"])

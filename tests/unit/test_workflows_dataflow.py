@@ -262,6 +262,46 @@ def test_d1_artifact_names_are_unique_per_job(workflow: dict[str, Any]) -> None:
     assert all(fnmatch.fnmatchcase(n, str(download.pattern)) for n in names)
 
 
+def test_a_download_by_name_lands_in_its_path_and_never_overwrites(tmp_path: Path) -> None:
+    # The verify job downloads dist-wheels and variants into one folder, dist/.
+    upload = tmp_path / "upload"
+    upload.mkdir()
+    for name in ("a.whl", "b.whl", "variants.json"):
+        (upload / name).write_bytes(name.encode())
+    store = {"dist-wheels": [upload / "a.whl"], "variants": [upload / "b.whl"]}
+    dist = tmp_path / "verify" / "dist"
+    assert dataflow.lay_out_artifacts(store, dist, name="dist-wheels") == [dist / "a.whl"]
+    assert dataflow.lay_out_artifacts(store, dist, name="variants") == [dist / "b.whl"]
+    with pytest.raises(ConfigError, match="no artifact named 'release-matrix'"):
+        dataflow.lay_out_artifacts(store, tmp_path, name="release-matrix")
+    # A second artifact holding a name already there would overwrite it: refused.
+    store["more"] = [upload / "a.whl"]
+    with pytest.raises(ConfigError, match=r"both hold a\.whl"):
+        dataflow.lay_out_artifacts(store, dist, name="more")
+
+
+def test_a_replayed_call_runs_in_its_jobs_folder_and_reports_its_error(tmp_path: Path) -> None:
+    from build_backend._metadata import project_metadata
+    from build_backend._wheel import assemble_wheel
+
+    workspace = tmp_path / "jobs" / "linux_x86_64-cuda"
+    (workspace / "wheelhouse").mkdir(parents=True)
+    values = {"TCDE_JOB_CELLS": "linux_x86_64-t28_cpu"}
+    before = Path.cwd()
+    failed = dataflow.replay(releaseflow.JOB_CHECK, workspace, values)
+    assert failed == "wheelhouse: no wheels; did the build and repair steps run?"
+    assert Path.cwd() == before
+    (cell,) = MATRIX.select(["linux_x86_64-t28_cpu"])
+    pair = flowjob.stand_in_library(cell, tmp_path / "libs", elf=False)
+    assemble_wheel(workspace / "wheelhouse", meta=project_metadata(ROOT), libraries=[pair],
+                   platform="manylinux_2_28_x86_64")  # fmt: skip
+    assert dataflow.replay(releaseflow.JOB_CHECK, workspace, values) is None
+    other = {"TCDE_JOB_CELLS": "linux_x86_64-t28_cpu,linux_x86_64-t28_cuda"}
+    failed = dataflow.replay(releaseflow.JOB_CHECK, workspace, other)
+    assert failed is not None
+    assert "cells of the job missing: linux_x86_64-t28_cuda" in failed
+
+
 # --- D2: Windows jobs get MSVC ----------------------------------------------------------
 
 
