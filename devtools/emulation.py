@@ -34,7 +34,7 @@ from _torch_c_dlpack_ext_core.errors import CommandTimeoutError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from _torch_c_dlpack_ext_core.run import run
 from devtools.errors import EmulationUnavailableError, ProvisionError
-from devtools.hostenv import dev_cache_root
+from devtools.hostenv import dev_cache_root, host_os
 
 __all__ = [
     "EMULATED",
@@ -116,7 +116,7 @@ def check_host(emulation: Emulation, *, install: bool = True) -> None:
     Installs the missing :data:`HOST_PACKAGES` with apt-get (``install``), mounts
     binfmt_misc and enables qemu's handler. Needs root (mount, chroot, debootstrap).
     """
-    if not sys.platform.startswith("linux"):
+    if host_os() != "linux":
         raise EmulationUnavailableError(f"emulation needs a Linux host; this is {sys.platform}")
     if host_platform.machine() == emulation.machine:
         return  # a native host runs the programs itself
