@@ -152,6 +152,21 @@ def release(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def assemble(session: nox.Session) -> None:
+    """The release workflow's assemble job, in one call, from the jobs' wheels.
+
+    ``nox -s assemble -- --cells DIR --matrix FILE --dist DIR --variants DIR --notes DIR
+    [--summary FILE]``: merges the job wheels (one ``cell-<job id>/`` folder each) into
+    the combined, variant and universal wheels, the variants index and the sdist, writes
+    the release's contents and notes, runs ``twine check --strict`` and moves the variant
+    wheels and the variants index out of the uploadable dists. The build and release
+    sessions' dependencies.
+    """
+    session.install(*_group("build"), *_group("release"))
+    _devtools(session, "assemble")
+
+
+@nox.session(default=False)
 def rehearse(session: nox.Session) -> None:
     """Release rehearsal against a real local index (pypiserver on 127.0.0.1).
 
@@ -169,14 +184,14 @@ def rehearse(session: nox.Session) -> None:
 def rehearse_dataflow(session: nox.Session) -> None:
     """The release workflow's data flow on this machine, for the whole matrix.
 
-    ``nox -s matrix`` -> one job wheel per job (cells this host builds compiled for
-    real, the others stand-ins, Linux x86_64 repaired by the real auditwheel
-    command) -> artifacts laid out as download-artifact v4 does with release.yml's
-    settings -> assemble, contents, twine check, ``verify --expect``; every cell
-    must come out exactly once. ``-- [--real-cells IDS] [--fail-job JOB ...]
-    [--only CELLS] [--workdir DIR]``.
+    Replays each job's one call (``devtools/releaseflow.py``) in a folder of its own:
+    ``nox -s matrix`` -> per job its wheel (cells this host builds compiled for real,
+    the others stand-ins, Linux x86_64 repaired by the real auditwheel command) and
+    ``check-repaired --cells`` -> the artifacts laid out as download-artifact v4 does ->
+    ``nox -s assemble`` -> ``verify --expect``; every cell must come out exactly once.
+    ``-- [--real-cells IDS] [--fail-job JOB ...] [--only CELLS] [--workdir DIR]``.
     """
-    session.install(*_group("build"), "twine>=6.1", "pyyaml>=6")
+    session.install(*_group("build"), *_group("release"))
     _devtools(session, "rehearse-dataflow")
 
 

@@ -69,6 +69,7 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
     and whose toolchain compiles. The library's manifest entry names the cell (its id),
     which is how wheel assembly finds the cell again."""
     from _torch_c_dlpack_ext_core.driver import compile_library
+    from _torch_c_dlpack_ext_core.headers import cuda_wheel_home
     from devtools.torchenv import torch_tree
 
     started = time.monotonic()
@@ -92,8 +93,8 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
         )
         gpu_home = None
         if cell.backend is Backend.CUDA:
-            # The pinned runtime headers of this torch, not whatever nvcc is on PATH.
-            gpu_home = tree.site_packages / "nvidia" / "cuda_runtime"
+            # The pinned header wheels in this torch's tree, not whatever nvcc is on PATH.
+            gpu_home = cuda_wheel_home(tree.site_packages, cell.toolkit)
         target = out / cell.library
         before = target.stat().st_mtime_ns if target.is_file() else None
         entry = compile_library(

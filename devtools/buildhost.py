@@ -20,6 +20,7 @@ from devtools.cells import Cell
 from devtools.errors import HANDLED
 from devtools.hostenv import host_os
 from devtools.matrixmodel import Matrix
+from devtools.matrixtables import python_sort_key
 
 __all__ = [
     "Interpreter",
@@ -127,7 +128,7 @@ def tree_python(cell: Cell) -> str:
     running = running_python()
     if running in cell.pythons:
         return running
-    return max(cell.pythons, key=lambda v: tuple(int(p) for p in v.split(".")))
+    return max(cell.pythons, key=python_sort_key)
 
 
 def cross_target(cell: Cell, host: str | None, target: str | None) -> str | None:

@@ -1,6 +1,6 @@
-"""The release workflow's small steps between nox sessions: its job matrices
-(``github-matrix``), the repair check of a job's wheels (``check-repaired``) and
-cibuildwheel's test command for one job's wheel (``test-installed``)."""
+"""The release workflow's small steps: its job matrices as ``$GITHUB_OUTPUT`` lines
+(``matrix --github-output``), the check of a job's repaired wheels (``check-repaired``)
+and cibuildwheel's test command for one job's wheel (``test-installed``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
@@ -21,6 +20,7 @@ from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PACKAGE
 from _torch_c_dlpack_ext_core.run import run
 from devtools.errors import MatrixError, ReleaseError
 from devtools.hostenv import dev_cache_root
+from devtools.matrixtables import python_sort_key, python_within
 from devtools.verify import DIAGNOSE_TIMEOUT, INSTALL_TIMEOUT, check_against_torch
 
 __all__ = [
@@ -28,13 +28,9 @@ __all__ = [
     "check_repaired",
     "free_build_cache",
     "github_matrix",
+    "github_output_lines",
     "verify_matrix",
 ]
-
-
-def _python_version(python: str) -> Version:
-    """``3.12`` or a free-threaded ``3.14t`` as a :class:`Version` (the ``t`` dropped)."""
-    return Version(python.removesuffix("t"))
 
 
 def verify_matrix(jobs: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
@@ -48,10 +44,10 @@ def verify_matrix(jobs: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
         for minor, pythons in dict(job.get("torch") or {}).items():
             if not pythons:
                 continue
-            ordered = sorted(pythons, key=_python_version)
+            ordered = sorted(pythons, key=python_sort_key)
             for python in {ordered[0], ordered[-1]}:
                 wanted.setdefault((str(job["runner"]), python), set()).add(str(minor))
-    ordered_pairs = sorted(wanted, key=lambda pair: (pair[0], _python_version(pair[1]), pair[1]))
+    ordered_pairs = sorted(wanted, key=lambda pair: (pair[0], python_sort_key(pair[1]), pair[1]))
     return [
         {
             "runner": runner,
@@ -78,14 +74,12 @@ def github_matrix(matrix: Any, *, requires_python: str | None = None) -> dict[st
     ]
     if bad:
         raise MatrixError(f"matrix job lacks 'runner' or 'python': {bad[0]!r}")
-    if requires_python is not None:
-        allowed = SpecifierSet(requires_python)
-        outside = [job for job in jobs if _python_version(str(job["python"])) not in allowed]
-        if outside:
-            raise MatrixError(
-                f"job {outside[0].get('id')!r}: Python {outside[0]['python']} is outside "
-                f"requires-python {requires_python!r}; regenerate the file with `nox -s matrix`"
-            )
+    outside = [job for job in jobs if not python_within(str(job["python"]), requires_python)]
+    if outside:
+        raise MatrixError(
+            f"job {outside[0].get('id')!r}: Python {outside[0]['python']} is outside "
+            f"requires-python {requires_python!r}; regenerate the file with `nox -s matrix`"
+        )
     if not jobs:
         raise MatrixError("the matrix selects no jobs; check --only against matrix.toml")
     verify = {"include": verify_matrix(jobs)}
@@ -97,9 +91,20 @@ def github_matrix(matrix: Any, *, requires_python: str | None = None) -> dict[st
     return {"cells": {**matrix, "include": jobs}, "verify": verify}
 
 
-def check_repaired(directory: Path) -> list[Path]:
+def github_output_lines(matrix: Any, *, requires_python: str | None = None) -> list[str]:
+    """:func:`github_matrix`'s two matrices as ``$GITHUB_OUTPUT`` lines (``cells=<JSON>``,
+    ``verify=<JSON>``: one line each, which is all that file's ``key=value`` form takes)."""
+    matrices = github_matrix(matrix, requires_python=requires_python)
+    return [f"{key}={json.dumps(value, separators=(',', ':'))}" for key, value in matrices.items()]
+
+
+def check_repaired(directory: Path, cells: Sequence[str] | None = None) -> list[Path]:
     """Every wheel in ``directory`` bundles only its own libraries: a repair tool that
-    grafted a copy of torch's (or anything else) is an error naming the files."""
+    grafted a copy of torch's (or anything else) is an error naming the files.
+
+    ``cells``: the cell ids the job built (its ``TCDE_JOB_CELLS``); the wheels' manifests
+    must then name exactly those, each once, so a job whose before-build compiled other
+    cells fails in that job, not later in the assemble job."""
     from devtools.repair import grafted_libraries
 
     found = sorted(directory.glob("*.whl"))
@@ -112,7 +117,32 @@ def check_repaired(directory: Path) -> list[Path]:
                 f"{wheel.name}: the repair step grafted {', '.join(grafted[:5])}; "
                 "exclude them in [tool.cibuildwheel] (devtools/repair.py AUDITWHEEL_EXCLUDES)"
             )
+    if cells is not None:
+        _check_job_cells(found, cells)
     return found
+
+
+def _check_job_cells(wheels: Sequence[Path], cells: Sequence[str]) -> None:
+    from devtools.distfiles import read_wheel
+
+    held = [(w.name, e.cell) for w in wheels for e in read_wheel(w).libraries]
+    problems = []
+    unnamed = [name for name, cell in held if cell is None]
+    if unnamed:
+        problems.append(f"{unnamed[0]} has a library whose manifest entry names no cell")
+    ids = [cell for _, cell in held if cell is not None]
+    if extra := sorted(set(ids) - set(cells)):
+        problems.append(f"cells the job does not build: {', '.join(extra)}")
+    if missing := [cell for cell in cells if cell not in ids]:
+        problems.append(f"cells of the job missing: {', '.join(missing)}")
+    if twice := sorted({cell for cell in ids if ids.count(cell) > 1}):
+        problems.append(f"cells in more than one library: {', '.join(twice)}")
+    if problems:
+        raise ReleaseError(
+            f"the job's wheels ({', '.join(w.name for w in wheels)}) do not hold exactly its "
+            f"{len(cells)} cell(s): {'; '.join(problems)}; check TCDE_JOB_CELLS and "
+            "[tool.cibuildwheel] before-build"
+        )
 
 
 def _installed_manifest(python: Path) -> tuple[ManifestEntry, ...]:
@@ -189,7 +219,7 @@ def check_installed_job(python: Path) -> str:
         raise ReleaseError(
             "the job's wheel bundles no library; check TCDE_JOB_CELLS and before-build"
         )
-    torch = max({e.torch for e in entries}, key=lambda v: tuple(int(p) for p in v.split(".")))
+    torch = max({e.torch for e in entries}, key=Version)
     # No pip cache: a CUDA torch is ~3 GB of wheels the runner's disk cannot spare.
     run(
         [python, "-m", "pip", "install", "--no-cache-dir", f"torch=={torch}.*"],

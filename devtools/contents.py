@@ -18,6 +18,7 @@ from devtools.cells import cell_for_entry
 from devtools.distfiles import WheelInfo, read_wheel
 from devtools.errors import MatrixError, ReleaseError
 from devtools.matrixmodel import Matrix
+from devtools.releaseflow import CELL_ARTIFACT_PREFIX
 
 __all__ = [
     "CellStatus",
@@ -171,7 +172,7 @@ def load_jobs(path: Path) -> list[dict[str, Any]]:
 def arrived_jobs(cells_dir: Path) -> set[str]:
     """Job ids whose artifact (``cell-<job id>/``, as download-artifact lays them out)
     holds at least one wheel."""
-    prefix = "cell-"
+    prefix = CELL_ARTIFACT_PREFIX
     if not cells_dir.is_dir():
         return set()
     return {

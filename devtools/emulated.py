@@ -196,16 +196,17 @@ def minor_env(root: Path, cell: Cell, emulation: Emulation) -> tuple[Path, bool]
 
 def combined_wheel(dist: Path, platform: str) -> Path | None:
     """The combined abi3 wheel of ``platform`` in ``dist`` (not a variant wheel), if any."""
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    from devtools.wheelnames import parse_wheel_name, platform_key
 
-    machine = platform.split("_", 1)[1]
+    # A matrix platform's name is a wheel platform tag: its (family, architecture) is the
+    # group of every tag a repair may give that platform's wheel.
+    wanted = platform_key(platform)
     found = []
     for path in sorted(dist.glob("*.whl")):
-        try:
-            _, _, _, tags = parse_wheel_filename(path.name)
-        except InvalidWheelFilename:
-            continue  # a PEP 825 variant wheel
-        if any(t.abi == "abi3" and t.platform.endswith("_" + machine) for t in tags):
+        wheel = parse_wheel_name(path.name)
+        if wheel.label is None and any(
+            t.abi == "abi3" and platform_key(t.platform) == wanted for t in wheel.tags
+        ):
             found.append(path)
     return found[-1] if found else None
 

@@ -30,9 +30,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from _torch_c_dlpack_ext_core.errors import CommandTimeoutError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+from _torch_c_dlpack_ext_core.run import run
 from devtools.errors import EmulationUnavailableError, ProvisionError
-from devtools.hostenv import dev_cache_root
+from devtools.hostenv import dev_cache_root, host_os
 
 __all__ = [
     "EMULATED",
@@ -98,7 +100,7 @@ def capture(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``cmd`` with its output captured; its exit status is the caller's to judge
     (a failure here is a finding, such as a host without binfmt_misc)."""
-    return subprocess.run(list(cmd), capture_output=True, text=True, check=False, timeout=timeout)
+    return run(cmd, echo=False, timeout=timeout, check=False)
 
 
 def last_lines(proc: subprocess.CompletedProcess[str], lines: int = 3) -> str:
@@ -114,7 +116,7 @@ def check_host(emulation: Emulation, *, install: bool = True) -> None:
     Installs the missing :data:`HOST_PACKAGES` with apt-get (``install``), mounts
     binfmt_misc and enables qemu's handler. Needs root (mount, chroot, debootstrap).
     """
-    if not sys.platform.startswith("linux"):
+    if host_os() != "linux":
         raise EmulationUnavailableError(f"emulation needs a Linux host; this is {sys.platform}")
     if host_platform.machine() == emulation.machine:
         return  # a native host runs the programs itself
@@ -257,6 +259,7 @@ def in_root(
     ]
     try:
         return capture(cmd, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
-        return subprocess.CompletedProcess(cmd, 124, out, f"timed out after {timeout:.0f} s")
+    except CommandTimeoutError as exc:
+        # A check that hangs under emulation is a finding like a failing one (exit 124,
+        # as timeout(1) reports it), not the end of the run.
+        return subprocess.CompletedProcess(cmd, 124, exc.stdout, f"timed out after {timeout:.0f} s")

@@ -31,10 +31,11 @@ from pathlib import Path
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 
 from _torch_c_dlpack_ext_core.run import run
 from devtools.errors import ProvisionError
+from devtools.wheelnames import parse_wheel_name
 
 __all__ = ["CARRY_DIR", "LIMIT_BYTES", "PREINSTALLED", "WHEELS", "gather", "install_line"]
 
@@ -101,7 +102,7 @@ def gather(dest: Path, *, limit: int = LIMIT_BYTES) -> list[Path]:
         _log(f"downloading {' '.join(WHEELS)} (cp{PYTHON.replace('.', '')}, manylinux x86_64)")
         _download(WHEELS, staging)
         wheels = sorted(staging.glob("*.whl"))
-        carried = {canonicalize_name(parse_wheel_filename(w.name)[0]) for w in wheels}
+        carried = {parse_wheel_name(w.name).name for w in wheels}
         wanted = {canonicalize_name(Requirement(r).name) for r in WHEELS}
         if carried != wanted:
             raise ProvisionError(f"pip downloaded {sorted(carried)}, expected {sorted(wanted)}")

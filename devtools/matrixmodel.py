@@ -22,7 +22,13 @@ from typing import Any
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.naming import ABI3, Backend
 from devtools.cells import Cell
-from devtools.matrixtables import FreeThreaded, Platform, TorchMinor, python_sort_key
+from devtools.matrixtables import (
+    FreeThreaded,
+    Platform,
+    TorchMinor,
+    python_sort_key,
+    python_within,
+)
 
 __all__ = ["Matrix", "choice_hint"]
 
@@ -58,11 +64,7 @@ class Matrix:
 
     def supports_python(self, python: str) -> bool:
         """``python`` (``"3.11"``, ``"3.14t"``) is inside the project's ``requires-python``."""
-        if self.requires_python is None:
-            return True
-        from packaging.specifiers import SpecifierSet
-
-        return SpecifierSet(self.requires_python).contains(f"{python.removesuffix('t')}.0")
+        return python_within(python, self.requires_python)
 
     def cells(self) -> tuple[Cell, ...]:
         """Every cell, in matrix order (torch minor, flavour, platform, Python ABI, backend):

@@ -14,13 +14,30 @@ from collections.abc import Mapping
 from _torch_c_dlpack_ext_core.naming import Backend
 from devtools.hostenv import OS_OF_PLATFORM
 
-__all__ = ["FreeThreaded", "Platform", "TorchMinor", "TorchWheel", "python_sort_key"]
+__all__ = [
+    "FreeThreaded",
+    "Platform",
+    "TorchMinor",
+    "TorchWheel",
+    "python_sort_key",
+    "python_within",
+]
 
 
 def python_sort_key(python: str) -> tuple[int, ...]:
     """``"3.14t"`` -> ``(3, 14)``: orders CPython versions (validated ones: see
     :mod:`devtools.matrixtoml`), a free-threaded one like its GIL twin."""
     return tuple(int(part) for part in python.removesuffix("t").split("."))
+
+
+def python_within(python: str, requires_python: str | None) -> bool:
+    """``python`` (``"3.11"``, ``"3.14t"``: a free-threaded one as its GIL twin) is inside
+    the specifier ``requires_python`` (``None``: no bound)."""
+    if requires_python is None:
+        return True
+    from packaging.specifiers import SpecifierSet
+
+    return SpecifierSet(requires_python).contains(f"{python.removesuffix('t')}.0")
 
 
 @dataclasses.dataclass(frozen=True)

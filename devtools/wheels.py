@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
@@ -46,6 +45,7 @@ from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
 from devtools import ROOT
 from devtools.cells import cell_for_entry
 from devtools.errors import ReleaseError
+from devtools.hostenv import host_os
 from devtools.jobwheels import gather
 from devtools.matrix import load_matrix
 from devtools.matrixmodel import Matrix
@@ -90,7 +90,7 @@ def assemble_group(
         pairs = [(e, libs / e.file) for e in entries]
         plain = assemble_wheel(work, meta=meta, libraries=pairs, platform=platform_override)
         platform = platform_override
-        if platform is None and repair and sys.platform.startswith("linux"):
+        if platform is None and repair and host_os() == "linux":
             platform = platform_tag(auditwheel_repair(plain, work).name)
         if platform is not None:
             # auditwheel writes its own zip (timestamps, order): re-pack with our writer

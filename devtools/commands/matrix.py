@@ -8,6 +8,10 @@ Python the release builds), each with the fields the release workflow uses (``id
 ids it builds (``cells``): the workflow passes exactly those, comma-joined, to the job's
 ``python -m devtools build --cells`` (``TCDE_JOB_CELLS``), so ``--only`` limits the build
 to the cells it names, not to whole jobs.
+
+``--github-output FILE`` also appends the release workflow's job outputs to FILE
+(``$GITHUB_OUTPUT``): ``cells=`` the build matrix, ``verify=`` the verify matrix (each
+torch minor on its oldest and newest CPython, the free-threaded wheels on theirs).
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", default="", help="comma-separated cell/job ids or patterns")
     parser.add_argument("--output", default=None, help="write the JSON here instead of stdout")
     parser.add_argument("--list", action="store_true", help="print one cell id per line")
+    parser.add_argument(
+        "--github-output",
+        type=Path,
+        default=None,
+        help="append the build and verify matrices here as cells=/verify= lines ($GITHUB_OUTPUT)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,4 +56,12 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_bytes(Path(args.output), text.encode())
     else:
         sys.stdout.write(text)
+    if args.github_output is not None:
+        from devtools.cisteps import github_output_lines
+        from devtools.hostenv import requires_python
+
+        lines = github_output_lines({"include": jobs}, requires_python=requires_python())
+        # Appended, never replaced: the file holds the other steps' outputs too.
+        with args.github_output.open("a", encoding="utf-8") as output:
+            output.write("".join(line + "\n" for line in lines))
     return 0

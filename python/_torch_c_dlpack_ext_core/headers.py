@@ -21,6 +21,7 @@ from .torchinstall import TorchInstall
 __all__ = [
     "MIN_DLPACK",
     "cuda_header_wheels",
+    "cuda_wheel_home",
     "find_dlpack_include",
     "find_gpu_toolkit",
     "find_python_include",
@@ -33,6 +34,8 @@ MIN_DLPACK = (1, 2)
 _CUDA_MARKER = "cuda_runtime_api.h"
 _CUDA_CRT = "crt/host_defines.h"
 _HIP_MARKER = "hip/hip_runtime_api.h"
+#: The first CUDA major whose header wheels share one toolkit-like tree (nvidia/cu<major>).
+_SHARED_TREE_MAJOR = 13
 _WANT_DLPACK = (
     "pass dlpack_include=<dir holding dlpack/dlpack.h> or install apache-tvm-ffi, "
     "which ships DLPack 1.3 ('pip install apache-tvm-ffi')"
@@ -117,15 +120,45 @@ def _cuda_homes(
     nvcc = shutil.which("nvcc", path=environ.get("PATH", ""))
     if nvcc is not None:
         homes.append(("nvcc on PATH", Path(nvcc).resolve().parent.parent))
-    # NVIDIA's CUDA 12 wheels install per component (nvidia/cuda_runtime, nvidia/cuda_nvcc);
-    # the CUDA 13 ones (nvidia-cuda-runtime, nvidia-cuda-crt 13.x) share one toolkit-like
-    # tree, nvidia/cu13/include. The tree of torch's own CUDA major is tried first.
-    wanted = f"cu{torch.cuda_version.split('.')[0]}" if torch.cuda_version else None
     for site in _site_packages_dirs(torch):
-        trees = sorted((site / "nvidia").glob("cu[0-9]*"), key=lambda p: p.name != wanted)
-        homes += [("nvidia-cuda-runtime wheel", tree) for tree in trees]
-        homes.append(("nvidia-cuda-runtime wheel", site / "nvidia" / "cuda_runtime"))
+        homes += [("nvidia-cuda-runtime wheel", t) for t in _wheel_trees(site, torch.cuda_version)]
     return homes
+
+
+def _cuda_major(cuda_version: str | None) -> int | None:
+    major = cuda_version.split(".")[0] if cuda_version else ""
+    return int(major) if major.isdigit() else None
+
+
+def _wheel_trees(site: Path, cuda_version: str | None) -> list[Path]:
+    """The trees NVIDIA's CUDA header wheels may have installed into ``site``.
+
+    CUDA 12's wheels install per component (``nvidia/cuda_runtime``, ``nvidia/cuda_nvcc``);
+    CUDA 13's (nvidia-cuda-runtime, nvidia-cuda-crt 13.x) share one toolkit-like tree,
+    ``nvidia/cu13``. The shared tree of ``cuda_version``'s major is tried first.
+    """
+    wanted = f"cu{_cuda_major(cuda_version)}"
+    trees = sorted((site / "nvidia").glob("cu[0-9]*"), key=lambda p: p.name != wanted)
+    return [*trees, site / "nvidia" / "cuda_runtime"]
+
+
+def cuda_wheel_home(site_packages: Path, cuda_version: str | None) -> Path:
+    """The CUDA headers NVIDIA's wheels (:func:`cuda_header_wheels`) installed into
+    ``site_packages`` (a torch environment), for a torch built with CUDA ``cuda_version``:
+    the first complete tree of those wheels' layouts (CUDA 13's ``nvidia/cu13``; CUDA
+    12's ``nvidia/cuda_runtime``, whose ``crt/`` the sibling ``nvidia/cuda_nvcc`` holds).
+
+    With none complete, the tree ``cuda_version``'s wheels would make, so that
+    :func:`find_gpu_toolkit` given it as ``gpu_home`` names it in its error.
+    """
+    trees = _wheel_trees(site_packages, cuda_version)
+    for tree in trees:
+        if _cuda_includes(tree) is not None:
+            return tree
+    major = _cuda_major(cuda_version)
+    if major is not None and major >= _SHARED_TREE_MAJOR:
+        return site_packages / "nvidia" / f"cu{major}"
+    return trees[-1]
 
 
 def _rocm_homes(gpu_home: Path | None, environ: Mapping[str, str]) -> list[tuple[str, Path]]:
@@ -163,8 +196,8 @@ def cuda_header_wheels(cuda_version: str | None) -> str:
     on PyPI's 13.0.96 / 13.0.88 wheels, which install into ``nvidia/cu13/include``).
     """
     pin = f"=={cuda_version}.*" if cuda_version else ""
-    major = cuda_version.split(".")[0] if cuda_version else "12"
-    if major.isdigit() and int(major) >= 13:
+    major = _cuda_major(cuda_version)
+    if major is not None and major >= _SHARED_TREE_MAJOR:
         return f"nvidia-cuda-runtime{pin} nvidia-cuda-crt{pin}"
     return f"nvidia-cuda-runtime-cu12{pin} nvidia-cuda-nvcc-cu12{pin}"
 

@@ -21,6 +21,7 @@ def run(
     env: Mapping[str, str] | None = None,
     echo: bool = True,
     timeout: float | None = None,
+    check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``cmd``, echoing it to stderr; raise :class:`CommandError` on failure.
 
@@ -28,6 +29,9 @@ def run(
     stderr (compiler diagnostics, linker errors) in one exception. With
     ``timeout`` (seconds) a command still running then is killed and
     :class:`CommandTimeoutError` raised, so release tooling never hangs.
+    ``check=False`` is for a caller whose finding the exit status is (a probe): a
+    non-zero exit is returned, not raised, and a missing program is exit status
+    127, as a shell reports it. A timeout is raised either way.
     """
     argv = [os.fspath(part) for part in cmd]
     if echo:
@@ -47,8 +51,10 @@ def run(
             argv, timeout or 0.0, _text(exc.stdout), _text(exc.stderr)
         ) from None
     except FileNotFoundError:
+        if not check:
+            return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: command not found")
         raise CommandError(argv, 127, "", f"{argv[0]}: command not found") from None
-    if proc.returncode != 0:
+    if check and proc.returncode != 0:
         raise CommandError(argv, proc.returncode, proc.stdout, proc.stderr)
     return proc
 

@@ -1,8 +1,9 @@
 """The release workflow's data flow, rehearsed on this machine (``devtools/dataflow.py``,
-``nox -s rehearse_dataflow``): the whole matrix, from ``nox -s matrix`` through job
-wheels (repaired with the real repair command where this host can), the artifact
-layout of download-artifact v4, assemble, contents, the twine check and
-``verify --expect``.
+``nox -s rehearse_dataflow``): the whole matrix, each job's one call replayed in a folder
+of its own (``devtools/releaseflow.py``), from ``nox -s matrix`` through job wheels
+(repaired with the real repair command where this host can) and their post-build check,
+the artifact layout of download-artifact v4, ``nox -s assemble`` (contents, the twine
+check) and ``verify --expect``.
 
 Cost: the whole-matrix stand-in run takes ~15 s (14 jobs, 45 cells; a tiny C library
 per Linux x86_64 cell, auditwheel on 7 job wheels), the narrower ones ~5-10 s each.
@@ -12,6 +13,7 @@ tests use (test_wheels builds the same two cells: one of the two compiles them).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 import sys
@@ -19,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from devtools import dataflow
+from devtools import dataflow, releaseflow
 from devtools.matrix import load_matrix
 
 from _torch_c_dlpack_ext_core.version import __version__ as V
@@ -60,13 +62,13 @@ def test_whole_matrix_with_stand_ins(tmp_path: Path) -> None:
     assert sorted(Path(str(e["file"])).name for e in libraries) == sorted(want)
     assert {e["python"] for e in libraries} == {"abi3"}
     # The cuda job's and the rocm jobs' wheels had one name; both arrived intact.
-    cells_dir = tmp_path / "cells"
+    cells_dir = tmp_path / "assemble" / "cells"
     same_name = sorted(p.parent.name for p in cells_dir.rglob(x86))
     assert same_name == sorted(f"cell-{j['id']}" for j in MATRIX.jobs()
                                if j["python"] != "3.14t"
                                and j["platform"] == "linux_x86_64")  # fmt: skip
     assert len(same_name) > 1
-    notes = (tmp_path / "release-notes" / "NOTES.md").read_text(encoding="utf-8")
+    notes = (tmp_path / "assemble" / "release-notes" / "NOTES.md").read_text(encoding="utf-8")
     assert f"{len(RELEASED)} of {len(RELEASED)} cells" in notes
 
 
@@ -86,15 +88,17 @@ def test_failed_jobs_are_reported_and_only_allowed_ones_pass(tmp_path: Path) -> 
                                          fail_jobs=[cpu])  # fmt: skip
     assert len(blocked.problems) == 1
     assert blocked.problems[0].startswith("verify --expect: 6 cell(s) not in the release")
-    notes = (tmp_path / "b" / "release-notes" / "NOTES.md").read_text(encoding="utf-8")
+    notes = (tmp_path / "b" / "assemble" / "release-notes" / "NOTES.md").read_text("utf-8")
     assert "6 of these block publishing" in notes
 
 
 def test_merged_download_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The workflow as it was (merge-multiple: true): the rehearsal must catch the clobber.
-    real = dataflow.read_workflow()
-    merged = dataflow.FlowSettings(**{**real.__dict__, "merge_multiple": True})
-    monkeypatch.setattr(dataflow, "read_workflow", lambda: merged)
+    merged = tuple(
+        dataclasses.replace(d, merge_multiple=True) if d.pattern else d
+        for d in releaseflow.DOWNLOADS
+    )
+    monkeypatch.setattr(releaseflow, "DOWNLOADS", merged)
     result = dataflow.rehearse_dataflow(tmp_path, real_cells=(), only="linux_x86_64-*")
     assert len(result.problems) == 1
     assert "both hold" in result.problems[0]

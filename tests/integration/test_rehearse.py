@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from devtools import cli, distfiles, publish, rehearse
+from devtools import cli, distfiles, indexinstall, indexserver, publish, rehearse
 from devtools.errors import ReleaseError
 from tests.helpers import devtools_env
 
@@ -75,11 +75,11 @@ def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_server_serves_uploads_and_refuses_an_overwrite(tmp_path: Path, credentials: None) -> None:
     wheel = make_probe_wheel(tmp_path)
     served_dir = tmp_path / "index"
-    with rehearse.IndexServer(served_dir, log=tmp_path / "server.log") as server:
+    with indexserver.IndexServer(served_dir, log=tmp_path / "server.log") as server:
         assert _port_open(server.port)
-        assert rehearse.served_hashes(server.simple_url, PROBE) == {}
+        assert indexserver.served_hashes(server.simple_url, PROBE) == {}
         publish.twine_upload([wheel], f"{server.url}/", skip_existing=False)
-        original = rehearse.served_hashes(server.simple_url, PROBE)
+        original = indexserver.served_hashes(server.simple_url, PROBE)
         assert original == {wheel.name: hashlib.sha256(wheel.read_bytes()).hexdigest()}
 
         tampered = rehearse._tampered_copy(wheel, tmp_path / "again")
@@ -87,19 +87,19 @@ def test_server_serves_uploads_and_refuses_an_overwrite(tmp_path: Path, credenti
         assert tampered.read_bytes() != wheel.read_bytes()
         with pytest.raises(CommandError):
             publish.twine_upload([tampered], f"{server.url}/", skip_existing=False)
-        assert rehearse.served_hashes(server.simple_url, PROBE) == original
+        assert indexserver.served_hashes(server.simple_url, PROBE) == original
         assert (served_dir / wheel.name).read_bytes() == wheel.read_bytes()
     assert not _port_open(server.port)
 
 
-def _serve_then_fail(server: rehearse.IndexServer, seen: list[bool]) -> None:
+def _serve_then_fail(server: indexserver.IndexServer, seen: list[bool]) -> None:
     with server:
         seen.append(_port_open(server.port))
         raise RuntimeError("boom")
 
 
 def test_server_is_stopped_when_the_body_fails(tmp_path: Path) -> None:
-    server = rehearse.IndexServer(tmp_path / "index", log=tmp_path / "server.log")
+    server = indexserver.IndexServer(tmp_path / "index", log=tmp_path / "server.log")
     seen: list[bool] = []
     with pytest.raises(RuntimeError, match="boom"):
         _serve_then_fail(server, seen)
@@ -137,13 +137,13 @@ def test_rehearse_without_cells_or_dist_is_a_config_error(
 
 def test_foreign_python_is_a_free_threaded_one_without_a_wheel(tmp_path: Path) -> None:
     files = _files(tmp_path)
-    assert rehearse._foreign_python(files) == "3.13t"
+    assert indexinstall._foreign_python(files) == "3.13t"
     cp313t = distfiles.WheelInfo(
         path=tmp_path / "x.whl", tags=frozenset({"cp313-cp313t-linux_x86_64"}), variant=False,
         libraries=files.wheels[0].libraries,
     )  # fmt: skip
     files = dataclasses.replace(files, wheels=(*files.wheels, cp313t))
-    assert rehearse._foreign_python(files) == "3.14t"
+    assert indexinstall._foreign_python(files) == "3.14t"
 
 
 def test_publish_refuses_a_dist_without_this_project(tmp_path: Path) -> None:
@@ -246,7 +246,7 @@ def test_scenario_reports_mismatches(
 ) -> None:
     files = _files(tmp_path)
     name = f"torch_c_dlpack_ext-{files.version}-{wheel}.whl"
-    check = rehearse._scenario(
+    check = indexinstall._scenario(
         "s", files=files, pip_report=_pip_report(name, files.version), decision=decision,
         want_wheel="combined", want_kind="defer",
     )  # fmt: skip
@@ -257,13 +257,13 @@ def test_scenario_reports_mismatches(
 def test_scenario_checks_version_and_remedy(tmp_path: Path) -> None:
     files = _files(tmp_path)
     name = f"torch_c_dlpack_ext-{files.version}-py3-none-any.whl"
-    check = rehearse._scenario(
+    check = indexinstall._scenario(
         "s", files=files, pip_report=_pip_report(name, "0.1.5"), decision=_decision("unavailable"),
         want_wheel="universal", want_kind="unavailable",
     )  # fmt: skip
     assert "installed version 0.1.5" in check.detail
     assert "without a remedy" in check.detail
-    good = rehearse._scenario(
+    good = indexinstall._scenario(
         "s", files=files, pip_report=_pip_report(name, files.version),
         decision=_decision("unavailable", remedy="install torch>=2.10"),
         want_wheel="universal", want_kind="unavailable",

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
-from devtools import cisteps, contents, dataflow, distfiles, repair, verify, wheelnames, wheels
+from devtools import cisteps, contents, distfiles, flowjob, repair, verify, wheelnames, wheels
 from devtools.cells import Cell
 from devtools.errors import ReleaseError
 from devtools.matrix import load_matrix
@@ -36,7 +36,7 @@ def job_wheel(
     """A job wheel (stand-in libraries, a true manifest) as job ``job`` uploads it,
     in ``cells/cell-<job>/`` like download-artifact v4 lays it out."""
     libs = tmp_path / "libs" / job
-    pairs = [dataflow.stand_in_library(c, libs, elf=False) for c in cells]
+    pairs = [flowjob.stand_in_library(c, libs, elf=False) for c in cells]
     if tamper:
         pairs[0][1].write_bytes(b"changed after the manifest was written")
     folder = tmp_path / "cells" / f"cell-{job}"
@@ -224,7 +224,7 @@ def test_one_library_in_two_job_wheels(tmp_path: Path) -> None:
     (combined,) = [p for p in made if p.name.endswith("-manylinux_2_28_x86_64.whl")]
     assert len(_manifest(combined)) == 1
     # Different bytes for one cell: refused, naming both job wheels.
-    entry, path = dataflow.stand_in_library(cells[0], tmp_path / "rebuilt", elf=False)
+    entry, path = flowjob.stand_in_library(cells[0], tmp_path / "rebuilt", elf=False)
     path.write_bytes(b"another build of the same cell")
     entry = entry._replace(size=path.stat().st_size, sha256=sha256_of(path))
     folder = tmp_path / "cells" / "cell-c"
@@ -309,7 +309,7 @@ def test_a_variant_wheel_counts_only_for_the_cell_its_label_names(tmp_path: Path
     # An older GPU variant wheel also carried the CPU library as a fallback: that copy
     # must not make the CPU cell present in a variant wheel.
     cuda, cpu = _cells("linux_x86_64-t28_cuda", "linux_x86_64-t28_cpu")
-    entries = tuple(dataflow.stand_in_library(c, tmp_path, elf=False)[0] for c in (cuda, cpu))
+    entries = tuple(flowjob.stand_in_library(c, tmp_path, elf=False)[0] for c in (cuda, cpu))
     name = f"torch_c_dlpack_ext-{V}-cp39-abi3-manylinux_2_28_x86_64"
     combined = distfiles.WheelInfo(
         path=tmp_path / f"{name}.whl", tags=frozenset(), variant=False, libraries=entries
@@ -326,3 +326,84 @@ def test_a_variant_wheel_counts_only_for_the_cell_its_label_names(tmp_path: Path
     assert statuses[cuda.id].state == "present"
     assert statuses[cpu.id].state == "absent"
     assert statuses[cpu.id].reason == "no variant wheel holds it"
+
+
+def test_check_repaired_with_the_jobs_cells(tmp_path: Path) -> None:
+    # The cells job's post-build check: the wheels hold exactly TCDE_JOB_CELLS, each once.
+    cells = _cells("linux_x86_64-t28_cpu", "linux_x86_64-t28_cuda")
+    ids = [c.id for c in cells]
+    wheel = job_wheel(tmp_path, "a", cells, "manylinux_2_28_x86_64")
+    assert cisteps.check_repaired(wheel.parent, ids) == [wheel]
+    assert cisteps.check_repaired(wheel.parent, ids[::-1]) == [wheel]
+    with pytest.raises(ReleaseError, match="cells of the job missing: linux_x86_64-t26_cpu"):
+        cisteps.check_repaired(wheel.parent, [*ids, "linux_x86_64-t26_cpu"])
+    with pytest.raises(ReleaseError, match="cells the job does not build: linux_x86_64-t28_cuda"):
+        cisteps.check_repaired(wheel.parent, ids[:1])
+    # Two wheels in one wheelhouse holding one cell twice.
+    second = job_wheel(tmp_path, "b", cells[:1], "manylinux_2_27_x86_64")
+    second.rename(wheel.parent / second.name)
+    with pytest.raises(ReleaseError, match="in more than one library: linux_x86_64-t28_cpu"):
+        cisteps.check_repaired(wheel.parent, ids)
+
+
+def test_check_repaired_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from devtools import cli
+
+    from _torch_c_dlpack_ext_core.errors import ConfigError
+
+    cells = _cells("linux_x86_64-t28_cpu")
+    wheel = job_wheel(tmp_path, "a", cells, "manylinux_2_28_x86_64")
+    assert cli.main(["check-repaired", str(wheel.parent), "--cells", cells[0].id]) == 0
+    assert "the job's 1 cell(s), each once" in capsys.readouterr().out
+    assert cli.main(["check-repaired", str(wheel.parent)]) == 0
+    # TCDE_JOB_CELLS unset in the job: refused, as the job's build refuses it.
+    assert cli.main(["check-repaired", str(wheel.parent), "--cells", ""]) == ConfigError.exit_code
+    failed = cli.main(["check-repaired", str(wheel.parent), "--cells", "linux_x86_64-t26_cpu"])
+    assert failed == ReleaseError.exit_code
+    assert "do not hold exactly its 1 cell(s)" in capsys.readouterr().err
+
+
+def _assemble(tmp_path: Path, jobs: list[dict[str, Any]], *extra: str) -> int:
+    from devtools import cli
+
+    (tmp_path / "matrix.json").write_text(json.dumps({"include": jobs}), encoding="utf-8")
+    argv = ["assemble", "--cells", str(tmp_path / "cells"), "--matrix"]
+    argv += [str(tmp_path / "matrix.json"), "--dist", str(tmp_path / "dist")]
+    argv += ["--variants", str(tmp_path / "variants"), "--notes", str(tmp_path / "notes")]
+    return cli.main([*argv, *extra])
+
+
+def test_the_assemble_jobs_one_call(
+    cuda_and_rocm: tuple[Path, list[Cell]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, cells = cuda_and_rocm
+    summary = tmp_path / "summary.md"
+    summary.write_text("an earlier step's summary\n", encoding="utf-8")
+    jobs = MATRIX.jobs(MATRIX.select([c.id for c in cells]))
+    assert _assemble(tmp_path, jobs, "--summary", str(summary)) == 0
+    notes = (tmp_path / "notes" / "NOTES.md").read_text(encoding="utf-8")
+    assert f"{len(cells)} of {len(cells)} cells" in notes
+    assert capsys.readouterr().out == notes
+    assert summary.read_text(encoding="utf-8") == "an earlier step's summary\n" + notes
+    data = json.loads((tmp_path / "notes" / "release-contents.json").read_text("utf-8"))
+    assert data["present"] == data["expected"] == len(cells)
+    # dist/ holds what PyPI takes (checked by twine); the variant wheels moved aside.
+    left = distfiles.collect(tmp_path / "dist")
+    assert not any(w.variant for w in left.wheels)
+    assert left.variants_index is None
+    assert len([w for w in left.wheels if not w.universal]) == 2
+    moved = sorted(p.name for p in (tmp_path / "variants").iterdir())
+    assert distfiles.variants_index_name() in moved
+    assert len([n for n in moved if wheelnames.is_variant_name(n)]) == len(cells)
+
+
+def test_the_assemble_job_reports_absent_cells_and_leaves_the_verdict_to_verify(
+    cuda_and_rocm: tuple[Path, list[Cell]], tmp_path: Path
+) -> None:
+    _, cells = cuda_and_rocm
+    jobs = MATRIX.jobs(MATRIX.select([*(c.id for c in cells), "linux_aarch64-t28_cpu"]))
+    assert _assemble(tmp_path, jobs) == 0
+    notes = (tmp_path / "notes" / "NOTES.md").read_text(encoding="utf-8")
+    assert f"{len(cells)} of {len(cells) + 1} cells" in notes
+    assert "job linux_aarch64-cpu uploaded no wheels" in notes
+    assert "1 of these block publishing" in notes

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
-from devtools import build, dataflow, torchenv, wheels
+from devtools import build, flowjob, torchenv, wheels
 from devtools.cells import Cell, cell_for_entry, group_dir
 from devtools.errors import MatrixError
 from devtools.matrix import load_matrix
@@ -138,7 +138,7 @@ def fake_compile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
             and c.platform.name == "linux_x86_64"
             and not c.freethreaded
         ]
-        entry, _ = dataflow.stand_in_library(cell, output_dir, elf=False)
+        entry, _ = flowjob.stand_in_library(cell, output_dir, elf=False)
         return entry._replace(cell=None)
 
     monkeypatch.setattr(driver, "compile_library", compile_library)
@@ -173,7 +173,7 @@ def test_a_build_folder_from_before_cell_ids_is_refused_before_anything_is_writt
 ) -> None:
     cell = _cell("linux_x86_64-t28_cpu")
     group = tmp_path / "linux_x86_64-abi3"
-    entry, _ = dataflow.stand_in_library(cell, group, elf=False)
+    entry, _ = flowjob.stand_in_library(cell, group, elf=False)
     write_manifest(group / MANIFEST_NAME, [entry._replace(cell=None)])
     out = tmp_path / "dist"
     where = re.escape(str(group / MANIFEST_NAME))
@@ -184,7 +184,7 @@ def test_a_build_folder_from_before_cell_ids_is_refused_before_anything_is_writt
 
 def test_a_job_wheel_without_cell_ids_is_refused_naming_the_wheel(tmp_path: Path) -> None:
     cell = _cell("linux_x86_64-t28_cpu")
-    entry, path = dataflow.stand_in_library(cell, tmp_path / "libs", elf=False)
+    entry, path = flowjob.stand_in_library(cell, tmp_path / "libs", elf=False)
     folder = tmp_path / "cells" / "cell-linux_x86_64-cuda"
     folder.mkdir(parents=True)
     wheel = assemble_wheel(

@@ -50,7 +50,7 @@ def test_the_table_names_every_command_module_once() -> None:
     assert set(names) == {
         *("build", "matrix", "emulated", "rehearse", "rehearse-dataflow", "torchenv"),
         *("freethreaded", "gpu-carry", "upload", "check-tag", "publish-target"),
-        *("github-matrix", "check-repaired", "contents", "split-variants", "verify"),
+        *("check-repaired", "assemble", "contents", "split-variants", "verify"),
         "test-installed",
     }
     modules = {f"devtools.commands.{p.stem}" for p in COMMANDS.glob("*.py")} - {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from devtools import cli, emulated, emulation
 from devtools.errors import EmulationUnavailableError
 from devtools.matrix import load_matrix
 
-from _torch_c_dlpack_ext_core.errors import ConfigError
+from _torch_c_dlpack_ext_core.errors import CommandTimeoutError, ConfigError
 
 MATRIX = load_matrix()
 AARCH64 = emulation.EMULATED["linux_aarch64"]
@@ -32,6 +33,10 @@ def test_combined_wheel_is_the_abi3_wheel_of_the_platform(tmp_path: Path) -> Non
     combined = tmp_path / "torch_c_dlpack_ext-0.2.0-cp39-abi3-manylinux_2_34_aarch64.whl"
     combined.write_bytes(b"")
     assert emulated.combined_wheel(tmp_path, "linux_aarch64") == combined
+    # Read through devtools.wheelnames: the platform's family and architecture, whatever
+    # glibc floor the repair gave.
+    assert emulated.combined_wheel(tmp_path, "linux_x86_64") == tmp_path / names[0]
+    assert emulated.combined_wheel(tmp_path, "macosx_11_0_arm64") is None
 
 
 def test_every_torch_minor_of_the_platform_is_checked() -> None:
@@ -48,6 +53,26 @@ def test_every_torch_minor_of_the_platform_is_checked() -> None:
 
 def _done(rc: int, out: str = "", err: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess([], rc, out, err)
+
+
+def test_capture_returns_a_failure_for_the_caller_to_judge() -> None:
+    # Through the project's one subprocess helper: no echo, no raise on a non-zero exit.
+    proc = emulation.capture([sys.executable, "-c", "import sys; sys.exit('no binfmt')"])
+    assert proc.returncode == 1
+    assert "no binfmt" in emulation.last_lines(proc)
+    assert emulation.capture(["tcde-no-such-program"]).returncode == 127
+
+
+def test_a_check_that_hangs_in_the_root_is_a_finding(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def hang(cmd: list[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
+        raise CommandTimeoutError(cmd, timeout, "half a line", "")
+
+    monkeypatch.setattr(emulation, "capture", hang)
+    proc = emulation.in_root(tmp_path, [], ["-c", "pass"], env={}, timeout=5)
+    assert (proc.returncode, proc.stdout) == (124, "half a line")
+    assert proc.stderr == "timed out after 5 s"
 
 
 @pytest.fixture

@@ -506,3 +506,21 @@ def test_nox_matrix_runs_without_importing_the_package() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["win_amd64-t28_cpu", "False", "False"]
     assert proc.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("python", "requires", "inside"),
+    [
+        ("3.9", ">=3.9", True),
+        ("3.8", ">=3.9", False),
+        ("3.14t", ">=3.9", True),  # a free-threaded Python as its GIL twin
+        ("3.13t", ">=3.9,<3.13", False),
+        ("3.8", None, True),  # no requires-python: no bound
+    ],
+)
+def test_python_within_requires_python(python: str, requires: str | None, inside: bool) -> None:
+    from devtools.matrixtables import python_within
+
+    assert python_within(python, requires) is inside
+    # The matrix asks the same question of the project's requires-python (>=3.9).
+    assert load_matrix().supports_python(python) is python_within(python, ">=3.9")

@@ -139,9 +139,14 @@ def test_cells_run_cibuildwheel(release: dict[str, Any]) -> None:
 
 
 def test_assemble_uses_the_build_session(release: dict[str, Any]) -> None:
+    # One call, `nox -s assemble`, in place of `nox -s build -- --assemble-from`, the
+    # contents and split-variants commands and `nox -s release -- --check-only`: the
+    # session installs what the build and release sessions install.
     runs = " ".join(str(step.get("run", "")) for step in release["jobs"]["assemble"]["steps"])
-    assert "nox -s build" in runs
-    assert "nox -s release -- --check-only" in runs
+    assert "nox -s assemble -- " in runs
+    noxfile = (ROOT / "noxfile.py").read_text(encoding="utf-8")
+    assemble = noxfile[noxfile.index("def assemble(") :].split("\n@nox.session", 1)[0]
+    assert 'session.install(*_group("build"), *_group("release"))' in assemble
 
 
 def test_publish_job(release: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ laid out, what may fail without blocking the rest, and where a run may publish."
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shlex
 import shutil
@@ -15,7 +16,7 @@ import pytest
 import tomllib
 import yaml
 from build_backend._options import read_options
-from devtools import cisteps, cli, dataflow, publish, repair, variants
+from devtools import cisteps, cli, dataflow, flowjob, publish, releaseflow, repair, variants
 from devtools.errors import ReleaseError
 from devtools.matrix import load_matrix
 
@@ -53,28 +54,177 @@ def _pyproject() -> dict[str, Any]:
     return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 
 
+# --- the rehearsal replays what the workflow runs --------------------------------------
+# devtools/releaseflow.py holds each job's one call and the artifacts between the jobs;
+# the rehearsal replays those and reads nothing of release.yml. This rule ties the two:
+# it returns what release.yml says differently (tested on the real file: nothing; and
+# on edited copies: the difference is found).
+
+#: The jobs the rehearsal replays; sdist and publish hand nothing on to them.
+REHEARSED = ("matrix", "cells", "assemble", "verify")
+#: run: steps of those jobs that are no devtools or nox call (the guard, the runner's
+#: disk, the ROCm pre-flight, cibuildwheel itself).
+OTHER_RUNS = {
+    "matrix": {"Publish target"},
+    "cells": {"Free disk space (Linux)", "Disk guard", "Pre-flight the builder image (ROCm)",
+              "cibuildwheel", "Disk used by the job"},
+}  # fmt: skip
+
+
+def _load(text: str) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(text)
+    data["on"] = data.pop(True)
+    return data
+
+
+def _uses(step: dict[str, Any], action: str) -> bool:
+    return str(step.get("uses", "")).startswith(f"actions/{action}@")
+
+
+def _call_problems(workflow: dict[str, Any]) -> list[str]:
+    problems = []
+    for call in releaseflow.CALLS:
+        steps = workflow["jobs"][call.job]["steps"]
+        found = [s for s in steps if s.get("run") == call.run_line]
+        if len(found) != 1:
+            problems.append(f"{call.job}: {len(found)} steps run {call.run_line!r}, expected 1")
+            continue
+        env = dict(found[0].get("env") or {})
+        wanted = {v for v in call.variables if v not in releaseflow.RUNNER_VARIABLES}
+        if env != dict(call.env) or set(env) != wanted:
+            problems.append(f"{call.job}: the step's env is {env}, the rehearsal's {call.env}")
+        runs = {s.get("name") for s in steps if "run" in s and s is not found[0]}
+        if runs != OTHER_RUNS.get(call.job, set()):
+            problems.append(f"{call.job}: more than one call: {sorted(map(str, runs))}")
+    return problems
+
+
+def _artifact_problems(workflow: dict[str, Any]) -> list[str]:
+    problems = []
+    for job in REHEARSED:
+        steps = workflow["jobs"][job]["steps"]
+        uploads = [s["with"] for s in steps if _uses(s, "upload-artifact")]
+        want_up = [
+            {"name": u.workflow_name, "path": u.path, "if-no-files-found": "error"}
+            for u in releaseflow.UPLOADS
+            if u.job == job
+        ]
+        if uploads != want_up:
+            problems.append(f"{job} uploads {uploads}, the rehearsal {want_up}")
+        downloads = [s for s in steps if _uses(s, "download-artifact")]
+        want_down = [
+            {"name": d.name, "pattern": d.pattern, "path": d.path}
+            | ({"merge-multiple": True} if d.merge_multiple else {})
+            for d in releaseflow.DOWNLOADS
+            if d.job == job
+        ]
+        got = [{"name": None, "pattern": None, **s["with"]} for s in downloads]
+        if got != want_down:
+            problems.append(f"{job} downloads {got}, the rehearsal {want_down}")
+        problems += [
+            f"{job} uses {s['uses']}; the rehearsal models the layout of "
+            f"{releaseflow.DOWNLOAD_ARTIFACT}: check that release's rules, then update it"
+            for s in downloads
+            if s["uses"] != releaseflow.DOWNLOAD_ARTIFACT
+        ]
+    return problems
+
+
+def tie_problems(workflow: dict[str, Any]) -> list[str]:
+    """Where release.yml and devtools/releaseflow.py (what the rehearsal replays) differ."""
+    cibw = _step(workflow, "cells", name="cibuildwheel")
+    cells = (cibw.get("env") or {}).get(releaseflow.JOB_CELLS_VARIABLE)
+    problems = [] if cells == releaseflow.JOB_CELLS else [f"cibuildwheel's cells: {cells!r}"]
+    return problems + _call_problems(workflow) + _artifact_problems(workflow)
+
+
+def test_the_rehearsal_replays_what_release_yml_runs(workflow: dict[str, Any]) -> None:
+    assert tie_problems(workflow) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "problem"),
+    [
+        # The old layout: every job's wheels merged into one folder.
+        ("          pattern: cell-*\n          path: cells\n",
+         "          pattern: cell-*\n          path: cells\n          merge-multiple: true\n",
+         "assemble downloads"),
+        ("name: cell-${{ matrix.id }}", "name: wheels-${{ matrix.id }}", "cells uploads"),
+        ("--dist dist --variants", "--dist out --variants", "assemble: 0 steps run"),
+        ('--torch "$TORCH_MINORS"', "--torch 2.8", "verify: 0 steps run"),
+        ("TORCH_MINORS: ${{ matrix.torch }}", "TORCH_MINORS: 2.8,2.9", "verify: the step's env"),
+        ("          TCDE_JOB_CELLS: ${{ join(matrix.cells, ',') }}\n        run: $DEVTOOLS",
+         "          TCDE_JOB_CELLS: ${{ matrix.id }}\n        run: $DEVTOOLS",
+         "cells: the step's env"),
+        ("      - uses: actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02 # v4.6.2\n"
+         "        with:\n          name: dist-wheels",
+         "      - run: $DEVTOOLS split-variants dist variants\n"
+         "      - uses: actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02 # v4.6.2\n"
+         "        with:\n          name: dist-wheels",
+         "assemble: more than one call"),
+    ],
+)  # fmt: skip
+def test_a_workflow_that_says_otherwise_is_found(old: str, new: str, problem: str) -> None:
+    text = WORKFLOW.read_text(encoding="utf-8")
+    assert text.count(old) == 1, old
+    problems = tie_problems(_load(text.replace(old, new)))
+    assert any(p.startswith(problem) for p in problems), problems
+
+
+@pytest.mark.parametrize("call", releaseflow.CALLS, ids=lambda c: c.job)
+def test_each_call_is_the_devtools_command_it_names(call: releaseflow.Call) -> None:
+    """A nox session's call runs exactly ``python -m devtools <command>`` with the
+    session's arguments (what the rehearsal runs in its stead), and the command exists."""
+    import types
+
+    assert call.command in {c.name for c in cli.COMMANDS}
+    if call.session is None:
+        return
+    import noxfile
+
+    ran: list[tuple[str, ...]] = []
+    session = types.SimpleNamespace(
+        posargs=["--x"], install=lambda *a, **k: None, run=lambda *a, **k: ran.append(a)
+    )
+    getattr(noxfile, call.session)(session)
+    assert ran == [("python", "-m", "devtools", call.command, "--x")]
+
+
+def test_a_call_fills_in_its_variables() -> None:
+    call = releaseflow.VERIFY
+    assert call.run_line == '$DEVTOOLS verify dist --expect matrix.json --torch "$TORCH_MINORS"'
+    assert call.variables == ("TORCH_MINORS",)
+    argv = call.argv({"TORCH_MINORS": "2.8,2.9"}, ["--no-install"])
+    assert argv == [
+        "verify",
+        "dist",
+        "--expect",
+        "matrix.json",
+        "--torch",
+        "2.8,2.9",
+        "--no-install",
+    ]
+    assert releaseflow.MATRIX.run_line.startswith('uvx nox -s matrix -- --only "$CELLS" ')
+    assert releaseflow.job_cells({"cells": ["a", "b"]}) == "a,b"
+
+
 # --- D1: job wheels never clobber each other -------------------------------------------
 
 
 def test_d1_assemble_downloads_one_folder_per_artifact(workflow: dict[str, Any]) -> None:
-    settings = dataflow.read_workflow()
-    assert settings.download_pattern == "cell-*"
-    assert settings.merge_multiple is False
-    # The rehearsal reads the real file: its settings are the workflow's.
+    (download,) = [d for d in releaseflow.DOWNLOADS if d.job == "assemble" and d.pattern]
+    assert download.pattern == "cell-*"
+    assert download.merge_multiple is False
+    # What the rehearsal lays out is what the workflow downloads (see the tie below).
     step = _step(workflow, "assemble", uses="actions/download-artifact@")
     assert step["with"] == {"pattern": "cell-*", "path": "cells"}
 
 
-def test_rehearsal_refuses_a_download_artifact_it_does_not_model(tmp_path: Path) -> None:
+def test_rehearsal_refuses_a_download_artifact_it_does_not_model() -> None:
     text = WORKFLOW.read_text(encoding="utf-8")
-    assert dataflow.DOWNLOAD_ARTIFACT in text
-    other = tmp_path / "release.yml"
-    other.write_text(
-        text.replace(dataflow.DOWNLOAD_ARTIFACT, "actions/download-artifact@" + "0" * 40),
-        encoding="utf-8",
-    )
-    with pytest.raises(ConfigError, match="the rehearsal models the layout of"):
-        dataflow.read_workflow(other)
+    assert releaseflow.DOWNLOAD_ARTIFACT in text
+    other = text.replace(releaseflow.DOWNLOAD_ARTIFACT, "actions/download-artifact@" + "0" * 40)
+    assert any("the rehearsal models the layout of" in p for p in tie_problems(_load(other)))
 
 
 def test_d1_equal_wheel_names_collide_only_when_merged(tmp_path: Path) -> None:
@@ -105,10 +255,51 @@ def test_d1_equal_wheel_names_collide_only_when_merged(tmp_path: Path) -> None:
 
 
 def test_d1_artifact_names_are_unique_per_job(workflow: dict[str, Any]) -> None:
-    settings = dataflow.read_workflow()
-    names = [dataflow.evaluate(settings.artifact_name, job) for job in MATRIX.jobs()]
+    (upload,) = [u for u in releaseflow.UPLOADS if u.job == "cells"]
+    (download,) = [d for d in releaseflow.DOWNLOADS if d.job == "assemble" and d.pattern]
+    names = [upload.artifact(job["id"]) for job in MATRIX.jobs()]
     assert len(set(names)) == len(names) == len(MATRIX.jobs())
-    assert all(dataflow.fnmatch.fnmatchcase(n, settings.download_pattern) for n in names)
+    assert all(fnmatch.fnmatchcase(n, str(download.pattern)) for n in names)
+
+
+def test_a_download_by_name_lands_in_its_path_and_never_overwrites(tmp_path: Path) -> None:
+    # The verify job downloads dist-wheels and variants into one folder, dist/.
+    upload = tmp_path / "upload"
+    upload.mkdir()
+    for name in ("a.whl", "b.whl", "variants.json"):
+        (upload / name).write_bytes(name.encode())
+    store = {"dist-wheels": [upload / "a.whl"], "variants": [upload / "b.whl"]}
+    dist = tmp_path / "verify" / "dist"
+    assert dataflow.lay_out_artifacts(store, dist, name="dist-wheels") == [dist / "a.whl"]
+    assert dataflow.lay_out_artifacts(store, dist, name="variants") == [dist / "b.whl"]
+    with pytest.raises(ConfigError, match="no artifact named 'release-matrix'"):
+        dataflow.lay_out_artifacts(store, tmp_path, name="release-matrix")
+    # A second artifact holding a name already there would overwrite it: refused.
+    store["more"] = [upload / "a.whl"]
+    with pytest.raises(ConfigError, match=r"both hold a\.whl"):
+        dataflow.lay_out_artifacts(store, dist, name="more")
+
+
+def test_a_replayed_call_runs_in_its_jobs_folder_and_reports_its_error(tmp_path: Path) -> None:
+    from build_backend._metadata import project_metadata
+    from build_backend._wheel import assemble_wheel
+
+    workspace = tmp_path / "jobs" / "linux_x86_64-cuda"
+    (workspace / "wheelhouse").mkdir(parents=True)
+    values = {"TCDE_JOB_CELLS": "linux_x86_64-t28_cpu"}
+    before = Path.cwd()
+    failed = dataflow.replay(releaseflow.JOB_CHECK, workspace, values)
+    assert failed == "wheelhouse: no wheels; did the build and repair steps run?"
+    assert Path.cwd() == before
+    (cell,) = MATRIX.select(["linux_x86_64-t28_cpu"])
+    pair = flowjob.stand_in_library(cell, tmp_path / "libs", elf=False)
+    assemble_wheel(workspace / "wheelhouse", meta=project_metadata(ROOT), libraries=[pair],
+                   platform="manylinux_2_28_x86_64")  # fmt: skip
+    assert dataflow.replay(releaseflow.JOB_CHECK, workspace, values) is None
+    other = {"TCDE_JOB_CELLS": "linux_x86_64-t28_cpu,linux_x86_64-t28_cuda"}
+    failed = dataflow.replay(releaseflow.JOB_CHECK, workspace, other)
+    assert failed is not None
+    assert "cells of the job missing: linux_x86_64-t28_cuda" in failed
 
 
 # --- D2: Windows jobs get MSVC ----------------------------------------------------------
@@ -164,8 +355,11 @@ def test_windows_repair_is_explicitly_none() -> None:
 
 def test_repaired_wheels_are_checked_for_grafted_libraries(workflow: dict[str, Any]) -> None:
     steps = workflow["jobs"]["cells"]["steps"]
-    check = _step(workflow, "cells", name="The repaired wheel bundles only its own libraries")
-    assert check["run"] == "$DEVTOOLS check-repaired wheelhouse"
+    check = _step(
+        workflow, "cells",
+        name="The repaired wheel holds exactly the job's cells and only its own libraries",
+    )  # fmt: skip
+    assert check["run"] == '$DEVTOOLS check-repaired wheelhouse --cells "$TCDE_JOB_CELLS"'
     assert steps.index(_cibw(workflow)) < steps.index(check)
 
 
@@ -288,11 +482,11 @@ def test_d7_job_build_gets_the_jobs_cell_ids(workflow: dict[str, Any]) -> None:
     parser = argparse.ArgumentParser()
     build.add_arguments(parser)
 
-    value = _cibw(workflow)["env"][dataflow.CELLS_VARIABLE]
-    assert value == "${{ join(matrix.cells, ',') }}"
+    value = _cibw(workflow)["env"][releaseflow.JOB_CELLS_VARIABLE]
+    assert value == "${{ join(matrix.cells, ',') }}" == releaseflow.JOB_CELLS
     cibw = _pyproject()["tool"]["cibuildwheel"]
     # before-build compiles the cells into the libs dir the backend packs (checked there).
-    args, libs_dir = dataflow.read_job_build()
+    args, libs_dir = flowjob.read_job_build()
     assert cibw["config-settings"] == {"libs-dir": libs_dir}
     # Windows runs the same command, in cmd.exe's syntax.
     windows = (
@@ -312,7 +506,7 @@ def test_d7_job_build_gets_the_jobs_cell_ids(workflow: dict[str, Any]) -> None:
     assert job["id"] == "linux_x86_64-cuda"
 
     def selected(job: dict[str, Any]) -> list[str]:
-        passed = dataflow.evaluate(value, job)
+        passed = releaseflow.job_cells(job)
         argv = [passed if a == "$TCDE_JOB_CELLS" else a for a in args]
         cells = parser.parse_args(argv).cells
         return [c.id for c in MATRIX.select(cells.split(","))]
@@ -322,14 +516,6 @@ def test_d7_job_build_gets_the_jobs_cell_ids(workflow: dict[str, Any]) -> None:
     # Every job of the full matrix: the job's build selects exactly the job's cells.
     for full in MATRIX.jobs():
         assert selected(full) == full["cells"]
-
-
-def test_evaluate_refuses_what_it_cannot_model() -> None:
-    job = {"id": "j", "cells": ["a", "b"]}
-    assert dataflow.evaluate("cell-${{ matrix.id }}", job) == "cell-j"
-    assert dataflow.evaluate("${{ join(matrix.cells, ';') }}", job) == "a;b"
-    with pytest.raises(ConfigError, match="cannot evaluate"):
-        dataflow.evaluate("${{ github.ref }}", job)
 
 
 # --- D8: the publish guard -------------------------------------------------------------
@@ -410,10 +596,13 @@ def test_failures_do_not_block_the_rest(workflow: dict[str, Any]) -> None:
     assert jobs["assemble"]["if"] == "${{ !cancelled() && needs.matrix.result == 'success' }}"
     assert jobs["verify"]["if"] == "${{ !cancelled() && needs.assemble.result == 'success' }}"
     contents = _step(
-        workflow, "assemble", name="Release contents (every cell, present or absent and why)"
+        workflow,
+        "assemble",
+        name="nox -s assemble (dist, release notes, twine check, variants apart)",
     )
-    assert "contents --matrix matrix.json --dist dist --cells cells" in contents["run"]
-    assert "$GITHUB_STEP_SUMMARY" in contents["run"]
+    assert "--matrix matrix.json --dist dist" in contents["run"]
+    assert "--cells cells" in contents["run"]
+    assert '--summary "$GITHUB_STEP_SUMMARY"' in contents["run"]
     verify = jobs["verify"]["steps"][-1]
     # Each verify entry installs the torch minors it names (oldest / newest CPython).
     assert verify["run"] == '$DEVTOOLS verify dist --expect matrix.json --torch "$TORCH_MINORS"'
@@ -466,24 +655,25 @@ def test_d6_build_caches_are_freed_before_the_test_torch(
 
 
 def test_rehearsal_work_directory_is_claimed_safely(tmp_path: Path) -> None:
-    settings = dataflow.read_workflow()
     checkout = tmp_path / "checkout"
     (checkout / "dist").mkdir(parents=True)
     (checkout / "dist" / "precious.whl").write_bytes(b"a build")
     with pytest.raises(ConfigError, match="is not empty and is not a data-flow rehearsal's"):
-        dataflow._claim(checkout, settings)
+        dataflow._claim(checkout)
     assert (checkout / "dist" / "precious.whl").is_file()
     # Its own directory, reused: an earlier run's artifacts must not count again.
     work = tmp_path / "work"
-    dataflow._claim(work, settings)
-    stale = work / settings.download_path / "cell-win_amd64-cpu" / "old.whl"
+    dataflow._claim(work)
+    cells = work / "assemble" / dataflow._cells_download()
+    stale = cells / "cell-win_amd64-cpu" / "old.whl"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"from the last run")
     (work / "notes.txt").write_text("kept")
-    dataflow._claim(work, settings)
-    assert not (work / settings.download_path).exists()
+    dataflow._claim(work)
+    assert not cells.exists()
     assert (work / "notes.txt").read_text() == "kept"
-    for bad in (".", "..", "/tmp/cells"):
-        odd = dataflow.FlowSettings(**{**settings.__dict__, "download_path": bad})
-        with pytest.raises(ConfigError, match="expected a folder name"):
-            dataflow._claim(tmp_path / "fresh", odd)
+    # Every download lands inside its job's workspace.
+    for download in releaseflow.DOWNLOADS:
+        path = Path(download.path)
+        assert not path.is_absolute()
+        assert ".." not in path.parts

@@ -267,18 +267,24 @@ def test_github_matrix_rejects_bad_input(matrix: object) -> None:
         cisteps.github_matrix(matrix)
 
 
-def test_github_matrix_command_prints_output_lines(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = tmp_path / "matrix.json"
-    job = {"runner": "r", "python": "3.11", "torch": {"2.8": ["3.11"]}}
-    path.write_text(json.dumps({"include": [job]}))
-    assert cli.main(["github-matrix", str(path)]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert [line.split("=", 1)[0] for line in lines] == ["cells", "verify"]
-    assert json.loads(lines[1].split("=", 1)[1]) == {
-        "include": [{"runner": "r", "python": "3.11", "torch": "2.8"}]
-    }
+def test_matrix_command_appends_the_workflows_job_outputs(tmp_path: Path) -> None:
+    # The matrix job's one call: the matrix JSON for the later jobs and, appended to
+    # $GITHUB_OUTPUT (which holds the publish guard's lines already), its two outputs.
+    output = tmp_path / "github-output"
+    output.write_text("index=none\n", encoding="utf-8")
+    argv = ["matrix", "--only", "linux_x86_64-t28_cpu,win_amd64-t28_cpu"]
+    argv += ["--output", str(tmp_path / "matrix.json"), "--github-output", str(output)]
+    assert cli.main(argv) == 0
+    lines = output.read_text(encoding="utf-8").splitlines()
+    assert [line.split("=", 1)[0] for line in lines] == ["index", "cells", "verify"]
+    jobs = json.loads((tmp_path / "matrix.json").read_text(encoding="utf-8"))
+    assert json.loads(lines[1].split("=", 1)[1]) == jobs
+    assert [j["cells"] for j in jobs["include"]] == [
+        ["linux_x86_64-t28_cpu"],
+        ["win_amd64-t28_cpu"],
+    ]
+    verify = json.loads(lines[2].split("=", 1)[1])
+    assert verify == {"include": cisteps.verify_matrix(jobs["include"])}
 
 
 def test_split_variants_leaves_what_pypi_accepts(dist: Path, tmp_path: Path) -> None:
@@ -367,11 +373,14 @@ def test_workflow_and_cibuildwheel_call_existing_subcommands() -> None:
     used = set(re.findall(r"\$DEVTOOLS ([a-z-]+)", text))
     cibw = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]
     used |= set(re.findall(r"-m devtools ([a-z-]+)", cibw["cibuildwheel"]["test-command"]))
-    assert used >= {
-        "publish-target", "github-matrix", "check-repaired", "contents", "split-variants",
-        "verify", "test-installed",
-    }  # fmt: skip
+    # contents and split-variants run inside `nox -s assemble` (the assemble command),
+    # the matrices' $GITHUB_OUTPUT lines come from `nox -s matrix -- --github-output`.
+    assert used >= {"publish-target", "check-repaired", "verify", "test-installed"}
     assert used <= _subcommands()
+    sessions = set(re.findall(r"uvx nox -s ([a-z_]+)", text))
+    assert sessions == {"matrix", "assemble"}
+    noxfile = (root / "noxfile.py").read_text(encoding="utf-8")
+    assert all(f"\ndef {session}(session: nox.Session)" in noxfile for session in sessions)
 
 
 def test_verify_installs_into_a_fresh_venv_of_this_python(tmp_path: Path) -> None:
