@@ -341,12 +341,18 @@ def _read_regular(
 
 
 def read_fd(fd: int, limit: int) -> bytes:
-    # Up to `limit` bytes of an open file, from its current offset.
+    # Up to `limit` bytes of an open regular file, from its current offset. A read of a
+    # regular file that returns less than asked has met the end (EINTR is retried by
+    # Python), so no second read is spent to see the end.
     chunks: list[bytes] = []
     total = 0
-    while total < limit and (chunk := os.read(fd, min(1 << 20, limit - total))):
+    while total < limit:
+        want = min(1 << 30, limit - total)
+        chunk = os.read(fd, want)
         chunks.append(chunk)
         total += len(chunk)
+        if len(chunk) < want:
+            break
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
@@ -375,44 +381,36 @@ def _is_number(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= 6
 
 
-def _is_text(value: Any) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= _MAX_TEXT and value.isprintable()
-
-
-def _valid_file(file: Any) -> bool:
-    return (
+def _valid_entry(entry: dict[str, Any]) -> bool:
+    # Whether `ManifestEntry.from_json` accepts `entry` (the same checks). Run for every
+    # entry on every import (a release's combined wheel lists twenty), so written as
+    # plain loops and C calls: no generator, no helper call per field.
+    if not entry.keys() >= _FIELD_SET:
+        return False
+    for name in _TEXT_FIELDS:
+        value = entry[name]
+        if not (isinstance(value, str) and 0 < len(value) <= _MAX_TEXT and value.isprintable()):
+            if value is not None or name != "gpu_toolkit":
+                return False
+    file, abi, size, sha = entry["file"], entry["cxx11_abi"], entry["size"], entry["sha256"]
+    if not (
         isinstance(file, str)
-        and bool(file)
-        and len(file) <= _MAX_FILE_PATH
+        and 0 < len(file) <= _MAX_FILE_PATH
         and file.isprintable()
         and "\\" not in file
         and ":" not in file
-        and all(part not in ("", ".", "..") and len(part) <= 255 for part in file.split("/"))
-    )
-
-
-def _valid_entry(entry: dict[str, Any]) -> bool:
-    # Whether `ManifestEntry.from_json` accepts `entry` (the same checks).
-    # Per entry, so in C where it can be: a release's combined wheel lists a dozen.
-    if not entry.keys() >= _FIELD_SET:
-        return False
-    abi, size, sha = entry["cxx11_abi"], entry["size"], entry["sha256"]
-    if not (
-        _valid_file(entry["file"])
-        and isinstance(entry["backend"], str)
         and entry["backend"] in _BACKENDS
-        and (abi is None or isinstance(abi, bool))
+        and (abi is None or abi is True or abi is False)
         and type(size) is int
         and 0 < size <= MAX_LIBRARY_BYTES
-        and isinstance(sha, str)
+        and type(sha) is str
         and len(sha) == 64
         and not sha.strip(_HEX)
-        and all(
-            _is_text(entry[name]) or (name == "gpu_toolkit" and entry[name] is None)
-            for name in _TEXT_FIELDS
-        )
     ):
         return False
+    for part in file.split("/"):
+        if part in ("", ".", "..") or len(part) > 255:
+            return False
     major, dot, minor = entry["torch"].partition(".")
     python = entry["python"]
     py_major, py_dot, py_minor = python.removesuffix("t").partition(".")
