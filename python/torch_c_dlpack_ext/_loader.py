@@ -389,9 +389,9 @@ def _valid_entry(entry: dict[str, Any]) -> bool:
         return False
     for name in _TEXT_FIELDS:
         value = entry[name]
-        if not (isinstance(value, str) and 0 < len(value) <= _MAX_TEXT and value.isprintable()):
-            if value is not None or name != "gpu_toolkit":
-                return False
+        text = isinstance(value, str) and 0 < len(value) <= _MAX_TEXT and value.isprintable()
+        if not text and (value is not None or name != "gpu_toolkit"):
+            return False
     file, abi, size, sha = entry["file"], entry["cxx11_abi"], entry["size"], entry["sha256"]
     if not (
         isinstance(file, str)
