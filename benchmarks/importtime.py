@@ -2,7 +2,8 @@
 
 * defer path: the running torch 2.13 already has the API, so the package loads nothing;
   against an EMPTY package of the same name (what any import costs at all);
-* load path: torch 2.8 with our library packaged (package dir + manifest), against
+* load path: torch 2.8 with our library packaged (package dir + the manifest of the
+  release's combined wheel, twenty entries on Linux x86_64, all checked on every import), against
   torch-c-dlpack-ext 0.1.5 on the same torch. PyPI's torch 2.8.0 is a CUDA 12.8 build, so
   ours loads its CUDA library (the backend is the build flavour; no device is asked);
   0.1.5 asks ``torch.cuda.is_available()`` and, on a host without a GPU, loads its CPU
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError, TorchCDLPackExtError
-from _torch_c_dlpack_ext_core.manifest import write_manifest
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
 from _torch_c_dlpack_ext_core.naming import CORE_PACKAGE, LIBS_DIR, MANIFEST_NAME, PACKAGE, Backend
 from _torch_c_dlpack_ext_core.run import run
 
@@ -107,11 +108,43 @@ def package_with_library(library: BuiltLibrary, destination: Path) -> Path:
         (package / LIBS_DIR).mkdir(exist_ok=True)
         shutil.copy2(library.path, package / relative)
         entry = library.entry._replace(file=relative)
-        write_manifest(package / MANIFEST_NAME, [entry])
+        write_manifest(package / MANIFEST_NAME, [*release_neighbours(entry), entry])
         os.replace(staging, destination)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return destination
+
+
+def release_neighbours(entry: ManifestEntry) -> list[ManifestEntry]:
+    """The other entries of the combined wheel that would carry ``entry`` (the release's
+    cells of its platform and Python ABI, from matrix.toml), so the import reads and
+    checks a manifest of the size users install: every entry is validated on every
+    import, and the release's abi3 wheel for Linux x86_64 lists twenty. Their files are
+    not bundled (only the matching entry's library is ever read)."""
+    from devtools.matrix import load_matrix
+
+    neighbours = []
+    for cell in load_matrix().cells():
+        if cell.platform.name != entry.platform or cell.python != entry.python:
+            continue
+        if (cell.torch.minor, cell.backend, cell.cxx11_abi) == (
+            entry.torch,
+            entry.backend,
+            entry.cxx11_abi,
+        ):
+            continue
+        neighbours.append(
+            entry._replace(
+                file=f"{LIBS_DIR}/{cell.library}",
+                torch=cell.torch.minor,
+                torch_build=cell.torch.release,
+                backend=cell.backend,
+                cxx11_abi=cell.cxx11_abi,
+                gpu_toolkit=cell.toolkit,
+                cell=cell.id,
+            )
+        )
+    return neighbours
 
 
 def empty_package(destination: Path) -> Path:

@@ -21,10 +21,11 @@ Import never compiles, spawns processes or touches the network unless
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtWarning
     from _torch_c_dlpack_ext_core.version import __version__
 
@@ -42,7 +43,7 @@ __all__ = [
     "status",
 ]
 
-_PACKAGE_DIR = Path(__file__).parent
+_PACKAGE_DIR = os.path.dirname(__file__)
 # The shared names this module needs on every import, spelled out so the fast path imports
 # none of our modules (a unit test pins them to naming's and the mirrors').
 _ENV_PREFIX = "TORCH_C_DLPACK_EXT_"
@@ -60,35 +61,36 @@ _LAZY = {
 
 
 def _is_torchs_own_capsule(torch: Any, capsule: object) -> bool:
-    """Whether ``capsule`` is a valid ``dlpack_exchange_api`` capsule holding exactly the
-    table torch itself publishes (``torch._C._dlpack_exchange_api()``, torch 2.10-2.15).
-
-    ``PyCapsule_IsValid`` checks the exact type and the name first, so any object is safe;
-    private prototypes, because ``ctypes.pythonapi``'s shared functions may be configured
-    by other packages. A torch without that function goes to the selector.
-    """
+    # Whether `capsule` is a valid `dlpack_exchange_api` capsule holding exactly the
+    # table torch itself publishes (`torch._C._dlpack_exchange_api()`, torch 2.10-2.15).
+    #
+    # `PyCapsule_IsValid` checks the exact type and the name first, so any object is safe.
+    # Private prototypes (`_loader.pythonapi_function`, restated to keep this path to this
+    # module): instances of the class ctypes made for `pythonapi`, whose shared functions
+    # other packages may configure. A torch without that function goes to the selector.
     import ctypes  # torch has imported it
 
-    reader = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
-    if not reader(("PyCapsule_IsValid", ctypes.pythonapi))(capsule, _CAPSULE_NAME):
+    def reader(name: str, restype: Any) -> Any:
+        function = ctypes.pythonapi._FuncPtr((name, ctypes.pythonapi))
+        function.restype, function.argtypes = restype, (ctypes.py_object, ctypes.c_char_p)
+        return function
+
+    if not reader("PyCapsule_IsValid", ctypes.c_int)(capsule, _CAPSULE_NAME):
         return False
-    pointer = reader(("PyCapsule_GetPointer", ctypes.pythonapi))
+    pointer = reader("PyCapsule_GetPointer", ctypes.c_void_p)
     torchs = pointer(torch._C._dlpack_exchange_api(), _CAPSULE_NAME)
     return torchs is not None and pointer(capsule, _CAPSULE_NAME) == torchs
 
 
 def _torch_defers() -> bool:
-    """The fast path: torch provides its own valid API capsule and no override is set, so
-    the selector would DEFER.
-
-    Answered in this module alone: importing any submodule costs more than the whole
-    question (the first import from the package's directory was measured at ~0.3 ms, an
-    empty package's whole import at ~0.17 ms). Anything unusual (another torch, someone
-    else's capsule, an odd value) goes to the selector, whose ``_capsule`` and
-    ``_torchinfo`` check and report it fully.
-    """
-    if any(name.startswith(_ENV_PREFIX) for name in os.environ):
-        return False
+    # The fast path: torch provides its own valid API capsule, so the selector would
+    # DEFER (the caller has checked that no override is set).
+    #
+    # Answered in this module alone: importing any submodule costs more than the whole
+    # question (the first import from the package's directory was measured at ~0.3 ms, an
+    # empty package's whole import at ~0.17 ms). Anything unusual (another torch, someone
+    # else's capsule, an odd value) goes to the selector, whose `_capsule` and
+    # `_torchinfo` check and report it fully.
     try:
         import torch
 
@@ -103,17 +105,22 @@ def _torch_defers() -> bool:
 
 
 def _run_selector() -> StatusFields | None:
-    if _torch_defers():
-        return None
-    from ._loader import load_common
+    # No TORCH_C_DLPACK_EXT_* variable (one look at the environment for both fast paths):
+    # a torch with its own API is deferred to, else the common path loads.
+    if not any(name.startswith(_ENV_PREFIX) for name in os.environ):
+        if _torch_defers():
+            return None
+        from ._loader import load_common
 
-    fields = load_common(os.environ, _PACKAGE_DIR)
-    if fields is not None:
-        return fields
+        fields = load_common(_PACKAGE_DIR)
+        if fields is not None:
+            return cast("StatusFields", fields)
     # Anything unusual: the full selector decides, acts and says why.
+    from pathlib import Path
+
     from ._selector import select_and_load
 
-    return select_and_load(os.environ, _PACKAGE_DIR)
+    return select_and_load(os.environ, Path(_PACKAGE_DIR))
 
 
 _MISSING = object()
@@ -121,7 +128,7 @@ _ATTRIBUTES = (_CAPSULE_ATTR, _LEGACY_INT_ATTR)
 
 
 def _restore(tensor: Any, saved: dict[str, object]) -> None:
-    """Put ``torch.Tensor``'s own two attributes back as they were before the selector ran."""
+    # Put `torch.Tensor`'s own two attributes back as they were before the selector ran.
     if tensor is None:
         return
     try:
@@ -137,19 +144,18 @@ def _restore(tensor: Any, saved: dict[str, object]) -> None:
 
 
 def _import_boundary() -> StatusFields | None:
-    """Run the selector; turn ANY exception it lets out into the documented outcome.
-
-    The one place that guarantees ``import torch_c_dlpack_ext`` raises nothing but an
-    ``ImportError`` (the code below reports every expected failure itself; this catches
-    the unexpected, including ``BaseException`` subclasses such as ``GeneratorExit``):
-    whatever was set on ``torch.Tensor`` is put back, one warning names the exception,
-    and :func:`status` says UNAVAILABLE. ``KeyboardInterrupt`` and ``SystemExit``
-    propagate, after the same restore: the user asked for those. A warning that the
-    user's filters turned into an exception (``-W error``) leaves as a
-    :class:`~torch_c_dlpack_ext.errors.WarningAsImportError` (an ``ImportError``,
-    the warning chained as its cause), because consumers guard this import with
-    ``except ImportError`` only.
-    """
+    # Run the selector; turn ANY exception it lets out into the documented outcome.
+    #
+    # The one place that guarantees `import torch_c_dlpack_ext` raises nothing but an
+    # `ImportError` (the code below reports every expected failure itself; this catches
+    # the unexpected, including `BaseException` subclasses such as `GeneratorExit`):
+    # whatever was set on `torch.Tensor` is put back, one warning names the exception,
+    # and status says UNAVAILABLE. `KeyboardInterrupt` and `SystemExit`
+    # propagate, after the same restore: the user asked for those. A warning that the
+    # user's filters turned into an exception (`-W error`) leaves as a
+    # torch_c_dlpack_ext.errors.WarningAsImportError (an `ImportError`,
+    # the warning chained as its cause), because consumers guard this import with
+    # `except ImportError` only.
     tensor: Any = None
     saved: dict[str, object] = {}
     try:

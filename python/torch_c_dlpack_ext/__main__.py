@@ -122,7 +122,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
     from _torch_c_dlpack_ext_core.manifest import load_manifest
     from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
 
-    from ._loader import loaded_library
+    from ._library import loaded_library
 
     status = package.status()
     report: dict[str, Any] = {

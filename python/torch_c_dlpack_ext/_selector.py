@@ -34,8 +34,15 @@ from _torch_c_dlpack_ext_core.errors import (
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest, read_verified
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend, env_var
 
-from ._capsule import CAPSULE_ATTR, ENV_PREFIX, LEGACY_INT_ATTR, make_capsule
-from ._loader import LOCK, LoadedLibrary, open_library, publish, read_library
+from ._library import LoadedLibrary, open_library, read_library
+from ._loader import (
+    CAPSULE_ATTR,
+    ENV_PREFIX,
+    LEGACY_INT_ATTR,
+    LOCK,
+    make_capsule,
+    publish,
+)
 from ._loader import short_path as _short_path
 from ._select import (
     Decision,
@@ -445,11 +452,13 @@ def status_of(fields: StatusFields | None) -> Status:
     ``__init__``'s fast path)."""
     if fields is None:
         return deferred_status()
+    library = fields.get("library")  # text from the common path (no pathlib there)
+    path = None if library is None else Path(library)
     if fields.get("common_path"):
-        return _common_path_status(fields.get("library"))
+        return _common_path_status(path)
     return Status(
         kind=DecisionKind(fields["kind"]),
-        library=fields.get("library"),
+        library=path,
         torch=fields.get("torch"),
         reason=fields.get("reason", ""),
         remedy=fields.get("remedy", ""),

@@ -25,7 +25,8 @@ class StatusFields(TypedDict, total=False):
 
     #: A :class:`DecisionKind` (or its value, from the common path).
     kind: str
-    library: Path | None
+    #: The library loaded: a path as text from the common path (no ``pathlib`` there).
+    library: Path | str | None
     torch: TorchInfo | None
     reason: str
     remedy: str

@@ -5,7 +5,7 @@ us: a capsule is trusted only if ``PyCapsule_IsValid`` accepts it under the name
 ``dlpack_exchange_api``, and a legacy int only if it is an int64 address inside a
 loaded shared object whose table passes :func:`check_table`. Anything else is
 *bogus*: reported, and never deferred to or dereferenced. The table check itself is
-:func:`._capsule.check_table` (the loader checks its own libraries' tables with it).
+:func:`._loader.check_table` (the loader checks its own libraries' tables with it).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any, NamedTuple
 
 from _torch_c_dlpack_ext_core.naming import CAPSULE_ATTR, LEGACY_INT_ATTR, Backend, torch_minor
 
-from ._capsule import (
+from ._loader import (
+    CAPSULE_NAME,
     EXPORT_BUILD_INFO,
     EXPORT_TABLE,
     OWN_TABLES,
@@ -48,7 +49,7 @@ __all__ = [
 
 
 def detect_backend(torch: Any) -> Backend:
-    """The backend of a torch module, by its build flavour (:func:`._capsule.backend_of`:
+    """The backend of a torch module, by its build flavour (:func:`._loader.backend_of`:
     ``torch.version.hip`` -> rocm, else ``torch.version.cuda`` -> cuda, else cpu). No
     device is asked, so describing torch never initialises CUDA."""
     return Backend(backend_of(torch))
@@ -255,7 +256,7 @@ def _judge_attributes(tensor: Any) -> tuple[bool, bool, tuple[str, ...], str]:
     except Exception as exc:
         capsule, problems = missing, [f"reading torch.Tensor.{CAPSULE_ATTR} raised {exc!r:.100}"]
     if capsule is not missing:  # someone set one (not the common case): judge it
-        from ._capsule import CAPSULE_NAME, capsule_pointer, is_exchange_capsule
+        from ._capsule import capsule_pointer, is_exchange_capsule
 
         if is_exchange_capsule(capsule):
             where = f"torch.Tensor.{CAPSULE_ATTR}'s pointer"

@@ -895,14 +895,15 @@ for cls in classes + [CustomBase, Unprintable]:
         continue
     for name in [m for m in sys.modules if m.startswith("torch_c_dlpack_ext")]:
         del sys.modules[name]
-    fake = types.ModuleType("torch_c_dlpack_ext._loader")
-    def load_common(environ, package_dir, exc=exc):  # the import's first call into it
+    # With FORCE set, the selector is the import's first call into a submodule.
+    fake = types.ModuleType("torch_c_dlpack_ext._selector")
+    def select_and_load(environ, package_dir, exc=exc):
         # Half-way through publishing, then the unexpected.
         torch.Tensor.__c_dlpack_exchange_api__ = 12345
         torch.Tensor.__dlpack_c_exchange_api__ = "half-published"
         raise exc
-    fake.load_common = load_common
-    sys.modules["torch_c_dlpack_ext._loader"] = fake
+    fake.select_and_load = select_and_load
+    sys.modules["torch_c_dlpack_ext._selector"] = fake
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -948,12 +949,12 @@ import torch
 for name in ("KeyboardInterrupt", "SystemExit"):
     for m in [m for m in sys.modules if m.startswith("torch_c_dlpack_ext")]:
         del sys.modules[m]
-    fake = types.ModuleType("torch_c_dlpack_ext._loader")
-    def load_common(environ, package_dir, name=name):
+    fake = types.ModuleType("torch_c_dlpack_ext._selector")
+    def select_and_load(environ, package_dir, name=name):
         torch.Tensor.__c_dlpack_exchange_api__ = 1
         raise getattr(__builtins__, name)()
-    fake.load_common = load_common
-    sys.modules["torch_c_dlpack_ext._loader"] = fake
+    fake.select_and_load = select_and_load
+    sys.modules["torch_c_dlpack_ext._selector"] = fake
     try:
         import torch_c_dlpack_ext
         print(name, "swallowed")

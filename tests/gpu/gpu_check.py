@@ -330,13 +330,13 @@ def force(library: Path) -> tuple[bool, str]:
     os.environ["TORCH_C_DLPACK_EXT_FORCE"] = "1"
     os.environ["TORCH_C_DLPACK_EXT_LIBRARY"] = str(library)
     import torch_c_dlpack_ext
-    from torch_c_dlpack_ext import _loader
+    from torch_c_dlpack_ext import _library
 
     status = torch_c_dlpack_ext.status()
     published = api_from_capsule(torch.Tensor.__dlpack_c_exchange_api__)
     # The package loads its own (verified, private) copy of the file: the published table
     # must be that copy's, whose build info says the same as the file's.
-    loaded = _loader.loaded_library(library)
+    loaded = _library.loaded_library(library)
     same = (
         loaded is not None
         and ctypes.addressof(published) == loaded.pointer
@@ -618,9 +618,9 @@ def _both_refuse(ours: str, theirs: str) -> tuple[str, str, bool]:
 def _as_published(library: ExchangeLibrary) -> DLPackExchangeAPI:
     """The table the package published for ``library`` (its own private copy of the
     file: what consumers call), or the file's own table if the force did not load it."""
-    from torch_c_dlpack_ext import _loader
+    from torch_c_dlpack_ext import _library
 
-    loaded = _loader.loaded_library(library.path)
+    loaded = _library.loaded_library(library.path)
     return DLPackExchangeAPI.from_address(loaded.pointer) if loaded else library.api
 
 

@@ -539,7 +539,7 @@ def test_library_override_is_checked_against_running_torch(
         assert_contained(result, says, "(from TORCH_C_DLPACK_EXT_LIBRARY)")
 
 
-# Runs `ACTION(lib)` at the moment the loader calls dlopen (ctypes.CDLL), after every
+# Runs `ACTION(lib)` at the moment the loader calls dlopen (`_loader.dlopen`), after every
 # check: a racing writer made deterministic.
 RACE = r"""
 import ctypes, json, os, sys, warnings
@@ -557,9 +557,8 @@ def fifo(lib):
     os.mkfifo(lib)
 ACTION = {action}
 def tracer(frame, event, arg):
-    if (event == "call" and frame.f_code.co_name == "__init__"
-            and frame.f_code.co_filename.endswith(os.path.join("ctypes", "__init__.py"))
-            and frame.f_locals.get("name")):
+    if (event == "call" and frame.f_code.co_name == "dlopen"
+            and frame.f_code.co_filename.endswith("_loader.py")):
         ACTION(LIB)
         sys.settrace(None)
     return None
@@ -570,7 +569,8 @@ with warnings.catch_warnings(record=True) as caught:
     import torch_c_dlpack_ext as pkg
 sys.settrace(None)
 status = pkg.status()
-loaded = pkg._loader.loaded_library(status.library) if status.library else None
+from torch_c_dlpack_ext._library import loaded_library
+loaded = loaded_library(status.library) if status.library else None
 print(json.dumps({{"kind": status.kind.value, "reason": status.reason,
                   "info": loaded.build_info() if loaded else None,
                   "warnings": [str(w.message) for w in caught]}}))
@@ -627,9 +627,8 @@ def test_library_override_replaced_by_fifo_is_refused_without_blocking(tmp_path:
     code_action = "fifo"
     root = tmp_path / "pkg"
     race = RACE.format(action=code_action).replace(
-        'frame.f_code.co_name == "__init__"\n'
-        '            and frame.f_code.co_filename.endswith(os.path.join("ctypes", "__init__.py"))\n'
-        '            and frame.f_locals.get("name")',
+        'frame.f_code.co_name == "dlopen"\n'
+        '            and frame.f_code.co_filename.endswith("_loader.py")',
         'frame.f_code.co_name == "read_library"',
     )
     assert "read_library" in race

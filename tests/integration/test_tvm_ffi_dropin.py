@@ -59,7 +59,7 @@ assert not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"), "torch 2.8 has no
 import tvm_ffi
 assert "torch_c_dlpack_ext" in sys.modules, "tvm_ffi did not import torch_c_dlpack_ext"
 import torch_c_dlpack_ext as ext
-from torch_c_dlpack_ext._loader import loaded_library
+from torch_c_dlpack_ext._library import loaded_library
 status = ext.status()
 assert status.kind.value == "load", status
 ours = loaded_library(status.library).pointer

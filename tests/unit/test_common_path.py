@@ -1,4 +1,4 @@
-"""The import's common path (``_loader.load_common`` with ``_capsule``) restates a few
+"""The import's common path (``_loader.load_common``, one module) restates a few
 facts of the core so that it imports none of the core's modules: the names, the manifest
 schema's checks and bounds, the torch version's reading, the selector's choice. Each is
 pinned here to its source, so the common path accepts exactly what the core accepts and
@@ -21,16 +21,16 @@ from hypothesis import strategies as st
 from _torch_c_dlpack_ext_core import dlpack_ctypes, manifest, naming
 from _torch_c_dlpack_ext_core.errors import ConfigError, ManifestError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
-from torch_c_dlpack_ext import _capsule, _loader
+from torch_c_dlpack_ext import _loader
 from torch_c_dlpack_ext._select import DecisionKind, Settings, decide
 from torch_c_dlpack_ext._torchinfo import TorchInfo
 
 
 def test_names_are_the_cores() -> None:
-    assert _capsule.CAPSULE_ATTR == naming.CAPSULE_ATTR
-    assert _capsule.LEGACY_INT_ATTR == naming.LEGACY_INT_ATTR
-    assert _capsule.CAPSULE_NAME == naming.CAPSULE_NAME == dlpack_ctypes.CAPSULE_NAME
-    assert _capsule.ENV_PREFIX == naming.ENV_PREFIX
+    assert _loader.CAPSULE_ATTR == naming.CAPSULE_ATTR
+    assert _loader.LEGACY_INT_ATTR == naming.LEGACY_INT_ATTR
+    assert _loader.CAPSULE_NAME == naming.CAPSULE_NAME == dlpack_ctypes.CAPSULE_NAME
+    assert _loader.ENV_PREFIX == naming.ENV_PREFIX
     assert naming.MANIFEST_NAME == _loader._MANIFEST_NAME
     assert tuple(b.value for b in naming.Backend) == _loader._BACKENDS
 
@@ -66,7 +66,7 @@ def test_torch_minor_reads_what_naming_reads(version: str) -> None:
         expected: tuple[int, int] | None = naming.torch_minor(version)
     except ConfigError:
         expected = None
-    assert _capsule.torch_minor_of(version) == expected
+    assert _loader.torch_minor_of(version) == expected
 
 
 def _valid_entry_json(**change: Any) -> dict[str, Any]:
@@ -192,6 +192,12 @@ def _layout(root: Path, state: str) -> dict[str, Any]:
     elif state == "symlink_out":
         (root / "outside.so").write_bytes(LIBRARY)
         target.symlink_to(root / "outside.so")
+    elif state in ("linked_dir_inside", "linked_dir_out"):
+        real = package / "real" if state == "linked_dir_inside" else root / "real"
+        real.mkdir()
+        (real / "lib.so").write_bytes(LIBRARY)
+        (package / "libs").rmdir()
+        (package / "libs").symlink_to(real)
     return entry
 
 
@@ -207,6 +213,8 @@ def _layout(root: Path, state: str) -> dict[str, Any]:
         "fifo",
         "symlink_inside",
         "symlink_out",
+        "linked_dir_inside",
+        "linked_dir_out",
     ],
 )
 def test_the_common_path_verifies_a_library_as_the_core_does(tmp_path: Path, state: str) -> None:
@@ -218,8 +226,17 @@ def test_the_common_path_verifies_a_library_as_the_core_does(tmp_path: Path, sta
         )
     except ManifestError:
         expected = None
-    assert _loader._read_verified(entry, package) == expected
-    assert (expected is not None) is (state in ("regular", "symlink_inside"))
+    fast = _loader._read_verified(entry, str(package))
+    inside_links = ("symlink_inside", "linked_dir_inside")
+    assert (expected is not None) is (state in ("regular", *inside_links))
+    if state in inside_links:
+        # The core accepts a link that stays inside the package; the common path proves
+        # "inside" without resolving paths, so it leaves any link to the full selector.
+        assert fast is None
+    else:
+        assert (fast is None) == (expected is None)
+        if fast is not None and expected is not None:
+            assert (Path(fast[0]), fast[1]) == expected
 
 
 # The selector's choice, compared with the common path's, on one manifest holding every
@@ -294,7 +311,7 @@ def test_the_common_path_picks_what_the_selector_picks(
     if decision.kind is DecisionKind.LOAD:
         assert decision.entry is not None
         assert found is not None
-        assert found[0] == package_dir / decision.entry.file
+        assert Path(found[0]) == package_dir / decision.entry.file
     else:
         assert found is None, (decision, found)
 

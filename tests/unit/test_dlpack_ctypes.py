@@ -9,10 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.helpers import CORE_SOURCE, PACKAGE_SOURCE, ROOT, run_python
 
 from _torch_c_dlpack_ext_core import dlpack_ctypes as _dlpack_ctypes
-from torch_c_dlpack_ext import _torchinfo
+from _torch_c_dlpack_ext_core.errors import LibraryLoadError
+from torch_c_dlpack_ext import _loader, _torchinfo
 
 MIRRORS = CORE_SOURCE / "dlpack_ctypes.py"
 
@@ -53,10 +56,49 @@ def test_no_other_module_defines_dlpack_structs() -> None:
         if node.name.lstrip("_") in mirrored or node.name.lstrip("_").startswith("DL")
     ]
     assert offenders == []
-    # The one table check reads tables through the mirror.
+    # The one table check names a NULL member through the mirror.
     source = inspect.getsource(_torchinfo.check_table)
-    assert "from _torch_c_dlpack_ext_core.dlpack_ctypes import" in source
-    assert "DLPackExchangeAPI.from_address" in source
+    assert "from _torch_c_dlpack_ext_core.dlpack_ctypes import EXCHANGE_API_MEMBERS" in source
+
+
+def test_the_table_struct_is_the_mirrors_layout() -> None:
+    """The import reads a table with one ``struct`` unpack (no ctypes type to create on the
+    common path); it must read exactly the mirror's layout."""
+    table_type = _dlpack_ctypes.DLPackExchangeAPI
+    assert _loader._TABLE.size == ctypes.sizeof(table_type)
+    first = getattr(table_type, _dlpack_ctypes.EXCHANGE_API_MEMBERS[0])
+    assert first.offset == _loader.TABLE_HEADER_BYTES
+    assert len(_dlpack_ctypes.EXCHANGE_API_MEMBERS) == _loader.TABLE_MEMBERS
+
+
+@settings(max_examples=200)
+@given(
+    major=st.sampled_from([0, 1, 2, 2**32 - 1]),
+    minor=st.integers(0, 2**32 - 1),
+    null=st.sets(st.integers(0, 4)),
+)
+def test_the_table_check_agrees_with_the_mirror(major: int, minor: int, null: set[int]) -> None:
+    """Differential: a table written through the mirror, read by the import's check."""
+    table = _dlpack_ctypes.DLPackExchangeAPI()
+    table.header.version.major, table.header.version.minor = major, minor
+    keep = []
+    for index, name in enumerate(_dlpack_ctypes.EXCHANGE_API_MEMBERS):
+        if index not in null:
+            field_type = type(getattr(table, name))
+            function = field_type(lambda *args: 0)
+            keep.append(function)
+            setattr(table, name, function)
+    address = ctypes.addressof(table)
+    missing = [n for i, n in enumerate(_dlpack_ctypes.EXCHANGE_API_MEMBERS) if i in null]
+    if major != 1:
+        with pytest.raises(LibraryLoadError, match=f"DLPack version {major}\\.{minor}"):
+            _loader.check_table(address, "t")
+    elif missing:
+        with pytest.raises(LibraryLoadError, match="NULL member") as caught:
+            _loader.check_table(address, "t")
+        assert all(name in str(caught.value) for name in missing)
+    else:
+        assert _loader.check_table(address, "t") == (1, minor)
 
 
 def test_layout_of_dlpack_1_3_on_64_bit() -> None:

@@ -150,15 +150,15 @@ def test_status_str_of_the_running_import() -> None:
 
 def test_fast_path_names_are_the_shared_names() -> None:
     """``__init__`` spells out the names its fast path needs (so that path imports none of
-    our modules); they must stay the ones ``naming``, ``_capsule`` and the mirrors define."""
+    our modules); they must stay the ones ``naming``, ``_loader`` and the mirrors define."""
     from _torch_c_dlpack_ext_core import naming
 
     assert torch_c_dlpack_ext._ENV_PREFIX == naming.ENV_PREFIX
     assert torch_c_dlpack_ext._CAPSULE_ATTR == naming.CAPSULE_ATTR
     assert torch_c_dlpack_ext._LEGACY_INT_ATTR == naming.LEGACY_INT_ATTR
     from _torch_c_dlpack_ext_core import dlpack_ctypes
-    from torch_c_dlpack_ext import _capsule
+    from torch_c_dlpack_ext import _loader
 
     assert torch_c_dlpack_ext._CAPSULE_NAME == naming.CAPSULE_NAME == dlpack_ctypes.CAPSULE_NAME
-    # _capsule (the load path's names) restates them too: tests/unit/test_common_path.py.
-    assert _capsule.CAPSULE_NAME == naming.CAPSULE_NAME
+    # _loader (the load path's names) restates them too: tests/unit/test_common_path.py.
+    assert _loader.CAPSULE_NAME == naming.CAPSULE_NAME
