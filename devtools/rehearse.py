@@ -22,7 +22,6 @@ import dataclasses
 import os
 import shutil
 import sys
-import tempfile
 import unittest.mock
 import zipfile
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from devtools.distfiles import ReleaseFiles
 from devtools.errors import ReleaseError
 from devtools.indexinstall import Check, Deadline, install_scenarios
 from devtools.indexserver import IndexServer, log, served_hashes
+from devtools.steps import work_folder
 
 __all__ = [
     "DEFAULT_CELLS",
@@ -186,11 +186,7 @@ def rehearse(options: RehearsalOptions) -> list[Check]:
     """Run the rehearsal; return its checks (the caller prints and judges them)."""
     deadline = Deadline(options.budget)
     with contextlib.ExitStack() as stack:
-        if options.workdir is None:
-            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tcde-rehearse-")))
-        else:
-            work = options.workdir
-            work.mkdir(parents=True, exist_ok=True)
+        work = work_folder(stack, options.workdir, "tcde-rehearse-")
         dist = options.dist or _build(options.cells, work / "dist", deadline)
         server = stack.enter_context(IndexServer(work / "index", log=work / "pypiserver.log"))
         files, checks = _publish(dist, server)

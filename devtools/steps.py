@@ -17,14 +17,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from _torch_c_dlpack_ext_core.errors import CommandError
 from _torch_c_dlpack_ext_core.run import run
 from devtools.errors import ProvisionError
 
-__all__ = ["TAIL_LINES", "Progress", "run_step"]
+__all__ = ["TAIL_LINES", "Progress", "run_step", "work_folder"]
 
 #: How many lines of a failed tool's output a :func:`run_step` error carries.
 TAIL_LINES = 25
@@ -114,3 +114,14 @@ def run_step(
             f"last lines of its output:\n{tail}"
         ) from None
     return proc.stdout + proc.stderr
+
+
+def work_folder(stack: ExitStack, given: Path | None, prefix: str) -> Path:
+    """Where a rehearsal works: ``given`` (created if missing, kept afterwards), else a
+    temporary folder named ``<prefix>...`` that ``stack`` removes when it closes."""
+    if given is None:
+        import tempfile
+
+        return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+    given.mkdir(parents=True, exist_ok=True)
+    return given

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import tempfile
 from pathlib import Path
 
 from devtools import ROOT, dataflow
+from devtools.steps import work_folder
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,11 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     real = tuple(c.strip() for c in args.real_cells.split(",") if c.strip())
     with contextlib.ExitStack() as stack:
-        if args.workdir is None:
-            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tcde-flow-")))
-        else:
-            work = args.workdir
-            work.mkdir(parents=True, exist_ok=True)
+        work = work_folder(stack, args.workdir, "tcde-flow-")
         result = dataflow.rehearse_dataflow(
             work,
             real_cells=real,

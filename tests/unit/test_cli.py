@@ -18,9 +18,10 @@ from tests.helpers import ROOT, devtools_env
 COMMANDS = ROOT / "devtools" / "commands"
 
 
-def _devtools(*argv: str) -> subprocess.CompletedProcess[str]:
+def _python(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The checkout's developer tools' interpreter run as the nox sessions run it."""
     return subprocess.run(
-        [sys.executable, "-m", "devtools", *argv],
+        [sys.executable, *argv],
         cwd=ROOT,
         env=devtools_env(),
         capture_output=True,
@@ -28,6 +29,10 @@ def _devtools(*argv: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
+
+
+def _devtools(*argv: str) -> subprocess.CompletedProcess[str]:
+    return _python("-m", "devtools", *argv)
 
 
 def test_help_lists_every_command_with_its_one_line_help() -> None:
@@ -87,15 +92,7 @@ def test_only_the_chosen_commands_module_is_imported() -> None:
     )
 
     def imported(*argv: str) -> str:
-        proc = subprocess.run(
-            [sys.executable, "-c", probe, *argv],
-            cwd=ROOT,
-            env=devtools_env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        proc = _python("-c", probe, *argv)
         return proc.stdout.strip().splitlines()[-1]
 
     assert imported("--help") == "[]"
@@ -210,14 +207,6 @@ def test_a_commands_own_exit_status_is_kept(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_the_old_gpu_carry_spelling_is_an_alias() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "devtools.gpu_carry", "--help"],
-        cwd=ROOT,
-        env=devtools_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = _python("-m", "devtools.gpu_carry", "--help")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: python -m devtools gpu-carry [-h] [--dest DEST]")
