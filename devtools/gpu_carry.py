@@ -33,6 +33,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from _torch_c_dlpack_ext_core.naming import python_target_tags
 from _torch_c_dlpack_ext_core.run import run
 from devtools.errors import ProvisionError
 from devtools.wheelnames import parse_wheel_name
@@ -65,7 +66,7 @@ def _download(requirements: Sequence[str], dest: Path) -> None:
     command = [
         sys.executable, "-m", "pip", "--isolated", "download", "--no-deps",
         "--only-binary", ":all:", "--python-version", PYTHON, "--implementation", "cp",
-        "--abi", f"cp{PYTHON.replace('.', '')}", "--abi", "abi3", "--abi", "none",
+        "--abi", python_target_tags(PYTHON)[1], "--abi", "abi3", "--abi", "none",
         *(arg for platform in PLATFORMS for arg in ("--platform", platform)),
         "--dest", str(dest), *requirements,
     ]  # fmt: skip
@@ -99,7 +100,7 @@ def gather(dest: Path, *, limit: int = LIMIT_BYTES) -> list[Path]:
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
-        _log(f"downloading {' '.join(WHEELS)} (cp{PYTHON.replace('.', '')}, manylinux x86_64)")
+        _log(f"downloading {' '.join(WHEELS)} ({python_target_tags(PYTHON)[1]}, manylinux x86_64)")
         _download(WHEELS, staging)
         wheels = sorted(staging.glob("*.whl"))
         carried = {parse_wheel_name(w.name).name for w in wheels}

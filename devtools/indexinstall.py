@@ -33,7 +33,7 @@ from typing import Any
 
 from packaging.tags import parse_tag
 
-from _torch_c_dlpack_ext_core.naming import DIST_NAME
+from _torch_c_dlpack_ext_core.naming import DIST_NAME, python_target_tags
 from _torch_c_dlpack_ext_core.run import run
 from devtools import verify
 from devtools.distfiles import ReleaseFiles
@@ -108,7 +108,7 @@ def _pip_from_index(
         version = python_version.removesuffix("t")
         cmd += ["--python-version", version, "--only-binary", ":all:"]
         if python_version.endswith("t"):
-            cmd += ["--implementation", "cp", "--abi", f"cp{version.replace('.', '')}t"]
+            cmd += ["--implementation", "cp", "--abi", python_target_tags(python_version)[1]]
     cmd.append(DIST_NAME)
     run(cmd, env=_isolated_pip_env(), timeout=deadline.left(INSTALL_TIMEOUT))
     data: dict[str, Any] = json.loads(report.read_text(encoding="utf-8"))
@@ -208,7 +208,7 @@ def _foreign_python(files: ReleaseFiles) -> str:
     combined = [w for w in files.wheels if not w.universal]
     served = {tag.abi for w in combined for triple in w.tags for tag in parse_tag(triple)}
     for python in FOREIGN_PYTHONS:
-        if f"cp{python.replace('.', '')}" not in served:
+        if python_target_tags(python)[1] not in served:
             return python
     raise ReleaseError(f"every Python of {FOREIGN_PYTHONS} has a combined wheel in the release")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
-from _torch_c_dlpack_ext_core.naming import ABI3, Backend
+from _torch_c_dlpack_ext_core.naming import ABI3, Backend, python_target_tags
 from devtools.cells import Cell
 from devtools.matrixtables import (
     FreeThreaded,
@@ -204,7 +204,7 @@ class Matrix:
                     "platform": first.platform.name,
                     "backend": first.wheel.backend.value,
                     "runner": first.platform.runner,
-                    "cibw_build": f"cp{python.replace('.', '')}-*",
+                    "cibw_build": f"{python_target_tags(python)[1]}-*",
                     "arch": first.platform.cibw_arch,
                     "image": first.image or "",
                     "toolkit": first.job_toolkit or "",
