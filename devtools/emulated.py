@@ -114,12 +114,13 @@ class MinorResult:
     steps: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def _uv_target(target: Path, emulation: Emulation, *requirements: str) -> None:
-    cmd = [
+def _uv_install(emulation: Emulation, target: Path | str, *args: str) -> list[str]:
+    """``uv pip install`` into ``target`` for ``emulation``'s CPython and platform (the
+    wheels a foreign interpreter would take, chosen on this host)."""
+    return [
         find_uv(),
         "pip",
         "install",
-        "--quiet",
         "--target",
         str(target),
         "--python",
@@ -128,9 +129,12 @@ def _uv_target(target: Path, emulation: Emulation, *requirements: str) -> None:
         emulation.python,
         "--python-platform",
         emulation.uv_platform,
-        *requirements,
+        *args,
     ]
-    proc = capture(cmd, timeout=3600)
+
+
+def _uv_target(target: Path, emulation: Emulation, *requirements: str) -> None:
+    proc = capture(_uv_install(emulation, target, "--quiet", *requirements), timeout=3600)
     if proc.returncode != 0:
         raise ProvisionError(f"uv pip install {' '.join(requirements)} failed: {last_lines(proc)}")
 
@@ -139,24 +143,9 @@ def has_wheel(requirement: str, emulation: Emulation) -> bool:
     """Whether PyPI has a wheel of ``requirement`` that installs in ``emulation``'s root
     (a dry run: nothing is downloaded but metadata)."""
     with tempfile.TemporaryDirectory(prefix="tcde-probe-") as tmp:
-        cmd = [
-            find_uv(),
-            "pip",
-            "install",
-            "--dry-run",
-            "--no-deps",
-            "--only-binary",
-            ":all:",
-            "--target",
-            tmp,
-            "--python",
-            sys.executable,
-            "--python-version",
-            emulation.python,
-            "--python-platform",
-            emulation.uv_platform,
-            requirement,
-        ]
+        cmd = _uv_install(
+            emulation, tmp, "--dry-run", "--no-deps", "--only-binary", ":all:", requirement
+        )
         return capture(cmd, timeout=120).returncode == 0
 
 
