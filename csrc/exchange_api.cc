@@ -14,7 +14,6 @@
 #include <c10/core/CPUAllocator.h>
 
 #if defined(TCDE_BACKEND_CUDA)
-#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAStream.h>
 #elif defined(TCDE_BACKEND_ROCM)
 #include <c10/hip/HIPStream.h>
@@ -30,6 +29,28 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+
+#if TCDE_TORCH_PYTHON_AT_RUN_TIME
+#include <dlfcn.h>
+
+// glibc 2.34 moved dlopen, dlsym and dlerror from libdl.so.2 into libc.so.6 under a
+// new symbol version (GLIBC_2.34), keeping the old one as a compatibility symbol. A
+// build on a newer glibc would bind the new version, and the library would refuse
+// to load on a glibc older than 2.34 (the manylinux_2_28 wheels). Bind the
+// architecture's base version instead, which every glibc has: in libdl.so.2 before
+// 2.34 (the gnu toolchain links -ldl), in libc.so.6 since. Another architecture
+// binds what its build host's glibc offers.
+#if defined(__GLIBC__) && defined(__x86_64__)
+#define TCDE_GLIBC_BASE_VERSION "GLIBC_2.2.5"
+#elif defined(__GLIBC__) && defined(__aarch64__)
+#define TCDE_GLIBC_BASE_VERSION "GLIBC_2.17"
+#endif
+#if defined(TCDE_GLIBC_BASE_VERSION)
+__asm__(".symver dlopen,dlopen@" TCDE_GLIBC_BASE_VERSION);
+__asm__(".symver dlsym,dlsym@" TCDE_GLIBC_BASE_VERSION);
+__asm__(".symver dlerror,dlerror@" TCDE_GLIBC_BASE_VERSION);
+#endif
+#endif
 
 namespace {
 
@@ -557,7 +578,7 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
     // failure still leaves `src` with the caller.
     PyObject* wrapped = nullptr;
     try {
-      wrapped = THPVariable_Wrap(tensor);
+      wrapped = tcde::WrapTensor(tensor);
     } catch (...) {
       RaiseCurrentException(PyExc_RuntimeError);
     }
@@ -659,20 +680,18 @@ c10::DataPtr MemoryOf(const at::TensorBase& t, const c10::Device& device,
 // Memory for a contiguous tensor of `sizes`, from the allocator at::empty would
 // use. Host memory (the common case) comes from c10::GetCPUAllocator(), as in
 // at::detail::empty_cpu, without the dispatcher and without building a tensor
-// only to take its memory. A CUDA build's GPU memory comes from
-// at::detail::empty_cuda (it also initializes CUDA lazily and sets the device).
-// The deterministic fill (see FillsUninitializedMemory) and a ROCm build's GPU
-// memory go through at::empty.
+// only to take its memory. GPU memory and the deterministic fill (see
+// FillsUninitializedMemory) go through at::empty: the dispatcher's CUDA (ROCm:
+// HIP-as-CUDA) kernel initializes the GPU lazily, sets the device and takes the
+// caching allocator's memory. Not at::detail::empty_cuda, which would link
+// libtorch_cuda, whose NEEDED entry every load of the library paid for
+// (docs/facts.md, "torch_python is resolved at run time"); a GPU allocation costs
+// microseconds, the dispatcher's few hundred nanoseconds do not show.
 c10::DataPtr AllocateMemory(bool host, const c10::Device& device, c10::ScalarType scalar_type,
                             at::IntArrayRef sizes, uint64_t nbytes) {
-  const bool fill = FillsUninitializedMemory();
-  if (C10_LIKELY(host && !fill)) return c10::GetCPUAllocator()->allocate(nbytes);
-#if defined(TCDE_BACKEND_CUDA)
-  if (!host && !fill) {
-    return MemoryOf(at::detail::empty_cuda(sizes, scalar_type, device, std::nullopt), device,
-                    scalar_type, sizes, nbytes);
+  if (C10_LIKELY(host && !FillsUninitializedMemory())) {
+    return c10::GetCPUAllocator()->allocate(nbytes);
   }
-#endif
   // The overload with explicit options: the same operator call as with
   // TensorOptions, without assembling and re-checking a TensorOptions first.
   return MemoryOf(at::empty(sizes, scalar_type, std::nullopt, device, std::nullopt, std::nullopt),
@@ -873,8 +892,68 @@ const DLPackExchangeAPI kExchangeAPI = {
     &CurrentWorkStream,
 };
 
+#if TCDE_TORCH_PYTHON_AT_RUN_TIME
+// Fills tcde::torch_python from the libtorch_python.so `import torch` loaded
+// (see tcde_python.h: this library does not link it on Linux). Returns NULL when
+// all three symbols were found, else why not (also written to stderr once: the
+// caller sees only a NULL table). Runs once: a function-local static, whose
+// initialization C++ makes thread-safe (a second caller waits for the first).
+// Not a static initializer: nothing runs at dlopen.
+const char* ResolveTorchPython() noexcept {
+  static const char* const problem = []() noexcept -> const char* {
+    static char message[512];
+    // RTLD_NOLOAD: only the copy already loaded, matched by its SONAME; never a
+    // second load. The reference it takes is kept: torch never unloads it either.
+    void* handle = dlopen("libtorch_python.so", RTLD_NOW | RTLD_NOLOAD);
+    if (handle == nullptr) {
+      const char* why = dlerror();
+      std::snprintf(message, sizeof(message),
+                    "%s: libtorch_python.so is not loaded (%s); load this library only after "
+                    "`import torch`",
+                    kLib, why != nullptr ? why : "dlopen with RTLD_NOLOAD returned NULL");
+    } else {
+      const char* const names[] = {"THPVariableClass", "ParameterClass",
+                                   TCDE_THPVARIABLE_WRAP_SYMBOL};
+      void* found[3] = {};
+      for (int i = 0; i < 3; ++i) {
+        (void)dlerror();
+        found[i] = dlsym(handle, names[i]);
+        if (found[i] == nullptr) {
+          const char* why = dlerror();
+          std::snprintf(message, sizeof(message),
+                        "%s: the loaded libtorch_python.so lacks %s (%s); this library was "
+                        "built for another torch: rebuild it against the running one",
+                        kLib, names[i], why != nullptr ? why : "dlsym returned NULL");
+          break;
+        }
+      }
+      if (found[0] != nullptr && found[1] != nullptr && found[2] != nullptr) {
+        tcde::torch_python.tensor_class = static_cast<PyObject* const*>(found[0]);
+        tcde::torch_python.parameter_class = static_cast<PyObject* const*>(found[1]);
+        tcde::torch_python.wrap = reinterpret_cast<tcde::WrapFunction>(found[2]);
+        return nullptr;
+      }
+    }
+    std::fprintf(stderr, "%s\n", message);
+    return message;
+  }();
+  return problem;
+}
+#endif
+
 }  // namespace
 
+#if TCDE_TORCH_PYTHON_AT_RUN_TIME
+namespace tcde {
+TorchPython torch_python{};
+}  // namespace tcde
+#endif
+
+// NULL (0) when the torch_python symbols cannot be found: the loader then refuses
+// the library ("TorchDLPackExchangeAPIPtr() returned NULL"), and stderr says why.
 extern "C" int64_t TorchDLPackExchangeAPIPtr(void) {
+#if TCDE_TORCH_PYTHON_AT_RUN_TIME
+  if (ResolveTorchPython() != nullptr) return 0;
+#endif
   return static_cast<int64_t>(reinterpret_cast<intptr_t>(&kExchangeAPI));
 }

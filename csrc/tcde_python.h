@@ -7,9 +7,21 @@
 // the headers of torch 2.4.1, 2.5.1, 2.6.0, 2.7.1, 2.8.0, 2.9.1, 2.10.0, 2.11.0,
 // 2.12.0, 2.12.1, 2.13.0, 2.14.0, 2.14.1 and 2.15.0 (PyPI wheels). A declaration
 // that does not match its torch fails the build (the driver's ABI audit finds the
-// undefined symbol) or the exchange suite (a wrong layout). The driver also reads
-// the installation's python_variable.h before compiling and refuses a THPVariable
-// whose head differs from the one below (a dev build of a checked version).
+// undefined symbol, or on Linux the run-time name missing from libtorch_python.so)
+// or the exchange suite (a wrong layout). The driver also reads the installation's
+// python_variable.h before compiling and refuses a THPVariable whose head differs
+// from the one below (a dev build of a checked version).
+//
+// On Linux the library does NOT link libtorch_python: its NEEDED entry made every
+// dlopen of the library walk libtorch_python's dependency closure (libtorch,
+// libtorch_cuda, the NVIDIA libraries), ~70 us per import on torch 2.8 (docs/facts.md,
+// "torch_python is resolved at run time"). `import torch` has already loaded it (as
+// torch._C's dependency, in that module's local scope, so RTLD_DEFAULT does not see
+// it), and TorchDLPackExchangeAPIPtr() resolves the three symbols from it once, by
+// name, before it hands out the table (exchange_api.cc, ResolveTorchPython()). Only
+// those names must then match torch's: the declarations below still give the
+// function pointer its type, and the mangled name sits next to the declaration it
+// spells. macOS and Windows still link libtorch_python (untested here).
 #pragma once
 
 #include "tcde_dlpack.h"  // must precede ATen: see the comment in that header
@@ -39,11 +51,27 @@ TORCH_PYTHON_API extern PyObject* THPVariableClass;
 TORCH_PYTHON_API extern PyObject* ParameterClass;
 
 // A new reference to the Python object of a tensor. 2.4 and 2.5 take the
-// tensor by value; 2.6 and later by const reference (2.10 adds overloads).
+// tensor by value; 2.6 and later by const reference (2.10 adds an rvalue and a
+// PyTypeObject* overload, which this library does not use).
+// TCDE_THPVARIABLE_WRAP_SYMBOL is the declaration's Itanium mangling, the name
+// libtorch_python.so exports it under (`nm -D`: 2.4.1 the by-value name; 2.6.0,
+// 2.8.0, 2.9.1 and 2.10.0-2.15.0 the const-reference one).
 #if TCDE_TORCH_AT_LEAST(2, 6)
 TORCH_PYTHON_API PyObject* THPVariable_Wrap(const at::TensorBase& var);
+#define TCDE_THPVARIABLE_WRAP_SYMBOL "_Z16THPVariable_WrapRKN2at10TensorBaseE"
 #else
 TORCH_PYTHON_API PyObject* THPVariable_Wrap(at::TensorBase var);
+#define TCDE_THPVARIABLE_WRAP_SYMBOL "_Z16THPVariable_WrapN2at10TensorBaseE"
+#endif
+
+// Whether the symbols above are looked up at run time (ELF: Linux) rather than
+// bound by the linker (macOS, Windows). With 1, nothing may name them but
+// tcde::torch_python's resolution: a direct use would be an undefined symbol that
+// the Linux ABI audit refuses and that RTLD_NOW loading could not bind.
+#if defined(__linux__)
+#define TCDE_TORCH_PYTHON_AT_RUN_TIME 1
+#else
+#define TCDE_TORCH_PYTHON_AT_RUN_TIME 0
 #endif
 
 namespace tcde {
@@ -58,6 +86,51 @@ namespace tcde {
 #else
 #define TCDE_THPVARIABLE_HOLDS_TENSOR 0
 #endif
+
+// The type of THPVariable_Wrap exactly as declared above: the run-time lookup
+// calls through a pointer of this type, so its signature cannot drift from the
+// declaration whose mangling it looks up.
+using WrapFunction = decltype(&::THPVariable_Wrap);
+
+#if TCDE_TORCH_PYTHON_AT_RUN_TIME
+// Where the three torch_python symbols are, once ResolveTorchPython()
+// (exchange_api.cc) found them in the loaded libtorch_python.so; all NULL until
+// then. The table is handed out only after they were found, so no entry point
+// runs before. The class variables are read at each use, as a linked build
+// reads them.
+struct TorchPython {
+  PyObject* const* tensor_class;     // &THPVariableClass
+  PyObject* const* parameter_class;  // &ParameterClass
+  WrapFunction wrap;                 // &THPVariable_Wrap
+};
+extern TorchPython torch_python;
+#endif
+
+inline PyObject* TensorClass() noexcept {
+#if TCDE_TORCH_PYTHON_AT_RUN_TIME
+  return *torch_python.tensor_class;
+#else
+  return THPVariableClass;
+#endif
+}
+
+inline PyObject* ParameterClassObject() noexcept {
+#if TCDE_TORCH_PYTHON_AT_RUN_TIME
+  return *torch_python.parameter_class;
+#else
+  return ParameterClass;
+#endif
+}
+
+// A new reference to the Python object of `t`, or NULL with a Python error set
+// (torch's THPVariable_Wrap; it may also throw).
+inline PyObject* WrapTensor(const at::Tensor& t) {
+#if TCDE_TORCH_PYTHON_AT_RUN_TIME
+  return torch_python.wrap(t);
+#else
+  return ::THPVariable_Wrap(t);
+#endif
+}
 
 struct PyTensor {
   PyObject_HEAD
@@ -74,10 +147,11 @@ struct PyTensor {
 // object whose __class__ claims torch.Tensor would pass and be read as a
 // THPVariable it is not (a crash). Only a real subtype has THPVariable's layout.
 inline int IsTensor(PyObject* obj) noexcept {
-  if (THPVariableClass == nullptr) return 0;
+  PyObject* tensor_class = TensorClass();
+  if (tensor_class == nullptr) return 0;
   PyTypeObject* type = Py_TYPE(obj);
-  auto* tensor_type = reinterpret_cast<PyTypeObject*>(THPVariableClass);
-  if (type == tensor_type || type == reinterpret_cast<PyTypeObject*>(ParameterClass)) {
+  auto* tensor_type = reinterpret_cast<PyTypeObject*>(tensor_class);
+  if (type == tensor_type || type == reinterpret_cast<PyTypeObject*>(ParameterClassObject())) {
     return 1;
   }
   return PyType_IsSubtype(type, tensor_type);

@@ -107,8 +107,20 @@ _THPVARIABLE_HEADS: tuple[tuple[tuple[int, int], tuple[int, int], str], ...] = (
 _LOCK_TIMEOUT_S = 3600.0
 
 
-def _torch_libraries(backend: Backend) -> tuple[str, ...]:
-    """The torch libraries the exchange library links, by stem (``c10``)."""
+def _torch_libraries(backend: Backend, *, torch_python: bool) -> tuple[str, ...]:
+    """The torch libraries the exchange library links, by stem (``c10``).
+
+    ``torch_python``: whether the toolchain links libtorch_python (macOS, Windows). The
+    gnu toolchain (Linux) does not: the library looks up its three torch_python symbols
+    in the copy ``import torch`` loaded (csrc/tcde_python.h), so its NEEDED entries are
+    only libc10, libtorch_cpu and the backend's c10 library; libtorch_python's dependency
+    closure (libtorch, libtorch_cuda, the NVIDIA libraries) cost ~70 us per load on torch
+    2.8 (docs/facts.md). Elsewhere the list is what it was, libtorch and the backend's
+    libtorch_cuda/_hip included, though csrc/ no longer uses the latter.
+    """
+    if not torch_python:
+        gpu_c10 = {Backend.CPU: (), Backend.CUDA: ("c10_cuda",), Backend.ROCM: ("c10_hip",)}
+        return ("c10", "torch_cpu", *gpu_c10[backend])
     gpu = {
         Backend.CPU: (),
         Backend.CUDA: ("c10_cuda", "torch_cuda"),
@@ -216,7 +228,9 @@ class BuildPlan:
             sources=self.sources,
             source_dir=self.source_dir,
             lib_dir=self.torch.lib_dir,
-            libraries=_torch_libraries(self.backend),
+            libraries=_torch_libraries(
+                self.backend, torch_python=self.platform_toolchain.links_torch_python
+            ),
             filename=self.filename,
             python_import_lib=self.python_import_lib,
             cxx_args=self.cxx_args,
@@ -441,7 +455,9 @@ def plan_build(
     dlpack_dir, dlpack_version = find_dlpack_include(
         Path(dlpack_include) if dlpack_include is not None else None
     )
-    missing = toolchain.missing_link_libraries(install.lib_dir, _torch_libraries(backend))
+    missing = toolchain.missing_link_libraries(
+        install.lib_dir, _torch_libraries(backend, torch_python=toolchain.links_torch_python)
+    )
     if missing:
         raise TorchInstallError(
             f"torch {install.version} at {install.root} lacks {', '.join(missing)} in "

@@ -48,6 +48,7 @@ class DarwinToolchain(WithoutBinaryAudit):
 
     name = "darwin"
     library_prefix, library_suffix = SHARED_LIBRARY_NAMING["darwin"]
+    links_torch_python = True
     dual_abi = False
     target_platform: str | None = None  # native: the host's platform
     #: delocate's ``--exclude`` list (CPU builds only: no CUDA / ROCm on macOS);

@@ -24,6 +24,7 @@ class GnuToolchain:
 
     name = "gnu"
     library_prefix, library_suffix = SHARED_LIBRARY_NAMING["gnu"]
+    links_torch_python = False  # csrc/tcde_python.h: resolved at run time
     dual_abi = True
     target_platform: str | None = None  # native: the host's platform
     #: auditwheel's ``--exclude`` list; ``[tool.cibuildwheel.linux] repair-wheel-command``
@@ -71,6 +72,10 @@ class GnuToolchain:
         if version_script.is_file():
             # Hides what -fvisibility cannot: symbols torch's headers force to default.
             link.append(f"-Wl,--version-script={version_script}")
+        # dlopen/dlsym, with which csrc/ finds its torch_python symbols (links_torch_python):
+        # in libdl.so.2 before glibc 2.34; since then libc.so.6 has them and -ldl finds
+        # only an empty libdl.a, adding nothing.
+        link.append("-ldl")
         return gcc_style_command(job, output, link=link)
 
     def prepare_scratch(self, job: CompileJob, scratch: Path) -> None:

@@ -41,6 +41,7 @@ class MsvcToolchain(WithoutBinaryAudit):
 
     name = "msvc"
     library_prefix, library_suffix = SHARED_LIBRARY_NAMING["msvc"]
+    links_torch_python = True
     dual_abi = False
     target_platform: str | None = None  # native: the host's platform
     #: No repair tool runs on Windows wheels (``repair-wheel-command = ""``).

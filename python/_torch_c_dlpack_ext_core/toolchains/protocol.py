@@ -142,6 +142,14 @@ class Toolchain(Protocol):
         ...
 
     @property
+    def links_torch_python(self) -> bool:
+        """The library links libtorch_python (and libtorch, libtorch_cuda/_hip). False on
+        Linux, where csrc/ looks its torch_python symbols up at run time instead
+        (``TCDE_TORCH_PYTHON_AT_RUN_TIME`` in csrc/tcde_python.h, which keys on the same
+        platform), so loading it does not walk libtorch_python's dependency closure."""
+        ...
+
+    @property
     def repair_excludes(self) -> tuple[str, ...]:
         """File names (shell patterns) the wheel repair tool (auditwheel, delocate) must
         never graft into a wheel: torch's libraries and the GPU runtimes torch brings."""
