@@ -28,11 +28,11 @@ import pytest
 from devtools.torchenv import TorchEnv, torch_env
 
 from _torch_c_dlpack_ext_core.driver import compile_library, plan_build
-from _torch_c_dlpack_ext_core.errors import BuildError
+from _torch_c_dlpack_ext_core.errors import ABIAuditError, BuildError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, verify_file
 from _torch_c_dlpack_ext_core.naming import Backend
 from _torch_c_dlpack_ext_core.toolchains import AuditOutcome, toolchain_for
-from _torch_c_dlpack_ext_core.toolchains.elf import dynamic_symbols
+from _torch_c_dlpack_ext_core.toolchains.elf import dynamic_symbols, run_time_symbols
 from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 
 pytestmark = pytest.mark.slow
@@ -108,6 +108,23 @@ def check_exports(library: Path) -> None:
     assert ".symtab" not in sections, "the driver links with --strip-all"
 
 
+def needed_torch_libraries(library: Path) -> set[str]:
+    """The torch libraries among ``library``'s NEEDED entries (``readelf -d``)."""
+    dynamic = subprocess.run(
+        ["readelf", "-d", "-W", str(library)], capture_output=True, text=True, check=True
+    ).stdout
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^]]+)\]", dynamic)
+    return {name for name in needed if name.startswith(("libc10", "libtorch"))}
+
+
+def check_links(library: Path, backend: Backend) -> None:
+    """On Linux the library needs only libc10, libtorch_cpu and the backend's c10 library:
+    libtorch_python's symbols are looked up at run time (csrc/tcde_python.h), so loading
+    it does not walk libtorch_python's dependency closure (docs/facts.md)."""
+    gpu = {Backend.CPU: set(), Backend.CUDA: {"libc10_cuda.so"}, Backend.ROCM: {"libc10_hip.so"}}
+    assert needed_torch_libraries(library) == {"libc10.so", "libtorch_cpu.so", *gpu[backend]}
+
+
 def test_torch213_compile_and_exchange_suite(
     torch213_library: tuple[Path, ManifestEntry],
 ) -> None:
@@ -120,6 +137,7 @@ def test_torch213_compile_and_exchange_suite(
     assert entry.backend is Backend.CPU
     assert entry.dlpack in ("1.2", "1.3")
     check_exports(library)
+    check_links(library, Backend.CPU)
     assert run_exchange_suite(sys.executable, library) >= MIN_SUITE_PASSED
 
 
@@ -138,6 +156,14 @@ def test_old_torch_compile_import_and_exchange_suite(
     assert entry.file.endswith(f"-cxx11abi{int(cxx11_abi)}.so")
     library = build_cache / f"torch{version}" / entry.file
     check_exports(library)
+    check_links(library, Backend.CPU)
+    # 2.4 and 2.5 take the tensor by value, 2.6 and later by const reference.
+    wrap = "N2at10TensorBaseE" if version.startswith("2.4") else "RKN2at10TensorBaseE"
+    assert run_time_symbols(library) == {
+        "THPVariableClass",
+        "ParameterClass",
+        f"_Z16THPVariable_Wrap{wrap}",
+    }
     assert run_exchange_suite(env.python, library) >= MIN_SUITE_PASSED
 
 
@@ -185,9 +211,31 @@ def test_cuda_variant_compiles_against_pypi_torch_2_8(
     needed = subprocess.run(
         ["readelf", "-d", str(library)], capture_output=True, text=True, check=True
     ).stdout
-    assert "[libc10_cuda.so]" in needed
     assert "libpython" not in needed, "libpython must come from the interpreter, never linked"
+    check_links(library, Backend.CUDA)
     assert toolchain_for("linux").audit(library, install, "cuda") is AuditOutcome.PASSED
+
+
+def test_audit_refuses_a_run_time_name_torch_python_lacks(
+    torch213_library: tuple[Path, ManifestEntry], tmp_path: Path
+) -> None:
+    """The names csrc/ looks up at run time are checked at build time: a mangling that
+    torch's libtorch_python.so does not export (here one letter changed) fails the audit
+    instead of a load that hands out no table."""
+    import torch
+
+    library, _entry = torch213_library
+    right = b"_Z16THPVariable_WrapRKN2at10TensorBaseE"
+    wrong = b"_Z16THPVariable_WrapRKN2at10TensorBaseX"
+    data = library.read_bytes()
+    assert data.count(b"\0" + right + b"\0") == 1
+    patched = tmp_path / library.name
+    patched.write_bytes(data.replace(right, wrong))
+    install = TorchInstall.from_path(Path(torch.__file__).parent)
+    assert toolchain_for("linux").audit(library, install, "cpu") is AuditOutcome.PASSED
+    with pytest.raises(ABIAuditError, match="THPVariable_Wrap") as caught:
+        toolchain_for("linux").audit(patched, install, "cpu")
+    assert caught.value.missing == (wrong.decode(),)
 
 
 def test_build_info_is_recorded_in_the_sidecar(

@@ -103,6 +103,7 @@ def test_gnu_command_shape(tmp_path: Path, exports: bool) -> None:
         "OUT",
         "-Wl,--strip-all",
         *script,
+        "-ldl",
         "-L/torch/lib",
         "-lc10",
         "-ltorch_cpu",
@@ -189,3 +190,21 @@ def test_repair_excludes_are_torch_and_its_gpu_runtimes() -> None:
     # macOS wheels are CPU only.
     assert set(darwin.repair_excludes) == {darwin.link_library_name(s) for s in TORCH_STEMS}
     assert msvc.repair_excludes == ()
+
+
+def test_only_the_gnu_toolchain_leaves_libtorch_python_unlinked() -> None:
+    # Linux looks up csrc/'s three torch_python symbols at run time (csrc/tcde_python.h,
+    # keyed on the same platform); macOS and Windows link it as before.
+    from _torch_c_dlpack_ext_core.driver import _torch_libraries
+    from _torch_c_dlpack_ext_core.naming import Backend
+
+    linked = {name: tc.links_torch_python for name, tc in TOOLCHAINS.items()}
+    assert linked == {name: name not in ("gnu", "gnu-aarch64") for name in TOOLCHAINS}
+    assert _torch_libraries(Backend.CPU, torch_python=False) == ("c10", "torch_cpu")
+    assert _torch_libraries(Backend.CUDA, torch_python=False) == ("c10", "torch_cpu", "c10_cuda")
+    assert _torch_libraries(Backend.ROCM, torch_python=False) == ("c10", "torch_cpu", "c10_hip")
+    assert _torch_libraries(Backend.CUDA, torch_python=True) == (
+        *TORCH_STEMS,
+        "c10_cuda",
+        "torch_cuda",
+    )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import sys
 import sysconfig
@@ -37,6 +38,7 @@ from .protocol import TorchFiles, compiler_argv
 __all__ = [
     "audit_elf_library",
     "dynamic_symbols",
+    "run_time_symbols",
     "runtime_libraries",
     "undefined_symbols_not_provided",
 ]
@@ -51,6 +53,14 @@ _RUNTIME_SONAMES = (
     "libdl.so.2",
     "ld-linux-x86-64.so.2",
     "ld-linux-aarch64.so.1",
+)
+#: The torch library csrc/ does not link on Linux but looks symbols up in at run time
+#: (csrc/tcde_python.h): a symbol only it provides would fail the RTLD_NOW load, and the
+#: names it is asked for must be among its exports.
+_RUN_TIME_PROVIDER = "libtorch_python.so"
+#: Those names, as they lie NUL-terminated among the library's constants.
+_RUN_TIME_NAMES = re.compile(
+    rb"(?<=\0)(THPVariableClass|ParameterClass|_Z\d+THPVariable_Wrap\w*)(?=\0)"
 )
 #: How many missing symbols an error message lists before summarising the rest.
 _SHOWN = 20
@@ -130,13 +140,23 @@ def runtime_libraries(
 
 def _torch_libraries(torch: TorchFiles, backend: Backend) -> list[Path]:
     # A CPU library must not lean on the GPU libraries: they are absent from CPU wheels.
+    # Nor on libtorch_python, which the gnu toolchain does not link (see _RUN_TIME_PROVIDER).
     other_gpu = {Backend.CPU: ("cuda", "hip"), Backend.CUDA: ("hip",), Backend.ROCM: ("cuda",)}
     excluded = other_gpu[backend]
     return sorted(
         path
         for path in torch.lib_dir.glob("*.so*")
-        if path.is_file() and not any(tag in path.name for tag in excluded)
+        if path.is_file()
+        and path.name != _RUN_TIME_PROVIDER
+        and not any(tag in path.name for tag in excluded)
     )
+
+
+def run_time_symbols(library: Path) -> frozenset[str]:
+    """The torch_python names ``library`` looks up at run time (dlsym), read from its
+    bytes: csrc/tcde_python.h's ``THPVariableClass``, ``ParameterClass`` and the
+    mangled ``THPVariable_Wrap`` of its torch version."""
+    return frozenset(m.decode() for m in _RUN_TIME_NAMES.findall(library.read_bytes()))
 
 
 def undefined_symbols_not_provided(
@@ -147,17 +167,20 @@ def undefined_symbols_not_provided(
     cxx: str | Sequence[str],
     python_exports: Path | None = None,
 ) -> tuple[str, ...]:
-    """Sorted undefined dynamic symbols of ``library`` that nothing at load time provides.
+    """Sorted undefined dynamic symbols of ``library`` that nothing at load time provides,
+    and the names it looks up at run time (:func:`run_time_symbols`) that torch's
+    ``libtorch_python.so`` does not export.
 
-    "Provided" means exported by a library in ``torch/lib`` (GPU libraries only for
-    a GPU ``backend``), by the C/C++ runtime the compiler ``cxx`` links against, or
-    by the target Python (``python_exports``, default this interpreter). Raises
-    :class:`CommandError` when ``nm`` fails.
+    "Provided" means exported by a library in ``torch/lib`` other than libtorch_python
+    (GPU libraries only for a GPU ``backend``), by the C/C++ runtime the compiler ``cxx``
+    links against, or by the target Python (``python_exports``, default this
+    interpreter). Raises :class:`CommandError` when ``nm`` fails.
     """
     backend = parse_backend(backend)
+    missing_at_run_time = _run_time_symbols_not_provided(library, torch)
     needed = dynamic_symbols(library, defined=False)
     if not needed:
-        return ()
+        return missing_at_run_time
     providers = [*_torch_libraries(torch, backend), *runtime_libraries(cxx, python_exports)]
     # Smallest first: the search usually ends before the 0.5-1 GB libtorch_cuda is read.
     providers.sort(key=lambda path: path.stat().st_size)
@@ -166,7 +189,18 @@ def undefined_symbols_not_provided(
         missing -= dynamic_symbols(provider, defined=True)
         if not missing:
             break
-    return tuple(sorted(missing))
+    return tuple(sorted(missing.union(missing_at_run_time)))
+
+
+def _run_time_symbols_not_provided(library: Path, torch: TorchFiles) -> tuple[str, ...]:
+    # A name csrc/ would dlsym that torch's libtorch_python does not export: the library
+    # would load and then refuse to hand out its table. Found here, at build time.
+    wanted = run_time_symbols(library)
+    if not wanted:
+        return ()
+    provider = torch.lib_dir / _RUN_TIME_PROVIDER
+    exported = dynamic_symbols(provider, defined=True) if provider.is_file() else frozenset()
+    return tuple(sorted(wanted - exported))
 
 
 def _demangle(names: Iterable[str]) -> list[str]:
