@@ -32,8 +32,11 @@
 
 #if TCDE_TORCH_PYTHON_AT_RUN_TIME
 #include <dlfcn.h>
+#include <link.h>
 
-// glibc 2.34 moved dlopen, dlsym and dlerror from libdl.so.2 into libc.so.6 under a
+#include <cstring>
+
+// glibc 2.34 moved dlopen and dlsym from libdl.so.2 into libc.so.6 under a
 // new symbol version (GLIBC_2.34), keeping the old one as a compatibility symbol. A
 // build on a newer glibc would bind the new version, and the library would refuse
 // to load on a glibc older than 2.34 (the manylinux_2_28 wheels). Bind the
@@ -48,7 +51,6 @@
 #if defined(TCDE_GLIBC_BASE_VERSION)
 __asm__(".symver dlopen,dlopen@" TCDE_GLIBC_BASE_VERSION);
 __asm__(".symver dlsym,dlsym@" TCDE_GLIBC_BASE_VERSION);
-__asm__(".symver dlerror,dlerror@" TCDE_GLIBC_BASE_VERSION);
 #endif
 #endif
 
@@ -893,49 +895,76 @@ const DLPackExchangeAPI kExchangeAPI = {
 };
 
 #if TCDE_TORCH_PYTHON_AT_RUN_TIME
+// The path of torch's Python extension module torch._C (`.../torch/_C.<suffix>.so`),
+// the first loaded object so named: dl_iterate_phdr's callback, which stops there.
+struct TorchCSearch {
+  char path[4096];
+  bool found;
+};
+
+int FindTorchC(struct dl_phdr_info* info, size_t /*size*/, void* data) noexcept {
+  const char* name = info->dlpi_name;
+  const char* slash = name != nullptr ? std::strrchr(name, '/') : nullptr;
+  if (slash == nullptr || slash - name < 6 || std::strncmp(slash - 6, "/torch", 6) != 0) return 0;
+  const char* base = slash + 1;
+  const size_t length = std::strlen(base);
+  if (length < 7 || std::strncmp(base, "_C.", 3) != 0 || std::strcmp(base + length - 3, ".so") != 0) {
+    return 0;
+  }
+  auto* search = static_cast<TorchCSearch*>(data);
+  if (std::strlen(name) >= sizeof(search->path)) return 0;
+  std::memcpy(search->path, name, std::strlen(name) + 1);
+  search->found = true;
+  return 1;
+}
+
 // Fills tcde::torch_python from the libtorch_python.so `import torch` loaded
 // (see tcde_python.h: this library does not link it on Linux). Returns NULL when
-// all three symbols were found, else why not (also written to stderr once: the
-// caller sees only a NULL table). Runs once: a function-local static, whose
-// initialization C++ makes thread-safe (a second caller waits for the first).
-// Not a static initializer: nothing runs at dlopen.
+// all three symbols were found, else why not (the loader, which sees only a NULL
+// table, reads it through TorchCDLPackExtLoadProblem() and puts it in its one
+// message). Runs once: a function-local static, whose initialization C++ makes
+// thread-safe (a second caller waits for the first). Not a static initializer:
+// nothing runs at dlopen.
+//
+// The symbols are looked up through torch._C, the extension module that needs
+// libtorch_python: Python dlopen()ed it, so the loader keeps its dependency scope,
+// and dlopen(RTLD_NOLOAD) of it costs about a microsecond. libtorch_python itself
+// was loaded only as a dependency: dlopen(RTLD_NOLOAD) of it makes glibc build its
+// whole dependency scope first (~150 us after `import torch` on 2.8, measured), most
+// of what not linking it saves (docs/facts.md, "torch_python is resolved at run time").
 const char* ResolveTorchPython() noexcept {
   static const char* const problem = []() noexcept -> const char* {
     static char message[512];
-    // RTLD_NOLOAD: only the copy already loaded, matched by its SONAME; never a
-    // second load. The reference it takes is kept: torch never unloads it either.
-    void* handle = dlopen("libtorch_python.so", RTLD_NOW | RTLD_NOLOAD);
-    if (handle == nullptr) {
-      const char* why = dlerror();
+    static TorchCSearch search;
+    dl_iterate_phdr(&FindTorchC, &search);
+    // RTLD_NOLOAD: only the copy already loaded; never a second load. The reference
+    // it takes is kept: Python never unloads an extension module either.
+    void* handle = search.found ? dlopen(search.path, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+    if (handle == nullptr || dlsym(handle, "PyInit__C") == nullptr) {
       std::snprintf(message, sizeof(message),
-                    "%s: libtorch_python.so is not loaded (%s); load this library only after "
-                    "`import torch`",
-                    kLib, why != nullptr ? why : "dlopen with RTLD_NOLOAD returned NULL");
-    } else {
-      const char* const names[] = {"THPVariableClass", "ParameterClass",
-                                   TCDE_THPVARIABLE_WRAP_SYMBOL};
-      void* found[3] = {};
-      for (int i = 0; i < 3; ++i) {
-        (void)dlerror();
-        found[i] = dlsym(handle, names[i]);
-        if (found[i] == nullptr) {
-          const char* why = dlerror();
-          std::snprintf(message, sizeof(message),
-                        "%s: the loaded libtorch_python.so lacks %s (%s); this library was "
-                        "built for another torch: rebuild it against the running one",
-                        kLib, names[i], why != nullptr ? why : "dlsym returned NULL");
-          break;
-        }
-      }
-      if (found[0] != nullptr && found[1] != nullptr && found[2] != nullptr) {
-        tcde::torch_python.tensor_class = static_cast<PyObject* const*>(found[0]);
-        tcde::torch_python.parameter_class = static_cast<PyObject* const*>(found[1]);
-        tcde::torch_python.wrap = reinterpret_cast<tcde::WrapFunction>(found[2]);
-        return nullptr;
+                    "%s: torch's extension module torch._C is not loaded in this process; "
+                    "load this library only after `import torch`",
+                    kLib);
+      return message;
+    }
+    const char* const names[] = {"THPVariableClass", "ParameterClass",
+                                 TCDE_THPVARIABLE_WRAP_SYMBOL};
+    void* found[3] = {};
+    for (int i = 0; i < 3; ++i) {
+      found[i] = dlsym(handle, names[i]);
+      if (found[i] == nullptr) {
+        std::snprintf(message, sizeof(message),
+                      "%s: the loaded torch (%s) does not export %s from libtorch_python; "
+                      "this library was built for another torch: rebuild it against the "
+                      "running one",
+                      kLib, search.path, names[i]);
+        return message;
       }
     }
-    std::fprintf(stderr, "%s\n", message);
-    return message;
+    tcde::torch_python.tensor_class = static_cast<PyObject* const*>(found[0]);
+    tcde::torch_python.parameter_class = static_cast<PyObject* const*>(found[1]);
+    tcde::torch_python.wrap = reinterpret_cast<tcde::WrapFunction>(found[2]);
+    return nullptr;
   }();
   return problem;
 }
@@ -950,10 +979,18 @@ TorchPython torch_python{};
 #endif
 
 // NULL (0) when the torch_python symbols cannot be found: the loader then refuses
-// the library ("TorchDLPackExchangeAPIPtr() returned NULL"), and stderr says why.
+// the library with TorchCDLPackExtLoadProblem()'s reason.
 extern "C" int64_t TorchDLPackExchangeAPIPtr(void) {
 #if TCDE_TORCH_PYTHON_AT_RUN_TIME
   if (ResolveTorchPython() != nullptr) return 0;
 #endif
   return static_cast<int64_t>(reinterpret_cast<intptr_t>(&kExchangeAPI));
+}
+
+extern "C" const char* TorchCDLPackExtLoadProblem(void) {
+#if TCDE_TORCH_PYTHON_AT_RUN_TIME
+  return ResolveTorchPython();
+#else
+  return nullptr;
+#endif
 }

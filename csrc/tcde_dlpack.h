@@ -49,4 +49,7 @@ extern "C" {
 TCDE_EXPORT int64_t TorchDLPackExchangeAPIPtr(void);
 // A JSON object describing this build (torch, backend, C++ ABI, DLPack, toolchain).
 TCDE_EXPORT const char* TorchCDLPackExtBuildInfo(void);
+// Why TorchDLPackExchangeAPIPtr() returns NULL (one line naming what is missing
+// and what to do), or NULL when it does not.
+TCDE_EXPORT const char* TorchCDLPackExtLoadProblem(void);
 }

@@ -36,7 +36,7 @@ from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-EXPORTS = {"TorchDLPackExchangeAPIPtr", "TorchCDLPackExtBuildInfo"}
+EXPORTS = {"TorchDLPackExchangeAPIPtr", "TorchCDLPackExtBuildInfo", "TorchCDLPackExtLoadProblem"}
 #: Every torch release >= 2.10 on PyPI up to 2.15 (``pip index versions torch``, 2026-12-01),
 #: with the CUDA version of its Linux x86_64 wheel (its ``torch/version.py``).
 NEWER_TORCH = [

@@ -39,7 +39,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE_ENV = "TCDE_TEST_LIBRARY"
-EXPORTS = {"TorchDLPackExchangeAPIPtr", "TorchCDLPackExtBuildInfo"}
+EXPORTS = {"TorchDLPackExchangeAPIPtr", "TorchCDLPackExtBuildInfo", "TorchCDLPackExtLoadProblem"}
 # The oldest and newest supported minors, and one of each C++ ABI in between: 2.4/2.6
 # are pre-cxx11 on PyPI, 2.8/2.9 cxx11; 2.9's own headers carry DLPack 1.0.
 OLD_TORCH = [("2.4.1", False), ("2.6.0", False), ("2.8.0", True), ("2.9.1", True)]

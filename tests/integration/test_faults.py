@@ -138,8 +138,13 @@ def test_sha256_mismatch_is_caught_before_dlopen(
         (("FAKE_NULL_MEMBER",), "NULL member(s) current_work_stream"),
         (("FAKE_MAJOR=2",), "DLPack version 2.3"),
         (("FAKE_NULL_TABLE",), "returned NULL"),
+        (
+            ("FAKE_LOAD_PROBLEM",),
+            "cannot be used: torch-c-dlpack-ext: the loaded libtorch_python.so lacks "
+            "THPVariableClass (fake)",
+        ),
     ],
-    ids=["missing-export", "null-member", "major-2", "null-table"],
+    ids=["missing-export", "null-member", "major-2", "null-table", "load-problem"],
 )
 def test_invalid_library_is_refused(tmp_path: Path, defines: tuple[str, ...], message: str) -> None:
     library = build_fake_library(tmp_path / "lib", *defines)

@@ -102,6 +102,7 @@ def test_gnu_command_shape(tmp_path: Path, exports: bool) -> None:
         "-o",
         "OUT",
         "-Wl,--strip-all",
+        "-Wl,-z,noseparate-code",
         *script,
         "-ldl",
         "-L/torch/lib",
