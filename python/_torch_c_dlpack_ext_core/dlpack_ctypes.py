@@ -31,6 +31,7 @@ __all__ = [
     "FLAG_READ_ONLY",
     "FROM_PY_OBJECT",
     "SET_ERROR",
+    "SUPPORTED_MAJOR",
     "TO_PY_OBJECT",
     "DLDataType",
     "DLDevice",
@@ -135,3 +136,6 @@ class DLPackExchangeAPI(ctypes.Structure):
 
 #: The table's function members, in layout order (every one must be non-NULL).
 EXCHANGE_API_MEMBERS: tuple[str, ...] = tuple(name for name, _ in DLPackExchangeAPI._fields_[1:])
+
+#: The DLPack major version whose ``DLPackExchangeAPI`` layout the loader reads.
+SUPPORTED_MAJOR = 1

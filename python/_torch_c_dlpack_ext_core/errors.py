@@ -33,6 +33,7 @@ __all__ = [
     "output_tail",
     "pinned_requirement",
     "reinstall_command",
+    "table_error",
 ]
 
 #: How to repair a damaged installation (named once in any message that needs it). It
@@ -284,3 +285,28 @@ class LibraryLoadError(_CauseAndRemedy):
     """A library could not be loaded, or it did not provide a valid exchange API table."""
 
     exit_code = 8
+
+
+def table_error(origin: str, values: tuple[int, ...] | None) -> LibraryLoadError:
+    """Why the loader's table check refused a table, as the error it raises.
+
+    ``origin`` names where the table came from (a library, an attribute); ``values`` are
+    the table as read (DLPack major and minor version, ``prev_api``, then the members in
+    layout order), or ``None`` for a NULL pointer.
+    """
+    from .dlpack_ctypes import EXCHANGE_API_MEMBERS, SUPPORTED_MAJOR
+
+    if values is None:
+        return LibraryLoadError(f"{origin}: TorchDLPackExchangeAPIPtr() returned NULL")
+    major, minor, _prev_api, *members = values
+    if major != SUPPORTED_MAJOR:
+        return LibraryLoadError(
+            f"{origin}: exchange table has DLPack version {major}.{minor}, "
+            f"this loader reads major version {SUPPORTED_MAJOR}",
+            "upgrade torch-c-dlpack-ext or rebuild the library",
+        )
+    missing = [name for name, member in zip(EXCHANGE_API_MEMBERS, members) if not member]
+    return LibraryLoadError(
+        f"{origin}: exchange table has NULL member(s) {', '.join(missing)}",
+        "the library is incomplete: rebuild it",
+    )

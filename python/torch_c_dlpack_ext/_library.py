@@ -22,17 +22,45 @@ from ._loader import (
     LOCK,
     MAX_LIBRARY_BYTES,
     OWN_TABLES,
-    check_elf_image,
     check_table,
     dlopen,
-    load_error,
+    elf_problem,
     private_copy,
-    read_fd,
-    short_path,
     table_pointer,
 )
 
-__all__ = ["LoadedLibrary", "loaded_library", "open_library", "read_library"]
+__all__ = [
+    "LoadedLibrary",
+    "check_elf_image",
+    "load_error",
+    "loaded_library",
+    "open_library",
+    "read_library",
+    "short_path",
+]
+
+
+def short_path(path: Path | str) -> str:
+    """A path for messages: whole when reasonable, else its start and its end."""
+    text = str(path)
+    return text if len(text) <= 160 else f"{text[:60]}...{text[-60:]} ({len(text)} characters)"
+
+
+def load_error(message: str, remedy: str = "") -> Exception:
+    """A :class:`~_torch_c_dlpack_ext_core.errors.LibraryLoadError`."""
+    from _torch_c_dlpack_ext_core.errors import LibraryLoadError
+
+    return LibraryLoadError(message, remedy)
+
+
+def check_elf_image(data: bytes | memoryview, path: Path | str) -> None:
+    """Refuse an ELF image whose headers point past its end (:func:`._loader.elf_problem`
+    says why; ``path`` names it in the error)."""
+    problem = elf_problem(data)
+    if problem is not None:
+        from _torch_c_dlpack_ext_core.errors import REINSTALL
+
+        raise load_error(f"{short_path(path)}: {problem}", REINSTALL)
 
 
 class LoadedLibrary:
@@ -102,7 +130,7 @@ def read_library(path: Path) -> bytes:
     """The bytes of ``path``, read once from one descriptor opened without blocking
     (a FIFO or device put in its place is refused, never waited on)."""
     from _torch_c_dlpack_ext_core.errors import ManifestError
-    from _torch_c_dlpack_ext_core.manifest import open_regular
+    from _torch_c_dlpack_ext_core.manifest import open_regular, read_fd
 
     name = short_path(path)
     try:
@@ -147,6 +175,28 @@ def _dlopen_verified(target: str, name: str, path: Path, data: bytes) -> int | c
     return dlopen(name)
 
 
+#: The export saying why the table export returned NULL (CONTRIBUTING.md, "Build contract").
+EXPORT_LOAD_PROBLEM = "TorchCDLPackExtLoadProblem"
+
+
+def _load_problem(handle: int | ctypes.CDLL) -> str | None:
+    """Why the library's table export returned NULL, in its own words; ``None`` where it
+    does not say (an older build, a library of someone else's)."""
+    import _ctypes
+
+    try:
+        if isinstance(handle, int):
+            func = ctypes.pythonapi._FuncPtr(_ctypes.dlsym(handle, EXPORT_LOAD_PROBLEM))
+        else:
+            func = getattr(handle, EXPORT_LOAD_PROBLEM)
+    except (OSError, AttributeError):
+        return None
+    func.restype = ctypes.c_char_p
+    func.argtypes = ()
+    raw = func()
+    return raw.decode("utf-8", "replace") if raw else None
+
+
 def open_library(path: Path, data: bytes | None = None) -> LoadedLibrary:
     """dlopen ``path`` (once per process) and check its exchange table.
 
@@ -166,7 +216,8 @@ def open_library(path: Path, data: bytes | None = None) -> LoadedLibrary:
             data = read_library(path)
         check_elf_image(data, path)
         name = str(path)
-        target = private_copy(name, data) or name
+        # Without /proc the private copy has no name dlopen can open: the file it is.
+        target = (os.path.isdir("/proc/self/fd") and private_copy(name, data)) or name
         try:
             handle = _dlopen_verified(target, name, path, data)
         except OSError as exc:
@@ -178,6 +229,10 @@ def open_library(path: Path, data: bytes | None = None) -> LoadedLibrary:
                 f"{short_path(path)}: does not export {EXPORT_TABLE} (not a torch-c-dlpack-ext "
                 "library)"
             )
+        if pointer == 0:
+            problem = _load_problem(handle)
+            if problem:
+                raise load_error(f"{short_path(path)}: cannot be used: {problem}")
         version = check_table(pointer, short_path(path))
         OWN_TABLES.add(pointer)
         loaded = LoadedLibrary(path=path, handle=handle, pointer=pointer, dlpack_version=version)

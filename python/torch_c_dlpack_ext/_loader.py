@@ -12,20 +12,21 @@ steps every load takes: verify, dlopen, check the table, publish on ``torch.Tens
 # the table check. Attributes are set only after the table passed every check, so a
 # consumer never sees a half-valid API.
 #
-# This module is what every `import tvm_ffi` on torch < 2.10 executes, so it is written
-# for that (measured with `nox -s bench`, see CONTRIBUTING "The import's common path"):
-# one module (each more costs a file lookup and an unmarshal), comments rather than
-# docstrings (the first unmarshal in a process costs about 6 us per KiB of bytecode),
-# string paths rather than pathlib, no class created at import or on the common path (a
-# ctypes prototype or array type is a class; the calls below use instances of classes
-# ctypes already has), and no realpath (a system call per path component). It restates
-# the core's names, the manifest schema's checks and bounds and the torch version's
-# reading as plain functions over the JSON; unit tests pin each to the core's (naming,
-# manifest.py, dlpack_ctypes): the common path accepts only what the core accepts, and
-# the core's messages explain everything else.
+# This module is what every `import tvm_ffi` on torch < 2.10 executes, so it holds only
+# what that path runs, written for its cost (CONTRIBUTING "The import's common path"):
+# the first unmarshal in a process costs about 7 us per KiB of bytecode, so no
+# docstrings, no message formatting (a failure here returns None, and _library and the
+# full selector, which redo the step, say why), no function the path does not call;
+# string paths rather than pathlib; no class created at import or on the path (a ctypes
+# prototype or array type is a class: the calls below use instances of classes ctypes
+# already has); no realpath (a system call per path component). It restates the core's
+# names, the manifest schema's checks and bounds and the torch version's reading as
+# plain functions over the JSON; unit tests pin each to the core's (naming, manifest.py,
+# dlpack_ctypes): the common path accepts only what the core accepts.
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import hashlib
 import json
@@ -34,49 +35,15 @@ import stat
 import struct
 import sys
 import threading
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     #: What LIBRARIES keeps of a loaded library (see there).
     Record = tuple[str, int | ctypes.CDLL, int, tuple[int, int]]
 
-__all__ = [
-    "CAPSULE_ATTR",
-    "CAPSULE_NAME",
-    "ENV_PREFIX",
-    "EXPORT_BUILD_INFO",
-    "EXPORT_TABLE",
-    "LEGACY_INT_ATTR",
-    "LIBRARIES",
-    "LOCK",
-    "MAX_LIBRARY_BYTES",
-    "OWN_TABLES",
-    "SUPPORTED_MAJOR",
-    "TABLE_HEADER_BYTES",
-    "TABLE_MEMBERS",
-    "backend_of",
-    "check_elf_image",
-    "check_table",
-    "cxx11_abi_of",
-    "dlopen",
-    "load_common",
-    "load_error",
-    "make_capsule",
-    "private_copy",
-    "publish",
-    "pythonapi_function",
-    "short_path",
-    "table_pointer",
-    "torch_minor_of",
-]
-
-# --------------------------------------------------------------------------------------
 # The exchange ABI's names (`_torch_c_dlpack_ext_core.naming` and the mirrors in
 # `dlpack_ctypes` are their sources; a unit test keeps them equal).
-# --------------------------------------------------------------------------------------
-
 #: The attribute torch 2.10+ sets on `torch.Tensor` (a PyCapsule), and the one we publish.
 CAPSULE_ATTR = "__dlpack_c_exchange_api__"
 #: The legacy int attribute (torch main for a few weeks; read by tvm-ffi 0.1.0-0.1.3).
@@ -91,15 +58,13 @@ EXPORT_TABLE = "TorchDLPackExchangeAPIPtr"
 EXPORT_BUILD_INFO = "TorchCDLPackExtBuildInfo"
 #: The DLPack major version whose `DLPackExchangeAPI` layout this package reads.
 SUPPORTED_MAJOR = 1
-#: The two numbers of the `DLPackExchangeAPI` layout check_table reads: the
-#: header (`DLPackVersion` of two uint32, then the `prev_api` pointer) and the count of
-#: function pointers after it.
+#: The `DLPackExchangeAPI` layout check_table reads: the header (`DLPackVersion` of two
+#: uint32, then the `prev_api` pointer) and the count of function pointers after it.
 TABLE_HEADER_BYTES = 8 + ctypes.sizeof(ctypes.c_void_p)
 TABLE_MEMBERS = 5
 #: Tables of the libraries this process loaded and checked: a table found on
 #: `torch.Tensor` later is known to be ours.
 OWN_TABLES: set[int] = set()
-
 # The table as native C lays it out: two uint32, then prev_api and the members (pointers).
 _TABLE = struct.Struct(f"@II{1 + TABLE_MEMBERS}P")
 
@@ -137,7 +102,25 @@ _FIELDS = (
     "sha256",
 )
 _FIELD_SET = frozenset(_FIELDS)
-_TEXT_FIELDS = ("torch", "torch_build", "dlpack", "toolchain", "gpu_toolkit", "platform", "python")
+# Every field of an entry, in the order _valid_entries reads them as columns: the text
+# fields first (torch and python also as numbers), then gpu_toolkit (text or null).
+_ENTRY_COLUMNS = (
+    "torch",
+    "torch_build",
+    "dlpack",
+    "toolchain",
+    "platform",
+    "python",
+    "gpu_toolkit",
+    "file",
+    "backend",
+    "cxx11_abi",
+    "size",
+    "sha256",
+)
+_entry_values = itemgetter(*_ENTRY_COLUMNS)
+_BACKEND_SET = frozenset(_BACKENDS)
+_ABI_TYPES = frozenset((bool, type(None)))
 _HEX = "0123456789abcdef"
 # O_NONBLOCK: a FIFO planted where a file should be must not block the import.
 _OPEN_FLAGS = (
@@ -148,16 +131,13 @@ _OPEN_FLAGS = (
 )
 # A library on the common path is opened without following a symbolic link (below).
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-
 # RTLD_NOW: every symbol is bound at dlopen, so a library that needs one torch lacks fails
 # here (with the symbol's name) instead of at its first call. RTLD_LOCAL: it resolves
 # torch's symbols from the libraries `import torch` loaded and exports nothing to others.
 _DLOPEN_MODE = getattr(os, "RTLD_NOW", 2) | ctypes.RTLD_LOCAL
 
 
-# --------------------------------------------------------------------------------------
 # The running torch as the import reads it (the full path's TorchInfo too).
-# --------------------------------------------------------------------------------------
 
 
 def backend_of(torch: Any) -> str:
@@ -168,15 +148,12 @@ def backend_of(torch: Any) -> str:
     # initialises the driver (`cuInit`), poisons later `fork()`s and freezes
     # `CUDA_VISIBLE_DEVICES` in every process that imports tvm-ffi (docs/facts.md, "The
     # backend is the build flavour"). A GPU torch on a host without a device gets its
-    # backend's library, which serves CPU tensors too.
-    #
-    # getattr keeps builds whose torch.version lacks cuda or hip safe.
+    # backend's library, which serves CPU tensors too. getattr keeps builds whose
+    # torch.version lacks cuda or hip safe.
     version = getattr(torch, "version", None)
     if getattr(version, "hip", None) is not None:
         return "rocm"
-    if getattr(version, "cuda", None) is not None:
-        return "cuda"
-    return "cpu"
+    return "cpu" if getattr(version, "cuda", None) is None else "cuda"
 
 
 def cxx11_abi_of(torch: Any) -> bool | None:
@@ -200,9 +177,7 @@ def torch_minor_of(version: str) -> tuple[int, int] | None:
     return int(major), int(rest[:end])
 
 
-# --------------------------------------------------------------------------------------
 # The capsule and the table.
-# --------------------------------------------------------------------------------------
 
 
 def pythonapi_function(name: str, restype: Any, *argtypes: Any) -> Any:
@@ -229,43 +204,28 @@ def make_capsule(pointer: int) -> Any:
 
 
 def check_table(pointer: int, origin: str) -> tuple[int, int]:
-    # Check the `DLPackExchangeAPI` at `pointer`; return its DLPack version.
-    #
-    # Raises _torch_c_dlpack_ext_core.errors.LibraryLoadError if the pointer is
-    # NULL, the major version is not 1, or any member is NULL (named through the mirrors).
-    if not pointer:
-        raise load_error(f"{origin}: {EXPORT_TABLE}() returned NULL")
-    major, minor, _prev_api, *members = _TABLE.unpack(ctypes.string_at(pointer, _TABLE.size))
-    if major != SUPPORTED_MAJOR:
-        raise load_error(
-            f"{origin}: exchange table has DLPack version {major}.{minor}, "
-            f"this loader reads major version {SUPPORTED_MAJOR}",
-            "upgrade torch-c-dlpack-ext or rebuild the library",
-        )
-    if not all(members):
-        from _torch_c_dlpack_ext_core.dlpack_ctypes import EXCHANGE_API_MEMBERS
+    # Check the `DLPackExchangeAPI` at `pointer` (not NULL, DLPack major version 1, no
+    # NULL member); return its DLPack version. Raises
+    # _torch_c_dlpack_ext_core.errors.LibraryLoadError naming what is wrong and where
+    # (`origin`: the library or attribute it came from).
+    values = _TABLE.unpack(ctypes.string_at(pointer, _TABLE.size)) if pointer else None
+    if values is not None and values[0] == SUPPORTED_MAJOR and all(values[3:]):
+        return values[0], values[1]
+    from _torch_c_dlpack_ext_core.errors import table_error
 
-        missing = [name for name, member in zip(EXCHANGE_API_MEMBERS, members) if not member]
-        raise load_error(
-            f"{origin}: exchange table has NULL member(s) {', '.join(missing)}",
-            "the library is incomplete: rebuild it",
-        )
-    return major, minor
+    raise table_error(origin, values)
 
 
-# --------------------------------------------------------------------------------------
 # The common path.
-# --------------------------------------------------------------------------------------
 
 
 def load_common(package_dir: str) -> dict[str, Any] | None:
     # Publish the bundled library matching the running torch, when nothing is unusual,
-    # and return the import's status fields (`_status.StatusFields`, which this module
-    # does not import: `_status` reaches back here through `_torchinfo`); `None`
-    # otherwise (before anything was changed), for the full selector to decide,
-    # act and explain. The same decision the selector would make (a unit test compares
-    # them): no attribute to judge, the first matching manifest entry. The caller has
-    # checked that no `TORCH_C_DLPACK_EXT_*` variable is set.
+    # and return the import's status fields (`_status.StatusFields`); `None` otherwise
+    # (before anything was changed), for the full selector to decide, act and explain.
+    # The same decision the selector would make (a unit test compares them): no
+    # attribute to judge, the first matching manifest entry. The caller has checked
+    # that no `TORCH_C_DLPACK_EXT_*` variable is set.
     with LOCK:
         try:
             import torch
@@ -274,10 +234,10 @@ def load_common(package_dir: str) -> dict[str, Any] | None:
             if hasattr(tensor, CAPSULE_ATTR) or hasattr(tensor, LEGACY_INT_ATTR):
                 return None
             verified = _matching_library(torch, package_dir)
-            loaded = _open(*verified) if verified is not None else None
+            if verified is None:
+                return None
+            loaded = _open(*verified)
         except Exception:  # the full selector meets the same and reports it
-            return None
-        if loaded is None:
             return None
         publish(torch, loaded[2])
         return {"kind": "load", "library": loaded[0], "common_path": True}
@@ -286,32 +246,21 @@ def load_common(package_dir: str) -> dict[str, Any] | None:
 def _matching_library(torch: Any, package_dir: str) -> tuple[str, bytes, os.stat_result] | None:
     # The manifest entry the selector would load first for this torch, verified:
     # `(path, bytes, stat)`, or None (no valid manifest, no match, a failed check).
+    # The selector's order: the build of the exact running torch first, then by file.
     version = torch.__version__
     wanted = torch_minor_of(version) if isinstance(version, str) else None
-    if wanted is None:
-        return None
-    entries = _read_manifest(os.path.join(package_dir, _MANIFEST_NAME))
+    entries = _read_manifest(os.path.join(package_dir, _MANIFEST_NAME)) if wanted else None
     if not entries:
         return None
-    backend, abi = backend_of(torch), cxx11_abi_of(torch)
-    matching = [
-        entry
-        for entry in entries
-        if _minor_of_entry(entry) == wanted
-        and entry["backend"] == backend
-        and entry["cxx11_abi"] == abi
-        and (entry["cxx11_abi"] is None) == (abi is None)
-    ]
-    if not matching:
-        return None
-    # The selector's order: the build of the exact running torch first, then by file.
-    first = min(matching, key=lambda e: (e["torch_build"] != version, e["file"]))
-    return _read_verified(first, package_dir)
-
-
-def _minor_of_entry(entry: dict[str, Any]) -> tuple[int, int]:
-    major, minor = entry["torch"].split(".")
-    return int(major), int(minor)
+    backend, abi, best = backend_of(torch), cxx11_abi_of(torch), None
+    for entry in entries:
+        major, minor = entry["torch"].split(".")
+        # Both are True, False or None here: `is` is the selector's equality.
+        if entry["backend"] == backend and entry["cxx11_abi"] is abi:
+            order = (entry["torch_build"] != version, entry["file"])
+            if (int(major), int(minor)) == wanted and (best is None or order < best[0]):
+                best = order, entry
+    return None if best is None else _read_verified(best[1], package_dir)
 
 
 def _read_regular(
@@ -319,7 +268,10 @@ def _read_regular(
 ) -> tuple[bytes, os.stat_result] | None:
     # The bytes of the regular file `path` (opened without blocking, with `flags`
     # added) and its stat, if it has at most `limit` bytes (exactly `size`, when
-    # given) and it did not grow while being read.
+    # given) and it did not grow while being read. One read, of one byte more than stat
+    # says: a regular file's read returns all it asks for up to the end, so a short
+    # read is a file that shrank and a long one a file that grew; either is refused
+    # (the full path's reader says why).
     try:
         fd = os.open(path, _OPEN_FLAGS | flags)
     except (OSError, ValueError):
@@ -327,12 +279,9 @@ def _read_regular(
     try:
         info = os.fstat(fd)
         expected = info.st_size
-        if not stat.S_ISREG(info.st_mode) or expected > limit:
+        if not stat.S_ISREG(info.st_mode) or expected > limit or size not in (None, expected):
             return None
-        if size is not None and expected != size:
-            return None
-        # One byte more than stat says: a file that grew meanwhile is refused.
-        data = read_fd(fd, expected + 1)
+        data = os.read(fd, expected + 1)
     except OSError:
         return None
     finally:
@@ -340,82 +289,85 @@ def _read_regular(
     return (data, info) if len(data) == expected else None
 
 
-def read_fd(fd: int, limit: int) -> bytes:
-    # Up to `limit` bytes of an open regular file, from its current offset. A read of a
-    # regular file that returns less than asked has met the end (EINTR is retried by
-    # Python), so no second read is spent to see the end.
-    chunks: list[bytes] = []
-    total = 0
-    while total < limit:
-        want = min(1 << 30, limit - total)
-        chunk = os.read(fd, want)
-        chunks.append(chunk)
-        total += len(chunk)
-        if len(chunk) < want:
-            break
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
 def _read_manifest(path: str) -> list[dict[str, Any]] | None:
     # The entries of a manifest that passes every check of
     # `_torch_c_dlpack_ext_core.manifest.load_manifest`, as JSON objects; None for any
     # manifest it would refuse (it then says why).
     read = _read_regular(path, _MAX_MANIFEST_BYTES)
-    if read is None or not read[0].strip():
-        return None
     try:
-        data = json.loads(read[0].decode("utf-8"))
+        data = json.loads(read[0].decode("utf-8")) if read and read[0].strip() else None
     except (ValueError, RecursionError):  # not UTF-8, not JSON, too deep
         return None
-    schema = data.get("schema") if isinstance(data, dict) else None
-    libraries = data.get("libraries") if type(schema) is int and schema == _SCHEMA_VERSION else None
-    valid = (
-        isinstance(libraries, list)
-        and len(libraries) <= _MAX_ENTRIES
-        and all(isinstance(entry, dict) and _valid_entry(entry) for entry in libraries)
-    )
-    return libraries if valid else None
+    if not isinstance(data, dict) or type(data.get("schema")) is not int:
+        return None
+    entries = data.get("libraries") if data["schema"] == _SCHEMA_VERSION else None
+    if not isinstance(entries, list) or len(entries) > _MAX_ENTRIES:
+        return None
+    try:
+        return entries if not entries or _valid_entries(entries) else None
+    except TypeError:  # a field of a type no check expects (a list where text belongs)
+        return None
 
 
-def _is_number(text: str) -> bool:
-    return text.isascii() and text.isdigit() and len(text) <= 6
-
-
-def _valid_entry(entry: dict[str, Any]) -> bool:
-    # Whether `ManifestEntry.from_json` accepts `entry` (the same checks). Run for every
-    # entry on every import (a release's combined wheel lists twenty), so written as
-    # plain loops and C calls: no generator, no helper call per field.
-    if not entry.keys() >= _FIELD_SET:
+def _valid_entries(entries: list[Any]) -> bool:
+    # Whether `ManifestEntry.from_json` accepts every entry (a non-empty list): the
+    # same checks, made column by column over all the entries at once (a release's
+    # combined wheel lists twenty, and every one is checked on every import), each a C
+    # call: `"".join` refuses anything but text (TypeError), one `isprintable` sees
+    # every character (so "\0" can separate texts below), `min` and `max` of the
+    # lengths bound each field, a set of types or of values says what a column holds.
+    # JSON objects only come as dicts.
+    if {*map(type, entries)} != {dict} or not all(map(_FIELD_SET.issubset, entries)):
         return False
-    for name in _TEXT_FIELDS:
-        value = entry[name]
-        text = isinstance(value, str) and 0 < len(value) <= _MAX_TEXT and value.isprintable()
-        if not text and (value is not None or name != "gpu_toolkit"):
-            return False
-    file, abi, size, sha = entry["file"], entry["cxx11_abi"], entry["size"], entry["sha256"]
+    (
+        torch,
+        torch_build,
+        dlpack,
+        toolchain,
+        platform,
+        python,
+        gpu,
+        file,
+        backend,
+        abi,
+        size,
+        sha,
+    ) = zip(*map(_entry_values, entries))
+    texts = [*torch, *torch_build, *dlpack, *toolchain, *platform, *python]
+    texts += [text for text in {*gpu} if text is not None]  # gpu_toolkit may be null
     if not (
-        isinstance(file, str)
-        and 0 < len(file) <= _MAX_FILE_PATH
-        and file.isprintable()
-        and "\\" not in file
-        and ":" not in file
-        and entry["backend"] in _BACKENDS
-        and (abi is None or abi is True or abi is False)
-        and type(size) is int
-        and 0 < size <= MAX_LIBRARY_BYTES
-        and type(sha) is str
-        and len(sha) == 64
-        and not sha.strip(_HEX)
+        "".join([*texts, *file]).isprintable()
+        and min(map(len, texts)) > 0
+        and max(map(len, texts)) <= _MAX_TEXT
     ):
         return False
-    for part in file.split("/"):
-        if part in ("", ".", "..") or len(part) > 255:
-            return False
-    major, dot, minor = entry["torch"].partition(".")
-    python = entry["python"]
-    py_major, py_dot, py_minor = python.removesuffix("t").partition(".")
-    return bool(dot and _is_number(major) and _is_number(minor)) and (
-        python == "abi3" or bool(py_dot and _is_number(py_major) and _is_number(py_minor))
+    # The torch 'major.minor' and the Python ('abi3', '3.11', '3.14t') as numbers:
+    # exactly one dot each, between two runs of 1-6 ASCII digits.
+    numbers = {*torch, *[text.removesuffix("t") for text in {*python} - {"abi3"}]}
+    digits = "\0".join(numbers).replace(".", "\0").split("\0")
+    parts = "/".join(file).split("/")
+    return (
+        {text.count(".") for text in numbers} == {1}
+        and min(map(len, digits)) > 0
+        and max(map(len, digits)) <= 6
+        and "".join(digits).isascii()
+        and "".join(digits).isdigit()
+        and min(map(len, file)) > 0
+        and max(map(len, file)) <= _MAX_FILE_PATH
+        and "\\" not in "".join(file)
+        and ":" not in "".join(file)
+        and "" not in parts
+        and "." not in parts
+        and ".." not in parts
+        and max(map(len, parts)) <= 255
+        and {*backend} <= _BACKEND_SET
+        and {*map(type, abi)} <= _ABI_TYPES
+        and {*map(type, size)} == {int}
+        and min(size) > 0
+        and max(size) <= MAX_LIBRARY_BYTES
+        and {*map(type, sha)} == {str}
+        and {*map(len, sha)} == {64}
+        and not "".join(sha).strip(_HEX)
     )
 
 
@@ -430,87 +382,54 @@ def _read_verified(
     # the package, which the core accepts, goes to the full selector.
     parts = entry["file"].split("/")
     path = package_dir
-    for part in parts[:-1]:
-        path = os.path.join(path, part)
-        try:
+    try:
+        for part in parts[:-1]:
+            path = os.path.join(path, part)
             if not stat.S_ISDIR(os.lstat(path).st_mode):
                 return None
-        except (OSError, ValueError):
+        path = os.path.join(path, parts[-1])
+        # No O_NOFOLLOW (Windows): the last component is looked at first.
+        if not _NOFOLLOW and stat.S_ISLNK(os.lstat(path).st_mode):
             return None
-    path = os.path.join(path, parts[-1])
-    if not _NOFOLLOW:  # no O_NOFOLLOW (Windows): look at the last component first
-        try:
-            if stat.S_ISLNK(os.lstat(path).st_mode):
-                return None
-        except (OSError, ValueError):
-            return None
+    except (OSError, ValueError):
+        return None
     read = _read_regular(path, entry["size"], entry["size"], _NOFOLLOW)
     if read is None or hashlib.sha256(read[0]).hexdigest() != entry["sha256"]:
         return None
     return path, read[0], read[1]
 
 
-# --------------------------------------------------------------------------------------
 # Loading one library (both paths).
-# --------------------------------------------------------------------------------------
 
 
-def load_error(message: str, remedy: str = "") -> Exception:
-    # A `LibraryLoadError` (its module is imported only when one is made).
-    from _torch_c_dlpack_ext_core.errors import LibraryLoadError
-
-    return LibraryLoadError(message, remedy)
-
-
-def short_path(path: Path | str) -> str:
-    # A path for messages: whole when reasonable, else its start and its end.
-    text = str(path)
-    return text if len(text) <= 160 else f"{text[:60]}...{text[-60:]} ({len(text)} characters)"
-
-
-_ELF_MAGIC = b"\x7fELF"
-_PT_LOAD = 1
-
-
-def check_elf_image(data: bytes | memoryview, path: Path | str) -> None:
-    # Refuse an ELF image whose headers point past its end (`path` names it).
-    #
-    # dlopen maps every loadable segment; touching a page beyond the end of a truncated
-    # file raises SIGBUS, which kills the process (no `except` helps). A manifest
-    # checksum cannot catch a file that was truncated before it was hashed, so the extents
-    # are checked too. Non-ELF data is left to dlopen, which rejects it with an ordinary
-    # error.
+def elf_problem(data: bytes | memoryview) -> str | None:
+    # Why an ELF image's headers point past its end, or None. dlopen maps every loadable
+    # segment; touching a page beyond the end of a truncated file raises SIGBUS, which
+    # kills the process (no `except` helps). A manifest checksum cannot catch a file that
+    # was truncated before it was hashed, so the extents are checked too. Non-ELF data is
+    # left to dlopen, which rejects it with an ordinary error. `_library.check_elf_image`
+    # raises with the problem.
     size = len(data)
-    if size < 16 or bytes(data[:4]) != _ELF_MAGIC:
-        return
+    if size < 16 or bytes(data[:4]) != b"\x7fELF":
+        return None
     is64, order = data[4] == 2, "<" if data[5] == 1 else ">"
     header = struct.Struct(order + ("HHIQQQIHHHHHH" if is64 else "HHIIIIIHHHHHH"))
     if size < 16 + header.size:
-        raise _elf_error(path, "truncated ELF header")
+        return "truncated ELF header"
     fields = header.unpack_from(data, 16)
-    phoff, shoff = fields[4], fields[5]
-    phentsize, phnum, shentsize, shnum = fields[8], fields[9], fields[10], fields[11]
+    phoff, shoff, phentsize, phnum, shentsize, shnum = fields[4:6] + fields[8:12]
     if phoff + phnum * phentsize > size or (shoff and shoff + shnum * shentsize > size):
-        raise _elf_error(path, f"truncated ({size} bytes, its ELF headers describe more)")
+        return f"truncated ({size} bytes, its ELF headers describe more)"
     segment = struct.Struct(order + ("IIQQQQQQ" if is64 else "IIIIIIII"))
     for index in range(phnum):
         start = phoff + index * phentsize
         if start + segment.size > size:
-            raise _elf_error(path, "truncated ELF program headers")
+            return "truncated ELF program headers"
         values = segment.unpack_from(data, start)
-        offset, filesz = (values[2], values[5]) if is64 else (values[1], values[4])
-        if values[0] == _PT_LOAD and offset + filesz > size:
-            raise _elf_error(
-                path,
-                f"truncated: a loadable segment ends at byte {offset + filesz}, "
-                f"the file has {size}",
-            )
-
-
-def _elf_error(path: Path | str, problem: str) -> Exception:
-    from _torch_c_dlpack_ext_core.errors import REINSTALL
-
-    return load_error(f"{short_path(path)}: {problem}", REINSTALL)
+        end = values[2] + values[5] if is64 else values[1] + values[4]
+        if values[0] == 1 and end > size:  # PT_LOAD
+            return f"truncated: a loadable segment ends at byte {end}, the file has {size}"
+    return None
 
 
 # Descriptors of the private copies dlopen loaded, kept open for the life of the
@@ -520,13 +439,15 @@ _PRIVATE_COPIES: list[int] = []
 
 def private_copy(path: str, data: bytes) -> str | None:
     # A sealed in-memory copy of `data` for dlopen (`/proc/self/fd/N` of a memfd named
-    # after `path`), or `None` where that is unavailable (not Linux, no memfd, no /proc).
+    # after `path`), or `None` where there is no memfd (not Linux). Where /proc is not
+    # mounted, dlopen of that name fails and the full path loads the file itself, once
+    # it has read it again and found the bytes unchanged (`_library.open_library`).
     #
     # Loading a private copy makes the bytes loaded exactly the bytes verified: a file
     # swapped after the check, or truncated in place during (or after) dlopen, cannot reach
     # the process (a truncated mapping would be a SIGBUS).
     create = getattr(os, "memfd_create", None)
-    if create is None or not os.path.isdir("/proc/self/fd"):
+    if create is None:
         return None
     flags = getattr(os, "MFD_CLOEXEC", 1) | getattr(os, "MFD_ALLOW_SEALING", 2)
     try:
@@ -555,8 +476,6 @@ def dlopen(target: str) -> int | ctypes.CDLL:
     # The handle of `target` opened `RTLD_NOW | RTLD_LOCAL` (raises OSError): the bare
     # dlopen handle where `_ctypes` offers dlopen (POSIX), else a CDLL (Windows); a CDLL
     # costs a class creation, so it is made only when needed (`_library.LoadedLibrary`).
-    import _ctypes
-
     raw = getattr(_ctypes, "dlopen", None)
     if raw is None:
         return ctypes.CDLL(target, mode=_DLOPEN_MODE)
@@ -566,40 +485,34 @@ def dlopen(target: str) -> int | ctypes.CDLL:
 
 def table_pointer(handle: int | ctypes.CDLL) -> int | None:
     # What the library's `TorchDLPackExchangeAPIPtr()` returns; `None` if it lacks
-    # the export.
-    if isinstance(handle, ctypes.CDLL):
-        try:
+    # the export. A dlopen handle's export is called through an instance of a class
+    # ctypes already has (no prototype class to create): a call that keeps the GIL,
+    # which the export, returning a static address, needs no release of.
+    try:
+        if isinstance(handle, int):
+            func = ctypes.pythonapi._FuncPtr(_ctypes.dlsym(handle, EXPORT_TABLE))
+        else:
             func = getattr(handle, EXPORT_TABLE)
-        except AttributeError:
-            return None
-    else:
-        import _ctypes
-
-        try:
-            address = _ctypes.dlsym(handle, EXPORT_TABLE)
-        except OSError:
-            return None
-        # An instance of a class ctypes already has (no prototype class to create): a
-        # call that keeps the GIL, which the export, returning a static address, needs
-        # no release of.
-        func = ctypes.pythonapi._FuncPtr(address)
+    except (OSError, AttributeError):
+        return None
     func.restype = ctypes.c_int64
     func.argtypes = ()
     return int(func())
 
 
 def _open(path: str, data: bytes, info: os.stat_result) -> Record:
-    # `_library.open_library` for bytes verified on the common path, whose stat is known.
+    # `_library.open_library` for bytes verified on the common path, whose stat is known;
+    # raises (for the full path to redo the step and say why) where a check fails.
     key = (info.st_dev, info.st_ino)
     record = LIBRARIES.get(key)
     if record is not None:
         return record
-    check_elf_image(data, path)
-    target = private_copy(path, data) or path
-    handle = dlopen(target)
+    if elf_problem(data) is not None:
+        raise OSError(path)
+    handle = dlopen(private_copy(path, data) or path)
     pointer = table_pointer(handle)
     if pointer is None:
-        raise load_error(f"{short_path(path)}: does not export {EXPORT_TABLE}")
+        raise OSError(path)
     record = (path, handle, pointer, check_table(pointer, path))
     LIBRARIES[key] = record
     OWN_TABLES.add(pointer)

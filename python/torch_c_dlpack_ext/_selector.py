@@ -35,6 +35,7 @@ from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest, read
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend, env_var
 
 from ._library import LoadedLibrary, open_library, read_library
+from ._library import short_path as _short_path
 from ._loader import (
     CAPSULE_ATTR,
     ENV_PREFIX,
@@ -43,7 +44,6 @@ from ._loader import (
     make_capsule,
     publish,
 )
-from ._loader import short_path as _short_path
 from ._select import (
     Decision,
     DecisionKind,

@@ -44,13 +44,17 @@ def test_schema_bounds_are_the_manifests() -> None:
     assert manifest.MAX_FILE_PATH == _loader._MAX_FILE_PATH
     assert manifest.SCHEMA_VERSION == _loader._SCHEMA_VERSION
     assert manifest.REQUIRED_FIELDS == _loader._FIELDS
-    assert set(_loader._TEXT_FIELDS) == set(manifest.REQUIRED_FIELDS) - {
+    # The entry check reads every field, the six text fields first.
+    assert sorted(_loader._ENTRY_COLUMNS) == sorted(manifest.REQUIRED_FIELDS)
+    assert set(_loader._ENTRY_COLUMNS[:6]) == set(manifest.REQUIRED_FIELDS) - {
         "file",
         "backend",
         "cxx11_abi",
+        "gpu_toolkit",
         "size",
         "sha256",
     }
+    assert _loader.SUPPORTED_MAJOR == dlpack_ctypes.SUPPORTED_MAJOR
 
 
 VERSIONS = st.one_of(
