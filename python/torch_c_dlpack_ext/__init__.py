@@ -60,28 +60,6 @@ _LAZY = {
 }
 
 
-def _is_torchs_own_capsule(torch: Any, capsule: object) -> bool:
-    # Whether `capsule` is a valid `dlpack_exchange_api` capsule holding exactly the
-    # table torch itself publishes (`torch._C._dlpack_exchange_api()`, torch 2.10-2.15).
-    #
-    # `PyCapsule_IsValid` checks the exact type and the name first, so any object is safe.
-    # Private prototypes (`_loader.pythonapi_function`, restated to keep this path to this
-    # module): instances of the class ctypes made for `pythonapi`, whose shared functions
-    # other packages may configure. A torch without that function goes to the selector.
-    import ctypes  # torch has imported it
-
-    def reader(name: str, restype: Any) -> Any:
-        function = ctypes.pythonapi._FuncPtr((name, ctypes.pythonapi))
-        function.restype, function.argtypes = restype, (ctypes.py_object, ctypes.c_char_p)
-        return function
-
-    if not reader("PyCapsule_IsValid", ctypes.c_int)(capsule, _CAPSULE_NAME):
-        return False
-    pointer = reader("PyCapsule_GetPointer", ctypes.c_void_p)
-    torchs = pointer(torch._C._dlpack_exchange_api(), _CAPSULE_NAME)
-    return torchs is not None and pointer(capsule, _CAPSULE_NAME) == torchs
-
-
 def _torch_defers() -> bool:
     # The fast path: torch provides its own valid API capsule, so the selector would
     # DEFER (the caller has checked that no override is set).
@@ -97,9 +75,27 @@ def _torch_defers() -> bool:
         # Only a torch that has the API itself (2.10+): on an older one the capsule was
         # set by someone else, and the selector validates its pointer before deferring.
         major, minor = torch.__version__.split(".")[:2]
-        new_enough = (int(major), int(minor)) >= (2, 10)
+        if (int(major), int(minor)) < (2, 10):
+            return False
         capsule = getattr(torch.Tensor, _CAPSULE_ATTR)
-        return new_enough and _is_torchs_own_capsule(torch, capsule)
+        # Whether `capsule` is a valid `dlpack_exchange_api` capsule holding exactly the
+        # table torch itself publishes (`torch._C._dlpack_exchange_api()`, torch
+        # 2.10-2.15). `PyCapsule_IsValid` checks the exact type and the name first, so
+        # any object is safe. Private prototypes (`_loader.pythonapi_function`, restated
+        # to keep this path to this module): instances of the class ctypes made for
+        # `pythonapi`, whose shared functions other packages may configure. A torch
+        # without that function goes to the selector.
+        import ctypes  # torch has imported it
+
+        api = ctypes.pythonapi
+        valid = api._FuncPtr(("PyCapsule_IsValid", api))
+        pointer = api._FuncPtr(("PyCapsule_GetPointer", api))
+        valid.restype, pointer.restype = ctypes.c_int, ctypes.c_void_p
+        valid.argtypes = pointer.argtypes = (ctypes.py_object, ctypes.c_char_p)
+        if not valid(capsule, _CAPSULE_NAME):
+            return False
+        torchs = pointer(torch._C._dlpack_exchange_api(), _CAPSULE_NAME)
+        return torchs is not None and pointer(capsule, _CAPSULE_NAME) == torchs
     except Exception:  # no torch, no attribute, an odd value: the selector says why
         return False
 
@@ -107,7 +103,8 @@ def _torch_defers() -> bool:
 def _run_selector() -> StatusFields | None:
     # No TORCH_C_DLPACK_EXT_* variable (one look at the environment for both fast paths):
     # a torch with its own API is deferred to, else the common path loads.
-    if not any(name.startswith(_ENV_PREFIX) for name in os.environ):
+    # ("\0" is in no variable's name: each name is looked at from its start.)
+    if ("\0" + "\0".join(os.environ)).find("\0" + _ENV_PREFIX) < 0:
         if _torch_defers():
             return None
         from ._loader import load_common
@@ -163,7 +160,9 @@ def _import_boundary() -> StatusFields | None:
             import torch  # the selector's first step anyway; here to snapshot the attributes
 
             tensor = torch.Tensor
-            saved = {name: vars(tensor).get(name, _MISSING) for name in _ATTRIBUTES}
+            own = vars(tensor)
+            saved = {_CAPSULE_ATTR: own.get(_CAPSULE_ATTR, _MISSING)}
+            saved[_LEGACY_INT_ATTR] = own.get(_LEGACY_INT_ATTR, _MISSING)
         except Exception:  # no usable torch: the selector reports why
             tensor = None
         return _run_selector()
