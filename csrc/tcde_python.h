@@ -18,7 +18,8 @@
 // "torch_python is resolved at run time"). `import torch` has already loaded it (as
 // torch._C's dependency, in that module's local scope, so RTLD_DEFAULT does not see
 // it), and TorchDLPackExchangeAPIPtr() resolves the three symbols from it once, by
-// name, before it hands out the table (exchange_api.cc, ResolveTorchPython()). Only
+// name, through torch._C's handle, before it hands out the table (exchange_api.cc,
+// ResolveTorchPython()). Only
 // those names must then match torch's: the declarations below still give the
 // function pointer its type, and the mangled name sits next to the declaration it
 // spells. macOS and Windows still link libtorch_python (untested here).
