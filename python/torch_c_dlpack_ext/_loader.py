@@ -313,54 +313,48 @@ def _valid_entries(entries: list[Any]) -> bool:
     # Whether `ManifestEntry.from_json` accepts every entry (a non-empty list): the
     # same checks, made column by column over all the entries at once (a release's
     # combined wheel lists twenty, and every one is checked on every import), each a C
-    # call: `"".join` refuses anything but text (TypeError), one `isprintable` sees
-    # every character (so "\0" can separate texts below), `min` and `max` of the
-    # lengths bound each field, a set of types or of values says what a column holds.
-    # JSON objects only come as dicts.
-    if {*map(type, entries)} != {dict} or not all(map(_FIELD_SET.issubset, entries)):
+    # call, on each column's distinct values (most repeat from entry to entry): a set
+    # refuses an unhashable value and `"".join` anything but text (TypeError, which the
+    # caller catches), one `isprintable` sees every character (so "\0" can separate
+    # texts below), `min` and `max` of the lengths bound each field, a set of types or
+    # of values says what a column holds. JSON objects come only as dicts, and a
+    # missing field is a KeyError.
+    if {*map(type, entries)} != {dict}:
         return False
-    (
-        torch,
-        torch_build,
-        dlpack,
-        toolchain,
-        platform,
-        python,
-        gpu,
-        file,
-        backend,
-        abi,
-        size,
-        sha,
-    ) = zip(*map(_entry_values, entries))
-    texts = [*torch, *torch_build, *dlpack, *toolchain, *platform, *python]
-    texts += [text for text in {*gpu} if text is not None]  # gpu_toolkit may be null
-    if not (
-        "".join([*texts, *file]).isprintable()
-        and min(map(len, texts)) > 0
-        and max(map(len, texts)) <= _MAX_TEXT
-    ):
+    try:
+        columns = [*zip(*map(_entry_values, entries))]
+    except KeyError:
         return False
+    # Text as distinct values (a set: no text equals anything but text); cxx11_abi and
+    # size as they are (in a set, 1, 1.0 and True would be one value).
+    torch, python, gpu, file, backend, sha = map(set, (*columns[:1], *columns[5:9], columns[11]))
+    abi, size = columns[9:11]
+    texts = set().union(*columns[:6], gpu - {None})  # gpu_toolkit may be null
     # The torch 'major.minor' and the Python ('abi3', '3.11', '3.14t') as numbers:
     # exactly one dot each, between two runs of 1-6 ASCII digits.
-    numbers = {*torch, *[text.removesuffix("t") for text in {*python} - {"abi3"}]}
+    numbers = torch | {text.removesuffix("t") for text in python - {"abi3"} if type(text) is str}
+    files = "/".join(file)
+    if not ("".join(texts).isprintable() and files.isprintable()):
+        return False
     digits = "\0".join(numbers).replace(".", "\0").split("\0")
-    parts = "/".join(file).split("/")
+    parts = files.split("/")
     return (
-        {text.count(".") for text in numbers} == {1}
-        and min(map(len, digits)) > 0
+        0 < min(map(len, texts))
+        and max(map(len, texts)) <= _MAX_TEXT
+        and {text.count(".") for text in numbers} == {1}
+        and 0 < min(map(len, digits))
         and max(map(len, digits)) <= 6
         and "".join(digits).isascii()
         and "".join(digits).isdigit()
-        and min(map(len, file)) > 0
+        and 0 < min(map(len, file))
         and max(map(len, file)) <= _MAX_FILE_PATH
-        and "\\" not in "".join(file)
-        and ":" not in "".join(file)
+        and "\\" not in files
+        and ":" not in files
         and "" not in parts
         and "." not in parts
         and ".." not in parts
         and max(map(len, parts)) <= 255
-        and {*backend} <= _BACKEND_SET
+        and backend <= _BACKEND_SET
         and {*map(type, abi)} <= _ABI_TYPES
         and {*map(type, size)} == {int}
         and min(size) > 0

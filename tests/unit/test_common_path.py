@@ -159,6 +159,30 @@ def test_the_common_path_accepts_exactly_the_manifests_the_core_accepts(
         ]
 
 
+@pytest.mark.parametrize(
+    ("field", "first", "second"),
+    [
+        ("cxx11_abi", True, 1),
+        ("cxx11_abi", False, 0),
+        ("size", 1, True),
+        ("size", 64152, 64152.0),
+        ("torch", "2.8", 2.8),
+        ("gpu_toolkit", None, 0),
+    ],
+)
+def test_values_that_compare_equal_across_types_are_told_apart(
+    tmp_path: Path, field: str, first: object, second: object
+) -> None:
+    """The entry check looks at distinct values; 1, 1.0 and True are one value to a set,
+    and only one of them is valid, so the second entry's must still be refused."""
+    path = tmp_path / "manifest.json"
+    entries = [_valid_entry_json(**{field: first}), _valid_entry_json(**{field: second})]
+    path.write_text(json.dumps({"schema": 1, "libraries": entries}), encoding="utf-8")
+    with pytest.raises(ManifestError):
+        manifest.load_manifest(path)
+    assert _loader._read_manifest(path) is None
+
+
 def test_a_manifest_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "dir").mkdir()
     os.mkfifo(tmp_path / "fifo")
