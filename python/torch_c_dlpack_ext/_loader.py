@@ -339,14 +339,14 @@ def _valid_entries(entries: list[Any]) -> bool:
     digits = "\0".join(numbers).replace(".", "\0").split("\0")
     parts = files.split("/")
     return (
-        0 < min(map(len, texts))
+        min(map(len, texts)) > 0
         and max(map(len, texts)) <= _MAX_TEXT
         and {text.count(".") for text in numbers} == {1}
-        and 0 < min(map(len, digits))
+        and min(map(len, digits)) > 0
         and max(map(len, digits)) <= 6
         and "".join(digits).isascii()
         and "".join(digits).isdigit()
-        and 0 < min(map(len, file))
+        and min(map(len, file)) > 0
         and max(map(len, file)) <= _MAX_FILE_PATH
         and "\\" not in files
         and ":" not in files
