@@ -34,7 +34,9 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <atomic>
 #include <cstring>
+#include <mutex>
 
 // glibc 2.34 moved dlopen and dlsym from libdl.so.2 into libc.so.6 under a
 // new symbol version (GLIBC_2.34), keeping the old one as a compatibility symbol. A
@@ -922,9 +924,10 @@ int FindTorchC(struct dl_phdr_info* info, size_t /*size*/, void* data) noexcept 
 // (see tcde_python.h: this library does not link it on Linux). Returns NULL when
 // all three symbols were found, else why not (the loader, which sees only a NULL
 // table, reads it through TorchCDLPackExtLoadProblem() and puts it in its one
-// message). Runs once: a function-local static, whose initialization C++ makes
-// thread-safe (a second caller waits for the first). Not a static initializer:
-// nothing runs at dlopen.
+// message). Not a static initializer: nothing runs at dlopen. A success is kept for
+// the life of the process; a failure is not, so a library loaded before `import
+// torch` works once torch is imported. A mutex makes concurrent first calls look once
+// (the pointers are published before `resolved` says so); later calls read one flag.
 //
 // The symbols are looked up through torch._C, the extension module that needs
 // libtorch_python: Python dlopen()ed it, so the loader keeps its dependency scope,
@@ -933,40 +936,44 @@ int FindTorchC(struct dl_phdr_info* info, size_t /*size*/, void* data) noexcept 
 // whole dependency scope first (~150 us after `import torch` on 2.8, measured), most
 // of what not linking it saves (docs/facts.md, "torch_python is resolved at run time").
 const char* ResolveTorchPython() noexcept {
-  static const char* const problem = []() noexcept -> const char* {
-    static char message[512];
-    static TorchCSearch search;
-    dl_iterate_phdr(&FindTorchC, &search);
-    // RTLD_NOLOAD: only the copy already loaded; never a second load. The reference
-    // it takes is kept: Python never unloads an extension module either.
-    void* handle = search.found ? dlopen(search.path, RTLD_NOW | RTLD_NOLOAD) : nullptr;
-    if (handle == nullptr || dlsym(handle, "PyInit__C") == nullptr) {
+  static std::atomic<bool> resolved{false};
+  if (resolved.load(std::memory_order_acquire)) return nullptr;
+  static std::mutex lock;
+  static char message[512];
+  static TorchCSearch search;
+  const std::lock_guard<std::mutex> guard(lock);
+  if (resolved.load(std::memory_order_relaxed)) return nullptr;
+  search.found = false;
+  dl_iterate_phdr(&FindTorchC, &search);
+  // RTLD_NOLOAD: only the copy already loaded; never a second load. The reference
+  // it takes is kept: Python never unloads an extension module either.
+  void* handle = search.found ? dlopen(search.path, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+  if (handle == nullptr || dlsym(handle, "PyInit__C") == nullptr) {
+    std::snprintf(message, sizeof(message),
+                  "%s: torch's extension module torch._C is not loaded in this process; "
+                  "load this library only after `import torch`",
+                  kLib);
+    return message;
+  }
+  const char* const names[] = {"THPVariableClass", "ParameterClass",
+                               TCDE_THPVARIABLE_WRAP_SYMBOL};
+  void* found[3] = {};
+  for (int i = 0; i < 3; ++i) {
+    found[i] = dlsym(handle, names[i]);
+    if (found[i] == nullptr) {
       std::snprintf(message, sizeof(message),
-                    "%s: torch's extension module torch._C is not loaded in this process; "
-                    "load this library only after `import torch`",
-                    kLib);
+                    "%s: the loaded torch (%s) does not export %s from libtorch_python; "
+                    "this library was built for another torch: rebuild it against the "
+                    "running one",
+                    kLib, search.path, names[i]);
       return message;
     }
-    const char* const names[] = {"THPVariableClass", "ParameterClass",
-                                 TCDE_THPVARIABLE_WRAP_SYMBOL};
-    void* found[3] = {};
-    for (int i = 0; i < 3; ++i) {
-      found[i] = dlsym(handle, names[i]);
-      if (found[i] == nullptr) {
-        std::snprintf(message, sizeof(message),
-                      "%s: the loaded torch (%s) does not export %s from libtorch_python; "
-                      "this library was built for another torch: rebuild it against the "
-                      "running one",
-                      kLib, search.path, names[i]);
-        return message;
-      }
-    }
-    tcde::torch_python.tensor_class = static_cast<PyObject* const*>(found[0]);
-    tcde::torch_python.parameter_class = static_cast<PyObject* const*>(found[1]);
-    tcde::torch_python.wrap = reinterpret_cast<tcde::WrapFunction>(found[2]);
-    return nullptr;
-  }();
-  return problem;
+  }
+  tcde::torch_python.tensor_class = static_cast<PyObject* const*>(found[0]);
+  tcde::torch_python.parameter_class = static_cast<PyObject* const*>(found[1]);
+  tcde::torch_python.wrap = reinterpret_cast<tcde::WrapFunction>(found[2]);
+  resolved.store(true, std::memory_order_release);
+  return nullptr;
 }
 #endif
 

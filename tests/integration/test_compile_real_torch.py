@@ -141,6 +141,47 @@ def test_torch213_compile_and_exchange_suite(
     assert run_exchange_suite(sys.executable, library) >= MIN_SUITE_PASSED
 
 
+# Loads the library before torch (its torch libraries found through LD_LIBRARY_PATH),
+# then imports torch: the table export says why it cannot serve yet, then serves.
+BEFORE_TORCH = r"""
+import ctypes, json, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.TorchDLPackExchangeAPIPtr.restype = ctypes.c_int64
+lib.TorchCDLPackExtLoadProblem.restype = ctypes.c_char_p
+before = (lib.TorchDLPackExchangeAPIPtr(), lib.TorchCDLPackExtLoadProblem().decode())
+import torch
+after = (lib.TorchDLPackExchangeAPIPtr(), lib.TorchCDLPackExtLoadProblem())
+print(json.dumps({"before": before, "after": [after[0], after[1]]}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the run-time lookup is Linux's")
+def test_a_library_loaded_before_torch_says_why_and_serves_once_torch_is_imported(
+    torch213_library: tuple[Path, ManifestEntry],
+) -> None:
+    import torch
+
+    library, _ = torch213_library
+    env = dict(os.environ, LD_LIBRARY_PATH=str(Path(torch.__file__).parent / "lib"))
+    proc = subprocess.run(
+        [sys.executable, "-c", BEFORE_TORCH, str(library)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["before"][0] == 0, result
+    assert "torch._C is not loaded" in result["before"][1], result
+    assert result["after"][0] != 0, result
+    assert result["after"][1] is None, result
+    assert "torch-c-dlpack-ext" not in proc.stderr, (
+        proc.stderr
+    )  # the reason is returned, not printed
+
+
 @pytest.mark.parametrize(("version", "cxx11_abi"), OLD_TORCH)
 def test_old_torch_compile_import_and_exchange_suite(
     old_torch_env: Callable[[str], TorchEnv], build_cache: Path, version: str, cxx11_abi: bool
