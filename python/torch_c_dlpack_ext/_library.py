@@ -25,6 +25,7 @@ from ._loader import (
     check_table,
     dlopen,
     elf_problem,
+    export,
     private_copy,
     table_pointer,
 )
@@ -88,13 +89,8 @@ class LoadedLibrary:
 
     def build_info(self) -> str | None:
         """The library's ``TorchCDLPackExtBuildInfo`` JSON, or ``None`` if it lacks it."""
-        try:
-            func = getattr(self.handle, EXPORT_BUILD_INFO)
-        except AttributeError:
-            return None
-        func.restype = ctypes.c_char_p
-        func.argtypes = []
-        raw = func()
+        func = export(self.handle, EXPORT_BUILD_INFO, ctypes.c_char_p)
+        raw = func() if func is not None else None
         return raw.decode("utf-8", "replace") if raw else None
 
 
@@ -182,18 +178,8 @@ EXPORT_LOAD_PROBLEM = "TorchCDLPackExtLoadProblem"
 def _load_problem(handle: int | ctypes.CDLL) -> str | None:
     """Why the library's table export returned NULL, in its own words; ``None`` where it
     does not say (an older build, a library of someone else's)."""
-    import _ctypes
-
-    try:
-        if isinstance(handle, int):
-            func = ctypes.pythonapi._FuncPtr(_ctypes.dlsym(handle, EXPORT_LOAD_PROBLEM))
-        else:
-            func = getattr(handle, EXPORT_LOAD_PROBLEM)
-    except (OSError, AttributeError):
-        return None
-    func.restype = ctypes.c_char_p
-    func.argtypes = ()
-    raw = func()
+    func = export(handle, EXPORT_LOAD_PROBLEM, ctypes.c_char_p)
+    raw = func() if func is not None else None
     return raw.decode("utf-8", "replace") if raw else None
 
 

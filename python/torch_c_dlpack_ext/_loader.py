@@ -477,21 +477,29 @@ def dlopen(target: str) -> int | ctypes.CDLL:
     return handle
 
 
-def table_pointer(handle: int | ctypes.CDLL) -> int | None:
-    # What the library's `TorchDLPackExchangeAPIPtr()` returns; `None` if it lacks
-    # the export. A dlopen handle's export is called through an instance of a class
-    # ctypes already has (no prototype class to create): a call that keeps the GIL,
-    # which the export, returning a static address, needs no release of.
+def export(handle: int | ctypes.CDLL, name: str, restype: Any) -> Any:
+    # The library's export `name`, a function of no argument returning `restype`, ready
+    # to call; `None` if the library lacks it. A dlopen handle's export is called
+    # through an instance of a class ctypes already has (no prototype class to create):
+    # a call that keeps the GIL, which the exports, returning static data, need no
+    # release of.
     try:
         if isinstance(handle, int):
-            func = ctypes.pythonapi._FuncPtr(_ctypes.dlsym(handle, EXPORT_TABLE))
+            func = ctypes.pythonapi._FuncPtr(_ctypes.dlsym(handle, name))
         else:
-            func = getattr(handle, EXPORT_TABLE)
+            func = getattr(handle, name)
     except (OSError, AttributeError):
         return None
-    func.restype = ctypes.c_int64
+    func.restype = restype
     func.argtypes = ()
-    return int(func())
+    return func
+
+
+def table_pointer(handle: int | ctypes.CDLL) -> int | None:
+    # What the library's `TorchDLPackExchangeAPIPtr()` returns; `None` if it lacks
+    # the export.
+    func = export(handle, EXPORT_TABLE, ctypes.c_int64)
+    return None if func is None else int(func())
 
 
 def _open(path: str, data: bytes, info: os.stat_result) -> Record:
