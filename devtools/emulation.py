@@ -161,8 +161,11 @@ def check_host(emulation: Emulation, *, install: bool = True) -> None:
 
 
 def _package_installed(name: str) -> bool:
+    # dpkg's status is "want ok state": "install ok installed" when installed; a package
+    # removed or never installed but known to dpkg reads "... not-installed" or
+    # "... config-files", and dpkg-query fails for one it has never heard of.
     proc = capture(["dpkg-query", "-W", "-f=${Status}", name], timeout=30)
-    return proc.returncode == 0 and proc.stdout.endswith("installed")
+    return proc.returncode == 0 and proc.stdout.split()[-1:] == ["installed"]
 
 
 def provision_root(emulation: Emulation) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -265,3 +266,22 @@ def test_check_minor_verdicts(
     else:
         assert not result.ok
         assert cause in result.detail
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "installed"),
+    [
+        ("install ok installed", 0, True),
+        ("unknown ok not-installed", 0, False),  # known to dpkg, removed
+        ("deinstall ok config-files", 0, False),
+        ("", 1, False),  # never heard of
+    ],
+)
+def test_a_package_counts_as_installed_only_when_dpkg_says_installed(
+    monkeypatch: pytest.MonkeyPatch, status: str, code: int, installed: bool
+) -> None:
+    def fake(cmd: Sequence[str], **_: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(list(cmd), code, stdout=status, stderr="")
+
+    monkeypatch.setattr(emulation, "capture", fake)
+    assert emulation._package_installed("binfmt-support") is installed
