@@ -87,23 +87,9 @@ _MAX_TEXT = 256
 _MAX_FILE_PATH = 512
 _MANIFEST_NAME = "manifest.json"
 _BACKENDS = ("cpu", "cuda", "rocm")
-_FIELDS = (
-    "file",
-    "torch",
-    "torch_build",
-    "backend",
-    "cxx11_abi",
-    "dlpack",
-    "toolchain",
-    "gpu_toolkit",
-    "platform",
-    "python",
-    "size",
-    "sha256",
-)
-_FIELD_SET = frozenset(_FIELDS)
-# Every field of an entry, in the order _valid_entries reads them as columns: the text
-# fields first (torch and python also as numbers), then gpu_toolkit (text or null).
+# Every field an entry must have (`manifest.REQUIRED_FIELDS`), in the order
+# _valid_entries reads them as columns: the text fields first (torch and python also as
+# numbers), then gpu_toolkit (text or null).
 _ENTRY_COLUMNS = (
     "torch",
     "torch_build",
