@@ -89,9 +89,7 @@ class LoadedLibrary:
 
     def build_info(self) -> str | None:
         """The library's ``TorchCDLPackExtBuildInfo`` JSON, or ``None`` if it lacks it."""
-        func = export(self.handle, EXPORT_BUILD_INFO, ctypes.c_char_p)
-        raw = func() if func is not None else None
-        return raw.decode("utf-8", "replace") if raw else None
+        return _export_text(self.handle, EXPORT_BUILD_INFO)
 
 
 # One view per loaded library, so that loading or looking up the same file twice gives
@@ -175,10 +173,10 @@ def _dlopen_verified(target: str, name: str, path: Path, data: bytes) -> int | c
 EXPORT_LOAD_PROBLEM = "TorchCDLPackExtLoadProblem"
 
 
-def _load_problem(handle: int | ctypes.CDLL) -> str | None:
-    """Why the library's table export returned NULL, in its own words; ``None`` where it
-    does not say (an older build, a library of someone else's)."""
-    func = export(handle, EXPORT_LOAD_PROBLEM, ctypes.c_char_p)
+def _export_text(handle: int | ctypes.CDLL, name: str) -> str | None:
+    """What the library's export ``name`` (a ``const char*`` of no argument) returns, as
+    text; ``None`` where the library lacks it or it returns NULL."""
+    func = export(handle, name, ctypes.c_char_p)
     raw = func() if func is not None else None
     return raw.decode("utf-8", "replace") if raw else None
 
@@ -216,7 +214,8 @@ def open_library(path: Path, data: bytes | None = None) -> LoadedLibrary:
                 "library)"
             )
         if pointer == 0:
-            problem = _load_problem(handle)
+            # Why, in its own words (None: an older build, a library of someone else's).
+            problem = _export_text(handle, EXPORT_LOAD_PROBLEM)
             if problem:
                 raise load_error(f"{short_path(path)}: cannot be used: {problem}")
         version = check_table(pointer, short_path(path))
