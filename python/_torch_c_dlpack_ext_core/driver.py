@@ -118,15 +118,15 @@ def _torch_libraries(backend: Backend, *, torch_python: bool) -> tuple[str, ...]
     2.8 (docs/facts.md). Elsewhere the list is what it was, libtorch and the backend's
     libtorch_cuda/_hip included, though csrc/ no longer uses the latter.
     """
-    if not torch_python:
-        gpu_c10 = {Backend.CPU: (), Backend.CUDA: ("c10_cuda",), Backend.ROCM: ("c10_hip",)}
-        return ("c10", "torch_cpu", *gpu_c10[backend])
+    # The backend's c10 library, then its torch library.
     gpu = {
         Backend.CPU: (),
         Backend.CUDA: ("c10_cuda", "torch_cuda"),
         Backend.ROCM: ("c10_hip", "torch_hip"),
-    }
-    return ("c10", "torch_cpu", "torch", "torch_python", *gpu[backend])
+    }[backend]
+    if not torch_python:
+        return ("c10", "torch_cpu", *gpu[:1])
+    return ("c10", "torch_cpu", "torch", "torch_python", *gpu)
 
 
 @dataclasses.dataclass(frozen=True)
