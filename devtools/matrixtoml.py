@@ -38,7 +38,10 @@ _FREETHREADED_KEYS = ("release", "reason")
 _OSES = ("linux", "windows", "macos")
 
 
-def _check_keys(where: str, table: Mapping[str, Any], allowed: Sequence[str]) -> None:
+def _check_keys(where: str, table: Any, allowed: Sequence[str]) -> None:
+    # `table` must be a TOML table holding no key but `allowed`.
+    if not isinstance(table, dict):
+        raise MatrixError(f"matrix.toml: {where} must be a table")
     for key in table:
         if key not in allowed:
             hint = choice_hint(key, allowed)
@@ -73,8 +76,6 @@ def _version_tuple(where: str, value: str) -> tuple[int, ...]:
 def _parse_wheel(
     where: str, raw: Any, platforms: Mapping[str, Platform], indexes: Mapping[str, str]
 ) -> TorchWheel:
-    if not isinstance(raw, dict):
-        raise MatrixError(f"matrix.toml: {where} must be a table")
     _check_keys(where, raw, _WHEEL_KEYS)
     index = _choice(f"{where}.index", raw.get("index"), indexes)
     try:
@@ -123,8 +124,6 @@ def _parse_wheel(
 def _parse_torch(
     where: str, raw: Any, platforms: Mapping[str, Platform], indexes: Mapping[str, str]
 ) -> TorchMinor:
-    if not isinstance(raw, dict):
-        raise MatrixError(f"matrix.toml: {where} must be a table")
     _check_keys(where, raw, _TORCH_KEYS)
     minor = str(_str(where, raw, "minor"))
     release = str(_str(where, raw, "release"))
@@ -188,8 +187,6 @@ def _parse_freethreaded(
     for python, table in raw.items():
         where = f'[freethreaded."{python}"]'
         _choice(f"{where} name", python, sorted(listed))
-        if not isinstance(table, dict):
-            raise MatrixError(f"matrix.toml: {where} must be a table")
         _check_keys(where, table, _FREETHREADED_KEYS)
         release = table.get("release", True)
         if not isinstance(release, bool):

@@ -438,6 +438,11 @@ def test_fixture_free_threaded_cells_and_release_table() -> None:
         ),
         (lambda d: d.update(backends={"cuda": {"images": {"12.4": ""}}}), "must be a table"),
         (lambda d: d.update(backends={"cuda": {"image": "x"}}), "did you mean 'images'"),
+        (lambda d: d.update(backends={"cuda": 3}), r"\[backends\.cuda\] must be a table"),
+        (
+            lambda d: d["platforms"].update(linux_x86_64="x"),
+            r"\[platforms\.linux_x86_64\] must be a table",
+        ),
         (lambda d: d["torch"][0].update(freethreaded=["3.14"]), "free-threaded CPythons"),
         (lambda d: d["torch"][0].update(freethreaded="3.14t"), "free-threaded CPythons"),
         (lambda d: d["torch"][0]["wheel"][0].update(freethreaded="no"), "true or false"),
