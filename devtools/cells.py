@@ -43,7 +43,7 @@ from _torch_c_dlpack_ext_core.naming import (
 from devtools.errors import MatrixError
 from devtools.matrixtables import Platform, TorchMinor, TorchWheel
 
-__all__ = ["Cell", "cell_for_entry", "group_dir"]
+__all__ = ["Cell", "cell_for_entry", "group_dir", "library_entry"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +157,29 @@ def group_dir(build_dir: Path, cell: Cell) -> Path:
     """Where a cell's library goes under ``build_dir`` (``build/cells``): its group
     folder (:attr:`Cell.group`)."""
     return build_dir / cell.group
+
+
+def library_entry(
+    cell: Cell, *, file: str, size: int, sha256: str, toolchain: str, dlpack: str
+) -> ManifestEntry:
+    """The manifest entry of ``file``, a library built for ``cell``: the cell's torch,
+    backend, ABI, toolkit, platform and Python, and its id (what :func:`cell_for_entry`
+    reads back)."""
+    return ManifestEntry(
+        file=file,
+        torch=cell.torch.minor,
+        torch_build=cell.torch.release,
+        backend=cell.backend,
+        cxx11_abi=cell.cxx11_abi,
+        dlpack=dlpack,
+        toolchain=toolchain,
+        gpu_toolkit=cell.toolkit,
+        platform=cell.platform.name,
+        python=cell.python,
+        size=size,
+        sha256=sha256,
+        cell=cell.id,
+    )
 
 
 def cell_for_entry(cells: Iterable[Cell], entry: ManifestEntry, source: str | Path) -> Cell:

@@ -33,7 +33,7 @@ from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of
 from _torch_c_dlpack_ext_core.run import run
 from devtools import ROOT
-from devtools.cells import Cell
+from devtools.cells import Cell, library_entry
 from devtools.hostenv import host_os
 from devtools.matrixmodel import Matrix
 from devtools.releaseflow import JOB_CELLS_VARIABLE, job_cells
@@ -61,24 +61,6 @@ def log(message: str) -> None:
     print(f"[dataflow {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def _entry(cell: Cell, path: Path, toolchain: str) -> ManifestEntry:
-    return ManifestEntry(
-        file=path.name,
-        torch=cell.torch.minor,
-        torch_build=cell.torch.release,
-        backend=cell.backend,
-        cxx11_abi=cell.cxx11_abi,
-        dlpack="1.3",
-        toolchain=toolchain,
-        gpu_toolkit=cell.toolkit,
-        platform=cell.platform.name,
-        python=cell.python,
-        size=path.stat().st_size,
-        sha256=sha256_of(path),
-        cell=cell.id,
-    )
-
-
 def stand_in_library(cell: Cell, directory: Path, *, elf: bool) -> tuple[ManifestEntry, Path]:
     """A stand-in for ``cell``'s library (unique bytes per cell) and its manifest entry:
     a tiny shared library this host's C compiler makes when ``elf``, else named bytes."""
@@ -102,7 +84,15 @@ def stand_in_library(cell: Cell, directory: Path, *, elf: bool) -> tuple[Manifes
         source.unlink()
     else:
         path.write_bytes(f"stand-in library of cell {cell.id}\n".encode())
-    return _entry(cell, path, "stand-in"), path
+    entry = library_entry(
+        cell,
+        file=path.name,
+        size=path.stat().st_size,
+        sha256=sha256_of(path),
+        toolchain="stand-in",
+        dlpack="1.3",
+    )
+    return entry, path
 
 
 def read_job_build(pyproject: Path = ROOT / "pyproject.toml") -> tuple[tuple[str, ...], str]:

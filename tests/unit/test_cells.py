@@ -15,7 +15,7 @@ import pytest
 from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
 from devtools import build, flowjob, torchenv, wheels
-from devtools.cells import Cell, cell_for_entry, group_dir
+from devtools.cells import Cell, cell_for_entry, group_dir, library_entry
 from devtools.errors import MatrixError
 from devtools.matrix import load_matrix
 from devtools.wheelnames import is_variant_name, parse_wheel_name
@@ -36,20 +36,8 @@ def _cell(cell_id: str) -> Cell:
 
 def _entry(of: Cell, **changes: Any) -> ManifestEntry:
     """The manifest entry ``nox -s build`` writes for the library of cell ``of``."""
-    entry = ManifestEntry(
-        file=of.library,
-        torch=of.torch.minor,
-        torch_build=of.torch.release,
-        backend=of.backend,
-        cxx11_abi=of.cxx11_abi,
-        dlpack="1.3",
-        toolchain="g++ 12.2.0",
-        gpu_toolkit=of.toolkit,
-        platform=of.platform.name,
-        python=of.python,
-        size=1,
-        sha256="0" * 64,
-        cell=of.id,
+    entry = library_entry(
+        of, file=of.library, size=1, sha256="0" * 64, toolchain="g++ 12.2.0", dlpack="1.3"
     )
     return entry._replace(**changes)
 
