@@ -69,6 +69,26 @@ def test_dump_is_deterministic_regardless_of_order() -> None:
     assert json.loads(dump_manifest([a]))["schema"] == 1
 
 
+def test_dump_is_compact_json_with_one_entry_a_line() -> None:
+    entries = [_entry("libs/b.so"), _entry("libs/a.so", cxx11_abi=None, gpu_toolkit=None)]
+    text = dump_manifest(entries).decode("utf-8")
+    lines = text.splitlines()
+    # The opening, one line per entry (sorted by file), the closing; no indentation.
+    assert len(lines) == len(entries) + 2
+    assert [json.loads(line.rstrip(","))["file"] for line in lines[1:-1]] == [
+        "libs/a.so",
+        "libs/b.so",
+    ]
+    assert not any(line.startswith(" ") for line in lines)
+    for line in lines[1:-1]:  # compact separators, sorted keys
+        entry = line.removesuffix(",")
+        assert json.dumps(json.loads(entry), separators=(",", ":"), sort_keys=True) == entry
+    data = json.loads(text)
+    ordered = sorted(entries, key=lambda e: e.file)
+    assert data == {"schema": 1, "libraries": [e.to_json() for e in ordered]}
+    assert json.loads(dump_manifest([])) == {"schema": 1, "libraries": []}
+
+
 def test_verify_accepts_the_recorded_file(package: Path) -> None:
     assert verify_file(_entry(), package) == package / "libs" / "libx.so"
 

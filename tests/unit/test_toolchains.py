@@ -6,6 +6,7 @@ Table tests, no compiler: the argv of each toolchain is built from a hand-writte
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from _torch_c_dlpack_ext_core.toolchains import (
     CompileJob,
     toolchain_for,
 )
-from _torch_c_dlpack_ext_core.toolchains.unix import FLAGS
+from _torch_c_dlpack_ext_core.toolchains.unix import FLAGS, macro_prefix_maps
 
 TORCH_STEMS = ("c10", "torch_cpu", "torch", "torch_python")
 GPU_STEMS = ("c10_cuda", "torch_cuda", "c10_hip", "torch_hip")
@@ -98,6 +99,9 @@ def test_gnu_command_shape(tmp_path: Path, exports: bool) -> None:
         '-DTCDE_TORCH_BUILD="2.8.0"',
         "-I/dl",
         "-I/torch/include",
+        "-fmacro-prefix-map=/dl/=",
+        "-fmacro-prefix-map=/torch/include/=",
+        f"-fmacro-prefix-map={job.source_dir}/=csrc/",
         str(job.sources[0]),
         "-o",
         "OUT",
@@ -111,6 +115,23 @@ def test_gnu_command_shape(tmp_path: Path, exports: bool) -> None:
         "-ltorch",
         "-ltorch_python",
     ]
+
+
+def test_macro_prefix_maps_put_the_most_specific_last_and_skip_unsplittable(
+    tmp_path: Path,
+) -> None:
+    # GCC applies the last matching map, clang the longest: a directory inside another
+    # (torch's api/include inside its include) must come after it for both.
+    job = dataclasses.replace(
+        _job(tmp_path, exports=False),
+        includes=(Path("/t/include/torch/csrc/api/include"), Path("/t/include"), Path("/a=b")),
+    )
+    maps = macro_prefix_maps(job)
+    assert "-fmacro-prefix-map=/t/include/=" in maps
+    assert f"-fmacro-prefix-map={job.source_dir}/=csrc/" in maps
+    inner = maps.index("-fmacro-prefix-map=/t/include/torch/csrc/api/include/=")
+    assert inner > maps.index("-fmacro-prefix-map=/t/include/=")
+    assert len(maps) == 3  # /a=b cannot be written as OLD=NEW
 
 
 @pytest.mark.parametrize("exports", [True, False])

@@ -17,7 +17,13 @@ from ..errors import CommandError, CompilerNotFoundError
 from ..run import run
 from .protocol import CompileJob, Compiler, locate_compiler
 
-__all__ = ["FLAGS", "find_gcc_style_compiler", "gcc_style_command", "toolchain_identity"]
+__all__ = [
+    "FLAGS",
+    "find_gcc_style_compiler",
+    "gcc_style_command",
+    "macro_prefix_maps",
+    "toolchain_identity",
+]
 
 #: Every GCC-style build compiles and links with these.
 FLAGS = ("-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fvisibility-inlines-hidden")
@@ -76,6 +82,25 @@ def find_gcc_style_compiler(
     )
 
 
+def macro_prefix_maps(job: CompileJob) -> list[str]:
+    """``-fmacro-prefix-map`` options that make the paths ``__FILE__`` puts into the
+    library relative: to its include directory for a header (``c10/util/Exception.h``),
+    ``csrc/...`` for a source.
+
+    c10's inline code names its header in every assertion message it carries: with the
+    build machine's absolute paths (a torch environment deep in a cache) they were ~4 KiB
+    of a 72 KiB library, which every import reads, hashes and copies, and they made the
+    library's bytes depend on where it was built. GCC >= 8 and clang >= 10 take the
+    option. The most specific directory is last: GCC applies the last matching map,
+    clang the longest. A directory whose path holds ``=`` (the option's separator) is
+    left as it is.
+    """
+    maps = {os.path.join(str(path), ""): "" for path in job.includes}
+    maps[os.path.join(str(job.source_dir), "")] = os.path.join(job.source_dir.name, "")
+    ordered = sorted(maps.items(), key=lambda item: len(item[0]))
+    return [f"-fmacro-prefix-map={old}={new}" for old, new in ordered if "=" not in old]
+
+
 def gcc_style_command(
     job: CompileJob,
     output: Path | str,
@@ -93,6 +118,7 @@ def gcc_style_command(
         f"-std={job.std}",
         *(f"-D{d}" for d in job.defines),
         *(f"-I{p}" for p in job.includes),
+        *macro_prefix_maps(job),
         *(str(s) for s in job.sources),
         "-o",
         str(output),
