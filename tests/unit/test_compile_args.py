@@ -811,6 +811,13 @@ def test_macos_command_follows_the_build_contract(inputs: Inputs) -> None:
         f"-I{torch.root / 'include'}",
         f"-I{torch.root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
         f"-I{plan.python_include}",
+        # Headers relative to their include directory, sources as csrc/ (a directory
+        # inside another last).
+        f"-fmacro-prefix-map={inputs.dlpack_include.resolve()}/=",
+        f"-fmacro-prefix-map={torch.root / 'include'}/=",
+        f"-fmacro-prefix-map={plan.python_include}/=",
+        f"-fmacro-prefix-map={inputs.sources}/={inputs.sources.name}/",
+        f"-fmacro-prefix-map={torch.root / 'include' / 'torch' / 'csrc' / 'api' / 'include'}/=",
         str(inputs.sources / "a.cc"),
         str(inputs.sources / "b.cc"),
         "-o",

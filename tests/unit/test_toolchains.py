@@ -126,12 +126,26 @@ def test_macro_prefix_maps_put_the_most_specific_last_and_skip_unsplittable(
         _job(tmp_path, exports=False),
         includes=(Path("/t/include/torch/csrc/api/include"), Path("/t/include"), Path("/a=b")),
     )
-    maps = macro_prefix_maps(job)
-    assert "-fmacro-prefix-map=/t/include/=" in maps
-    assert f"-fmacro-prefix-map={job.source_dir}/=csrc/" in maps
-    inner = maps.index("-fmacro-prefix-map=/t/include/torch/csrc/api/include/=")
-    assert inner > maps.index("-fmacro-prefix-map=/t/include/=")
-    assert len(maps) == 3  # /a=b cannot be written as OLD=NEW
+    # Otherwise in the given order, whatever the paths' lengths (a venv's own), so that
+    # the JIT cache key, which replaces each location by a placeholder, stays one.
+    assert macro_prefix_maps(job) == [
+        "-fmacro-prefix-map=/t/include/=",
+        f"-fmacro-prefix-map={job.source_dir}/=csrc/",
+        "-fmacro-prefix-map=/t/include/torch/csrc/api/include/=",
+    ]  # /a=b cannot be written as OLD=NEW
+    longer = dataclasses.replace(
+        job,
+        includes=(
+            Path("/a-much-longer-root/t/include/torch/csrc/api/include"),
+            Path("/a-much-longer-root/t/include"),
+        ),
+    )
+    assert [m.split("/=")[0].split("/")[-1] for m in macro_prefix_maps(longer)] == [
+        "include",
+        "csrc",
+        "include",
+    ]
+    assert macro_prefix_maps(longer)[-1].endswith("/torch/csrc/api/include/=")
 
 
 @pytest.mark.parametrize("exports", [True, False])

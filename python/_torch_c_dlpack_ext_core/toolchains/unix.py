@@ -91,13 +91,19 @@ def macro_prefix_maps(job: CompileJob) -> list[str]:
     build machine's absolute paths (a torch environment deep in a cache) they were ~4 KiB
     of a 72 KiB library, which every import reads, hashes and copies, and they made the
     library's bytes depend on where it was built. GCC >= 8 and clang >= 10 take the
-    option. The most specific directory is last: GCC applies the last matching map,
-    clang the longest. A directory whose path holds ``=`` (the option's separator) is
-    left as it is.
+    option. A directory inside another comes after it (GCC applies the last matching
+    map, clang the longest); otherwise the order is the includes', then the sources':
+    never the paths' lengths, which differ from venv to venv, so the JIT cache key (the
+    command with each location replaced) stays one for every venv of a torch build. A
+    directory whose path holds ``=`` (the option's separator) is left as it is.
     """
     maps = {os.path.join(str(path), ""): "" for path in job.includes}
     maps[os.path.join(str(job.source_dir), "")] = os.path.join(job.source_dir.name, "")
-    ordered = sorted(maps.items(), key=lambda item: len(item[0]))
+
+    def depth(directory: str) -> int:  # how many of the other directories hold it
+        return sum(other != directory and directory.startswith(other) for other in maps)
+
+    ordered = sorted(maps.items(), key=lambda item: depth(item[0]))  # stable
     return [f"-fmacro-prefix-map={old}={new}" for old, new in ordered if "=" not in old]
 
 
