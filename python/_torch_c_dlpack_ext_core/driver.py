@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .buildlock import LOCK_TIMEOUT_S, clean_stale_temps, hold
 from .errors import (
     ABIMismatchError,
     BackendUnavailableError,
@@ -53,12 +54,13 @@ from .errors import (
     TorchInstallError,
 )
 from .headers import (
+    cuda_mismatch_note,
     find_dlpack_include,
     find_gpu_toolkit,
     find_python_include,
     python_target_of_headers,
 )
-from .manifest import ManifestEntry, atomic_write_bytes, new_temp_file, sha256_of, verify_file
+from .manifest import ManifestEntry, atomic_write_bytes, new_temp_file, read_verified, sha256_of
 from .naming import (
     ABI3,
     LIMITED_API_VERSION,
@@ -74,6 +76,8 @@ from .stableabi import audit_stable_abi
 from .toolchains import AuditOutcome, CompileJob, Toolchain, toolchain_for
 from .toolchains.protocol import SCRATCH_PLACEHOLDER
 from .torchinstall import TorchInstall
+from .trust import TrustedOwners, check_trusted, read_trusted
+from .version import __version__
 
 __all__ = [
     "BuildPlan",
@@ -103,8 +107,6 @@ _THPVARIABLE_HEADS: tuple[tuple[tuple[int, int], tuple[int, int], str], ...] = (
     ((2, 4), (2, 9), "PyObject_HEAD c10::MaybeOwned<at::Tensor> cdata;"),
     ((2, 10), (2, 15), "PyObject_HEAD at::Tensor cdata;"),
 )
-#: A build of one target taking longer than this means a stuck holder of the lock.
-_LOCK_TIMEOUT_S = 3600.0
 
 
 def _torch_libraries(backend: Backend, *, torch_python: bool) -> tuple[str, ...]:
@@ -165,6 +167,9 @@ class BuildPlan:
     #: The file exporting the target Python's C API, for the ELF audit (``None``: the
     #: running interpreter's).
     python_exports: Path | None = None
+    #: What a user should know about this build (CUDA headers of another major than
+    #: torch's): said when it compiles, never on a cache hit.
+    notes: tuple[str, ...] = ()
 
     @property
     def limited_api(self) -> bool:
@@ -501,6 +506,7 @@ def plan_build(
         python_import_lib=python_import_lib,
         cxx_args=compiler.args,
         python_exports=exports,
+        notes=tuple(filter(None, [cuda_mismatch_note(install, gpu_toolkit)])),
     )
 
 
@@ -535,19 +541,29 @@ def _python_exports(include: Path, target: str, explicit: Path | str | None) -> 
     )
 
 
-def _cached_entry(plan: BuildPlan, key: str) -> ManifestEntry | None:
+#: The most a build record may be (they are about 2 kB).
+_MAX_RECORD_BYTES = 1 << 20
+
+
+def _cached_entry(plan: BuildPlan, key: str, owners: TrustedOwners) -> ManifestEntry | None:
+    """The entry an earlier build recorded for ``key``, if its library is intact. The
+    record and the library are read only from files ``owners`` could alone have written
+    (:mod:`.trust`; an :class:`~.errors.UntrustedPathError` otherwise): the record
+    carries the library's sha256 itself, so it proves nothing about who wrote either."""
     try:
-        record = json.loads(plan.sidecar.read_text(encoding="utf-8"))
+        record = json.loads(read_trusted(plan.sidecar, _MAX_RECORD_BYTES, owners))
     except (OSError, ValueError):
         return None
     if not isinstance(record, dict) or record.get("key") != key:
         return None
     try:
         entry = ManifestEntry.from_json(record.get("entry"))
-        verify_file(entry, plan.output_dir)
+        if entry.file != plan.filename:
+            return None
+        read_verified(entry, plan.output_dir, owners=owners)
     except ManifestError:
         return None
-    return entry if entry.file == plan.filename else None
+    return entry
 
 
 def _build(
@@ -557,7 +573,13 @@ def _build(
     audit: bool,
     stable_abi_audit: bool | None = None,
     echo: bool = True,
+    stale_after: float = LOCK_TIMEOUT_S,
 ) -> ManifestEntry:
+    # What killed builds of this library left (their pid is dead, or they are older than
+    # the lock timeout); under the lock, so no live build of it is writing.
+    for stale in clean_stale_temps(plan.output_dir, f".{plan.filename}.", stale_after):
+        if echo:
+            print(f"removed {stale.name}, left by a killed build", file=sys.stderr, flush=True)
     # The umask's mode for an executable (0755 under 022), not mkstemp's 0600: the cache
     # is meant to be shared. Taken from the new file, because the linker may replace it.
     fd, tmp = new_temp_file(plan.output_dir, prefix=f".{plan.filename}.", suffix=".tmp", mode=0o777)
@@ -632,7 +654,14 @@ def _build(
         raise
     finally:
         scratch.cleanup()
-    record = {"key": key, "entry": entry.to_json(), "command": plan.command(plan.output)}
+    # "package": the version whose sources were built; a reader that cannot compute the
+    # key (a read-only cache) checks it beside the entry's torch, backend, ABIs.
+    record = {
+        "key": key,
+        "entry": entry.to_json(),
+        "command": plan.command(plan.output),
+        "package": __version__,
+    }
     atomic_write_bytes(plan.sidecar, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     return entry
 
@@ -655,6 +684,8 @@ def compile_library(
     echo: bool = True,
     on_compile: Callable[[BuildPlan], None] | None = None,
     platform: str | None = None,
+    owners: TrustedOwners | None = None,
+    lock_timeout: float | None = None,
 ) -> ManifestEntry:
     """Compile the exchange library for one target and return its manifest entry.
 
@@ -681,7 +712,14 @@ def compile_library(
     ``echo``: print the compiler command, the time it took and a cache hit to stderr
     (the build tools' log); ``False`` prints nothing on success (the JIT at import).
     ``on_compile``: called with the plan just before a compile starts (not on a cache
-    hit), under the lock, so a caller can say once that it is building.
+    hit), under the lock, so a caller can say once that it is building (and its
+    ``notes``); with ``echo`` and no ``on_compile`` the notes are printed then.
+
+    ``owners``: who may own the output directory, every directory above it and a cached
+    build (:mod:`.trust`; default: root, this user and ``TORCH_C_DLPACK_EXT_TRUSTED_OWNER``);
+    anything else raises :class:`~.errors.UntrustedPathError`. ``lock_timeout``: how long
+    to wait for another process's build of the same library (default
+    :data:`.buildlock.LOCK_TIMEOUT_S`); a waiter says so at once on stderr.
 
     The library lands in ``output_dir`` under :func:`~.naming.library_filename`;
     the entry's ``file`` is that bare name. An unchanged target is a cache hit
@@ -689,9 +727,10 @@ def compile_library(
     subclass (a failed tool run is a :class:`BuildError` carrying its command and
     output); on failure no library is left at the output path.
     """
-    from filelock import FileLock, Timeout
-
     try:
+        if owners is None:
+            owners = TrustedOwners.from_environ()
+        timeout = LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
         plan = plan_build(
             torch=torch,
             backend=backend,
@@ -708,26 +747,29 @@ def compile_library(
         )
         key = plan.cache_key()
         plan.output_dir.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(plan.output) + ".lock", timeout=_LOCK_TIMEOUT_S)
-        try:
-            with lock:
-                cached = _cached_entry(plan, key)
-                if cached is not None:
-                    if echo:
-                        print(
-                            f"{plan.filename} is up to date (cache hit)",
-                            file=sys.stderr,
-                            flush=True,
-                        )
-                    return cached
-                if on_compile is not None:
-                    on_compile(plan)
-                return _build(plan, key, audit=audit, stable_abi_audit=stable_abi_audit, echo=echo)
-        except Timeout:
-            raise BuildError(
-                f"another build of {plan.output} held {lock.lock_file} for over "
-                f"{_LOCK_TIMEOUT_S:.0f} s; if no build is running, delete that lock file"
-            ) from None
+        # Before the lock file is created there: a directory another user can write is
+        # refused (they could swap what is built, or plant a record and a library).
+        check_trusted(plan.output_dir, owners, directory=True)
+        lock_path = Path(str(plan.output) + ".lock")
+        with hold(lock_path, timeout, f"the build of {plan.filename}"):
+            cached = _cached_entry(plan, key, owners)
+            if cached is not None:
+                if echo:
+                    print(f"{plan.filename} is up to date (cache hit)", file=sys.stderr, flush=True)
+                return cached
+            if on_compile is not None:
+                on_compile(plan)
+            elif echo:
+                for note in plan.notes:
+                    print(f"note: {note}", file=sys.stderr, flush=True)
+            return _build(
+                plan,
+                key,
+                audit=audit,
+                stable_abi_audit=stable_abi_audit,
+                echo=echo,
+                stale_after=timeout,
+            )
     except CommandError as exc:
         # A tool run the steps above do not translate themselves: still a failed build.
         raise BuildError(str(exc), command=exc.cmd, output=exc.stderr or exc.stdout) from None
