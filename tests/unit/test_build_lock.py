@@ -216,3 +216,22 @@ def test_the_next_build_removes_what_a_killed_build_left(
     assert not old.exists(), "one older than the lock timeout is removed"
     assert live.exists(), "a live writer's is kept"
     assert other.exists(), "another library's is not this build's business"
+
+
+def test_lock_timeout_setting_is_validated() -> None:
+    from torch_c_dlpack_ext._settings import read_settings
+
+    name = "TORCH_C_DLPACK_EXT_LOCK_TIMEOUT"
+    assert read_settings({name: "90"}).lock_timeout == 90.0
+    assert read_settings({name: " 2.5 "}).lock_timeout == 2.5
+    assert read_settings({}).lock_timeout is None
+    for bad in ("0", "-5", "nan", "inf", "1e9", "5m", "ten"):
+        settings = read_settings({name: bad})
+        assert settings.lock_timeout is None, bad
+        (problem,) = settings.problems
+        assert problem.variable == name
+        assert "is not a number of seconds from 1 to 86400" in problem.message
+
+
+def test_the_default_lock_timeout_is_minutes_not_an_hour() -> None:
+    assert 120 <= buildlock.LOCK_TIMEOUT_S <= 600
