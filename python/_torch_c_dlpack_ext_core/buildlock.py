@@ -36,7 +36,9 @@ from .naming import env_var
 
 __all__ = [
     "LOCK_TIMEOUT_S",
+    "SCRATCH_PREFIX",
     "LockOwner",
+    "clean_stale_scratch",
     "clean_stale_temps",
     "hold",
     "pid_alive",
@@ -49,6 +51,8 @@ __all__ = [
 #: takes"); 300 s is 5x a 60 s build (a CUDA build on two busy cores), and no longer an
 #: hour of silence behind a stuck process.
 LOCK_TIMEOUT_S = 300.0
+#: A build's scratch directory in the system temp dir: ``tcde-build-<pid>-<random>``.
+SCRATCH_PREFIX = "tcde-build-"
 #: How often a waiter looks at the lock and its owner again.
 _POLL_S = 1.0
 #: ``.<name>.<pid>-<12 hex>.tmp`` (:func:`.manifest.new_temp_file`); older builds wrote
@@ -225,4 +229,37 @@ def clean_stale_temps(directory: Path, prefix: str, max_age: float) -> list[Path
             with contextlib.suppress(OSError):
                 path.unlink()
                 removed.append(path)
+    return removed
+
+
+def clean_stale_scratch(directory: Path, prefix: str) -> list[Path]:
+    """Remove the scratch directories ``<prefix><pid>-*`` in ``directory`` (the system temp
+    dir) that belong to this user and whose build is dead (its pid no longer runs here);
+    return what was removed. No age rule: no lock covers the temp dir, and a live build of
+    another library may run for long. Never follows a symlink and never touches another
+    user's entries (a shared /tmp)."""
+    import shutil
+    import stat
+
+    removed: list[Path] = []
+    you = getattr(os, "geteuid", lambda: None)()
+    try:
+        names = [name for name in os.listdir(directory) if name.startswith(prefix)]
+    except OSError:
+        return removed
+    for name in names:
+        pid, dash, _ = name[len(prefix) :].partition("-")
+        if not (dash and pid.isascii() and pid.isdigit() and len(pid) <= 10):
+            continue  # an older build's name, without a pid: left to the temp dir's cleaner
+        path = directory / name
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        mine = you is None or info.st_uid == you
+        if not (mine and stat.S_ISDIR(info.st_mode)):
+            continue
+        if not pid_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
     return removed

@@ -43,7 +43,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .buildlock import LOCK_TIMEOUT_S, clean_stale_temps, hold
+from .buildlock import (
+    LOCK_TIMEOUT_S,
+    SCRATCH_PREFIX,
+    clean_stale_scratch,
+    clean_stale_temps,
+    hold,
+)
 from .errors import (
     ABIMismatchError,
     BackendUnavailableError,
@@ -587,7 +593,8 @@ def _build(
         mode = os.fstat(fd).st_mode & 0o777
     finally:
         os.close(fd)
-    scratch = tempfile.TemporaryDirectory(prefix="tcde-build-")
+    clean_stale_scratch(Path(tempfile.gettempdir()), SCRATCH_PREFIX)
+    scratch = tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
     toolchain = plan.platform_toolchain
     try:
         scratch_dir = Path(scratch.name)

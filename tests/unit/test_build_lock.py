@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -177,7 +178,10 @@ def test_the_next_build_removes_what_a_killed_build_left(
     out = tmp_path / "out"
     slow = _compiler(tmp_path / "slow-g++", sleep=60)
     args = [str(prefix), str(out), str(dlpack_include), str(sources), str(slow)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
+    scratch_root = tmp_path / "tmp"  # the builds' TMPDIR: their scratch directories
+    scratch_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch_root))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "TMPDIR": str(scratch_root)}
     build = subprocess.Popen(
         [sys.executable, "-c", KILLED_BUILD, *args], env=env, start_new_session=True
     )
@@ -199,6 +203,9 @@ def test_the_next_build_removes_what_a_killed_build_left(
     os.utime(old, (time.time() - 7200, time.time() - 7200))
     other = out / ".someone-else.so.1-0123456789ab.tmp"  # not this library's
     other.write_bytes(b"x")
+    (killed_scratch,) = scratch_root.glob(f"tcde-build-{build.pid}-*")
+    live_scratch = scratch_root / f"tcde-build-{os.getpid()}-live"
+    live_scratch.mkdir()
 
     entry = driver.compile_library(
         torch=prefix,
@@ -216,6 +223,8 @@ def test_the_next_build_removes_what_a_killed_build_left(
     assert not old.exists(), "one older than the lock timeout is removed"
     assert live.exists(), "a live writer's is kept"
     assert other.exists(), "another library's is not this build's business"
+    assert not killed_scratch.exists(), "the killed build's scratch directory is removed"
+    assert live_scratch.exists(), "a live build's scratch directory is kept"
 
 
 def test_lock_timeout_setting_is_validated() -> None:
