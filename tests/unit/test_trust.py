@@ -377,3 +377,45 @@ def test_trusted_owner_setting_is_read_strictly() -> None:
         assert problem.variable == P + "TRUSTED_OWNER"
         assert repr(bad) in problem.message
     assert parse_trusted_owner(" 0 ") == 0
+
+
+@ROOT_ONLY
+def test_an_import_refuses_a_library_override_another_user_owns(tree: Path) -> None:
+    """The whole import: LIBRARY names a file of uid 2001; nothing is loaded and the
+    warning names the file, its owner and mode, and the fix."""
+    pytest.importorskip("torch")
+    from tests.helpers import clean_env, make_package, run_python
+
+    os.chown(tree, ATTACKER, ATTACKER)
+    package = make_package(tree.parent.parent / "pkg", manifest=False)
+    code = (
+        "import warnings\nwith warnings.catch_warnings():\n    warnings.simplefilter('ignore')\n"
+        "    import torch\nimport torch_c_dlpack_ext as p\ns = p.status()\n"
+        "print(s.kind.value); print(s.reason)"
+    )
+    env = clean_env(**{P + "LIBRARY": str(tree), P + "FORCE": "1"})
+    proc = run_python(code, pythonpath=[package], env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    kind, reason = proc.stdout.strip().splitlines()[-2:]
+    assert kind == "unavailable"
+    assert f"refusing to load {tree}: it is owned by uid {ATTACKER} with mode 0644" in reason
+    assert "TORCH_C_DLPACK_EXT_TRUSTED_OWNER" in proc.stderr
+
+
+def test_a_file_loaded_because_of_trusted_owner_is_announced(tmp_path: Path) -> None:
+    from torch_c_dlpack_ext._selector import _Action
+
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(b"x")
+    uid = lib.stat().st_uid
+    action = SimpleNamespace(settings=Settings(trusted_owner=uid), messages=[])
+    _Action.note_trusted_owner(action, lib)  # type: ignore[arg-type]
+    # Your own files (and root's) are trusted anyway: nothing to announce.
+    assert action.messages == []
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        os.chown(lib, ATTACKER, ATTACKER)
+        action = SimpleNamespace(settings=Settings(trusted_owner=ATTACKER), messages=[])
+        _Action.note_trusted_owner(action, lib)  # type: ignore[arg-type]
+        assert action.messages == [
+            f"loaded {lib}, owned by uid {ATTACKER}, which TORCH_C_DLPACK_EXT_TRUSTED_OWNER trusts"
+        ]
