@@ -6,8 +6,11 @@
 the torch installation's files (never from whether torch imports here), and:
 
 * fails early with a typed error naming what is wrong and how to fix it;
-* builds under a lock (``<library>.lock``) so concurrent builds of one target
-  do the work once;
+* builds under a lock (``<library>.lock``, its holder recorded beside it:
+  :mod:`.buildlock`) so concurrent builds of one target do the work once, a waiter
+  says whom it waits for, and the next build removes what a killed one left;
+* builds into, and reuses a cached build from, only a directory no third user could
+  have written (:mod:`.trust`);
 * compiles to a temporary name, audits the result, then renames it into place,
   so a failed or killed build never leaves a library at the output path;
 * records a cache key in ``<library>.build.json``: an unchanged target
