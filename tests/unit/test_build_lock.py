@@ -244,3 +244,10 @@ def test_lock_timeout_setting_is_validated() -> None:
 
 def test_the_default_lock_timeout_is_minutes_not_an_hour() -> None:
     assert 120 <= buildlock.LOCK_TIMEOUT_S <= 600
+
+
+def test_readme_states_the_default_lock_timeout() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    seconds = f"{buildlock.LOCK_TIMEOUT_S:.0f}"
+    assert f"another process's build of the same library (default {seconds};" in readme
+    assert f"waiting up to {seconds} s for <lock>" in readme
