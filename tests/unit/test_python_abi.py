@@ -92,6 +92,19 @@ def test_no_shipped_code_reads_the_runtime_gil_state() -> None:
     assert offenders == []
 
 
+def test_one_function_reads_the_build_flag() -> None:
+    """``Py_GIL_DISABLED`` of the running interpreter is read in one place,
+    :func:`naming.free_threaded_build`; everything else asks it. (``headers.py`` reads the
+    flag from a target's ``pyconfig.h``, which is another interpreter's build.)"""
+    readers = [
+        str(path.relative_to(ROOT))
+        for folder in ("python", "build_backend")
+        for path in (ROOT / folder).rglob("*.py")
+        if 'get_config_var("Py_GIL_DISABLED")' in path.read_text(encoding="utf-8")
+    ]
+    assert readers == ["python/_torch_c_dlpack_ext_core/naming.py"]
+
+
 @pytest.mark.skipif(not FREE_THREADED, reason="no free-threaded CPython in the dev cache")
 def test_a_real_free_threaded_python_with_the_gil_enabled_keeps_its_tag() -> None:
     python = FREE_THREADED[0]
