@@ -9,8 +9,8 @@ the torch installation's files (never from whether torch imports here), and:
 * builds under a lock (``<library>.lock``, its holder recorded beside it:
   :mod:`.buildlock`) so concurrent builds of one target do the work once, a waiter
   says whom it waits for, and the next build removes what a killed one left;
-* builds into, and reuses a cached build from, only a directory no third user could
-  have written (:mod:`.trust`);
+* for a caller that loads what it builds (the JIT: ``owners``), builds into, and reuses
+  a cached build from, only a directory no third user could have written (:mod:`.trust`);
 * compiles to a temporary name, audits the result, then renames it into place,
   so a failed or killed build never leaves a library at the output path;
 * records a cache key in ``<library>.build.json``: an unchanged target
@@ -554,13 +554,20 @@ def _python_exports(include: Path, target: str, explicit: Path | str | None) -> 
 _MAX_RECORD_BYTES = 1 << 20
 
 
-def _cached_entry(plan: BuildPlan, key: str, owners: TrustedOwners) -> ManifestEntry | None:
-    """The entry an earlier build recorded for ``key``, if its library is intact. The
-    record and the library are read only from files ``owners`` could alone have written
-    (:mod:`.trust`; an :class:`~.errors.UntrustedPathError` otherwise): the record
-    carries the library's sha256 itself, so it proves nothing about who wrote either."""
+def _cached_entry(
+    plan: BuildPlan, key: str, owners: TrustedOwners | None = None
+) -> ManifestEntry | None:
+    """The entry an earlier build recorded for ``key``, if its library is intact. With
+    ``owners`` (a caller that loads the library: the JIT), the record and the library are
+    read only from files they alone could have written (:mod:`.trust`; an
+    :class:`~.errors.UntrustedPathError` otherwise): the record carries the library's
+    sha256 itself, so it proves nothing about who wrote either."""
     try:
-        record = json.loads(read_trusted(plan.sidecar, _MAX_RECORD_BYTES, owners))
+        if owners is None:
+            raw = plan.sidecar.read_bytes()
+        else:
+            raw = read_trusted(plan.sidecar, _MAX_RECORD_BYTES, owners)
+        record = json.loads(raw)
     except (OSError, ValueError):
         return None
     if not isinstance(record, dict) or record.get("key") != key:
@@ -725,9 +732,12 @@ def compile_library(
     hit), under the lock, so a caller can say once that it is building (and its
     ``notes``); with ``echo`` and no ``on_compile`` the notes are printed then.
 
-    ``owners``: who may own the output directory, every directory above it and a cached
-    build (:mod:`.trust`; default: root, this user and ``TORCH_C_DLPACK_EXT_TRUSTED_OWNER``);
-    anything else raises :class:`~.errors.UntrustedPathError`. ``lock_timeout``: how long
+    ``owners``: for a caller that loads what is built (the JIT), who may own the output
+    directory, every directory above it and a cached build (:mod:`.trust`); anything else
+    raises :class:`~.errors.UntrustedPathError`. ``None`` (the build tools and the build
+    backend, which package what they build from a source tree its builder already
+    trusts, such as a checkout another uid owns in a container): not checked.
+    ``lock_timeout``: how long
     to wait for another process's build of the same library (default
     :data:`.buildlock.LOCK_TIMEOUT_S`); a waiter says so at once on stderr.
 
@@ -738,8 +748,6 @@ def compile_library(
     output); on failure no library is left at the output path.
     """
     try:
-        if owners is None:
-            owners = TrustedOwners.from_environ()
         timeout = LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
         plan = plan_build(
             torch=torch,
@@ -757,9 +765,10 @@ def compile_library(
         )
         key = plan.cache_key()
         plan.output_dir.mkdir(parents=True, exist_ok=True)
-        # Before the lock file is created there: a directory another user can write is
-        # refused (they could swap what is built, or plant a record and a library).
-        check_trusted(plan.output_dir, owners, directory=True)
+        if owners is not None:
+            # Before the lock file is created there: a directory another user can write
+            # is refused (they could swap what is built, or plant a record and a library).
+            check_trusted(plan.output_dir, owners, directory=True)
         lock_path = Path(str(plan.output) + ".lock")
         with hold(lock_path, timeout, f"the build of {plan.filename}"):
             cached = _cached_entry(plan, key, owners)

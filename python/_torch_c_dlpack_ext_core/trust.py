@@ -37,7 +37,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import ConfigError, UntrustedPathError
@@ -105,13 +104,6 @@ class TrustedOwners:
     (the account named by ``TORCH_C_DLPACK_EXT_TRUSTED_OWNER``)."""
 
     extra: int | None = None
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> TrustedOwners:
-        """Read ``TORCH_C_DLPACK_EXT_TRUSTED_OWNER`` (the developer tools' entry; the
-        runtime reads it once with its other settings). Raises :class:`ConfigError`."""
-        raw = (os.environ if environ is None else environ).get(TRUSTED_OWNER_VARIABLE, "")
-        return cls(parse_trusted_owner(raw) if raw.strip() else None)
 
     @property
     def uids(self) -> frozenset[int]:

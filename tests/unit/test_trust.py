@@ -423,3 +423,33 @@ def test_a_file_loaded_because_of_trusted_owner_is_announced(tmp_path: Path) -> 
         assert action.messages == [
             f"loaded {lib}, owned by uid {ATTACKER}, which TORCH_C_DLPACK_EXT_TRUSTED_OWNER trusts"
         ]
+
+
+@ROOT_ONLY
+def test_build_tools_build_in_a_tree_another_uid_owns_but_the_jit_does_not(
+    fake_torch: Any, dlpack_include: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build backend and devtools package what they build from a source tree whose
+    owner they already trust (a checkout of uid 1000 mounted into a root container): no
+    check. The JIT, which loads what it builds, passes ``owners`` and is refused."""
+    from tests.unit.test_build_notes import _fake_compiler, _sources
+
+    for var in ("CUDA_HOME", "CUDA_PATH", "CXX"):
+        monkeypatch.delenv(var, raising=False)
+    checkout = tmp_path / "checkout"
+    checkout.mkdir(mode=0o755)
+    os.chown(checkout, ATTACKER, ATTACKER)
+    kwargs: dict[str, Any] = {
+        "torch": fake_torch("2.8.0+cpu", abi=True, cuda=None),
+        "backend": Backend.CPU,
+        "output_dir": checkout / "build",
+        "dlpack_include": dlpack_include,
+        "source_dir": _sources(tmp_path / "csrc"),
+        "cxx": str(_fake_compiler(tmp_path / "g++")),
+        "audit": False,
+        "echo": False,
+    }
+    entry = driver.compile_library(**kwargs)
+    assert (checkout / "build" / entry.file).is_file()
+    with pytest.raises(UntrustedPathError, match=f"its directory {checkout} is owned by uid"):
+        driver.compile_library(**kwargs, owners=TrustedOwners())
