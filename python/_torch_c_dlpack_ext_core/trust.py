@@ -124,10 +124,15 @@ def _refuse(
 ) -> UntrustedPathError:
     mode = stat.S_IMODE(info.st_mode)
     what = "it" if component == target else f"its directory {component}"
+    if info.st_uid in owners.uids:
+        repair = f"chmod go-w {component}"
+    else:
+        you = os.geteuid() if _enforced() else 0
+        repair = f"chown {'root' if you == 0 else you} {component}, or rebuild it yourself"
     fix = (
         f"a loaded file and every directory above it must belong to {owners.describe()} "
         "and be writable by no one else (a sticky directory such as /tmp may be shared). "
-        f"Fix the owner or mode (chmod go-w {component}), point "
+        f"Fix it ({repair}), point "
         f"{env_var('CACHE_DIR')} (or {env_var('LIBRARY')}) at a location of your own, or, "
         f"for a cache another account built, set {TRUSTED_OWNER_VARIABLE}=<that account>"
     )
