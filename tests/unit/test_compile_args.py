@@ -101,7 +101,7 @@ def test_unknown_backend(inputs: Inputs) -> None:
 
 
 def test_path_without_torch(inputs: Inputs) -> None:
-    with pytest.raises(TorchInstallError, match=r"no torch installation.*install torch there"):
+    with pytest.raises(TorchInstallError, match=r"no torch installation.*install the torch you build for"):
         inputs.build(inputs.tmp / "nothing")
     inputs.assert_output_dir_empty()
 
