@@ -111,7 +111,7 @@ def _site_packages_dirs(torch: TorchInstall) -> list[Path]:
 
 
 #: Where a CUDA toolkit lives when nothing names it (the Linux installers' link to the
-#: current toolkit). Tried after ``nvcc`` on PATH as well: an ``nvcc`` that is a wrapper
+#: current toolkit). Tried last, after ``nvcc`` on PATH too: an ``nvcc`` that is a wrapper
 #: script outside the toolkit (``/usr/local/bin/nvcc`` exec'ing the real one) leads
 #: nowhere, and torch's cpp_extension, which looks here only without nvcc, stops there.
 _STANDARD_CUDA_HOMES: tuple[Path, ...] = () if os.name == "nt" else (Path("/usr/local/cuda"),)
@@ -139,8 +139,11 @@ def _cuda_homes(
 ) -> list[tuple[str, Path]]:
     """CUDA toolkit roots to try, in order, each with where it came from: ``$CUDA_HOME``,
     ``$CUDA_PATH``, ``$CUDA_PATH_V*``, the toolkit of ``nvcc`` on PATH (through its
-    links, and as found), :data:`_STANDARD_CUDA_HOMES`, NVIDIA's header wheels. Every
-    one is tried until one has the headers; each place once."""
+    links, and as found), NVIDIA's header wheels, :data:`_STANDARD_CUDA_HOMES`. Every
+    one is tried until one has the headers; each place once. The header wheels come
+    before the standard location: they are complete only where a user installed the
+    ``crt/`` one on purpose, and then match torch's CUDA version, which an unnamed
+    ``/usr/local/cuda`` need not (here it is CUDA 13.0 beside torch's 12.8 wheels)."""
     if gpu_home is not None:
         return [("gpu_home", gpu_home)]
     homes = [(f"${v}", Path(environ[v])) for v in ("CUDA_HOME", "CUDA_PATH") if environ.get(v)]
@@ -149,9 +152,9 @@ def _cuda_homes(
     if nvcc is not None:
         homes.append(("nvcc on PATH", Path(nvcc).resolve().parent.parent))
         homes.append(("nvcc on PATH", Path(nvcc).absolute().parent.parent))
-    homes += [("standard location", home) for home in _STANDARD_CUDA_HOMES]
     for site in _site_packages_dirs(torch):
         homes += [("nvidia-cuda-runtime wheel", t) for t in _wheel_trees(site, torch.cuda_version)]
+    homes += [("standard location", home) for home in _STANDARD_CUDA_HOMES]
     unique: dict[Path, str] = {}
     for origin, home in homes:
         unique.setdefault(home, origin)
@@ -244,9 +247,9 @@ def find_gpu_toolkit(
     """``(include dirs, toolkit version)`` of the CUDA / ROCm headers; ``((), None)`` for CPU.
 
     CUDA: ``gpu_home``, else ``$CUDA_HOME`` / ``$CUDA_PATH`` / ``$CUDA_PATH_V*``, else
-    the toolkit of ``nvcc`` on PATH, else ``/usr/local/cuda`` (not on Windows), else
-    NVIDIA's header wheels in the target environment or this one (the first of these
-    that has the headers) (:func:`cuda_header_wheels`: CUDA 12's ``nvidia/cuda_runtime`` plus
+    the toolkit of ``nvcc`` on PATH, else NVIDIA's header wheels in the target
+    environment or this one, else ``/usr/local/cuda`` (not on Windows): the first of
+    these that has the headers (:func:`cuda_header_wheels`: CUDA 12's ``nvidia/cuda_runtime`` plus
     ``nvidia/cuda_nvcc`` for ``crt/``; CUDA 13's ``nvidia/cu13``). ROCm:
     ``gpu_home``, ``$ROCM_PATH``, ``$ROCM_HOME``, ``/opt/rocm``. An explicit
     ``gpu_home`` is used or rejected, never skipped. Raises

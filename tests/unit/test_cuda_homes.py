@@ -80,6 +80,14 @@ def test_a_cuda_home_without_headers_does_not_stop_the_search(
     assert found == (include,)
 
 
+def test_complete_header_wheels_come_before_usr_local_cuda(tmp_path: Path, standard: Path) -> None:
+    _toolkit(standard, 13000)  # another major than torch's, as on this machine
+    torch = _torch(tmp_path, "12.8")
+    wheels = _toolkit(torch.site_packages / "nvidia" / "cu12", 12080)
+    found, version = headers.find_gpu_toolkit(Backend.CUDA, torch, environ={"PATH": ""})
+    assert (found, version) == ((wheels,), "12.8")
+
+
 def test_versioned_cuda_paths_prefer_torchs_major_then_the_newest(
     tmp_path: Path, standard: Path
 ) -> None:
