@@ -96,8 +96,11 @@ def lint(session: nox.Session) -> None:
 def build(session: nox.Session) -> None:
     """Compile every matrix cell this host can build, then assemble dist/.
 
-    ``nox -s build -- [--cells ID,PATTERN,...] [--platform NAME] [--jobs N] [--no-assemble]
-    [--no-repair] [--assemble-from DIR] [--out DIR] [--report FILE]``.
+    ``nox -s build -- [--cells ID,PATTERN,...] [--no-freethreaded] [--platform NAME] [--jobs N]
+    [--no-assemble] [--no-repair] [--assemble-from DIR] [--out DIR] [--report FILE]``.
+    ``--jobs`` defaults to the CPUs, bounded by the free memory at 1.5 GiB per compile. A
+    free-threaded cell's CPython is compiled from Debian's sources the first time (about
+    15 minutes each on 2 cores, then cached): ``--no-freethreaded`` leaves those cells out.
     ``--platform linux_aarch64`` on an x86_64 Linux host cross-compiles that platform's
     abi3 cells (``apt-get install g++-aarch64-linux-gnu``) against its torch wheels.
     Default: every cell of matrix.toml for this platform, from any CPython >= 3.9 (the

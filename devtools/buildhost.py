@@ -1,7 +1,7 @@
 """What this host can build: the matrix platform it is, the interpreter a cell compiles
-for, and why a cell is skipped (another platform without a cross toolchain, no ROCm, no
-free-threaded CPython, an index that does not answer); :mod:`devtools.build` builds the
-rest."""
+for, why a cell is skipped (another platform without a cross toolchain, no ROCm, no
+free-threaded CPython, an index that does not answer) and how many cells it compiles at
+once (:func:`default_jobs`); :mod:`devtools.build` builds the rest."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from devtools.matrixtables import python_sort_key
 __all__ = [
     "Interpreter",
     "cross_target",
+    "default_jobs",
     "freethreaded_python",
     "host_platform_name",
     "index_unreachable",
@@ -35,6 +36,46 @@ __all__ = [
 
 #: Seconds to wait for an index before calling it unreachable.
 INDEX_TIMEOUT_S = 5.0
+#: Memory one cell's compile may take at its peak: a translation unit including torch's
+#: headers reaches ~1.4 GB RSS (docs/facts.md, "Cost of a real old torch here"); ours
+#: measured 0.5-0.7 GiB (README, "Build cost per cell"). The larger figure, rounded up,
+#: so that parallel compiles never push a host into swap or the OOM killer.
+COMPILE_MEMORY_BYTES = 3 * 2**29  # 1.5 GiB
+
+
+def host_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """Bytes of memory available for new work: Linux's ``MemAvailable`` (free plus
+    reclaimable cache), else ``sysconf``'s available pages, else ``None`` (unknown)."""
+    try:
+        for line in meminfo.read_text(encoding="ascii", errors="replace").splitlines():
+            name, _, value = line.partition(":")
+            fields = value.split()
+            if name == "MemAvailable" and fields and fields[0].isdigit():
+                return int(fields[0]) * 1024  # /proc/meminfo counts kB (KiB)
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def default_jobs(cpus: int | None = None, memory: int | None = -1) -> int:
+    """``--jobs`` when not given: one compile per CPU, as many as the available memory
+    holds at :data:`COMPILE_MEMORY_BYTES` each, at least 1. ``cpus``, ``memory``: this
+    host's (:func:`host_cpus`, :func:`available_memory`) unless given; ``memory=None``
+    means unknown, and then the CPUs decide."""
+    cpus = host_cpus() if cpus is None else cpus
+    memory = available_memory() if memory == -1 else memory
+    by_memory = cpus if memory is None else memory // COMPILE_MEMORY_BYTES
+    return max(1, min(cpus, by_memory))
 
 
 def host_platform_name(matrix: Matrix) -> str | None:
