@@ -29,6 +29,7 @@ __all__ = [
     "freethreaded_python",
     "host_platform_name",
     "index_unreachable",
+    "jobs_for",
     "running_python",
     "skip_reason",
     "tree_python",
@@ -67,15 +68,18 @@ def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int | None:
         return None
 
 
-def default_jobs(cpus: int | None = None, memory: int | None = -1) -> int:
-    """``--jobs`` when not given: one compile per CPU, as many as the available memory
-    holds at :data:`COMPILE_MEMORY_BYTES` each, at least 1. ``cpus``, ``memory``: this
-    host's (:func:`host_cpus`, :func:`available_memory`) unless given; ``memory=None``
-    means unknown, and then the CPUs decide."""
-    cpus = host_cpus() if cpus is None else cpus
-    memory = available_memory() if memory == -1 else memory
+def jobs_for(cpus: int, memory: int | None) -> int:
+    """Cells to compile at once on a host with ``cpus`` CPUs and ``memory`` bytes
+    available (``None``: unknown, the CPUs decide): one per CPU, as many as the memory
+    holds at :data:`COMPILE_MEMORY_BYTES` each, at least 1."""
     by_memory = cpus if memory is None else memory // COMPILE_MEMORY_BYTES
     return max(1, min(cpus, by_memory))
+
+
+def default_jobs() -> int:
+    """``--jobs`` when not given: :func:`jobs_for` this host (:func:`host_cpus`,
+    :func:`available_memory`)."""
+    return jobs_for(host_cpus(), available_memory())
 
 
 def host_platform_name(matrix: Matrix) -> str | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from devtools import buildhost, cli
 from devtools.build import CellResult, eta_seconds
-from devtools.buildhost import COMPILE_MEMORY_BYTES, available_memory, default_jobs
+from devtools.buildhost import COMPILE_MEMORY_BYTES, available_memory, jobs_for
 from devtools.commands.build import select_cells, without_freethreaded
 from devtools.matrix import load_matrix
 
@@ -66,7 +66,7 @@ def test_default_jobs_is_the_cores_bounded_by_memory(
     cpus: int, memory: int | None, jobs: int
 ) -> None:
     assert COMPILE_MEMORY_BYTES == 1.5 * GIB
-    assert default_jobs(cpus, memory) == jobs
+    assert jobs_for(cpus, memory) == jobs
 
 
 def test_available_memory_reads_memavailable(tmp_path: Path) -> None:
