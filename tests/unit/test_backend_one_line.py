@@ -194,3 +194,22 @@ def test_a_read_only_source_tree_is_one_line(tmp_path: Path) -> None:
     assert "(inside the source tree)" in first
     assert "Read-only file system" in first
     assert "-C build-dir=<a writable directory>" in first
+
+
+def test_python_m_build_shows_the_one_line(tmp_path: Path) -> None:
+    # pypa/build, the frontend README's sdist recipe relies on, without isolation.
+    pytest.importorskip("build")
+    proc = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir",
+         str(tmp_path / "dist"), "-C", "backends=cpu,cpu", str(ROOT)],
+        capture_output=True, text=True, check=False, timeout=300,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert "Traceback" not in output, output
+    assert (
+        "torch-c-dlpack-ext cannot be built: config_settings: backends = 'cpu,cpu' names "
+        "'cpu' more than once" in output
+    )
+    assert not (tmp_path / "dist").exists() or list((tmp_path / "dist").iterdir()) == []
