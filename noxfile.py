@@ -81,6 +81,28 @@ def _devtools(session: nox.Session, command: str) -> None:
     session.run("python", "-m", "devtools", command, *session.posargs, env=DEVTOOLS_ENV)
 
 
+def _on_a_python_for_torch(session: nox.Session) -> None:
+    """Where nox's own Python is older than :data:`TESTS_MIN_PYTHON`, say which Python
+    the session runs under instead (:func:`python_for_tests`), or stop saying what to
+    install when there is none."""
+    running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if sys.version_info[:2] >= TESTS_MIN_PYTHON:
+        return
+    chosen = python_for_tests()
+    need = ".".join(map(str, TESTS_MIN_PYTHON))
+    if chosen is None:
+        session.error(
+            f"this session installs {TESTS_TORCH}, which has no wheel for Python {running} "
+            f"(nox's); none of python{', python'.join(TESTS_PYTHON_CANDIDATES)} runs from "
+            f"PATH: install a Python >= {need} (e.g. 'uv python install 3.12' or 'apt-get "
+            "install python3.11') and run nox again"
+        )
+    session.log(
+        f"running under Python {chosen}, not nox's {running}: {TESTS_TORCH} has no wheel "
+        f"for Python < {need} (the package itself supports {running})"
+    )
+
+
 @nox.session(venv_backend="virtualenv", python=python_for_tests())
 def tests(session: nox.Session) -> None:
     """Unit and integration tests (real compiles, real torch 2.4-2.9 and 2.13).
@@ -92,21 +114,7 @@ def tests(session: nox.Session) -> None:
     python3.10-3.14 on PATH (:func:`python_for_tests`) and says so. Pass pytest arguments
     after ``--``.
     """
-    running = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    if sys.version_info[:2] < TESTS_MIN_PYTHON:
-        chosen = python_for_tests()
-        need = ".".join(map(str, TESTS_MIN_PYTHON))
-        if chosen is None:
-            session.error(
-                f"the tests run against {TESTS_TORCH}, which has no wheel for Python "
-                f"{running} (nox's); none of python{', python'.join(TESTS_PYTHON_CANDIDATES)} "
-                f"runs from PATH: install a Python >= {need} (e.g. 'uv python install 3.12' or "
-                "'apt-get install python3.11') and run nox again"
-            )
-        session.log(
-            f"tests run under Python {chosen}, not nox's {running}: {TESTS_TORCH} has no "
-            f"wheel for Python < {need} (the package itself supports {running})"
-        )
+    _on_a_python_for_torch(session)
     session.install(TESTS_TORCH, "packaging", "filelock", *_group("test"))
     session.run("pytest", *session.posargs)
 
@@ -255,18 +263,20 @@ def rehearse_dataflow(session: nox.Session) -> None:
     _devtools(session, "rehearse-dataflow")
 
 
-@nox.session(venv_backend="virtualenv", default=False)
+@nox.session(venv_backend="virtualenv", default=False, python=python_for_tests())
 def bench(session: nox.Session) -> None:
     """Benchmarks: exchange and import overhead, build cost, size (see README "Benchmarks").
 
     ``nox -s bench -- [--only exchange,import,build,size] [--quick] [--full]
     [--write-readme | --readme-only]``. pip (not uv) installs torch 2.13 here, like the tests
     session; torch 2.8 and torch-c-dlpack-ext 0.1.5 are fetched into cached
-    environments by the benchmarks themselves. Full runs write
+    environments by the benchmarks themselves (from Python 3.9, the session runs under a
+    newer one, as ``tests`` does). Full runs write
     benchmarks/results/*.json and re-render README's tables from them;
     ``--quick`` runs write under build/bench/.
     """
-    session.install("torch==2.13.0", *_group("bench"))
+    _on_a_python_for_torch(session)
+    session.install(TESTS_TORCH, *_group("bench"))
     session.run(
         "python",
         "-m",
