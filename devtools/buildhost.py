@@ -51,21 +51,54 @@ def host_cpus() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _cgroup_room(cgroup: Path) -> int | None:
+    """Bytes this process's memory cgroup still allows (its limit less its usage), or
+    ``None`` without a limit. A container sees the host's ``/proc/meminfo``, so only its
+    cgroup tells how much a build in it may use: v2 ``memory.max``/``memory.current``,
+    v1 ``memory/memory.limit_in_bytes``/``memory.usage_in_bytes`` (no limit there reads
+    as a number near 2**63)."""
+    for limit_file, usage_file in (
+        (cgroup / "memory.max", cgroup / "memory.current"),
+        (cgroup / "memory" / "memory.limit_in_bytes", cgroup / "memory" / "memory.usage_in_bytes"),
+    ):
+        limit = _read_int(limit_file)
+        if limit is None or limit >= 2**60:
+            continue
+        return max(0, limit - (_read_int(usage_file) or 0))
+    return None
+
+
+def available_memory(
+    meminfo: Path = Path("/proc/meminfo"), cgroup: Path = Path("/sys/fs/cgroup")
+) -> int | None:
     """Bytes of memory available for new work: Linux's ``MemAvailable`` (free plus
-    reclaimable cache), else ``sysconf``'s available pages, else ``None`` (unknown)."""
+    reclaimable cache), no more than the memory cgroup's room (:func:`_cgroup_room`);
+    else ``sysconf``'s available pages; else ``None`` (unknown)."""
+    found: int | None = None
     try:
         for line in meminfo.read_text(encoding="ascii", errors="replace").splitlines():
             name, _, value = line.partition(":")
             fields = value.split()
             if name == "MemAvailable" and fields and fields[0].isdigit():
-                return int(fields[0]) * 1024  # /proc/meminfo counts kB (KiB)
+                found = int(fields[0]) * 1024  # /proc/meminfo counts kB (KiB)
+                break
     except OSError:
         pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (AttributeError, OSError, ValueError):
-        return None
+    if found is None:
+        try:
+            found = int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+        except (AttributeError, OSError, ValueError):
+            return None
+    room = _cgroup_room(cgroup)
+    return found if room is None else min(found, room)
 
 
 def jobs_for(cpus: int, memory: int | None) -> int:

@@ -69,17 +69,50 @@ def test_default_jobs_is_the_cores_bounded_by_memory(
     assert jobs_for(cpus, memory) == jobs
 
 
-def test_available_memory_reads_memavailable(tmp_path: Path) -> None:
+def _meminfo(tmp_path: Path, available_kb: int) -> Path:
     meminfo = tmp_path / "meminfo"
     meminfo.write_text(
-        "MemTotal:       24000000 kB\nMemFree:         2000000 kB\n"
-        "MemAvailable:   22000000 kB\nBuffers:          100 kB\n",
+        f"MemTotal:       24000000 kB\nMemFree:         2000000 kB\n"
+        f"MemAvailable:   {available_kb} kB\nBuffers:          100 kB\n",
         encoding="ascii",
     )
-    assert available_memory(meminfo) == 22000000 * 1024
+    return meminfo
+
+
+def test_available_memory_reads_memavailable(tmp_path: Path) -> None:
+    no_cgroup = tmp_path / "no-cgroup"
+    assert available_memory(_meminfo(tmp_path, 22000000), no_cgroup) == 22000000 * 1024
     # Without the file (not Linux), sysconf's figure or None; never an exception.
-    value = available_memory(tmp_path / "missing")
+    value = available_memory(tmp_path / "missing", no_cgroup)
     assert value is None or value > 0
+
+
+@pytest.mark.parametrize(
+    ("files", "room"),
+    [
+        ({"memory.max": "4294967296\n", "memory.current": "1073741824\n"}, 3 * GIB),  # v2
+        ({"memory.max": "max\n", "memory.current": "1073741824\n"}, None),  # v2, no limit
+        (
+            {
+                "memory/memory.limit_in_bytes": "2147483648\n",
+                "memory/memory.usage_in_bytes": "536870912\n",
+            },
+            int(1.5 * GIB),
+        ),  # v1
+        ({"memory/memory.limit_in_bytes": "9223372036854771712\n"}, None),  # v1, no limit
+    ],
+)
+def test_a_containers_memory_limit_bounds_what_is_available(
+    tmp_path: Path, files: dict[str, str], room: int | None
+) -> None:
+    # A container sees the host's /proc/meminfo: its cgroup says what it may use.
+    cgroup = tmp_path / "cgroup"
+    for name, text in files.items():
+        (cgroup / name).parent.mkdir(parents=True, exist_ok=True)
+        (cgroup / name).write_text(text, encoding="ascii")
+    host = 22000000 * 1024
+    expected = host if room is None else room
+    assert available_memory(_meminfo(tmp_path, 22000000), cgroup) == expected
 
 
 def test_the_build_command_defaults_jobs_to_the_host(
