@@ -251,6 +251,7 @@ def build_wheel_impl(
         out = options.build_dir if options.build_dir.is_absolute() else ROOT / options.build_dir
         backends = _backends(options.backends, install)
         _check_gpu_headers(backends, install)
+        _check_build_dir(out)
         for backend in backends:
             entry = compile_library(torch=install, backend=backend, output_dir=out)
             libraries.append((entry, out / entry.file))
@@ -307,6 +308,28 @@ def _check_gpu_headers(backends: Sequence[Any], install: Any) -> None:
                 f"for it), and that needs the {kind} headers: {exc}. To build the CPU "
                 f"library alone on purpose: -C backends=cpu (or {ENV_PREFIX}BACKENDS=cpu)"
             ) from None
+
+
+def _check_build_dir(out: Path) -> None:
+    """Before anything is compiled: ``out`` (the ``build-dir`` setting, by default inside
+    the source tree) can be created and written. A read-only source tree (a mounted
+    checkout, a package manager's store) otherwise fails deep in the compiler driver with
+    an ``OSError`` traceback; here it is one line naming the directory and the setting."""
+    from _torch_c_dlpack_ext_core.errors import BuildError
+    from _torch_c_dlpack_ext_core.naming import ENV_PREFIX
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        inside = out.resolve().is_relative_to(ROOT.resolve())
+        where = " (inside the source tree)" if inside else ""
+        raise BuildError(
+            f"cannot write the build directory {out}{where}: {exc.strerror or exc}. The "
+            f"compiled libraries are kept there between builds; pass -C build-dir=<a "
+            f"writable directory> (or set {ENV_PREFIX}BUILD_DIR)"
+        ) from None
 
 
 def wheel_python(entries: Sequence[Any]) -> str:

@@ -79,7 +79,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "cross-compiled with its cross toolchain (linux_aarch64 on a Linux host: "
         "apt-get install g++-aarch64-linux-gnu)",
     )
-    parser.add_argument("--jobs", type=int, default=1, help="cells built in parallel (processes)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="cells built in parallel (processes; default: one per CPU, as many as the "
+        "available memory holds at 1.5 GiB per compile)",
+    )
+    parser.add_argument(
+        "--no-freethreaded",
+        action="store_true",
+        help="leave out the free-threaded cells (*-cp313t, *-cp314t): on a fresh machine "
+        "their CPythons are first compiled from source (~15 minutes each on 2 cores)",
+    )
     parser.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
     parser.add_argument(
         "--out", type=Path, default=None, help="where the wheels and the sdist go (default: dist/)"
@@ -162,7 +174,23 @@ def print_table(results: Sequence[build.CellResult]) -> None:
         print(f"{r.cell:<{width}}  {r.status:<8} {r.seconds:>8.1f} {size:>10}  {note}")
 
 
+def without_freethreaded(cells: Sequence[Cell]) -> tuple[Cell, ...]:
+    """``--no-freethreaded``: ``cells`` less the free-threaded ones; a selection of
+    free-threaded cells only is a :class:`ConfigError` (it would build nothing)."""
+    kept = tuple(cell for cell in cells if not cell.freethreaded)
+    if not kept:
+        raise ConfigError(
+            "--no-freethreaded leaves none of the selected cells (all are free-threaded); "
+            "drop one of --no-freethreaded and --cells"
+        )
+    return kept
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.jobs is None:
+        from devtools.buildhost import default_jobs
+
+        args.jobs = default_jobs()
     if args.jobs < 1:
         raise ConfigError(f"--jobs {args.jobs}: must be 1 or more")
     from build_backend._options import source_date_epoch
@@ -181,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     matrix = load_matrix()
     cells = select_cells(matrix, args.cells, args.platform)
+    if args.no_freethreaded:
+        cells = without_freethreaded(cells)
     started = time.monotonic()
     print(f"building {len(cells)} cell(s) with --jobs {args.jobs}", file=sys.stderr)
     build_dir = args.build_dir.resolve()
