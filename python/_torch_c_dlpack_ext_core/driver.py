@@ -6,8 +6,11 @@
 the torch installation's files (never from whether torch imports here), and:
 
 * fails early with a typed error naming what is wrong and how to fix it;
-* builds under a lock (``<library>.lock``) so concurrent builds of one target
-  do the work once;
+* builds under a lock (``<library>.lock``, its holder recorded beside it:
+  :mod:`.buildlock`) so concurrent builds of one target do the work once, a waiter
+  says whom it waits for, and the next build removes what a killed one left;
+* for a caller that loads what it builds (the JIT: ``owners``), builds into, and reuses
+  a cached build from, only a directory no third user could have written (:mod:`.trust`);
 * compiles to a temporary name, audits the result, then renames it into place,
   so a failed or killed build never leaves a library at the output path;
 * records a cache key in ``<library>.build.json``: an unchanged target
@@ -43,6 +46,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .buildlock import (
+    LOCK_TIMEOUT_S,
+    SCRATCH_PREFIX,
+    clean_stale_scratch,
+    clean_stale_temps,
+    hold,
+)
 from .errors import (
     ABIMismatchError,
     BackendUnavailableError,
@@ -53,12 +63,13 @@ from .errors import (
     TorchInstallError,
 )
 from .headers import (
+    cuda_mismatch_note,
     find_dlpack_include,
     find_gpu_toolkit,
     find_python_include,
     python_target_of_headers,
 )
-from .manifest import ManifestEntry, atomic_write_bytes, new_temp_file, sha256_of, verify_file
+from .manifest import ManifestEntry, atomic_write_bytes, new_temp_file, read_verified, sha256_of
 from .naming import (
     ABI3,
     LIMITED_API_VERSION,
@@ -74,6 +85,8 @@ from .stableabi import audit_stable_abi
 from .toolchains import AuditOutcome, CompileJob, Toolchain, toolchain_for
 from .toolchains.protocol import SCRATCH_PLACEHOLDER
 from .torchinstall import TorchInstall
+from .trust import TrustedOwners, check_trusted, read_trusted
+from .version import __version__
 
 __all__ = [
     "BuildPlan",
@@ -103,8 +116,6 @@ _THPVARIABLE_HEADS: tuple[tuple[tuple[int, int], tuple[int, int], str], ...] = (
     ((2, 4), (2, 9), "PyObject_HEAD c10::MaybeOwned<at::Tensor> cdata;"),
     ((2, 10), (2, 15), "PyObject_HEAD at::Tensor cdata;"),
 )
-#: A build of one target taking longer than this means a stuck holder of the lock.
-_LOCK_TIMEOUT_S = 3600.0
 
 
 def _torch_libraries(backend: Backend, *, torch_python: bool) -> tuple[str, ...]:
@@ -165,6 +176,9 @@ class BuildPlan:
     #: The file exporting the target Python's C API, for the ELF audit (``None``: the
     #: running interpreter's).
     python_exports: Path | None = None
+    #: What a user should know about this build (CUDA headers of another major than
+    #: torch's): said when it compiles, never on a cache hit.
+    notes: tuple[str, ...] = ()
 
     @property
     def limited_api(self) -> bool:
@@ -501,6 +515,7 @@ def plan_build(
         python_import_lib=python_import_lib,
         cxx_args=compiler.args,
         python_exports=exports,
+        notes=tuple(filter(None, [cuda_mismatch_note(install, gpu_toolkit)])),
     )
 
 
@@ -535,19 +550,36 @@ def _python_exports(include: Path, target: str, explicit: Path | str | None) -> 
     )
 
 
-def _cached_entry(plan: BuildPlan, key: str) -> ManifestEntry | None:
+#: The most a build record may be (they are about 2 kB).
+_MAX_RECORD_BYTES = 1 << 20
+
+
+def _cached_entry(
+    plan: BuildPlan, key: str, owners: TrustedOwners | None = None
+) -> ManifestEntry | None:
+    """The entry an earlier build recorded for ``key``, if its library is intact. With
+    ``owners`` (a caller that loads the library: the JIT), the record and the library are
+    read only from files they alone could have written (:mod:`.trust`; an
+    :class:`~.errors.UntrustedPathError` otherwise): the record carries the library's
+    sha256 itself, so it proves nothing about who wrote either."""
     try:
-        record = json.loads(plan.sidecar.read_text(encoding="utf-8"))
+        if owners is None:
+            raw = plan.sidecar.read_bytes()
+        else:
+            raw = read_trusted(plan.sidecar, _MAX_RECORD_BYTES, owners)
+        record = json.loads(raw)
     except (OSError, ValueError):
         return None
     if not isinstance(record, dict) or record.get("key") != key:
         return None
     try:
         entry = ManifestEntry.from_json(record.get("entry"))
-        verify_file(entry, plan.output_dir)
+        if entry.file != plan.filename:
+            return None
+        read_verified(entry, plan.output_dir, owners=owners)
     except ManifestError:
         return None
-    return entry if entry.file == plan.filename else None
+    return entry
 
 
 def _build(
@@ -557,7 +589,13 @@ def _build(
     audit: bool,
     stable_abi_audit: bool | None = None,
     echo: bool = True,
+    stale_after: float = LOCK_TIMEOUT_S,
 ) -> ManifestEntry:
+    # What killed builds of this library left (their pid is dead, or they are older than
+    # the lock timeout); under the lock, so no live build of it is writing.
+    for stale in clean_stale_temps(plan.output_dir, f".{plan.filename}.", stale_after):
+        if echo:
+            print(f"removed {stale.name}, left by a killed build", file=sys.stderr, flush=True)
     # The umask's mode for an executable (0755 under 022), not mkstemp's 0600: the cache
     # is meant to be shared. Taken from the new file, because the linker may replace it.
     fd, tmp = new_temp_file(plan.output_dir, prefix=f".{plan.filename}.", suffix=".tmp", mode=0o777)
@@ -565,7 +603,8 @@ def _build(
         mode = os.fstat(fd).st_mode & 0o777
     finally:
         os.close(fd)
-    scratch = tempfile.TemporaryDirectory(prefix="tcde-build-")
+    clean_stale_scratch(Path(tempfile.gettempdir()), SCRATCH_PREFIX)
+    scratch = tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
     toolchain = plan.platform_toolchain
     try:
         scratch_dir = Path(scratch.name)
@@ -632,7 +671,14 @@ def _build(
         raise
     finally:
         scratch.cleanup()
-    record = {"key": key, "entry": entry.to_json(), "command": plan.command(plan.output)}
+    # "package": the version whose sources were built; a reader that cannot compute the
+    # key (a read-only cache) checks it beside the entry's torch, backend, ABIs.
+    record = {
+        "key": key,
+        "entry": entry.to_json(),
+        "command": plan.command(plan.output),
+        "package": __version__,
+    }
     atomic_write_bytes(plan.sidecar, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     return entry
 
@@ -655,6 +701,8 @@ def compile_library(
     echo: bool = True,
     on_compile: Callable[[BuildPlan], None] | None = None,
     platform: str | None = None,
+    owners: TrustedOwners | None = None,
+    lock_timeout: float | None = None,
 ) -> ManifestEntry:
     """Compile the exchange library for one target and return its manifest entry.
 
@@ -681,7 +729,17 @@ def compile_library(
     ``echo``: print the compiler command, the time it took and a cache hit to stderr
     (the build tools' log); ``False`` prints nothing on success (the JIT at import).
     ``on_compile``: called with the plan just before a compile starts (not on a cache
-    hit), under the lock, so a caller can say once that it is building.
+    hit), under the lock, so a caller can say once that it is building (and its
+    ``notes``); with ``echo`` and no ``on_compile`` the notes are printed then.
+
+    ``owners``: for a caller that loads what is built (the JIT), who may own the output
+    directory, every directory above it and a cached build (:mod:`.trust`); anything else
+    raises :class:`~.errors.UntrustedPathError`. ``None`` (the build tools and the build
+    backend, which package what they build from a source tree its builder already
+    trusts, such as a checkout another uid owns in a container): not checked.
+    ``lock_timeout``: how long
+    to wait for another process's build of the same library (default
+    :data:`.buildlock.LOCK_TIMEOUT_S`); a waiter says so at once on stderr.
 
     The library lands in ``output_dir`` under :func:`~.naming.library_filename`;
     the entry's ``file`` is that bare name. An unchanged target is a cache hit
@@ -689,9 +747,8 @@ def compile_library(
     subclass (a failed tool run is a :class:`BuildError` carrying its command and
     output); on failure no library is left at the output path.
     """
-    from filelock import FileLock, Timeout
-
     try:
+        timeout = LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
         plan = plan_build(
             torch=torch,
             backend=backend,
@@ -708,26 +765,30 @@ def compile_library(
         )
         key = plan.cache_key()
         plan.output_dir.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(plan.output) + ".lock", timeout=_LOCK_TIMEOUT_S)
-        try:
-            with lock:
-                cached = _cached_entry(plan, key)
-                if cached is not None:
-                    if echo:
-                        print(
-                            f"{plan.filename} is up to date (cache hit)",
-                            file=sys.stderr,
-                            flush=True,
-                        )
-                    return cached
-                if on_compile is not None:
-                    on_compile(plan)
-                return _build(plan, key, audit=audit, stable_abi_audit=stable_abi_audit, echo=echo)
-        except Timeout:
-            raise BuildError(
-                f"another build of {plan.output} held {lock.lock_file} for over "
-                f"{_LOCK_TIMEOUT_S:.0f} s; if no build is running, delete that lock file"
-            ) from None
+        if owners is not None:
+            # Before the lock file is created there: a directory another user can write
+            # is refused (they could swap what is built, or plant a record and a library).
+            check_trusted(plan.output_dir, owners, directory=True)
+        lock_path = Path(str(plan.output) + ".lock")
+        with hold(lock_path, timeout, f"the build of {plan.filename}"):
+            cached = _cached_entry(plan, key, owners)
+            if cached is not None:
+                if echo:
+                    print(f"{plan.filename} is up to date (cache hit)", file=sys.stderr, flush=True)
+                return cached
+            if on_compile is not None:
+                on_compile(plan)
+            elif echo:
+                for note in plan.notes:
+                    print(f"note: {note}", file=sys.stderr, flush=True)
+            return _build(
+                plan,
+                key,
+                audit=audit,
+                stable_abi_audit=stable_abi_audit,
+                echo=echo,
+                stale_after=timeout,
+            )
     except CommandError as exc:
         # A tool run the steps above do not translate themselves: still a failed build.
         raise BuildError(str(exc), command=exc.cmd, output=exc.stderr or exc.stdout) from None

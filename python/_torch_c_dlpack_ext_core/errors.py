@@ -27,6 +27,7 @@ __all__ = [
     "TorchCDLPackExtError",
     "TorchCDLPackExtWarning",
     "TorchInstallError",
+    "UntrustedPathError",
     "brief",
     "build_from_source_command",
     "build_requirements_command",
@@ -285,6 +286,22 @@ class LibraryLoadError(_CauseAndRemedy):
     """A library could not be loaded, or it did not provide a valid exchange API table."""
 
     exit_code = 8
+
+
+class UntrustedPathError(TorchCDLPackExtError):
+    """A file about to be loaded (or a directory above it) could have been written by an
+    account this process does not trust (:mod:`.trust`): ``path`` is the file,
+    ``component`` the offending file or directory, ``owner`` its uid, ``mode`` its
+    permission bits."""
+
+    exit_code = 9
+
+    def __init__(self, message: str, *, path: object, component: object, owner: int, mode: int):
+        super().__init__(message)
+        self.path = path
+        self.component = component
+        self.owner = owner
+        self.mode = mode
 
 
 def table_error(origin: str, values: tuple[int, ...] | None) -> LibraryLoadError:

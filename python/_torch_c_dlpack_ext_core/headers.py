@@ -21,6 +21,7 @@ from .torchinstall import TorchInstall
 __all__ = [
     "MIN_DLPACK",
     "cuda_header_wheels",
+    "cuda_mismatch_note",
     "cuda_wheel_home",
     "find_dlpack_include",
     "find_gpu_toolkit",
@@ -263,9 +264,7 @@ def find_gpu_toolkit(
         for _origin, home in homes:
             includes = _cuda_includes(home)
             if includes is not None:
-                version = _cuda_version(includes[0])
-                _warn_cuda_mismatch(torch, version)
-                return includes, version
+                return includes, _cuda_version(includes[0])
         marker = f"{_CUDA_MARKER} and {_CUDA_CRT}"
         fix = (
             "pass gpu_home=<CUDA toolkit root>, set CUDA_HOME, put nvcc on PATH, or install "
@@ -286,14 +285,20 @@ def find_gpu_toolkit(
     )
 
 
-def _warn_cuda_mismatch(torch: TorchInstall, toolkit: str | None) -> None:
-    if torch.cuda_version and toolkit and torch.cuda_version.split(".")[0] != toolkit.split(".")[0]:
-        print(
-            f"warning: CUDA {toolkit} headers for torch {torch.version} (built with CUDA "
-            f"{torch.cuda_version}); pass gpu_home of a CUDA {torch.cuda_version.split('.')[0]}.x "
-            "toolkit if the build fails",
-            file=sys.stderr,
-        )
+def cuda_mismatch_note(torch: TorchInstall, toolkit: str | None) -> str | None:
+    """What to tell a user whose CUDA headers (``toolkit``) are of another major version
+    than the CUDA ``torch`` was built with, or ``None``. A note about one build, said by
+    the driver when that build compiles (:attr:`.driver.BuildPlan.notes`), never when a
+    cached build is reused; it names what a user can set, not an internal parameter."""
+    wanted = torch.cuda_version
+    if not (wanted and toolkit) or wanted.split(".")[0] == toolkit.split(".")[0]:
+        return None
+    major = wanted.split(".")[0]
+    return (
+        f"CUDA {toolkit} headers for torch {torch.version} (built with CUDA {wanted}); if "
+        f"the build fails, set CUDA_HOME to a CUDA {major}.x toolkit, or install its header "
+        f"wheels ('pip install {cuda_header_wheels(wanted)}')"
+    )
 
 
 def find_python_include(python_include: Path | None = None) -> Path:

@@ -23,10 +23,13 @@ import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import REINSTALL, ManifestError, brief
 from .naming import ABI3, Backend
+
+if TYPE_CHECKING:
+    from .trust import TrustedOwners
 
 __all__ = [
     "MAX_MANIFEST_BYTES",
@@ -304,14 +307,23 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _open_regular(path: Path, what: str, missing: str = "") -> tuple[int, os.stat_result]:
+def _open_regular(
+    path: Path, what: str, missing: str = "", owners: TrustedOwners | None = None
+) -> tuple[int, os.stat_result]:
     """Open ``path`` read-only without blocking and return ``(fd, fstat)`` of a regular file.
 
     Raises :class:`ManifestError` (cause only; the caller adds its remedy) for a missing,
-    unreadable or non-regular file.
+    unreadable or non-regular file. ``owners``: open it with :func:`.trust.open_trusted`
+    (a file another user could have written raises its
+    :class:`~.errors.UntrustedPathError`).
     """
     try:
-        fd = os.open(path, _OPEN_FLAGS)
+        if owners is not None:
+            from .trust import open_trusted
+
+            fd = open_trusted(path, owners)[0]
+        else:
+            fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
         raise ManifestError(missing or f"{what} is missing") from None
     except (OSError, ValueError) as exc:
@@ -337,11 +349,14 @@ def verify_file(entry: ManifestEntry, root: Path) -> Path:
     return read_verified(entry, root)[0]
 
 
-def read_verified(entry: ManifestEntry, root: Path) -> tuple[Path, bytes]:
+def read_verified(
+    entry: ManifestEntry, root: Path, *, owners: TrustedOwners | None = None
+) -> tuple[Path, bytes]:
     """:func:`verify_file`, returning the library's bytes too: the ones that were hashed,
     read once from one descriptor, so a loader that loads exactly these bytes (see
     :func:`._loader.open_library`) loads what was verified, whatever happens to the
-    path afterwards."""
+    path afterwards. ``owners``: the file and every directory above it must pass
+    :func:`.trust.open_trusted` for them (a JIT cache), checked on that descriptor."""
     path = root / entry.file
     name = brief(entry.file, 80)
     try:
@@ -356,7 +371,7 @@ def read_verified(entry: ManifestEntry, root: Path) -> tuple[Path, bytes]:
             REINSTALL,
         )
     try:
-        fd, info = _open_regular(path, f"{name} (listed in the manifest)")
+        fd, info = _open_regular(path, f"{name} (listed in the manifest)", owners=owners)
     except ManifestError as exc:
         raise ManifestError(exc.cause, REINSTALL) from None
     try:
@@ -397,11 +412,15 @@ def read_fd(fd: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def open_regular(path: Path, what: str) -> tuple[int, os.stat_result]:
+def open_regular(
+    path: Path, what: str, *, owners: TrustedOwners | None = None
+) -> tuple[int, os.stat_result]:
     """Open ``path`` read-only, without blocking (a FIFO put in its place cannot hang
     the caller) and close-on-exec; return ``(fd, fstat)`` of a regular file. Raises
-    :class:`ManifestError` (cause only) for a missing, unreadable or non-regular file."""
-    return _open_regular(path, what)
+    :class:`ManifestError` (cause only) for a missing, unreadable or non-regular file;
+    with ``owners``, :class:`~.errors.UntrustedPathError` where :func:`.trust.open_trusted`
+    refuses it."""
+    return _open_regular(path, what, owners=owners)
 
 
 def load_manifest(path: Path) -> tuple[ManifestEntry, ...]:
@@ -497,16 +516,20 @@ def dump_manifest(entries: Iterable[ManifestEntry]) -> bytes:
 def new_temp_file(directory: Path, prefix: str, suffix: str, mode: int = 0o666) -> tuple[int, Path]:
     """Create a new file with a unique name in ``directory``; its open descriptor and path.
 
-    Like :func:`tempfile.mkstemp`, but the file gets ``mode`` less the umask (0644 for
-    0o666 under the usual 022), as any other new file would, instead of mkstemp's 0600:
+    The name is ``<prefix><pid>-<12 hex><suffix>``. Like :func:`tempfile.mkstemp`, but the
+    file gets ``mode`` less the umask (0644 for 0o666 under the usual 022), as any other new
+    file would, instead of mkstemp's 0600:
     what is renamed into place is meant to be shared (a cache another user reuses read-only,
     ``build/cells/*/manifest.json``).
     """
     import secrets  # writers only (the build); import reads
 
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    # The writer's pid in the name: a later build removes what a killed one left
+    # (:func:`.buildlock.clean_stale_temps`).
+    pid = os.getpid()
     for _ in range(100):
-        path = directory / f"{prefix}{secrets.token_hex(6)}{suffix}"
+        path = directory / f"{prefix}{pid}-{secrets.token_hex(6)}{suffix}"
         try:
             return os.open(path, flags, mode), path
         except FileExistsError:

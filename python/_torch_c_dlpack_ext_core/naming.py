@@ -36,11 +36,14 @@ __all__ = [
     "Backend",
     "UserCacheDir",
     "env_var",
+    "free_threaded_build",
     "host_platform_tag",
     "library_filename",
     "parse_backend",
     "parse_python_target",
+    "python_tag",
     "python_target_tags",
+    "running_python_target",
     "shared_library_suffix",
     "toolchain_name",
     "torch_minor",
@@ -132,6 +135,37 @@ def parse_python_target(value: str) -> tuple[int, int, str]:
             f"not a library's python: {brief(value)} (expected 'abi3', '3.14t' or '3.11')"
         )
     return int(major), int(minor), kind
+
+
+def free_threaded_build() -> bool:
+    """Whether the running CPython was *built* free-threaded (``Py_GIL_DISABLED``).
+
+    The ONE place a Python ABI is read from the interpreter: the object header a compiled
+    library must match is fixed when CPython is built, whatever its GIL does at run time.
+    A 3.13t started with ``PYTHON_GIL=1`` (or ``-X gil=1``) has the GIL enabled
+    (``sys._is_gil_enabled()`` is True) but still the free-threaded ABI: a library for
+    cp313 crashes it.
+    """
+    import sysconfig  # not on the import's common path
+
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def running_python_target() -> str:
+    """The ``python`` a library must say to serve this interpreter: :data:`ABI3` for a
+    CPython with the GIL, ``"3.14t"`` for a free-threaded build (:func:`free_threaded_build`)."""
+    if free_threaded_build():
+        return f"{sys.version_info[0]}.{sys.version_info[1]}t"
+    return ABI3
+
+
+def python_tag() -> str:
+    """``cp311`` / ``cp314t``: this interpreter and its ABI, as wheel tags spell them (the
+    ``t`` from :func:`free_threaded_build`, never from the runtime GIL state)."""
+    names = {"cpython": "cp", "pypy": "pp"}
+    name = names.get(sys.implementation.name, sys.implementation.name)
+    suffix = "t" if free_threaded_build() else ""
+    return f"{name}{sys.version_info[0]}{sys.version_info[1]}{suffix}"
 
 
 def python_target_tags(value: str) -> tuple[str, str]:

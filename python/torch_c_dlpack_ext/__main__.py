@@ -120,7 +120,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
     import torch_c_dlpack_ext as package
     from _torch_c_dlpack_ext_core.errors import ManifestError
     from _torch_c_dlpack_ext_core.manifest import load_manifest
-    from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
+    from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, python_tag
 
     from ._library import loaded_library
 
@@ -128,6 +128,8 @@ def collect(device: str = "cpu") -> dict[str, Any]:
     report: dict[str, Any] = {
         "package": {"version": package.__version__, "path": str(Path(package.__file__).parent)},
         "python": sys.version.split()[0],
+        # The ABI as built (a 3.13t with PYTHON_GIL=1 is still cp313t), not the GIL state.
+        "python_abi": python_tag(),
         "torch": status.torch._asdict() if status.torch else None,
     }
     if report["torch"] is not None:
@@ -192,7 +194,7 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     values clipped; ``--json`` has the unabridged report."""
     rows: list[tuple[str, str]] = [
         ("torch-c-dlpack-ext", f"{report['package']['version']} ({report['package']['path']})"),
-        ("python", report["python"]),
+        ("python", f"{report['python']} ({report['python_abi']})"),
     ]
     torch = report["torch"]
     if torch is None:

@@ -60,6 +60,12 @@ class Settings(NamedTuple):
     jit: bool = False
     #: Where JIT builds go (``None``: :func:`._naming.default_cache_dir`).
     cache_dir: Path | None = None
+    #: One more account whose files a JIT cache or ``LIBRARY`` may belong to (a uid; ``None``:
+    #: only root and this process's user; :mod:`_torch_c_dlpack_ext_core.trust`).
+    trusted_owner: int | None = None
+    #: Seconds a JIT build waits for another process's build of the same library
+    #: (``None``: the driver's default).
+    lock_timeout: float | None = None
     #: Variables that were set but could not be honoured.
     problems: tuple[SettingProblem, ...] = ()
     #: Every prefixed variable that was set (name -> value), for diagnostics.

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from _torch_c_dlpack_ext_core.errors import (
     REINSTALL,
@@ -55,6 +55,9 @@ from ._select import (
 )
 from ._status import Status, StatusFields
 from ._torchinfo import TorchInfo, check_legacy_pointer
+
+if TYPE_CHECKING:
+    from _torch_c_dlpack_ext_core.trust import TrustedOwners
 
 __all__ = [
     "build_for_current_torch",
@@ -235,7 +238,7 @@ class _Action:
         if self.decision.library is not None:
             path = self.decision.library
             try:
-                data = read_library(path)
+                data = read_library(path, self.owners())
                 # What the file says it was built for, read before dlopen: a library of
                 # another torch minor would only fail there, on an undefined symbol.
                 early = build_info_in(data)
@@ -252,6 +255,7 @@ class _Action:
                 f"loaded {loaded.path} from {env_var('LIBRARY')}: no manifest, so no "
                 "size/sha256 check was done"
             )
+            self.note_trusted_owner(loaded.path)
             return self.finish(DecisionKind.LOAD, loaded.path)
         failures: list[str] = []
         candidates = [self.decision.entry, *self.decision.fallbacks] if self.decision.entry else []
@@ -301,7 +305,28 @@ class _Action:
                 f"{env_var('JIT')}",
             )
         publish(self.torch, loaded.pointer)
+        self.note_trusted_owner(loaded.path)
         return self.finish(DecisionKind.JIT, loaded.path, reason)
+
+    def owners(self) -> TrustedOwners:
+        """Who may own a ``LIBRARY`` or JIT file loaded here (root, this user, and the
+        ``TRUSTED_OWNER`` setting's account)."""
+        from _torch_c_dlpack_ext_core.trust import TrustedOwners
+
+        return TrustedOwners(self.settings.trusted_owner)
+
+    def note_trusted_owner(self, path: Path) -> None:
+        """Announce a file that was loaded because ``TRUSTED_OWNER`` trusts its owner."""
+        owner = self.settings.trusted_owner
+        you = getattr(os, "geteuid", lambda: 0)()
+        try:
+            uid = os.stat(path).st_uid
+        except OSError:
+            return
+        if owner is not None and uid == owner and uid not in (0, you):
+            self.messages.append(
+                f"loaded {path}, owned by uid {uid}, which {env_var('TRUSTED_OWNER')} trusts"
+            )
 
 
 def override_mismatch(

@@ -29,7 +29,19 @@ __all__ = [
 
 
 #: Variables the runtime reads, by short name (without the prefix).
-RUNTIME_VARIABLES = ("DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR")
+RUNTIME_VARIABLES = (
+    "DISABLE",
+    "FORCE",
+    "LIBRARY",
+    "BACKEND",
+    "JIT",
+    "CACHE_DIR",
+    "TRUSTED_OWNER",
+    "LOCK_TIMEOUT",
+)
+#: The range ``TORCH_C_DLPACK_EXT_LOCK_TIMEOUT`` accepts, in seconds: a build takes seconds
+#: to minutes (docs/facts.md), so less than one second or more than a day is a mistake.
+LOCK_TIMEOUT_RANGE = (1.0, 86400.0)
 #: Variables the in-tree build backend reads (``build_backend/_options.py``): known, so
 #: not reported as typos, but ignored at import. (Developer tools and tests use their own
 #: prefix, :data:`_torch_c_dlpack_ext_core.naming.DEV_ENV_PREFIX`.) A test keeps this list
@@ -85,6 +97,42 @@ def _unknown_variable(name: str, short: str, known: tuple[str, ...]) -> str:
         hint = difflib.get_close_matches(folded, known, n=1)
         fix = f"did you mean {env_var(hint[0])}?" if hint else "remove it"
     return f"{name} is not a torch-c-dlpack-ext variable ({fix})"
+
+
+def _trusted_owner(raw: str | None, problems: list[SettingProblem]) -> int | None:
+    """The uid ``TRUSTED_OWNER`` names (a uid or a user name), or ``None``."""
+    if raw is None:
+        return None
+    from _torch_c_dlpack_ext_core.trust import parse_trusted_owner  # only when set
+
+    try:
+        return parse_trusted_owner(raw)
+    except ConfigError as exc:
+        problems.append(SettingProblem(env_var("TRUSTED_OWNER"), str(exc)))
+        return None
+
+
+def _lock_timeout(raw: str | None, problems: list[SettingProblem]) -> float | None:
+    """``LOCK_TIMEOUT`` in seconds, within :data:`LOCK_TIMEOUT_RANGE`, or ``None``."""
+    if raw is None:
+        return None
+    low, high = LOCK_TIMEOUT_RANGE
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if low <= seconds <= high:  # False for nan and inf
+        return seconds
+    shown = raw if len(raw) <= 40 else raw[:40] + "..."
+    problems.append(
+        SettingProblem(
+            env_var("LOCK_TIMEOUT"),
+            f"{env_var('LOCK_TIMEOUT')}={shown!r} is not a number of seconds from {low:g} to "
+            f"{high:g}: give how long a JIT build waits for another process's build of the "
+            "same library, or unset it",
+        )
+    )
+    return None
 
 
 def read_settings(environ: Mapping[str, str]) -> Settings:
@@ -163,6 +211,8 @@ def read_settings(environ: Mapping[str, str]) -> Settings:
                     "process starts): give an absolute path or unset it",
                 )
             )
+    trusted_owner = _trusted_owner(value_of("TRUSTED_OWNER"), problems)
+    lock_timeout = _lock_timeout(value_of("LOCK_TIMEOUT"), problems)
     return Settings(
         disable=flag("DISABLE"),
         force=flag("FORCE"),
@@ -170,6 +220,8 @@ def read_settings(environ: Mapping[str, str]) -> Settings:
         backend=backend,
         jit=flag("JIT"),
         cache_dir=cache_dir,
+        trusted_owner=trusted_owner,
+        lock_timeout=lock_timeout,
         problems=tuple(problems),
         in_force=in_force,
     )

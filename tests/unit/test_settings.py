@@ -123,7 +123,16 @@ def test_several_problems_all_reported() -> None:
 
 
 def test_runtime_variables_are_the_documented_set() -> None:
-    assert set(RUNTIME_VARIABLES) == {"DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR"}
+    assert set(RUNTIME_VARIABLES) == {
+        "DISABLE",
+        "FORCE",
+        "LIBRARY",
+        "BACKEND",
+        "JIT",
+        "CACHE_DIR",
+        "TRUSTED_OWNER",
+        "LOCK_TIMEOUT",
+    }
 
 
 def test_every_project_variable_is_known_to_the_runtime() -> None:

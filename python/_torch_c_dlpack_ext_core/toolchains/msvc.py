@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import BuildError, CommandError, CompilerNotFoundError
-from ..naming import SHARED_LIBRARY_NAMING
+from ..naming import SHARED_LIBRARY_NAMING, free_threaded_build
 from ..run import run
 from .protocol import (
     CompileJob,
@@ -103,7 +103,7 @@ class MsvcToolchain(WithoutBinaryAudit):
         so the DLL serves every CPython), else ``python3XY[t].lib``."""
         if python_lib is None:
             base = sysconfig.get_config_var("installed_base") or sys.base_prefix
-            free_threaded = "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
+            free_threaded = "t" if free_threaded_build() else ""
             name = (
                 "python3.lib"
                 if limited_api
