@@ -16,7 +16,12 @@ written them does. The rule, as OpenSSH applies it to ``authorized_keys``
   parent, because in a sticky directory only an entry's owner (or the directory's, or
   root) can rename or remove that entry, and the entry below it must itself belong to a
   trusted account. The file itself (or the cache directory the check ends at) may never
-  be group- or other-writable, sticky or not.
+  be other-writable, sticky or not;
+* group-writable is accepted where the group is the owner's own *private* group, as
+  Debian's OpenSSH accepts it (its ``user-group-modes`` patch): the group exists, the
+  owner is its only member, primary or supplementary, and no other account has it as its
+  primary group. Distributions that give every user such a group set the umask to 002,
+  so a cache a user builds there is group-writable by that user's group alone.
 
 Why up to the root and not only up to the cache root: whoever can write a parent of the
 cache can rename the cache directory away and put one of their own in its place.
@@ -146,6 +151,22 @@ def _refuse(
     )
 
 
+def _private_group(gid: int, owner: int) -> bool:
+    """Whether group ``gid`` has ``owner`` as its one member (the module's rule)."""
+    try:
+        import grp
+        import pwd
+
+        group = grp.getgrgid(gid)
+        name = pwd.getpwuid(owner).pw_name
+        primary = [account.pw_uid for account in pwd.getpwall() if account.pw_gid == gid]
+    except (ImportError, KeyError):
+        return False
+    if any(uid != owner for uid in primary) or any(m != name for m in group.gr_mem):
+        return False
+    return bool(primary or group.gr_mem)
+
+
 def _check(
     info: os.stat_result, target: Path, component: Path, owners: TrustedOwners, *, last: bool
 ) -> None:
@@ -155,6 +176,8 @@ def _check(
         # A sticky parent: others may add entries, but not rename or remove ours (the next
         # component, which this walk checks as well).
         if not last and stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX:
+            return
+        if not info.st_mode & stat.S_IWOTH and _private_group(info.st_gid, info.st_uid):
             return
         whom = "group" if not info.st_mode & stat.S_IWOTH else "others"
         raise _refuse(target, component, info, f"writable by {whom}", owners)

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from _torch_c_dlpack_ext_core import driver, naming
+from _torch_c_dlpack_ext_core import driver, naming, trust
 from _torch_c_dlpack_ext_core.errors import LibraryLoadError, UntrustedPathError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, read_verified
 from _torch_c_dlpack_ext_core.naming import Backend, library_filename
@@ -257,9 +257,16 @@ def test_a_trusted_tree_is_read(tree: Path) -> None:
         ("lib.so", 0o664, "writable by group"),
     ],
 )
-def test_a_part_writable_by_others_is_refused(tree: Path, part: str, mode: int, why: str) -> None:
+def test_a_part_writable_by_others_is_refused(
+    tree: Path, part: str, mode: int, why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = {"a": tree.parent.parent, "b": tree.parent, "lib.so": tree}[part]
     target.chmod(mode)
+    # A group other than the owner's private one (which group-writable may name: below).
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        os.chown(target, -1, ATTACKER)  # a gid no account of this machine has
+    else:
+        monkeypatch.setattr(trust, "_private_group", lambda gid, owner: False)
     with pytest.raises(UntrustedPathError) as caught:
         read_trusted(tree, 100)
     error = caught.value
@@ -269,6 +276,71 @@ def test_a_part_writable_by_others_is_refused(tree: Path, part: str, mode: int, 
     assert f"refusing to load {tree}" in message
     assert f"mode {mode:04o}, {why}" in message
     assert f"chmod go-w {target}" in message
+
+
+def _accounts(
+    monkeypatch: pytest.MonkeyPatch, users: dict[str, tuple[int, int]], groups: dict[int, list[str]]
+) -> None:
+    """A password and group database of ``users`` (name -> (uid, primary gid)) and
+    ``groups`` (gid -> supplementary members), in place of the machine's."""
+    import grp
+    import pwd
+
+    entries = [SimpleNamespace(pw_name=n, pw_uid=u, pw_gid=g) for n, (u, g) in users.items()]
+    by_uid = {e.pw_uid: e for e in entries}
+
+    def getgrgid(gid: int) -> Any:
+        if gid not in groups:
+            raise KeyError(gid)
+        return SimpleNamespace(gr_gid=gid, gr_mem=groups[gid])
+
+    monkeypatch.setattr(pwd, "getpwall", lambda: entries)
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: by_uid[uid])
+    monkeypatch.setattr(grp, "getgrgid", getgrgid)
+
+
+@pytest.mark.parametrize(
+    ("users", "groups", "private"),
+    [
+        # Debian's user private group: alice's primary group, no other member.
+        ({"alice": (1000, 1000)}, {1000: []}, True),
+        ({"alice": (1000, 1000)}, {1000: ["alice"]}, True),
+        # bob has it as his primary group, or is a supplementary member.
+        ({"alice": (1000, 1000), "bob": (1001, 1000)}, {1000: []}, False),
+        ({"alice": (1000, 1000), "bob": (1001, 1001)}, {1000: ["bob"]}, False),
+        ({"alice": (1000, 1000)}, {1000: ["alice", "bob"]}, False),
+        # A group with no member at all (a setgid program's), or none in the database.
+        ({"alice": (1000, 100)}, {1000: []}, False),
+        ({"alice": (1000, 1000)}, {}, False),
+    ],
+)
+def test_group_writable_is_trusted_only_for_the_owners_private_group(
+    monkeypatch: pytest.MonkeyPatch,
+    users: dict[str, tuple[int, int]],
+    groups: dict[int, list[str]],
+    private: bool,
+) -> None:
+    _accounts(monkeypatch, users, groups)
+    assert trust._private_group(1000, 1000) is private
+
+
+@POSIX_ONLY
+def test_a_cache_built_under_umask_002_in_a_private_group_is_read(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a user of a distribution with user private groups (umask 002) builds: its
+    directories 0775 and files 0664, the group the user's own. Accepted; a group with a
+    second member is refused."""
+    me = os.geteuid()
+    for path in (tree.parent.parent, tree.parent):
+        path.chmod(0o775)
+    tree.chmod(0o664)
+    gid = os.stat(tree).st_gid
+    _accounts(monkeypatch, {"me": (me, gid)}, {gid: []})
+    assert read_trusted(tree, 100) == b"library"
+    _accounts(monkeypatch, {"me": (me, gid), "other": (me + 1, gid)}, {gid: []})
+    with pytest.raises(UntrustedPathError, match="writable by group"):
+        read_trusted(tree, 100)
 
 
 @ROOT_ONLY
