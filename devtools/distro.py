@@ -1,0 +1,258 @@
+"""Debian's own torch (``python3-torch``) in a cached Debian root, for the proofs that
+the portable table serves a torch no native library does (issue 30, item 5).
+
+Debian 13 (trixie) ships torch 2.6.0 built with the cxx11 ABI, CPU only, for its
+CPython 3.13 (docs/facts.md, "Torches outside the matrix"): no library of the matrix
+serves it (PyPI's 2.6.0 is pre-cxx11). What is made here, once, under the dev cache:
+
+* the root (:func:`provision_root`): ``debootstrap --variant=minbase
+  --include=python3,python3-torch,python3-venv,python3-pip trixie`` (~2 min), through
+  :func:`devtools.emulation.debootstrap_root` (lock, temp name, rename, marker); the
+  host's CA bundle is copied to the same path inside (pip's registry access), and the
+  marker records the root's torch and CPython and which compilers it has (none:
+  ``minbase`` brings no ``cc``);
+* a wheelhouse inside it (:func:`wheelhouse`): apache-tvm-ffi and this project's
+  runtime requirements, downloaded once by the root's own pip, so each run's venv
+  installs offline.
+
+Each run (:func:`fresh_venv`) makes a new ``python3 -m venv --system-site-packages``
+venv in the root (it sees Debian's torch) and installs the wheel under test with the
+root's pip from that wheelhouse; :func:`run_in_venv` runs that venv's python in the
+root (``chroot``, ``/proc`` mounted by :class:`devtools.emulation.Mounted`).
+Needs root (debootstrap, chroot, mount): :func:`check_host` says why not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+from devtools.emulation import (
+    Mounted,
+    capture,
+    debootstrap_root,
+    in_root,
+    last_lines,
+)
+from devtools.errors import EmulationUnavailableError, ProvisionError
+from devtools.hostenv import dev_cache_root, host_os
+
+__all__ = [
+    "CA_BUNDLE",
+    "TRIXIE",
+    "Distro",
+    "check_host",
+    "fresh_venv",
+    "provision_root",
+    "run_in_venv",
+    "wheelhouse",
+]
+
+#: Where Debian (host and root alike) keeps the CA bundle pip reads.
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+#: What a venv in the root runs its programs with (no host variables leak in).
+_BASE_PATH = "/usr/bin:/bin"
+#: Compilers whose presence the root's marker records (and the proofs' spies shadow).
+COMPILERS = ("cc", "c++", "gcc", "g++", "clang", "clang++")
+_WHEELHOUSE_MARKER = ".tcde-wheelhouse-complete.json"
+#: Inside the root.
+_WHEELHOUSES = Path("opt/tcde/wheelhouse")
+RUNS = Path("opt/tcde/runs")
+
+_TORCH_FACTS = (
+    "import json, sys, torch; print(json.dumps({'torch': torch.__version__, "
+    "'cxx11_abi': bool(torch.compiled_with_cxx11_abi()), 'cuda': torch.version.cuda, "
+    "'hip': torch.version.hip, 'python': '%d.%d.%d' % sys.version_info[:3], "
+    "'to_dlpack': hasattr(torch._C, '_to_dlpack'), "
+    "'exchange_api': hasattr(torch.Tensor, '__dlpack_c_exchange_api__')}))"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Distro:
+    """A Debian release whose own torch package no library of the matrix serves."""
+
+    #: debootstrap's suite.
+    suite: str
+    #: The packages ``--include`` adds to minbase.
+    packages: tuple[str, ...]
+    #: The CPython the suite ships (``X.Y``), and its torch's ``major.minor``.
+    python: str
+    torch_minor: str
+
+
+TRIXIE = Distro(
+    suite="trixie",
+    packages=("python3", "python3-torch", "python3-venv", "python3-pip"),
+    python="3.13",
+    torch_minor="2.6",
+)
+
+
+def log(message: str) -> None:
+    """One progress line on stderr."""
+    print(f"distro: {message}", file=sys.stderr, flush=True)
+
+
+def check_host() -> None:
+    """Raise :class:`EmulationUnavailableError` (one line: why) unless this host can make
+    and enter a Debian root: Linux, root, ``chroot``, and ``debootstrap`` (installed with
+    apt-get where missing and possible)."""
+    if host_os() != "linux":
+        raise EmulationUnavailableError(f"a Debian root needs a Linux host; this is {sys.platform}")
+    if os.geteuid() != 0:
+        raise EmulationUnavailableError(
+            "a Debian root needs root (debootstrap, chroot, mount /proc); run as root"
+        )
+    if shutil.which("chroot") is None:
+        raise EmulationUnavailableError("no chroot on PATH (coreutils)")
+    if shutil.which("debootstrap") is None:
+        if shutil.which("apt-get") is None:
+            raise EmulationUnavailableError(
+                "debootstrap is missing and there is no apt-get to install it"
+            )
+        log("apt-get install debootstrap")
+        proc = capture(["apt-get", "install", "-y", "-q", "debootstrap"], timeout=900)
+        if proc.returncode != 0 or shutil.which("debootstrap") is None:
+            raise EmulationUnavailableError(
+                f"debootstrap is missing; apt-get install debootstrap failed: {last_lines(proc, 2)}"
+            )
+
+
+def provision_root(distro: Distro = TRIXIE) -> Path:
+    """The cached root of ``distro`` with its torch (made on first use, ~2 min)."""
+
+    def prepare(staging: Path) -> dict[str, object]:
+        if CA_BUNDLE.is_file():
+            target = staging / CA_BUNDLE.relative_to("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(CA_BUNDLE, target)
+        with Mounted(staging):
+            proc = in_root(staging, [], ["-c", _TORCH_FACTS], env={}, timeout=300)
+        if proc.returncode != 0:
+            raise ProvisionError(f"import torch fails in the new root: {last_lines(proc)}")
+        facts: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+        compilers = [c for c in COMPILERS for d in ("usr/bin", "bin") if (staging / d / c).exists()]
+        log(f"root's torch: {facts}; compilers: {compilers or 'none'}")
+        return {"facts": facts, "compilers": sorted(set(compilers))}
+
+    root = dev_cache_root() / "distro" / f"debian-{distro.suite}-torch"
+    return debootstrap_root(root, suite=distro.suite, include=distro.packages, prepare=prepare)
+
+
+def root_record(root: Path) -> dict[str, object]:
+    """What the root's marker says (its torch and CPython, compilers)."""
+    from devtools.emulation import _MARKER
+
+    record: dict[str, object] = json.loads((root / _MARKER).read_text())
+    return record
+
+
+def wheelhouse(root: Path, requirements: Sequence[str]) -> Path:
+    """A folder inside ``root`` holding wheels of ``requirements`` and their dependencies,
+    downloaded once by the root's pip (so they are the wheels that pip would pick there).
+    One folder per requirement list; ``/proc`` must be mounted."""
+    from filelock import FileLock
+
+    digest = hashlib.sha256("\n".join(sorted(requirements)).encode()).hexdigest()[:12]
+    house = root / _WHEELHOUSES / digest
+    marker = house / _WHEELHOUSE_MARKER
+    house.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(house) + ".lock", timeout=1800):
+        if marker.is_file():
+            return house
+        shutil.rmtree(house, ignore_errors=True)
+        started = time.monotonic()
+        log(f"pip download {' '.join(requirements)} (the root's pip, from PyPI)")
+        proc = in_root(
+            root,
+            [],
+            [
+                "-m", "pip", "download", "--isolated", "--disable-pip-version-check",
+                "--no-cache-dir", "--only-binary", ":all:", "--dest", f"/{house.relative_to(root)}",
+                *requirements,
+            ],
+            env={"HOME": "/root"},
+            timeout=900,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            shutil.rmtree(house, ignore_errors=True)
+            raise ProvisionError(f"pip download in the root failed: {last_lines(proc)}")
+        record = {
+            "requirements": list(requirements),
+            "wheels": sorted(p.name for p in house.glob("*.whl")),
+            "seconds": round(time.monotonic() - started, 1),
+        }
+        atomic_write_bytes(marker, (json.dumps(record, indent=2) + "\n").encode())
+    return house
+
+
+def fresh_venv(
+    root: Path, wheel: Path, house: Path, requirements: Sequence[str] = ()
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A new ``--system-site-packages`` venv inside ``root`` (under :data:`RUNS`) with
+    ``wheel`` (a path on this host) and ``requirements`` installed by the root's pip,
+    offline, from ``house``. Returns the venv's folder (a host path) and pip's output.
+    The caller removes the folder (:func:`remove_run`)."""
+    runs = root / RUNS
+    runs.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=runs))
+    shutil.copyfile(wheel, run_dir / wheel.name)
+    venv = run_dir / "venv"
+    inside = f"/{venv.relative_to(root)}"
+    proc = in_root(root, [], ["-m", "venv", "--system-site-packages", inside], env={}, timeout=300)
+    if proc.returncode != 0:
+        raise ProvisionError(f"python3 -m venv in the root failed: {last_lines(proc)}")
+    pip = in_root(
+        root,
+        [],
+        [
+            "-m", "pip", "install", "--isolated", "--disable-pip-version-check", "--no-cache-dir",
+            "--no-index", "--find-links", f"/{house.relative_to(root)}",
+            f"/{(run_dir / wheel.name).relative_to(root)}", *requirements,
+        ],
+        env={"HOME": "/root"},
+        timeout=600,
+        program=f"{inside}/bin/python",
+    )  # fmt: skip
+    if pip.returncode != 0:
+        raise ProvisionError(
+            f"pip install {wheel.name} in the root's venv failed: {last_lines(pip)}"
+        )
+    return venv, pip
+
+
+def remove_run(root: Path, venv: Path) -> None:
+    """Remove a run's folder (the venv's parent) made by :func:`fresh_venv`."""
+    run_dir = venv.parent
+    if run_dir.parent == root / RUNS:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def run_in_venv(
+    root: Path,
+    venv: Path,
+    argv: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess[str]:
+    """``venv``'s python (a venv :func:`fresh_venv` made) with ``argv``, inside ``root``."""
+    return in_root(
+        root,
+        [],
+        argv,
+        env={"PATH": _BASE_PATH, "HOME": "/root", **(env or {})},
+        timeout=timeout,
+        program=f"/{venv.relative_to(root)}/bin/python",
+    )
