@@ -51,6 +51,7 @@ __all__ = [
     "CA_BUNDLE",
     "TRIXIE",
     "Distro",
+    "Run",
     "check_host",
     "fresh_venv",
     "provision_root",
@@ -197,62 +198,94 @@ def wheelhouse(root: Path, requirements: Sequence[str]) -> Path:
     return house
 
 
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One run's folder inside a root (under :data:`RUNS`), holding a new venv."""
+
+    root: Path
+    folder: Path
+
+    @property
+    def venv(self) -> Path:
+        return self.folder / "venv"
+
+    def inside(self, path: Path) -> str:
+        """``path`` (on this host, below the root) as the root sees it."""
+        return f"/{path.relative_to(self.root)}"
+
+    def copy_in(self, source: Path) -> str:
+        """Copy ``source`` (a file or folder on this host) into the run's folder; its
+        path inside the root."""
+        target = self.folder / source.name
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copyfile(source, target)
+        return self.inside(target)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 def fresh_venv(
-    root: Path, wheel: Path, house: Path, requirements: Sequence[str] = ()
-) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    """A new ``--system-site-packages`` venv inside ``root`` (under :data:`RUNS`) with
-    ``wheel`` (a path on this host) and ``requirements`` installed by the root's pip,
-    offline, from ``house``. Returns the venv's folder (a host path) and pip's output.
-    The caller removes the folder (:func:`remove_run`)."""
+    root: Path, house: Path, requirements: Sequence[str], *, wheel: Path | None = None
+) -> tuple[Run, str]:
+    """A new ``python3 -m venv --system-site-packages`` venv inside ``root`` (it sees the
+    distribution's torch) with ``wheel`` (a file on this host; optional) and
+    ``requirements`` installed by the root's pip, offline, from ``house``. Returns the run
+    (the caller removes it: :meth:`Run.remove`) and pip's output. ``/proc`` must be
+    mounted."""
     runs = root / RUNS
     runs.mkdir(parents=True, exist_ok=True)
-    run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=runs))
-    shutil.copyfile(wheel, run_dir / wheel.name)
-    venv = run_dir / "venv"
-    inside = f"/{venv.relative_to(root)}"
-    proc = in_root(root, [], ["-m", "venv", "--system-site-packages", inside], env={}, timeout=300)
-    if proc.returncode != 0:
-        raise ProvisionError(f"python3 -m venv in the root failed: {last_lines(proc)}")
-    pip = in_root(
-        root,
-        [],
-        [
-            "-m", "pip", "install", "--isolated", "--disable-pip-version-check", "--no-cache-dir",
-            "--no-index", "--find-links", f"/{house.relative_to(root)}",
-            f"/{(run_dir / wheel.name).relative_to(root)}", *requirements,
-        ],
-        env={"HOME": "/root"},
-        timeout=600,
-        program=f"{inside}/bin/python",
-    )  # fmt: skip
-    if pip.returncode != 0:
-        raise ProvisionError(
-            f"pip install {wheel.name} in the root's venv failed: {last_lines(pip)}"
-        )
-    return venv, pip
-
-
-def remove_run(root: Path, venv: Path) -> None:
-    """Remove a run's folder (the venv's parent) made by :func:`fresh_venv`."""
-    run_dir = venv.parent
-    if run_dir.parent == root / RUNS:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    run = Run(root, Path(tempfile.mkdtemp(prefix="run-", dir=runs)))
+    try:
+        targets = [run.copy_in(wheel)] if wheel is not None else []
+        proc = in_root(
+            root, [], ["-m", "venv", "--system-site-packages", run.inside(run.venv)], env={},
+            timeout=300,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise ProvisionError(f"python3 -m venv in the root failed: {last_lines(proc)}")
+        pip = in_root(
+            root,
+            [],
+            [
+                "-m", "pip", "install", "--isolated", "--disable-pip-version-check",
+                "--no-cache-dir", "--no-index", "--find-links", f"/{house.relative_to(root)}",
+                *targets, *requirements,
+            ],
+            env={"HOME": "/root"},
+            timeout=600,
+            program=f"{run.inside(run.venv)}/bin/python",
+        )  # fmt: skip
+        if pip.returncode != 0:
+            raise ProvisionError(f"pip install in the root's venv failed: {last_lines(pip)}")
+    except BaseException:
+        run.remove()
+        raise
+    return run, pip.stdout
 
 
 def run_in_venv(
-    root: Path,
-    venv: Path,
+    run: Run,
     argv: Sequence[str],
     *,
+    pythonpath: Sequence[str] = (),
     env: dict[str, str] | None = None,
     timeout: float = 600,
 ) -> subprocess.CompletedProcess[str]:
-    """``venv``'s python (a venv :func:`fresh_venv` made) with ``argv``, inside ``root``."""
+    """The run's venv python with ``argv``, inside the root, in an environment of its own
+    (``pythonpath``: paths inside the root; ``env`` overrides ``PATH``, ``HOME``)."""
     return in_root(
-        root,
+        run.root,
         [],
         argv,
-        env={"PATH": _BASE_PATH, "HOME": "/root", **(env or {})},
+        env={
+            "PATH": _BASE_PATH,
+            "HOME": "/root",
+            "PYTHONPATH": ":".join(pythonpath),
+            **(env or {}),
+        },
         timeout=timeout,
-        program=f"/{venv.relative_to(root)}/bin/python",
+        program=f"{run.inside(run.venv)}/bin/python",
     )
