@@ -8,6 +8,8 @@
   (the driver's cache key makes an unchanged rebuild a no-op);
 - ``torch213_library``: csrc/ compiled against the running torch;
 - ``old_torch_env``: factory for importable envs with an old PyPI torch;
+- ``portable_library``: the portable library (``csrc/portable``), compiled;
+- ``torch23_env``: PyPI's torch 2.3.1 (below the matrix) with apache-tvm-ffi;
 - ``progress``: write a line to the terminal past pytest's output capture;
   ``_torchenv_progress`` (autouse) sends ``devtools.torchenv``'s progress lines there
   (creating an env takes minutes).
@@ -173,3 +175,49 @@ def old_torch_env() -> Callable[[str], TorchEnv]:
         return torch_env(version, importable=True, extra=OLD_ENV_EXTRAS)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def portable_library(build_cache: Path) -> Path:
+    """The portable library (the torch-agnostic table, ``csrc/portable``) compiled with
+    gcc, abi3 (``Py_LIMITED_API=0x03090000``), against this interpreter's headers and
+    tvm-ffi's DLPack header: it serves every CPython >= 3.9 with the GIL. Skips, saying
+    why, where the source or a C compiler is missing."""
+    import shutil
+    import subprocess
+    import sysconfig
+
+    source = ROOT / "csrc" / "portable"
+    sources = sorted(source.glob("*.c"))
+    if not sources:
+        pytest.skip(f"no portable library source (*.c) in {source} on this branch")
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler (gcc or cc) to build the portable library")
+    import tvm_ffi.libinfo
+
+    out = build_cache / "portable" / "libtorch_c_dlpack_ext-portable.so"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    command = [
+        cc, "-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
+        "-DPy_LIMITED_API=0x03090000", '-DTCDE_TOOLCHAIN="tests (gcc)"',
+        f"-I{sysconfig.get_paths()['include']}",
+        f"-I{tvm_ffi.libinfo.find_dlpack_include_path()}",
+        "-o", str(out), *map(str, sources),
+        f"-Wl,--version-script={ROOT / 'csrc' / 'exports.map'}",
+    ]  # fmt: skip
+    subprocess.run(command, check=True, timeout=300)
+    return out
+
+
+@pytest.fixture(scope="session")
+def torch23_env() -> TorchEnv:
+    """PyPI's torch 2.3.1 (older than the matrix) for CPython 3.11, importable, with
+    apache-tvm-ffi (created once under the dev cache; skips on another CPython)."""
+    from tests.helpers import OLD_TORCH, TVM_FFI
+
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip(f"the torch {OLD_TORCH} env is made for CPython 3.11; this is {sys.version}")
+    from devtools.torchenv import torch_env
+
+    return torch_env(OLD_TORCH, importable=True, python="3.11", extra=[TVM_FFI])

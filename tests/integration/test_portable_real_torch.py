@@ -32,27 +32,20 @@ Skips, each with its reason: not root or not Linux, no debootstrap that can be i
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import stat
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import CORE_SOURCE, CSRC, clean_env
+from tests.helpers import CORE_SOURCE, OLD_TORCH, TVM_FFI, clean_env
 
 pytestmark = pytest.mark.slow
 
-#: The release the FACTS were checked with; pinned so cached envs and roots agree.
-TVM_FFI = "apache-tvm-ffi==0.1.15.post2"
-#: A PyPI torch older than the matrix (2.4-2.9 native, 2.10+ defer).
-OLD_TORCH = "2.3.1"
 PROOF = Path(__file__).parent / "fixtures" / "portable_proof.py"
-PORTABLE_SOURCE = CSRC / "portable" / "portable_api.c"
 #: What the proof's threads do (``--threads``, ``--iterations``).
 THREADS = 8
 ITERATIONS = 300
@@ -83,34 +76,6 @@ def spied_environment(spies: str) -> dict[str, str]:
         "CC": f"{spies}/cc",
         "CXX": f"{spies}/c++",
     }
-
-
-@pytest.fixture(scope="module")
-def portable_library(build_cache: Path) -> Path:
-    """The portable library compiled from ``csrc/portable`` with gcc, abi3
-    (``Py_LIMITED_API=0x03090000``) against this interpreter's headers: the library
-    serves every CPython >= 3.9 (trixie's 3.13 here)."""
-    if not PORTABLE_SOURCE.is_file():
-        pytest.skip(f"no portable library source on this branch ({PORTABLE_SOURCE})")
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler (gcc or cc) to build the portable library")
-    import sysconfig
-
-    import tvm_ffi.libinfo
-
-    out = build_cache / "portable-proofs" / "libtorch_c_dlpack_ext-portable.so"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    command = [
-        cc, "-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
-        "-DPy_LIMITED_API=0x03090000", '-DTCDE_TOOLCHAIN="tests/integration (gcc)"',
-        f"-I{sysconfig.get_paths()['include']}",
-        f"-I{tvm_ffi.libinfo.find_dlpack_include_path()}",
-        "-o", str(out), str(PORTABLE_SOURCE),
-        f"-Wl,--version-script={CSRC / 'exports.map'}",
-    ]  # fmt: skip
-    subprocess.run(command, check=True, timeout=300)
-    return out
 
 
 def judge(report: dict[str, Any], *, mode: str, calls: list[str]) -> None:
@@ -221,18 +186,8 @@ def test_trixie_python3_torch_direct(
 # --- PyPI's torch 2.3.1 ---------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def torch23() -> Any:
-    """PyPI's torch 2.3.1 for CPython 3.11, importable, with apache-tvm-ffi (cached)."""
-    if sys.version_info[:2] != (3, 11):
-        pytest.skip(f"the torch {OLD_TORCH} env is made for CPython 3.11; this is {sys.version}")
-    from devtools.torchenv import torch_env
-
-    return torch_env(OLD_TORCH, importable=True, python="3.11", extra=[TVM_FFI])
-
-
 def test_pypi_torch_231_direct(
-    tmp_path: Path, torch23: Any, portable_library: Path, progress: Callable[[str], None]
+    tmp_path: Path, torch23_env: Any, portable_library: Path, progress: Callable[[str], None]
 ) -> None:
     """PyPI's torch 2.3.1+cu121 (pre-cxx11 ABI; below the matrix) with the portable
     library's table published directly: the full proof."""
@@ -242,7 +197,7 @@ def test_pypi_torch_231_direct(
     shutil.copytree(CORE_SOURCE, site / CORE_SOURCE.name)
     proc = subprocess.run(
         [
-            str(torch23.python), str(PROOF), "--library", str(portable_library),
+            str(torch23_env.python), str(PROOF), "--library", str(portable_library),
             f"--threads={THREADS}", f"--iterations={ITERATIONS}",
         ],
         env={
