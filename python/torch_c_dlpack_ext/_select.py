@@ -328,6 +328,29 @@ def decide(
        not: no library can be built for it.
     10. Nothing matches -> ``JIT`` if opted in, else ``UNAVAILABLE`` listing the
         bundled libraries, the build-from-source command and the JIT variable.
+
+    The portable table (issue 30: defer -> native -> JIT -> portable -> unavailable):
+
+    6a. Only libraries whose ``python`` serves this interpreter count (``abi3`` on a
+        GIL CPython >= 3.9, ``abi3.12`` on >= 3.12, ``3.14t`` on a free-threaded 3.14
+        BUILD: ``info.python``, from ``Py_GIL_DISABLED``, never the runtime GIL flag).
+    6b. ``PORTABLE`` -> ``PORTABLE`` with the bundled portable library, over a native
+        one and over torch's own table (rule 3 and 4 skip it: differential tests); none
+        bundled -> the JIT builds it when ``JIT`` is set, else ``UNAVAILABLE``.
+    8b. An XPU torch (``torch.version.xpu``; never taken for CPU) has no native
+        library: rule 11.
+    9.  (torch 2.0-2.3 and other torches outside the range: no native library, rule 11.)
+    11. Where rules 7-10 end in ``UNAVAILABLE`` and torch has ``torch._C._to_dlpack``,
+        the bundled portable library -> ``PORTABLE`` (silent: the import succeeded);
+        none bundled (a universal wheel) and ``JIT`` set -> ``PORTABLE`` without an
+        entry: the JIT builds it (C and Python.h only). ``LOAD`` and ``JIT`` carry the
+        portable library in ``Decision.portable``: a native library that fails to
+        load, or a failed JIT build, falls back to it with a warning saying why.
+        Never when rule 3 or 4 was passed over by ``FORCE``: FORCE means our NATIVE
+        library, and never puts the slower table over torch's own.
+    12. A torch without ``torch._C._to_dlpack``, or no portable library -> the
+        ``UNAVAILABLE`` of rules 7-10 (the reason says why the portable table cannot
+        serve).
     """
     decision = _decide(info, manifest, settings)
     if info.bogus_attributes and decision.kind not in (DecisionKind.DEFER, DecisionKind.DISABLED):
