@@ -193,7 +193,7 @@ def cell_for_entry(cells: Iterable[Cell], entry: ManifestEntry, source: str | Pa
     """
     by_id = {cell.id: cell for cell in cells}
     described = (
-        f"torch {entry.torch}, {entry.backend.value}, cxx11_abi={entry.cxx11_abi}, "
+        f"torch {entry.torch}, {entry.backend or 'any'}, cxx11_abi={entry.cxx11_abi}, "
         f"python {entry.python}"
     )
     if entry.cell is None:

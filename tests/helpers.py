@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_SOURCE = ROOT / "python" / PACKAGE
 CORE_SOURCE = ROOT / "python" / CORE_PACKAGE
 CSRC = ROOT / "csrc"
+PORTABLE_SOURCE = CSRC / "portable" / "portable_api.c"
 FAKE_LIBRARY_SOURCE = (
     Path(__file__).resolve().parent / "integration" / "fixtures" / "fake_exchange.c"
 )
@@ -45,6 +46,7 @@ __all__ = [
     "ROOT",
     "Bundled",
     "build_fake_library",
+    "build_portable_library",
     "bundle_portable",
     "clean_env",
     "make_package",
@@ -88,6 +90,41 @@ def build_fake_library(dest: Path, *defines: str, name: str = "libfake.so") -> P
         check=True,
         timeout=120,
     )
+    return out
+
+
+def build_portable_library(
+    dest: Path,
+    *,
+    limited_api: int | None = 0x03090000,
+    python_include: Path | None = None,
+    name: str = "libtorch_c_dlpack_ext-portable.so",
+    extra_flags: Sequence[str] = (),
+) -> Path:
+    """Compile the portable table (``csrc/portable``) as the release driver will (Linux gcc).
+
+    A stand-in for the official driver build, for tests: ``limited_api`` is the
+    ``Py_LIMITED_API`` value (``0x03090000``: abi3; ``0x030C0000``: abi3 with vectorcall,
+    needs CPython >= 3.12 headers; ``None``: the full API of the interpreter whose headers
+    are used), ``python_include`` defaults to the running interpreter's. Warnings are errors.
+    """
+    import sysconfig
+
+    import tvm_ffi.libinfo
+
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / name
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or "gcc"
+    include = python_include or Path(sysconfig.get_paths()["include"])
+    api = [] if limited_api is None else [f"-DPy_LIMITED_API={limited_api:#010x}"]
+    command = [
+        cc, "-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
+        "-Wall", "-Wextra", "-Werror", *api, '-DTCDE_TOOLCHAIN="test build"',
+        f"-I{include}", f"-I{tvm_ffi.libinfo.find_dlpack_include_path()}", *extra_flags,
+        "-o", str(out), str(PORTABLE_SOURCE),
+        f"-Wl,--version-script={CSRC / 'exports.map'}",
+    ]  # fmt: skip
+    subprocess.run(command, check=True, timeout=120)
     return out
 
 

@@ -61,7 +61,9 @@ from .headers import (
 from .manifest import ManifestEntry, atomic_write_bytes, new_temp_file, sha256_of, verify_file
 from .naming import (
     ABI3,
+    ANY,
     LIMITED_API_VERSION,
+    NATIVE_BACKENDS,
     PACKAGE,
     SOURCE_SUFFIXES,
     Backend,
@@ -77,11 +79,14 @@ from .torchinstall import TorchInstall
 
 __all__ = [
     "BuildPlan",
+    "PortablePlan",
     "check_tensor_layout",
     "compile_library",
+    "compile_portable_library",
     "find_sources",
     "main",
     "plan_build",
+    "plan_portable",
 ]
 
 #: Bump when the driver changes what it produces, so old cache records stop matching.
@@ -435,6 +440,11 @@ def plan_build(
     toolchain = toolchain_for(platform)
     environ = os.environ if environ is None else environ
     backend = parse_backend(backend)
+    if backend not in NATIVE_BACKENDS:
+        raise BackendUnavailableError(
+            f"no native library exists for the {backend.value} backend; the portable table "
+            "serves that torch (compile_portable_library)"
+        )
     install = (
         torch
         if isinstance(torch, TorchInstall)
@@ -535,7 +545,7 @@ def _python_exports(include: Path, target: str, explicit: Path | str | None) -> 
     )
 
 
-def _cached_entry(plan: BuildPlan, key: str) -> ManifestEntry | None:
+def _cached_entry(plan: BuildPlan | PortablePlan, key: str) -> ManifestEntry | None:
     try:
         record = json.loads(plan.sidecar.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -731,6 +741,286 @@ def compile_library(
     except CommandError as exc:
         # A tool run the steps above do not translate themselves: still a failed build.
         raise BuildError(str(exc), command=exc.cmd, output=exc.stderr or exc.stdout) from None
+
+
+# The portable library: torch-free, C11, Python.h and dlpack/dlpack.h only.
+
+#: Where the portable library's sources are, in the source dir (``csrc/``).
+PORTABLE_DIR = "portable"
+
+
+@dataclasses.dataclass(frozen=True)
+class PortablePlan:
+    """One compile of the portable library (``csrc/portable/*.c``): the torch-free C
+    plan beside :class:`BuildPlan`, built by the same toolchain (its C compiler), with the
+    same discipline (plan first, temp name, audit, rename, cache record)."""
+
+    cc: str
+    compiler_banner: str
+    #: ``gcc 12.2.0``: recorded in the library (``TCDE_TOOLCHAIN``) and the manifest.
+    toolchain: str
+    dlpack_include: Path
+    dlpack_version: str
+    python_include: Path
+    #: ``abi3``, ``abi3.12`` (the limited API of 3.12: vectorcall) or a free-threaded
+    #: ``3.14t`` (:func:`.headers.python_target_of_headers` of the headers).
+    python: str
+    sources: tuple[Path, ...]
+    #: ``csrc/portable``.
+    source_dir: Path
+    #: ``csrc/exports.map``: the native library's three exports, the same three here.
+    version_script: Path
+    output_dir: Path
+    platform: str
+    python_import_lib: Path | None = None
+    cc_args: tuple[str, ...] = ()
+    python_exports: Path | None = None
+
+    @property
+    def limited_api(self) -> int | None:
+        """``Py_LIMITED_API`` of an abi3 build (``None``: the full API)."""
+        from .naming import parse_python_target
+
+        if not self.python.startswith(ABI3):
+            return None
+        major, minor, _ = parse_python_target(self.python)
+        return (major << 24) | (minor << 16)
+
+    @property
+    def platform_toolchain(self) -> Toolchain:
+        return toolchain_for(self.platform)
+
+    @property
+    def filename(self) -> str:
+        from .naming import portable_library_filename
+
+        return portable_library_filename(self.python, platform=self.platform)
+
+    @property
+    def output(self) -> Path:
+        return self.output_dir / self.filename
+
+    @property
+    def sidecar(self) -> Path:
+        return self.output_dir / f"{self.filename}.build.json"
+
+    def job(self) -> CompileJob:
+        defines = [] if self.limited_api is None else [f"Py_LIMITED_API=0x{self.limited_api:08x}"]
+        return CompileJob(
+            cxx=self.cc,
+            std="c11",
+            defines=(*defines, f'TCDE_TOOLCHAIN="{self.toolchain}"'),
+            includes=(self.dlpack_include, self.python_include),
+            sources=self.sources,
+            source_dir=self.source_dir,
+            lib_dir=None,
+            libraries=(),
+            filename=self.filename,
+            python_import_lib=self.python_import_lib,
+            cxx_args=self.cc_args,
+            language="c",
+            version_script=self.version_script,
+        )
+
+    def command(self, output: Path | str, scratch: Path | str = SCRATCH_PLACEHOLDER) -> list[str]:
+        return self.platform_toolchain.command(self.job(), output, scratch)
+
+    def cache_key(self) -> str:
+        """sha256 over what decides the library's bytes (sources, headers, compiler,
+        command with locations as placeholders), as :meth:`BuildPlan.cache_key`."""
+        places = {
+            "<sources>": self.source_dir,
+            "<exports>": self.version_script,
+            "<dlpack>": self.dlpack_include,
+            "<python-include>": self.python_include,
+        }
+        if self.python_import_lib is not None:
+            places["<python-lib>"] = self.python_import_lib
+        record = {
+            "schema": _CACHE_SCHEMA,
+            "table": "portable",
+            "sources": _source_digests(self.source_dir),
+            "exports": sha256_of(self.version_script),
+            "python": [self.python, _python_headers_identity(self.python_include)],
+            "compiler": [self.cc, self.compiler_banner],
+            "command": _without_locations(self.command("{output}"), places),
+            "dlpack": [self.dlpack_version, sha256_of(self.dlpack_include / "dlpack" / "dlpack.h")],
+        }
+        return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def plan_portable(
+    *,
+    output_dir: Path | str,
+    cc: str | os.PathLike[str] | None = None,
+    dlpack_include: Path | str | None = None,
+    python_include: Path | str | None = None,
+    source_dir: Path | str | None = None,
+    python: str | None = None,
+    python_exports: Path | str | None = None,
+    python_lib: Path | str | None = None,
+    platform: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> PortablePlan:
+    """Resolve and check everything the portable library's compile needs: no torch.
+
+    ``source_dir``: the ``csrc/`` holding ``portable/*.c`` and ``exports.map`` (default:
+    :func:`find_sources`' directory). ``python``: ``abi3`` (default for a GIL CPython's
+    headers), ``abi3.12`` (the limited API of 3.12, needs those headers) or, checked
+    against the headers, a free-threaded ``3.14t``. Raises :class:`BuildError` (a missing
+    C compiler is a :class:`~.errors.CompilerNotFoundError`)."""
+    platform = sys.platform if platform is None else platform
+    environ = os.environ if environ is None else environ
+    toolchain = toolchain_for(platform)
+    csrc = Path(source_dir) if source_dir is not None else find_sources()[0]
+    portable_dir = csrc / PORTABLE_DIR
+    sources = tuple(sorted(portable_dir.glob("*.c")))
+    if not sources:
+        raise BuildError(
+            f"no portable table sources (*.c) in {portable_dir}; pass source_dir=<the "
+            "project's csrc/> or reinstall torch-c-dlpack-ext"
+        )
+    version_script = csrc / "exports.map"
+    dlpack_dir, dlpack_version = find_dlpack_include(
+        Path(dlpack_include) if dlpack_include is not None else None
+    )
+    compiler = toolchain.find_c_compiler(cc, environ)
+    py_include = find_python_include(Path(python_include) if python_include else None)
+    target = python_target_of_headers(py_include)
+    if python is not None and python != target:
+        from .naming import parse_python_target
+
+        wanted = parse_python_target(python)
+        if not (target == ABI3 and wanted[2] == "abi3" and _headers_at_least(py_include, wanted)):
+            raise BuildError(
+                f"python={python!r} was requested, but the headers in {py_include} make a "
+                f"{target!r} library; pass python_include=<the include dir of the CPython "
+                f"that {python!r} names>"
+            )
+        target = python
+    python_import_lib = toolchain.python_import_library(
+        Path(python_lib) if python_lib is not None else None, limited_api=target.startswith(ABI3)
+    )
+    return PortablePlan(
+        cc=compiler.path,
+        compiler_banner=compiler.banner,
+        toolchain=compiler.identity,
+        dlpack_include=dlpack_dir,
+        dlpack_version=dlpack_version,
+        python_include=py_include,
+        python=target,
+        sources=tuple(s.resolve() for s in sources),
+        source_dir=portable_dir.resolve(),
+        version_script=version_script.resolve(),
+        output_dir=Path(output_dir).resolve(),
+        platform=platform,
+        python_import_lib=python_import_lib,
+        cc_args=compiler.args,
+        python_exports=_python_exports(py_include, target, python_exports),
+    )
+
+
+def _headers_at_least(include: Path, wanted: tuple[int, int, str]) -> bool:
+    """The CPython headers in ``include`` are of ``wanted``'s version or later (an abi3.12
+    build needs 3.12's)."""
+    text = (include / "patchlevel.h").read_text(encoding="utf-8", errors="replace")
+    major = re.search(r"#define\s+PY_MAJOR_VERSION\s+(\d+)", text)
+    minor = re.search(r"#define\s+PY_MINOR_VERSION\s+(\d+)", text)
+    return bool(major and minor) and (int(major.group(1)), int(minor.group(1))) >= wanted[:2]  # type: ignore[union-attr]
+
+
+def compile_portable_library(
+    *,
+    output_dir: Path | str,
+    audit: bool = True,
+    stable_abi_audit: bool | None = None,
+    echo: bool = True,
+    on_compile: Callable[[PortablePlan], None] | None = None,
+    **plan: Any,
+) -> ManifestEntry:
+    """Compile the portable library (the torch-agnostic table) and return its manifest
+    entry (``torch``, ``torch_build``, ``backend``: ``any``). ``plan``: what
+    :func:`plan_portable` takes. Under the output's lock, a cache hit compiles nothing;
+    otherwise it compiles to a temporary name, audits (the toolchain's torch-free audit:
+    no torch library or symbol; and, for an abi3 library, the stable ABI audit), and
+    renames into place, as :func:`compile_library` does."""
+    from filelock import FileLock, Timeout
+
+    try:
+        built = plan_portable(output_dir=output_dir, **plan)
+        key = built.cache_key()
+        built.output_dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(built.output) + ".lock", timeout=_LOCK_TIMEOUT_S)
+        try:
+            with lock:
+                cached = _cached_entry(built, key)
+                if cached is not None:
+                    if echo:
+                        print(f"{built.filename} is up to date (cache hit)", file=sys.stderr)
+                    return cached
+                if on_compile is not None:
+                    on_compile(built)
+                return _build_portable(built, key, audit=audit, stable=stable_abi_audit, echo=echo)
+        except Timeout:
+            raise BuildError(
+                f"another build of {built.output} held {lock.lock_file} for over "
+                f"{_LOCK_TIMEOUT_S:.0f} s; if no build is running, delete that lock file"
+            ) from None
+    except CommandError as exc:
+        raise BuildError(str(exc), command=exc.cmd, output=exc.stderr or exc.stdout) from None
+
+
+def _build_portable(
+    plan: PortablePlan, key: str, *, audit: bool, stable: bool | None, echo: bool
+) -> ManifestEntry:
+    fd, tmp = new_temp_file(plan.output_dir, prefix=f".{plan.filename}.", suffix=".tmp", mode=0o777)
+    try:
+        mode = os.fstat(fd).st_mode & 0o777
+    finally:
+        os.close(fd)
+    scratch = tempfile.TemporaryDirectory(prefix="tcde-build-")
+    toolchain = plan.platform_toolchain
+    try:
+        job = plan.job()
+        toolchain.prepare_scratch(job, Path(scratch.name))
+        command = toolchain.command(job, tmp, scratch.name)
+        try:
+            run(command, echo=echo)
+        except CommandError as exc:
+            what = f"compiling the portable table {plan.filename} failed"
+            raise BuildError.from_command(what, exc, tail=6000) from None
+        if tmp.stat().st_size == 0:
+            raise BuildError(f"compiling {plan.filename} wrote no library", command=command)
+        if audit:
+            toolchain.audit_torch_free(
+                tmp, cc=(plan.cc, *plan.cc_args), python_exports=plan.python_exports
+            )
+            if plan.limited_api is not None:
+                audit_stable_abi(tmp, name=plan.filename, required=stable)
+        entry = ManifestEntry(
+            file=plan.filename,
+            torch=ANY,
+            torch_build=ANY,
+            backend=None,
+            cxx11_abi=None,
+            dlpack=plan.dlpack_version,
+            toolchain=plan.toolchain,
+            gpu_toolkit=None,
+            platform=toolchain.target_platform or host_platform_tag(),
+            python=plan.python,
+            size=tmp.stat().st_size,
+            sha256=sha256_of(tmp),
+        )
+        tmp.chmod(mode)
+        os.replace(tmp, plan.output)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        scratch.cleanup()
+    record = {"key": key, "entry": entry.to_json(), "command": plan.command(plan.output)}
+    atomic_write_bytes(plan.sidecar, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+    return entry
 
 
 def _parse_abi(value: str) -> bool:

@@ -32,15 +32,17 @@ from _torch_c_dlpack_ext_core.version import __version__
 from ._select import Settings
 from ._torchinfo import TorchInfo
 
-__all__ = ["build", "cache_key", "python_tag"]
+__all__ = ["build", "build_portable", "cache_key", "python_tag"]
 
 
 def python_tag() -> str:
-    """``cp311`` / ``cp314t``: the interpreter the library's Python calls are built for."""
-    from packaging import tags
+    """``cp311`` / ``cp314t``: the interpreter the library's Python calls are built for,
+    free-threaded by how it was BUILT (``Py_GIL_DISABLED``), never by whether the GIL is
+    on now (``PYTHON_GIL=1`` on a 3.14t keeps its objects' free-threaded layout)."""
+    from _torch_c_dlpack_ext_core.naming import running_python
 
-    abiflags = "t" if getattr(sys, "_is_gil_enabled", lambda: True)() is False else ""
-    return f"{tags.interpreter_name()}{tags.interpreter_version()}{abiflags}"
+    (major, minor), freethreaded = running_python()
+    return f"cp{major}{minor}{'t' if freethreaded else ''}"
 
 
 def cache_key(info: TorchInfo, backend: Backend, pytag: str) -> str:
@@ -89,6 +91,50 @@ def _reuse_read_only(
         return read_verified(entry, output_dir)
     except (OSError, ValueError, ManifestError):
         return None
+
+
+def _writable_cache(settings: Settings, name: str) -> Path:
+    """``<cache root>/<name>``, created and checked writable; raises :class:`ConfigError`."""
+    root, fix = _cache_root(settings)
+    output_dir = root / name
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=output_dir):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"JIT cache directory {root} is not writable ({exc.strerror or exc}); {fix}"
+        ) from None
+    return output_dir
+
+
+def build_portable(settings: Settings) -> tuple[Path, bytes]:
+    """Build (or reuse) the portable table for this interpreter, with only a C compiler,
+    ``Python.h`` and the DLPack header (no torch headers, no C++): where the universal
+    wheel's JIT cannot build the native library, or torch needs the portable one. Its
+    key is this package's version and this interpreter (``portable-cp311-<digest>``).
+    Returns the path and the verified bytes. Raises :class:`TorchCDLPackExtError`."""
+    from _torch_c_dlpack_ext_core import driver
+
+    tag = python_tag()
+    digest = hashlib.sha256(f"portable|{tag}|{__version__}".encode()).hexdigest()[:16]
+    output_dir = _writable_cache(settings, f"portable-{tag}-{digest}")
+
+    def say_building(plan: driver.PortablePlan) -> None:
+        print(
+            f"torch-c-dlpack-ext: building the portable table {plan.filename} in "
+            f"{output_dir} (once; later imports reuse it)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        entry = driver.compile_portable_library(
+            output_dir=output_dir, echo=False, on_compile=say_building, stable_abi_audit=False
+        )
+    except OSError as exc:
+        raise BuildError(f"JIT build of the portable table in {output_dir} failed: {exc}") from None
+    return read_verified(entry, output_dir)
 
 
 def build(torch: Any, info: TorchInfo, backend: Backend, settings: Settings) -> tuple[Path, bytes]:

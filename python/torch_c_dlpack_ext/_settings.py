@@ -29,7 +29,7 @@ __all__ = [
 
 
 #: Variables the runtime reads, by short name (without the prefix).
-RUNTIME_VARIABLES = ("DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR")
+RUNTIME_VARIABLES = ("DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR", "PORTABLE")
 #: Variables the in-tree build backend reads (``build_backend/_options.py``): known, so
 #: not reported as typos, but ignored at import. (Developer tools and tests use their own
 #: prefix, :data:`_torch_c_dlpack_ext_core.naming.DEV_ENV_PREFIX`.) A test keeps this list
@@ -170,6 +170,7 @@ def read_settings(environ: Mapping[str, str]) -> Settings:
         backend=backend,
         jit=flag("JIT"),
         cache_dir=cache_dir,
+        portable=flag("PORTABLE"),
         problems=tuple(problems),
         in_force=in_force,
     )

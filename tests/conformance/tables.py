@@ -179,7 +179,7 @@ class Tables:
 
     @property
     def backend(self) -> str:
-        return str(self.library.build_info["backend"])
+        return self.library.backend
 
 
 def load_tables(path: Path) -> Tables:

@@ -1,0 +1,154 @@
+"""The portable table end to end (issue 30 items 3-4): built through the ONE driver
+(``compile_portable_library``: C only, no torch, audited), bundled in a package with
+its torch-agnostic manifest entry, chosen by the selector, and used through ctypes: a
+tensor exported and imported again through the published table."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from tests.helpers import CSRC, ROOT, make_package, run_python
+
+from _torch_c_dlpack_ext_core import driver
+from _torch_c_dlpack_ext_core.manifest import write_manifest
+from _torch_c_dlpack_ext_core.naming import LIBS_DIR, MANIFEST_NAME, PACKAGE
+
+pytestmark = pytest.mark.skipif(
+    not (CSRC / "portable").is_dir() or shutil.which("cc") is None,
+    reason="needs csrc/portable (the portable-c branch) and a C compiler",
+)
+
+#: Imports the package, then round-trips a tensor through the published table.
+ROUND_TRIP = r"""
+import json, sys
+import torch
+{prelude}
+import torch_c_dlpack_ext
+from tests.exchange_suite.dlpack_ctypes import api_from_capsule, export_managed, import_managed
+
+status = torch_c_dlpack_ext.status()
+api = api_from_capsule(torch.Tensor.__dlpack_c_exchange_api__)
+x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+y = import_managed(api, export_managed(api, x))
+print(json.dumps({{
+    "kind": status.kind.value,
+    "library": str(status.library),
+    "same": bool(torch.equal(x, y)) and y.data_ptr() == x.data_ptr(),
+    "text": str(status),
+    "legacy": getattr(torch.Tensor, "__c_dlpack_exchange_api__", None) is not None,
+}}))
+"""
+
+
+@pytest.fixture(scope="module")
+def portable_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A package bundling only the portable library, built by the driver."""
+    built = tmp_path_factory.mktemp("portable-build")
+    entry = driver.compile_portable_library(output_dir=built, source_dir=CSRC, echo=False)
+    assert (entry.torch, entry.torch_build, entry.backend, entry.python) == (
+        "any",
+        "any",
+        None,
+        "abi3",
+    )
+    root = make_package(tmp_path_factory.mktemp("portable-pkg"))
+    package = root / PACKAGE
+    (package / LIBS_DIR).mkdir(exist_ok=True)
+    shutil.copyfile(built / entry.file, package / LIBS_DIR / entry.file)
+    write_manifest(package / MANIFEST_NAME, [entry._replace(file=f"{LIBS_DIR}/{entry.file}")])
+    return root
+
+
+def _round_trip(
+    package: Path, env: dict[str, str], prelude: str = "", *, quiet: bool = True
+) -> dict[str, object]:
+    from tests.helpers import clean_env
+
+    proc = run_python(
+        ROUND_TRIP.format(prelude=prelude),
+        pythonpath=[package, ROOT],
+        env=clean_env(**env),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if quiet:
+        assert "TorchCDLPackExtWarning" not in proc.stderr, proc.stderr  # silent on success
+    result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_portable_forced_on_torch_2_13_round_trips_a_tensor(portable_package: Path) -> None:
+    """TORCH_C_DLPACK_EXT_PORTABLE=1 replaces torch 2.13's own table (for differential
+    tests), and the portable table exports and imports a tensor without a copy."""
+    result = _round_trip(portable_package, {"TORCH_C_DLPACK_EXT_PORTABLE": "1"})
+    assert result["kind"] == "portable", result
+    assert str(result["library"]).endswith("libtorch_c_dlpack_ext-portable.so")
+    assert result["same"] is True
+    assert result["legacy"] is True
+    assert "portable table" in str(result["text"])
+    assert "JIT=1" in str(result["text"])
+
+
+def test_torch_2_13_without_the_setting_defers(portable_package: Path) -> None:
+    result = _round_trip(portable_package, {})
+    assert result["kind"] == "defer", result
+
+
+def test_a_torch_2_2_gets_the_portable_table_on_the_common_path(portable_package: Path) -> None:
+    """torch 2.2 (below the native range) was refused ("not supported"); it has
+    torch._C._to_dlpack, so the portable table serves it, silently, on the import's
+    common path. A stand-in torch module: the running torch's functions under a 2.2
+    version, with a Tensor class that lacks the attribute torch >= 2.10 publishes."""
+    from tests.helpers import clean_env
+
+    code = r"""
+import json, sys, types
+import torch as real
+fake = types.ModuleType("torch")
+fake.__dict__.update(vars(real))
+fake.__version__ = "2.2.2+cu121"
+fake.Tensor = type("Tensor", (), {})
+sys.modules["torch"] = fake
+import torch_c_dlpack_ext
+fields = torch_c_dlpack_ext._STATE["fields"]
+status = torch_c_dlpack_ext.status()
+print(json.dumps({"kind": status.kind.value, "common": bool(fields and fields.get("common_path")),
+                  "published": hasattr(fake.Tensor, "__dlpack_c_exchange_api__")}))
+"""
+    proc = run_python(code, pythonpath=[portable_package, ROOT], env=clean_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "TorchCDLPackExtWarning" not in proc.stderr, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"kind": "portable", "common": True, "published": True}, result
+
+
+def test_library_override_naming_the_portable_library_is_accepted(
+    portable_package: Path,
+) -> None:
+    library = next((portable_package / PACKAGE / LIBS_DIR).glob("*portable*"))
+    result = _round_trip(
+        portable_package,
+        {"TORCH_C_DLPACK_EXT_LIBRARY": str(library), "TORCH_C_DLPACK_EXT_FORCE": "1"},
+        quiet=False,  # LIBRARY's load is announced: no manifest, no sha256 check
+    )
+    assert result["kind"] == "portable", result
+    assert result["same"] is True
+
+
+def test_the_driver_audits_the_portable_library_as_torch_free(tmp_path: Path) -> None:
+    """The torch-free audit refuses a library that needs a torch symbol."""
+    from _torch_c_dlpack_ext_core.errors import ABIAuditError
+    from _torch_c_dlpack_ext_core.toolchains.elf import audit_torch_free_library
+
+    source = tmp_path / "bad.c"
+    source.write_text(
+        "extern int _ZN3c104impl3fooEv(void); int f(void) { return _ZN3c104impl3fooEv(); }\n"
+    )
+    library = tmp_path / "libbad.so"
+    import subprocess
+
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    with pytest.raises(ABIAuditError, match="built against no torch"):
+        audit_torch_free_library(library, cc="cc")
