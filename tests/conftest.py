@@ -179,35 +179,15 @@ def old_torch_env() -> Callable[[str], TorchEnv]:
 
 @pytest.fixture(scope="session")
 def portable_library(build_cache: Path) -> Path:
-    """The portable library (the torch-agnostic table, ``csrc/portable``) compiled with
-    gcc, abi3 (``Py_LIMITED_API=0x03090000``), against this interpreter's headers and
-    tvm-ffi's DLPack header: it serves every CPython >= 3.9 with the GIL. Skips, saying
-    why, where the source or a C compiler is missing."""
-    import shutil
-    import subprocess
-    import sysconfig
+    """The portable library (the torch-agnostic table, ``csrc/portable``) as the release
+    builds it: the driver's torch-free C plan (``compile_portable_library``: abi3, this
+    interpreter's headers, tvm-ffi's DLPack header, the torch-free and stable ABI
+    audits). It serves every CPython >= 3.9 with the GIL. Cached by the driver."""
+    from _torch_c_dlpack_ext_core.driver import compile_portable_library
 
-    source = ROOT / "csrc" / "portable"
-    sources = sorted(source.glob("*.c"))
-    if not sources:
-        pytest.skip(f"no portable library source (*.c) in {source} on this branch")
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler (gcc or cc) to build the portable library")
-    import tvm_ffi.libinfo
-
-    out = build_cache / "portable" / "libtorch_c_dlpack_ext-portable.so"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    command = [
-        cc, "-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
-        "-DPy_LIMITED_API=0x03090000", '-DTCDE_TOOLCHAIN="tests (gcc)"',
-        f"-I{sysconfig.get_paths()['include']}",
-        f"-I{tvm_ffi.libinfo.find_dlpack_include_path()}",
-        "-o", str(out), *map(str, sources),
-        f"-Wl,--version-script={ROOT / 'csrc' / 'exports.map'}",
-    ]  # fmt: skip
-    subprocess.run(command, check=True, timeout=300)
-    return out
+    out = build_cache / "portable"
+    entry = compile_portable_library(output_dir=out)
+    return out / entry.file
 
 
 @pytest.fixture(scope="session")

@@ -50,7 +50,6 @@ __all__ = [
     "bundle_portable",
     "clean_env",
     "make_package",
-    "portable_selection_missing",
     "probe_import",
     "run_python",
 ]
@@ -281,8 +280,6 @@ def probe_import(
     return result
 
 
-#: The portable library's manifest entry says this in torch, torch_build and backend.
-PORTABLE_ANY = "any"
 #: A PyPI torch older than the matrix (native libraries: 2.4-2.9; 2.10+ defer), served by
 #: the portable table only; a CUDA 12.1 build (pre-cxx11 ABI) for CPython <= 3.12.
 OLD_TORCH = "2.3.1"
@@ -291,49 +288,32 @@ OLD_TORCH = "2.3.1"
 TVM_FFI = "apache-tvm-ffi==0.1.15.post2"
 
 
-def portable_selection_missing() -> str | None:
-    """Why ``import torch_c_dlpack_ext`` cannot select the portable table on this branch,
-    or ``None`` when it can (read from the core's names: no import side effects)."""
-    from _torch_c_dlpack_ext_core import naming
-
-    if not hasattr(naming, "PORTABLE") or not hasattr(naming, "portable_library_filename"):
-        return (
-            "the package does not select the portable table on this branch yet (no "
-            "torch-agnostic manifest entry, no TORCH_C_DLPACK_EXT_PORTABLE): the "
-            "portable-integration branch is not merged"
-        )
-    return None
-
-
 def bundle_portable(root: Path, library: Path, *, python: str = "abi3") -> Path:
     """Add the portable library (the torch-agnostic table) to the package
     :func:`make_package` made at ``root``, with the manifest entry the build writes for
-    it: ``any`` in ``torch``, ``torch_build`` and ``backend``, null in ``cxx11_abi`` and
-    ``gpu_toolkit``. Returns ``root``."""
-    from _torch_c_dlpack_ext_core.naming import portable_library_filename
+    it (``any`` in ``torch``, ``torch_build`` and ``backend``; null in ``cxx11_abi`` and
+    ``gpu_toolkit``). Returns ``root``."""
+    from _torch_c_dlpack_ext_core.manifest import load_manifest
+    from _torch_c_dlpack_ext_core.naming import ANY, portable_library_filename
 
     package = root / PACKAGE
     name = portable_library_filename(python)
     target = package / LIBS_DIR / name
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(library, target)
-    manifest_path = package / MANIFEST_NAME
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    manifest["libraries"].append(
-        {
-            "file": f"{LIBS_DIR}/{name}",
-            "torch": PORTABLE_ANY,
-            "torch_build": PORTABLE_ANY,
-            "backend": PORTABLE_ANY,
-            "cxx11_abi": None,
-            "dlpack": "1.3",
-            "toolchain": "test",
-            "gpu_toolkit": None,
-            "platform": "linux_x86_64",
-            "python": python,
-            "size": target.stat().st_size,
-            "sha256": sha256_of(target),
-        }
+    entry = ManifestEntry(
+        file=f"{LIBS_DIR}/{name}",
+        torch=ANY,
+        torch_build=ANY,
+        backend=None,
+        cxx11_abi=None,
+        dlpack="1.3",
+        toolchain="test",
+        gpu_toolkit=None,
+        platform="linux_x86_64",
+        python=python,
+        size=target.stat().st_size,
+        sha256=sha256_of(target),
     )
-    manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
+    write_manifest(package / MANIFEST_NAME, [*load_manifest(package / MANIFEST_NAME), entry])
     return root

@@ -27,7 +27,6 @@ from tests.helpers import (
     bundle_portable,
     clean_env,
     make_package,
-    portable_selection_missing,
     run_python,
 )
 
@@ -96,9 +95,6 @@ def test_no_cuda_query_on_the_running_torch(
     bundled = Bundled(library, minor, Backend.CPU, entry.cxx11_abi, torch.__version__)
     root = make_package(tmp_path, [bundled])
     if case.startswith("portable"):
-        missing = portable_selection_missing()
-        if missing:
-            pytest.skip(missing)
         bundle_portable(root, request.getfixturevalue("portable_library"))
     if "JIT" in "".join(env):
         env = {**env, P + "CACHE_DIR": str(tmp_path / "cache")}
@@ -186,9 +182,6 @@ def test_torch_below_the_matrix_gets_the_portable_table_and_asks_no_device(
     """PyPI's torch 2.3.1+cu121 (older than every native library) on a host with no
     GPU: the portable table is selected (the package bundles only it), its capsule
     round-trips a CPU tensor, nothing is said, and no CUDA query ran."""
-    missing = portable_selection_missing()
-    if missing:
-        pytest.skip(missing)
     root = bundle_portable(make_package(tmp_path), portable_library)
     result = spy_import(root, python=torch23_env.python)
     assert result["cuda_build"] == "12.1", result

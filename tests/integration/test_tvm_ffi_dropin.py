@@ -21,7 +21,6 @@ from tests.helpers import (
     bundle_portable,
     clean_env,
     make_package,
-    portable_selection_missing,
     run_python,
 )
 
@@ -215,10 +214,6 @@ def test_import_tvm_ffi_under_w_error(
     (``TORCH_C_DLPACK_EXT_PORTABLE=1``), and the portable table on PyPI's torch 2.3.1,
     which no native library serves. Nothing warns, so nothing fails, and tvm-ffi compiles
     nothing."""
-    if case.startswith("portable"):
-        missing = portable_selection_missing()
-        if missing:
-            pytest.skip(missing)
     extra: dict[str, str] = {}
     if case.endswith("2.8"):
         env = request.getfixturevalue("tvm_env")
