@@ -36,12 +36,13 @@ import shutil
 import stat
 import subprocess
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import CORE_SOURCE, OLD_TORCH, TVM_FFI, clean_env
+from tests.helpers import OLD_TORCH, ROOT, TVM_FFI, clean_env
 
 pytestmark = pytest.mark.slow
 
@@ -122,12 +123,67 @@ def judge(report: dict[str, Any], *, mode: str, calls: list[str]) -> None:
     assert report["cuda_initialized"] is False, shown
 
 
+def figures(report: dict[str, Any]) -> str:
+    """The report's numbers, for the progress line."""
+    threads = report["without_gil"]
+    return (
+        f"import {report['import']['ms']} ms (spied), "
+        f"import tvm_ffi {report['tvm_ffi_import']['ms']} ms, "
+        f"{threads['calls']} calls from {threads['threads']} threads without the GIL in "
+        f"{threads['seconds']} s; notes: {report['round_trip']['notes'] or 'none'}"
+    )
+
+
 def last_json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     lines = proc.stdout.strip().splitlines()
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-4000:]}"
     assert lines, f"no report: {proc.stderr[-4000:]}"
     report: dict[str, Any] = json.loads(lines[-1])
     return report
+
+
+# --- the wheel under test ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def portable_wheel(
+    tmp_path_factory: pytest.TempPathFactory,
+    portable_library: Path,
+    progress: Callable[[str], None],
+) -> Path:
+    """This project's combined abi3 wheel for this platform holding the portable library:
+    the one in ``dist/`` (``nox -s build``) when it holds it, else one packed from the
+    checkout by the build backend's ``libs-dir=`` (what cibuildwheel's jobs pack) with the
+    portable library alone, as the driver builds it."""
+    from devtools.emulated import combined_wheel
+    from devtools.wheelnames import parse_wheel_name
+
+    from _torch_c_dlpack_ext_core.driver import compile_portable_library
+    from _torch_c_dlpack_ext_core.manifest import write_manifest
+    from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PACKAGE
+    from _torch_c_dlpack_ext_core.version import __version__
+
+    dist = ROOT / "dist"
+    found = combined_wheel(dist, "linux_x86_64") if dist.is_dir() else None
+    if found is not None and parse_wheel_name(found.name).version == __version__:
+        with zipfile.ZipFile(found) as wheel:
+            text = wheel.read(f"{PACKAGE}/{MANIFEST_NAME}").decode()
+        if '"torch":"any"' in text.replace(" ", ""):
+            progress(f"wheel under test: {found} (dist/)")
+            return found
+    built = tmp_path_factory.mktemp("portable-wheel")
+    libs = built / "libs"
+    libs.mkdir()
+    # The driver's record of the library (a cache hit: the fixture compiled it).
+    entry = compile_portable_library(output_dir=portable_library.parent, echo=False)
+    shutil.copyfile(portable_library, libs / entry.file)
+    write_manifest(libs / MANIFEST_NAME, [entry])
+    import build_backend
+
+    wheel = built / build_backend.build_wheel(str(built), {"libs-dir": str(libs)})
+    progress(f"wheel under test: {wheel.name}, packed from the checkout (dist/ holds none "
+             "with the portable library)")  # fmt: skip
+    return wheel
 
 
 # --- Debian trixie's python3-torch ----------------------------------------------------
@@ -152,67 +208,85 @@ def trixie(progress: Callable[[str], None]) -> Iterator[tuple[Path, Path]]:
         yield root, house
 
 
-def test_trixie_python3_torch_direct(
-    trixie: tuple[Path, Path], portable_library: Path, progress: Callable[[str], None]
+def test_trixie_python3_torch(
+    trixie: tuple[Path, Path], portable_wheel: Path, progress: Callable[[str], None]
 ) -> None:
-    """Debian's own torch 2.6.0 (cxx11 ABI, CPython 3.13) with the portable library's
-    table published directly (not yet through the wheel): the full proof."""
+    """Debian's own torch 2.6.0 (cxx11 ABI, CPython 3.13), our wheel and apache-tvm-ffi
+    installed by the root's pip into a ``--system-site-packages`` venv: the import selects
+    the portable table, and the full proof holds."""
     from devtools import distro
 
     root, house = trixie
     started = time.monotonic()
-    run, _ = distro.fresh_venv(root, house, [TVM_FFI])
+    run, _ = distro.fresh_venv(root, house, [TVM_FFI], wheel=portable_wheel)
     try:
+        installed = time.monotonic()
         spies = write_compiler_spies(run.folder / "spies")
-        core = run.copy_in(CORE_SOURCE)
-        library = run.copy_in(portable_library)
         script = run.copy_in(PROOF)
         proc = distro.run_in_venv(
             run,
-            [script, "--library", library, f"--threads={THREADS}", f"--iterations={ITERATIONS}"],
-            pythonpath=[str(Path(core).parent)],
+            [script, f"--threads={THREADS}", f"--iterations={ITERATIONS}"],
             env={**spied_environment(run.inside(spies)), "TVM_FFI_CACHE_DIR": "/tmp/tvm-ffi"},
         )
         report = last_json(proc)
-        judge(report, mode="direct", calls=compiler_calls(spies))
+        judge(report, mode="package", calls=compiler_calls(spies))
+        assert report["package"]["package"].startswith(run.inside(run.venv)), report["package"]
     finally:
         run.remove()
     assert report["torch"]["version"].endswith("+debian"), report["torch"]
     assert report["torch"]["cxx11_abi"] is True
     assert report["python"].startswith("3.13."), report["python"]
-    progress(f"trixie direct proof in {time.monotonic() - started:.1f} s")
+    progress(
+        f"trixie: venv and install {installed - started:.1f} s, proof "
+        f"{time.monotonic() - installed:.1f} s; {figures(report)}"
+    )
 
 
 # --- PyPI's torch 2.3.1 ---------------------------------------------------------------
 
 
-def test_pypi_torch_231_direct(
-    tmp_path: Path, torch23_env: Any, portable_library: Path, progress: Callable[[str], None]
+def test_pypi_torch_231(
+    tmp_path: Path, torch23_env: Any, portable_wheel: Path, progress: Callable[[str], None]
 ) -> None:
-    """PyPI's torch 2.3.1+cu121 (pre-cxx11 ABI; below the matrix) with the portable
-    library's table published directly: the full proof."""
+    """PyPI's torch 2.3.1+cu121 (pre-cxx11 ABI; below the matrix) on CPython 3.11: our
+    wheel installed by uv into a fresh venv that sees the cached torch env (a ``.pth``,
+    as ``--system-site-packages`` sees a distribution's torch): the import selects the
+    portable table, and the full proof holds."""
+    from devtools.hostenv import find_uv, venv_python
+
     started = time.monotonic()
+    venv = tmp_path / "venv"
+    uv = find_uv()
+    subprocess.run([uv, "venv", "--quiet", "--python", str(torch23_env.python), str(venv)],
+                   check=True, timeout=300)  # fmt: skip
+    python = venv_python(venv)
+    (site,) = venv.glob("lib/python3.*/site-packages")
+    (site / "torch-env.pth").write_text(f"{torch23_env.site_packages}\n")
+    # --compile-bytecode: as pip installs (the import then reads .pyc files, as a user's does).
+    install = [uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", str(python)]
+    subprocess.run([*install, str(portable_wheel)], check=True, timeout=600)
+    installed = time.monotonic()
     spies = write_compiler_spies(tmp_path / "spies")
-    site = tmp_path / "site"
-    shutil.copytree(CORE_SOURCE, site / CORE_SOURCE.name)
     proc = subprocess.run(
-        [
-            str(torch23_env.python), str(PROOF), "--library", str(portable_library),
-            f"--threads={THREADS}", f"--iterations={ITERATIONS}",
-        ],
+        [str(python), str(PROOF), f"--threads={THREADS}", f"--iterations={ITERATIONS}"],
         env={
             **clean_env(),
             **spied_environment(str(spies)),
-            "PYTHONPATH": str(site),
             "TVM_FFI_CACHE_DIR": str(tmp_path / "tvm-ffi"),
         },
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
-    )  # fmt: skip
+        cwd=tmp_path,
+    )
     report = last_json(proc)
-    judge(report, mode="direct", calls=compiler_calls(spies))
+    judge(report, mode="package", calls=compiler_calls(spies))
+    assert report["package"]["package"].startswith(str(venv)), report["package"]
     assert report["torch"]["version"].startswith(OLD_TORCH), report["torch"]
     assert report["torch"]["cuda"] == "12.1", report["torch"]
-    progress(f"torch {OLD_TORCH} direct proof in {time.monotonic() - started:.1f} s")
+    assert report["torch"]["cxx11_abi"] is False
+    progress(
+        f"torch {OLD_TORCH}: venv and install {installed - started:.1f} s, proof "
+        f"{time.monotonic() - installed:.1f} s; {figures(report)}"
+    )
