@@ -35,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from devtools.emulation import (
@@ -43,6 +44,7 @@ from devtools.emulation import (
     debootstrap_root,
     in_root,
     last_lines,
+    read_root_record,
 )
 from devtools.errors import EmulationUnavailableError, ProvisionError
 from devtools.hostenv import dev_cache_root, host_os
@@ -55,6 +57,7 @@ __all__ = [
     "check_host",
     "fresh_venv",
     "provision_root",
+    "root_record",
     "run_in_venv",
     "wheelhouse",
 ]
@@ -151,12 +154,9 @@ def provision_root(distro: Distro = TRIXIE) -> Path:
     return debootstrap_root(root, suite=distro.suite, include=distro.packages, prepare=prepare)
 
 
-def root_record(root: Path) -> dict[str, object]:
-    """What the root's marker says (its torch and CPython, compilers)."""
-    from devtools.emulation import _MARKER
-
-    record: dict[str, object] = json.loads((root / _MARKER).read_text())
-    return record
+def root_record(root: Path) -> dict[str, Any]:
+    """What a root's marker says (here: its torch and CPython, which compilers it has)."""
+    return read_root_record(root)
 
 
 def wheelhouse(root: Path, requirements: Sequence[str]) -> Path:

@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import CommandTimeoutError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
@@ -48,6 +49,7 @@ __all__ = [
     "last_lines",
     "log",
     "provision_root",
+    "read_root_record",
 ]
 
 
@@ -236,6 +238,13 @@ def debootstrap_root(
         record["seconds"] = round(time.monotonic() - started, 1)
         atomic_write_bytes(root / _MARKER, (json.dumps(record, indent=2) + "\n").encode())
     return root
+
+
+def read_root_record(root: Path) -> dict[str, Any]:
+    """The marker of a root :func:`debootstrap_root` made (suite, packages, what its
+    ``prepare`` recorded); raises ``FileNotFoundError`` for an incomplete root."""
+    record: dict[str, Any] = json.loads((root / _MARKER).read_text())
+    return record
 
 
 def _remove_root(path: Path) -> None:

@@ -18,15 +18,18 @@ tensors go through the table (``Tensor.__dlpack__`` is never called) and share m
 tvm-ffi's EnvTensorAllocator is the table's allocator and allocates; the CPU stream is
 NULL; the allocator, the stream and deleters are called without the GIL from 8 threads.
 
-The ``direct`` tests publish the portable library's table themselves (the capsule and the
-legacy int, as this package does), compiled from ``csrc/portable`` with gcc (abi3, the
-host's CPython headers): they prove the table on these torches before the package selects
-it. The ``wheel`` tests install this project's combined abi3 wheel holding the portable
-library and let ``import torch_c_dlpack_ext`` select it; they skip, saying why, until the
-wheel carries it.
+The wheel under test is this project's combined abi3 wheel holding the portable library
+(:func:`portable_wheel`): ``dist/``'s when ``nox -s build`` put the portable library in
+it, else one the build backend packs from the checkout (``libs-dir=``, the portable
+library alone, compiled by the driver as the release compiles it). ``import
+torch_c_dlpack_ext`` must select the portable table there by itself: nothing forces it.
 
-Skips, each with its reason: not root or not Linux, no debootstrap that can be installed
-(the trixie tests); no ``csrc/portable`` source or no C compiler (the direct tests).
+Cost (2 cores, 2026-12-03): warm ~10 s for both; cold, the trixie root ~2 min (~1.5 GB
+under the dev cache) and the torch 2.3.1 env ~1 min on an empty uv cache (which grows by
+~4.9 GB, hard-linked into the env).
+
+Skips, each with its reason: not Linux, not root, or no debootstrap that apt-get can
+install (the trixie test); a CPython other than 3.11 (the torch 2.3.1 test).
 """
 
 from __future__ import annotations
@@ -202,6 +205,10 @@ def trixie(progress: Callable[[str], None]) -> Iterator[tuple[Path, Path]]:
         pytest.skip(f"no Debian root on this host: {exc}")
     started = time.monotonic()
     root = distro.provision_root(distro.TRIXIE)
+    record = distro.root_record(root)
+    # The compiler spies are the proof; that the root has no compiler at all is the
+    # stronger setting (a distribution's torch without the toolchain to build anything).
+    assert record["compilers"] == [], record
     with Mounted(root):
         house = distro.wheelhouse(root, [TVM_FFI, "packaging>=24", "filelock>=3.12"])
         progress(f"trixie root and wheelhouse ready in {time.monotonic() - started:.1f} s")
