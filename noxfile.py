@@ -140,8 +140,9 @@ def distro(session: nox.Session) -> None:
     session runs only these. Pass pytest arguments after ``--`` (``-k trixie``).
     """
     session.install(
-        "pytest>=8", "packaging>=24", "filelock>=3.12", "apache-tvm-ffi>=0.1.6", "uv>=0.5"
-    )
+        "pytest>=8", "packaging>=24", "filelock>=3.12", "apache-tvm-ffi>=0.1.6", "uv>=0.5",
+        "pyproject-metadata>=0.9",
+    )  # fmt: skip
     session.run(
         "pytest", "-p", "no:cacheprovider", "tests/integration/test_portable_real_torch.py",
         *session.posargs,

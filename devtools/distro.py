@@ -127,6 +127,11 @@ def check_host() -> None:
             )
         log("apt-get install debootstrap")
         proc = capture(["apt-get", "install", "-y", "-q", "debootstrap"], timeout=900)
+        if proc.returncode != 0:
+            # A fresh machine may have no package lists yet.
+            log("apt-get update, then apt-get install debootstrap again")
+            capture(["apt-get", "update", "-q"], timeout=900)
+            proc = capture(["apt-get", "install", "-y", "-q", "debootstrap"], timeout=900)
         if proc.returncode != 0 or shutil.which("debootstrap") is None:
             raise EmulationUnavailableError(
                 f"debootstrap is missing; apt-get install debootstrap failed: {last_lines(proc, 2)}"

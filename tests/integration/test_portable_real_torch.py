@@ -192,6 +192,14 @@ def portable_wheel(
 # --- Debian trixie's python3-torch ----------------------------------------------------
 
 
+def runtime_requirements() -> list[str]:
+    """The wheel's own requirements (``[project] dependencies``): the root's venv installs
+    offline, so its wheelhouse must hold them."""
+    from build_backend._metadata import load_pyproject
+
+    return [str(r) for r in load_pyproject(ROOT)["project"]["dependencies"]]
+
+
 @pytest.fixture(scope="module")
 def trixie(progress: Callable[[str], None]) -> Iterator[tuple[Path, Path]]:
     """The cached trixie root with ``/proc`` mounted, and its wheelhouse."""
@@ -210,7 +218,7 @@ def trixie(progress: Callable[[str], None]) -> Iterator[tuple[Path, Path]]:
     # stronger setting (a distribution's torch without the toolchain to build anything).
     assert record["compilers"] == [], record
     with Mounted(root):
-        house = distro.wheelhouse(root, [TVM_FFI, "packaging>=24", "filelock>=3.12"])
+        house = distro.wheelhouse(root, [TVM_FFI, *runtime_requirements()])
         progress(f"trixie root and wheelhouse ready in {time.monotonic() - started:.1f} s")
         yield root, house
 
@@ -233,7 +241,10 @@ def test_trixie_python3_torch(
         proc = distro.run_in_venv(
             run,
             [script, f"--threads={THREADS}", f"--iterations={ITERATIONS}"],
-            env={**spied_environment(run.inside(spies)), "TVM_FFI_CACHE_DIR": "/tmp/tvm-ffi"},
+            env={
+                **spied_environment(run.inside(spies)),
+                "TVM_FFI_CACHE_DIR": run.inside(run.folder / "tvm-ffi"),
+            },
         )
         report = last_json(proc)
         judge(report, mode="package", calls=compiler_calls(spies))
