@@ -100,6 +100,8 @@ def judge(report: dict[str, Any], *, mode: str, calls: list[str]) -> None:
         package = report["package"]
         info = package["build_info"]
         assert package["warnings"] == [], package
+        assert package["kind"] == "portable", package
+        assert package["portable"] is True, package
         assert "portable" in package["status"], package["status"]
     assert info is not None, shown
     assert info["table"] == "portable", info
