@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
+from devtools import build, wheels
+from devtools.cells import group_dir, portable_cells
+from devtools.wheelnames import is_variant_name
 from tests.helpers import CSRC, ROOT, make_package, run_python
+from tests.unit.test_cells import MATRIX, _cell, fake_compile  # noqa: F401 (a fixture)
 
 from _torch_c_dlpack_ext_core import driver
 from _torch_c_dlpack_ext_core.manifest import write_manifest
@@ -152,3 +157,47 @@ def test_the_driver_audits_the_portable_library_as_torch_free(tmp_path: Path) ->
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     with pytest.raises(ABIAuditError, match="built against no torch"):
         audit_torch_free_library(library, cc="cc")
+
+
+@pytest.mark.usefixtures("fake_compile")
+def test_the_combined_wheel_carries_the_portable_table_and_no_variant_does(
+    tmp_path: Path,
+) -> None:
+    """Issue 30 item 3: the portable library, built by the driver as the group's
+    portable cell, ships in the combined wheel (with its torch-agnostic manifest entry);
+    the variant wheels hold their native cell's library alone."""
+    chosen = [_cell("linux_x86_64-t28_cpu")]
+    build_dir = tmp_path / "build" / "cells"
+    results = [build.build_one(cell, build_dir) for cell in chosen]
+    build._write_group_manifests(chosen, {r.cell: r for r in results}, build_dir)
+    (portable,) = portable_cells(chosen)
+    results += build.build_portable_cells([portable], build_dir)
+    assert [r.status for r in results] == ["built", "built"], results
+    group = group_dir(build_dir, chosen[0])
+    made = wheels.assemble_dist(
+        {group: {chosen[0].library, portable.library}},
+        tmp_path / "dist",
+        matrix=MATRIX,
+        repair=False,
+    )
+    (combined,) = [
+        p
+        for p in made
+        if p.suffix == ".whl" and not is_variant_name(p.name) and "-none-any" not in p.name
+    ]
+    with zipfile.ZipFile(combined) as archive:
+        manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
+        names = set(archive.namelist())
+    entries = {e["cell"]: e for e in manifest["libraries"]}
+    assert set(entries) == {"linux_x86_64-t28_cpu", "linux_x86_64-portable"}
+    assert {k: entries["linux_x86_64-portable"][k] for k in ("torch", "backend", "python")} == {
+        "torch": "any",
+        "backend": "any",
+        "python": "abi3",
+    }
+    assert "torch_c_dlpack_ext/libs/libtorch_c_dlpack_ext-portable.so" in names
+    assert "torch_c_dlpack_ext/csrc/portable/portable_api.c" in names  # for the JIT
+    for variant in (p for p in made if is_variant_name(p.name)):
+        with zipfile.ZipFile(variant) as archive:
+            listed = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))["libraries"]
+        assert all(e["backend"] != "any" for e in listed)
