@@ -9,6 +9,7 @@ import json
 import shutil
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from devtools import build, wheels
@@ -201,3 +202,94 @@ def test_the_combined_wheel_carries_the_portable_table_and_no_variant_does(
         with zipfile.ZipFile(variant) as archive:
             listed = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))["libraries"]
         assert all(e["backend"] != "any" for e in listed)
+
+
+#: A stand-in torch module: the running torch's functions under another version, with a
+#: Tensor class that lacks the attribute torch >= 2.10 publishes.
+STAND_IN = r"""
+import json, sys, types, warnings
+import torch as real
+fake = types.ModuleType("torch")
+fake.__dict__.update(vars(real))
+fake.__version__ = sys.argv[1]
+fake.Tensor = type("Tensor", (), {})
+sys.modules["torch"] = fake
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch_c_dlpack_ext
+status = torch_c_dlpack_ext.status()
+print(json.dumps({"kind": status.kind.value, "library": str(status.library),
+                  "warnings": [str(w.message) for w in caught
+                               if type(w.message).__name__ == "TorchCDLPackExtWarning"]}))
+"""
+
+
+def _stand_in(package: Path, version: str, **env: str) -> dict[str, Any]:
+    from tests.helpers import clean_env
+
+    proc = run_python(
+        STAND_IN, pythonpath=[package, ROOT], env=clean_env(**env), args=[version], timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_the_universal_wheels_jit_builds_the_portable_table(tmp_path: Path) -> None:
+    """Issue 30 item 3: no compiled code is bundled (a universal wheel); with the JIT
+    opted in, a torch no native library can be built for (2.2) gets the portable table,
+    built with only a C compiler and Python.h into the JIT cache, silently."""
+    root = make_package(tmp_path / "universal")
+    cache = tmp_path / "cache"
+    result = _stand_in(
+        root, "2.2.2+cu121", TORCH_C_DLPACK_EXT_JIT="1", TORCH_C_DLPACK_EXT_CACHE_DIR=str(cache)
+    )
+    assert result["kind"] == "portable", result
+    assert Path(result["library"]).parent.parent == cache
+    assert Path(result["library"]).name == "libtorch_c_dlpack_ext-portable.so"
+    assert result["warnings"] == []
+    # Without the JIT the universal wheel still says what to do.
+    plain = _stand_in(root, "2.2.2+cu121")
+    assert plain["kind"] == "unavailable", plain
+
+
+def test_a_failed_jit_build_falls_back_to_the_portable_table_and_says_why(
+    portable_package: Path, tmp_path: Path
+) -> None:
+    """A torch in the native range that no bundled library matches, JIT opted in, the
+    native build failing (no C++ compiler): the bundled portable table is loaded, and
+    the one warning says why the native build failed."""
+    result = _stand_in(
+        portable_package,
+        "2.8.0",
+        TORCH_C_DLPACK_EXT_JIT="1",
+        TORCH_C_DLPACK_EXT_CACHE_DIR=str(tmp_path / "cache"),
+        CXX=str(tmp_path / "no-such-c++"),
+    )
+    assert result["kind"] == "portable", result
+    (warning,) = result["warnings"]
+    assert "JIT build of the cpu library for torch 2.8.0 failed" in warning
+    assert "using the portable table instead" in warning
+
+
+def test_force_with_a_failed_jit_never_puts_the_portable_table_over_torchs_own(
+    tmp_path: Path,
+) -> None:
+    """FORCE means our NATIVE library: on torch 2.13, with the native JIT build failing,
+    the import publishes nothing (torch's own table stays), never the portable one."""
+    from tests.helpers import clean_env
+
+    code = (
+        "import torch; own = torch.Tensor.__dlpack_c_exchange_api__\n"
+        "import torch_c_dlpack_ext as t\n"
+        "print(t.status().kind.value, torch.Tensor.__dlpack_c_exchange_api__ is own)"
+    )
+    env = clean_env(
+        TORCH_C_DLPACK_EXT_FORCE="1",
+        TORCH_C_DLPACK_EXT_JIT="1",
+        TORCH_C_DLPACK_EXT_CACHE_DIR=str(tmp_path / "cache"),
+        CXX=str(tmp_path / "no-such-c++"),
+    )
+    proc = run_python(code, pythonpath=[make_package(tmp_path / "universal"), ROOT], env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-2:] == ["unavailable", "True"], proc.stdout + proc.stderr
