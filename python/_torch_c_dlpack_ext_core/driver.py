@@ -108,6 +108,8 @@ _THPVARIABLE_HEADS: tuple[tuple[tuple[int, int], tuple[int, int], str], ...] = (
     ((2, 4), (2, 9), "PyObject_HEAD c10::MaybeOwned<at::Tensor> cdata;"),
     ((2, 10), (2, 15), "PyObject_HEAD at::Tensor cdata;"),
 )
+#: Where the portable library's sources are, in the source dir (``csrc/``).
+PORTABLE_DIR = "portable"
 #: A build of one target taking longer than this means a stuck holder of the lock.
 _LOCK_TIMEOUT_S = 3600.0
 
@@ -279,7 +281,7 @@ class BuildPlan:
         digest = hashlib.sha256()
         record = {
             "schema": _CACHE_SCHEMA,
-            "sources": _source_digests(self.source_dir),
+            "sources": _source_digests(self.source_dir, skip=PORTABLE_DIR),
             "torch": self.torch.identity,
             "backend": self.backend.value,
             "python": [self.python, _python_headers_identity(self.python_include)],
@@ -321,11 +323,16 @@ def _python_headers_identity(include: Path) -> dict[str, str]:
     }
 
 
-def _source_digests(source_dir: Path) -> dict[str, str]:
+def _source_digests(source_dir: Path, *, skip: str = "") -> dict[str, str]:
+    """sha256 of each source file under ``source_dir``, except those in its folder
+    ``skip`` (the native library's key leaves out ``portable/``, which it never reads, so a
+    change to the portable table rebuilds no native cell)."""
     return {
         path.relative_to(source_dir).as_posix(): sha256_of(path)
         for path in sorted(source_dir.rglob("*"))
-        if path.is_file() and path.suffix in SOURCE_SUFFIXES
+        if path.is_file()
+        and path.suffix in SOURCE_SUFFIXES
+        and not (skip and path.relative_to(source_dir).parts[0] == skip)
     }
 
 
@@ -744,9 +751,6 @@ def compile_library(
 
 
 # The portable library: torch-free, C11, Python.h and dlpack/dlpack.h only.
-
-#: Where the portable library's sources are, in the source dir (``csrc/``).
-PORTABLE_DIR = "portable"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -83,8 +83,8 @@ LEGACY_INT_ATTR = "__c_dlpack_exchange_api__"
 #: 2.4-2.9 need the library; 2.10 and later provide the API themselves.
 TORCH_RANGE = ((2, 4), (2, 15))
 #: The files of ``csrc/`` a build reads: the driver hashes them into its cache key and
-#: the wheel and sdist ship them.
-SOURCE_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc", ".map")
+#: the wheel and sdist ship them (``.c``: the portable table, ``csrc/portable/``).
+SOURCE_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc", ".map", ".c")
 #: A build target -> the name of the toolchain that builds for it (the keys of
 #: :data:`_torch_c_dlpack_ext_core.toolchains.TOOLCHAINS`). A target is ``sys.platform``
 #: (a native build: the host's compiler makes the host's code), or the wheel platform tag

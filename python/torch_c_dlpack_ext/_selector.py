@@ -341,7 +341,9 @@ class _Action:
         try:
             loaded = open_library(*_jit.build(self.torch, self.info, backend, self.settings))
         except TorchCDLPackExtError as exc:
-            if self.decision.portable is not None or self.info.has_to_dlpack:
+            # FORCE past torch's own table asks for the native library only.
+            forced_past = self.info.has_capsule or self.info.has_legacy_int
+            if self.decision.portable is not None or (self.info.has_to_dlpack and not forced_past):
                 # The portable table: the bundled one, else one the JIT builds with C only.
                 return self.portable(
                     f"the JIT build of the {backend.value} library for torch "

@@ -7,10 +7,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+from devtools import build, wheels
+from devtools.cells import group_dir, portable_cells
+from devtools.wheelnames import is_variant_name
 from tests.helpers import CSRC, ROOT, make_package, run_python
+from tests.unit.test_cells import MATRIX, _cell, fake_compile  # noqa: F401 (a fixture)
 
 from _torch_c_dlpack_ext_core import driver
 from _torch_c_dlpack_ext_core.manifest import write_manifest
@@ -152,3 +158,138 @@ def test_the_driver_audits_the_portable_library_as_torch_free(tmp_path: Path) ->
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     with pytest.raises(ABIAuditError, match="built against no torch"):
         audit_torch_free_library(library, cc="cc")
+
+
+@pytest.mark.usefixtures("fake_compile")
+def test_the_combined_wheel_carries_the_portable_table_and_no_variant_does(
+    tmp_path: Path,
+) -> None:
+    """Issue 30 item 3: the portable library, built by the driver as the group's
+    portable cell, ships in the combined wheel (with its torch-agnostic manifest entry);
+    the variant wheels hold their native cell's library alone."""
+    chosen = [_cell("linux_x86_64-t28_cpu")]
+    build_dir = tmp_path / "build" / "cells"
+    results = [build.build_one(cell, build_dir) for cell in chosen]
+    build._write_group_manifests(chosen, {r.cell: r for r in results}, build_dir)
+    (portable,) = portable_cells(chosen)
+    results += build.build_portable_cells([portable], build_dir)
+    assert [r.status for r in results] == ["built", "built"], results
+    group = group_dir(build_dir, chosen[0])
+    made = wheels.assemble_dist(
+        {group: {chosen[0].library, portable.library}},
+        tmp_path / "dist",
+        matrix=MATRIX,
+        repair=False,
+    )
+    (combined,) = [
+        p
+        for p in made
+        if p.suffix == ".whl" and not is_variant_name(p.name) and "-none-any" not in p.name
+    ]
+    with zipfile.ZipFile(combined) as archive:
+        manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
+        names = set(archive.namelist())
+    entries = {e["cell"]: e for e in manifest["libraries"]}
+    assert set(entries) == {"linux_x86_64-t28_cpu", "linux_x86_64-portable"}
+    assert {k: entries["linux_x86_64-portable"][k] for k in ("torch", "backend", "python")} == {
+        "torch": "any",
+        "backend": "any",
+        "python": "abi3",
+    }
+    assert "torch_c_dlpack_ext/libs/libtorch_c_dlpack_ext-portable.so" in names
+    assert "torch_c_dlpack_ext/csrc/portable/portable_api.c" in names  # for the JIT
+    for variant in (p for p in made if is_variant_name(p.name)):
+        with zipfile.ZipFile(variant) as archive:
+            listed = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))["libraries"]
+        assert all(e["backend"] != "any" for e in listed)
+
+
+#: A stand-in torch module: the running torch's functions under another version, with a
+#: Tensor class that lacks the attribute torch >= 2.10 publishes.
+STAND_IN = r"""
+import json, sys, types, warnings
+import torch as real
+fake = types.ModuleType("torch")
+fake.__dict__.update(vars(real))
+fake.__version__ = sys.argv[1]
+fake.Tensor = type("Tensor", (), {})
+sys.modules["torch"] = fake
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch_c_dlpack_ext
+status = torch_c_dlpack_ext.status()
+print(json.dumps({"kind": status.kind.value, "library": str(status.library),
+                  "warnings": [str(w.message) for w in caught
+                               if type(w.message).__name__ == "TorchCDLPackExtWarning"]}))
+"""
+
+
+def _stand_in(package: Path, version: str, **env: str) -> dict[str, Any]:
+    from tests.helpers import clean_env
+
+    proc = run_python(
+        STAND_IN, pythonpath=[package, ROOT], env=clean_env(**env), args=[version], timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_the_universal_wheels_jit_builds_the_portable_table(tmp_path: Path) -> None:
+    """Issue 30 item 3: no compiled code is bundled (a universal wheel); with the JIT
+    opted in, a torch no native library can be built for (2.2) gets the portable table,
+    built with only a C compiler and Python.h into the JIT cache, silently."""
+    root = make_package(tmp_path / "universal")
+    cache = tmp_path / "cache"
+    result = _stand_in(
+        root, "2.2.2+cu121", TORCH_C_DLPACK_EXT_JIT="1", TORCH_C_DLPACK_EXT_CACHE_DIR=str(cache)
+    )
+    assert result["kind"] == "portable", result
+    assert Path(result["library"]).parent.parent == cache
+    assert Path(result["library"]).name == "libtorch_c_dlpack_ext-portable.so"
+    assert result["warnings"] == []
+    # Without the JIT the universal wheel still says what to do.
+    plain = _stand_in(root, "2.2.2+cu121")
+    assert plain["kind"] == "unavailable", plain
+
+
+def test_a_failed_jit_build_falls_back_to_the_portable_table_and_says_why(
+    portable_package: Path, tmp_path: Path
+) -> None:
+    """A torch in the native range that no bundled library matches, JIT opted in, the
+    native build failing (no C++ compiler): the bundled portable table is loaded, and
+    the one warning says why the native build failed."""
+    result = _stand_in(
+        portable_package,
+        "2.8.0",
+        TORCH_C_DLPACK_EXT_JIT="1",
+        TORCH_C_DLPACK_EXT_CACHE_DIR=str(tmp_path / "cache"),
+        CXX=str(tmp_path / "no-such-c++"),
+    )
+    assert result["kind"] == "portable", result
+    (warning,) = result["warnings"]
+    assert "JIT build of the cpu library for torch 2.8.0 failed" in warning
+    assert "using the portable table instead" in warning
+
+
+def test_force_with_a_failed_jit_never_puts_the_portable_table_over_torchs_own(
+    tmp_path: Path,
+) -> None:
+    """FORCE means our NATIVE library: on torch 2.13, with the native JIT build failing,
+    the import publishes nothing (torch's own table stays), never the portable one."""
+    from tests.helpers import clean_env
+
+    code = (
+        "import torch; own = torch.Tensor.__dlpack_c_exchange_api__\n"
+        "import torch_c_dlpack_ext as t\n"
+        "print(t.status().kind.value, torch.Tensor.__dlpack_c_exchange_api__ is own)"
+    )
+    env = clean_env(
+        TORCH_C_DLPACK_EXT_FORCE="1",
+        TORCH_C_DLPACK_EXT_JIT="1",
+        TORCH_C_DLPACK_EXT_CACHE_DIR=str(tmp_path / "cache"),
+        CXX=str(tmp_path / "no-such-c++"),
+    )
+    proc = run_python(code, pythonpath=[make_package(tmp_path / "universal"), ROOT], env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-2:] == ["unavailable", "True"], proc.stdout + proc.stderr

@@ -839,3 +839,19 @@ def test_unparsable_huge_version_names_the_cause(version: str) -> None:
     assert decision.kind is K.UNAVAILABLE, decision
     assert "not a torch version" in decision.reason, decision.reason
     assert len(decision.reason) < 300, decision.reason
+
+
+def test_status_names_the_portable_table_its_cost_and_how_to_get_native_speed() -> None:
+    from torch_c_dlpack_ext._select import PORTABLE_COST, cost_line
+    from torch_c_dlpack_ext._status import Status
+
+    status = Status(kind=K.PORTABLE, library=Path("/x/libtorch_c_dlpack_ext-portable.so"))
+    assert status.published
+    assert status.portable
+    text = str(status)
+    assert "portable table" in text
+    assert f"{PORTABLE_COST['portable_export_ns']} ns per export" in text
+    assert f"{P}JIT=1" in text
+    # Until nox -s bench measures them, the figures say they are placeholders.
+    assert ("placeholder" in cost_line()) is (not PORTABLE_COST["measured"])
+    assert "cost" not in str(Status(kind=K.LOAD, library=Path("/x/lib.so")))
