@@ -139,10 +139,9 @@ def distro(session: nox.Session) -> None:
     table, with no compiler and no output at import. Also part of ``nox -s tests``; this
     session runs only these. Pass pytest arguments after ``--`` (``-k trixie``).
     """
-    session.install(
-        "pytest>=8", "packaging>=24", "filelock>=3.12", "apache-tvm-ffi>=0.1.6", "uv>=0.5",
-        "pyproject-metadata>=0.9",
-    )  # fmt: skip
+    # The build session's dependencies: without dist/'s wheel, the test makes one with
+    # nox -s build's steps (compile, audit, assemble, repair).
+    session.install(*_group("build"), "pytest>=8")
     session.run(
         "pytest", "-p", "no:cacheprovider", "tests/integration/test_portable_real_torch.py",
         *session.posargs,

@@ -19,9 +19,9 @@ tvm-ffi's EnvTensorAllocator is the table's allocator and allocates; the CPU str
 NULL; the allocator, the stream and deleters are called without the GIL from 8 threads.
 
 The wheel under test is this project's combined abi3 wheel holding the portable library
-(:func:`portable_wheel`): ``dist/``'s when ``nox -s build`` put the portable library in
-it, else one the build backend packs from the checkout (``libs-dir=``, the portable
-library alone, compiled by the driver as the release compiles it). ``import
+(:func:`portable_wheel`): ``dist/``'s when ``nox -s build`` made it, else one made from
+the checkout by ``nox -s build``'s own steps with the portable cell alone (compiled by
+the driver, assembled and repaired into a manylinux wheel, as released). ``import
 torch_c_dlpack_ext`` must select the portable table there by itself: nothing forces it.
 
 Cost (2 cores, 2026-12-03): warm ~10 s for both; cold, the trixie root ~2 min (~1.5 GB
@@ -35,7 +35,6 @@ install (the trixie test); a CPython other than 3.11 (the torch 2.3.1 test).
 from __future__ import annotations
 
 import json
-import shutil
 import stat
 import subprocess
 import time
@@ -152,42 +151,41 @@ def last_json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def portable_wheel(
-    tmp_path_factory: pytest.TempPathFactory,
-    portable_library: Path,
-    progress: Callable[[str], None],
+    tmp_path_factory: pytest.TempPathFactory, progress: Callable[[str], None]
 ) -> Path:
     """This project's combined abi3 wheel for this platform holding the portable library:
-    the one in ``dist/`` (``nox -s build``) when it holds it, else one packed from the
-    checkout by the build backend's ``libs-dir=`` (what cibuildwheel's jobs pack) with the
-    portable library alone, as the driver builds it."""
+    ``dist/``'s (``nox -s build``) when it holds it, else one ``nox -s build``'s own steps
+    make from the checkout with the portable cell alone (``build_portable_cells``, then
+    ``assemble_dist`` with the auditwheel repair: a manylinux wheel, as released)."""
+    from devtools import build, wheels
+    from devtools.cells import group_dir, portable_cells
     from devtools.emulated import combined_wheel
+    from devtools.matrix import load_matrix
     from devtools.wheelnames import parse_wheel_name
 
-    from _torch_c_dlpack_ext_core.driver import compile_portable_library
-    from _torch_c_dlpack_ext_core.manifest import write_manifest
     from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PACKAGE
     from _torch_c_dlpack_ext_core.version import __version__
 
+    platform = "linux_x86_64"
     dist = ROOT / "dist"
-    found = combined_wheel(dist, "linux_x86_64") if dist.is_dir() else None
+    found = combined_wheel(dist, platform) if dist.is_dir() else None
     if found is not None and parse_wheel_name(found.name).version == __version__:
         with zipfile.ZipFile(found) as wheel:
             text = wheel.read(f"{PACKAGE}/{MANIFEST_NAME}").decode()
         if '"torch":"any"' in text.replace(" ", ""):
             progress(f"wheel under test: {found} (dist/)")
             return found
-    built = tmp_path_factory.mktemp("portable-wheel")
-    libs = built / "libs"
-    libs.mkdir()
-    # The driver's record of the library (a cache hit: the fixture compiled it).
-    entry = compile_portable_library(output_dir=portable_library.parent, echo=False)
-    shutil.copyfile(portable_library, libs / entry.file)
-    write_manifest(libs / MANIFEST_NAME, [entry])
-    import build_backend
-
-    wheel = built / build_backend.build_wheel(str(built), {"libs-dir": str(libs)})
-    progress(f"wheel under test: {wheel.name}, packed from the checkout (dist/ holds none "
-             "with the portable library)")  # fmt: skip
+    matrix = load_matrix()
+    (cell,) = [p for p in portable_cells(matrix.cells()) if p.id == f"{platform}-portable"]
+    work = tmp_path_factory.mktemp("portable-wheel")
+    (result,) = build.build_portable_cells([cell], work / "cells")
+    assert result.entry is not None, result
+    groups = {group_dir(work / "cells", cell): {str(result.entry["file"])}}
+    made = wheels.assemble_dist(groups, work / "dist", matrix=matrix, repair=True)
+    wheel = combined_wheel(work / "dist", platform)
+    assert wheel is not None, made
+    progress(f"wheel under test: {wheel.name}, built from the checkout with the portable "
+             "cell alone (dist/ holds none with the portable library)")  # fmt: skip
     return wheel
 
 
