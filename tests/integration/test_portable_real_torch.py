@@ -163,16 +163,16 @@ def portable_wheel(
     from devtools.matrix import load_matrix
     from devtools.wheelnames import parse_wheel_name
 
-    from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PACKAGE
+    from _torch_c_dlpack_ext_core.naming import ANY, MANIFEST_NAME, PACKAGE
     from _torch_c_dlpack_ext_core.version import __version__
 
     platform = "linux_x86_64"
     dist = ROOT / "dist"
     found = combined_wheel(dist, platform) if dist.is_dir() else None
-    if found is not None and parse_wheel_name(found.name).version == __version__:
+    if found is not None and str(parse_wheel_name(found.name).version) == __version__:
         with zipfile.ZipFile(found) as wheel:
-            text = wheel.read(f"{PACKAGE}/{MANIFEST_NAME}").decode()
-        if '"torch":"any"' in text.replace(" ", ""):
+            entries = json.loads(wheel.read(f"{PACKAGE}/{MANIFEST_NAME}"))["libraries"]
+        if any(entry.get("torch") == ANY for entry in entries):
             progress(f"wheel under test: {found} (dist/)")
             return found
     matrix = load_matrix()
