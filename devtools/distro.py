@@ -8,7 +8,8 @@ serves it (PyPI's 2.6.0 is pre-cxx11). What is made here, once, under the dev ca
 * the root (:func:`provision_root`): ``debootstrap --variant=minbase
   --include=python3,python3-torch,python3-venv,python3-pip trixie`` (~2 min), through
   :func:`devtools.emulation.debootstrap_root` (lock, temp name, rename, marker); the
-  host's CA bundle is copied to the same path inside (pip's registry access), and the
+  host's CA bundle and ``/etc/resolv.conf`` are copied to the same paths inside (pip's
+  registry access: :func:`copy_registry_access`), and the
   marker records the root's torch and CPython and which compilers it has (none:
   ``minbase`` brings no ``cc``);
 * a wheelhouse inside it (:func:`wheelhouse`): apache-tvm-ffi and this project's
@@ -55,6 +56,7 @@ __all__ = [
     "Distro",
     "Run",
     "check_host",
+    "copy_registry_access",
     "fresh_venv",
     "provision_root",
     "root_record",
@@ -64,6 +66,7 @@ __all__ = [
 
 #: Where Debian (host and root alike) keeps the CA bundle pip reads.
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+_RESOLV_CONF = Path("/etc/resolv.conf")
 #: What a venv in the root runs its programs with (no host variables leak in).
 _BASE_PATH = "/usr/bin:/bin"
 #: Compilers whose presence the root's marker records (and the proofs' spies shadow).
@@ -138,14 +141,23 @@ def check_host() -> None:
             )
 
 
+def copy_registry_access(root: Path) -> None:
+    """The host's CA bundle and resolver configuration into ``root``, at the same paths:
+    what the root's pip needs to reach the registry from this host (refreshed before each
+    download: a cached root may outlive the network it was made on)."""
+    for path in (CA_BUNDLE, _RESOLV_CONF):
+        if path.is_file():
+            target = root / path.relative_to("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.unlink(missing_ok=True)  # a symlink in the root must not be followed
+            shutil.copyfile(path, target)
+
+
 def provision_root(distro: Distro = TRIXIE) -> Path:
     """The cached root of ``distro`` with its torch (made on first use, ~2 min)."""
 
     def prepare(staging: Path) -> dict[str, object]:
-        if CA_BUNDLE.is_file():
-            target = staging / CA_BUNDLE.relative_to("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(CA_BUNDLE, target)
+        copy_registry_access(staging)
         with Mounted(staging):
             proc = in_root(staging, [], ["-c", _TORCH_FACTS], env={}, timeout=300)
         if proc.returncode != 0:
@@ -178,6 +190,7 @@ def wheelhouse(root: Path, requirements: Sequence[str]) -> Path:
         if marker.is_file():
             return house
         shutil.rmtree(house, ignore_errors=True)
+        copy_registry_access(root)
         started = time.monotonic()
         log(f"pip download {' '.join(requirements)} (the root's pip, from PyPI)")
         proc = in_root(
