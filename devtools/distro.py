@@ -19,8 +19,10 @@ serves it (PyPI's 2.6.0 is pre-cxx11). What is made here, once, under the dev ca
 Each run (:func:`fresh_venv`) makes a new ``python3 -m venv --system-site-packages``
 venv in the root (it sees Debian's torch) and installs the wheel under test with the
 root's pip from that wheelhouse; :func:`run_in_venv` runs that venv's python in the
-root (``chroot``, ``/proc`` mounted by :class:`devtools.emulation.Mounted`).
-Needs root (debootstrap, chroot, mount): :func:`check_host` says why not.
+root. Every command in the root runs under ``chroot`` with ``/proc`` mounted for it alone
+(``in_root(private_proc=True)``: a mount namespace of its own), so nothing stays mounted
+and concurrent runs sharing the root cannot unmount each other's ``/proc``.
+Needs root (debootstrap, unshare, chroot, mount): :func:`check_host` says why not.
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ from typing import Any
 
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from devtools.emulation import (
-    Mounted,
     capture,
     debootstrap_root,
     in_root,
@@ -121,8 +122,9 @@ def check_host() -> None:
         raise EmulationUnavailableError(
             "a Debian root needs root (debootstrap, chroot, mount /proc); run as root"
         )
-    if shutil.which("chroot") is None:
-        raise EmulationUnavailableError("no chroot on PATH (coreutils)")
+    for tool, package in (("chroot", "coreutils"), ("unshare", "util-linux")):
+        if shutil.which(tool) is None:
+            raise EmulationUnavailableError(f"no {tool} on PATH ({package})")
     if shutil.which("debootstrap") is None:
         if shutil.which("apt-get") is None:
             raise EmulationUnavailableError(
@@ -158,8 +160,7 @@ def provision_root(distro: Distro = TRIXIE) -> Path:
 
     def prepare(staging: Path) -> dict[str, object]:
         copy_registry_access(staging)
-        with Mounted(staging):
-            proc = in_root(staging, [], ["-c", _TORCH_FACTS], env={}, timeout=300)
+        proc = in_root(staging, [], ["-c", _TORCH_FACTS], env={}, timeout=300, private_proc=True)
         if proc.returncode != 0:
             raise ProvisionError(f"import torch fails in the new root: {last_lines(proc)}")
         facts: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -179,7 +180,7 @@ def root_record(root: Path) -> dict[str, Any]:
 def wheelhouse(root: Path, requirements: Sequence[str]) -> Path:
     """A folder inside ``root`` holding wheels of ``requirements`` and their dependencies,
     downloaded once by the root's pip (so they are the wheels that pip would pick there).
-    One folder per requirement list; ``/proc`` must be mounted."""
+    One folder per requirement list."""
     from filelock import FileLock
 
     digest = hashlib.sha256("\n".join(sorted(requirements)).encode()).hexdigest()[:12]
@@ -203,6 +204,7 @@ def wheelhouse(root: Path, requirements: Sequence[str]) -> Path:
             ],
             env={"HOME": "/root"},
             timeout=900,
+            private_proc=True,
         )  # fmt: skip
         if proc.returncode != 0:
             shutil.rmtree(house, ignore_errors=True)
@@ -251,8 +253,7 @@ def fresh_venv(
     """A new ``python3 -m venv --system-site-packages`` venv inside ``root`` (it sees the
     distribution's torch) with ``wheel`` (a file on this host; optional) and
     ``requirements`` installed by the root's pip, offline, from ``house``. Returns the run
-    (the caller removes it: :meth:`Run.remove`) and pip's output. ``/proc`` must be
-    mounted."""
+    (the caller removes it: :meth:`Run.remove`) and pip's output."""
     runs = root / RUNS
     runs.mkdir(parents=True, exist_ok=True)
     run = Run(root, Path(tempfile.mkdtemp(prefix="run-", dir=runs)))
@@ -260,7 +261,7 @@ def fresh_venv(
         targets = [run.copy_in(wheel)] if wheel is not None else []
         proc = in_root(
             root, [], ["-m", "venv", "--system-site-packages", run.inside(run.venv)], env={},
-            timeout=300,
+            timeout=300, private_proc=True,
         )  # fmt: skip
         if proc.returncode != 0:
             raise ProvisionError(f"python3 -m venv in the root failed: {last_lines(proc)}")
@@ -275,6 +276,7 @@ def fresh_venv(
             env={"HOME": "/root"},
             timeout=600,
             program=f"{run.inside(run.venv)}/bin/python",
+            private_proc=True,
         )  # fmt: skip
         if pip.returncode != 0:
             raise ProvisionError(f"pip install in the root's venv failed: {last_lines(pip)}")
@@ -306,4 +308,5 @@ def run_in_venv(
         },
         timeout=timeout,
         program=f"{run.inside(run.venv)}/bin/python",
+        private_proc=True,
     )

@@ -287,9 +287,15 @@ def in_root(
     cwd: str = "/",
     timeout: float = STEP_TIMEOUT_S,
     program: str = "/usr/bin/python3",
+    private_proc: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` with the root's python3 (or ``program``, a path inside the root)
-    inside the root (``PYTHONPATH``: ``paths``), in an environment of its own."""
+    inside the root (``PYTHONPATH``: ``paths``), in an environment of its own.
+
+    ``private_proc``: mount ``/proc`` inside the root for this command alone, in a mount
+    namespace of its own (``unshare --mount``): nothing stays mounted when it ends, and
+    runs that share a root never unmount each other's ``/proc`` (without it, the caller
+    mounts it: :class:`Mounted`)."""
     inside = [f"/{p.relative_to(root)}" for p in paths]
     environment = {
         "PATH": "/usr/bin:/bin",
@@ -299,9 +305,7 @@ def in_root(
         "PYTHONDONTWRITEBYTECODE": "1",
         **env,
     }
-    cmd = [
-        "chroot",
-        str(root),
+    inner = [
         "/usr/bin/env",
         "-C",
         cwd,
@@ -310,6 +314,13 @@ def in_root(
         program,
         *argv,
     ]
+    cmd = ["chroot", str(root), *inner]
+    if private_proc:
+        mount_then_chroot = 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"'
+        cmd = [
+            "unshare", "--mount", "--propagation", "private", "--",
+            "sh", "-c", mount_then_chroot, str(root), *inner,
+        ]  # fmt: skip
     try:
         return capture(cmd, timeout=timeout)
     except CommandTimeoutError as exc:

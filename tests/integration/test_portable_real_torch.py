@@ -39,7 +39,7 @@ import stat
 import subprocess
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -201,10 +201,9 @@ def runtime_requirements() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def trixie(progress: Callable[[str], None]) -> Iterator[tuple[Path, Path]]:
-    """The cached trixie root with ``/proc`` mounted, and its wheelhouse."""
+def trixie(progress: Callable[[str], None]) -> tuple[Path, Path]:
+    """The cached trixie root and its wheelhouse (made on first use)."""
     from devtools import distro
-    from devtools.emulation import Mounted
     from devtools.errors import EmulationUnavailableError
 
     try:
@@ -217,10 +216,9 @@ def trixie(progress: Callable[[str], None]) -> Iterator[tuple[Path, Path]]:
     # The compiler spies are the proof; that the root has no compiler at all is the
     # stronger setting (a distribution's torch without the toolchain to build anything).
     assert record["compilers"] == [], record
-    with Mounted(root):
-        house = distro.wheelhouse(root, [TVM_FFI, *runtime_requirements()])
-        progress(f"trixie root and wheelhouse ready in {time.monotonic() - started:.1f} s")
-        yield root, house
+    house = distro.wheelhouse(root, [TVM_FFI, *runtime_requirements()])
+    progress(f"trixie root and wheelhouse ready in {time.monotonic() - started:.1f} s")
+    return root, house
 
 
 def test_trixie_python3_torch(

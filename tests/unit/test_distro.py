@@ -111,3 +111,23 @@ def test_run_paths_are_the_roots_view(tmp_path: Path) -> None:
     assert (folder / "proof.py").read_text() == "print(1)\n"
     run.remove()
     assert not folder.exists()
+
+
+def test_private_proc_mounts_in_a_namespace_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``in_root(private_proc=True)``: ``unshare --mount`` runs a shell that mounts
+    ``/proc`` in the root and ``exec``s chroot; the root is ``$0``, the rest its argv."""
+    fake = FakeDebootstrap()
+    monkeypatch.setattr(emulation, "capture", fake)
+    emulation.in_root(tmp_path, [], ["-c", "pass"], env={}, private_proc=True, program="/v/py")
+    (cmd,) = fake.calls
+    assert cmd[:5] == ["unshare", "--mount", "--propagation", "private", "--"]
+    assert cmd[5:7] == ["sh", "-c"]
+    assert cmd[7] == 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"'
+    assert cmd[8] == str(tmp_path)
+    assert cmd[9] == "/usr/bin/env"
+    assert cmd[-3:] == ["/v/py", "-c", "pass"]
+    fake.calls.clear()
+    emulation.in_root(tmp_path, [], ["-c", "pass"], env={})
+    assert fake.calls[0][:2] == ["chroot", str(tmp_path)]
