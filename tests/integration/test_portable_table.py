@@ -293,3 +293,25 @@ def test_force_with_a_failed_jit_never_puts_the_portable_table_over_torchs_own(
     proc = run_python(code, pythonpath=[make_package(tmp_path / "universal"), ROOT], env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split()[-2:] == ["unavailable", "True"], proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("version", ["3.14t", "3.13t"])
+def test_the_driver_builds_a_free_threaded_portable_table(tmp_path: Path, version: str) -> None:
+    """Once per free-threaded Python: the full API (no Py_LIMITED_API), named for that
+    interpreter, audited torch-free against its libpython."""
+    from devtools import freethreaded
+
+    prefix = freethreaded.prefix_for(version)
+    found = freethreaded._read(version, prefix)
+    if found is None:
+        pytest.skip(f"no {version} CPython in the dev cache (nox -s freethreaded builds one)")
+    include = prefix / "include" / f"python{version}"
+    entry = driver.compile_portable_library(
+        output_dir=tmp_path, source_dir=CSRC, python_include=include, python=version, echo=False
+    )
+    assert (entry.python, entry.backend, entry.torch) == (version, None, "any")
+    tag = version.replace(".", "").removesuffix("t")
+    assert entry.file == f"libtorch_c_dlpack_ext-portable-cp{tag}t.so"
+    data = (tmp_path / entry.file).read_bytes()
+    assert f'"python": "{version}"'.encode() in data
+    assert b"Py_LIMITED_API" not in data
