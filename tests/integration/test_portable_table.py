@@ -26,7 +26,6 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-
 from tests.helpers import CSRC, ROOT, build_portable_library, clean_env, run_python
 from tests.integration.test_compile_real_torch import run_exchange_suite
 
@@ -40,16 +39,20 @@ MIN_SUITE_PASSED_28 = 250
 
 
 def _other_python_include(version: str) -> Path | None:
-    """The include dir of another CPython on PATH (``python3.12``), or None."""
-    python = shutil.which(f"python{version}")
-    if python is None:
-        return None
-    proc = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
-        capture_output=True, text=True, check=False, timeout=60,
-    )  # fmt: skip
-    include = Path(proc.stdout.strip())
-    return include if proc.returncode == 0 and (include / "Python.h").is_file() else None
+    """The include dir of another CPython (``python3.12`` on PATH or pyenv's), or None."""
+    # pyenv's shims are on PATH for every version but run only the selected ones.
+    candidates = [str(p) for p in sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin"))]
+    candidates = [f"{c}/python{version}" for c in candidates]
+    on_path = shutil.which(f"python{version}")
+    for python in [*candidates, *([on_path] if on_path else [])]:
+        proc = subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        include = Path(proc.stdout.strip())
+        if proc.returncode == 0 and (include / "Python.h").is_file():
+            return include
+    return None
 
 
 def _free_threaded_include() -> Path | None:
@@ -273,7 +276,9 @@ print("scheduled")
 
 
 @pytest.mark.parametrize("torch_version", ["running", OLD_TORCH])
-def test_deleters_after_finalize(tmp_path: Path, portable_library: Path, torch_version: str) -> None:
+def test_deleters_after_finalize(
+    tmp_path: Path, portable_library: Path, torch_version: str
+) -> None:
     python: Path | str = sys.executable
     if torch_version != "running":
         from devtools.torchenv import torch_env
