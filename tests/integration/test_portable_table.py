@@ -402,3 +402,47 @@ def test_load_problem_is_null_after_import_torch(portable_library: Path) -> None
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["None", "True"]
     assert os.path.getsize(portable_library) < 200_000
+
+
+#: CPU exchanges through the table on a CUDA torch: nothing may initialise CUDA (a forked
+#: child could no longer use it, CUDA_VISIBLE_DEVICES set later would be ignored).
+NO_CUDA_INIT = r"""
+import ctypes, sys
+import torch
+sys.path[:0] = [sys.argv[2], sys.argv[3]]
+from exchange_suite.dlpack_ctypes import (
+    DLManagedTensorVersioned, DLTensor, ErrorSink, ExchangeLibrary, export_dltensor,
+    export_managed, import_managed)
+from pathlib import Path
+assert torch.version.cuda is not None, "needs a CUDA build of torch"
+api = ExchangeLibrary(Path(sys.argv[1])).api
+x = torch.arange(6.0).reshape(2, 3)
+assert torch.equal(import_managed(api, export_managed(api, x)), x)
+export_dltensor(api, x)
+dims = (ctypes.c_int64 * 1)(8)
+proto = DLTensor()
+proto.ndim, proto.shape = 1, dims
+proto.dtype.code, proto.dtype.bits, proto.dtype.lanes = 2, 32, 1
+proto.device.device_type = 1
+out = ctypes.POINTER(DLManagedTensorVersioned)()
+sink = ErrorSink()
+assert api.managed_tensor_allocator(ctypes.byref(proto), ctypes.byref(out), None,
+                                    sink.callback) == 0
+out.contents.deleter(out)
+stream = ctypes.c_void_p(1)
+api.current_work_stream(1, 0, ctypes.byref(stream))
+print("initialized", torch.cuda.is_initialized())
+"""
+
+
+def test_cpu_exchanges_leave_cuda_uninitialised(portable_library: Path) -> None:
+    from devtools.torchenv import torch_env
+
+    env = torch_env(OLD_TORCH, importable=True, extra=("pytest", "psutil"))
+    proc = run_python(
+        NO_CUDA_INIT,
+        args=[str(portable_library), str(ROOT / "tests"), str(ROOT / "python")],
+        env=clean_env(), python=env.python, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    assert proc.stdout.split()[-2:] == ["initialized", "False"], proc.stdout
