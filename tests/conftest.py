@@ -161,6 +161,16 @@ def torch213_library(build_cache: Path) -> tuple[Path, ManifestEntry]:
     return path, entry
 
 
+@pytest.fixture(scope="session")
+def portable_library(build_cache: Path) -> Path:
+    """csrc/portable built as shipped (abi3, ``Py_LIMITED_API=0x03090000``) against the
+    running interpreter's headers, by ``tests.helpers.build_portable_library`` (a stand-in
+    for the release driver's build; a C compile of about a second, so not cached)."""
+    from tests.helpers import build_portable_library
+
+    return build_portable_library(build_cache / "portable-abi3")
+
+
 #: What the exchange suite needs inside an old-torch env besides torch itself.
 OLD_ENV_EXTRAS = ("pytest", "psutil")
 

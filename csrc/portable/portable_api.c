@@ -175,6 +175,9 @@ typedef struct {
   PyObject* is_neg;            /* torch.Tensor.is_neg (unbound) */
   PyObject* view;              /* torch.Tensor.view (unbound) */
   PyObject* detach;            /* torch.Tensor.detach (unbound) */
+  PyObject* stride;            /* torch.Tensor.stride (unbound) */
+  PyObject* size;              /* torch.Tensor.size (unbound) */
+  PyObject* as_strided;        /* torch.as_strided */
   PyObject* strided;           /* torch.strided */
   PyObject* jagged;            /* torch.jagged, or NULL */
   PyObject* cpu_device;        /* torch.device("cpu") */
@@ -218,6 +221,9 @@ static void FreeState(State* s) {
   Py_XDECREF(s->is_neg);
   Py_XDECREF(s->view);
   Py_XDECREF(s->detach);
+  Py_XDECREF(s->stride);
+  Py_XDECREF(s->size);
+  Py_XDECREF(s->as_strided);
   Py_XDECREF(s->strided);
   Py_XDECREF(s->jagged);
   Py_XDECREF(s->cpu_device);
@@ -294,6 +300,9 @@ static State* BuildState(void) {
   if ((s->is_neg = GetAttr(tensor_base, "is_neg", 0)) == NULL) goto fail;
   if ((s->view = GetAttr(tensor_base, "view", 0)) == NULL) goto fail;
   if ((s->detach = GetAttr(tensor_base, "detach", 0)) == NULL) goto fail;
+  if ((s->stride = GetAttr(tensor_base, "stride", 0)) == NULL) goto fail;
+  if ((s->size = GetAttr(tensor_base, "size", 0)) == NULL) goto fail;
+  if ((s->as_strided = GetAttr(s->torch, "as_strided", 0)) == NULL) goto fail;
   if ((s->empty = GetAttr(s->torch, "empty", 0)) == NULL) goto fail;
   if ((s->strided = GetAttr(s->torch, "strided", 0)) == NULL) goto fail;
   s->jagged = GetAttr(s->torch, "jagged", 1);
@@ -483,6 +492,7 @@ static const Dtype* FromDLDataType(const State* s, DLDataType dl) {
 typedef struct {
   DLManagedTensorVersioned managed;
   DLManagedTensor* legacy;
+  int64_t strides[]; /* the tensor's own strides (see TakeCapsule) */
 } LegacyExport;
 
 static void DeleteLegacyExport(DLManagedTensorVersioned* self) {
@@ -511,7 +521,9 @@ static DLManagedTensorVersioned* TakeCapsule(const State* s, PyObject* capsule) 
     Py_DECREF(capsule);
     return NULL;
   }
-  LegacyExport* wrap = (LegacyExport*)malloc(sizeof(LegacyExport));
+  const int32_t ndim = legacy->dl_tensor.ndim;
+  LegacyExport* wrap =
+      (LegacyExport*)malloc(sizeof(LegacyExport) + (size_t)(ndim > 0 ? ndim : 0) * sizeof(int64_t));
   if (wrap == NULL) {
     Py_DECREF(capsule);
     PyErr_NoMemory();
@@ -527,11 +539,42 @@ static DLManagedTensorVersioned* TakeCapsule(const State* s, PyObject* capsule) 
   wrap->managed.dl_tensor = legacy->dl_tensor;
   wrap->managed.manager_ctx = wrap;
   wrap->managed.deleter = &DeleteLegacyExport;
+  /* torch 2.4-2.8 export strides "normalized" to 1 for dimensions of size 0 or 1
+   * (PyTorch gh-83069); torch 2.13 and the native table report the tensor's own.
+   * The caller corrects those from `obj` (see FixLegacyStrides). */
+  for (int32_t i = 0; i < ndim; ++i) wrap->strides[i] = legacy->dl_tensor.strides[i];
+  wrap->managed.dl_tensor.strides = ndim > 0 ? wrap->strides : NULL;
   return &wrap->managed;
 }
 
 static void DeleteManaged(DLManagedTensorVersioned* managed) {
   if (managed != NULL && managed->deleter != NULL) managed->deleter(managed);
+}
+
+/* A legacy export's strides of dimensions of size 0 or 1, as `obj` has them
+ * (torch 2.4-2.8 wrote 1 there). 0, or -1 with a Python error set. */
+static int FixLegacyStrides(const State* s, PyObject* obj, DLTensor* dl) {
+  int any = 0;
+  for (int32_t i = 0; i < dl->ndim; ++i) any |= dl->shape[i] < 2;
+  if (!any) return 0;
+  PyObject* strides = Call1(s->stride, obj);
+  if (strides == NULL) return -1;
+  if (!PyTuple_Check(strides) || PyTuple_Size(strides) != dl->ndim) {
+    Py_DECREF(strides);
+    PyErr_Format(PyExc_RuntimeError, "%s: Tensor.stride() does not match the export", kLib);
+    return -1;
+  }
+  for (int32_t i = 0; i < dl->ndim; ++i) {
+    if (dl->shape[i] >= 2) continue;
+    const long long stride = PyLong_AsLongLong(PyTuple_GetItem(strides, i));
+    if (stride == -1 && PyErr_Occurred()) {
+      Py_DECREF(strides);
+      return -1;
+    }
+    dl->strides[i] = (int64_t)stride;
+  }
+  Py_DECREF(strides);
+  return 0;
 }
 
 static int RaiseNotATensor(PyObject* obj) {
@@ -574,6 +617,78 @@ static int ServesExportDevice(const State* s, int32_t device_type) {
   /* Host memory of devices torch reports as their own (mps, privateuse1): as the
    * native table does. */
   return device_type == kDLMetal || device_type == kDLExtDev;
+}
+
+/* A self-contained export of a tensor without elements (data NULL, nothing
+ * to own), for the tensors torch's exporter refuses although DLPack describes
+ * them: torch 2.4-2.8 export through aten.as_strided, which a wrapper subclass
+ * may not implement. NULL (no error set) when `obj` has elements or is on a
+ * device the table does not serve. Error path only. */
+typedef struct {
+  DLManagedTensorVersioned managed;
+  int64_t dims[]; /* shape, then strides */
+} EmptyExport;
+
+static void DeleteEmptyExport(DLManagedTensorVersioned* self) {
+  if (self != NULL) free(self->manager_ctx);
+}
+
+static DLManagedTensorVersioned* ExportEmpty(const State* s, PyObject* obj, const Dtype* dtype) {
+  PyObject* sizes = Call1(s->size, obj);
+  PyObject* strides = sizes == NULL ? NULL : Call1(s->stride, obj);
+  PyObject* device = strides == NULL ? NULL : PyObject_GetAttrString(obj, "device");
+  PyObject* type = device == NULL ? NULL : PyObject_GetAttrString(device, "type");
+  PyObject* index = type == NULL ? NULL : PyObject_GetAttrString(device, "index");
+  EmptyExport* wrap = NULL;
+  if (index == NULL || !PyTuple_Check(sizes) || !PyTuple_Check(strides) ||
+      PyTuple_Size(sizes) != PyTuple_Size(strides) || PyTuple_Size(sizes) > INT32_MAX) {
+    goto done;
+  }
+  const int32_t ndim = (int32_t)PyTuple_Size(sizes);
+  int has_elements = 1;
+  for (int32_t i = 0; i < ndim; ++i) {
+    has_elements &= PyLong_AsLongLong(PyTuple_GetItem(sizes, i)) != 0;
+  }
+  DLDevice dl_device = {kDLCPU, 0};
+  if (PyUnicode_CompareWithASCIIString(type, "cuda") == 0 && s->gpu_type != 0) {
+    dl_device.device_type = (DLDeviceType)s->gpu_type;
+    dl_device.device_id = index == Py_None ? 0 : (int32_t)PyLong_AsLong(index);
+  } else if (PyUnicode_CompareWithASCIIString(type, "cpu") != 0) {
+    goto done;
+  }
+  if (has_elements || PyErr_Occurred()) goto done;
+  wrap = (EmptyExport*)malloc(sizeof(EmptyExport) + 2 * (size_t)ndim * sizeof(int64_t));
+  if (wrap == NULL) goto done;
+  for (int32_t i = 0; i < ndim; ++i) {
+    wrap->dims[i] = (int64_t)PyLong_AsLongLong(PyTuple_GetItem(sizes, i));
+    wrap->dims[ndim + i] = (int64_t)PyLong_AsLongLong(PyTuple_GetItem(strides, i));
+  }
+  if (PyErr_Occurred()) {
+    free(wrap);
+    wrap = NULL;
+    goto done;
+  }
+  wrap->managed.version.major = DLPACK_MAJOR_VERSION;
+  wrap->managed.version.minor = DLPACK_MINOR_VERSION;
+  wrap->managed.manager_ctx = wrap;
+  wrap->managed.deleter = &DeleteEmptyExport;
+  wrap->managed.flags = 0;
+  DLTensor* dl = &wrap->managed.dl_tensor;
+  dl->data = NULL;
+  dl->device = dl_device;
+  dl->ndim = ndim;
+  dl->dtype = dtype->dl;
+  dl->shape = ndim > 0 ? wrap->dims : NULL;
+  dl->strides = ndim > 0 ? wrap->dims + ndim : NULL;
+  dl->byte_offset = 0;
+done:
+  PyErr_Clear();
+  Py_XDECREF(index);
+  Py_XDECREF(type);
+  Py_XDECREF(device);
+  Py_XDECREF(strides);
+  Py_XDECREF(sizes);
+  return wrap == NULL ? NULL : &wrap->managed;
 }
 
 /* The checks of the native table's Describe(), then torch's own export: an
@@ -662,11 +777,16 @@ static DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int
    * own on the same storage. The non-owning export copies the metadata it hands
    * out and promises nothing across metadata changes: it needs no alias. */
   PyObject* alias = NULL;
-  const int need_alias = owning && s->versioned_export;
-  if (need_alias) alias = Call1(s->detach, obj); /* a wrapper subclass may refuse */
-  PyObject* capsule = need_alias && alias == NULL ? NULL : Call1(s->to_dlpack, need_alias ? alias : obj);
+  if (owning && s->versioned_export) {
+    alias = Call1(s->detach, obj);
+    /* A wrapper subclass may refuse aten.detach: it has no memory of its own
+     * (torch's export refuses it, or describes it with data NULL, which only an
+     * empty tensor passes below), so export it as it is. */
+    if (alias == NULL) PyErr_Clear();
+  }
+  PyObject* capsule = Call1(s->to_dlpack, alias != NULL ? alias : obj);
   Py_XDECREF(alias);
-  if (capsule == NULL && (!need_alias || alias != NULL) && (dtype->flags & kDtypeByteView) && s->uint8_index >= 0) {
+  if (capsule == NULL && (dtype->flags & kDtypeByteView) && s->uint8_index >= 0) {
     /* Old torch refuses the one-byte float8/fp4/sub-byte types: export the same
      * memory viewed as uint8, and report the tensor's own dtype below. */
     PyObject* first = TakeException();
@@ -687,6 +807,13 @@ static DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int
     /* torch refused (a tensor without storage: wrapper subclasses, fake tensors;
      * a meta tensor): a tensor DLPack cannot describe is a BufferError. */
     PyObject* cause = TakeException();
+    if (!IsMemoryError(cause)) {
+      DLManagedTensorVersioned* empty = ExportEmpty(s, obj, dtype);
+      if (empty != NULL) {
+        Py_XDECREF(cause);
+        return empty;
+      }
+    }
     if (IsMemoryError(cause) ||
         (cause != NULL && PyErr_GivenExceptionMatches(cause, PyExc_BufferError))) {
       RestoreException(cause);
@@ -701,6 +828,10 @@ static DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int
   DLManagedTensorVersioned* managed = TakeCapsule(s, capsule);
   if (managed == NULL) return NULL;
   DLTensor* dl = &managed->dl_tensor;
+  if (!s->versioned_export && FixLegacyStrides(s, obj, dl) != 0) {
+    DeleteManaged(managed);
+    return NULL;
+  }
   if (!ServesExportDevice(s, dl->device.device_type)) {
     const int32_t device_type = dl->device.device_type;
     DeleteManaged(managed);
@@ -905,7 +1036,7 @@ static int AddOverflows(uint64_t a, uint64_t b, uint64_t* sum) {
  * extent beyond int64). Checked before torch sees the sizes: its builder would
  * terminate the process on an overflow. */
 static int StorageElements(const DLTensor* dl, uint64_t itemsize, uint64_t offset,
-                           int* empty) {
+                           uint64_t* storage_elements, int* empty) {
   const uint64_t kMax = (uint64_t)INT64_MAX;
   int any_empty = 0;
   uint64_t numel = 1;
@@ -942,6 +1073,7 @@ static int StorageElements(const DLTensor* dl, uint64_t itemsize, uint64_t offse
       bytes > kMax) {
     return 0;
   }
+  *storage_elements = elements;
   *empty = any_empty;
   return 1;
 }
@@ -970,6 +1102,7 @@ typedef struct {
   DLManagedTensor legacy;
   DLManagedTensorVersioned* src;
   atomic_int state;
+  int64_t flat[2]; /* legacy with a byte_offset: the whole storage as one dimension */
   int64_t strides[];
 } ImportWrap;
 
@@ -997,6 +1130,34 @@ static void DeleteImportLegacy(DLManagedTensor* self) {
  * holds it. */
 static void AbandonImportWrap(ImportWrap* wrap) {
   if (atomic_exchange(&wrap->state, kImportAbandoned) == kImportDeletedEarly) free(wrap);
+}
+
+/* torch.as_strided(flat, shape, strides, offset); steals `flat`. */
+static PyObject* ViewOf(const State* s, PyObject* flat, const DLTensor* dl, const int64_t* strides,
+                        int64_t offset) {
+  PyObject* shape = PyTuple_New(dl->ndim);
+  PyObject* stride = PyTuple_New(dl->ndim);
+  PyObject* result = NULL;
+  if (shape != NULL && stride != NULL) {
+    int ok = 1;
+    for (int32_t i = 0; ok && i < dl->ndim; ++i) {
+      PyObject* size = PyLong_FromLongLong((long long)dl->shape[i]);
+      PyObject* step = PyLong_FromLongLong((long long)strides[i]);
+      if (size == NULL || step == NULL) {
+        Py_XDECREF(size);
+        Py_XDECREF(step);
+        ok = 0;
+        break;
+      }
+      PyTuple_SetItem(shape, i, size);
+      PyTuple_SetItem(stride, i, step);
+    }
+    if (ok) result = PyObject_CallFunction(s->as_strided, "OOOL", flat, shape, stride, (long long)offset);
+  }
+  Py_XDECREF(shape);
+  Py_XDECREF(stride);
+  Py_DECREF(flat);
+  return result;
 }
 
 static int ServesImportDevice(const State* s, const DLDevice* device) {
@@ -1053,7 +1214,8 @@ static int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** o
         "byte_offset is not a multiple of the element size (torch needs aligned elements)", dl);
   }
   int empty = 0;
-  if (!StorageElements(dl, itemsize, dl->byte_offset / itemsize, &empty)) {
+  uint64_t storage_elements = 0;
+  if (!StorageElements(dl, itemsize, dl->byte_offset / itemsize, &storage_elements, &empty)) {
     return RaiseBadImport(
         "negative sizes or strides, or an element count or memory extent beyond int64 "
         "(torch supports neither)",
@@ -1100,9 +1262,15 @@ static int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** o
     wrap->versioned.dl_tensor = copy;
     capsule = PyCapsule_New(&wrap->versioned, "dltensor_versioned", NULL);
   } else {
-    /* torch 2.4-2.8 ignore byte_offset: fold it into data. */
+    /* torch 2.4-2.8 ignore byte_offset. As the native table (and torch 2.13) do,
+     * the storage starts at `data` and covers the offset plus the view: import
+     * that storage as one dimension, then take the view with as_strided below. */
     if (copy.byte_offset != 0) {
-      copy.data = (char*)copy.data + copy.byte_offset;
+      wrap->flat[0] = (int64_t)storage_elements;
+      wrap->flat[1] = 1;
+      copy.ndim = 1;
+      copy.shape = &wrap->flat[0];
+      copy.strides = &wrap->flat[1];
       copy.byte_offset = 0;
     }
     wrap->legacy.manager_ctx = wrap;
@@ -1116,10 +1284,15 @@ static int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** o
   }
   PyObject* tensor = Call1(s->from_dlpack, capsule);
   Py_DECREF(capsule);
+  /* Unarmed until the end: if a step below fails, the deleter torch runs when
+   * it drops the tensor leaves src with the caller. */
   if (tensor != NULL && byte_view) {
     PyObject* viewed = Call2(s->view, tensor, dtype->dtype);
-    Py_DECREF(tensor); /* unarmed: its deleter (if it runs now) leaves src alone */
+    Py_DECREF(tensor);
     tensor = viewed;
+  }
+  if (tensor != NULL && copy.shape == &wrap->flat[0]) {
+    tensor = ViewOf(s, tensor, dl, wrap->strides, (int64_t)(dl->byte_offset / itemsize));
   }
   if (tensor == NULL) {
     AbandonImportWrap(wrap);
