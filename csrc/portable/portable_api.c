@@ -191,6 +191,8 @@ typedef struct {
 #endif
   int versioned_export;        /* torch exports DLManagedTensorVersioned (2.9+) */
   int versioned_import;        /* torch._C._from_dlpack reads "dltensor_versioned" (2.9+) */
+  int full_import;             /* ... and byte_offset and the float8/fp4 codes (2.10+) */
+  int normalizes_strides;      /* torch's export writes stride 1 for dims of size 0 or 1 */
   int32_t gpu_type;            /* kDLCUDA on a CUDA torch, kDLROCM on a ROCm torch, else 0 */
   int xpu;                     /* torch.version.xpu is set */
   int uint8_index;             /* index of torch.uint8 in dtypes */
@@ -280,6 +282,20 @@ static State* BuildState(void) {
   /* torch._C._from_dlpack reads "dltensor_versioned" capsules from the release
    * that added _to_dlpack_versioned (2.9, PyTorch PR #145000; docs/facts.md). */
   s->versioned_import = s->versioned_export;
+  /* torch 2.4-2.9 import ignores byte_offset and has no float8/fp4 DLPack codes
+   * (its DLPack header is 0.8/1.0); 2.10 and later (DLPack 1.3) import both. */
+  {
+    PyObject* version = GetAttr(s->torch, "__version__", 0);
+    PyObject* text = version == NULL ? NULL : PyObject_Str(version);
+    PyObject* bytes = text == NULL ? NULL : PyUnicode_AsUTF8String(text);
+    Py_XDECREF(version);
+    Py_XDECREF(text);
+    if (bytes == NULL) goto fail;
+    int major = 0, minor = 0;
+    if (sscanf(PyBytes_AsString(bytes), "%d.%d", &major, &minor) != 2) major = minor = 0;
+    Py_DECREF(bytes);
+    s->full_import = s->versioned_import && (major > 2 || (major == 2 && minor >= 10));
+  }
   s->from_dlpack = GetAttr(c, "_from_dlpack", 0);
   if (s->from_dlpack == NULL) goto fail;
   s->tensor_type = (PyTypeObject*)GetAttr(s->torch, "Tensor", 0);
@@ -351,12 +367,41 @@ fail:
   return NULL;
 }
 
+static PyObject* Call1(PyObject* callable, PyObject* arg);
+static DLManagedTensorVersioned* TakeCapsule(const State* s, PyObject* capsule);
+static void DeleteManaged(DLManagedTensorVersioned* managed);
+
+/* Whether torch's exporter writes stride 1 for dimensions of size 0 or 1 (PyTorch
+ * gh-83069: torch 2.4-2.9 do, for tensors that are not contiguous; 2.13 does
+ * not); then exports ask the tensor for its own strides of those dimensions.
+ * One export of a (2, 1, 2) view with strides (4, 4, 2), once. */
+static int ProbeStrideNormalization(State* s) {
+  PyObject* size = PyLong_FromLong(16);
+  PyObject* base = size == NULL ? NULL : Call1(s->empty, size);
+  Py_XDECREF(size);
+  PyObject* probe = base == NULL ? NULL
+                                 : PyObject_CallFunction(s->as_strided, "O(iii)(iii)", base, 2,
+                                                         1, 2, 4, 4, 2);
+  Py_XDECREF(base);
+  PyObject* capsule = probe == NULL ? NULL : Call1(s->to_dlpack, probe);
+  Py_XDECREF(probe);
+  DLManagedTensorVersioned* managed = capsule == NULL ? NULL : TakeCapsule(s, capsule);
+  if (managed == NULL) return -1;
+  s->normalizes_strides = managed->dl_tensor.strides[1] != 4;
+  DeleteManaged(managed);
+  return 0;
+}
+
 /* The cached entry points, or NULL with a Python error set. GIL held. */
 static State* GetState(void) {
   State* s = atomic_load_explicit(&g_state, memory_order_acquire);
   if (s != NULL) return s;
   State* mine = BuildState();
   if (mine == NULL) return NULL;
+  if (ProbeStrideNormalization(mine) != 0) {
+    FreeState(mine);
+    return NULL;
+  }
   State* expected = NULL;
   if (atomic_compare_exchange_strong_explicit(&g_state, &expected, mine, memory_order_acq_rel,
                                               memory_order_acquire)) {
@@ -539,9 +584,9 @@ static DLManagedTensorVersioned* TakeCapsule(const State* s, PyObject* capsule) 
   wrap->managed.dl_tensor = legacy->dl_tensor;
   wrap->managed.manager_ctx = wrap;
   wrap->managed.deleter = &DeleteLegacyExport;
-  /* torch 2.4-2.8 export strides "normalized" to 1 for dimensions of size 0 or 1
+  /* torch 2.4-2.9 export strides "normalized" to 1 for dimensions of size 0 or 1
    * (PyTorch gh-83069); torch 2.13 and the native table report the tensor's own.
-   * The caller corrects those from `obj` (see FixLegacyStrides). */
+   * The caller corrects those from `obj` (see FixNormalizedStrides). */
   for (int32_t i = 0; i < ndim; ++i) wrap->strides[i] = legacy->dl_tensor.strides[i];
   wrap->managed.dl_tensor.strides = ndim > 0 ? wrap->strides : NULL;
   return &wrap->managed;
@@ -551,9 +596,9 @@ static void DeleteManaged(DLManagedTensorVersioned* managed) {
   if (managed != NULL && managed->deleter != NULL) managed->deleter(managed);
 }
 
-/* A legacy export's strides of dimensions of size 0 or 1, as `obj` has them
- * (torch 2.4-2.8 wrote 1 there). 0, or -1 with a Python error set. */
-static int FixLegacyStrides(const State* s, PyObject* obj, DLTensor* dl) {
+/* An export's strides of dimensions of size 0 or 1, as `obj` has them (torch
+ * 2.4-2.9 write 1 there: ProbeStrideNormalization). 0, or -1 with a Python error. */
+static int FixNormalizedStrides(const State* s, PyObject* obj, DLTensor* dl) {
   int any = 0;
   for (int32_t i = 0; i < dl->ndim; ++i) any |= dl->shape[i] < 2;
   if (!any) return 0;
@@ -828,7 +873,7 @@ static DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int
   DLManagedTensorVersioned* managed = TakeCapsule(s, capsule);
   if (managed == NULL) return NULL;
   DLTensor* dl = &managed->dl_tensor;
-  if (!s->versioned_export && FixLegacyStrides(s, obj, dl) != 0) {
+  if (s->normalizes_strides && FixNormalizedStrides(s, obj, dl) != 0) {
     DeleteManaged(managed);
     return NULL;
   }
@@ -895,13 +940,21 @@ static void FreeDimsCapsule(PyObject* capsule) {
 static PyObject* DropDims(PyObject* key, PyObject* weakref) {
   State* s = atomic_load_explicit(&g_state, memory_order_acquire);
   if (s == NULL) Py_RETURN_NONE;
-  PyObject* entry = PyDict_GetItemWithError(s->dims_cache, key); /* borrowed */
-  if (entry == NULL) {
-    if (PyErr_Occurred()) return NULL;
-    Py_RETURN_NONE;
-  }
-  if (PyTuple_GetItem(entry, 0) == weakref && PyDict_DelItem(s->dims_cache, key) != 0) {
-    return NULL;
+#if defined(Py_GIL_DISABLED)
+  PyObject* entry = NULL; /* a borrowed reference is unsafe without the GIL */
+  if (PyDict_GetItemRef(s->dims_cache, key, &entry) < 0) return NULL;
+#else
+  PyObject* entry = PyDict_GetItemWithError(s->dims_cache, key);
+  if (entry == NULL && PyErr_Occurred()) return NULL;
+  Py_XINCREF(entry);
+#endif
+  if (entry == NULL) Py_RETURN_NONE;
+  const int ours = PyTuple_GetItem(entry, 0) == weakref;
+  Py_DECREF(entry);
+  if (ours && PyDict_DelItem(s->dims_cache, key) != 0) {
+    /* Another thread replaced or removed it meanwhile: nothing left to drop. */
+    if (!PyErr_ExceptionMatches(PyExc_KeyError)) return NULL;
+    PyErr_Clear();
   }
   Py_RETURN_NONE;
 }
@@ -1241,15 +1294,26 @@ static int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** o
       if (i > 0) step *= dl->shape[i] > 1 ? dl->shape[i] : 1;
     }
   }
-  /* On old torch the special one-byte types are imported as uint8 and viewed
-   * back (torch 2.4-2.8 refuse float8/fp4 DLPack codes). */
-  const int byte_view = !s->versioned_import && (dtype->flags & kDtypeByteView);
+  /* On torch 2.4-2.9 the special one-byte types are imported as uint8 and
+   * viewed back (they refuse the float8/fp4 DLPack codes). */
+  const int byte_view = !s->full_import && (dtype->flags & kDtypeByteView);
   DLTensor copy = *dl;
   copy.strides = ndim > 0 ? wrap->strides : NULL;
   if (byte_view) copy.dtype = s->dtypes[s->uint8_index].dl;
   if (empty) {
     /* A view without elements addresses no memory: no storage offset (see the
      * native table; deviation empty-view-storage). */
+    copy.byte_offset = 0;
+  }
+  if (!s->full_import && copy.byte_offset != 0) {
+    /* torch 2.4-2.9 ignore byte_offset. As the native table (and torch 2.13) do,
+     * the storage starts at `data` and covers the offset plus the view: import
+     * that storage as one dimension, then take the view with as_strided below. */
+    wrap->flat[0] = (int64_t)storage_elements;
+    wrap->flat[1] = 1;
+    copy.ndim = 1;
+    copy.shape = &wrap->flat[0];
+    copy.strides = &wrap->flat[1];
     copy.byte_offset = 0;
   }
   PyObject* capsule;
@@ -1262,17 +1326,6 @@ static int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** o
     wrap->versioned.dl_tensor = copy;
     capsule = PyCapsule_New(&wrap->versioned, "dltensor_versioned", NULL);
   } else {
-    /* torch 2.4-2.8 ignore byte_offset. As the native table (and torch 2.13) do,
-     * the storage starts at `data` and covers the offset plus the view: import
-     * that storage as one dimension, then take the view with as_strided below. */
-    if (copy.byte_offset != 0) {
-      wrap->flat[0] = (int64_t)storage_elements;
-      wrap->flat[1] = 1;
-      copy.ndim = 1;
-      copy.shape = &wrap->flat[0];
-      copy.strides = &wrap->flat[1];
-      copy.byte_offset = 0;
-    }
     wrap->legacy.manager_ctx = wrap;
     wrap->legacy.deleter = &DeleteImportLegacy;
     wrap->legacy.dl_tensor = copy;
@@ -1383,9 +1436,9 @@ static DLManagedTensorVersioned* AllocateWithTorch(const State* s, const DLTenso
                                                    void* error_ctx, SetErrorFn set_error) {
   const int32_t ndim = prototype->ndim;
   const int host = prototype->device.device_type == kDLCPU;
-  /* Old torch exports no float8/fp4: allocate the same bytes as uint8. */
+  /* torch 2.4-2.9 export no float8/fp4: allocate the same bytes as uint8. */
   const Dtype* alloc_dtype =
-      (!s->versioned_export && (dtype->flags & kDtypeByteView)) ? &s->dtypes[s->uint8_index]
+      (!s->full_import && (dtype->flags & kDtypeByteView)) ? &s->dtypes[s->uint8_index]
                                                                : dtype;
   PyObject* shape = PyTuple_New(ndim);
   if (shape == NULL) goto python_error;
