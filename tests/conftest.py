@@ -188,19 +188,6 @@ def old_torch_env() -> Callable[[str], TorchEnv]:
 
 
 @pytest.fixture(scope="session")
-def portable_library(build_cache: Path) -> Path:
-    """The portable library (the torch-agnostic table, ``csrc/portable``) as the release
-    builds it: the driver's torch-free C plan (``compile_portable_library``: abi3, this
-    interpreter's headers, tvm-ffi's DLPack header, the torch-free and stable ABI
-    audits). It serves every CPython >= 3.9 with the GIL. Cached by the driver."""
-    from _torch_c_dlpack_ext_core.driver import compile_portable_library
-
-    out = build_cache / "portable"
-    entry = compile_portable_library(output_dir=out)
-    return out / entry.file
-
-
-@pytest.fixture(scope="session")
 def torch23_env() -> TorchEnv:
     """PyPI's torch 2.3.1 (older than the matrix) for CPython 3.11, importable, with
     apache-tvm-ffi (created once under the dev cache; skips on another CPython)."""

@@ -113,6 +113,9 @@ def judge(report: dict[str, Any], *, mode: str, calls: list[str]) -> None:
     trip = report["round_trip"]
     assert len(trip["exported"]) == 5, trip
     assert trip["dunder_dlpack_calls"] == 0, "tvm-ffi went through Tensor.__dlpack__"
+    # Strides as torch reports them, also where no element is addressed (torch 2.3-2.8's
+    # own exporter normalizes those; the portable table exports the tensor's own).
+    assert trip["notes"] == [], trip["notes"]
     assert trip["env_allocator_is_table"], trip
     assert trip["env_alloc"]["rc"] == 0, trip
     assert trip["env_alloc"]["tensor"] == [[3, 4], [2, 32, 1], 1, True], trip
@@ -134,7 +137,7 @@ def figures(report: dict[str, Any]) -> str:
         f"import {report['import']['ms']} ms (spied), "
         f"import tvm_ffi {report['tvm_ffi_import']['ms']} ms, "
         f"{threads['calls']} calls from {threads['threads']} threads without the GIL in "
-        f"{threads['seconds']} s; notes: {report['round_trip']['notes'] or 'none'}"
+        f"{threads['seconds']} s"
     )
 
 
