@@ -134,7 +134,7 @@ def distro(session: nox.Session) -> None:
     Runs ``tests/integration/test_portable_real_torch.py``: Debian trixie's own
     ``python3-torch`` (2.6.0, cxx11 ABI, CPython 3.13) in a debootstrap root cached under
     the dev cache (needs root on Linux; installs debootstrap with apt-get where missing;
-    ~2 min and ~1.5 GB the first time), and PyPI's torch 2.3.1 in a cached CPython 3.11
+    2-4 min and ~1.5 GB the first time), and PyPI's torch 2.3.1 in a cached CPython 3.11
     env; in each, real apache-tvm-ffi round-trips torch tensors through the portable
     table, with no compiler and no output at import. Also part of ``nox -s tests``; this
     session runs only these. Pass pytest arguments after ``--`` (``-k trixie``).

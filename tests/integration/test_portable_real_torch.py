@@ -24,9 +24,10 @@ the checkout by ``nox -s build``'s own steps with the portable cell alone (compi
 the driver, assembled and repaired into a manylinux wheel, as released). ``import
 torch_c_dlpack_ext`` must select the portable table there by itself: nothing forces it.
 
-Cost (2 cores, 2026-12-03): warm ~10 s for both; cold, the trixie root ~2 min (~1.5 GB
-under the dev cache) and the torch 2.3.1 env ~1 min on an empty uv cache (which grows by
-~4.9 GB, hard-linked into the env).
+Cost (2 cores, 2026-12-03): warm 10-30 s for both, the load deciding; cold, the trixie
+root 2-4 min (~1.5 GB under the dev cache) and the torch 2.3.1 env 1-1.5 min on an empty
+uv cache (which grows by ~4.9 GB, hard-linked into the env): 5 min 54 s for the module,
+cold, at a load average of ~5.
 
 Skips, each with its reason: not Linux, not root, or no debootstrap that apt-get can
 install (the trixie test); a CPython other than 3.11 (the torch 2.3.1 test).
