@@ -315,3 +315,23 @@ def test_the_driver_builds_a_free_threaded_portable_table(tmp_path: Path, versio
     data = (tmp_path / entry.file).read_bytes()
     assert f'"python": "{version}"'.encode() in data
     assert b"Py_LIMITED_API" not in data
+
+
+def test_a_source_build_compiles_the_portable_table_where_a_c_compiler_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 30 item 3: the sdist/source build packs the portable table beside the native
+    libraries when a C compiler exists; without one, the wheel holds the native ones
+    alone and says so (the build does not fail for it)."""
+    from build_backend import _wheel
+
+    (entry, path), *rest = _wheel._portable_library(tmp_path / "out")
+    assert rest == []
+    assert (entry.torch, entry.backend, path.name) == (
+        "any",
+        None,
+        "libtorch_c_dlpack_ext-portable.so",
+    )
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    assert _wheel._portable_library(tmp_path / "out2") == []
+    assert "no portable table in this wheel" in capsys.readouterr().err
