@@ -315,3 +315,58 @@ def test_the_driver_builds_a_free_threaded_portable_table(tmp_path: Path, versio
     data = (tmp_path / entry.file).read_bytes()
     assert f'"python": "{version}"'.encode() in data
     assert b"Py_LIMITED_API" not in data
+
+
+def test_a_source_build_compiles_the_portable_table_where_a_c_compiler_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 30 item 3: the sdist/source build packs the portable table beside the native
+    libraries when a C compiler exists; without one, the wheel holds the native ones
+    alone and says so (the build does not fail for it)."""
+    from build_backend import _wheel
+
+    (entry, path), *rest = _wheel._portable_library(tmp_path / "out")
+    assert rest == []
+    assert (entry.torch, entry.backend, path.name) == (
+        "any",
+        None,
+        "libtorch_c_dlpack_ext-portable.so",
+    )
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    assert _wheel._portable_library(tmp_path / "out2") == []
+    assert "no portable table in this wheel" in capsys.readouterr().err
+
+
+def test_a_portable_table_failing_its_load_check_is_unavailable_saying_why(
+    portable_package: Path,
+) -> None:
+    """The one other case the portable table cannot serve: its own load check fails (a
+    torch whose _C lacks _from_dlpack). Nothing is published; the warning quotes the
+    library's TorchCDLPackExtLoadProblem."""
+    from tests.helpers import clean_env
+
+    code = r"""
+import json, sys, types, warnings
+import torch as real
+fake = types.ModuleType("torch")
+fake.__dict__.update(vars(real))
+fake.__version__ = "2.2.2"
+fake.Tensor = type("Tensor", (), {})
+fake._C = types.SimpleNamespace(_to_dlpack=real._C._to_dlpack)
+sys.modules["torch"] = fake
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch_c_dlpack_ext
+status = torch_c_dlpack_ext.status()
+print(json.dumps({"kind": status.kind.value, "reason": status.reason,
+                  "published": hasattr(fake.Tensor, "__dlpack_c_exchange_api__"),
+                  "warned": [str(w.message) for w in caught]}))
+"""
+    proc = run_python(code, pythonpath=[portable_package, ROOT], env=clean_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["kind"] == "unavailable", result
+    assert result["published"] is False
+    assert "the portable table failed its load check" in result["reason"]
+    assert "_from_dlpack" in result["reason"]
+    assert len(result["warned"]) == 1, result["warned"]
