@@ -446,3 +446,59 @@ def test_cpu_exchanges_leave_cuda_uninitialised(portable_library: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
     assert proc.stdout.split()[-2:] == ["initialized", "False"], proc.stdout
+
+
+#: The allocator calls torch.empty: modes answer it. Fake tensors are refused; a changed
+#: default dtype or device must not change what the prototype asked for.
+ALLOCATOR_MODES = r"""
+import ctypes, sys
+import torch
+sys.path[:0] = [sys.argv[2], sys.argv[3]]
+from exchange_suite.dlpack_ctypes import (
+    DLManagedTensorVersioned, DLTensor, ErrorSink, ExchangeLibrary, managed_fields)
+from pathlib import Path
+from torch._subclasses.fake_tensor import FakeTensorMode
+api = ExchangeLibrary(Path(sys.argv[1])).api
+
+def allocate(bits=32):
+    dims = (ctypes.c_int64 * 2)(4, 3)
+    proto = DLTensor()
+    proto.ndim, proto.shape = 2, dims
+    proto.dtype.code, proto.dtype.bits, proto.dtype.lanes = 2, bits, 1
+    proto.device.device_type = 1
+    out = ctypes.POINTER(DLManagedTensorVersioned)()
+    sink = ErrorSink()
+    status = api.managed_tensor_allocator(ctypes.byref(proto), ctypes.byref(out), None,
+                                          sink.callback)
+    if status != 0:
+        assert not out
+        return sink.errors
+    fields = managed_fields(out)
+    out.contents.deleter(out)
+    return (fields.device_type, fields.code, fields.bits, fields.shape, fields.strides)
+
+plain = (1, 2, 32, (4, 3), (3, 1))
+assert allocate() == plain, allocate()
+with FakeTensorMode():
+    errors = allocate()
+assert [kind for kind, _ in errors] == ["RuntimeError"], errors
+assert "not plain memory" in errors[0][1], errors
+torch.set_default_dtype(torch.float64)
+assert allocate() == plain, allocate()
+assert allocate(64) == (1, 2, 64, (4, 3), (3, 1)), allocate(64)
+torch.set_default_dtype(torch.float32)
+torch.set_default_device("meta")
+assert allocate() == plain, allocate()
+torch.set_default_device("cpu")
+print("modes ok")
+"""
+
+
+def test_allocator_under_modes_and_changed_defaults(portable_library: Path) -> None:
+    proc = run_python(
+        ALLOCATOR_MODES,
+        args=[str(portable_library), str(ROOT / "tests"), str(ROOT / "python")],
+        env=clean_env(), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    assert "modes ok" in proc.stdout
