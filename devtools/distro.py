@@ -247,6 +247,21 @@ class Run:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+#: A run's folder older than this was left by a killed run (each command has a timeout).
+_STALE_RUN_S = 24 * 3600.0
+
+
+def _remove_stale_runs(runs: Path) -> None:
+    now = time.time()
+    for folder in runs.glob("run-*"):
+        try:
+            stale = now - folder.stat().st_mtime > _STALE_RUN_S
+        except FileNotFoundError:  # another run removed it meanwhile
+            continue
+        if stale:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def fresh_venv(
     root: Path, house: Path, requirements: Sequence[str], *, wheel: Path | None = None
 ) -> tuple[Run, str]:
@@ -256,6 +271,7 @@ def fresh_venv(
     (the caller removes it: :meth:`Run.remove`) and pip's output."""
     runs = root / RUNS
     runs.mkdir(parents=True, exist_ok=True)
+    _remove_stale_runs(runs)
     run = Run(root, Path(tempfile.mkdtemp(prefix="run-", dir=runs)))
     try:
         targets = [run.copy_in(wheel)] if wheel is not None else []

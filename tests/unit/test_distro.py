@@ -131,3 +131,18 @@ def test_private_proc_mounts_in_a_namespace_of_its_own(
     fake.calls.clear()
     emulation.in_root(tmp_path, [], ["-c", "pass"], env={})
     assert fake.calls[0][:2] == ["chroot", str(tmp_path)]
+
+
+def test_runs_a_killed_run_left_are_removed_later(tmp_path: Path) -> None:
+    import os
+    import time
+
+    runs = tmp_path / "runs"
+    old, new = runs / "run-old", runs / "run-new"
+    for folder in (old, new):
+        (folder / "venv").mkdir(parents=True)
+    day_ago = time.time() - 25 * 3600
+    os.utime(old, (day_ago, day_ago))
+    distro._remove_stale_runs(runs)
+    assert not old.exists()
+    assert new.is_dir()
