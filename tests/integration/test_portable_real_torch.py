@@ -101,6 +101,7 @@ def judge(report: dict[str, Any], *, mode: str, calls: list[str]) -> None:
         info = package["build_info"]
         assert package["warnings"] == [], package
         assert package["kind"] == "portable", package
+        assert package["overrides"] == {}, "no setting may force it here"
         assert package["portable"] is True, package
         assert "portable" in package["status"], package["status"]
     assert info is not None, shown
