@@ -196,6 +196,27 @@ def emulated(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def distro(session: nox.Session) -> None:
+    """The portable table on real torches that no native library serves.
+
+    Runs ``tests/integration/test_portable_real_torch.py``: Debian trixie's own
+    ``python3-torch`` (2.6.0, cxx11 ABI, CPython 3.13) in a debootstrap root cached under
+    the dev cache (needs root on Linux; installs debootstrap with apt-get where missing;
+    2-4 min and ~1.5 GB the first time), and PyPI's torch 2.3.1 in a cached CPython 3.11
+    env; in each, real apache-tvm-ffi round-trips torch tensors through the portable
+    table, with no compiler and no output at import. Also part of ``nox -s tests``; this
+    session runs only these. Pass pytest arguments after ``--`` (``-k trixie``).
+    """
+    # The build session's dependencies: without dist/'s wheel, the test makes one with
+    # nox -s build's steps (compile, audit, assemble, repair).
+    session.install(*_group("build"), "pytest>=8")
+    session.run(
+        "pytest", "-p", "no:cacheprovider", "tests/integration/test_portable_real_torch.py",
+        *session.posargs,
+    )  # fmt: skip
+
+
+@nox.session(default=False)
 def matrix(session: nox.Session) -> None:
     """Print CI's job matrix (one entry per cibuildwheel job) as JSON, from matrix.toml.
 

@@ -30,16 +30,18 @@ from devtools.buildhost import (
     cross_target,
     freethreaded_python,
     host_platform_name,
+    portable_skip_reason,
     skip_reason,
     tree_python,
 )
-from devtools.cells import Cell, group_dir
+from devtools.cells import Cell, PortableCell, group_dir
 from devtools.errors import HANDLED, CellsNotBuiltError, ProvisionError
 from devtools.matrix import load_matrix
 
 __all__ = [
     "CellResult",
     "build_cells",
+    "build_portable_cells",
     "clip",
     "copy_libs",
     "eta_seconds",
@@ -135,6 +137,65 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
     )
 
 
+def build_portable_one(cell: PortableCell, build_dir: Path, cross: str | None = None) -> CellResult:
+    """Compile the portable table of ``cell``'s group (no torch: the driver's C plan,
+    audited torch-free and, for abi3, by abi3audit) into the group folder."""
+    from _torch_c_dlpack_ext_core.driver import compile_portable_library
+
+    started = time.monotonic()
+    out = group_dir(build_dir, cell)
+    try:
+        python_include: Path | None = None
+        if cell.freethreaded:
+            found = freethreaded_python(cell.python)
+            if isinstance(found, str):
+                raise ProvisionError(found)
+            python_include = found.include
+        target = out / cell.library
+        before = target.stat().st_mtime_ns if target.is_file() else None
+        entry = compile_portable_library(
+            output_dir=out,
+            python_include=python_include,
+            python=cell.python,
+            stable_abi_audit=True,
+            platform=cross,
+        )._replace(cell=cell.id)
+    except HANDLED as exc:
+        return CellResult(
+            cell=cell.id,
+            status="failed",
+            seconds=round(time.monotonic() - started, 1),
+            reason=f"{type(exc).__name__}: {str(exc).strip()[-3000:]}",
+        )
+    status = "cached" if before == target.stat().st_mtime_ns else "built"
+    return CellResult(
+        cell=cell.id,
+        status=status,
+        seconds=round(time.monotonic() - started, 1),
+        size=entry.size,
+        entry=entry.to_json(),
+    )
+
+
+def build_portable_cells(
+    cells: Sequence[PortableCell], build_dir: Path, *, target: str | None = None
+) -> list[CellResult]:
+    """Build the portable ``cells`` (a few seconds each: one C file) and add them to their
+    groups' manifests."""
+    host = host_platform_name(load_matrix())
+    results = []
+    for cell in cells:
+        reason = portable_skip_reason(cell, host, target)
+        if reason is not None:
+            results.append(CellResult(cell=cell.id, status="skipped", reason=reason))
+        else:
+            cross = cell.platform.name if target == cell.platform.name != host else None
+            results.append(build_portable_one(cell, build_dir, cross))
+        print(f"[portable] {cell.id}: {results[-1].status}", file=sys.stderr, flush=True)
+    _write_group_manifests(cells, {r.cell: r for r in results}, build_dir)
+    return results
+
+
 def eta_seconds(finished: Sequence[CellResult], remaining: int, jobs: int) -> float:
     """Seconds until the ``remaining`` cells to build are done, ``jobs`` at a time.
 
@@ -212,7 +273,7 @@ def build_cells(
 
 
 def _write_group_manifests(
-    cells: Sequence[Cell], results: dict[str, CellResult], build_dir: Path
+    cells: Sequence[Cell | PortableCell], results: dict[str, CellResult], build_dir: Path
 ) -> None:
     groups: dict[Path, list[ManifestEntry]] = {}
     for cell in cells:
@@ -241,7 +302,10 @@ def _read_manifest(directory: Path) -> list[ManifestEntry]:
 
 
 def copy_libs(
-    cells: Sequence[Cell], results: Sequence[CellResult], build_dir: Path, libs_dir: Path
+    cells: Sequence[Cell | PortableCell],
+    results: Sequence[CellResult],
+    build_dir: Path,
+    libs_dir: Path,
 ) -> list[ManifestEntry]:
     """Copy the built ``cells`` (one platform x Python ABI) and their manifest into ``libs_dir``.
 

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from _torch_c_dlpack_ext_core.naming import Backend
-from devtools.cells import Cell
+from devtools.cells import Cell, PortableCell
 from devtools.errors import HANDLED
 from devtools.hostenv import host_os
 from devtools.matrixmodel import Matrix
@@ -30,6 +30,7 @@ __all__ = [
     "host_platform_name",
     "index_unreachable",
     "jobs_for",
+    "portable_skip_reason",
     "running_python",
     "skip_reason",
     "tree_python",
@@ -240,6 +241,36 @@ def _cross_skip_reason(cell: Cell, host: str | None, cross: str) -> str | None:
             f"{cell.python} CPython of {cross} (build it on {cross})"
         )
     return _cross_compiler_missing(cross)
+
+
+def portable_skip_reason(
+    cell: PortableCell, host: str | None, target: str | None = None
+) -> str | None:
+    """Why this host cannot build the portable ``cell`` (``None``: it can): another
+    platform without a cross toolchain, a missing free-threaded CPython, an abi3 build on
+    a free-threaded CPython. No torch index is needed: it is built against none."""
+    from _torch_c_dlpack_ext_core.errors import CompilerNotFoundError
+    from _torch_c_dlpack_ext_core.naming import PLATFORM_TOOLCHAINS
+    from _torch_c_dlpack_ext_core.toolchains import toolchain_for
+
+    name = cell.platform.name
+    cross = name if target == name and name != host else None
+    if name != host and cross is None:
+        hint = f" (--platform {name} cross-compiles it)" if name in PLATFORM_TOOLCHAINS else ""
+        return f"builds on {name}, this host is {host or 'not in matrix.toml'}{hint}"
+    if cell.freethreaded:
+        found = freethreaded_python(cell.python)
+        if isinstance(found, str):
+            return found
+    elif sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return (
+            f"an abi3 library compiles against a CPython with the GIL; this is {running_python()}"
+        )
+    try:
+        toolchain_for(cross or sys.platform).find_c_compiler(None, os.environ)
+    except CompilerNotFoundError as exc:
+        return str(exc).strip().splitlines()[0]
+    return None
 
 
 def skip_reason(cell: Cell, host: str | None, target: str | None = None) -> str | None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import REINSTALL, ManifestError, brief
-from .naming import ABI3, Backend
+from .naming import ABI3, ANY, NATIVE_BACKENDS, Backend
 
 if TYPE_CHECKING:
     from .trust import TrustedOwners
@@ -58,11 +58,13 @@ class ManifestEntry(NamedTuple):
 
     #: Path relative to the directory holding ``manifest.json`` (POSIX separators).
     file: str
-    #: Torch ``major.minor`` the library targets (what the selector matches on).
+    #: Torch ``major.minor`` the library targets (what the selector matches on);
+    #: :data:`~.naming.ANY` for the portable library.
     torch: str
-    #: Full version of the torch it was compiled against (``2.6.0+cu124``).
+    #: Full version of the torch it was compiled against (``2.6.0+cu124``); ``any``.
     torch_build: str
-    backend: Backend
+    #: The backend it serves; ``None`` for the portable library (``"any"`` in JSON).
+    backend: Backend | None
     #: libstdc++ dual ABI (``_GLIBCXX_USE_CXX11_ABI``); ``None`` where not applicable.
     cxx11_abi: bool | None
     #: DLPack version of the header the library was compiled with (``1.3``).
@@ -88,13 +90,21 @@ class ManifestEntry(NamedTuple):
     cell: str | None = None
 
     @property
+    def portable(self) -> bool:
+        """The torch-agnostic portable library (``torch``, ``torch_build`` and
+        ``backend`` are ``any``)."""
+        return self.backend is None
+
+    @property
     def torch_version(self) -> tuple[int, int]:
+        """``(major, minor)`` of a native library's torch; raises ``ValueError`` for the
+        portable library, which has none."""
         major, minor = self.torch.split(".")
         return int(major), int(minor)
 
     def to_json(self) -> dict[str, Any]:
         data = self._asdict()
-        data["backend"] = self.backend.value
+        data["backend"] = ANY if self.backend is None else self.backend.value
         if self.cell is None:
             # Left out rather than null: a library built outside the matrix gets the
             # manifest it got before cell ids existed, byte for byte.
@@ -113,13 +123,45 @@ class ManifestEntry(NamedTuple):
         missing = [name for name in REQUIRED_FIELDS if name not in data]
         if missing:
             raise ManifestError(f"{where} lacks {', '.join(missing)}", REINSTALL)
-        values = {name: _check_field(where, name, data[name]) for name in REQUIRED_FIELDS}
+        portable = _check_portable(where, data)
+        values = {
+            name: None if portable and name == "backend" else _check_field(where, name, data[name])
+            for name in REQUIRED_FIELDS
+            if not (portable and name in _AGNOSTIC)
+        }
+        if portable:
+            values.update(torch=ANY, torch_build=ANY, backend=None)
         values["cell"] = _read_cell(data.get("cell"))
         return cls._make(values[name] for name in cls._fields)
 
 
 #: The fields every entry has (the JSON keys a manifest must give); ``cell`` is optional.
 REQUIRED_FIELDS = tuple(name for name in ManifestEntry._fields if name != "cell")
+#: What a torch-agnostic entry says: ``any`` in each of these fields...
+_AGNOSTIC = ("torch", "torch_build", "backend")
+#: ...and null in these.
+_AGNOSTIC_NULL = ("cxx11_abi", "gpu_toolkit")
+
+
+def _check_portable(where: str, data: dict[str, Any]) -> bool:
+    """Whether ``data`` is a torch-agnostic entry: ``any`` in all of :data:`_AGNOSTIC`
+    and null in :data:`_AGNOSTIC_NULL`. ``any`` in some of them only (a native entry
+    that lost its torch, or a portable one that gained a backend) is refused: a native
+    library must name its torch and backend, and nothing torch-specific may be claimed of
+    one built against no torch."""
+    anys = [name for name in _AGNOSTIC if data[name] == ANY]
+    if not anys:
+        return False
+    nulls = [name for name in _AGNOSTIC_NULL if data[name] is not None]
+    if len(anys) < len(_AGNOSTIC) or nulls:
+        raise ManifestError(
+            f"{where} mixes a torch-agnostic library's 'any' ({', '.join(anys)}) with "
+            f"torch-specific fields: a portable library says 'any' in "
+            f"{', '.join(_AGNOSTIC)} and null in {', '.join(_AGNOSTIC_NULL)}, a native one "
+            "names its torch and backend",
+            REINSTALL,
+        )
+    return True
 
 
 def _read_cell(value: Any) -> str | None:
@@ -252,10 +294,12 @@ def _check_field(where: str, name: str, value: Any) -> Any:
 
 def _check_python(where: str, text: str) -> None:
     major, dot, minor = text.removesuffix("t").partition(".")
+    if text.startswith(ABI3 + "."):  # "abi3.12": the limited API of a later CPython
+        major, dot, minor = "3", ".", text[len(ABI3) + 1 :]
     if text != ABI3 and not (dot and _is_number(major) and _is_number(minor)):
         raise ManifestError(
-            f"{where}.python is {brief(text)}, expected 'abi3', a free-threaded CPython "
-            "such as '3.14t', or (manifests before abi3) a CPython such as '3.11'",
+            f"{where}.python is {brief(text)}, expected 'abi3', 'abi3.12', a free-threaded "
+            "CPython such as '3.14t', or (manifests before abi3) a CPython such as '3.11'",
             REINSTALL,
         )
 
@@ -264,7 +308,8 @@ def _is_number(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= 6
 
 
-_BACKENDS = tuple(b.value for b in Backend)
+#: The backends a native entry may name (``any`` is the portable library's, above).
+_BACKENDS = tuple(b.value for b in NATIVE_BACKENDS)
 
 
 def sha256_of(path: Path) -> str:
@@ -429,8 +474,10 @@ def load_manifest(path: Path) -> tuple[ManifestEntry, ...]:
     Schema 1: a UTF-8 JSON object of at most :data:`MAX_MANIFEST_BYTES`,
     ``{"schema": 1, "libraries": [entry, ...]}`` (at most :data:`MAX_ENTRIES`), every
     entry an object with exactly-typed fields: ``file`` (see :func:`check_library_path`),
-    ``torch`` (``"2.8"``), ``python`` (``"abi3"``, ``"3.14t"``, ``"3.11"``), ``backend``
-    (``cpu``/``cuda``/``rocm``), ``cxx11_abi`` (bool or null), ``size`` (integer),
+    ``torch`` (``"2.8"``), ``python`` (``"abi3"``, ``"abi3.12"``, ``"3.14t"``, ``"3.11"``),
+    ``backend`` (``cpu``/``cuda``/``rocm``; a torch-agnostic entry says ``any`` in
+    ``torch``, ``torch_build`` and ``backend`` and null in ``cxx11_abi`` and
+    ``gpu_toolkit``, all five or none), ``cxx11_abi`` (bool or null), ``size`` (integer),
     ``sha256`` (64 lowercase hex), ``gpu_toolkit`` (string or null) and the other
     strings (non-empty, printable, bounded); ``cell`` may be absent (a value that is
     not plain text reads as absent). Unknown keys are ignored (a newer writer may add

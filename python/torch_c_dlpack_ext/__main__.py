@@ -147,6 +147,10 @@ def collect(device: str = "cpu") -> dict[str, Any]:
         "remedy": status.remedy,
         "warnings": list(status.warnings),
     }
+    if status.portable:
+        from ._select import PORTABLE_COST, cost_line
+
+        report["decision"]["cost"] = {**PORTABLE_COST, "summary": cost_line()}
     report["overrides"] = dict(status.settings.in_force) if status.settings else {}
     loaded = loaded_library(status.library) if status.library else None
     info = loaded.build_info() if loaded else None
@@ -177,6 +181,8 @@ def _clip(text: str, width: int = _VALUE_WIDTH) -> str:
 
 
 def _describe(item: dict[str, Any]) -> str:
+    if item["backend"] == "any":
+        return f"portable table ({item['python']})"
     abi = "" if item["cxx11_abi"] is None else f" cxx11abi{int(item['cxx11_abi'])}"
     return f"torch {item['torch']} {item['backend']}{abi}"
 
@@ -225,6 +231,8 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("remedy", _clip(remedy)))
     if decision["library"]:
         rows.append(("library", _clip(decision["library"])))
+    if decision.get("cost"):
+        rows.append(("cost", _clip(decision["cost"]["summary"])))
     # The last warning of a failed selection restates the reason and the remedy.
     said = decision["reason"].casefold()
     rows.extend(

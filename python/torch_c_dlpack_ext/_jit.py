@@ -34,7 +34,7 @@ from _torch_c_dlpack_ext_core.version import __version__
 from ._select import Settings
 from ._torchinfo import TorchInfo
 
-__all__ = ["build", "cache_key", "python_tag"]
+__all__ = ["build", "build_portable", "cache_key", "python_tag"]
 
 #: The most a build record may be (they are about 2 kB).
 _MAX_RECORD_BYTES = 1 << 20
@@ -118,6 +118,58 @@ def _reuse_read_only(
         return read_verified(entry, output_dir, owners=owners)
     except (OSError, ValueError, ManifestError):
         return None
+
+
+def _writable_cache(settings: Settings, name: str) -> Path:
+    """``<cache root>/<name>``, created and checked writable; raises :class:`ConfigError`."""
+    root, fix = _cache_root(settings)
+    output_dir = root / name
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=output_dir):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"JIT cache directory {root} is not writable ({exc.strerror or exc}); {fix}"
+        ) from None
+    return output_dir
+
+
+def build_portable(settings: Settings) -> tuple[Path, bytes]:
+    """Build (or reuse) the portable table for this interpreter, with only a C compiler,
+    ``Python.h`` and the DLPack header (no torch headers, no C++): where the universal
+    wheel's JIT cannot build the native library, or torch needs the portable one. Its
+    key is this package's version and this interpreter (``portable-cp311-<digest>``).
+    Returns the path and the verified bytes. Raises :class:`TorchCDLPackExtError`."""
+    from _torch_c_dlpack_ext_core import driver
+
+    tag = python_tag()
+    digest = hashlib.sha256(f"portable|{tag}|{__version__}".encode()).hexdigest()[:16]
+    output_dir = _writable_cache(settings, f"portable-{tag}-{digest}")
+
+    def say_building(plan: driver.PortablePlan) -> None:
+        print(
+            f"torch-c-dlpack-ext: building the portable table {plan.filename} in "
+            f"{output_dir} (once; later imports reuse it)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    owners = TrustedOwners(settings.trusted_owner)
+    try:
+        entry = driver.compile_portable_library(
+            output_dir=output_dir,
+            echo=False,
+            on_compile=say_building,
+            stable_abi_audit=False,
+            owners=owners,
+            lock_timeout=settings.lock_timeout,
+        )
+    except OSError as exc:
+        raise BuildError(f"JIT build of the portable table in {output_dir} failed: {exc}") from None
+    # As for the native library: the verified bytes, from a descriptor whose owner and
+    # mode were checked (trust.py).
+    return read_verified(entry, output_dir, owners=owners)
 
 
 def build(torch: Any, info: TorchInfo, backend: Backend, settings: Settings) -> tuple[Path, bytes]:

@@ -38,6 +38,7 @@ RUNTIME_VARIABLES = (
     "CACHE_DIR",
     "TRUSTED_OWNER",
     "LOCK_TIMEOUT",
+    "PORTABLE",
 )
 #: The range ``TORCH_C_DLPACK_EXT_LOCK_TIMEOUT`` accepts, in seconds: a build takes seconds
 #: to minutes (docs/facts.md), so less than one second or more than a day is a mistake.
@@ -222,6 +223,7 @@ def read_settings(environ: Mapping[str, str]) -> Settings:
         cache_dir=cache_dir,
         trusted_owner=trusted_owner,
         lock_timeout=lock_timeout,
+        portable=flag("PORTABLE"),
         problems=tuple(problems),
         in_force=in_force,
     )

@@ -55,15 +55,17 @@ def test_all_variables_parsed(tmp_path: Path) -> None:
             P + "BACKEND": "ROCm",
             P + "JIT": "1",
             P + "CACHE_DIR": str(tmp_path / "cache"),
+            P + "PORTABLE": "on",
         }
     )
     assert settings.problems == ()
     assert (settings.disable, settings.force, settings.jit) == (False, True, True)
+    assert settings.portable is True
     assert settings.library == lib
     assert settings.backend is Backend.ROCM
     assert settings.cache_dir == tmp_path / "cache"
     assert [name for name, _ in settings.in_force] == sorted(
-        P + n for n in ("DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR")
+        P + n for n in ("DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR", "PORTABLE")
     )
 
 
@@ -132,6 +134,7 @@ def test_runtime_variables_are_the_documented_set() -> None:
         "CACHE_DIR",
         "TRUSTED_OWNER",
         "LOCK_TIMEOUT",
+        "PORTABLE",
     }
 
 
@@ -196,3 +199,13 @@ def test_mis_cased_variable_gets_did_you_mean(name: str, meant: str) -> None:
 def test_mis_cased_typo_still_gets_the_closest_name() -> None:
     (problem,) = read_settings({P + "disabel": "1"}).problems
     assert f"did you mean {P}DISABLE?" in problem.message
+
+
+def test_portable_is_a_boolean_setting() -> None:
+    """Issue 30: TORCH_C_DLPACK_EXT_PORTABLE forces the portable table; a bad value is a
+    problem (loads nothing), never a silent default."""
+    assert read_settings({}).portable is False
+    assert read_settings({P + "PORTABLE": "0"}).portable is False
+    bad = read_settings({P + "PORTABLE": "portable"})
+    assert bad.portable is False
+    assert [p.variable for p in bad.problems] == [P + "PORTABLE"]

@@ -436,7 +436,7 @@ def test_the_selector_checks_a_library_override_for_trust() -> None:
 
     from torch_c_dlpack_ext import _selector
 
-    source = inspect.getsource(_selector._Action.load)
+    source = inspect.getsource(_selector._Action.load_override)
     assert "read_library(path, self.owners())" in source
 
 

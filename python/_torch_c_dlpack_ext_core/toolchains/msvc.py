@@ -86,6 +86,13 @@ class MsvcToolchain(WithoutBinaryAudit):
             args=args,
         )
 
+    def find_c_compiler(
+        self, cc: str | os.PathLike[str] | None, environ: Mapping[str, str]
+    ) -> Compiler:
+        """cl compiles C too (``/TC``): ``cc``, else ``$CC``, else the C++ compiler's
+        lookup (``$CXX``, ``cl.exe``)."""
+        return self.find_compiler(cc if cc is not None else environ.get("CC") or None, environ)
+
     def link_library_name(self, stem: str) -> str:
         # The import library shipped next to the DLL (c10.lib beside c10.dll).
         return f"{stem}.lib"
@@ -135,18 +142,19 @@ class MsvcToolchain(WithoutBinaryAudit):
             # The DLL runtime, as torch itself is built: objects crossing the boundary
             # (std::string, exceptions) must share one CRT heap.
             "/MD",
-            "/EHsc",
-            "/permissive-",
-            f"/std:{job.std}",
-            # Without it cl reports __cplusplus as 199711L and torch's headers misdetect C++17.
-            "/Zc:__cplusplus",
+            *(
+                # Without /Zc:__cplusplus cl reports 199711L and torch's headers misdetect C++17.
+                ("/EHsc", "/permissive-", f"/std:{job.std}", "/Zc:__cplusplus")
+                if job.language == "c++"
+                else ("/TC", f"/std:{job.std}")
+            ),
             *(f"/D{d}" for d in job.defines),
             *(f"/I{p}" for p in job.includes),
             *(str(s) for s in job.sources),
             f"/Fo{scratch_dir}",
             f"/Fe{output}",
             "/link",
-            f"/LIBPATH:{job.lib_dir}",
+            *([f"/LIBPATH:{job.lib_dir}"] if job.lib_dir is not None else []),
             *(self.link_library_name(lib) for lib in job.libraries),
             # Unlike ELF and Mach-O, a DLL must resolve every import at link time,
             # libpython's included.
