@@ -3,7 +3,8 @@
 - every API it is built for compiles warning-free and exports exactly the three symbols,
   importing nothing of torch; its build info names the Python ABI;
 - the exchange suite against it on torch 2.13 (the conformance suite runs from
-  test_conformance_suite.py) and on PyPI's torch 2.8 (legacy ``DLManagedTensor`` capsules);
+  test_conformance_suite.py) and on PyPI's torch 2.4, 2.8 (legacy ``DLManagedTensor``
+  capsules) and 2.9;
 - the allocator and current_work_stream from C threads that hold no GIL, and from Python
   threads through ``ctypes.CDLL`` (which releases it);
 - deleters from threads without the GIL, and after the interpreter has finalised;
@@ -35,7 +36,7 @@ NATIVE_CALLER = Path(__file__).resolve().parent / "fixtures" / "portable_native_
 OLD_TORCH = "2.8.0"
 #: The exchange suite's tests on the portable table: far fewer means most skipped.
 MIN_SUITE_PASSED_213 = 300
-MIN_SUITE_PASSED_28 = 250
+MIN_SUITE_PASSED_OLD = 230
 
 
 def _other_python_include(version: str) -> Path | None:
@@ -144,12 +145,14 @@ def test_exchange_suite_on_torch213(portable_library: Path) -> None:
     assert run_exchange_suite(sys.executable, portable_library) >= MIN_SUITE_PASSED_213
 
 
-def test_exchange_suite_on_torch28(portable_library: Path) -> None:
-    """torch 2.8 exports and imports legacy DLManagedTensor capsules only."""
+@pytest.mark.parametrize("version", ["2.4.1", OLD_TORCH, "2.9.1"])
+def test_exchange_suite_on_older_torch(portable_library: Path, version: str) -> None:
+    """torch 2.4-2.8 export and import legacy DLManagedTensor capsules only; 2.9 has
+    versioned capsules but imports neither byte_offset nor the float8/fp4 codes."""
     from devtools.torchenv import torch_env
 
-    env = torch_env(OLD_TORCH, importable=True, extra=("pytest", "psutil"))
-    assert run_exchange_suite(env.python, portable_library) >= MIN_SUITE_PASSED_28
+    env = torch_env(version, importable=True, extra=("pytest", "psutil"))
+    assert run_exchange_suite(env.python, portable_library) >= MIN_SUITE_PASSED_OLD
 
 
 def _native_caller(tmp_path: Path) -> Path:
