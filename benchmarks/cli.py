@@ -33,13 +33,20 @@ def _runners() -> dict[str, Runner]:
     from .buildcost import run_build
     from .exchange import run_exchange
     from .importtime import run_import
+    from .portable import run_portable
     from .size import run_size
 
-    return {"exchange": run_exchange, "import": run_import, "build": run_build, "size": run_size}
+    return {
+        "exchange": run_exchange,
+        "portable": run_portable,
+        "import": run_import,
+        "build": run_build,
+        "size": run_size,
+    }
 
 
 #: Benchmark kinds in the order they run and appear in the README.
-KINDS = ("exchange", "import", "build", "size")
+KINDS = ("exchange", "portable", "import", "build", "size")
 
 
 def parse_only(value: str | None) -> tuple[str, ...]:

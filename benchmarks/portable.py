@@ -1,6 +1,7 @@
 """The portable table's cost per call, beside torch's own table and the Python path.
 
-``python -m benchmarks.portable [--quick]`` (from the repository root, in the dev env):
+``nox -s bench -- --only portable`` (``python -m benchmarks --only portable`` in the dev
+env, from the repository root):
 
 * builds csrc/portable as shipped (abi3, ``Py_LIMITED_API=0x03090000``: no vectorcall) and
   as the full API of this interpreter (vectorcall; the stand-in for the abi3.12 variant,
@@ -19,19 +20,17 @@ Targets are reported, never asserted: a shared machine's load moves every number
 
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from .exchange import ExchangeSettings, _Comparison, _run_interleaved, summarize_worker_output
 from .harness import build_harness
-from .report import Progress, Table, describe_machine, format_ns, format_ratio, write_result
+from .report import Table, format_ns, format_ratio
 from .stats import Target, ratio
 from .subjects import ROOT, BenchContext
 
-__all__ = ["PORTABLE_BUILDS", "main", "run_portable"]
+__all__ = ["PORTABLE_BUILDS", "run_portable"]
 
 #: The builds measured: name -> Py_LIMITED_API (None: the full API of this interpreter).
 PORTABLE_BUILDS: dict[str, int | None] = {
@@ -62,8 +61,9 @@ def _build(work_dir: Path) -> dict[str, Path]:
     }
 
 
-def run_portable(ctx: BenchContext) -> tuple[Table, list[Target], dict[str, Any]]:
-    """Build, time and tabulate; returns the table, the targets and the summary."""
+def run_portable(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[Target]]:
+    """Build, time and tabulate: the summary, the table and the targets (a
+    :data:`benchmarks.cli.Runner`)."""
     settings = ExchangeSettings.for_run(quick=ctx.quick)
     ctx.progress("portable: building the abi3 and full-API libraries and the harness")
     libraries = _build(ctx.work_dir)
@@ -122,34 +122,4 @@ def run_portable(ctx: BenchContext) -> tuple[Table, list[Target], dict[str, Any]
                 unit="x",
             )
         )
-    return table, targets, summary
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.portable", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer calls and repeats")
-    parser.add_argument(
-        "--results-dir", type=Path, default=ROOT / "benchmarks" / "results",
-        help="where portable.json goes",
-    )  # fmt: skip
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="tcde-portable-bench-") as tmp:
-        ctx = BenchContext(
-            quick=args.quick, full=False, work_dir=Path(tmp), results_dir=args.results_dir,
-            progress=Progress(),
-        )  # fmt: skip
-        table, targets, summary = run_portable(ctx)
-    print(table.to_text())
-    for target in targets:
-        print(f"target: {target.description}: {format_ratio(target.value)} "
-              f"(limit {target.comparison} {target.limit:g}x): {target.status}")  # fmt: skip
-    path = write_result(
-        args.results_dir, "portable", machine=describe_machine(),
-        options={"quick": args.quick}, data=summary, tables=[table], targets=targets,
-    )  # fmt: skip
-    print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return summary, [table], targets

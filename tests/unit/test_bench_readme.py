@@ -26,3 +26,27 @@ def test_committed_readme_section_matches_committed_results() -> None:
         "README.md's benchmark section differs from benchmarks/results; "
         "run `nox -s bench -- --write-readme` (or python -m benchmarks --only ... --write-readme)"
     )
+
+
+def test_the_runtimes_cost_figures_are_the_committed_benchmarks() -> None:
+    """``PORTABLE_COST`` (what status() and the diagnostics print) is the medians of the
+    committed results: the native library from exchange.json, the shipped abi3 portable
+    build from portable.json. A benchmark run that moves them fails here until copied."""
+    from torch_c_dlpack_ext._select import PORTABLE_COST
+
+    results = ROOT / "benchmarks" / "results"
+    native = read_result(results / "exchange.json")["data"]["current"]["providers"]["ours"]
+    portable = read_result(results / "portable.json")["data"]["providers"]
+    shipped = portable["portable abi3 (3.9, as shipped)"]
+    measured = {
+        "native_export_ns": native["from_py_object"]["median"],
+        "native_allocator_ns": native["allocator"]["median"],
+        "portable_export_ns": shipped["from_py_object"]["median"],
+        "portable_allocator_ns": shipped["allocator"]["median"],
+    }
+    # The figures are printed rounded to what a reader can use: within 1% (or 1 ns).
+    for name, value in measured.items():
+        assert abs(PORTABLE_COST[name] - value) <= max(1.0, value / 100), (
+            f"PORTABLE_COST[{name!r}] is {PORTABLE_COST[name]}, the benchmark says "
+            f"{value:.0f}: copy it from benchmarks/results into _select.py"
+        )
