@@ -26,6 +26,7 @@ __all__ = [
     "ManifestError",
     "TorchCDLPackExtError",
     "TorchCDLPackExtWarning",
+    "TorchHalfImportedError",
     "TorchInstallError",
     "brief",
     "build_from_source_command",
@@ -285,6 +286,14 @@ class LibraryLoadError(_CauseAndRemedy):
     """A library could not be loaded, or it did not provide a valid exchange API table."""
 
     exit_code = 8
+
+
+class TorchHalfImportedError(_CauseAndRemedy, ImportError):
+    """torch is in this process only half-initialised (an earlier ``import torch`` failed
+    and left its submodules behind, or torch is still being imported): it is not imported
+    again, nor touched (``cause`` says which; ``remedy`` what to do)."""
+
+    exit_code = 3
 
 
 def table_error(origin: str, values: tuple[int, ...] | None) -> LibraryLoadError:

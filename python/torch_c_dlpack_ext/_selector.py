@@ -29,6 +29,7 @@ from _torch_c_dlpack_ext_core.errors import (
     ManifestError,
     TorchCDLPackExtError,
     TorchCDLPackExtWarning,
+    TorchHalfImportedError,
     TorchInstallError,
 )
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest, read_verified
@@ -63,6 +64,7 @@ __all__ = [
     "select_and_load",
     "settings_of",
     "status_of",
+    "torch_import_failed",
 ]
 
 
@@ -413,6 +415,48 @@ def _failed_before_deciding(reason: str, remedy: str) -> StatusFields:
     }
 
 
+def _torch_failure_message(exc: Exception) -> tuple[str, str]:
+    """Why torch could not be imported, and what to do (reason, remedy): not installed,
+    or its own import failed (a warning of its made an error by the warnings filter, or
+    any other exception), with the first line of what it raised."""
+    said = f"{type(exc).__name__}: {_one_line(exc, 300)}"
+    if isinstance(exc, ModuleNotFoundError) and exc.name == "torch":
+        return (
+            f"torch is not importable ({said})",
+            "install torch, then import torch_c_dlpack_ext again",
+        )
+    if isinstance(exc, TorchHalfImportedError):  # from the package's __init__
+        return f"torch cannot be used: {exc.cause}", exc.remedy
+    if isinstance(exc, Warning):
+        kind = type(exc)
+        category = kind.__qualname__
+        if kind.__module__ != "builtins":
+            category = f"{kind.__module__}.{category}"
+        return (
+            f"torch's own import failed: it emitted a {kind.__name__}, which the warnings "
+            f"filter (python -W error, or pytest's filterwarnings = error) turned into an "
+            f"error ({said})",
+            f"remove that warning's cause, or let it through (-W default::{category} after "
+            "-W error); python -W error -c 'import torch' shows it without this package",
+        )
+    return (
+        f"torch's own import failed ({said})",
+        "repair the torch installation: python -c 'import torch' shows the whole error",
+    )
+
+
+def torch_import_failed(exc: Exception) -> StatusFields:
+    """The import's outcome when ``import torch`` failed (the package's ``__init__``
+    imported it once, and does not again): nothing decided, one warning naming torch's
+    failure. Where the user's filters make that warning an error, torch's own exception
+    is its cause."""
+    with LOCK:
+        try:
+            return _failed_before_deciding(*_torch_failure_message(exc))
+        except Warning as made_error:
+            raise made_error from exc
+
+
 def deferred_status() -> Status:
     """The :class:`Status` of an import that deferred on the fast path (torch had the
     API and no override was set); describes torch without acting on anything."""
@@ -520,10 +564,7 @@ def select_and_load(environ: Mapping[str, str], package_dir: Path) -> StatusFiel
             import torch
         # Whatever torch's own import raises (ImportError, OSError from its shared libraries...).
         except Exception as exc:
-            return _failed_before_deciding(
-                f"torch is not importable ({type(exc).__name__}: {_one_line(exc, 200)})",
-                "install torch, then import torch_c_dlpack_ext again",
-            )
+            return _failed_before_deciding(*_torch_failure_message(exc))
         try:
             info = TorchInfo.from_torch(torch)
         except Exception as exc:  # an odd torch build must not break every importer
