@@ -314,7 +314,10 @@ def override_mismatch(
 
     The manifest's checks, done on what the library says it is: another torch minor is
     always refused (``THPVariable``'s layout and ATen's ABI differ between minors, so
-    the first call could crash); another C++ ABI too; another backend than the one this
+    the first call could crash); another Python ABI (``"python"``: ``abi3`` on a
+    free-threaded CPython, ``3.13t`` on 3.13 with the GIL, another version: the
+    interpreter's is its build's, ``Py_GIL_DISABLED``), which can crash at dlopen; another
+    C++ ABI too; another backend than the one this
     torch needs (the CPU library on a GPU torch would answer ``current_work_stream``
     without torch's stream) unless ``TORCH_C_DLPACK_EXT_BACKEND`` asks for exactly it.
     A library that does not say its backend is refused on a GPU torch for that reason.
@@ -368,6 +371,14 @@ def _mismatch(
                 f"{info.version}: a library works only with the torch minor it was built for",
                 fix,
             )
+    python = _python_mismatch(built.get("python"))
+    if python is not None:
+        return (
+            f"{name} (from {var}) {python}: a library serves only the Python ABI it was "
+            "built for, and loading it into another interpreter can crash the process",
+            f"point {var} at a library built for {_interpreter_python()[0]}, set "
+            f"{env_var('JIT')}=1 to build one for this interpreter, or unset it",
+        )
     abi = built.get("cxx11_abi")
     if (
         isinstance(abi, int)
@@ -402,6 +413,45 @@ def _mismatch(
             + ", or unset it",
         )
     return None
+
+
+def _interpreter_python() -> tuple[str, bool]:
+    """This interpreter's Python ABI as a message names it (``Python 3.11``, ``Python
+    3.13t (free-threaded)``), and whether it is free-threaded: taken from the build
+    (``Py_GIL_DISABLED``), never from ``sys._is_gil_enabled()``, which a free-threaded
+    CPython started with ``PYTHON_GIL=1`` answers True."""
+    import sysconfig
+
+    free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    major, minor = sys.version_info[:2]
+    if free_threaded:
+        return f"Python {major}.{minor}t (free-threaded)", True
+    return f"Python {major}.{minor}", False
+
+
+def _python_mismatch(built: object) -> str | None:
+    """Why a library whose build info says ``"python": built`` (``"abi3"``, ``"3.14t"``,
+    ``"3.11"``: csrc/build_info.cc) must not be loaded into this interpreter, as the end
+    of a sentence naming the library; ``None`` if it may (or the field is absent or not
+    understood: the other checks and dlopen still apply)."""
+    if not isinstance(built, str):
+        return None
+    running, free_threaded = _interpreter_python()
+    if built == "abi3":
+        if not free_threaded:
+            return None
+        return (
+            f"was built for the stable ABI (abi3) of CPython with the GIL, this interpreter "
+            f"is {running}"
+        )
+    digits = built.removesuffix("t").split(".")
+    if len(digits) != 2 or not all(d.isdecimal() and d.isascii() for d in digits):
+        return None
+    wanted = (int(digits[0]), int(digits[1]), built.endswith("t"))
+    if wanted == (*sys.version_info[:2], free_threaded):
+        return None
+    said = f"{built} (free-threaded)" if built.endswith("t") else f"{built} (with the GIL)"
+    return f"was built for Python {said}, this interpreter is {running}"
 
 
 def _failed_before_deciding(reason: str, remedy: str) -> StatusFields:
