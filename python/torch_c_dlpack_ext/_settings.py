@@ -11,10 +11,12 @@ every package that imports this one.
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
 from _torch_c_dlpack_ext_core.errors import ConfigError, TorchCDLPackExtWarning
+from _torch_c_dlpack_ext_core.manifest import file_kind
 from _torch_c_dlpack_ext_core.naming import ENV_PREFIX, Backend, env_var, parse_backend
 
 from ._select import SettingProblem, Settings
@@ -128,9 +130,13 @@ def read_settings(environ: Mapping[str, str]) -> Settings:
         candidate = _expand_user(raw_library)
         shown = raw_library if len(raw_library) <= 200 else raw_library[:200] + "..."
         try:
-            # stat() may fail for reasons other than absence (a name too long, a
-            # directory that cannot be searched), absolute() with a deleted cwd.
-            library = candidate.absolute() if candidate.is_file() else None
+            # stat(), never open(): a FIFO would block an open. stat() may fail for
+            # reasons other than absence (a name too long, a directory that cannot be
+            # searched), absolute() with a deleted cwd.
+            mode = candidate.stat().st_mode
+            library = candidate.absolute() if stat.S_ISREG(mode) else None
+            why = f"is {file_kind(mode)} (not a library file)"
+        except FileNotFoundError:
             why = "is not an existing file"
         except OSError as exc:  # strerror: the path again would double a long value
             why = f"cannot be checked ({type(exc).__name__}: {exc.strerror or 'no detail'})"
