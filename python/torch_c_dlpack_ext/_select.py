@@ -153,6 +153,38 @@ def _rule_bad_settings(info: TorchInfo, settings: Settings) -> Decision | None:
     )
 
 
+def _rule_backend_conflict(info: TorchInfo, settings: Settings) -> Decision | None:
+    wanted = settings.backend
+    if wanted is None or wanted is Backend.CPU or wanted is info.backend:
+        return None
+    var = env_var("BACKEND")
+    if info.backend is Backend.CPU:
+        build = f"torch {info.version} is a CPU build (neither torch.version.cuda nor .hip)"
+        remedy = (
+            f"unset {var} (a CPU torch uses the CPU library), or install a "
+            f"{wanted.value} build of torch"
+        )
+    else:
+        flavour, version = (
+            ("ROCm", f"torch.version.hip {info.hip_version}")
+            if info.backend is Backend.ROCM
+            else ("CUDA", f"torch.version.cuda {info.cuda_version}")
+        )
+        build = f"torch {info.version} is a {flavour} build ({version})"
+        remedy = (
+            f"unset {var} to use this torch's {info.backend.value} library, or set "
+            f"{var}=cpu to use the CPU library (CPU tensors only)"
+        )
+    return Decision(
+        kind=DecisionKind.UNAVAILABLE,
+        backend=info.backend,
+        reason=f"{var}={wanted.value} conflicts with the torch build: {build}, and a "
+        f"{wanted.value} library works only with a {wanted.value} build of torch (nothing "
+        "loaded; torch's own API, if any, is unaffected)",
+        remedy=remedy,
+    )
+
+
 def _rule_disabled(info: TorchInfo, settings: Settings) -> Decision | None:
     if not settings.disable:
         return None
@@ -213,6 +245,7 @@ def _rule_library_override(info: TorchInfo, settings: Settings) -> Decision | No
 #: Rules 1-5 of :func:`decide`, in order; none of them reads the manifest.
 _RULES_BEFORE_MANIFEST = (
     _rule_bad_settings,
+    _rule_backend_conflict,
     _rule_disabled,
     _rule_defer,
     _rule_legacy,
@@ -238,7 +271,10 @@ def decide(
 
     1. A variable that could not be honoured (bad value, unknown name, missing
        ``LIBRARY`` file) -> ``UNAVAILABLE`` naming it: a typo must never load the
-       wrong thing. torch's own API, if any, is left alone.
+       wrong thing. torch's own API, if any, is left alone. So is a ``BACKEND`` naming
+       a GPU backend that is not torch's build flavour (rocm on a CUDA torch, cuda on a
+       CPU one): ``UNAVAILABLE`` saying the override conflicts with the torch build,
+       JIT or not (no library of that backend can be built or loaded for this torch).
     2. ``DISABLE`` -> ``DISABLED``.
     3. torch already has a *valid* ``__dlpack_c_exchange_api__`` (a PyCapsule named
        ``dlpack_exchange_api``) -> ``DEFER`` on every backend, without consulting the
