@@ -24,6 +24,7 @@ __all__ = [
     "InvalidBackendError",
     "LibraryLoadError",
     "ManifestError",
+    "PackageInArchiveError",
     "TorchCDLPackExtError",
     "TorchCDLPackExtWarning",
     "TorchHalfImportedError",
@@ -280,6 +281,11 @@ class ManifestError(_CauseAndRemedy):
     valid (``cause`` says which; ``remedy`` is the reinstall command)."""
 
     exit_code = 7
+
+
+class PackageInArchiveError(ManifestError):
+    """The package was imported from inside a zip archive (``zipimport``): its manifest
+    and libraries are not files on disk, and ``dlopen`` loads only those."""
 
 
 class LibraryLoadError(_CauseAndRemedy):

@@ -15,6 +15,7 @@ from _torch_c_dlpack_ext_core.errors import (
     REINSTALL,
     ConfigError,
     ManifestError,
+    PackageInArchiveError,
     build_from_source_command,
 )
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
@@ -289,7 +290,9 @@ def decide(
        them replaces it).
     5. ``LIBRARY`` -> ``LOAD`` that file (no manifest, so no size/sha256 check).
     6. The manifest is unusable -> ``JIT`` if opted in, else ``UNAVAILABLE`` naming
-       the cause and the reinstall command.
+       the cause and the reinstall command. The package imported from a zip archive
+       (:class:`PackageInArchiveError`) -> ``UNAVAILABLE`` saying so, JIT or not: no
+       library can be loaded from inside a zip, nor built from its zipped sources.
     7. The backend is ``BACKEND`` if set, else ``info.backend``: the build flavour of
        torch (``torch.version.hip`` -> rocm, else ``torch.version.cuda`` -> cuda, else
        cpu; ``_torchinfo.detect_backend``), never a device query, so a CUDA torch on a
@@ -331,6 +334,13 @@ def _decide(
         if decision is not None:
             return decision
     backend = settings.backend or info.backend
+    if isinstance(manifest, PackageInArchiveError):  # no JIT either: its sources are zipped
+        return Decision(
+            kind=DecisionKind.UNAVAILABLE,
+            backend=backend,
+            reason=manifest.cause,
+            remedy=manifest.remedy,
+        )
     if isinstance(manifest, ManifestError):
         return _nothing_matches(
             settings,

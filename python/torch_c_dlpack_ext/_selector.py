@@ -27,6 +27,7 @@ from _torch_c_dlpack_ext_core.errors import (
     ConfigError,
     LibraryLoadError,
     ManifestError,
+    PackageInArchiveError,
     TorchCDLPackExtError,
     TorchCDLPackExtWarning,
     TorchHalfImportedError,
@@ -593,6 +594,33 @@ def _common_path_status(library: Path | None) -> Status:
     )
 
 
+def _in_archive(package_dir: Path) -> PackageInArchiveError | None:
+    """The error saying the package was imported from inside a zip archive (zipimport),
+    if it was: the first existing path above ``package_dir`` is a zip file, not a
+    directory."""
+    import zipfile
+
+    for path in (package_dir, *package_dir.parents):
+        try:
+            if path.is_dir():
+                return None
+            if not path.is_file():
+                continue
+            archive = zipfile.is_zipfile(path)
+        except OSError:
+            return None
+        if not archive:
+            return None
+        return PackageInArchiveError(
+            f"this torch-c-dlpack-ext is inside the zip archive {_short_path(path)} "
+            "(imported with zipimport): a package inside a zip cannot load its library "
+            "(dlopen loads only files on disk)",
+            "install it unzipped (pip installs wheels unzipped), or extract the archive "
+            "and put the extracted directory on sys.path instead of the zip",
+        )
+    return None
+
+
 def settings_of(environ: Mapping[str, str]) -> Settings:
     """The runtime settings in ``environ``: ``Settings()`` when no ``TORCH_C_DLPACK_EXT_*``
     variable is set (the common case parses nothing), else :func:`._settings.read_settings`."""
@@ -628,7 +656,7 @@ def select_and_load(environ: Mapping[str, str], package_dir: Path) -> StatusFiel
             try:
                 manifest = load_manifest(package_dir / MANIFEST_NAME)
             except ManifestError as exc:
-                manifest = exc
+                manifest = _in_archive(package_dir) or exc
         decision = decide(info, manifest, settings)
         return _Action(torch, info, decision, settings, package_dir).run()
 
