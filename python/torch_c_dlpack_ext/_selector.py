@@ -62,6 +62,7 @@ __all__ = [
     "build_for_current_torch",
     "deferred_status",
     "override_mismatch",
+    "report_remedy",
     "select_and_load",
     "settings_of",
     "status_of",
@@ -100,8 +101,10 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
 def _with_tool_tail(exc: BaseException, lines: int = 3, limit: int = 600) -> str:
     """:func:`_one_line` of ``exc`` and, for a failed build, its tool's last lines
     (clipped): the warning, ``status().reason`` and the diagnostics all show what the
-    compiler said, never only "...failed (exit 1):"."""
-    first = _one_line(exc)
+    compiler said, never only "...failed (exit 1):". The first line of one of our errors
+    is whole: it ends in the fix, often a command, which must never be cut."""
+    first = str(exc).strip().partition("\n")[0] if isinstance(exc, TorchCDLPackExtError) else ""
+    first = first or _one_line(exc)
     details = exc.details if isinstance(exc, BuildError) else ""
     kept = [line.strip() for line in details.splitlines() if line.strip()][-lines:]
     if not kept:
@@ -147,6 +150,25 @@ def _run_as_diagnostics() -> bool:
         return argv[argv.index("-m") + 1] == "torch_c_dlpack_ext"
     except (ValueError, IndexError):
         return False
+
+
+#: The diagnostics' command, where a message sends the user for more.
+_DIAGNOSTICS = "python -m torch_c_dlpack_ext"
+
+
+def _details_elsewhere() -> str:
+    """`` (python -m torch_c_dlpack_ext shows details)`` to end a remedy with, or ``""``
+    in the diagnostics themselves: they show those details, and a page must not send the
+    user to itself."""
+    return "" if _run_as_diagnostics() else f" ({_DIAGNOSTICS} shows details)"
+
+
+def report_remedy() -> str:
+    """How to report an unexpected failure: with the diagnostics' output, or, in the
+    diagnostics themselves, with this report."""
+    if _run_as_diagnostics():
+        return "report it with this report"
+    return f"report it with the output of {_DIAGNOSTICS}"
 
 
 def _announce(messages: Sequence[str]) -> str | None:
@@ -300,8 +322,7 @@ class _Action:
             return self.unavailable(
                 f"the JIT build of the {backend.value} library for torch {self.info.version} "
                 f"failed: {_with_tool_tail(exc)}",
-                f"fix that cause (python -m torch_c_dlpack_ext shows details), or unset "
-                f"{env_var('JIT')}",
+                f"fix that cause{_details_elsewhere()}, or unset {env_var('JIT')}",
             )
         publish(self.torch, loaded.pointer)
         return self.finish(DecisionKind.JIT, loaded.path, reason)
@@ -648,7 +669,7 @@ def select_and_load(environ: Mapping[str, str], package_dir: Path) -> StatusFiel
         except Exception as exc:  # an odd torch build must not break every importer
             return _failed_before_deciding(
                 f"cannot describe the running torch ({type(exc).__name__}: {_one_line(exc, 200)})",
-                "report it with the output of python -m torch_c_dlpack_ext",
+                report_remedy(),
             )
         settings = settings_of(environ)
         manifest: tuple[ManifestEntry, ...] | ManifestError = ()

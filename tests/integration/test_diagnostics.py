@@ -97,7 +97,7 @@ def test_bad_override_is_reported(tmp_path: Path) -> None:
     root = make_package(tmp_path)
     proc = diagnose(root, **{P + "BACKNED": "cpu"})
     assert proc.returncode == 1
-    assert f"did you mean {P}BACKEND?" in proc.stdout
+    assert f"did you mean {P}BACKEND?" in " ".join(proc.stdout.split())  # wrapped
     assert f"override            {P}BACKNED=cpu" in proc.stdout
 
 
