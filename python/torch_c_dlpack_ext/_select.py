@@ -14,9 +14,11 @@ from typing import NamedTuple
 from _torch_c_dlpack_ext_core.errors import (
     REINSTALL,
     ConfigError,
+    InstallSource,
     ManifestError,
     PackageInArchiveError,
     build_from_source_command,
+    reinstall_command,
 )
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import TORCH_RANGE, Backend, env_var
@@ -116,16 +118,23 @@ def _describe_torch(info: TorchInfo, backend: Backend) -> str:
     return f"torch {info.version} ({backend.value}{abi})"
 
 
-def gpu_library_remedy(backend: Backend) -> str:
-    """What to do when a GPU torch has no usable library of its backend."""
+def gpu_library_remedy(backend: Backend, source: InstallSource | None = None) -> str:
+    """What to do when a GPU torch has no usable library of its backend (``source``: where
+    this installation came from; a pinned version only for an index install)."""
+    if source is None or source.kind == "index":
+        install = f"install a torch-c-dlpack-ext wheel that bundles it ({REINSTALL_COMMAND})"
+    else:
+        install = (
+            f"build it from this installation's source ({build_from_source_command(source=source)})"
+        )
     return (
         f"set {env_var('JIT')}=1 to build the {backend.value} library for this torch, or "
-        f"install a torch-c-dlpack-ext wheel that bundles it ({REINSTALL_COMMAND}); "
+        f"{install}; "
         f"{env_var('BACKEND')}=cpu uses the CPU library, which serves CPU tensors only"
     )
 
 
-def _build_remedy(manifest: Sequence[ManifestEntry]) -> str:
+def _build_remedy(manifest: Sequence[ManifestEntry], source: InstallSource | None = None) -> str:
     if manifest:
         listed = "; ".join(describe_entry(e) for e in manifest[:8])
         more = f" and {len(manifest) - 8} more" if len(manifest) > 8 else ""
@@ -134,12 +143,16 @@ def _build_remedy(manifest: Sequence[ManifestEntry]) -> str:
         have = "This installation bundles no libraries (a universal wheel)."
     return (
         f"{have} Build one from source after installing torch: "
-        f"{build_from_source_command()}; or set {env_var('JIT')}=1 to build one on first import"
+        f"{build_from_source_command(source=source)}; or set {env_var('JIT')}=1 to build one "
+        "on first import"
     )
 
 
-def _broken_manifest_remedy() -> str:
-    return f"{REINSTALL}; or set {env_var('JIT')}=1 to build a library for this torch"
+def _broken_manifest_remedy(source: InstallSource | None = None) -> str:
+    return (
+        f"reinstall torch-c-dlpack-ext: {reinstall_command(source)}; or set {env_var('JIT')}=1 "
+        "to build a library for this torch"
+    )
 
 
 def _rule_bad_settings(info: TorchInfo, settings: Settings) -> Decision | None:
@@ -267,6 +280,8 @@ def decide(
     info: TorchInfo,
     manifest: Sequence[ManifestEntry] | ManifestError,
     settings: Settings,
+    *,
+    source: InstallSource | None = None,
 ) -> Decision:
     """Decide what importing the package does. The rules, first match wins:
 
@@ -315,8 +330,11 @@ def decide(
        not: no library can be built for it.
     10. Nothing matches -> ``JIT`` if opted in, else ``UNAVAILABLE`` listing the
         bundled libraries, the build-from-source command and the JIT variable.
+
+    The commands of a remedy install from ``source``, where this installation came from
+    (PEP 610; default: an index, so the version is pinned).
     """
-    decision = _decide(info, manifest, settings)
+    decision = _decide(info, manifest, settings, source)
     if info.bogus_attributes and decision.kind not in (DecisionKind.DEFER, DecisionKind.DISABLED):
         # Named in the one warning of whatever happens next.
         notes = tuple(f"{problem}: ignored" for problem in info.bogus_attributes)
@@ -328,6 +346,7 @@ def _decide(
     info: TorchInfo,
     manifest: Sequence[ManifestEntry] | ManifestError,
     settings: Settings,
+    source: InstallSource | None,
 ) -> Decision:
     for rule in _RULES_BEFORE_MANIFEST:
         decision = rule(info, settings)
@@ -346,13 +365,13 @@ def _decide(
             settings,
             backend,
             f"no usable manifest: {getattr(manifest, 'cause', manifest)}",
-            _broken_manifest_remedy(),
+            _broken_manifest_remedy(source),
         )
     try:
         version = info.major_minor
     except ConfigError as exc:
-        return _nothing_matches(settings, backend, str(exc), _build_remedy(manifest))
-    return _match_manifest(info, manifest, settings, backend, version)
+        return _nothing_matches(settings, backend, str(exc), _build_remedy(manifest, source))
+    return _match_manifest(info, manifest, settings, backend, version, source=source)
 
 
 def _match_manifest(
@@ -361,6 +380,8 @@ def _match_manifest(
     settings: Settings,
     backend: Backend,
     version: tuple[int, int],
+    *,
+    source: InstallSource | None = None,
 ) -> Decision:
     def matching(wanted: Backend) -> list[ManifestEntry]:
         found = [
@@ -398,7 +419,7 @@ def _match_manifest(
             backend=backend,
             reason=f"{why} (the bundled CPU library, {describe_entry(cpu[0])}, is not used "
             f"on a {backend.value} torch: it cannot give {backend.value} tensors torch's stream)",
-            remedy=gpu_library_remedy(backend),
+            remedy=gpu_library_remedy(backend, source),
         )
     unsupported = _unsupported_torch(info, version)
     if unsupported is not None:
@@ -407,7 +428,7 @@ def _match_manifest(
         settings,
         backend,
         f"no bundled library matches {_describe_torch(info, backend)}",
-        _build_remedy(manifest),
+        _build_remedy(manifest, source),
     )
 
 

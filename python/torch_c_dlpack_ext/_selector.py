@@ -22,9 +22,9 @@ from types import FrameType
 from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import (
-    REINSTALL,
     BuildError,
     ConfigError,
+    InstallSource,
     LibraryLoadError,
     ManifestError,
     PackageInArchiveError,
@@ -32,9 +32,11 @@ from _torch_c_dlpack_ext_core.errors import (
     TorchCDLPackExtWarning,
     TorchHalfImportedError,
     TorchInstallError,
+    install_source_of,
+    reinstall_command,
 )
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest, read_verified
-from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend, env_var
+from _torch_c_dlpack_ext_core.naming import DIST_NAME, MANIFEST_NAME, Backend, env_var
 
 from ._library import LoadedLibrary, open_library, read_library
 from ._library import short_path as _short_path
@@ -61,6 +63,7 @@ from ._torchinfo import TorchInfo, check_legacy_pointer
 __all__ = [
     "build_for_current_torch",
     "deferred_status",
+    "install_source",
     "override_mismatch",
     "report_remedy",
     "select_and_load",
@@ -289,10 +292,12 @@ class _Action:
                 f"{'; '.join(failures)}; {env_var('JIT')} asks to build a library instead"
             )
         backend = self.decision.backend
+        source = install_source(self.package_dir)
         remedy = (
-            gpu_library_remedy(backend)
+            gpu_library_remedy(backend, source)
             if backend is not None and backend is not Backend.CPU
-            else f"{REINSTALL}; or set {env_var('JIT')}=1 to build a library for this torch"
+            else f"reinstall torch-c-dlpack-ext: {reinstall_command(source)}; or set "
+            f"{env_var('JIT')}=1 to build a library for this torch"
         )
         return self.unavailable("no library could be loaded: " + "; ".join(failures), remedy)
 
@@ -642,6 +647,21 @@ def _in_archive(package_dir: Path) -> PackageInArchiveError | None:
     return None
 
 
+def install_source(package_dir: Path) -> InstallSource:
+    """Where the installation holding ``package_dir`` came from: PEP 610's
+    ``direct_url.json`` in its dist-info, beside the package (read with
+    ``importlib.metadata``, only when a message names a command); an index install (the
+    version pinned) where there is none or it cannot be read."""
+    from importlib import metadata
+
+    try:
+        for dist in metadata.distributions(name=DIST_NAME, path=[str(package_dir.parent)]):
+            return install_source_of(dist.read_text("direct_url.json"))
+    except (OSError, ValueError):  # an unreadable dist-info: as if from an index
+        pass
+    return InstallSource()
+
+
 def settings_of(environ: Mapping[str, str]) -> Settings:
     """The runtime settings in ``environ``: ``Settings()`` when no ``TORCH_C_DLPACK_EXT_*``
     variable is set (the common case parses nothing), else :func:`._settings.read_settings`."""
@@ -679,6 +699,11 @@ def select_and_load(environ: Mapping[str, str], package_dir: Path) -> StatusFiel
             except ManifestError as exc:
                 manifest = _in_archive(package_dir) or exc
         decision = decide(info, manifest, settings)
+        if decision.remedy and manifest_needed(info, settings):
+            # Its commands reinstall from where this installation came from (read only now:
+            # a message is being formatted).
+            source = install_source(package_dir)
+            decision = decide(info, manifest, settings, source=source)
         return _Action(torch, info, decision, settings, package_dir).run()
 
 
