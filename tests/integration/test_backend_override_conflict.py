@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from tests.helpers import (
+    CUDA_TORCH,
     IMPORT_PROBE,
     Bundled,
     build_fake_library,
@@ -21,7 +22,6 @@ from _torch_c_dlpack_ext_core.naming import Backend
 torch = pytest.importorskip("torch")
 
 P = "TORCH_C_DLPACK_EXT_"
-CUDA_TORCH = "import torch\ntorch.version.cuda = '12.8'\ntorch.version.hip = None\n"
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["plain", "jit"])

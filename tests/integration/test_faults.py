@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from tests.helpers import (
+    CUDA_TORCH,
     IMPORT_PROBE,
     Bundled,
     build_fake_library,
@@ -378,9 +379,9 @@ def test_failed_jit_of_gpu_library_does_not_fall_back_to_bundled_cpu(tmp_path: P
     (bin_dir / "nm").symlink_to(nm)
     result = probe(
         root,
+        prelude=CUDA_TORCH,  # a CUDA torch by its build flavour (BACKEND=cuda would conflict)
         **{
             P + "FORCE": "1",
-            P + "BACKEND": "cuda",
             P + "JIT": "1",
             P + "CACHE_DIR": str(tmp_path / "cache"),
             "PATH": str(bin_dir),
