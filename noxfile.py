@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -36,21 +39,83 @@ def _group(name: str) -> list[str]:
 DEVTOOLS_ENV = {"PYTHONPATH": str(ROOT / "python")}
 
 
+#: The torch ``nox -s tests`` runs against: a torch with its own exchange API (the defer
+#: path, and the reference the conformance tables compare with), which many tests assume.
+TESTS_TORCH = "torch==2.13.0"
+#: The oldest CPython that torch has wheels for (variantlib, in the test group, also needs
+#: 3.10). The package supports 3.9; its tests run under a newer Python.
+TESTS_MIN_PYTHON = (3, 10)
+#: What ``tests`` looks for on PATH, newest first, when nox itself runs on an older Python.
+TESTS_PYTHON_CANDIDATES = ("3.14", "3.13", "3.12", "3.11", "3.10")
+
+
+def _runs(name: str) -> bool:
+    """``name`` is on PATH and starts: a pyenv shim of a version not selected is on PATH
+    but fails ("pyenv: python3.13: command not found"), as virtualenv would find."""
+    found = shutil.which(name)
+    if found is None:
+        return False
+    # A plain subprocess: the noxfile runs before any environment holds the core's helper.
+    try:
+        probe = subprocess.run([found, "-c", ""], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def python_for_tests(
+    running: tuple[int, int] = (sys.version_info[0], sys.version_info[1]),
+    runs: Callable[[str], bool] = _runs,
+) -> str | None:
+    """The Python ``nox -s tests`` runs under: ``None`` (nox's own interpreter) when it is
+    :data:`TESTS_MIN_PYTHON` or newer; else the newest ``python3.X`` of
+    :data:`TESTS_PYTHON_CANDIDATES` that runs from PATH; else ``None`` as well, and the
+    session stops saying why (:func:`tests`)."""
+    if running >= TESTS_MIN_PYTHON:
+        return None
+    return next((v for v in TESTS_PYTHON_CANDIDATES if runs(f"python{v}")), None)
+
+
 def _devtools(session: nox.Session, command: str) -> None:
     """``python -m devtools <command>``, with the session's arguments after ``--``."""
     session.run("python", "-m", "devtools", command, *session.posargs, env=DEVTOOLS_ENV)
 
 
-@nox.session(venv_backend="virtualenv")
+def _on_a_python_for_torch(session: nox.Session) -> None:
+    """Where nox's own Python is older than :data:`TESTS_MIN_PYTHON`, say which Python
+    the session runs under instead (:func:`python_for_tests`), or stop saying what to
+    install when there is none."""
+    running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if sys.version_info[:2] >= TESTS_MIN_PYTHON:
+        return
+    chosen = python_for_tests()
+    need = ".".join(map(str, TESTS_MIN_PYTHON))
+    if chosen is None:
+        session.error(
+            f"this session installs {TESTS_TORCH}, which has no wheel for Python {running} "
+            f"(nox's); none of python{', python'.join(TESTS_PYTHON_CANDIDATES)} runs from "
+            f"PATH: install a Python >= {need} (e.g. 'uv python install 3.12' or 'apt-get "
+            "install python3.11') and run nox again"
+        )
+    session.log(
+        f"running under Python {chosen}, not nox's {running}: {TESTS_TORCH} has no wheel "
+        f"for Python < {need} (the package itself supports {running})"
+    )
+
+
+@nox.session(venv_backend="virtualenv", python=python_for_tests())
 def tests(session: nox.Session) -> None:
     """Unit and integration tests (real compiles, real torch 2.4-2.9 and 2.13).
 
     pip (not uv) installs this session so that machine-wide pip settings (local
     wheel folders, caps) apply to the torch 2.13 it tests against. Old torch
     releases are provisioned by the tests themselves into cached uv environments.
-    Pass pytest arguments after ``--``.
+    torch 2.13 has no wheel for Python 3.9: run from 3.9, the session uses the newest
+    python3.10-3.14 on PATH (:func:`python_for_tests`) and says so. Pass pytest arguments
+    after ``--``.
     """
-    session.install("torch==2.13.0", "packaging", "filelock", *_group("test"))
+    _on_a_python_for_torch(session)
+    session.install(TESTS_TORCH, "packaging", "filelock", *_group("test"))
     session.run("pytest", *session.posargs)
 
 
@@ -96,8 +161,11 @@ def lint(session: nox.Session) -> None:
 def build(session: nox.Session) -> None:
     """Compile every matrix cell this host can build, then assemble dist/.
 
-    ``nox -s build -- [--cells ID,PATTERN,...] [--platform NAME] [--jobs N] [--no-assemble]
-    [--no-repair] [--assemble-from DIR] [--out DIR] [--report FILE]``.
+    ``nox -s build -- [--cells ID,PATTERN,...] [--no-freethreaded] [--platform NAME] [--jobs N]
+    [--no-assemble] [--no-repair] [--assemble-from DIR] [--out DIR] [--report FILE]``.
+    ``--jobs`` defaults to the CPUs, bounded by the free memory at 1.5 GiB per compile. A
+    free-threaded cell's CPython is compiled from Debian's sources the first time (about
+    15 minutes each on 2 cores, then cached): ``--no-freethreaded`` leaves those cells out.
     ``--platform linux_aarch64`` on an x86_64 Linux host cross-compiles that platform's
     abi3 cells (``apt-get install g++-aarch64-linux-gnu``) against its torch wheels.
     Default: every cell of matrix.toml for this platform, from any CPython >= 3.9 (the
@@ -125,6 +193,27 @@ def emulated(session: nox.Session) -> None:
     """
     session.install(*_group("build"))
     _devtools(session, "emulated")
+
+
+@nox.session(default=False)
+def distro(session: nox.Session) -> None:
+    """The portable table on real torches that no native library serves.
+
+    Runs ``tests/integration/test_portable_real_torch.py``: Debian trixie's own
+    ``python3-torch`` (2.6.0, cxx11 ABI, CPython 3.13) in a debootstrap root cached under
+    the dev cache (needs root on Linux; installs debootstrap with apt-get where missing;
+    2-4 min and ~1.5 GB the first time), and PyPI's torch 2.3.1 in a cached CPython 3.11
+    env; in each, real apache-tvm-ffi round-trips torch tensors through the portable
+    table, with no compiler and no output at import. Also part of ``nox -s tests``; this
+    session runs only these. Pass pytest arguments after ``--`` (``-k trixie``).
+    """
+    # The build session's dependencies: without dist/'s wheel, the test makes one with
+    # nox -s build's steps (compile, audit, assemble, repair).
+    session.install(*_group("build"), "pytest>=8")
+    session.run(
+        "pytest", "-p", "no:cacheprovider", "tests/integration/test_portable_real_torch.py",
+        *session.posargs,
+    )  # fmt: skip
 
 
 @nox.session(default=False)
@@ -195,18 +284,20 @@ def rehearse_dataflow(session: nox.Session) -> None:
     _devtools(session, "rehearse-dataflow")
 
 
-@nox.session(venv_backend="virtualenv", default=False)
+@nox.session(venv_backend="virtualenv", default=False, python=python_for_tests())
 def bench(session: nox.Session) -> None:
     """Benchmarks: exchange and import overhead, build cost, size (see README "Benchmarks").
 
     ``nox -s bench -- [--only exchange,import,build,size] [--quick] [--full]
     [--write-readme | --readme-only]``. pip (not uv) installs torch 2.13 here, like the tests
     session; torch 2.8 and torch-c-dlpack-ext 0.1.5 are fetched into cached
-    environments by the benchmarks themselves. Full runs write
+    environments by the benchmarks themselves (from Python 3.9, the session runs under a
+    newer one, as ``tests`` does). Full runs write
     benchmarks/results/*.json and re-render README's tables from them;
     ``--quick`` runs write under build/bench/.
     """
-    session.install("torch==2.13.0", *_group("bench"))
+    _on_a_python_for_torch(session)
+    session.install(TESTS_TORCH, *_group("bench"))
     session.run(
         "python",
         "-m",

@@ -92,6 +92,11 @@ def _python_path(
             "rounds = iter([[t.__dlpack__() for t in ts] for _ in range(PER_ROUND)])",
         ),
         "torch.empty(16)": ("for t in ts: torch.empty(16)", "pass"),
+        # What a consumer without the allocator does for a new tensor of its own.
+        "to_dlpack(torch.empty(16))": (
+            "for t in ts: to_dlpack(torch.empty((16,), dtype=f32, device=cpu))",
+            "f32, cpu = torch.float32, torch.device('cpu')",
+        ),
     }
     env["from_dlpack"] = dlpack.from_dlpack
     env["PER_ROUND"] = per_round

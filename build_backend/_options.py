@@ -23,13 +23,17 @@ The backend only packs. A wheel holds one of:
     importing it).
 ``backends``
     Comma-separated backends to compile when building against the build
-    environment's torch (default: every backend that torch supports).
+    environment's torch (default: every backend that torch supports). Each at most
+    once: ``cpu,cpu`` is refused, since a repeat is more likely a typo for another
+    backend (``cpu,cuda``) than a request, and dropping it would build less than
+    the user meant without a word.
 ``build-dir``
     Where compiled libraries are kept between builds (default ``build/backend``).
 ``variant-label``
     Make a PEP 825 variant wheel with this label (needs libraries). A label is what
     PEP 825 and variantlib accept: one or more of ``0-9``, ``a-z``, ``_`` and ``.``
-    (``^[0-9a-z_.]+$``, no length limit), and not ``null``, which names the variant
+    (``^[0-9a-z_.]+$``), at most :data:`MAX_VARIANT_LABEL_LENGTH` characters (the
+    label is part of the wheel's file name), and not ``null``, which names the variant
     without properties (ours always have some). Anything else is refused
     (:func:`check_variant_label`), an empty value included: leave the setting out
     for a plain wheel.
@@ -51,7 +55,7 @@ import dataclasses
 import difflib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +64,7 @@ from _torch_c_dlpack_ext_core.naming import ENV_PREFIX
 
 __all__ = [
     "EPOCH_MAX",
+    "MAX_VARIANT_LABEL_LENGTH",
     "VARIANT_LABEL_RULE",
     "BackendOptions",
     "check_variant_label",
@@ -75,8 +80,16 @@ _FALSE = ("0", "false", "no", "off", "")
 _VARIANT_LABEL = re.compile(r"[0-9a-z._]+")
 #: The label of the variant without properties (variantlib's ``NULL_VARIANT_LABEL``).
 _NULL_LABEL = "null"
+#: The longest label we accept. PEP 825 sets no limit, but the label is part of the
+#: wheel's file name, and a file name has at most 255 bytes (NAME_MAX on Linux and macOS,
+#: and Windows' path component limit). The rest of our longest name takes about 110:
+#: ``.torch_c_dlpack_ext-<version>-cp314-cp314t-manylinux_2_27_x86_64.manylinux_2_28_
+#: x86_64-<label>.whl.<8 random>.tmp`` (the writer's temporary name) with a long
+#: version such as ``0.10.0.post12.dev3``. 128 leaves room, and ours are ~13 characters.
+MAX_VARIANT_LABEL_LENGTH = 128
 VARIANT_LABEL_RULE = (
     "a PEP 825 variant label is one or more of 0-9, a-z, '_' and '.' (^[0-9a-z_.]+$), "
+    f"at most {MAX_VARIANT_LABEL_LENGTH} characters (it is part of the wheel's file name), "
     f"and not {_NULL_LABEL!r} (reserved for the variant without properties)"
 )
 
@@ -111,10 +124,12 @@ def source_date_epoch(environ: Mapping[str, str] | None = None) -> int | None:
 def check_variant_label(label: str, source: str = "variant-label") -> str:
     """``label`` if it is a PEP 825 variant label (:data:`VARIANT_LABEL_RULE`); else
     :class:`ConfigError` naming ``source`` (the setting) and the rule."""
-    if _VARIANT_LABEL.fullmatch(label) is None or label == _NULL_LABEL:
+    too_long = len(label) > MAX_VARIANT_LABEL_LENGTH
+    if _VARIANT_LABEL.fullmatch(label) is None or label == _NULL_LABEL or too_long:
         shown = label if len(label) <= 40 else label[:40] + "..."
         empty = "; leave variant-label unset for a plain wheel" if not label.strip() else ""
-        raise ConfigError(f"{source} = {shown!r} is refused: {VARIANT_LABEL_RULE}{empty}")
+        length = f" ({len(label)} characters)" if too_long else ""
+        raise ConfigError(f"{source} = {shown!r}{length} is refused: {VARIANT_LABEL_RULE}{empty}")
     return label
 
 
@@ -138,6 +153,19 @@ def _hint(key: str) -> str:
     return f"did you mean {close[0]!r}?" if close else f"known settings: {', '.join(_FIELDS)}"
 
 
+def _refuse_repeats(key: str, names: Sequence[str], source: str) -> None:
+    """A backend named twice (case-insensitively) is refused, not quietly deduplicated
+    (see the module docstring)."""
+    seen: set[str] = set()
+    for name in names:
+        if name.lower() in seen:
+            raise ConfigError(
+                f"{source}: {key} = {','.join(names)!r} names {name.lower()!r} more than "
+                "once; name each backend once (cpu, cuda, rocm; did you mean another one?)"
+            )
+        seen.add(name.lower())
+
+
 def _parse_bool(key: str, value: Any, source: str) -> bool:
     if isinstance(value, bool):
         return value
@@ -153,7 +181,9 @@ def _convert(key: str, value: Any, source: str, root: Path) -> Any:
         return _parse_bool(key, value, source)
     if field.name == "backends":
         items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-        return tuple(str(item).strip() for item in items if str(item).strip())
+        names = tuple(str(item).strip() for item in items if str(item).strip())
+        _refuse_repeats(key, names, source)
+        return names
     if not isinstance(value, str):
         raise ConfigError(f"{source}: {key} = {value!r} must be a string")
     if field.name in ("libs_dir", "torch", "build_dir"):

@@ -34,7 +34,7 @@ __all__ = [
 
 #: Python files and data of the package that every wheel installs.
 _PACKAGE_SUFFIXES = (".py", ".typed")
-_CSRC_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc", ".map")
+_CSRC_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc", ".map", ".c")
 _ZIP_EPOCH = 315532800  # 1980-01-01T00:00:00Z
 
 
@@ -251,9 +251,11 @@ def build_wheel_impl(
         out = options.build_dir if options.build_dir.is_absolute() else ROOT / options.build_dir
         backends = _backends(options.backends, install)
         _check_gpu_headers(backends, install)
+        _check_build_dir(out)
         for backend in backends:
             entry = compile_library(torch=install, backend=backend, output_dir=out)
             libraries.append((entry, out / entry.file))
+        libraries += _portable_library(out)
     # PEP 517: the hook returns the basename of the wheel it wrote.
     return assemble_wheel(
         Path(wheel_directory),
@@ -262,6 +264,24 @@ def build_wheel_impl(
         label=options.variant_label,
         editable=editable,
     ).name
+
+
+def _portable_library(out: Path) -> list[tuple[Any, Path]]:
+    """The portable table for a source build, beside the native libraries: it serves the
+    torches no native library of the wheel does (another torch installed later, a GPU
+    torch on a CPU-only build). Built where a C compiler exists (the native build needed
+    a C++ one); without one the wheel holds the native libraries alone, and says so."""
+    import sys
+
+    from _torch_c_dlpack_ext_core.driver import compile_portable_library
+    from _torch_c_dlpack_ext_core.errors import CompilerNotFoundError
+
+    try:
+        entry = compile_portable_library(output_dir=out)
+    except CompilerNotFoundError as exc:
+        print(f"torch-c-dlpack-ext: no portable table in this wheel: {exc}", file=sys.stderr)
+        return []
+    return [(entry, out / entry.file)]
 
 
 def _backends(requested: Sequence[str], install: Any) -> list[Any]:
@@ -309,13 +329,39 @@ def _check_gpu_headers(backends: Sequence[Any], install: Any) -> None:
             ) from None
 
 
+def _check_build_dir(out: Path) -> None:
+    """Before anything is compiled: ``out`` (the ``build-dir`` setting, by default inside
+    the source tree) can be created and written. A read-only source tree (a mounted
+    checkout, a package manager's store) otherwise fails deep in the compiler driver with
+    an ``OSError`` traceback; here it is one line naming the directory and the setting."""
+    from _torch_c_dlpack_ext_core.errors import BuildError
+    from _torch_c_dlpack_ext_core.naming import ENV_PREFIX
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        inside = out.resolve().is_relative_to(ROOT.resolve())
+        where = " (inside the source tree)" if inside else ""
+        raise BuildError(
+            f"cannot write the build directory {out}{where}: {exc.strerror or exc}. The "
+            f"compiled libraries are kept there between builds; pass -C build-dir=<a "
+            f"writable directory> (or set {ENV_PREFIX}BUILD_DIR)"
+        ) from None
+
+
 def wheel_python(entries: Sequence[Any]) -> str:
     """The one ``python`` (``abi3``, ``3.14t``) the libraries ``entries`` serve (their
     manifest's ``python``): a wheel's Python tags. Raises :class:`BuildError` when they
     disagree (a libs dir mixing abi3 and free-threaded builds)."""
     from _torch_c_dlpack_ext_core.errors import BuildError
 
-    pythons = sorted({entry.python for entry in entries})
+    # "abi3.12" (the portable table's limited API of 3.12, loaded only on >= 3.12) rides
+    # in the abi3 wheel beside the abi3 libraries: the wheel's tags are abi3's.
+    pythons = sorted(
+        {"abi3" if entry.python.startswith("abi3") else entry.python for entry in entries}
+    )
     if len(pythons) != 1:
         listed = ", ".join(f"{e.file}: Python {e.python}" for e in entries)
         raise BuildError(

@@ -30,18 +30,21 @@ from devtools.buildhost import (
     cross_target,
     freethreaded_python,
     host_platform_name,
+    portable_skip_reason,
     skip_reason,
     tree_python,
 )
-from devtools.cells import Cell, group_dir
+from devtools.cells import Cell, PortableCell, group_dir
 from devtools.errors import HANDLED, CellsNotBuiltError, ProvisionError
 from devtools.matrix import load_matrix
 
 __all__ = [
     "CellResult",
     "build_cells",
+    "build_portable_cells",
     "clip",
     "copy_libs",
+    "eta_seconds",
 ]
 
 #: Width of the note column of the final table (and of a progress line's detail).
@@ -58,6 +61,9 @@ class CellResult:
     size: int = 0
     reason: str = ""
     entry: dict[str, Any] | None = None
+    #: Of ``seconds``, the one-time set-up this cell happened to pay: its torch tree
+    #: provisioned, a free-threaded CPython built from source (cached afterwards).
+    setup_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -73,6 +79,7 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
     from devtools.torchenv import torch_tree
 
     started = time.monotonic()
+    setup = 0.0
     out = group_dir(build_dir, cell)
     try:
         python_include: Path | None = None
@@ -91,6 +98,7 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
             index_url=None if cell.wheel.index == "pypi" else cell.wheel.index_url,
             platform=cross,
         )
+        setup = time.monotonic() - started
         gpu_home = None
         if cell.backend is Backend.CUDA:
             # The pinned header wheels in this torch's tree, not whatever nvcc is on PATH.
@@ -103,6 +111,50 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
             output_dir=out,
             cxx11_abi=cell.cxx11_abi,
             gpu_home=gpu_home,
+            python_include=python_include,
+            python=cell.python,
+            stable_abi_audit=True,
+            platform=cross,
+        )._replace(cell=cell.id)
+    except HANDLED as exc:
+        elapsed = time.monotonic() - started
+        return CellResult(
+            cell=cell.id,
+            status="failed",
+            seconds=round(elapsed, 1),
+            reason=f"{type(exc).__name__}: {str(exc).strip()[-3000:]}",
+            # A failure before the compile (a provisioning error) is all set-up.
+            setup_seconds=round(setup or elapsed, 1),
+        )
+    status = "cached" if before == target.stat().st_mtime_ns else "built"
+    return CellResult(
+        cell=cell.id,
+        status=status,
+        seconds=round(time.monotonic() - started, 1),
+        size=entry.size,
+        entry=entry.to_json(),
+        setup_seconds=round(setup, 1),
+    )
+
+
+def build_portable_one(cell: PortableCell, build_dir: Path, cross: str | None = None) -> CellResult:
+    """Compile the portable table of ``cell``'s group (no torch: the driver's C plan,
+    audited torch-free and, for abi3, by abi3audit) into the group folder."""
+    from _torch_c_dlpack_ext_core.driver import compile_portable_library
+
+    started = time.monotonic()
+    out = group_dir(build_dir, cell)
+    try:
+        python_include: Path | None = None
+        if cell.freethreaded:
+            found = freethreaded_python(cell.python)
+            if isinstance(found, str):
+                raise ProvisionError(found)
+            python_include = found.include
+        target = out / cell.library
+        before = target.stat().st_mtime_ns if target.is_file() else None
+        entry = compile_portable_library(
+            output_dir=out,
             python_include=python_include,
             python=cell.python,
             stable_abi_audit=True,
@@ -125,23 +177,62 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
     )
 
 
-def _progress(done: int, total: int, started: float, result: CellResult, *, to_build: int) -> None:
-    """One progress line; the ETA extrapolates from the cells compiled so far
-    (skipped cells take no time and would make it meaningless)."""
+def build_portable_cells(
+    cells: Sequence[PortableCell], build_dir: Path, *, target: str | None = None
+) -> list[CellResult]:
+    """Build the portable ``cells`` (a few seconds each: one C file) and add them to their
+    groups' manifests."""
+    host = host_platform_name(load_matrix())
+    results = []
+    for cell in cells:
+        reason = portable_skip_reason(cell, host, target)
+        if reason is not None:
+            results.append(CellResult(cell=cell.id, status="skipped", reason=reason))
+        else:
+            cross = cell.platform.name if target == cell.platform.name != host else None
+            results.append(build_portable_one(cell, build_dir, cross))
+        print(f"[portable] {cell.id}: {results[-1].status}", file=sys.stderr, flush=True)
+    _write_group_manifests(cells, {r.cell: r for r in results}, build_dir)
+    return results
+
+
+def eta_seconds(finished: Sequence[CellResult], remaining: int, jobs: int) -> float:
+    """Seconds until the ``remaining`` cells to build are done, ``jobs`` at a time.
+
+    The mean compile time of the cells finished so far (their seconds less their
+    set-up) times the remaining cells, over the jobs that can run at once. Set-up is a
+    one-time cost: a free-threaded CPython built from source (~15 minutes each on 2
+    cores) or a torch downloaded, paid by whichever cell needs it first, then cached;
+    counting it as every cell's time made the ETA ten hours with ten minutes left.
+    Skipped cells take no time and are not counted. 0 when nothing is left or no cell
+    has finished yet.
+    """
+    timed = [r for r in finished if r.status != "skipped"]
+    if remaining <= 0 or not timed:
+        return 0.0
+    per_cell = sum(max(r.seconds - r.setup_seconds, 0.0) for r in timed) / len(timed)
+    return per_cell * remaining / max(1, min(jobs, remaining))
+
+
+def _progress(
+    done: int, total: int, started: float, finished: Sequence[CellResult], *, to_build: int,
+    jobs: int,
+) -> None:  # fmt: skip
+    """One progress line for the last of ``finished``: its status, the time so far, the
+    set-up paid so far and the ETA of the rest (:func:`eta_seconds`)."""
+    result = finished[-1]
     elapsed = time.monotonic() - started
-    _BUILT.append(result.status != "skipped")
-    built = sum(_BUILT)
-    eta = elapsed / built * (to_build - built) if built else 0.0
+    timed = [r for r in finished if r.status != "skipped"]
+    eta = eta_seconds(finished, to_build - len(timed), jobs)
+    setup = sum(r.setup_seconds for r in finished)
     detail = clip(result.reason, 120) if result.reason else f"{result.size} bytes"
+    setup_note = f" (set-up {setup:.0f} s, not in the ETA)" if setup >= 1 else ""
     print(
         f"[cell {done}/{total}] {result.cell}: {result.status} in {result.seconds:.1f} s "
-        f"({detail}); elapsed {elapsed:.0f} s, ETA ~{eta:.0f} s",
+        f"({detail}); elapsed {elapsed:.0f} s{setup_note}, ETA ~{eta:.0f} s",
         file=sys.stderr,
         flush=True,
     )
-
-
-_BUILT: list[bool] = []
 
 
 def build_cells(
@@ -156,35 +247,33 @@ def build_cells(
     reasons = {cell.id: skip_reason(cell, matrix_host, target) for cell in cells}
     cross = {cell.id: cross_target(cell, matrix_host, target) for cell in cells}
     todo = [cell for cell in cells if reasons[cell.id] is None]
-    _BUILT.clear()
-    done = 0
+    finished: list[CellResult] = []
+
+    def record(result: CellResult) -> None:
+        results[result.cell] = result
+        finished.append(result)
+        _progress(len(finished), len(cells), started, finished, to_build=len(todo), jobs=jobs)
+
     for cell in cells:
         reason = reasons[cell.id]
         if reason is not None:
-            results[cell.id] = CellResult(cell=cell.id, status="skipped", reason=reason)
-            done += 1
-            _progress(done, len(cells), started, results[cell.id], to_build=len(todo))
+            record(CellResult(cell=cell.id, status="skipped", reason=reason))
     if jobs <= 1:
         for cell in todo:
-            results[cell.id] = build_one(cell, build_dir, cross[cell.id])
-            done += 1
-            _progress(done, len(cells), started, results[cell.id], to_build=len(todo))
+            record(build_one(cell, build_dir, cross[cell.id]))
     else:
         with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
             futures = {
                 pool.submit(build_one, cell, build_dir, cross[cell.id]): cell for cell in todo
             }
             for future in concurrent.futures.as_completed(futures):
-                result = future.result()
-                results[result.cell] = result
-                done += 1
-                _progress(done, len(cells), started, result, to_build=len(todo))
+                record(future.result())
     _write_group_manifests(cells, results, build_dir)
     return [results[cell.id] for cell in cells]
 
 
 def _write_group_manifests(
-    cells: Sequence[Cell], results: dict[str, CellResult], build_dir: Path
+    cells: Sequence[Cell | PortableCell], results: dict[str, CellResult], build_dir: Path
 ) -> None:
     groups: dict[Path, list[ManifestEntry]] = {}
     for cell in cells:
@@ -213,7 +302,10 @@ def _read_manifest(directory: Path) -> list[ManifestEntry]:
 
 
 def copy_libs(
-    cells: Sequence[Cell], results: Sequence[CellResult], build_dir: Path, libs_dir: Path
+    cells: Sequence[Cell | PortableCell],
+    results: Sequence[CellResult],
+    build_dir: Path,
+    libs_dir: Path,
 ) -> list[ManifestEntry]:
     """Copy the built ``cells`` (one platform x Python ABI) and their manifest into ``libs_dir``.
 

@@ -1,7 +1,7 @@
 """What this host can build: the matrix platform it is, the interpreter a cell compiles
-for, and why a cell is skipped (another platform without a cross toolchain, no ROCm, no
-free-threaded CPython, an index that does not answer); :mod:`devtools.build` builds the
-rest."""
+for, why a cell is skipped (another platform without a cross toolchain, no ROCm, no
+free-threaded CPython, an index that does not answer) and how many cells it compiles at
+once (:func:`default_jobs`); :mod:`devtools.build` builds the rest."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from _torch_c_dlpack_ext_core.naming import Backend
-from devtools.cells import Cell
+from devtools.cells import Cell, PortableCell
 from devtools.errors import HANDLED
 from devtools.hostenv import host_os
 from devtools.matrixmodel import Matrix
@@ -25,9 +25,12 @@ from devtools.matrixtables import python_sort_key
 __all__ = [
     "Interpreter",
     "cross_target",
+    "default_jobs",
     "freethreaded_python",
     "host_platform_name",
     "index_unreachable",
+    "jobs_for",
+    "portable_skip_reason",
     "running_python",
     "skip_reason",
     "tree_python",
@@ -35,6 +38,82 @@ __all__ = [
 
 #: Seconds to wait for an index before calling it unreachable.
 INDEX_TIMEOUT_S = 5.0
+#: Memory one cell's compile may take at its peak: a translation unit including torch's
+#: headers reaches ~1.4 GB RSS (docs/facts.md, "Cost of a real old torch here"); ours
+#: measured 0.5-0.7 GiB (README, "Build cost per cell"). The larger figure, rounded up,
+#: so that parallel compiles never push a host into swap or the OOM killer.
+COMPILE_MEMORY_BYTES = 3 * 2**29  # 1.5 GiB
+
+
+def host_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _cgroup_room(cgroup: Path) -> int | None:
+    """Bytes this process's memory cgroup still allows (its limit less its usage), or
+    ``None`` without a limit. A container sees the host's ``/proc/meminfo``, so only its
+    cgroup tells how much a build in it may use: v2 ``memory.max``/``memory.current``,
+    v1 ``memory/memory.limit_in_bytes``/``memory.usage_in_bytes`` (no limit there reads
+    as a number near 2**63)."""
+    for limit_file, usage_file in (
+        (cgroup / "memory.max", cgroup / "memory.current"),
+        (cgroup / "memory" / "memory.limit_in_bytes", cgroup / "memory" / "memory.usage_in_bytes"),
+    ):
+        limit = _read_int(limit_file)
+        if limit is None or limit >= 2**60:
+            continue
+        return max(0, limit - (_read_int(usage_file) or 0))
+    return None
+
+
+def available_memory(
+    meminfo: Path = Path("/proc/meminfo"), cgroup: Path = Path("/sys/fs/cgroup")
+) -> int | None:
+    """Bytes of memory available for new work: Linux's ``MemAvailable`` (free plus
+    reclaimable cache), no more than the memory cgroup's room (:func:`_cgroup_room`);
+    else ``sysconf``'s available pages; else ``None`` (unknown)."""
+    found: int | None = None
+    try:
+        for line in meminfo.read_text(encoding="ascii", errors="replace").splitlines():
+            name, _, value = line.partition(":")
+            fields = value.split()
+            if name == "MemAvailable" and fields and fields[0].isdigit():
+                found = int(fields[0]) * 1024  # /proc/meminfo counts kB (KiB)
+                break
+    except OSError:
+        pass
+    if found is None:
+        try:
+            found = int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+        except (AttributeError, OSError, ValueError):
+            return None
+    room = _cgroup_room(cgroup)
+    return found if room is None else min(found, room)
+
+
+def jobs_for(cpus: int, memory: int | None) -> int:
+    """Cells to compile at once on a host with ``cpus`` CPUs and ``memory`` bytes
+    available (``None``: unknown, the CPUs decide): one per CPU, as many as the memory
+    holds at :data:`COMPILE_MEMORY_BYTES` each, at least 1."""
+    by_memory = cpus if memory is None else memory // COMPILE_MEMORY_BYTES
+    return max(1, min(cpus, by_memory))
+
+
+def default_jobs() -> int:
+    """``--jobs`` when not given: :func:`jobs_for` this host (:func:`host_cpus`,
+    :func:`available_memory`)."""
+    return jobs_for(host_cpus(), available_memory())
 
 
 def host_platform_name(matrix: Matrix) -> str | None:
@@ -162,6 +241,36 @@ def _cross_skip_reason(cell: Cell, host: str | None, cross: str) -> str | None:
             f"{cell.python} CPython of {cross} (build it on {cross})"
         )
     return _cross_compiler_missing(cross)
+
+
+def portable_skip_reason(
+    cell: PortableCell, host: str | None, target: str | None = None
+) -> str | None:
+    """Why this host cannot build the portable ``cell`` (``None``: it can): another
+    platform without a cross toolchain, a missing free-threaded CPython, an abi3 build on
+    a free-threaded CPython. No torch index is needed: it is built against none."""
+    from _torch_c_dlpack_ext_core.errors import CompilerNotFoundError
+    from _torch_c_dlpack_ext_core.naming import PLATFORM_TOOLCHAINS
+    from _torch_c_dlpack_ext_core.toolchains import toolchain_for
+
+    name = cell.platform.name
+    cross = name if target == name and name != host else None
+    if name != host and cross is None:
+        hint = f" (--platform {name} cross-compiles it)" if name in PLATFORM_TOOLCHAINS else ""
+        return f"builds on {name}, this host is {host or 'not in matrix.toml'}{hint}"
+    if cell.freethreaded:
+        found = freethreaded_python(cell.python)
+        if isinstance(found, str):
+            return found
+    elif sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return (
+            f"an abi3 library compiles against a CPython with the GIL; this is {running_python()}"
+        )
+    try:
+        toolchain_for(cross or sys.platform).find_c_compiler(None, os.environ)
+    except CompilerNotFoundError as exc:
+        return str(exc).strip().splitlines()[0]
+    return None
 
 
 def skip_reason(cell: Cell, host: str | None, target: str | None = None) -> str | None:

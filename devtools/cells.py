@@ -18,6 +18,11 @@ here only:
   carries no Python: an abi3 and a free-threaded variant wheel of one cell share it,
   their wheel tags (``cp39-abi3``, ``cp314-cp314t``) tell them apart.
 
+The portable table (issue 30) is one more cell per group: :class:`PortableCell`,
+torch-agnostic (no torch minor, backend or ABI), id ``<platform>-portable[-cp3XYt]``
+(``linux_x86_64-portable``), built by the first job of its group and packed into the
+group's combined wheel only (a variant wheel holds one native cell's library).
+
 ``nox -s build`` records the cell id in each library's manifest entry
 (:attr:`~_torch_c_dlpack_ext_core.manifest.ManifestEntry.cell`), so wheel assembly
 and the release's contents find the cell by that id (:func:`cell_for_entry`), never by
@@ -35,15 +40,25 @@ from typing import Any
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import (
     ABI3,
+    PORTABLE,
     Backend,
     library_filename,
+    portable_library_filename,
     python_target_tags,
     variant_label,
 )
 from devtools.errors import MatrixError
 from devtools.matrixtables import Platform, TorchMinor, TorchWheel
 
-__all__ = ["Cell", "cell_for_entry", "group_dir", "library_entry"]
+__all__ = [
+    "Cell",
+    "PortableCell",
+    "cell_for_entry",
+    "group_dir",
+    "library_entry",
+    "portable_cell_for_entry",
+    "portable_cells",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +168,87 @@ class Cell:
         }
 
 
-def group_dir(build_dir: Path, cell: Cell) -> Path:
+@dataclasses.dataclass(frozen=True)
+class PortableCell:
+    """The portable table of one group (platform x Python ABI): torch-agnostic, so it
+    has no torch, backend, ABI or variant label; one library per combined wheel."""
+
+    platform: Platform
+    #: ``"abi3"`` or a free-threaded ``"3.14t"``, as the group's cells.
+    python: str = ABI3
+    #: The job that builds it: the first job of its group in matrix order (one job per
+    #: library, so the job wheels never carry two builds of it).
+    job_id: str = ""
+    not_released: str = ""
+
+    @property
+    def freethreaded(self) -> bool:
+        return self.python != ABI3
+
+    @property
+    def python_tag(self) -> str:
+        return python_target_tags(self.python)[1]
+
+    @property
+    def id(self) -> str:
+        """``linux_x86_64-portable`` or ``linux_x86_64-portable-cp314t``."""
+        suffix = f"-{self.python_tag}" if self.freethreaded else ""
+        return f"{self.platform.name}-{PORTABLE}{suffix}"
+
+    @property
+    def group(self) -> str:
+        return f"{self.platform.name}-{self.python_tag}"
+
+    @property
+    def library(self) -> str:
+        return portable_library_filename(self.python, platform=self.platform.sys_platform)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "job": self.job_id,
+            "python": self.python,
+            "platform": self.platform.name,
+            "torch": "any",
+            "backend": "any",
+            "library": self.library,
+        }
+
+
+def portable_cells(cells: Iterable[Cell]) -> tuple[PortableCell, ...]:
+    """The portable cell of each group ``cells`` touch, in their order, built by the
+    group's first job."""
+    found: dict[tuple[str, str], PortableCell] = {}
+    for cell in cells:
+        key = (cell.platform.name, cell.python)
+        if key not in found:
+            found[key] = PortableCell(
+                platform=cell.platform,
+                python=cell.python,
+                job_id=cell.job_id,
+                not_released=cell.not_released,
+            )
+    return tuple(found.values())
+
+
+def portable_cell_for_entry(
+    cells: Iterable[Cell], entry: ManifestEntry, source: str | Path
+) -> PortableCell:
+    """The portable cell ``entry`` (a portable library listed in ``source``) was built
+    for: the one its ``cell`` id names among the matrix's groups. Raises
+    :class:`~devtools.errors.MatrixError` as :func:`cell_for_entry` does."""
+    by_id = {cell.id: cell for cell in portable_cells(cells)}
+    cell = by_id.get(entry.cell or "")
+    if cell is None or entry.python != cell.python:
+        raise MatrixError(
+            f"{source}: {entry.file} is a portable table (python {entry.python}) of cell "
+            f"{entry.cell!r}, which is no portable cell of matrix.toml (expected one of "
+            f"{', '.join(sorted(by_id)) or 'none'}); rebuild it with `nox -s build`"
+        )
+    return cell
+
+
+def group_dir(build_dir: Path, cell: Cell | PortableCell) -> Path:
     """Where a cell's library goes under ``build_dir`` (``build/cells``): its group
     folder (:attr:`Cell.group`)."""
     return build_dir / cell.group
@@ -193,9 +288,14 @@ def cell_for_entry(cells: Iterable[Cell], entry: ManifestEntry, source: str | Pa
     """
     by_id = {cell.id: cell for cell in cells}
     described = (
-        f"torch {entry.torch}, {entry.backend.value}, cxx11_abi={entry.cxx11_abi}, "
+        f"torch {entry.torch}, {entry.backend or 'any'}, cxx11_abi={entry.cxx11_abi}, "
         f"python {entry.python}"
     )
+    if entry.portable:
+        raise MatrixError(
+            f"{source}: {entry.file} is the portable table, no native cell's library "
+            "(portable_cell_for_entry reads its cell)"
+        )
     if entry.cell is None:
         raise MatrixError(
             f"{source}: {entry.file} ({described}) carries no cell id (it was built before "

@@ -98,7 +98,7 @@ def _parser(chosen: Command | None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="The developer tools of torch-c-dlpack-ext (run from the checkout's "
-        "root, with PYTHONPATH=python).",
+        "root; they use the checkout's python/, never an installed copy).",
         epilog=f"`{PROG} <command> --help` shows a command's options.",
     )
     parser.add_argument("--traceback", action="store_true", help="show tracebacks on errors")

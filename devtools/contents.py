@@ -14,7 +14,7 @@ from typing import Any
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from _torch_c_dlpack_ext_core.naming import DIST_NAME
 from _torch_c_dlpack_ext_core.version import __version__
-from devtools.cells import cell_for_entry
+from devtools.cells import cell_for_entry, portable_cell_for_entry
 from devtools.distfiles import WheelInfo, read_wheel
 from devtools.errors import MatrixError, ReleaseError
 from devtools.matrixmodel import Matrix
@@ -69,6 +69,13 @@ def _cells_in_wheels(
         if wheel.universal:
             continue
         for entry in wheel.libraries:
+            if entry.portable:  # the group's portable table: combined wheels only
+                try:
+                    cell_id = portable_cell_for_entry(cells, entry, wheel.path.name).id
+                except MatrixError:
+                    cell_id = f"{wheel.path.name}:{entry.file}"
+                combined.setdefault(cell_id, []).append(wheel.path.name)
+                continue
             try:
                 cell = cell_for_entry(cells, entry, wheel.path.name)
             except MatrixError:

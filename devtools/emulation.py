@@ -27,8 +27,9 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import CommandTimeoutError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
@@ -43,10 +44,12 @@ __all__ = [
     "Mounted",
     "capture",
     "check_host",
+    "debootstrap_root",
     "in_root",
     "last_lines",
     "log",
     "provision_root",
+    "read_root_record",
 ]
 
 
@@ -170,42 +173,87 @@ def _package_installed(name: str) -> bool:
 
 def provision_root(emulation: Emulation) -> Path:
     """The cached Debian root of ``emulation`` (made with debootstrap on first use)."""
+    root = dev_cache_root() / "emulated" / f"debian-{emulation.suite}-{emulation.debian_arch}"
+    return debootstrap_root(
+        root,
+        suite=emulation.suite,
+        arch=emulation.debian_arch,
+        include=("python3", "libstdc++6"),
+    )
+
+
+def debootstrap_root(
+    root: Path,
+    *,
+    suite: str,
+    arch: str | None = None,
+    include: Sequence[str],
+    prepare: Callable[[Path], dict[str, object]] | None = None,
+) -> Path:
+    """``root``, a cached Debian ``suite`` root (``debootstrap --variant=minbase
+    --include=...``; ``arch``: Debian's name, default the host's), made on first use.
+
+    Built under a lock into ``<root>.tmp``; ``prepare(staging)`` (whose record joins the
+    marker's) finishes it there before the rename, so a root without its marker is one a
+    killed run left, and is made again.
+    """
     from filelock import FileLock
 
-    base = dev_cache_root() / "emulated"
-    base.mkdir(parents=True, exist_ok=True)
-    root = base / f"debian-{emulation.suite}-{emulation.debian_arch}"
+    root.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root) + ".lock", timeout=3600):
         if (root / _MARKER).is_file():
             return root
         mirror = os.environ.get(MIRROR_VAR, DEFAULT_MIRROR)
         staging = root.with_name(root.name + ".tmp")
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(root, ignore_errors=True)
+        _remove_root(staging)
+        _remove_root(root)
         started = time.monotonic()
-        log(f"debootstrap {emulation.suite} {emulation.debian_arch} into {root} (~2-5 min)")
+        log(f"debootstrap {suite} {arch or 'native'} into {root} (~2-5 min)")
         cmd = [
             "debootstrap",
-            f"--arch={emulation.debian_arch}",
+            *([f"--arch={arch}"] if arch else []),
             "--variant=minbase",
-            "--include=python3,libstdc++6",
-            emulation.suite,
+            f"--include={','.join(include)}",
+            suite,
             str(staging),
             mirror,
         ]
         proc = capture(cmd, timeout=3600)
         if proc.returncode != 0:
-            shutil.rmtree(staging, ignore_errors=True)
+            _remove_root(staging)
             raise ProvisionError(f"debootstrap failed: {last_lines(proc)}")
-        staging.rename(root)
-        record = {
-            "suite": emulation.suite,
-            "arch": emulation.debian_arch,
+        record: dict[str, object] = {
+            "suite": suite,
+            "arch": arch,
+            "include": list(include),
             "mirror": mirror,
-            "seconds": round(time.monotonic() - started, 1),
         }
+        if prepare is not None:
+            try:
+                record.update(prepare(staging))
+            except BaseException:
+                _remove_root(staging)
+                raise
+        staging.rename(root)
+        record["seconds"] = round(time.monotonic() - started, 1)
         atomic_write_bytes(root / _MARKER, (json.dumps(record, indent=2) + "\n").encode())
     return root
+
+
+def read_root_record(root: Path) -> dict[str, Any]:
+    """The marker of a root :func:`debootstrap_root` made (suite, packages, what its
+    ``prepare`` recorded); raises ``FileNotFoundError`` for an incomplete root."""
+    record: dict[str, Any] = json.loads((root / _MARKER).read_text())
+    return record
+
+
+def _remove_root(path: Path) -> None:
+    # A killed run may have left /proc mounted inside: removing through it would try
+    # to delete the host's /proc entries (and fail slowly); unmount first.
+    proc_dir = path / "proc"
+    if os.path.ismount(proc_dir):
+        capture(["umount", "--lazy", str(proc_dir)])
+    shutil.rmtree(path, ignore_errors=True)
 
 
 class Mounted:
@@ -238,8 +286,16 @@ def in_root(
     env: dict[str, str],
     cwd: str = "/",
     timeout: float = STEP_TIMEOUT_S,
+    program: str = "/usr/bin/python3",
+    private_proc: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` with the root's python3 inside the root (``PYTHONPATH``: ``paths``)."""
+    """Run ``argv`` with the root's python3 (or ``program``, a path inside the root)
+    inside the root (``PYTHONPATH``: ``paths``), in an environment of its own.
+
+    ``private_proc``: mount ``/proc`` inside the root for this command alone, in a mount
+    namespace of its own (``unshare --mount``): nothing stays mounted when it ends, and
+    runs that share a root never unmount each other's ``/proc`` (without it, the caller
+    mounts it: :class:`Mounted`)."""
     inside = [f"/{p.relative_to(root)}" for p in paths]
     environment = {
         "PATH": "/usr/bin:/bin",
@@ -249,17 +305,22 @@ def in_root(
         "PYTHONDONTWRITEBYTECODE": "1",
         **env,
     }
-    cmd = [
-        "chroot",
-        str(root),
+    inner = [
         "/usr/bin/env",
         "-C",
         cwd,
         "-i",
         *(f"{k}={v}" for k, v in environment.items()),
-        "/usr/bin/python3",
+        program,
         *argv,
     ]
+    cmd = ["chroot", str(root), *inner]
+    if private_proc:
+        mount_then_chroot = 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"'
+        cmd = [
+            "unshare", "--mount", "--propagation", "private", "--",
+            "sh", "-c", mount_then_chroot, str(root), *inner,
+        ]  # fmt: skip
     try:
         return capture(cmd, timeout=timeout)
     except CommandTimeoutError as exc:

@@ -198,7 +198,11 @@ def _expected_library(files: ReleaseFiles, torch: str, backend: str) -> str | No
         if wheel.variant or wheel.universal or not verify.installs_here(wheel):
             continue
         for entry in wheel.libraries:
-            if entry.torch == torch and entry.backend.value == backend:
+            if (
+                entry.torch == torch
+                and entry.backend is not None
+                and entry.backend.value == backend
+            ):
                 return Path(entry.file).name
     return None
 

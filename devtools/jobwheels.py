@@ -14,7 +14,7 @@ from pathlib import Path
 
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PACKAGE
-from devtools.cells import Cell, cell_for_entry
+from devtools.cells import Cell, cell_for_entry, portable_cell_for_entry
 from devtools.errors import ReleaseError
 from devtools.repair import grafted_libraries
 from devtools.wheelnames import parse_wheel_name, platform_key
@@ -54,7 +54,10 @@ class JobGroup:
     ) -> None:
         # Job wheels are built by this version's `devtools.build` in the same workflow
         # run, so every entry names its cell: no fallback for entries without an id.
-        cell_for_entry(cells, entry, wheel)
+        if entry.portable:
+            portable_cell_for_entry(cells, entry, wheel)
+        else:
+            cell_for_entry(cells, entry, wheel)
         name = Path(entry.file).name
         known = self.entries.get(name)
         if known is not None:

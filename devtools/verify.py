@@ -94,7 +94,12 @@ def expected_library(
     and backend (the backend the diagnostics report for the installed torch: its
     build flavour, so PyPI's CUDA torch gets the CUDA library even without a GPU)."""
     for entry in entries:
-        if entry.backend.value == backend and entry.torch == torch and entry.cxx11_abi == cxx11_abi:
+        if (
+            entry.backend is not None
+            and entry.backend.value == backend
+            and entry.torch == torch
+            and entry.cxx11_abi == cxx11_abi
+        ):
             return entry
     return None
 

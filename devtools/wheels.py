@@ -7,7 +7,8 @@ place.
 
 - **combined** (one per platform and Python ABI: the ``cp39-abi3`` wheel every
   CPython >= 3.9 with the GIL installs, and one ``cp314-cp314t`` wheel per
-  free-threaded Python): every library built for it; on Linux ``auditwheel repair``
+  free-threaded Python): every library built for it, the group's portable table
+  included; on Linux ``auditwheel repair``
   gives it its manylinux tag with torch's and the GPU runtimes' libraries excluded
   (:mod:`devtools.repair`; they come from the user's torch install);
 - **variant** (PEP 825, one per cell): the cell's library alone, found by the cell id
@@ -43,7 +44,7 @@ from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes, load_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
 from devtools import ROOT
-from devtools.cells import cell_for_entry
+from devtools.cells import cell_for_entry, portable_cell_for_entry
 from devtools.errors import ReleaseError
 from devtools.hostenv import host_os
 from devtools.jobwheels import gather
@@ -81,9 +82,14 @@ def assemble_group(
     if not entries:
         return []
     # Every library's cell before anything is packed: an entry without a cell id fails
-    # here, naming the manifest, not after half the wheels are written.
+    # here, naming the manifest, not after half the wheels are written. The portable
+    # table goes into the combined wheel only (a variant wheel is one native cell's).
     all_cells = matrix.cells()
-    cells = [cell_for_entry(all_cells, e, libs / MANIFEST_NAME) for e in entries]
+    for entry in entries:
+        if entry.portable:
+            portable_cell_for_entry(all_cells, entry, libs / MANIFEST_NAME)
+    native = [e for e in entries if not e.portable]
+    cells = [cell_for_entry(all_cells, e, libs / MANIFEST_NAME) for e in native]
     made: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="tcde-wheels-") as tmp:
         work = Path(tmp)
@@ -100,7 +106,7 @@ def assemble_group(
             combined = out / plain.name
             _atomic_move(plain, combined)
         made.append(combined)
-        for entry, cell in zip(entries, cells):
+        for entry, cell in zip(native, cells):
             made.append(
                 assemble_wheel(
                     out,

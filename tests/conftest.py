@@ -8,6 +8,8 @@
   (the driver's cache key makes an unchanged rebuild a no-op);
 - ``torch213_library``: csrc/ compiled against the running torch;
 - ``old_torch_env``: factory for importable envs with an old PyPI torch;
+- ``portable_library``: the portable library (``csrc/portable``), compiled;
+- ``torch23_env``: PyPI's torch 2.3.1 (below the matrix) with apache-tvm-ffi;
 - ``progress``: write a line to the terminal past pytest's output capture;
   ``_torchenv_progress`` (autouse) sends ``devtools.torchenv``'s progress lines there
   (creating an env takes minutes).
@@ -159,6 +161,16 @@ def torch213_library(build_cache: Path) -> tuple[Path, ManifestEntry]:
     return path, entry
 
 
+@pytest.fixture(scope="session")
+def portable_library(build_cache: Path) -> Path:
+    """csrc/portable built as shipped (abi3, ``Py_LIMITED_API=0x03090000``) against the
+    running interpreter's headers, by ``tests.helpers.build_portable_library`` (a stand-in
+    for the release driver's build; a C compile of about a second, so not cached)."""
+    from tests.helpers import build_portable_library
+
+    return build_portable_library(build_cache / "portable-abi3")
+
+
 #: What the exchange suite needs inside an old-torch env besides torch itself.
 OLD_ENV_EXTRAS = ("pytest", "psutil")
 
@@ -173,3 +185,16 @@ def old_torch_env() -> Callable[[str], TorchEnv]:
         return torch_env(version, importable=True, extra=OLD_ENV_EXTRAS)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def torch23_env() -> TorchEnv:
+    """PyPI's torch 2.3.1 (older than the matrix) for CPython 3.11, importable, with
+    apache-tvm-ffi (created once under the dev cache; skips on another CPython)."""
+    from tests.helpers import OLD_TORCH, TVM_FFI
+
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip(f"the torch {OLD_TORCH} env is made for CPython 3.11; this is {sys.version}")
+    from devtools.torchenv import torch_env
+
+    return torch_env(OLD_TORCH, importable=True, python="3.11", extra=[TVM_FFI])

@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_SOURCE = ROOT / "python" / PACKAGE
 CORE_SOURCE = ROOT / "python" / CORE_PACKAGE
 CSRC = ROOT / "csrc"
+PORTABLE_SOURCE = CSRC / "portable" / "portable_api.c"
 FAKE_LIBRARY_SOURCE = (
     Path(__file__).resolve().parent / "integration" / "fixtures" / "fake_exchange.c"
 )
@@ -46,6 +47,8 @@ __all__ = [
     "ROOT",
     "Bundled",
     "build_fake_library",
+    "build_portable_library",
+    "bundle_portable",
     "clean_env",
     "make_package",
     "probe_import",
@@ -87,6 +90,41 @@ def build_fake_library(dest: Path, *defines: str, name: str = "libfake.so") -> P
         check=True,
         timeout=120,
     )
+    return out
+
+
+def build_portable_library(
+    dest: Path,
+    *,
+    limited_api: int | None = 0x03090000,
+    python_include: Path | None = None,
+    name: str = "libtorch_c_dlpack_ext-portable.so",
+    extra_flags: Sequence[str] = (),
+) -> Path:
+    """Compile the portable table (``csrc/portable``) as the release driver will (Linux gcc).
+
+    A stand-in for the official driver build, for tests: ``limited_api`` is the
+    ``Py_LIMITED_API`` value (``0x03090000``: abi3; ``0x030C0000``: abi3 with vectorcall,
+    needs CPython >= 3.12 headers; ``None``: the full API of the interpreter whose headers
+    are used), ``python_include`` defaults to the running interpreter's. Warnings are errors.
+    """
+    import sysconfig
+
+    import tvm_ffi.libinfo
+
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / name
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or "gcc"
+    include = python_include or Path(sysconfig.get_paths()["include"])
+    api = [] if limited_api is None else [f"-DPy_LIMITED_API={limited_api:#010x}"]
+    command = [
+        cc, "-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
+        "-Wall", "-Wextra", "-Werror", *api, '-DTCDE_TOOLCHAIN="test build"',
+        f"-I{include}", f"-I{tvm_ffi.libinfo.find_dlpack_include_path()}", *extra_flags,
+        "-o", str(out), str(PORTABLE_SOURCE),
+        f"-Wl,--version-script={CSRC / 'exports.map'}",
+    ]  # fmt: skip
+    subprocess.run(command, check=True, timeout=120)
     return out
 
 
@@ -258,3 +296,42 @@ def probe_import(
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["package"].startswith(str(root)), result["package"]
     return result
+
+
+#: A PyPI torch older than the matrix (native libraries: 2.4-2.9; 2.10+ defer), served by
+#: the portable table only; a CUDA 12.1 build (pre-cxx11 ABI) for CPython <= 3.12.
+OLD_TORCH = "2.3.1"
+#: The apache-tvm-ffi of the portable table's proofs (docs/facts.md checked this release);
+#: pinned, so the cached envs and the Debian root's wheelhouse hold the same one.
+TVM_FFI = "apache-tvm-ffi==0.1.15.post2"
+
+
+def bundle_portable(root: Path, library: Path, *, python: str = "abi3") -> Path:
+    """Add the portable library (the torch-agnostic table) to the package
+    :func:`make_package` made at ``root``, with the manifest entry the build writes for
+    it (``any`` in ``torch``, ``torch_build`` and ``backend``; null in ``cxx11_abi`` and
+    ``gpu_toolkit``). Returns ``root``."""
+    from _torch_c_dlpack_ext_core.manifest import load_manifest
+    from _torch_c_dlpack_ext_core.naming import ANY, portable_library_filename
+
+    package = root / PACKAGE
+    name = portable_library_filename(python)
+    target = package / LIBS_DIR / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(library, target)
+    entry = ManifestEntry(
+        file=f"{LIBS_DIR}/{name}",
+        torch=ANY,
+        torch_build=ANY,
+        backend=None,
+        cxx11_abi=None,
+        dlpack="1.3",
+        toolchain="test",
+        gpu_toolkit=None,
+        platform="linux_x86_64",
+        python=python,
+        size=target.stat().st_size,
+        sha256=sha256_of(target),
+    )
+    write_manifest(package / MANIFEST_NAME, [*load_manifest(package / MANIFEST_NAME), entry])
+    return root

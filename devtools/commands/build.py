@@ -55,7 +55,7 @@ from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from devtools import ROOT, build
 from devtools.buildhost import host_platform_name
-from devtools.cells import Cell, group_dir
+from devtools.cells import Cell, PortableCell, group_dir, portable_cells
 from devtools.errors import CellsNotBuiltError
 from devtools.matrix import load_matrix
 from devtools.matrixmodel import Matrix
@@ -79,7 +79,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "cross-compiled with its cross toolchain (linux_aarch64 on a Linux host: "
         "apt-get install g++-aarch64-linux-gnu)",
     )
-    parser.add_argument("--jobs", type=int, default=1, help="cells built in parallel (processes)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="cells built in parallel (processes; default: one per CPU, as many as the "
+        "available memory holds at 1.5 GiB per compile)",
+    )
+    parser.add_argument(
+        "--no-freethreaded",
+        action="store_true",
+        help="leave out the free-threaded cells (*-cp313t, *-cp314t): on a fresh machine "
+        "their CPythons are first compiled from source (~15 minutes each on 2 cores)",
+    )
     parser.add_argument("--build-dir", type=Path, default=DEFAULT_BUILD_DIR)
     parser.add_argument(
         "--out", type=Path, default=None, help="where the wheels and the sdist go (default: dist/)"
@@ -162,7 +174,23 @@ def print_table(results: Sequence[build.CellResult]) -> None:
         print(f"{r.cell:<{width}}  {r.status:<8} {r.seconds:>8.1f} {size:>10}  {note}")
 
 
+def without_freethreaded(cells: Sequence[Cell]) -> tuple[Cell, ...]:
+    """``--no-freethreaded``: ``cells`` less the free-threaded ones; a selection of
+    free-threaded cells only is a :class:`ConfigError` (it would build nothing)."""
+    kept = tuple(cell for cell in cells if not cell.freethreaded)
+    if not kept:
+        raise ConfigError(
+            "--no-freethreaded leaves none of the selected cells (all are free-threaded); "
+            "drop one of --no-freethreaded and --cells"
+        )
+    return kept
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.jobs is None:
+        from devtools.buildhost import default_jobs
+
+        args.jobs = default_jobs()
     if args.jobs < 1:
         raise ConfigError(f"--jobs {args.jobs}: must be 1 or more")
     from build_backend._options import source_date_epoch
@@ -181,10 +209,23 @@ def run(args: argparse.Namespace) -> int:
         return 0
     matrix = load_matrix()
     cells = select_cells(matrix, args.cells, args.platform)
+    if args.no_freethreaded:
+        cells = without_freethreaded(cells)
     started = time.monotonic()
     print(f"building {len(cells)} cell(s) with --jobs {args.jobs}", file=sys.stderr)
     build_dir = args.build_dir.resolve()
     results = build.build_cells(cells, build_dir, jobs=args.jobs, target=args.platform)
+    # The portable table of each group the selection touches; with --libs-dir (CI's
+    # per-job build) only in the group's first job, so one job wheel carries it.
+    of_group = {p.id: p for p in portable_cells(matrix.cells())}
+    chosen = [
+        of_group[p.id]
+        for p in portable_cells(cells)
+        if args.libs_dir is None or any(c.job_id == of_group[p.id].job_id for c in cells)
+    ]
+    portable = build.build_portable_cells(chosen, build_dir, target=args.platform)
+    every: list[Cell | PortableCell] = [*cells, *chosen]
+    results += portable
     wall = round(time.monotonic() - started, 1)
     print_table(results)
     report: dict[str, Any] = {
@@ -198,13 +239,15 @@ def run(args: argparse.Namespace) -> int:
         # Nothing to pack: a build of none of the requested cells is a failure, whatever
         # the reasons (another platform, a missing interpreter).
         raise CellsNotBuiltError(
-            f"none of the {len(results)} selected cell(s) was built: "
+            f"none of the {len(cells)} selected cell(s) was built"
+            + (f" (nor the groups' {len(chosen)} portable table(s))" if chosen else "")
+            + ": "
             + "; ".join(f"{r.cell}: {r.status} ({build.clip(r.reason, 120)})" for r in results[:6])
             + (f"; and {len(results) - 6} more" if len(results) > 6 else "")
             + f" (report: {report_file})"
         )
     if args.libs_dir is not None:
-        entries = build.copy_libs(cells, results, build_dir, args.libs_dir.resolve())
+        entries = build.copy_libs(every, results, build_dir, args.libs_dir.resolve())
         print(f"copied {len(entries)} librar(y/ies) and their manifest to {args.libs_dir}")
     if not args.no_assemble:
         from devtools import wheels
@@ -212,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
         # Exactly the selected cells this run built or found cached: the group
         # directories also keep libraries of cells an earlier run selected.
         groups: dict[Path, set[str]] = {}
-        for cell, result in zip(cells, results):
+        for cell, result in zip(every, results):
             if result.entry is not None:
                 groups.setdefault(group_dir(build_dir, cell), set()).add(str(result.entry["file"]))
         artifacts = wheels.assemble_dist(groups, out, matrix=matrix, repair=not args.no_repair)

@@ -11,6 +11,9 @@ developer tools, the tests and the benchmarks import these modules normally, whi
 - :mod:`.manifest`: the manifest schema, reading, writing and verification;
 - :mod:`.dlpack_ctypes`: ctypes mirrors of the DLPack structs and the exchange table;
 - :mod:`.run`: the one subprocess helper;
+- :mod:`.trust`: what may be loaded (OpenSSH's StrictModes: owner and mode of the file
+  and of every directory above it); :mod:`.buildlock`: the build lock and its owner,
+  and what killed builds left;
 - :mod:`.driver`, :mod:`.torchinstall`, :mod:`.headers`: the compiler driver, a torch
   installation read from its files, the headers a build finds;
 - :mod:`.toolchains`: gnu, darwin, msvc behind one ``Toolchain`` protocol (compiler,

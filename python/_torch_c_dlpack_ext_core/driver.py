@@ -6,8 +6,11 @@
 the torch installation's files (never from whether torch imports here), and:
 
 * fails early with a typed error naming what is wrong and how to fix it;
-* builds under a lock (``<library>.lock``) so concurrent builds of one target
-  do the work once;
+* builds under a lock (``<library>.lock``, its holder recorded beside it:
+  :mod:`.buildlock`) so concurrent builds of one target do the work once, a waiter
+  says whom it waits for, and the next build removes what a killed one left;
+* for a caller that loads what it builds (the JIT: ``owners``), builds into, and reuses
+  a cached build from, only a directory no third user could have written (:mod:`.trust`);
 * compiles to a temporary name, audits the result, then renames it into place,
   so a failed or killed build never leaves a library at the output path;
 * records a cache key in ``<library>.build.json``: an unchanged target
@@ -43,6 +46,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .buildlock import (
+    LOCK_TIMEOUT_S,
+    SCRATCH_PREFIX,
+    clean_stale_scratch,
+    clean_stale_temps,
+    hold,
+)
 from .errors import (
     ABIMismatchError,
     BackendUnavailableError,
@@ -53,15 +63,18 @@ from .errors import (
     TorchInstallError,
 )
 from .headers import (
+    cuda_mismatch_note,
     find_dlpack_include,
     find_gpu_toolkit,
     find_python_include,
     python_target_of_headers,
 )
-from .manifest import ManifestEntry, atomic_write_bytes, new_temp_file, sha256_of, verify_file
+from .manifest import ManifestEntry, atomic_write_bytes, new_temp_file, read_verified, sha256_of
 from .naming import (
     ABI3,
+    ANY,
     LIMITED_API_VERSION,
+    NATIVE_BACKENDS,
     PACKAGE,
     SOURCE_SUFFIXES,
     Backend,
@@ -74,14 +87,19 @@ from .stableabi import audit_stable_abi
 from .toolchains import AuditOutcome, CompileJob, Toolchain, toolchain_for
 from .toolchains.protocol import SCRATCH_PLACEHOLDER
 from .torchinstall import TorchInstall
+from .trust import TrustedOwners, check_trusted, read_trusted
+from .version import __version__
 
 __all__ = [
     "BuildPlan",
+    "PortablePlan",
     "check_tensor_layout",
     "compile_library",
+    "compile_portable_library",
     "find_sources",
     "main",
     "plan_build",
+    "plan_portable",
 ]
 
 #: Bump when the driver changes what it produces, so old cache records stop matching.
@@ -103,8 +121,8 @@ _THPVARIABLE_HEADS: tuple[tuple[tuple[int, int], tuple[int, int], str], ...] = (
     ((2, 4), (2, 9), "PyObject_HEAD c10::MaybeOwned<at::Tensor> cdata;"),
     ((2, 10), (2, 15), "PyObject_HEAD at::Tensor cdata;"),
 )
-#: A build of one target taking longer than this means a stuck holder of the lock.
-_LOCK_TIMEOUT_S = 3600.0
+#: Where the portable library's sources are, in the source dir (``csrc/``).
+PORTABLE_DIR = "portable"
 
 
 def _torch_libraries(backend: Backend, *, torch_python: bool) -> tuple[str, ...]:
@@ -165,6 +183,9 @@ class BuildPlan:
     #: The file exporting the target Python's C API, for the ELF audit (``None``: the
     #: running interpreter's).
     python_exports: Path | None = None
+    #: What a user should know about this build (CUDA headers of another major than
+    #: torch's): said when it compiles, never on a cache hit.
+    notes: tuple[str, ...] = ()
 
     @property
     def limited_api(self) -> bool:
@@ -274,7 +295,7 @@ class BuildPlan:
         digest = hashlib.sha256()
         record = {
             "schema": _CACHE_SCHEMA,
-            "sources": _source_digests(self.source_dir),
+            "sources": _source_digests(self.source_dir, skip=PORTABLE_DIR),
             "torch": self.torch.identity,
             "backend": self.backend.value,
             "python": [self.python, _python_headers_identity(self.python_include)],
@@ -316,11 +337,16 @@ def _python_headers_identity(include: Path) -> dict[str, str]:
     }
 
 
-def _source_digests(source_dir: Path) -> dict[str, str]:
+def _source_digests(source_dir: Path, *, skip: str = "") -> dict[str, str]:
+    """sha256 of each source file under ``source_dir``, except those in its folder
+    ``skip`` (the native library's key leaves out ``portable/``, which it never reads, so a
+    change to the portable table rebuilds no native cell)."""
     return {
         path.relative_to(source_dir).as_posix(): sha256_of(path)
         for path in sorted(source_dir.rglob("*"))
-        if path.is_file() and path.suffix in SOURCE_SUFFIXES
+        if path.is_file()
+        and path.suffix in SOURCE_SUFFIXES
+        and not (skip and path.relative_to(source_dir).parts[0] == skip)
     }
 
 
@@ -435,6 +461,11 @@ def plan_build(
     toolchain = toolchain_for(platform)
     environ = os.environ if environ is None else environ
     backend = parse_backend(backend)
+    if backend not in NATIVE_BACKENDS:
+        raise BackendUnavailableError(
+            f"no native library exists for the {backend.value} backend; the portable table "
+            "serves that torch (compile_portable_library)"
+        )
     install = (
         torch
         if isinstance(torch, TorchInstall)
@@ -501,6 +532,7 @@ def plan_build(
         python_import_lib=python_import_lib,
         cxx_args=compiler.args,
         python_exports=exports,
+        notes=tuple(filter(None, [cuda_mismatch_note(install, gpu_toolkit)])),
     )
 
 
@@ -535,29 +567,59 @@ def _python_exports(include: Path, target: str, explicit: Path | str | None) -> 
     )
 
 
-def _cached_entry(plan: BuildPlan, key: str) -> ManifestEntry | None:
+#: The most a build record may be (they are about 2 kB).
+_MAX_RECORD_BYTES = 1 << 20
+
+
+def _cached_entry(
+    plan: BuildPlan | PortablePlan, key: str, owners: TrustedOwners | None = None
+) -> ManifestEntry | None:
+    """The entry an earlier build recorded for ``key``, if its library is intact. With
+    ``owners`` (a caller that loads the library: the JIT), the record and the library are
+    read only from files they alone could have written (:mod:`.trust`; an
+    :class:`~.errors.UntrustedPathError` otherwise): the record carries the library's
+    sha256 itself, so it proves nothing about who wrote either."""
     try:
-        record = json.loads(plan.sidecar.read_text(encoding="utf-8"))
+        if owners is None:
+            raw = plan.sidecar.read_bytes()
+        else:
+            raw = read_trusted(plan.sidecar, _MAX_RECORD_BYTES, owners)
+        record = json.loads(raw)
     except (OSError, ValueError):
         return None
     if not isinstance(record, dict) or record.get("key") != key:
         return None
     try:
         entry = ManifestEntry.from_json(record.get("entry"))
-        verify_file(entry, plan.output_dir)
+        if entry.file != plan.filename:
+            return None
+        read_verified(entry, plan.output_dir, owners=owners)
     except ManifestError:
         return None
-    return entry if entry.file == plan.filename else None
+    return entry
 
 
-def _build(
-    plan: BuildPlan,
+def _publish(
+    plan: BuildPlan | PortablePlan,
     key: str,
     *,
-    audit: bool,
-    stable_abi_audit: bool | None = None,
-    echo: bool = True,
+    what: str,
+    compiler_hint: str,
+    echo: bool,
+    stale_after: float,
+    check: Callable[[Path], None],
+    entry_of: Callable[[Path, str], ManifestEntry],
 ) -> ManifestEntry:
+    """The steps every build takes, native or portable: remove what killed builds left,
+    compile ``plan`` to a temporary name, ``check`` it (the audits), describe it
+    (``entry_of(temporary, platform)``), rename it into place and write its record.
+    ``what``: how a failure names the compile; ``compiler_hint``: what to check when the
+    compiler wrote nothing. On failure no library is left at the output path."""
+    # What killed builds of this library left (their pid is dead, or they are older than
+    # the lock timeout); under the lock, so no live build of it is writing.
+    for stale in clean_stale_temps(plan.output_dir, f".{plan.filename}.", stale_after):
+        if echo:
+            print(f"removed {stale.name}, left by a killed build", file=sys.stderr, flush=True)
     # The umask's mode for an executable (0755 under 022), not mkstemp's 0600: the cache
     # is meant to be shared. Taken from the new file, because the linker may replace it.
     fd, tmp = new_temp_file(plan.output_dir, prefix=f".{plan.filename}.", suffix=".tmp", mode=0o777)
@@ -565,7 +627,8 @@ def _build(
         mode = os.fstat(fd).st_mode & 0o777
     finally:
         os.close(fd)
-    scratch = tempfile.TemporaryDirectory(prefix="tcde-build-")
+    clean_stale_scratch(Path(tempfile.gettempdir()), SCRATCH_PREFIX)
+    scratch = tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
     toolchain = plan.platform_toolchain
     try:
         scratch_dir = Path(scratch.name)
@@ -576,8 +639,7 @@ def _build(
         try:
             run(command, echo=echo)
         except CommandError as exc:
-            what = f"compiling {plan.filename} against torch {plan.torch.version} failed"
-            raise BuildError.from_command(what, exc, tail=6000) from None
+            raise BuildError.from_command(f"{what} failed", exc, tail=6000) from None
         if echo:
             print(
                 f"compiled {plan.filename} in {time.monotonic() - started:.1f} s",
@@ -586,10 +648,44 @@ def _build(
             )
         if tmp.stat().st_size == 0:
             raise BuildError(
-                f"compiling {plan.filename}: {shlex.join(command[: 1 + len(plan.cxx_args)])} "
-                "exited 0 but wrote no library; is CXX a C++ compiler? Set it to g++ or clang++",
+                f"{what}: {shlex.join(command[: 1 + len(job.cxx_args)])} exited 0 but "
+                f"wrote no library; {compiler_hint}",
                 command=command,
             )
+        check(tmp)
+        # A cross toolchain's libraries are for its target, not for this host.
+        entry = entry_of(tmp, toolchain.target_platform or host_platform_tag())
+        tmp.chmod(mode)
+        os.replace(tmp, plan.output)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        scratch.cleanup()
+    # "package": the version whose sources were built; a reader that cannot compute the
+    # key (a read-only cache) checks it beside the entry's torch, backend, ABIs.
+    record = {
+        "key": key,
+        "entry": entry.to_json(),
+        "command": plan.command(plan.output),
+        "package": __version__,
+    }
+    atomic_write_bytes(plan.sidecar, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+    return entry
+
+
+def _build(
+    plan: BuildPlan,
+    key: str,
+    *,
+    audit: bool,
+    stable_abi_audit: bool | None = None,
+    echo: bool = True,
+    stale_after: float = LOCK_TIMEOUT_S,
+) -> ManifestEntry:
+    toolchain = plan.platform_toolchain
+
+    def check(tmp: Path) -> None:
         compiler = (plan.cxx, *plan.cxx_args)
         if (
             audit
@@ -610,7 +706,9 @@ def _build(
             )
         if audit and plan.limited_api:
             audit_stable_abi(tmp, name=plan.filename, required=stable_abi_audit)
-        entry = ManifestEntry(
+
+    def entry_of(tmp: Path, platform: str) -> ManifestEntry:
+        return ManifestEntry(
             file=plan.filename,
             torch=f"{plan.torch.major}.{plan.torch.minor}",
             torch_build=plan.torch.version,
@@ -619,22 +717,51 @@ def _build(
             dlpack=plan.dlpack_version,
             toolchain=plan.toolchain,
             gpu_toolkit=plan.gpu_toolkit,
-            # A cross toolchain's libraries are for its target, not for this host.
-            platform=toolchain.target_platform or host_platform_tag(),
+            platform=platform,
             python=plan.python,
             size=tmp.stat().st_size,
             sha256=sha256_of(tmp),
         )
-        tmp.chmod(mode)
-        os.replace(tmp, plan.output)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    finally:
-        scratch.cleanup()
-    record = {"key": key, "entry": entry.to_json(), "command": plan.command(plan.output)}
-    atomic_write_bytes(plan.sidecar, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
-    return entry
+
+    return _publish(
+        plan,
+        key,
+        what=f"compiling {plan.filename} against torch {plan.torch.version}",
+        compiler_hint="is CXX a C++ compiler? Set it to g++ or clang++",
+        echo=echo,
+        stale_after=stale_after,
+        check=check,
+        entry_of=entry_of,
+    )
+
+
+def _locked_build(
+    plan: BuildPlan | PortablePlan,
+    key: str,
+    *,
+    owners: TrustedOwners | None,
+    timeout: float,
+    echo: bool,
+    announce: Callable[[], None],
+    build: Callable[[], ManifestEntry],
+) -> ManifestEntry:
+    """Under ``plan``'s lock: its cached build when the record matches ``key`` (read from
+    files ``owners`` alone could write, when given), else ``announce()`` and ``build()``.
+    With ``owners``, the output directory is checked before the lock file is made there: a
+    directory another user can write is refused (they could swap what is built, or plant a
+    record and a library)."""
+    plan.output_dir.mkdir(parents=True, exist_ok=True)
+    if owners is not None:
+        check_trusted(plan.output_dir, owners, directory=True)
+    lock_path = Path(str(plan.output) + ".lock")
+    with hold(lock_path, timeout, f"the build of {plan.filename}"):
+        cached = _cached_entry(plan, key, owners)
+        if cached is not None:
+            if echo:
+                print(f"{plan.filename} is up to date (cache hit)", file=sys.stderr, flush=True)
+            return cached
+        announce()
+        return build()
 
 
 def compile_library(
@@ -655,6 +782,8 @@ def compile_library(
     echo: bool = True,
     on_compile: Callable[[BuildPlan], None] | None = None,
     platform: str | None = None,
+    owners: TrustedOwners | None = None,
+    lock_timeout: float | None = None,
 ) -> ManifestEntry:
     """Compile the exchange library for one target and return its manifest entry.
 
@@ -681,7 +810,17 @@ def compile_library(
     ``echo``: print the compiler command, the time it took and a cache hit to stderr
     (the build tools' log); ``False`` prints nothing on success (the JIT at import).
     ``on_compile``: called with the plan just before a compile starts (not on a cache
-    hit), under the lock, so a caller can say once that it is building.
+    hit), under the lock, so a caller can say once that it is building (and its
+    ``notes``); with ``echo`` and no ``on_compile`` the notes are printed then.
+
+    ``owners``: for a caller that loads what is built (the JIT), who may own the output
+    directory, every directory above it and a cached build (:mod:`.trust`); anything else
+    raises :class:`~.errors.UntrustedPathError`. ``None`` (the build tools and the build
+    backend, which package what they build from a source tree its builder already
+    trusts, such as a checkout another uid owns in a container): not checked.
+    ``lock_timeout``: how long
+    to wait for another process's build of the same library (default
+    :data:`.buildlock.LOCK_TIMEOUT_S`); a waiter says so at once on stderr.
 
     The library lands in ``output_dir`` under :func:`~.naming.library_filename`;
     the entry's ``file`` is that bare name. An unchanged target is a cache hit
@@ -689,9 +828,8 @@ def compile_library(
     subclass (a failed tool run is a :class:`BuildError` carrying its command and
     output); on failure no library is left at the output path.
     """
-    from filelock import FileLock, Timeout
-
     try:
+        timeout = LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
         plan = plan_build(
             torch=torch,
             backend=backend,
@@ -707,30 +845,299 @@ def compile_library(
             platform=platform,
         )
         key = plan.cache_key()
-        plan.output_dir.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(plan.output) + ".lock", timeout=_LOCK_TIMEOUT_S)
-        try:
-            with lock:
-                cached = _cached_entry(plan, key)
-                if cached is not None:
-                    if echo:
-                        print(
-                            f"{plan.filename} is up to date (cache hit)",
-                            file=sys.stderr,
-                            flush=True,
-                        )
-                    return cached
-                if on_compile is not None:
-                    on_compile(plan)
-                return _build(plan, key, audit=audit, stable_abi_audit=stable_abi_audit, echo=echo)
-        except Timeout:
-            raise BuildError(
-                f"another build of {plan.output} held {lock.lock_file} for over "
-                f"{_LOCK_TIMEOUT_S:.0f} s; if no build is running, delete that lock file"
-            ) from None
+
+        def announce() -> None:
+            if on_compile is not None:
+                on_compile(plan)
+            elif echo:
+                for note in plan.notes:
+                    print(f"note: {note}", file=sys.stderr, flush=True)
+
+        return _locked_build(
+            plan,
+            key,
+            owners=owners,
+            timeout=timeout,
+            echo=echo,
+            announce=announce,
+            build=lambda: _build(
+                plan,
+                key,
+                audit=audit,
+                stable_abi_audit=stable_abi_audit,
+                echo=echo,
+                stale_after=timeout,
+            ),
+        )
     except CommandError as exc:
         # A tool run the steps above do not translate themselves: still a failed build.
         raise BuildError(str(exc), command=exc.cmd, output=exc.stderr or exc.stdout) from None
+
+
+# The portable library: torch-free, C11, Python.h and dlpack/dlpack.h only.
+
+
+@dataclasses.dataclass(frozen=True)
+class PortablePlan:
+    """One compile of the portable library (``csrc/portable/*.c``): the torch-free C
+    plan beside :class:`BuildPlan`, built by the same toolchain (its C compiler), with the
+    same discipline (plan first, temp name, audit, rename, cache record)."""
+
+    cc: str
+    compiler_banner: str
+    #: ``gcc 12.2.0``: recorded in the library (``TCDE_TOOLCHAIN``) and the manifest.
+    toolchain: str
+    dlpack_include: Path
+    dlpack_version: str
+    python_include: Path
+    #: ``abi3``, ``abi3.12`` (the limited API of 3.12: vectorcall) or a free-threaded
+    #: ``3.14t`` (:func:`.headers.python_target_of_headers` of the headers).
+    python: str
+    sources: tuple[Path, ...]
+    #: ``csrc/portable``.
+    source_dir: Path
+    #: ``csrc/exports.map``: the native library's three exports, the same three here.
+    version_script: Path
+    output_dir: Path
+    platform: str
+    python_import_lib: Path | None = None
+    cc_args: tuple[str, ...] = ()
+    python_exports: Path | None = None
+
+    @property
+    def limited_api(self) -> int | None:
+        """``Py_LIMITED_API`` of an abi3 build (``None``: the full API)."""
+        from .naming import parse_python_target
+
+        if not self.python.startswith(ABI3):
+            return None
+        major, minor, _ = parse_python_target(self.python)
+        return (major << 24) | (minor << 16)
+
+    @property
+    def platform_toolchain(self) -> Toolchain:
+        return toolchain_for(self.platform)
+
+    @property
+    def filename(self) -> str:
+        from .naming import portable_library_filename
+
+        return portable_library_filename(self.python, platform=self.platform)
+
+    @property
+    def output(self) -> Path:
+        return self.output_dir / self.filename
+
+    @property
+    def sidecar(self) -> Path:
+        return self.output_dir / f"{self.filename}.build.json"
+
+    def job(self) -> CompileJob:
+        defines = [] if self.limited_api is None else [f"Py_LIMITED_API=0x{self.limited_api:08x}"]
+        return CompileJob(
+            cxx=self.cc,
+            std="c11",
+            defines=(*defines, f'TCDE_TOOLCHAIN="{self.toolchain}"'),
+            includes=(self.dlpack_include, self.python_include),
+            sources=self.sources,
+            source_dir=self.source_dir,
+            lib_dir=None,
+            libraries=(),
+            filename=self.filename,
+            python_import_lib=self.python_import_lib,
+            cxx_args=self.cc_args,
+            language="c",
+            version_script=self.version_script,
+        )
+
+    def command(self, output: Path | str, scratch: Path | str = SCRATCH_PLACEHOLDER) -> list[str]:
+        return self.platform_toolchain.command(self.job(), output, scratch)
+
+    def cache_key(self) -> str:
+        """sha256 over what decides the library's bytes (sources, headers, compiler,
+        command with locations as placeholders), as :meth:`BuildPlan.cache_key`."""
+        places = {
+            "<sources>": self.source_dir,
+            "<exports>": self.version_script,
+            "<dlpack>": self.dlpack_include,
+            "<python-include>": self.python_include,
+        }
+        if self.python_import_lib is not None:
+            places["<python-lib>"] = self.python_import_lib
+        record = {
+            "schema": _CACHE_SCHEMA,
+            "table": "portable",
+            "sources": _source_digests(self.source_dir),
+            "exports": sha256_of(self.version_script),
+            "python": [self.python, _python_headers_identity(self.python_include)],
+            "compiler": [self.cc, self.compiler_banner],
+            "command": _without_locations(self.command("{output}"), places),
+            "dlpack": [self.dlpack_version, sha256_of(self.dlpack_include / "dlpack" / "dlpack.h")],
+        }
+        return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def plan_portable(
+    *,
+    output_dir: Path | str,
+    cc: str | os.PathLike[str] | None = None,
+    dlpack_include: Path | str | None = None,
+    python_include: Path | str | None = None,
+    source_dir: Path | str | None = None,
+    python: str | None = None,
+    python_exports: Path | str | None = None,
+    python_lib: Path | str | None = None,
+    platform: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> PortablePlan:
+    """Resolve and check everything the portable library's compile needs: no torch.
+
+    ``source_dir``: the ``csrc/`` holding ``portable/*.c`` and ``exports.map`` (default:
+    :func:`find_sources`' directory). ``python``: ``abi3`` (default for a GIL CPython's
+    headers), ``abi3.12`` (the limited API of 3.12, needs those headers) or, checked
+    against the headers, a free-threaded ``3.14t``. Raises :class:`BuildError` (a missing
+    C compiler is a :class:`~.errors.CompilerNotFoundError`)."""
+    platform = sys.platform if platform is None else platform
+    environ = os.environ if environ is None else environ
+    toolchain = toolchain_for(platform)
+    csrc = Path(source_dir) if source_dir is not None else find_sources()[0]
+    portable_dir = csrc / PORTABLE_DIR
+    sources = tuple(sorted(portable_dir.glob("*.c")))
+    if not sources:
+        raise BuildError(
+            f"no portable table sources (*.c) in {portable_dir}; pass source_dir=<the "
+            "project's csrc/> or reinstall torch-c-dlpack-ext"
+        )
+    version_script = csrc / "exports.map"
+    dlpack_dir, dlpack_version = find_dlpack_include(
+        Path(dlpack_include) if dlpack_include is not None else None
+    )
+    compiler = toolchain.find_c_compiler(cc, environ)
+    py_include = find_python_include(Path(python_include) if python_include else None)
+    target = python_target_of_headers(py_include)
+    if python is not None and python != target:
+        from .naming import parse_python_target
+
+        wanted = parse_python_target(python)
+        if not (target == ABI3 and wanted[2] == "abi3" and _headers_at_least(py_include, wanted)):
+            raise BuildError(
+                f"python={python!r} was requested, but the headers in {py_include} make a "
+                f"{target!r} library; pass python_include=<the include dir of the CPython "
+                f"that {python!r} names>"
+            )
+        target = python
+    python_import_lib = toolchain.python_import_library(
+        Path(python_lib) if python_lib is not None else None, limited_api=target.startswith(ABI3)
+    )
+    return PortablePlan(
+        cc=compiler.path,
+        compiler_banner=compiler.banner,
+        toolchain=compiler.identity,
+        dlpack_include=dlpack_dir,
+        dlpack_version=dlpack_version,
+        python_include=py_include,
+        python=target,
+        sources=tuple(s.resolve() for s in sources),
+        source_dir=portable_dir.resolve(),
+        version_script=version_script.resolve(),
+        output_dir=Path(output_dir).resolve(),
+        platform=platform,
+        python_import_lib=python_import_lib,
+        cc_args=compiler.args,
+        python_exports=_python_exports(py_include, target, python_exports),
+    )
+
+
+def _headers_at_least(include: Path, wanted: tuple[int, int, str]) -> bool:
+    """The CPython headers in ``include`` are of ``wanted``'s version or later (an abi3.12
+    build needs 3.12's)."""
+    text = (include / "patchlevel.h").read_text(encoding="utf-8", errors="replace")
+    major = re.search(r"#define\s+PY_MAJOR_VERSION\s+(\d+)", text)
+    minor = re.search(r"#define\s+PY_MINOR_VERSION\s+(\d+)", text)
+    return bool(major and minor) and (int(major.group(1)), int(minor.group(1))) >= wanted[:2]  # type: ignore[union-attr]
+
+
+def compile_portable_library(
+    *,
+    output_dir: Path | str,
+    audit: bool = True,
+    stable_abi_audit: bool | None = None,
+    echo: bool = True,
+    on_compile: Callable[[PortablePlan], None] | None = None,
+    owners: TrustedOwners | None = None,
+    lock_timeout: float | None = None,
+    **plan: Any,
+) -> ManifestEntry:
+    """Compile the portable library (the torch-agnostic table) and return its manifest
+    entry (``torch``, ``torch_build``, ``backend``: ``any``). ``plan``: what
+    :func:`plan_portable` takes; ``owners``, ``lock_timeout``, ``echo``, ``on_compile``:
+    as :func:`compile_library` takes them (the JIT passes ``owners``). The same steps as
+    the native library's: under the output's lock a cache hit compiles nothing; otherwise
+    it compiles to a temporary name, audits (the toolchain's torch-free audit: no torch
+    library or symbol; and, for an abi3 library, the stable ABI audit), and renames into
+    place."""
+    try:
+        timeout = LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
+        built = plan_portable(output_dir=output_dir, **plan)
+        key = built.cache_key()
+        return _locked_build(
+            built,
+            key,
+            owners=owners,
+            timeout=timeout,
+            echo=echo,
+            announce=lambda: None if on_compile is None else on_compile(built),
+            build=lambda: _build_portable(
+                built, key, audit=audit, stable=stable_abi_audit, echo=echo, stale_after=timeout
+            ),
+        )
+    except CommandError as exc:
+        raise BuildError(str(exc), command=exc.cmd, output=exc.stderr or exc.stdout) from None
+
+
+def _build_portable(
+    plan: PortablePlan,
+    key: str,
+    *,
+    audit: bool,
+    stable: bool | None,
+    echo: bool,
+    stale_after: float = LOCK_TIMEOUT_S,
+) -> ManifestEntry:
+    def check(tmp: Path) -> None:
+        if audit:
+            plan.platform_toolchain.audit_torch_free(
+                tmp, cc=(plan.cc, *plan.cc_args), python_exports=plan.python_exports
+            )
+            if plan.limited_api is not None:
+                audit_stable_abi(tmp, name=plan.filename, required=stable)
+
+    def entry_of(tmp: Path, platform: str) -> ManifestEntry:
+        return ManifestEntry(
+            file=plan.filename,
+            torch=ANY,
+            torch_build=ANY,
+            backend=None,
+            cxx11_abi=None,
+            dlpack=plan.dlpack_version,
+            toolchain=plan.toolchain,
+            gpu_toolkit=None,
+            platform=platform,
+            python=plan.python,
+            size=tmp.stat().st_size,
+            sha256=sha256_of(tmp),
+        )
+
+    return _publish(
+        plan,
+        key,
+        what=f"compiling the portable table {plan.filename}",
+        compiler_hint="is CC a C compiler? Set it to gcc or clang",
+        echo=echo,
+        stale_after=stale_after,
+        check=check,
+        entry_of=entry_of,
+    )
 
 
 def _parse_abi(value: str) -> bool:

@@ -32,6 +32,7 @@ __all__ = [
     "TorchCDLPackExtWarning",
     "TorchHalfImportedError",
     "TorchInstallError",
+    "UntrustedPathError",
     "brief",
     "build_from_source_command",
     "build_requirements_command",
@@ -373,6 +374,22 @@ class TorchHalfImportedError(_CauseAndRemedy, ImportError):
     again, nor touched (``cause`` says which; ``remedy`` what to do)."""
 
     exit_code = 3
+
+
+class UntrustedPathError(TorchCDLPackExtError):
+    """A file about to be loaded (or a directory above it) could have been written by an
+    account this process does not trust (:mod:`.trust`): ``path`` is the file,
+    ``component`` the offending file or directory, ``owner`` its uid, ``mode`` its
+    permission bits."""
+
+    exit_code = 9
+
+    def __init__(self, message: str, *, path: object, component: object, owner: int, mode: int):
+        super().__init__(message)
+        self.path = path
+        self.component = component
+        self.owner = owner
+        self.mode = mode
 
 
 def table_error(origin: str, values: tuple[int, ...] | None) -> LibraryLoadError:

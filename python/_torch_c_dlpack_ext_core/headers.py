@@ -21,6 +21,7 @@ from .torchinstall import TorchInstall
 __all__ = [
     "MIN_DLPACK",
     "cuda_header_wheels",
+    "cuda_mismatch_note",
     "cuda_wheel_home",
     "find_dlpack_include",
     "find_gpu_toolkit",
@@ -110,19 +111,55 @@ def _site_packages_dirs(torch: TorchInstall) -> list[Path]:
     return list(dict.fromkeys([torch.site_packages, *current]))
 
 
+#: Where a CUDA toolkit lives when nothing names it (the Linux installers' link to the
+#: current toolkit). Tried last, after ``nvcc`` on PATH too: an ``nvcc`` that is a wrapper
+#: script outside the toolkit (``/usr/local/bin/nvcc`` exec'ing the real one) leads
+#: nowhere, and torch's cpp_extension, which looks here only without nvcc, stops there.
+_STANDARD_CUDA_HOMES: tuple[Path, ...] = () if os.name == "nt" else (Path("/usr/local/cuda"),)
+#: Windows' CUDA installer sets one ``CUDA_PATH_V<major>_<minor>`` per toolkit.
+_CUDA_PATH_VERSIONED = re.compile(r"CUDA_PATH_V(\d+)_(\d+)")
+
+
+def _versioned_cuda_paths(
+    environ: Mapping[str, str], cuda_version: str | None
+) -> list[tuple[str, Path]]:
+    """``CUDA_PATH_V<major>_<minor>`` toolkits: those of torch's CUDA major first, then
+    newest first (``CUDA_PATH`` names only the last one installed)."""
+    found = []
+    for name, value in environ.items():
+        match = _CUDA_PATH_VERSIONED.fullmatch(name.upper())
+        if match is not None and value:
+            found.append(((int(match.group(1)), int(match.group(2))), name, Path(value)))
+    major = _cuda_major(cuda_version)
+    found.sort(key=lambda item: (item[0][0] != major, [-part for part in item[0]]))
+    return [(f"${name}", path) for _, name, path in found]
+
+
 def _cuda_homes(
     torch: TorchInstall, gpu_home: Path | None, environ: Mapping[str, str]
 ) -> list[tuple[str, Path]]:
-    """CUDA toolkit roots to try, in order, each with where it came from."""
+    """CUDA toolkit roots to try, in order, each with where it came from: ``$CUDA_HOME``,
+    ``$CUDA_PATH``, ``$CUDA_PATH_V*``, the toolkit of ``nvcc`` on PATH (through its
+    links, and as found), NVIDIA's header wheels, :data:`_STANDARD_CUDA_HOMES`. Every
+    one is tried until one has the headers; each place once. The header wheels come
+    before the standard location: they are complete only where a user installed the
+    ``crt/`` one on purpose, and then match torch's CUDA version, which an unnamed
+    ``/usr/local/cuda`` need not (here it is CUDA 13.0 beside torch's 12.8 wheels)."""
     if gpu_home is not None:
         return [("gpu_home", gpu_home)]
     homes = [(f"${v}", Path(environ[v])) for v in ("CUDA_HOME", "CUDA_PATH") if environ.get(v)]
+    homes += _versioned_cuda_paths(environ, torch.cuda_version)
     nvcc = shutil.which("nvcc", path=environ.get("PATH", ""))
     if nvcc is not None:
         homes.append(("nvcc on PATH", Path(nvcc).resolve().parent.parent))
+        homes.append(("nvcc on PATH", Path(nvcc).absolute().parent.parent))
     for site in _site_packages_dirs(torch):
         homes += [("nvidia-cuda-runtime wheel", t) for t in _wheel_trees(site, torch.cuda_version)]
-    return homes
+    homes += [("standard location", home) for home in _STANDARD_CUDA_HOMES]
+    unique: dict[Path, str] = {}
+    for origin, home in homes:
+        unique.setdefault(home, origin)
+    return [(origin, home) for home, origin in unique.items()]
 
 
 def _cuda_major(cuda_version: str | None) -> int | None:
@@ -210,9 +247,10 @@ def find_gpu_toolkit(
 ) -> tuple[tuple[Path, ...], str | None]:
     """``(include dirs, toolkit version)`` of the CUDA / ROCm headers; ``((), None)`` for CPU.
 
-    CUDA: ``gpu_home``, else ``$CUDA_HOME`` / ``$CUDA_PATH``, else the toolkit of
-    ``nvcc`` on PATH, else NVIDIA's header wheels in the target environment or
-    this one (:func:`cuda_header_wheels`: CUDA 12's ``nvidia/cuda_runtime`` plus
+    CUDA: ``gpu_home``, else ``$CUDA_HOME`` / ``$CUDA_PATH`` / ``$CUDA_PATH_V*``, else
+    the toolkit of ``nvcc`` on PATH, else NVIDIA's header wheels in the target
+    environment or this one, else ``/usr/local/cuda`` (not on Windows): the first of
+    these that has the headers (:func:`cuda_header_wheels`: CUDA 12's ``nvidia/cuda_runtime`` plus
     ``nvidia/cuda_nvcc`` for ``crt/``; CUDA 13's ``nvidia/cu13``). ROCm:
     ``gpu_home``, ``$ROCM_PATH``, ``$ROCM_HOME``, ``/opt/rocm``. An explicit
     ``gpu_home`` is used or rejected, never skipped. Raises
@@ -226,9 +264,7 @@ def find_gpu_toolkit(
         for _origin, home in homes:
             includes = _cuda_includes(home)
             if includes is not None:
-                version = _cuda_version(includes[0])
-                _warn_cuda_mismatch(torch, version)
-                return includes, version
+                return includes, _cuda_version(includes[0])
         marker = f"{_CUDA_MARKER} and {_CUDA_CRT}"
         fix = (
             "pass gpu_home=<CUDA toolkit root>, set CUDA_HOME, put nvcc on PATH, or install "
@@ -249,14 +285,20 @@ def find_gpu_toolkit(
     )
 
 
-def _warn_cuda_mismatch(torch: TorchInstall, toolkit: str | None) -> None:
-    if torch.cuda_version and toolkit and torch.cuda_version.split(".")[0] != toolkit.split(".")[0]:
-        print(
-            f"warning: CUDA {toolkit} headers for torch {torch.version} (built with CUDA "
-            f"{torch.cuda_version}); pass gpu_home of a CUDA {torch.cuda_version.split('.')[0]}.x "
-            "toolkit if the build fails",
-            file=sys.stderr,
-        )
+def cuda_mismatch_note(torch: TorchInstall, toolkit: str | None) -> str | None:
+    """What to tell a user whose CUDA headers (``toolkit``) are of another major version
+    than the CUDA ``torch`` was built with, or ``None``. A note about one build, said by
+    the driver when that build compiles (:attr:`.driver.BuildPlan.notes`), never when a
+    cached build is reused; it names what a user can set, not an internal parameter."""
+    wanted = torch.cuda_version
+    if not (wanted and toolkit) or wanted.split(".")[0] == toolkit.split(".")[0]:
+        return None
+    major = wanted.split(".")[0]
+    return (
+        f"CUDA {toolkit} headers for torch {torch.version} (built with CUDA {wanted}); if "
+        f"the build fails, set CUDA_HOME to a CUDA {major}.x toolkit, or install its header "
+        f"wheels ('pip install {cuda_header_wheels(wanted)}')"
+    )
 
 
 def find_python_include(python_include: Path | None = None) -> Path:

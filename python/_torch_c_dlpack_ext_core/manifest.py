@@ -23,10 +23,13 @@ import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import REINSTALL, ManifestError, brief
-from .naming import ABI3, Backend
+from .naming import ABI3, ANY, NATIVE_BACKENDS, Backend
+
+if TYPE_CHECKING:
+    from .trust import TrustedOwners
 
 __all__ = [
     "MAX_MANIFEST_BYTES",
@@ -56,11 +59,13 @@ class ManifestEntry(NamedTuple):
 
     #: Path relative to the directory holding ``manifest.json`` (POSIX separators).
     file: str
-    #: Torch ``major.minor`` the library targets (what the selector matches on).
+    #: Torch ``major.minor`` the library targets (what the selector matches on);
+    #: :data:`~.naming.ANY` for the portable library.
     torch: str
-    #: Full version of the torch it was compiled against (``2.6.0+cu124``).
+    #: Full version of the torch it was compiled against (``2.6.0+cu124``); ``any``.
     torch_build: str
-    backend: Backend
+    #: The backend it serves; ``None`` for the portable library (``"any"`` in JSON).
+    backend: Backend | None
     #: libstdc++ dual ABI (``_GLIBCXX_USE_CXX11_ABI``); ``None`` where not applicable.
     cxx11_abi: bool | None
     #: DLPack version of the header the library was compiled with (``1.3``).
@@ -86,13 +91,21 @@ class ManifestEntry(NamedTuple):
     cell: str | None = None
 
     @property
+    def portable(self) -> bool:
+        """The torch-agnostic portable library (``torch``, ``torch_build`` and
+        ``backend`` are ``any``)."""
+        return self.backend is None
+
+    @property
     def torch_version(self) -> tuple[int, int]:
+        """``(major, minor)`` of a native library's torch; raises ``ValueError`` for the
+        portable library, which has none."""
         major, minor = self.torch.split(".")
         return int(major), int(minor)
 
     def to_json(self) -> dict[str, Any]:
         data = self._asdict()
-        data["backend"] = self.backend.value
+        data["backend"] = ANY if self.backend is None else self.backend.value
         if self.cell is None:
             # Left out rather than null: a library built outside the matrix gets the
             # manifest it got before cell ids existed, byte for byte.
@@ -111,13 +124,45 @@ class ManifestEntry(NamedTuple):
         missing = [name for name in REQUIRED_FIELDS if name not in data]
         if missing:
             raise ManifestError(f"{where} lacks {', '.join(missing)}", REINSTALL)
-        values = {name: _check_field(where, name, data[name]) for name in REQUIRED_FIELDS}
+        portable = _check_portable(where, data)
+        values = {
+            name: None if portable and name == "backend" else _check_field(where, name, data[name])
+            for name in REQUIRED_FIELDS
+            if not (portable and name in _AGNOSTIC)
+        }
+        if portable:
+            values.update(torch=ANY, torch_build=ANY, backend=None)
         values["cell"] = _read_cell(data.get("cell"))
         return cls._make(values[name] for name in cls._fields)
 
 
 #: The fields every entry has (the JSON keys a manifest must give); ``cell`` is optional.
 REQUIRED_FIELDS = tuple(name for name in ManifestEntry._fields if name != "cell")
+#: What a torch-agnostic entry says: ``any`` in each of these fields...
+_AGNOSTIC = ("torch", "torch_build", "backend")
+#: ...and null in these.
+_AGNOSTIC_NULL = ("cxx11_abi", "gpu_toolkit")
+
+
+def _check_portable(where: str, data: dict[str, Any]) -> bool:
+    """Whether ``data`` is a torch-agnostic entry: ``any`` in all of :data:`_AGNOSTIC`
+    and null in :data:`_AGNOSTIC_NULL`. ``any`` in some of them only (a native entry
+    that lost its torch, or a portable one that gained a backend) is refused: a native
+    library must name its torch and backend, and nothing torch-specific may be claimed of
+    one built against no torch."""
+    anys = [name for name in _AGNOSTIC if data[name] == ANY]
+    if not anys:
+        return False
+    nulls = [name for name in _AGNOSTIC_NULL if data[name] is not None]
+    if len(anys) < len(_AGNOSTIC) or nulls:
+        raise ManifestError(
+            f"{where} mixes a torch-agnostic library's 'any' ({', '.join(anys)}) with "
+            f"torch-specific fields: a portable library says 'any' in "
+            f"{', '.join(_AGNOSTIC)} and null in {', '.join(_AGNOSTIC_NULL)}, a native one "
+            "names its torch and backend",
+            REINSTALL,
+        )
+    return True
 
 
 def _read_cell(value: Any) -> str | None:
@@ -250,10 +295,12 @@ def _check_field(where: str, name: str, value: Any) -> Any:
 
 def _check_python(where: str, text: str) -> None:
     major, dot, minor = text.removesuffix("t").partition(".")
+    if text.startswith(ABI3 + "."):  # "abi3.12": the limited API of a later CPython
+        major, dot, minor = "3", ".", text[len(ABI3) + 1 :]
     if text != ABI3 and not (dot and _is_number(major) and _is_number(minor)):
         raise ManifestError(
-            f"{where}.python is {brief(text)}, expected 'abi3', a free-threaded CPython "
-            "such as '3.14t', or (manifests before abi3) a CPython such as '3.11'",
+            f"{where}.python is {brief(text)}, expected 'abi3', 'abi3.12', a free-threaded "
+            "CPython such as '3.14t', or (manifests before abi3) a CPython such as '3.11'",
             REINSTALL,
         )
 
@@ -262,7 +309,8 @@ def _is_number(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= 6
 
 
-_BACKENDS = tuple(b.value for b in Backend)
+#: The backends a native entry may name (``any`` is the portable library's, above).
+_BACKENDS = tuple(b.value for b in NATIVE_BACKENDS)
 
 
 def sha256_of(path: Path) -> str:
@@ -309,14 +357,23 @@ def file_kind(mode: int) -> str:
     return next((kind for test, kind in kinds if test(mode)), "a special file")
 
 
-def _open_regular(path: Path, what: str, missing: str = "") -> tuple[int, os.stat_result]:
+def _open_regular(
+    path: Path, what: str, missing: str = "", owners: TrustedOwners | None = None
+) -> tuple[int, os.stat_result]:
     """Open ``path`` read-only without blocking and return ``(fd, fstat)`` of a regular file.
 
     Raises :class:`ManifestError` (cause only; the caller adds its remedy) for a missing,
-    unreadable or non-regular file.
+    unreadable or non-regular file. ``owners``: open it with :func:`.trust.open_trusted`
+    (a file another user could have written raises its
+    :class:`~.errors.UntrustedPathError`).
     """
     try:
-        fd = os.open(path, _OPEN_FLAGS)
+        if owners is not None:
+            from .trust import open_trusted
+
+            fd = open_trusted(path, owners)[0]
+        else:
+            fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
         raise ManifestError(missing or f"{what} is missing") from None
     except (OSError, ValueError) as exc:
@@ -342,11 +399,14 @@ def verify_file(entry: ManifestEntry, root: Path) -> Path:
     return read_verified(entry, root)[0]
 
 
-def read_verified(entry: ManifestEntry, root: Path) -> tuple[Path, bytes]:
+def read_verified(
+    entry: ManifestEntry, root: Path, *, owners: TrustedOwners | None = None
+) -> tuple[Path, bytes]:
     """:func:`verify_file`, returning the library's bytes too: the ones that were hashed,
     read once from one descriptor, so a loader that loads exactly these bytes (see
     :func:`._loader.open_library`) loads what was verified, whatever happens to the
-    path afterwards."""
+    path afterwards. ``owners``: the file and every directory above it must pass
+    :func:`.trust.open_trusted` for them (a JIT cache), checked on that descriptor."""
     path = root / entry.file
     name = brief(entry.file, 80)
     try:
@@ -361,7 +421,7 @@ def read_verified(entry: ManifestEntry, root: Path) -> tuple[Path, bytes]:
             REINSTALL,
         )
     try:
-        fd, info = _open_regular(path, f"{name} (listed in the manifest)")
+        fd, info = _open_regular(path, f"{name} (listed in the manifest)", owners=owners)
     except ManifestError as exc:
         raise ManifestError(exc.cause, REINSTALL) from None
     try:
@@ -402,11 +462,15 @@ def read_fd(fd: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def open_regular(path: Path, what: str) -> tuple[int, os.stat_result]:
+def open_regular(
+    path: Path, what: str, *, owners: TrustedOwners | None = None
+) -> tuple[int, os.stat_result]:
     """Open ``path`` read-only, without blocking (a FIFO put in its place cannot hang
     the caller) and close-on-exec; return ``(fd, fstat)`` of a regular file. Raises
-    :class:`ManifestError` (cause only) for a missing, unreadable or non-regular file."""
-    return _open_regular(path, what)
+    :class:`ManifestError` (cause only) for a missing, unreadable or non-regular file;
+    with ``owners``, :class:`~.errors.UntrustedPathError` where :func:`.trust.open_trusted`
+    refuses it."""
+    return _open_regular(path, what, owners=owners)
 
 
 def load_manifest(path: Path) -> tuple[ManifestEntry, ...]:
@@ -415,8 +479,10 @@ def load_manifest(path: Path) -> tuple[ManifestEntry, ...]:
     Schema 1: a UTF-8 JSON object of at most :data:`MAX_MANIFEST_BYTES`,
     ``{"schema": 1, "libraries": [entry, ...]}`` (at most :data:`MAX_ENTRIES`), every
     entry an object with exactly-typed fields: ``file`` (see :func:`check_library_path`),
-    ``torch`` (``"2.8"``), ``python`` (``"abi3"``, ``"3.14t"``, ``"3.11"``), ``backend``
-    (``cpu``/``cuda``/``rocm``), ``cxx11_abi`` (bool or null), ``size`` (integer),
+    ``torch`` (``"2.8"``), ``python`` (``"abi3"``, ``"abi3.12"``, ``"3.14t"``, ``"3.11"``),
+    ``backend`` (``cpu``/``cuda``/``rocm``; a torch-agnostic entry says ``any`` in
+    ``torch``, ``torch_build`` and ``backend`` and null in ``cxx11_abi`` and
+    ``gpu_toolkit``, all five or none), ``cxx11_abi`` (bool or null), ``size`` (integer),
     ``sha256`` (64 lowercase hex), ``gpu_toolkit`` (string or null) and the other
     strings (non-empty, printable, bounded); ``cell`` may be absent (a value that is
     not plain text reads as absent). Unknown keys are ignored (a newer writer may add
@@ -502,16 +568,20 @@ def dump_manifest(entries: Iterable[ManifestEntry]) -> bytes:
 def new_temp_file(directory: Path, prefix: str, suffix: str, mode: int = 0o666) -> tuple[int, Path]:
     """Create a new file with a unique name in ``directory``; its open descriptor and path.
 
-    Like :func:`tempfile.mkstemp`, but the file gets ``mode`` less the umask (0644 for
-    0o666 under the usual 022), as any other new file would, instead of mkstemp's 0600:
+    The name is ``<prefix><pid>-<12 hex><suffix>``. Like :func:`tempfile.mkstemp`, but the
+    file gets ``mode`` less the umask (0644 for 0o666 under the usual 022), as any other new
+    file would, instead of mkstemp's 0600:
     what is renamed into place is meant to be shared (a cache another user reuses read-only,
     ``build/cells/*/manifest.json``).
     """
     import secrets  # writers only (the build); import reads
 
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    # The writer's pid in the name: a later build removes what a killed one left
+    # (:func:`.buildlock.clean_stale_temps`).
+    pid = os.getpid()
     for _ in range(100):
-        path = directory / f"{prefix}{secrets.token_hex(6)}{suffix}"
+        path = directory / f"{prefix}{pid}-{secrets.token_hex(6)}{suffix}"
         try:
             return os.open(path, flags, mode), path
         except FileExistsError:

@@ -18,6 +18,7 @@ from typing import NamedTuple
 __all__ = [
     "ABI3",
     "ABI3_FLOOR",
+    "ANY",
     "CAPSULE_ATTR",
     "CAPSULE_NAME",
     "CORE_PACKAGE",
@@ -28,19 +29,28 @@ __all__ = [
     "LIBS_DIR",
     "LIMITED_API_VERSION",
     "MANIFEST_NAME",
+    "NATIVE_BACKENDS",
     "PACKAGE",
     "PLATFORM_TOOLCHAINS",
+    "PORTABLE",
+    "PORTABLE_STEM",
     "SHARED_LIBRARY_NAMING",
     "SOURCE_SUFFIXES",
     "TORCH_RANGE",
     "Backend",
     "UserCacheDir",
     "env_var",
+    "free_threaded_build",
     "host_platform_tag",
     "library_filename",
     "parse_backend",
     "parse_python_target",
+    "portable_library_filename",
+    "python_serves",
+    "python_tag",
     "python_target_tags",
+    "running_python",
+    "running_python_target",
     "shared_library_suffix",
     "toolchain_name",
     "torch_minor",
@@ -76,8 +86,8 @@ LEGACY_INT_ATTR = "__c_dlpack_exchange_api__"
 #: 2.4-2.9 need the library; 2.10 and later provide the API themselves.
 TORCH_RANGE = ((2, 4), (2, 15))
 #: The files of ``csrc/`` a build reads: the driver hashes them into its cache key and
-#: the wheel and sdist ship them.
-SOURCE_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc", ".map")
+#: the wheel and sdist ship them (``.c``: the portable table, ``csrc/portable/``).
+SOURCE_SUFFIXES = (".cc", ".cpp", ".h", ".hpp", ".inc", ".map", ".c")
 #: A build target -> the name of the toolchain that builds for it (the keys of
 #: :data:`_torch_c_dlpack_ext_core.toolchains.TOOLCHAINS`). A target is ``sys.platform``
 #: (a native build: the host's compiler makes the host's code), or the wheel platform tag
@@ -113,13 +123,19 @@ LIMITED_API_VERSION = (ABI3_FLOOR[0] << 24) | (ABI3_FLOOR[1] << 16)
 
 def parse_python_target(value: str) -> tuple[int, int, str]:
     """``(major, minor, kind)`` of a library's ``python``: kind ``"abi3"`` (``"abi3"``:
-    every GIL CPython from :data:`ABI3_FLOOR`), ``"freethreaded"`` (``"3.14t"``) or
+    every GIL CPython from :data:`ABI3_FLOOR`; ``"abi3.12"``: the limited API of a later
+    CPython, every GIL CPython from it on), ``"freethreaded"`` (``"3.14t"``) or
     ``"cpython"`` (``"3.11"``, written before abi3: that GIL CPython only).
 
     Raises :class:`~_torch_c_dlpack_ext_core.errors.ConfigError` for anything else.
     """
     if value == ABI3:
         return ABI3_FLOOR[0], ABI3_FLOOR[1], "abi3"
+    minor_text = value[len(ABI3) + 1 :] if value.startswith(ABI3 + ".") else ""
+    # "abi3.12": the limited API of CPython 3.12 (vectorcall), every GIL CPython >= 3.12.
+    is_minor = minor_text.isascii() and minor_text.isdigit() and len(minor_text) <= 2
+    if is_minor and (3, int(minor_text)) > ABI3_FLOOR:
+        return 3, int(minor_text), "abi3"
     text, kind = (value[:-1], "freethreaded") if value.endswith("t") else (value, "cpython")
     major, dot, minor = text.partition(".")
     if (
@@ -134,10 +150,41 @@ def parse_python_target(value: str) -> tuple[int, int, str]:
     return int(major), int(minor), kind
 
 
+def free_threaded_build() -> bool:
+    """Whether the running CPython was *built* free-threaded (``Py_GIL_DISABLED``).
+
+    The ONE place a Python ABI is read from the interpreter: the object header a compiled
+    library must match is fixed when CPython is built, whatever its GIL does at run time.
+    A 3.13t started with ``PYTHON_GIL=1`` (or ``-X gil=1``) has the GIL enabled
+    (``sys._is_gil_enabled()`` is True) but still the free-threaded ABI: a library for
+    cp313 crashes it.
+    """
+    import sysconfig  # not on the import's common path
+
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def running_python_target() -> str:
+    """The ``python`` a library must say to serve this interpreter: :data:`ABI3` for a
+    CPython with the GIL, ``"3.14t"`` for a free-threaded build (:func:`free_threaded_build`)."""
+    if free_threaded_build():
+        return f"{sys.version_info[0]}.{sys.version_info[1]}t"
+    return ABI3
+
+
+def python_tag() -> str:
+    """``cp311`` / ``cp314t``: this interpreter and its ABI, as wheel tags spell them (the
+    ``t`` from :func:`free_threaded_build`, never from the runtime GIL state)."""
+    names = {"cpython": "cp", "pypy": "pp"}
+    name = names.get(sys.implementation.name, sys.implementation.name)
+    suffix = "t" if free_threaded_build() else ""
+    return f"{name}{sys.version_info[0]}{sys.version_info[1]}{suffix}"
+
+
 def python_target_tags(value: str) -> tuple[str, str]:
     """The wheel's ``(interpreter, abi)`` tags for libraries whose ``python`` is ``value``:
-    ``abi3`` -> ``("cp39", "abi3")``, ``3.14t`` -> ``("cp314", "cp314t")``,
-    ``3.11`` -> ``("cp311", "cp311")``."""
+    ``abi3`` -> ``("cp39", "abi3")``, ``abi3.12`` -> ``("cp312", "abi3")``,
+    ``3.14t`` -> ``("cp314", "cp314t")``, ``3.11`` -> ``("cp311", "cp311")``."""
     major, minor, kind = parse_python_target(value)
     interpreter = f"cp{major}{minor}"
     if kind == "abi3":
@@ -146,14 +193,21 @@ def python_target_tags(value: str) -> tuple[str, str]:
 
 
 class Backend(str, enum.Enum):
-    """The device backends a library is built for."""
+    """The device backends of torch builds: those a native library is built for
+    (:data:`NATIVE_BACKENDS`), and XPU (``torch.version.xpu``), which no native library
+    serves (the portable table does)."""
 
     CPU = "cpu"
     CUDA = "cuda"
     ROCM = "rocm"
+    XPU = "xpu"
 
     def __str__(self) -> str:
         return self.value
+
+
+#: The backends a native library is built for (the matrix's, the manifest's).
+NATIVE_BACKENDS = (Backend.CPU, Backend.CUDA, Backend.ROCM)
 
 
 def parse_backend(value: str | Backend) -> Backend:
@@ -187,6 +241,57 @@ def torch_minor(version: str) -> tuple[int, int]:
 
         raise ConfigError(f"not a torch version: {brief(version)} (expected e.g. '2.6.0')")
     return int(major), int(rest[:end])
+
+
+#: What a torch-agnostic manifest entry says in its ``torch``, ``torch_build`` and
+#: ``backend`` (the portable library: built against no torch, it serves every torch
+#: that has ``torch._C._to_dlpack``). Only the three together, with ``cxx11_abi`` and
+#: ``gpu_toolkit`` null, make such an entry.
+ANY = "any"
+#: The ``table`` a portable library's build info names, and how messages call it.
+PORTABLE = "portable"
+#: The portable library's file stem (no torch, no backend, no ABI in it).
+PORTABLE_STEM = "torch_c_dlpack_ext-portable"
+
+
+def portable_library_filename(python: str = ABI3, *, platform: str | None = None) -> str:
+    """File name of the portable library for a Python ABI: ``abi3`` ->
+    ``libtorch_c_dlpack_ext-portable.so``, ``abi3.12`` -> ``...-portable-abi3.12.so``,
+    ``3.14t`` -> ``...-portable-cp314t.so`` (one combined wheel holds one Python ABI's
+    libraries, but the JIT cache and the build folders keep several side by side)."""
+    major, minor, kind = parse_python_target(python)
+    prefix, suffix = SHARED_LIBRARY_NAMING[toolchain_name(platform)]
+    if python == ABI3:
+        part = ""
+    elif kind == "abi3":
+        part = f"-abi3.{minor}"
+    else:
+        part = f"-cp{major}{minor}{'t' if kind == 'freethreaded' else ''}"
+    return f"{prefix}{PORTABLE_STEM}{part}{suffix}"
+
+
+def python_serves(value: str, version: tuple[int, int], freethreaded: bool) -> bool:
+    """Whether a library whose ``python`` is ``value`` may be loaded by a CPython
+    ``version`` (``(3, 12)``) that is (``freethreaded``) or is not a free-threaded build:
+    ``abi3`` every GIL CPython >= 3.9, ``abi3.12`` every GIL CPython >= 3.12, ``3.14t``
+    the free-threaded 3.14 only, ``3.11`` the GIL 3.11 only. A value that is not a
+    library's python serves nothing. (``_loader.python_serves`` restates it; a unit test
+    pins the two.)"""
+    try:
+        major, minor, kind = parse_python_target(value)
+    except Exception:  # ConfigError: not a library's python
+        return False
+    if kind == "abi3":
+        return not freethreaded and version >= (major, minor)
+    return version == (major, minor) and freethreaded == (kind == "freethreaded")
+
+
+def running_python() -> tuple[tuple[int, int], bool]:
+    """``((major, minor), freethreaded)`` of this interpreter, the latter from how it was
+    built (``sysconfig``'s ``Py_GIL_DISABLED``), never from whether the GIL is enabled
+    now (``PYTHON_GIL=1`` turns it back on in a free-threaded build, whose object layout
+    stays that of the free-threaded ABI): :func:`free_threaded_build`."""
+    return sys.version_info[:2], free_threaded_build()
 
 
 def toolchain_name(platform: str | None = None) -> str:

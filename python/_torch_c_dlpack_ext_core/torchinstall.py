@@ -47,6 +47,34 @@ def _is_torch_dir(path: Path) -> bool:
     return (path / "version.py").is_file() and (path / "include").is_dir()
 
 
+def _not_found(given: Path, candidates: list[Path]) -> str:
+    """Why ``given`` holds no torch to compile against: the files looked for and where,
+    and what to install. A torch whose headers are missing is named with its version
+    (reinstall that release); nothing is suggested that ``given`` does not say."""
+    for candidate in candidates:
+        if (candidate / "version.py").is_file() and not (candidate / "include").is_dir():
+            version = _read_version_module(candidate / "version.py").get("__version__")
+            release = (version or "").split("+")[0]
+            pin = f"torch=={release}" if release else "torch"
+            return (
+                f"the torch {version or '(version unknown)'} at {candidate} has no C++ "
+                f"headers: {candidate / 'include'} does not exist (a build compiles against "
+                f"torch/include, which every torch wheel ships); reinstall that release "
+                f"there ('pip install --force-reinstall --no-deps {pin}') or pass another "
+                "torch installation"
+            )
+    patterns = [given, given / "torch", given / "lib*" / "python3*" / "site-packages" / "torch",
+                given / "Lib" / "site-packages" / "torch"]  # fmt: skip
+    looked = ", ".join(str(p) for p in patterns)
+    return (
+        f"no torch installation at {given}: looked for version.py and the C++ headers "
+        f"(include/) of a torch package in {looked}"
+        f"{'' if given.exists() else f' ({given} does not exist)'}; pass the torch package "
+        "directory, the site-packages or the environment that holds it, or install the "
+        "torch you build for there ('uv pip install --python <env> torch==<its version>')"
+    )
+
+
 def _read_version_module(path: Path) -> dict[str, str | None]:
     """Module-level string/None assignments of ``torch/version.py``, read with :mod:`ast`."""
     try:
@@ -167,12 +195,7 @@ class TorchInstall:
         candidates = _candidate_torch_dirs(given)
         root = next((c for c in candidates if _is_torch_dir(c)), None)
         if root is None:
-            raise TorchInstallError(
-                f"no torch installation at {given}: looked for torch/version.py and "
-                "torch/include in it, in its site-packages and in lib/python3*/site-packages; "
-                "install torch there (e.g. 'uv pip install --python <env> torch==2.6.0') "
-                "or pass the torch package directory or the environment that holds it"
-            )
+            raise TorchInstallError(_not_found(given, candidates))
         root = root.resolve()
         values = _read_version_module(root / "version.py")
         version = values.get("__version__")

@@ -120,7 +120,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
     import torch_c_dlpack_ext as package
     from _torch_c_dlpack_ext_core.errors import ManifestError
     from _torch_c_dlpack_ext_core.manifest import load_manifest
-    from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
+    from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, python_tag
 
     from ._library import loaded_library
 
@@ -128,6 +128,8 @@ def collect(device: str = "cpu") -> dict[str, Any]:
     report: dict[str, Any] = {
         "package": {"version": package.__version__, "path": str(Path(package.__file__).parent)},
         "python": sys.version.split()[0],
+        # The ABI as built (a 3.13t with PYTHON_GIL=1 is still cp313t), not the GIL state.
+        "python_abi": python_tag(),
         "torch": status.torch._asdict() if status.torch else None,
     }
     if report["torch"] is not None:
@@ -145,6 +147,10 @@ def collect(device: str = "cpu") -> dict[str, Any]:
         "remedy": status.remedy,
         "warnings": list(status.warnings),
     }
+    if status.portable:
+        from ._select import PORTABLE_COST, cost_line
+
+        report["decision"]["cost"] = {**PORTABLE_COST, "summary": cost_line()}
     report["overrides"] = dict(status.settings.in_force) if status.settings else {}
     loaded = loaded_library(status.library) if status.library else None
     info = loaded.build_info() if loaded else None
@@ -175,6 +181,8 @@ def _clip(text: str, width: int = _VALUE_WIDTH) -> str:
 
 
 def _describe(item: dict[str, Any]) -> str:
+    if item["backend"] == "any":
+        return f"portable table ({item['python']})"
     abi = "" if item["cxx11_abi"] is None else f" cxx11abi{int(item['cxx11_abi'])}"
     return f"torch {item['torch']} {item['backend']}{abi}"
 
@@ -192,7 +200,7 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     values clipped; ``--json`` has the unabridged report."""
     rows: list[tuple[str, str]] = [
         ("torch-c-dlpack-ext", f"{report['package']['version']} ({report['package']['path']})"),
-        ("python", report["python"]),
+        ("python", f"{report['python']} ({report['python_abi']})"),
     ]
     torch = report["torch"]
     if torch is None:
@@ -225,6 +233,8 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("remedy", remedy))
     if decision["library"]:
         rows.append(("library", _clip(decision["library"])))
+    if decision.get("cost"):
+        rows.append(("cost", _clip(decision["cost"]["summary"])))
     # The last warning of a failed selection restates the reason and the remedy.
     said = decision["reason"].casefold()
     rows.extend(("warning", w) for w in decision["warnings"] if not (said and said in w.casefold()))

@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from _torch_c_dlpack_ext_core import naming
 from _torch_c_dlpack_ext_core.errors import (
     BuildError,
     ConfigError,
@@ -27,20 +28,23 @@ from _torch_c_dlpack_ext_core.errors import (
 )
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, read_verified
 from _torch_c_dlpack_ext_core.naming import Backend, env_var, library_filename, user_cache_dir
+from _torch_c_dlpack_ext_core.trust import TrustedOwners, read_trusted
 from _torch_c_dlpack_ext_core.version import __version__
 
 from ._select import Settings
 from ._torchinfo import TorchInfo
 
-__all__ = ["build", "cache_key", "python_tag"]
+__all__ = ["build", "build_portable", "cache_key", "python_tag"]
+
+#: The most a build record may be (they are about 2 kB).
+_MAX_RECORD_BYTES = 1 << 20
 
 
 def python_tag() -> str:
-    """``cp311`` / ``cp314t``: the interpreter the library's Python calls are built for."""
-    from packaging import tags
-
-    abiflags = "t" if getattr(sys, "_is_gil_enabled", lambda: True)() is False else ""
-    return f"{tags.interpreter_name()}{tags.interpreter_version()}{abiflags}"
+    """``cp311`` / ``cp314t``: the interpreter the library's Python calls are built for,
+    from how CPython was built (:func:`~_torch_c_dlpack_ext_core.naming.python_tag`), never
+    from the runtime GIL state: a 3.13t with ``PYTHON_GIL=1`` keeps its own cache."""
+    return naming.python_tag()
 
 
 def cache_key(info: TorchInfo, backend: Backend, pytag: str) -> str:
@@ -74,21 +78,98 @@ def _cache_root(settings: Settings) -> tuple[Path, str]:
 
 
 def _reuse_read_only(
-    output_dir: Path, info: TorchInfo, backend: Backend
+    output_dir: Path, info: TorchInfo, backend: Backend, owners: TrustedOwners
 ) -> tuple[Path, bytes] | None:
-    """The library an earlier build left in a cache directory we cannot write to, if
-    its build record matches this torch and its size and sha256 still check out: its
-    path and the bytes that were verified."""
+    """The library an earlier build left in a cache directory we cannot write to: its
+    path and the bytes that were verified, if
+
+    * the record, the library and every directory above them could have been written by
+      ``owners`` only (:mod:`_torch_c_dlpack_ext_core.trust`; else the
+      :class:`UntrustedPathError` propagates: the record carries the library's sha256
+      itself, so whoever could write it could plant both);
+    * the record matches every key field this process can compute: the library's name,
+      the torch build, backend and C++ ABI, the Python ABI and this package's version;
+    * the library's size and sha256 match the record.
+    """
     major, minor = info.major_minor
     name = library_filename(major, minor, backend, info.cxx11_abi)
     try:
-        record = json.loads((output_dir / f"{name}.build.json").read_text(encoding="utf-8"))
+        raw = read_trusted(output_dir / f"{name}.build.json", _MAX_RECORD_BYTES, owners)
+        record = json.loads(raw)
         entry = ManifestEntry.from_json(record.get("entry") if isinstance(record, dict) else None)
-        if (entry.file, entry.torch_build, entry.backend) != (name, info.version, backend):
+        found = (
+            entry.file,
+            entry.torch_build,
+            entry.backend,
+            entry.cxx11_abi,
+            entry.python,
+            record.get("package"),
+        )
+        wanted = (
+            name,
+            info.version,
+            backend,
+            info.cxx11_abi,
+            naming.running_python_target(),
+            __version__,
+        )
+        if found != wanted:
             return None
-        return read_verified(entry, output_dir)
+        return read_verified(entry, output_dir, owners=owners)
     except (OSError, ValueError, ManifestError):
         return None
+
+
+def _writable_cache(settings: Settings, name: str) -> Path:
+    """``<cache root>/<name>``, created and checked writable; raises :class:`ConfigError`."""
+    root, fix = _cache_root(settings)
+    output_dir = root / name
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=output_dir):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"JIT cache directory {root} is not writable ({exc.strerror or exc}); {fix}"
+        ) from None
+    return output_dir
+
+
+def build_portable(settings: Settings) -> tuple[Path, bytes]:
+    """Build (or reuse) the portable table for this interpreter, with only a C compiler,
+    ``Python.h`` and the DLPack header (no torch headers, no C++): where the universal
+    wheel's JIT cannot build the native library, or torch needs the portable one. Its
+    key is this package's version and this interpreter (``portable-cp311-<digest>``).
+    Returns the path and the verified bytes. Raises :class:`TorchCDLPackExtError`."""
+    from _torch_c_dlpack_ext_core import driver
+
+    tag = python_tag()
+    digest = hashlib.sha256(f"portable|{tag}|{__version__}".encode()).hexdigest()[:16]
+    output_dir = _writable_cache(settings, f"portable-{tag}-{digest}")
+
+    def say_building(plan: driver.PortablePlan) -> None:
+        print(
+            f"torch-c-dlpack-ext: building the portable table {plan.filename} in "
+            f"{output_dir} (once; later imports reuse it)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    owners = TrustedOwners(settings.trusted_owner)
+    try:
+        entry = driver.compile_portable_library(
+            output_dir=output_dir,
+            echo=False,
+            on_compile=say_building,
+            stable_abi_audit=False,
+            owners=owners,
+            lock_timeout=settings.lock_timeout,
+        )
+    except OSError as exc:
+        raise BuildError(f"JIT build of the portable table in {output_dir} failed: {exc}") from None
+    # As for the native library: the verified bytes, from a descriptor whose owner and
+    # mode were checked (trust.py).
+    return read_verified(entry, output_dir, owners=owners)
 
 
 def build(torch: Any, info: TorchInfo, backend: Backend, settings: Settings) -> tuple[Path, bytes]:
@@ -101,6 +182,7 @@ def build(torch: Any, info: TorchInfo, backend: Backend, settings: Settings) -> 
     """
     root, fix = _cache_root(settings)
     output_dir = root / cache_key(info, backend, python_tag())
+    owners = TrustedOwners(settings.trusted_owner)
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         # A unique name: several processes may probe the same directory at once.
@@ -108,7 +190,7 @@ def build(torch: Any, info: TorchInfo, backend: Backend, settings: Settings) -> 
             pass
     except OSError as exc:
         # A read-only cache (a shared or baked-in one) that already holds the build.
-        reused = _reuse_read_only(output_dir, info, backend)
+        reused = _reuse_read_only(output_dir, info, backend, owners)
         if reused is not None:
             return reused
         raise ConfigError(
@@ -119,11 +201,14 @@ def build(torch: Any, info: TorchInfo, backend: Backend, settings: Settings) -> 
 
     def say_building(plan: driver.BuildPlan) -> None:
         # The one line a JIT import prints, and only when it compiles (once per torch
-        # build): a cache hit, like any successful import, prints nothing.
+        # build): a cache hit, like any successful import, prints nothing. A note about
+        # this build (CUDA headers of another major) belongs to it: said here, once.
         print(
             f"torch-c-dlpack-ext: building {plan.filename} for torch {info.version} in "
             f"{output_dir} (once; later imports reuse it)",
+            *(f"\ntorch-c-dlpack-ext: note: {note}" for note in plan.notes),
             file=sys.stderr,
+            sep="",
             flush=True,
         )
 
@@ -137,10 +222,13 @@ def build(torch: Any, info: TorchInfo, backend: Backend, settings: Settings) -> 
             # The library serves this interpreter only (the key holds its Python tag), so
             # the stable ABI audit the release runs on abi3 wheels has nothing to add.
             stable_abi_audit=False,
+            owners=owners,
+            lock_timeout=settings.lock_timeout,
         )
     except TorchCDLPackExtError:
         raise
     except OSError as exc:
         raise BuildError(f"JIT build in {output_dir} failed: {exc}") from None
-    # The bytes that were hashed are the bytes loaded (no window for a swapped file).
-    return read_verified(entry, output_dir)
+    # The bytes that were hashed are the bytes loaded (no window for a swapped file), read
+    # from a descriptor whose owner and mode were checked.
+    return read_verified(entry, output_dir, owners=owners)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._loader import (
     EXPORT_BUILD_INFO,
@@ -29,6 +30,9 @@ from ._loader import (
     private_copy,
     table_pointer,
 )
+
+if TYPE_CHECKING:
+    from _torch_c_dlpack_ext_core.trust import TrustedOwners
 
 __all__ = [
     "LoadedLibrary",
@@ -120,17 +124,21 @@ def loaded_library(path: Path | str) -> LoadedLibrary | None:
         return None if key is None else _view(key)
 
 
-def read_library(path: Path) -> bytes:
+def read_library(path: Path, owners: TrustedOwners | None = None) -> bytes:
     """The bytes of ``path``, read once from one descriptor opened without blocking
-    (a FIFO or device put in its place is refused, never waited on)."""
-    from _torch_c_dlpack_ext_core.errors import ManifestError
+    (a FIFO or device put in its place is refused, never waited on). ``owners``: the file
+    and every directory above it must be theirs alone (:mod:`_torch_c_dlpack_ext_core.trust`;
+    a ``LIBRARY`` override), else the refusal is raised as a load error."""
+    from _torch_c_dlpack_ext_core.errors import ManifestError, UntrustedPathError
     from _torch_c_dlpack_ext_core.manifest import open_regular, read_fd
 
     name = short_path(path)
     try:
-        fd, info = open_regular(path, name)
+        fd, info = open_regular(path, name, owners=owners)
     except ManifestError as exc:
         raise load_error(f"cannot be loaded: {exc.cause}") from None
+    except UntrustedPathError as exc:
+        raise load_error(str(exc)) from None
     try:
         if info.st_size > MAX_LIBRARY_BYTES:
             raise load_error(f"{name}: {info.st_size} bytes, too large for a library")

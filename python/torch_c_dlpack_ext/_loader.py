@@ -87,6 +87,11 @@ _MAX_TEXT = 256
 _MAX_FILE_PATH = 512
 _MANIFEST_NAME = "manifest.json"
 _BACKENDS = ("cpu", "cuda", "rocm")
+# A torch-agnostic entry (the portable library) says "any" in torch, torch_build and
+# backend, and null in cxx11_abi and gpu_toolkit: all five or none.
+_ANY = "any"
+_AGNOSTIC = (_ANY, _ANY, _ANY, None, None)
+_ABI3 = "abi3"
 # Every field an entry must have (`manifest.REQUIRED_FIELDS`), in the order
 # _valid_entries reads them as columns: the text fields first (torch and python also as
 # numbers), then gpu_toolkit (text or null).
@@ -105,7 +110,7 @@ _ENTRY_COLUMNS = (
     "sha256",
 )
 _entry_values = itemgetter(*_ENTRY_COLUMNS)
-_BACKEND_SET = frozenset(_BACKENDS)
+_BACKEND_SET = frozenset((*_BACKENDS, _ANY))
 _ABI_TYPES = frozenset((bool, type(None)))
 _HEX = "0123456789abcdef"
 # O_NONBLOCK: a FIFO planted where a file should be must not block the import.
@@ -128,7 +133,8 @@ _DLOPEN_MODE = getattr(os, "RTLD_NOW", 2) | ctypes.RTLD_LOCAL
 
 def backend_of(torch: Any) -> str:
     # The backend of a torch module, by its build flavour: `torch.version.hip` set ->
-    # `"rocm"`, else `torch.version.cuda` set -> `"cuda"`, else `"cpu"`.
+    # `"rocm"`, else `torch.version.xpu` set -> `"xpu"` (no native library serves it: the
+    # portable table does), else `torch.version.cuda` set -> `"cuda"`, else `"cpu"`.
     #
     # No device is asked: `torch.cuda.is_available()` runs `cudaGetDeviceCount`, which
     # initialises the driver (`cuInit`), poisons later `fork()`s and freezes
@@ -139,6 +145,8 @@ def backend_of(torch: Any) -> str:
     version = getattr(torch, "version", None)
     if getattr(version, "hip", None) is not None:
         return "rocm"
+    if getattr(version, "xpu", None) is not None:
+        return "xpu"
     return "cpu" if getattr(version, "cuda", None) is None else "cuda"
 
 
@@ -219,34 +227,84 @@ def load_common(package_dir: str) -> dict[str, Any] | None:
             tensor = torch.Tensor
             if hasattr(tensor, CAPSULE_ATTR) or hasattr(tensor, LEGACY_INT_ATTR):
                 return None
-            verified = _matching_library(torch, package_dir)
+            kind, verified = _matching_library(torch, package_dir)
             if verified is None:
                 return None
             loaded = _open(*verified)
         except Exception:  # the full selector meets the same and reports it
             return None
         publish(torch, loaded[2])
-        return {"kind": "load", "library": loaded[0], "common_path": True}
+        return {"kind": kind, "library": loaded[0], "common_path": True}
 
 
-def _matching_library(torch: Any, package_dir: str) -> tuple[str, bytes, os.stat_result] | None:
-    # The manifest entry the selector would load first for this torch, verified:
-    # `(path, bytes, stat)`, or None (no valid manifest, no match, a failed check).
-    # The selector's order: the build of the exact running torch first, then by file.
+def _matching_library(
+    torch: Any, package_dir: str
+) -> tuple[str, tuple[str, bytes, os.stat_result] | None]:
+    # `(kind, verified)`: the manifest entry the selector would load first for this
+    # torch, verified as `(path, bytes, stat)`, or None (no valid manifest, no match, a
+    # failed check); kind "load" for a native library, "portable" for the portable table.
+    # The selector's order: a native library of this torch (the build of the exact
+    # running torch first, then by file); where none is listed, the portable library
+    # when torch has `torch._C._to_dlpack` (every library's python must serve this
+    # interpreter).
     version = torch.__version__
     wanted = torch_minor_of(version) if isinstance(version, str) else None
     entries = _read_manifest(os.path.join(package_dir, _MANIFEST_NAME)) if wanted else None
     if not entries:
-        return None
-    backend, abi, best = backend_of(torch), cxx11_abi_of(torch), None
+        return "load", None
+    backend, abi, best, portable = backend_of(torch), cxx11_abi_of(torch), None, None
+    running = interpreter()
     for entry in entries:
+        if not python_serves(entry["python"], *running):
+            continue
+        if entry["torch"] == _ANY:
+            if portable is None or entry["file"] < portable["file"]:
+                portable = entry
+            continue
         major, minor = entry["torch"].split(".")
         # Both are True, False or None here: `is` is the selector's equality.
         if entry["backend"] == backend and entry["cxx11_abi"] is abi:
             order = (entry["torch_build"] != version, entry["file"])
             if (int(major), int(minor)) == wanted and (best is None or order < best[0]):
                 best = order, entry
-    return None if best is None else _read_verified(best[1], package_dir)
+    if best is not None:
+        return "load", _read_verified(best[1], package_dir)
+    # No native library: the portable table, which calls torch._C._to_dlpack.
+    if portable is None or not hasattr(getattr(torch, "_C", None), "_to_dlpack"):
+        return "portable", None
+    return "portable", _read_verified(portable, package_dir)
+
+
+def interpreter() -> tuple[tuple[int, int], bool]:
+    # `naming.running_python()`: this CPython's `(major, minor)` and whether it is a
+    # free-threaded BUILD (never whether the GIL is on now). `sys.abiflags` holds "t" in
+    # a free-threaded POSIX build (sysconfig, which the core asks, costs ~1 ms to load
+    # its data); Windows has no abiflags and asks sysconfig.
+    flags = getattr(sys, "abiflags", None)
+    if flags is None:
+        import sysconfig
+
+        return sys.version_info[:2], bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    return sys.version_info[:2], "t" in flags
+
+
+def python_serves(value: str, version: tuple[int, int], freethreaded: bool) -> bool:
+    # `naming.python_serves`: may a library whose manifest python is `value` be loaded
+    # here ("abi3": GIL CPython >= 3.9; "abi3.12": GIL >= 3.12; "3.14t": free-threaded
+    # 3.14 only; "3.11": GIL 3.11 only)? A unit test compares the two on any text.
+    if value == _ABI3:
+        return not freethreaded and version >= (3, 9)
+    if value.startswith("abi3."):
+        minor = value[5:]
+        if minor.isascii() and minor.isdigit() and len(minor) <= 2 and int(minor) > 9:
+            return not freethreaded and version >= (3, int(minor))
+        return False
+    text = value[:-1] if value.endswith("t") else value
+    major, dot, minor = text.partition(".")
+    if not (dot and major.isascii() and major.isdigit() and minor.isascii() and minor.isdigit()):
+        return False
+    target = (int(major), int(minor))
+    return len(text) <= 9 and version == target and freethreaded == (text != value)
 
 
 def _read_regular(
@@ -316,18 +374,31 @@ def _valid_entries(entries: list[Any]) -> bool:
     torch, python, gpu, file, backend, sha = map(set, (*columns[:1], *columns[5:9], columns[11]))
     abi, size = columns[9:11]
     texts = set().union(*columns[:6], gpu - {None})  # gpu_toolkit may be null
-    # The torch 'major.minor' and the Python ('abi3', '3.11', '3.14t') as numbers:
-    # exactly one dot each, between two runs of 1-6 ASCII digits.
-    numbers = torch | {text.removesuffix("t") for text in python - {"abi3"} if type(text) is str}
+    # An "any" in torch, torch_build or backend only in an entry that is torch-agnostic
+    # in all five fields (then torch's "any" is the only text of that column not a number).
+    agnostic = {
+        fields
+        for fields in zip(columns[0], columns[1], columns[8], columns[9], columns[6])
+        if _ANY in fields[:3]
+    }
+    # The torch 'major.minor' and the Python ('abi3', 'abi3.12', '3.11', '3.14t') as
+    # numbers: exactly one dot each, between two runs of 1-6 ASCII digits.
+    numbers = (torch - {_ANY}) | {
+        text[3:] if text.startswith("abi3.") else text.removesuffix("t")
+        for text in python - {_ABI3}
+        if type(text) is str
+    }
     files = "/".join(file)
     if not ("".join(texts).isprintable() and files.isprintable()):
         return False
-    digits = "\0".join(numbers).replace(".", "\0").split("\0")
+    # (A manifest of portable abi3 libraries only has no number to check.)
+    digits = "\0".join(numbers).replace(".", "\0").split("\0") if numbers else ["0"]
     parts = files.split("/")
     return (
-        min(map(len, texts)) > 0
+        agnostic <= {_AGNOSTIC}
+        and min(map(len, texts)) > 0
         and max(map(len, texts)) <= _MAX_TEXT
-        and {text.count(".") for text in numbers} == {1}
+        and {text.count(".") for text in numbers} <= {1}
         and min(map(len, digits)) > 0
         and max(map(len, digits)) <= 6
         and "".join(digits).isascii()

@@ -21,7 +21,14 @@ from _torch_c_dlpack_ext_core.errors import (
     reinstall_command,
 )
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
-from _torch_c_dlpack_ext_core.naming import TORCH_RANGE, Backend, env_var
+from _torch_c_dlpack_ext_core.naming import (
+    NATIVE_BACKENDS,
+    TORCH_RANGE,
+    Backend,
+    env_var,
+    python_serves,
+    running_python,
+)
 from _torch_c_dlpack_ext_core.version import __version__
 
 from ._torchinfo import OWN_LIBRARY, TorchInfo
@@ -29,6 +36,7 @@ from ._torchinfo import OWN_LIBRARY, TorchInfo
 REINSTALL_COMMAND = REINSTALL.partition(": ")[2]
 
 __all__ = [
+    "PORTABLE_COST",
     "Decision",
     "DecisionKind",
     "SettingProblem",
@@ -63,6 +71,15 @@ class Settings(NamedTuple):
     jit: bool = False
     #: Where JIT builds go (``None``: :func:`._naming.default_cache_dir`).
     cache_dir: Path | None = None
+    #: One more account whose files a JIT cache or ``LIBRARY`` may belong to (a uid; ``None``:
+    #: only root and this process's user; :mod:`_torch_c_dlpack_ext_core.trust`).
+    trusted_owner: int | None = None
+    #: Seconds a JIT build waits for another process's build of the same library
+    #: (``None``: the driver's default).
+    lock_timeout: float | None = None
+    #: Load the portable table even where a native library (or torch's own table, on
+    #: torch >= 2.10) would serve: for tests and comparisons (``TORCH_C_DLPACK_EXT_PORTABLE``).
+    portable: bool = False
     #: Variables that were set but could not be honoured.
     problems: tuple[SettingProblem, ...] = ()
     #: Every prefixed variable that was set (name -> value), for diagnostics.
@@ -80,6 +97,10 @@ class DecisionKind(str, enum.Enum):
     LOAD = "load"
     #: No bundled library applies and the user opted into building one for this torch.
     JIT = "jit"
+    #: No native library serves this torch: load the portable table (``Decision.entry``;
+    #: ``None``: build it with the JIT, which ``JIT`` opted into), which calls torch
+    #: through its Python-level functions (``torch._C._to_dlpack``...).
+    PORTABLE = "portable"
     #: ``TORCH_C_DLPACK_EXT_DISABLE`` is set: load nothing, change nothing.
     DISABLED = "disabled"
     #: Nothing applies: load nothing; ``reason`` and ``remedy`` say why and what to do.
@@ -105,10 +126,46 @@ class Decision(NamedTuple):
     remedy: str = ""
     #: Messages the caller must announce as warnings.
     warnings: tuple[str, ...] = ()
+    #: The portable library to load where ``LOAD``'s libraries or the ``JIT`` build
+    #: fail (``None``: none is bundled for this Python, or torch lacks ``_to_dlpack``).
+    portable: ManifestEntry | None = None
+
+
+#: The per-call cost of the two kinds of table, in ns, export (``from_py_object`` and
+#: its deleter) / allocator, as ``nox -s bench`` measures them on torch 2.8 CPU
+#: (benchmarks/, README "Benchmarks"). PLACEHOLDERS until the portable table's first
+#: measured run: the native figures are CONTRIBUTING's table (from_py 27 ns, allocator
+#: 93 ns); the portable ones are the issue's target bounds (0.7x a Python-level
+#: ``x.__dlpack__()`` of ~1.5 us; 1.0x ``to_dlpack(torch.empty(...))`` of ~1.6 us), not
+#: a measurement. The diagnostics print them labelled as such.
+PORTABLE_COST = {
+    "measured": False,
+    "native_export_ns": 27,
+    "native_allocator_ns": 93,
+    "portable_export_ns": 1050,
+    "portable_allocator_ns": 1600,
+}
+
+
+def cost_line() -> str:
+    """The portable table's per-call cost beside the native one, for status and the
+    diagnostics, and how to get native speed."""
+    c = PORTABLE_COST
+    note = "" if c["measured"] else " (placeholder figures, not yet measured by nox -s bench)"
+    return (
+        f"portable table: ~{c['portable_export_ns']} ns per export and "
+        f"~{c['portable_allocator_ns']} ns per allocation, against ~{c['native_export_ns']} "
+        f"and ~{c['native_allocator_ns']} ns for the native library{note}; for native speed "
+        f"set {env_var('JIT')}=1, which builds the native library once where a C++ compiler "
+        "and torch's headers exist"
+    )
 
 
 def describe_entry(entry: ManifestEntry) -> str:
-    """``torch 2.6 cuda cxx11abi0`` — how messages name a library."""
+    """``torch 2.6 cuda cxx11abi0`` — how messages name a library (``the portable
+    table (abi3)`` for the torch-agnostic one)."""
+    if entry.backend is None:
+        return f"the portable table ({entry.python})"
     abi = "" if entry.cxx11_abi is None else f" cxx11abi{int(entry.cxx11_abi)}"
     return f"torch {entry.torch} {entry.backend.value}{abi}"
 
@@ -135,6 +192,7 @@ def gpu_library_remedy(backend: Backend, source: InstallSource | None = None) ->
 
 
 def _build_remedy(manifest: Sequence[ManifestEntry], source: InstallSource | None = None) -> str:
+    manifest = [e for e in manifest if e.backend is not None]
     if manifest:
         listed = "; ".join(describe_entry(e) for e in manifest[:8])
         more = f" and {len(manifest) - 8} more" if len(manifest) > 8 else ""
@@ -210,7 +268,7 @@ def _rule_disabled(info: TorchInfo, settings: Settings) -> Decision | None:
 
 
 def _rule_defer(info: TorchInfo, settings: Settings) -> Decision | None:
-    if not info.has_capsule or settings.force:
+    if not info.has_capsule or settings.force or settings.portable:
         return None
     warnings: tuple[str, ...] = ()
     if settings.library is not None:
@@ -235,7 +293,7 @@ def _rule_defer(info: TorchInfo, settings: Settings) -> Decision | None:
 
 
 def _rule_legacy(info: TorchInfo, settings: Settings) -> Decision | None:
-    if not info.has_legacy_int or settings.force:
+    if not info.has_legacy_int or settings.force or settings.portable:
         return None
     return Decision(
         kind=DecisionKind.PUBLISH_LEGACY,
@@ -331,6 +389,29 @@ def decide(
     10. Nothing matches -> ``JIT`` if opted in, else ``UNAVAILABLE`` listing the
         bundled libraries, the build-from-source command and the JIT variable.
 
+    The portable table (issue 30: defer -> native -> JIT -> portable -> unavailable):
+
+    6a. Only libraries whose ``python`` serves this interpreter count (``abi3`` on a
+        GIL CPython >= 3.9, ``abi3.12`` on >= 3.12, ``3.14t`` on a free-threaded 3.14
+        BUILD: ``info.python``, from ``Py_GIL_DISABLED``, never the runtime GIL flag).
+    6b. ``PORTABLE`` -> ``PORTABLE`` with the bundled portable library, over a native
+        one and over torch's own table (rule 3 and 4 skip it: differential tests); none
+        bundled -> the JIT builds it when ``JIT`` is set, else ``UNAVAILABLE``.
+    8b. An XPU torch (``torch.version.xpu``; never taken for CPU) has no native
+        library: rule 11.
+    9.  (torch 2.0-2.3 and other torches outside the range: no native library, rule 11.)
+    11. Where rules 7-10 end in ``UNAVAILABLE`` and torch has ``torch._C._to_dlpack``,
+        the bundled portable library -> ``PORTABLE`` (silent: the import succeeded);
+        none bundled (a universal wheel) and ``JIT`` set -> ``PORTABLE`` without an
+        entry: the JIT builds it (C and Python.h only). ``LOAD`` and ``JIT`` carry the
+        portable library in ``Decision.portable``: a native library that fails to
+        load, or a failed JIT build, falls back to it with a warning saying why.
+        Never when rule 3 or 4 was passed over by ``FORCE``: FORCE means our NATIVE
+        library, and never puts the slower table over torch's own.
+    12. A torch without ``torch._C._to_dlpack``, or no portable library -> the
+        ``UNAVAILABLE`` of rules 7-10 (the reason says why the portable table cannot
+        serve).
+
     The commands of a remedy install from ``source``, where this installation came from
     (PEP 610; default: an index, so the version is pinned).
     """
@@ -367,11 +448,110 @@ def _decide(
             f"no usable manifest: {getattr(manifest, 'cause', manifest)}",
             _broken_manifest_remedy(source),
         )
+    version_info, freethreaded = info.python or running_python()
+    # Only libraries this interpreter may load (rule 6b).
+    usable = [e for e in manifest if python_serves(e.python, version_info, freethreaded)]
+    portable = _portable_entry(info, usable)
+    if settings.portable:
+        return _forced_portable(info, settings, backend, portable)
     try:
         version = info.major_minor
     except ConfigError as exc:
-        return _nothing_matches(settings, backend, str(exc), _build_remedy(manifest, source))
-    return _match_manifest(info, manifest, settings, backend, version, source=source)
+        decision = _nothing_matches(settings, backend, str(exc), _build_remedy(manifest, source))
+        return _or_portable(decision, info, settings, portable)
+    native = [e for e in usable if e.backend is not None]
+    decision = _match_manifest(
+        info, native, settings, backend, version, listed=manifest, source=source
+    )
+    return _or_portable(decision, info, settings, portable)
+
+
+def _portable_entry(info: TorchInfo, usable: Sequence[ManifestEntry]) -> ManifestEntry | None:
+    """The bundled portable library this interpreter may load, if torch lets it serve
+    (``torch._C._to_dlpack``): the first by file name."""
+    if not info.has_to_dlpack:
+        return None
+    return min((e for e in usable if e.backend is None), key=lambda e: e.file, default=None)
+
+
+def _no_portable_why(info: TorchInfo) -> str:
+    if not info.has_to_dlpack:
+        return (
+            f"torch {info.version} has no torch._C._to_dlpack, which the portable table "
+            "calls, so it cannot serve either"
+        )
+    return "no portable table is bundled for this Python (a universal wheel?)"
+
+
+def _forced_portable(
+    info: TorchInfo, settings: Settings, backend: Backend, portable: ManifestEntry | None
+) -> Decision:
+    """Rule 6a: ``PORTABLE`` asks for the portable table, over a native library and over
+    torch's own table (for tests and comparisons)."""
+    var = env_var("PORTABLE")
+    if portable is not None:
+        return Decision(
+            kind=DecisionKind.PORTABLE,
+            backend=backend,
+            entry=portable,
+            reason=f"{var} asks for the portable table",
+        )
+    if settings.jit and info.has_to_dlpack:
+        return Decision(
+            kind=DecisionKind.PORTABLE,
+            backend=backend,
+            reason=f"{var} asks for the portable table and none is bundled: "
+            f"{env_var('JIT')} builds it",
+        )
+    return Decision(
+        kind=DecisionKind.UNAVAILABLE,
+        backend=backend,
+        reason=f"{var} asks for the portable table, but {_no_portable_why(info)}",
+        remedy=f"install a compiled torch-c-dlpack-ext wheel ({REINSTALL_COMMAND}), set "
+        f"{env_var('JIT')}=1 to build the portable table, or unset {var}",
+    )
+
+
+def _or_portable(
+    decision: Decision, info: TorchInfo, settings: Settings, portable: ManifestEntry | None
+) -> Decision:
+    """Rule 11: rules 7-10's ``UNAVAILABLE`` becomes the portable table where one serves
+    (bundled, or built by the JIT when opted in); a ``LOAD`` or ``JIT`` carries it as the
+    last resort. Never where ``FORCE`` passed over torch's own table: FORCE asks for our
+    native library, not for the slower portable one over torch's."""
+    if info.has_capsule or info.has_legacy_int:
+        return decision
+    if portable is None:
+        return _portable_by_jit(decision, info, settings)
+    if decision.kind is DecisionKind.UNAVAILABLE:
+        return Decision(
+            kind=DecisionKind.PORTABLE,
+            backend=decision.backend,
+            entry=portable,
+            reason=f"{decision.reason}: the portable table serves it",
+            portable=portable,
+        )
+    if decision.kind in (DecisionKind.LOAD, DecisionKind.JIT):
+        return decision._replace(portable=portable)
+    return decision
+
+
+def _portable_by_jit(decision: Decision, info: TorchInfo, settings: Settings) -> Decision:
+    """Where no portable table is bundled (a universal wheel): an ``UNAVAILABLE`` becomes
+    the JIT's build of the portable table when ``JIT`` opted in and torch lets it serve;
+    without ``_to_dlpack`` the reason says so."""
+    if decision.kind is not DecisionKind.UNAVAILABLE:
+        return decision
+    if not info.has_to_dlpack:
+        return decision._replace(reason=f"{decision.reason}; {_no_portable_why(info)}")
+    if not settings.jit:
+        return decision
+    return Decision(
+        kind=DecisionKind.PORTABLE,
+        backend=decision.backend,
+        reason=f"{decision.reason}: {env_var('JIT')} builds the portable table, "
+        "which serves it (no portable table is bundled)",
+    )
 
 
 def _match_manifest(
@@ -381,6 +561,7 @@ def _match_manifest(
     backend: Backend,
     version: tuple[int, int],
     *,
+    listed: Sequence[ManifestEntry],
     source: InstallSource | None = None,
 ) -> Decision:
     def matching(wanted: Backend) -> list[ManifestEntry]:
@@ -405,6 +586,16 @@ def _match_manifest(
             fallbacks=tuple(primary[1:]),
             reason=f"{describe_entry(primary[0])} matches {_describe_torch(info, backend)}",
         )
+    if backend not in NATIVE_BACKENDS:
+        # XPU: no native library exists for it (rule 8b).
+        return Decision(
+            kind=DecisionKind.UNAVAILABLE,
+            backend=backend,
+            reason=f"no native library serves a {backend.value} torch "
+            f"({_describe_torch(info, backend)})",
+            remedy=f"install a compiled torch-c-dlpack-ext wheel, which bundles the portable "
+            f"table ({REINSTALL_COMMAND})",
+        )
     cpu = matching(Backend.CPU) if backend is not Backend.CPU else []
     if cpu:
         why = f"no bundled {backend.value} library for {_describe_torch(info, backend)}"
@@ -428,7 +619,7 @@ def _match_manifest(
         settings,
         backend,
         f"no bundled library matches {_describe_torch(info, backend)}",
-        _build_remedy(manifest, source),
+        _build_remedy(listed, source),
     )
 
 

@@ -19,9 +19,10 @@ import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from _torch_c_dlpack_ext_core.errors import (
+    REINSTALL,
     BuildError,
     ConfigError,
     InstallSource,
@@ -36,7 +37,15 @@ from _torch_c_dlpack_ext_core.errors import (
     reinstall_command,
 )
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest, read_verified
-from _torch_c_dlpack_ext_core.naming import DIST_NAME, MANIFEST_NAME, Backend, env_var
+from _torch_c_dlpack_ext_core.naming import (
+    DIST_NAME,
+    MANIFEST_NAME,
+    PORTABLE,
+    Backend,
+    env_var,
+    python_serves,
+    running_python,
+)
 
 from ._library import LoadedLibrary, open_library, read_library
 from ._library import short_path as _short_path
@@ -59,6 +68,9 @@ from ._select import (
 )
 from ._status import Status, StatusFields
 from ._torchinfo import TorchInfo, check_legacy_pointer
+
+if TYPE_CHECKING:
+    from _torch_c_dlpack_ext_core.trust import TrustedOwners
 
 __all__ = [
     "build_for_current_torch",
@@ -241,8 +253,42 @@ class _Action:
             DecisionKind.PUBLISH_LEGACY: self.publish_legacy,
             DecisionKind.LOAD: self.load,
             DecisionKind.JIT: self.jit,
+            DecisionKind.PORTABLE: self.portable,
         }
         return handlers[self.decision.kind]()
+
+    def portable(self, why: str = "") -> StatusFields:
+        """Load the portable table: the decision's (or a fallback's) bundled library, or,
+        where none is bundled, one the JIT builds (only C and Python.h needed). ``why``:
+        the failure that led here, announced (a chosen portable table is silent)."""
+        entry = self.decision.entry if self.decision.kind is DecisionKind.PORTABLE else None
+        entry = entry or self.decision.portable
+        if why:
+            self.messages.append(f"{why}; using the portable table instead")
+        if entry is not None:
+            failures: list[str] = []
+            loaded = self.try_entries([entry], failures)
+            if loaded is not None:
+                return self.finish(DecisionKind.PORTABLE, loaded.path, why)
+            return self.unavailable(
+                "the portable table failed its load check: " + "; ".join(failures),
+                REINSTALL,
+            )
+        from . import _jit
+
+        try:
+            loaded = open_library(*_jit.build_portable(self.settings))
+        except TorchCDLPackExtError as exc:
+            return self.unavailable(
+                f"the JIT build of the portable table failed: {_with_tool_tail(exc)}",
+                f"install a C compiler and the Python headers (python3-dev), install a "
+                f"compiled torch-c-dlpack-ext wheel ({REINSTALL}), or unset {env_var('JIT')}",
+            )
+        mismatch = override_mismatch(loaded, self.info, self.settings)
+        if mismatch is not None:
+            return self.unavailable(*mismatch)
+        publish(self.torch, loaded.pointer)
+        return self.finish(DecisionKind.PORTABLE, loaded.path, why)
 
     def nothing(self) -> StatusFields:
         return self.finish(self.decision.kind)
@@ -261,26 +307,7 @@ class _Action:
 
     def load(self) -> StatusFields:
         if self.decision.library is not None:
-            path = self.decision.library
-            try:
-                data = read_library(path)
-                # What the file says it was built for, read before dlopen: a library of
-                # another torch minor would only fail there, on an undefined symbol.
-                early = build_info_in(data)
-                mismatch = _mismatch(early, path, self.info, self.settings) if early else None
-                if mismatch is None:
-                    loaded = open_library(path, data)
-                    mismatch = override_mismatch(loaded, self.info, self.settings)
-            except LibraryLoadError as exc:
-                return self.unavailable(_cause(exc), f"fix or unset {env_var('LIBRARY')}")
-            if mismatch is not None:
-                return self.unavailable(*mismatch)
-            publish(self.torch, loaded.pointer)
-            self.messages.append(
-                f"loaded {loaded.path} from {env_var('LIBRARY')}: no manifest, so no "
-                "size/sha256 check was done"
-            )
-            return self.finish(DecisionKind.LOAD, loaded.path)
+            return self.load_override(self.decision.library)
         failures: list[str] = []
         candidates = [self.decision.entry, *self.decision.fallbacks] if self.decision.entry else []
         loaded_entry = self.try_entries(candidates, failures)
@@ -291,6 +318,8 @@ class _Action:
             return self.jit(
                 f"{'; '.join(failures)}; {env_var('JIT')} asks to build a library instead"
             )
+        if self.decision.portable is not None:
+            return self.portable("no native library could be loaded: " + "; ".join(failures))
         backend = self.decision.backend
         source = install_source(self.package_dir)
         remedy = (
@@ -300,6 +329,30 @@ class _Action:
             f"{env_var('JIT')}=1 to build a library for this torch"
         )
         return self.unavailable("no library could be loaded: " + "; ".join(failures), remedy)
+
+    def load_override(self, path: Path) -> StatusFields:
+        """Load ``TORCH_C_DLPACK_EXT_LIBRARY``'s file, if its build info allows it here."""
+        try:
+            data = read_library(path, self.owners())
+            # What the file says it was built for, read before dlopen: a library of
+            # another torch minor would only fail there, on an undefined symbol.
+            early = build_info_in(data)
+            mismatch = _mismatch(early, path, self.info, self.settings) if early else None
+            if mismatch is None:
+                loaded = open_library(path, data)
+                mismatch = override_mismatch(loaded, self.info, self.settings)
+        except LibraryLoadError as exc:
+            return self.unavailable(_cause(exc), f"fix or unset {env_var('LIBRARY')}")
+        if mismatch is not None:
+            return self.unavailable(*mismatch)
+        publish(self.torch, loaded.pointer)
+        self.messages.append(
+            f"loaded {loaded.path} from {env_var('LIBRARY')}: no manifest, so no "
+            "size/sha256 check was done"
+        )
+        self.note_trusted_owner(loaded.path)
+        portable = _parse_build_info(loaded.build_info()).get("table") == PORTABLE
+        return self.finish(DecisionKind.PORTABLE if portable else DecisionKind.LOAD, loaded.path)
 
     def try_entries(
         self, entries: Sequence[ManifestEntry], failures: list[str]
@@ -324,13 +377,42 @@ class _Action:
         try:
             loaded = open_library(*_jit.build(self.torch, self.info, backend, self.settings))
         except TorchCDLPackExtError as exc:
+            # FORCE past torch's own table asks for the native library only.
+            forced_past = self.info.has_capsule or self.info.has_legacy_int
+            if self.decision.portable is not None or (self.info.has_to_dlpack and not forced_past):
+                # The portable table: the bundled one, else one the JIT builds with C only.
+                return self.portable(
+                    f"the JIT build of the {backend.value} library for torch "
+                    f"{self.info.version} failed: {_with_tool_tail(exc)}"
+                )
             return self.unavailable(
                 f"the JIT build of the {backend.value} library for torch {self.info.version} "
                 f"failed: {_with_tool_tail(exc)}",
                 f"fix that cause{_details_elsewhere()}, or unset {env_var('JIT')}",
             )
         publish(self.torch, loaded.pointer)
+        self.note_trusted_owner(loaded.path)
         return self.finish(DecisionKind.JIT, loaded.path, reason)
+
+    def owners(self) -> TrustedOwners:
+        """Who may own a ``LIBRARY`` or JIT file loaded here (root, this user, and the
+        ``TRUSTED_OWNER`` setting's account)."""
+        from _torch_c_dlpack_ext_core.trust import TrustedOwners
+
+        return TrustedOwners(self.settings.trusted_owner)
+
+    def note_trusted_owner(self, path: Path) -> None:
+        """Announce a file that was loaded because ``TRUSTED_OWNER`` trusts its owner."""
+        owner = self.settings.trusted_owner
+        you = getattr(os, "geteuid", lambda: 0)()
+        try:
+            uid = os.stat(path).st_uid
+        except OSError:
+            return
+        if owner is not None and uid == owner and uid not in (0, you):
+            self.messages.append(
+                f"loaded {path}, owned by uid {uid}, which {env_var('TRUSTED_OWNER')} trusts"
+            )
 
 
 def override_mismatch(
@@ -355,7 +437,8 @@ def override_mismatch(
 #: How ``TorchCDLPackExtBuildInfo``'s JSON (csrc/build_info.cc) stands in the file: a
 #: NUL-terminated string constant that begins with the torch build.
 _BUILD_INFO_IN_FILE = re.compile(
-    rb'\{"torch": "[^"\x00]{1,200}", "torch_major": [^\x00]{1,2000}?\}\x00'
+    rb'\{(?:"table": "[a-z]{1,20}", )?"torch": "[^"\x00]{1,200}", "torch_major": '
+    rb"[^\x00]{1,2000}?\}\x00"
 )
 
 
@@ -386,6 +469,10 @@ def _mismatch(
         f"point {var} at a library built for this torch, set {env_var('JIT')}=1 instead, "
         "or unset it"
     )
+    python_or_portable = _python_mismatch(built, name, info)
+    if python_or_portable is not None or built.get("table") == PORTABLE:
+        # The portable table is torch-agnostic: no torch minor, ABI or backend to match.
+        return python_or_portable
     major, minor = built.get("torch_major"), built.get("torch_minor")
     if isinstance(major, int) and isinstance(minor, int):
         try:
@@ -398,14 +485,6 @@ def _mismatch(
                 f"{info.version}: a library works only with the torch minor it was built for",
                 fix,
             )
-    python = _python_mismatch(built.get("python"))
-    if python is not None:
-        return (
-            f"{name} (from {var}) {python}: a library serves only the Python ABI it was "
-            "built for, and loading it into another interpreter can crash the process",
-            f"point {var} at a library built for {_interpreter_python()[0]}, set "
-            f"{env_var('JIT')}=1 to build one for this interpreter, or unset it",
-        )
     abi = built.get("cxx11_abi")
     if (
         isinstance(abi, int)
@@ -442,43 +521,29 @@ def _mismatch(
     return None
 
 
-def _interpreter_python() -> tuple[str, bool]:
-    """This interpreter's Python ABI as a message names it (``Python 3.11``, ``Python
-    3.13t (free-threaded)``), and whether it is free-threaded: taken from the build
-    (``Py_GIL_DISABLED``), never from ``sys._is_gil_enabled()``, which a free-threaded
-    CPython started with ``PYTHON_GIL=1`` answers True."""
-    import sysconfig
-
-    free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
-    major, minor = sys.version_info[:2]
-    if free_threaded:
-        return f"Python {major}.{minor}t (free-threaded)", True
-    return f"Python {major}.{minor}", False
-
-
-def _python_mismatch(built: object) -> str | None:
-    """Why a library whose build info says ``"python": built`` (``"abi3"``, ``"3.14t"``,
-    ``"3.11"``: csrc/build_info.cc) must not be loaded into this interpreter, as the end
-    of a sentence naming the library; ``None`` if it may (or the field is absent or not
-    understood: the other checks and dlopen still apply)."""
-    if not isinstance(built, str):
-        return None
-    running, free_threaded = _interpreter_python()
-    if built == "abi3":
-        if not free_threaded:
-            return None
+def _python_mismatch(built: dict[str, Any], name: str, info: TorchInfo) -> tuple[str, str] | None:
+    """Why a library whose build info is ``built`` may not be loaded by this interpreter
+    (its ``python``: an abi3 library on a free-threaded build, a 3.14t one elsewhere), or,
+    for the portable table, by this torch (it calls ``torch._C._to_dlpack``)."""
+    var = env_var("LIBRARY")
+    python = built.get("python")
+    version_info, freethreaded = info.python or running_python()
+    if isinstance(python, str) and not python_serves(python, version_info, freethreaded):
+        build = "a free-threaded" if freethreaded else "a GIL"
         return (
-            f"was built for the stable ABI (abi3) of CPython with the GIL, this interpreter "
-            f"is {running}"
+            f"{name} (from {var}) was built for Python {python}, this is {build} CPython "
+            f"{version_info[0]}.{version_info[1]}: its objects' layout would not match, and "
+            "loading it could crash the process",
+            f"point {var} at a library built for this Python, set {env_var('JIT')}=1 to "
+            "build one for it, or unset it",
         )
-    digits = built.removesuffix("t").split(".")
-    if len(digits) != 2 or not all(d.isdecimal() and d.isascii() for d in digits):
-        return None
-    wanted = (int(digits[0]), int(digits[1]), built.endswith("t"))
-    if wanted == (*sys.version_info[:2], free_threaded):
-        return None
-    said = f"{built} (free-threaded)" if built.endswith("t") else f"{built} (with the GIL)"
-    return f"was built for Python {said}, this interpreter is {running}"
+    if built.get("table") == PORTABLE and not info.has_to_dlpack:
+        return (
+            f"{name} is the portable table, which calls torch._C._to_dlpack; torch "
+            f"{info.version} has none",
+            f"unset {var}",
+        )
+    return None
 
 
 def _failed_before_deciding(reason: str, remedy: str) -> StatusFields:
@@ -576,7 +641,7 @@ def status_of(fields: StatusFields | None) -> Status:
     library = fields.get("library")  # text from the common path (no pathlib there)
     path = None if library is None else Path(library)
     if fields.get("common_path"):
-        return _common_path_status(path)
+        return _common_path_status(path, DecisionKind(fields["kind"]))
     return Status(
         kind=DecisionKind(fields["kind"]),
         library=path,
@@ -589,7 +654,7 @@ def status_of(fields: StatusFields | None) -> Status:
     )
 
 
-def _common_path_status(library: Path | None) -> Status:
+def _common_path_status(library: Path | None, kind: DecisionKind = DecisionKind.LOAD) -> Status:
     """The :class:`Status` of an import that published on the common path: the decision
     the selector makes for the same inputs (no override, neither attribute on
     ``torch.Tensor`` before, this package's manifest), made now."""
@@ -602,16 +667,16 @@ def _common_path_status(library: Path | None) -> Status:
         )
     except Exception:  # status() must not raise where the import did not
         info = None
-    decision = Decision(kind=DecisionKind.LOAD, reason=f"loaded {library}")
+    decision = Decision(kind=kind, reason=f"loaded {library}")
     if info is not None:
         try:
             made = decide(info, load_manifest(Path(__file__).parent / MANIFEST_NAME), settings)
         except ManifestError:  # changed since the import
             made = None
-        if made is not None and made.kind is DecisionKind.LOAD:
+        if made is not None and made.kind is kind:
             decision = made
     return Status(
-        kind=DecisionKind.LOAD,
+        kind=kind,
         library=library,
         torch=info,
         reason=decision.reason,

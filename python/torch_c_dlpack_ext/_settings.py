@@ -31,7 +31,20 @@ __all__ = [
 
 
 #: Variables the runtime reads, by short name (without the prefix).
-RUNTIME_VARIABLES = ("DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR")
+RUNTIME_VARIABLES = (
+    "DISABLE",
+    "FORCE",
+    "LIBRARY",
+    "BACKEND",
+    "JIT",
+    "CACHE_DIR",
+    "TRUSTED_OWNER",
+    "LOCK_TIMEOUT",
+    "PORTABLE",
+)
+#: The range ``TORCH_C_DLPACK_EXT_LOCK_TIMEOUT`` accepts, in seconds: a build takes seconds
+#: to minutes (docs/facts.md), so less than one second or more than a day is a mistake.
+LOCK_TIMEOUT_RANGE = (1.0, 86400.0)
 #: Variables the in-tree build backend reads (``build_backend/_options.py``): known, so
 #: not reported as typos, but ignored at import. (Developer tools and tests use their own
 #: prefix, :data:`_torch_c_dlpack_ext_core.naming.DEV_ENV_PREFIX`.) A test keeps this list
@@ -89,6 +102,73 @@ def _unknown_variable(name: str, short: str, known: tuple[str, ...]) -> str:
     return f"{name} is not a torch-c-dlpack-ext variable ({fix})"
 
 
+def _trusted_owner(raw: str | None, problems: list[SettingProblem]) -> int | None:
+    """The uid ``TRUSTED_OWNER`` names (a uid or a user name), or ``None``."""
+    if raw is None:
+        return None
+    from _torch_c_dlpack_ext_core.trust import parse_trusted_owner  # only when set
+
+    try:
+        return parse_trusted_owner(raw)
+    except ConfigError as exc:
+        problems.append(SettingProblem(env_var("TRUSTED_OWNER"), str(exc)))
+        return None
+
+
+def _lock_timeout(raw: str | None, problems: list[SettingProblem]) -> float | None:
+    """``LOCK_TIMEOUT`` in seconds, within :data:`LOCK_TIMEOUT_RANGE`, or ``None``."""
+    if raw is None:
+        return None
+    low, high = LOCK_TIMEOUT_RANGE
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if low <= seconds <= high:  # False for nan and inf
+        return seconds
+    shown = raw if len(raw) <= 40 else raw[:40] + "..."
+    problems.append(
+        SettingProblem(
+            env_var("LOCK_TIMEOUT"),
+            f"{env_var('LOCK_TIMEOUT')}={shown!r} is not a number of seconds from {low:g} to "
+            f"{high:g}: give how long a JIT build waits for another process's build of the "
+            "same library, or unset it",
+        )
+    )
+    return None
+
+
+def _library(raw: str | None, problems: list[SettingProblem]) -> Path | None:
+    """The file ``LIBRARY`` names (absolute), or ``None``: unset, or not a regular file
+    (then a problem names what it is: missing, a directory, a FIFO, a device...)."""
+    if raw is None:
+        return None
+    candidate = _expand_user(raw)
+    shown = raw if len(raw) <= 200 else raw[:200] + "..."
+    library: Path | None = None
+    try:
+        # stat(), never open(): a FIFO would block an open. stat() may fail for reasons
+        # other than absence (a name too long, a directory that cannot be searched),
+        # absolute() with a deleted cwd.
+        mode = candidate.stat().st_mode
+        library = candidate.absolute() if stat.S_ISREG(mode) else None
+        why = f"is {file_kind(mode)} (not a library file)"
+    except FileNotFoundError:
+        why = "is not an existing file"
+    except OSError as exc:  # strerror: the path again would double a long value
+        why = f"cannot be checked ({type(exc).__name__}: {exc.strerror or 'no detail'})"
+    except ValueError as exc:
+        why = f"cannot be checked ({str(exc)[:200]})"
+    if library is None:
+        problems.append(
+            SettingProblem(
+                env_var("LIBRARY"),
+                f"{env_var('LIBRARY')}={shown!r} {why}: point it at a built library or unset it",
+            )
+        )
+    return library
+
+
 def read_settings(environ: Mapping[str, str]) -> Settings:
     """Read the prefixed variables of ``environ``; never raises.
 
@@ -124,32 +204,7 @@ def read_settings(environ: Mapping[str, str]) -> Settings:
         except ConfigError as exc:
             problems.append(SettingProblem(env_var("BACKEND"), f"{env_var('BACKEND')}: {exc}"))
 
-    library: Path | None = None
-    raw_library = value_of("LIBRARY")
-    if raw_library is not None:
-        candidate = _expand_user(raw_library)
-        shown = raw_library if len(raw_library) <= 200 else raw_library[:200] + "..."
-        try:
-            # stat(), never open(): a FIFO would block an open. stat() may fail for
-            # reasons other than absence (a name too long, a directory that cannot be
-            # searched), absolute() with a deleted cwd.
-            mode = candidate.stat().st_mode
-            library = candidate.absolute() if stat.S_ISREG(mode) else None
-            why = f"is {file_kind(mode)} (not a library file)"
-        except FileNotFoundError:
-            why = "is not an existing file"
-        except OSError as exc:  # strerror: the path again would double a long value
-            why = f"cannot be checked ({type(exc).__name__}: {exc.strerror or 'no detail'})"
-        except ValueError as exc:
-            why = f"cannot be checked ({str(exc)[:200]})"
-        if library is None:
-            problems.append(
-                SettingProblem(
-                    env_var("LIBRARY"),
-                    f"{env_var('LIBRARY')}={shown!r} {why}: "
-                    "point it at a built library or unset it",
-                )
-            )
+    library = _library(value_of("LIBRARY"), problems)
 
     cache_dir: Path | None = None
     raw_cache = value_of("CACHE_DIR")
@@ -169,6 +224,8 @@ def read_settings(environ: Mapping[str, str]) -> Settings:
                     "process starts): give an absolute path or unset it",
                 )
             )
+    trusted_owner = _trusted_owner(value_of("TRUSTED_OWNER"), problems)
+    lock_timeout = _lock_timeout(value_of("LOCK_TIMEOUT"), problems)
     return Settings(
         disable=flag("DISABLE"),
         force=flag("FORCE"),
@@ -176,6 +233,9 @@ def read_settings(environ: Mapping[str, str]) -> Settings:
         backend=backend,
         jit=flag("JIT"),
         cache_dir=cache_dir,
+        trusted_owner=trusted_owner,
+        lock_timeout=lock_timeout,
+        portable=flag("PORTABLE"),
         problems=tuple(problems),
         in_force=in_force,
     )

@@ -44,7 +44,8 @@ class Status:
 
     #: The outcome: ``LOAD``/``JIT`` only if a library was published.
     kind: DecisionKind
-    #: The library whose table is published (``None`` unless ``kind`` is LOAD or JIT).
+    #: The library whose table is published (``None`` unless ``kind`` is LOAD, JIT or
+    #: PORTABLE).
     library: Path | None = None
     #: The running torch, ``None`` if torch could not be imported.
     torch: TorchInfo | None = None
@@ -59,7 +60,18 @@ class Status:
     @property
     def published(self) -> bool:
         """True if this package set the attributes on ``torch.Tensor``."""
-        return self.kind in (DecisionKind.LOAD, DecisionKind.JIT, DecisionKind.PUBLISH_LEGACY)
+        return self.kind in (
+            DecisionKind.LOAD,
+            DecisionKind.JIT,
+            DecisionKind.PORTABLE,
+            DecisionKind.PUBLISH_LEGACY,
+        )
+
+    @property
+    def portable(self) -> bool:
+        """The published table is the portable one (torch's Python-level DLPack
+        functions, called from C): slower per call than a native library."""
+        return self.kind is DecisionKind.PORTABLE
 
     def __str__(self) -> str:
         """A few lines for people (``print(status())``): the outcome, the library, the
@@ -82,6 +94,10 @@ class Status:
         lines = [f"torch-c-dlpack-ext: {self.kind.value} ({torch})"]
         if self.library is not None:
             lines.append(f"  library: {clip(str(self.library))}")
+        if self.portable:
+            from ._select import cost_line
+
+            lines.append(f"  cost:    {clip(cost_line(), 480)}")
         if self.reason:
             lines.append(f"  reason:  {whole(self.reason)}")
         if self.remedy:

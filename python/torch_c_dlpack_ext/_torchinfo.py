@@ -15,7 +15,13 @@ import os
 import sys
 from typing import Any, NamedTuple
 
-from _torch_c_dlpack_ext_core.naming import CAPSULE_ATTR, LEGACY_INT_ATTR, Backend, torch_minor
+from _torch_c_dlpack_ext_core.naming import (
+    CAPSULE_ATTR,
+    LEGACY_INT_ATTR,
+    Backend,
+    running_python,
+    torch_minor,
+)
 
 from ._loader import (
     CAPSULE_NAME,
@@ -50,7 +56,8 @@ __all__ = [
 
 def detect_backend(torch: Any) -> Backend:
     """The backend of a torch module, by its build flavour (:func:`._loader.backend_of`:
-    ``torch.version.hip`` -> rocm, else ``torch.version.cuda`` -> cuda, else cpu). No
+    ``torch.version.hip`` -> rocm, else ``torch.version.xpu`` -> xpu, else
+    ``torch.version.cuda`` -> cuda, else cpu). No
     device is asked, so describing torch never initialises CUDA."""
     return Backend(backend_of(torch))
 
@@ -311,6 +318,12 @@ class TorchInfo(NamedTuple):
     #: table of a library of this package (an earlier import in this process), else the
     #: image that published it (``libtorch_c_dlpack_addon_torch28-cpu.so (...)``).
     capsule_origin: str = ""
+    #: ``torch._C._to_dlpack`` exists: the portable table can serve this torch.
+    has_to_dlpack: bool = True
+    #: ``((major, minor), free-threaded build)`` of the interpreter whose libraries are
+    #: chosen (:func:`~_torch_c_dlpack_ext_core.naming.running_python`); ``None``: the
+    #: running one (tests give others).
+    python: tuple[tuple[int, int], bool] | None = None
 
     @property
     def major_minor(self) -> tuple[int, int]:
@@ -342,4 +355,6 @@ class TorchInfo(NamedTuple):
             bogus_attributes=bogus,
             # torch's own table is the default (""); anything else is named.
             capsule_origin="" if origin.startswith("torch") else origin,
+            has_to_dlpack=callable(getattr(getattr(torch, "_C", None), "_to_dlpack", None)),
+            python=running_python(),
         )

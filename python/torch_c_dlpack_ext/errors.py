@@ -26,6 +26,7 @@ from _torch_c_dlpack_ext_core.errors import (
     TorchCDLPackExtError,
     TorchCDLPackExtWarning,
     TorchInstallError,
+    UntrustedPathError,
 )
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "TorchCDLPackExtError",
     "TorchCDLPackExtWarning",
     "TorchInstallError",
+    "UntrustedPathError",
     "WarningAsImportError",
 ]
 

@@ -179,7 +179,17 @@ class Tables:
 
     @property
     def backend(self) -> str:
-        return str(self.library.build_info["backend"])
+        return self.library.backend
+
+    @property
+    def runs_as_host_only(self) -> bool:
+        """Whether the CPU half of the suite applies: a CPU build, or a table serving a GPU
+        torch's backend (the portable table on PyPI's CUDA torch) where no GPU is present,
+        so that every GPU memory it is handed is refused (by the table or by torch)."""
+        if self.backend == "cpu":
+            return True
+        # The question is asked only of GPU-serving tables, in a test process.
+        return not torch.cuda.is_available()
 
 
 def load_tables(path: Path) -> Tables:

@@ -168,6 +168,25 @@ class ExchangeLibrary:
         assert isinstance(data, dict)
         return data
 
+    @property
+    def backend(self) -> str:
+        """The GPU backend the library serves ("cpu", "cuda", "rocm"): its build's, or for the
+        portable table (backend "any") the running torch build's, as it decides at run time
+        (``torch.version.hip``, then ``torch.version.cuda``, else a CPU torch)."""
+        backend = str(self.build_info["backend"])
+        if backend != "any":
+            return backend
+        import torch
+
+        if getattr(torch.version, "hip", None):
+            return "rocm"
+        return "cuda" if getattr(torch.version, "cuda", None) else "cpu"
+
+    @property
+    def is_portable(self) -> bool:
+        """Whether this is the torch-agnostic portable table (csrc/portable)."""
+        return self.build_info.get("table") == "portable"
+
     @staticmethod
     def member_names() -> tuple[str, ...]:
         return _MEMBERS

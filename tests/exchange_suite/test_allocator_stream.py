@@ -176,7 +176,7 @@ def test_stream_cpu_is_null(api: DLPackExchangeAPI) -> None:
 
 def test_stream_by_build(api: DLPackExchangeAPI, exchange_library: ExchangeLibrary) -> None:
     stream = ctypes.c_void_p(0x1234)
-    backend = exchange_library.build_info["backend"]
+    backend = exchange_library.backend
     # Host memory (also pinned and managed) has no stream in every build.
     for host in (DLDeviceType.kDLCUDAHost, DLDeviceType.kDLROCMHost, DLDeviceType.kDLCUDAManaged):
         assert api.current_work_stream(host, 0, ctypes.byref(stream)) == 0
@@ -201,7 +201,7 @@ def test_stream_by_build(api: DLPackExchangeAPI, exchange_library: ExchangeLibra
 def test_allocator_refuses_unserved_gpu(
     api: DLPackExchangeAPI, exchange_library: ExchangeLibrary
 ) -> None:
-    backend = exchange_library.build_info["backend"]
+    backend = exchange_library.backend
     other = {"cpu": ("cuda", DLDeviceType.kDLCUDA), "cuda": ("rocm", DLDeviceType.kDLROCM)}
     if backend not in other:
         pytest.skip(f"a {backend} build: its unserved device type needs another GPU")

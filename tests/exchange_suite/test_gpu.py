@@ -23,7 +23,7 @@ from .dlpack_ctypes import (
 def gpu_library(exchange_library: ExchangeLibrary) -> ExchangeLibrary:
     if not torch.cuda.is_available():
         pytest.skip("torch.cuda.is_available() is False: no CUDA/ROCm device on this machine")
-    backend = exchange_library.build_info["backend"]
+    backend = exchange_library.backend
     if backend == "cpu":
         pytest.skip("the library under test is a CPU build; GPU tests need a cuda/rocm build")
     return exchange_library

@@ -526,6 +526,7 @@ def _check(report: Report, torch_api: DLPackExchangeAPI, cache: Path, own_capsul
     )
     run_case(report, "cpu: tvm-ffi echo float16", False, lambda: _seed(tables, "cpu"))
     _bench_rows(report, tables, "cpu", cache, gpu=False)
+    _portable_half(report, torch_api, cache, gpu_reason)
 
     if gpu_reason:
         done = {r.case for r in report.rows}
@@ -739,6 +740,113 @@ def _gpu_half(report: Report, tables: Tables) -> None:
 
     run_case(report, "cuda: cpu library refuses CUDA tensors", True, cpu_refuses)
     run_case(report, "cuda: tvm-ffi echo float16 (seed test)", True, lambda: _seed(tables, "cuda"))
+
+
+#: The portable table's GPU cases (csrc/portable, torch-agnostic; compared with torch's table).
+PORTABLE_GPU_CASES = [
+    "portable cuda: from_py/non-owning/to_py",
+    "portable cuda: allocator -> torch kernels",
+    "portable cuda: allocator, bad request",
+    "portable cuda: current_work_stream, default stream",
+    "portable cuda: current_work_stream, torch.cuda.stream(s)",
+    "portable cuda: current_work_stream, device -1 is the current device",
+    "portable cuda: current_work_stream, per device",
+]
+
+
+def _portable_half(
+    report: Report, torch_api: DLPackExchangeAPI, cache: Path, gpu_reason: str
+) -> None:
+    """The portable table (csrc/portable, built as shipped: abi3) beside torch's own table:
+    the CPU cases everywhere, the CUDA ones where a GPU runs them."""
+    from tests.helpers import build_portable_library
+
+    try:
+        library = ExchangeLibrary(build_portable_library(cache / "portable"))
+        report.add("build: portable library", library.build_info["python"], "-", OK, gpu=False)
+    except Exception as exc:
+        report.add("build: portable library", "failed", "-", MISMATCH, f"{exc}"[-400:], gpu=False)
+        report.not_run(PORTABLE_GPU_CASES, "no portable library")
+        return
+    tables = Tables(ours=library.api, torch=torch_api, cpu=library.api)
+    cpu = DLDeviceType.kDLCPU
+    check_device(report, tables, "cpu", False, "portable cpu")
+
+    def cpu_allocator() -> tuple[str, str, bool]:
+        ours, theirs = allocator_case(tables.ours, cpu, 0), allocator_case(tables.torch, cpu, 0)
+        return ours, theirs, ours == theirs
+
+    run_case(report, "portable cpu: allocator -> torch kernels", False, cpu_allocator)
+    run_case(
+        report,
+        "portable cpu: current_work_stream",
+        False,
+        lambda: _same(str(stream_of(tables.ours, cpu, 0)), str(stream_of(tables.torch, cpu, 0))),
+    )
+    if gpu_reason:
+        report.not_run(PORTABLE_GPU_CASES, gpu_reason)
+        return
+    kind = gpu_device_type()
+    count = torch.cuda.device_count()
+    check_device(report, tables, "cuda", True, "portable cuda")
+
+    def allocator() -> tuple[str, str, bool]:
+        ours = [allocator_case(tables.ours, kind, i) for i in range(count)]
+        theirs = [allocator_case(tables.torch, kind, i) for i in range(count)]
+        return "; ".join(ours), "; ".join(theirs), ours == theirs
+
+    run_case(report, "portable cuda: allocator -> torch kernels", True, allocator)
+
+    def bad() -> tuple[str, str, bool]:
+        ours, theirs = bad_allocation(tables.ours, kind, 0), bad_allocation(tables.torch, kind, 0)
+        beyond = bad_allocation_device(tables.ours, kind, count)
+        return (
+            f"{ours}; device {count}: {beyond}",
+            theirs,
+            _both_refuse(ours, theirs)[2] and (beyond != "accepted"),
+        )
+
+    run_case(report, "portable cuda: allocator, bad request", True, bad)
+
+    def default_stream() -> tuple[str, str, bool]:
+        ours, theirs = stream_of(tables.ours, kind, 0), stream_of(tables.torch, kind, 0)
+        want = ("ok", torch.cuda.current_stream(0).cuda_stream)
+        return str(ours), str(theirs), ours == theirs == want
+
+    run_case(report, "portable cuda: current_work_stream, default stream", True, default_stream)
+
+    def side_stream() -> tuple[str, str, bool]:
+        side = torch.cuda.Stream(device=0)
+        with torch.cuda.stream(side):
+            ours, theirs = stream_of(tables.ours, kind, 0), stream_of(tables.torch, kind, 0)
+        want = ("ok", side.cuda_stream)
+        return str(ours), str(theirs), ours == theirs == want and side.cuda_stream != 0
+
+    run_case(report, "portable cuda: current_work_stream, torch.cuda.stream(s)", True, side_stream)
+
+    def current_device() -> tuple[str, str, bool]:
+        # device_id -1: the current device's current stream (torch's convention).
+        last = count - 1
+        side = torch.cuda.Stream(device=last)
+        with torch.cuda.device(last), torch.cuda.stream(side):
+            ours = stream_of(tables.ours, kind, -1)
+        return str(ours), str(("ok", side.cuda_stream)), ours == ("ok", side.cuda_stream)
+
+    run_case(
+        report,
+        "portable cuda: current_work_stream, device -1 is the current device",
+        True,
+        current_device,
+    )
+
+    def per_device() -> tuple[str, str, bool]:
+        ours, want = [], []
+        for index in range(count):
+            ours.append(stream_of(tables.ours, kind, index))
+            want.append(("ok", torch.cuda.current_stream(index).cuda_stream))
+        return str(ours), str(want), ours == want
+
+    run_case(report, "portable cuda: current_work_stream, per device", True, per_device)
 
 
 def bad_allocation_device(api: DLPackExchangeAPI, device_type: int, device_id: int) -> str:

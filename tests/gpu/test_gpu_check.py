@@ -26,6 +26,10 @@ CPU_CASES = {
     "cpu: allocator, bad request",
     "cpu: current_work_stream",
     "cpu: tvm-ffi echo float16",
+    "build: portable library",
+    "portable cpu: from_py/non-owning/to_py",
+    "portable cpu: allocator -> torch kernels",
+    "portable cpu: current_work_stream",
 }
 
 

@@ -93,3 +93,24 @@ def test_conformance_invariants_on_torch28(build_cache: Path) -> None:
     counts = run_conformance_suite(env.python, output_dir / entry.file)
     assert counts["total"] >= MIN_CASES_28, counts
     assert not any(name.endswith("differential") for name in counts), counts
+
+
+def test_conformance_portable_torch213(portable_library: Path) -> None:
+    """The portable table (csrc/portable, abi3) against torch 2.13's own table."""
+    counts = run_conformance_suite(sys.executable, portable_library)
+    assert counts["total"] >= MIN_CASES_213, counts
+    differential = sum(n for name, n in counts.items() if name.endswith("differential"))
+    assert differential >= MIN_DIFFERENTIAL_CASES, counts
+
+
+@pytest.mark.parametrize("version", [OLD_TORCH, "2.9.1"])
+def test_conformance_portable_invariants_on_older_torch(
+    portable_library: Path, version: str
+) -> None:
+    """The portable table on torch 2.8 (legacy capsules both ways) and 2.9 (versioned, but
+    no byte_offset or float8 import); CUDA torches without a GPU here, so the suite's
+    host-only half applies (tables.Tables.runs_as_host_only)."""
+    env = torch_env(version, importable=True, extra=OLD_ENV_EXTRAS)
+    counts = run_conformance_suite(env.python, portable_library)
+    assert counts["total"] >= MIN_CASES_28, counts
+    assert not any(name.endswith("differential") for name in counts), counts

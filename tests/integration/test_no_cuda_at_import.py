@@ -7,7 +7,9 @@ rocm, ``torch.version.cuda`` -> cuda, else cpu), and spies on every CUDA query t
 must see nothing during ``import torch_c_dlpack_ext`` (or ``status()``): on the running
 torch (2.13, defer path and the selector's paths) and on PyPI's torch 2.8.0, a CUDA 12.8
 build, which on this GPU-less host now loads the CUDA library, and that library serves CPU
-tensors (a round trip through the published capsule).
+tensors (a round trip through the published capsule). The portable table, too: forced
+on the running torch (``TORCH_C_DLPACK_EXT_PORTABLE=1``), and selected on PyPI's torch
+2.3.1, a CUDA 12.1 build older than every native library.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import CUDA_SPY, Bundled, clean_env, make_package, run_python
+from tests.helpers import (
+    CUDA_SPY,
+    Bundled,
+    bundle_portable,
+    clean_env,
+    make_package,
+    run_python,
+)
 
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend
@@ -69,25 +78,33 @@ def spy_import(root: Path | None, python: Path | str = sys.executable, **env: st
         ("force-load", {P + "FORCE": "1"}),
         ("force-unavailable", {P + "FORCE": "1", P + "BACKEND": "cuda"}),
         ("jit-without-compiler", {P + "FORCE": "1", P + "JIT": "1", "CXX": "/nonexistent"}),
+        # The portable table (bundled beside the native library), forced over torch's own.
+        ("portable-forced", {P + "PORTABLE": "1"}),
     ],
 )
 def test_no_cuda_query_on_the_running_torch(
-    tmp_path: Path, torch213_library: tuple[Path, ManifestEntry], case: str, env: dict[str, str]
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    torch213_library: tuple[Path, ManifestEntry],
+    case: str,
+    env: dict[str, str],
 ) -> None:
     torch = pytest.importorskip("torch")
     library, entry = torch213_library
     minor = ".".join(torch.__version__.split(".")[:2])
     bundled = Bundled(library, minor, Backend.CPU, entry.cxx11_abi, torch.__version__)
     root = make_package(tmp_path, [bundled])
+    if case.startswith("portable"):
+        bundle_portable(root, request.getfixturevalue("portable_library"))
     if "JIT" in "".join(env):
         env = {**env, P + "CACHE_DIR": str(tmp_path / "cache")}
         (root / "torch_c_dlpack_ext" / "manifest.json").unlink()
     result = spy_import(root, **env)
     assert result["calls"] == [], result
     assert result["initialized"] is False
-    expected = {"defer-fast-path": "defer", "force-load": "load"}.get(case, "unavailable")
-    assert result["kind"] == expected, result
-    if expected == "load":
+    expected = {"defer-fast-path": "defer", "force-load": "load", "portable-forced": "portable"}
+    assert result["kind"] == expected.get(case, "unavailable"), result
+    if result["kind"] in ("load", "portable"):
         assert result["smoke"][0], result["smoke"]
 
 
@@ -156,3 +173,22 @@ def test_cpu_library_never_serves_a_cuda_torch_unless_asked(
     assert asked["calls"] == [], asked
     assert asked["kind"] == "load", asked
     assert asked["smoke"][0], asked["smoke"]
+
+
+@pytest.mark.slow
+def test_torch_below_the_matrix_gets_the_portable_table_and_asks_no_device(
+    tmp_path: Path, torch23_env: Any, portable_library: Path
+) -> None:
+    """PyPI's torch 2.3.1+cu121 (older than every native library) on a host with no
+    GPU: the portable table is selected (the package bundles only it), its capsule
+    round-trips a CPU tensor, nothing is said, and no CUDA query ran."""
+    root = bundle_portable(make_package(tmp_path), portable_library)
+    result = spy_import(root, python=torch23_env.python)
+    assert result["cuda_build"] == "12.1", result
+    assert result["calls"] == [], result
+    assert result["initialized"] is False
+    assert result["kind"] == "portable", result
+    assert result["backend"] == "cuda", result
+    assert result["warnings"] == [], result
+    assert result["smoke"][0], result["smoke"]
+    assert "cpu tensor" in result["smoke"][1], result["smoke"]

@@ -9,12 +9,20 @@ tvm_ffi`` must still succeed.
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import Bundled, clean_env, make_package, run_python
+from tests.helpers import (
+    Bundled,
+    bundle_portable,
+    clean_env,
+    make_package,
+    run_python,
+)
 
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 
@@ -175,3 +183,58 @@ def test_a_table_tvm_ffi_published_is_named_as_tvm_ffis(
     assert reason.startswith(addon.name), reason
     assert "it is used, not this package's library" in reason, reason
     assert "an earlier import in this process" not in reason, reason
+
+
+#: ``python -W error`` runs it: every warning on the way is an error, ours included.
+STRICT = r"""
+import json, sys
+import torch
+import tvm_ffi
+assert "torch_c_dlpack_ext" in sys.modules, "tvm_ffi did not import torch_c_dlpack_ext"
+import torch_c_dlpack_ext as ext
+status = ext.status()
+x = torch.arange(12, dtype=torch.float32).reshape(3, 4)[:, 1:]
+y = tvm_ffi.get_global_func("testing.echo")(x)
+assert torch.equal(x, y) and y.data_ptr() == x.data_ptr()
+t = tvm_ffi.from_dlpack(x)
+assert torch.from_dlpack(t).data_ptr() == x.data_ptr()
+print(json.dumps({"kind": status.kind.value, "warnings": list(status.warnings),
+                  "torch": torch.__version__}))
+"""
+
+
+@pytest.mark.parametrize(
+    "case", ["native-2.8", "portable-forced-2.8", "portable-2.3"], ids=str
+)  # fmt: skip
+def test_import_tvm_ffi_under_w_error(
+    request: pytest.FixtureRequest, tmp_path: Path, case: str
+) -> None:
+    """``python -W error -c "import tvm_ffi"`` and a round trip, where the import selects a
+    table: our native library of torch 2.8, the portable table forced over it
+    (``TORCH_C_DLPACK_EXT_PORTABLE=1``), and the portable table on PyPI's torch 2.3.1,
+    which no native library serves. Nothing warns, so nothing fails, and tvm-ffi compiles
+    nothing."""
+    extra: dict[str, str] = {}
+    if case.endswith("2.8"):
+        env = request.getfixturevalue("tvm_env")
+        root = make_package(tmp_path / "pkg", [bundle(*request.getfixturevalue("library28"))])
+    else:
+        env = request.getfixturevalue("torch23_env")
+        root = make_package(tmp_path / "pkg")
+    if case.startswith("portable"):
+        bundle_portable(root, request.getfixturevalue("portable_library"))
+    if case == "portable-forced-2.8":
+        extra["TORCH_C_DLPACK_EXT_PORTABLE"] = "1"
+    proc = subprocess.run(
+        [str(env.python), "-W", "error", "-c", STRICT],
+        env={**tvm_environ(tmp_path, **extra), "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["kind"] == ("load" if case == "native-2.8" else "portable"), result
+    assert result["warnings"] == [], result
+    assert not any((tmp_path / "tvm-cache").glob("*.so"))

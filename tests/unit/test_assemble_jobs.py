@@ -346,6 +346,39 @@ def test_check_repaired_with_the_jobs_cells(tmp_path: Path) -> None:
         cisteps.check_repaired(wheel.parent, ids)
 
 
+def test_check_repaired_allows_the_groups_portable_table_once(tmp_path: Path) -> None:
+    """Issue 30: the group's first job also packs the portable table (its own cell id,
+    not one of TCDE_JOB_CELLS): allowed beside the job's cells, never twice."""
+    cells = _cells("linux_x86_64-t28_cpu")
+    libs = tmp_path / "libs" / "a"
+    pairs = [flowjob.stand_in_library(c, libs, elf=False) for c in cells]
+    data = b"portable stand-in"
+    (libs / "libtorch_c_dlpack_ext-portable.so").write_bytes(data)
+    portable = pairs[0][0]._replace(
+        file="libtorch_c_dlpack_ext-portable.so",
+        torch="any",
+        torch_build="any",
+        backend=None,
+        cxx11_abi=None,
+        gpu_toolkit=None,
+        size=len(data),
+        sha256=sha256_of(libs / "libtorch_c_dlpack_ext-portable.so"),
+        cell="linux_x86_64-portable",
+    )
+    pairs.append((portable, libs / portable.file))
+    folder = tmp_path / "cells" / "cell-a"
+    folder.mkdir(parents=True)
+    wheel = assemble_wheel(
+        folder, meta=project_metadata(ROOT), libraries=pairs, platform="manylinux_2_28_x86_64"
+    )
+    assert cisteps.check_repaired(folder, [cells[0].id]) == [wheel]
+    # Job wheels carrying it merge into one combined wheel holding it once.
+    made = wheels.assemble_from_wheels(tmp_path / "cells", tmp_path / "dist")
+    (combined,) = [p for p in made if p.name.endswith("manylinux_2_28_x86_64.whl")]
+    listed = [e.cell for e in distfiles.read_wheel(combined).libraries]
+    assert sorted(str(c) for c in listed) == ["linux_x86_64-portable", "linux_x86_64-t28_cpu"]
+
+
 def test_check_repaired_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from devtools import cli
 

@@ -51,6 +51,10 @@ def fake_torch(available: bool, version: Any, *, tensor_attrs: dict[str, Any] | 
         (types.SimpleNamespace(hip="6.0"), Backend.ROCM),
         (types.SimpleNamespace(cuda="12.8"), Backend.CUDA),
         (None, Backend.CPU),
+        # Issue 30: an XPU torch was taken for a CPU build (and given the CPU library).
+        (types.SimpleNamespace(cuda=None, hip=None, xpu="20250101"), Backend.XPU),
+        (types.SimpleNamespace(xpu="20250101"), Backend.XPU),
+        (types.SimpleNamespace(cuda=None, hip=None, xpu=None), Backend.CPU),
     ],
     ids=[
         "cuda",
@@ -61,6 +65,9 @@ def fake_torch(available: bool, version: Any, *, tensor_attrs: dict[str, Any] | 
         "hip-only-attr",
         "cuda-only-attr",
         "no-version-module",
+        "xpu",
+        "xpu-only-attr",
+        "xpu-none",
     ],
 )
 def test_detect_backend_by_build_flavour(version: Any, expected: Backend) -> None:
@@ -68,6 +75,15 @@ def test_detect_backend_by_build_flavour(version: Any, expected: Backend) -> Non
     ``device_count`` and ``init`` fail the test if called. A CUDA build on a host with
     no device (the query would say False) is still cuda."""
     assert detect_backend(fake_torch(False, version)) is expected
+
+
+def test_torchinfo_says_whether_the_portable_table_can_serve() -> None:
+    """``torch._C._to_dlpack`` is what the portable table calls: its absence is the one
+    torch the portable table cannot serve."""
+    torch = fake_torch(False, types.SimpleNamespace())
+    assert TorchInfo.from_torch(torch).has_to_dlpack is False
+    torch._C = types.SimpleNamespace(_to_dlpack=lambda tensor: tensor)
+    assert TorchInfo.from_torch(torch).has_to_dlpack is True
 
 
 def test_torchinfo_from_fake_torch_without_version_attributes() -> None:

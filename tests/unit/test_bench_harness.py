@@ -276,4 +276,5 @@ def test_worker_times_torchs_own_table(worker_config: Path) -> None:
         "to_dlpack()",
         "from_dlpack(capsule)",
         "torch.empty(16)",
+        "to_dlpack(torch.empty(16))",
     }

@@ -156,11 +156,12 @@ REUSE = r"""
 import json, sys
 from pathlib import Path
 from _torch_c_dlpack_ext_core.naming import Backend
+from _torch_c_dlpack_ext_core.trust import TrustedOwners
 from torch_c_dlpack_ext._jit import _reuse_read_only
 from torch_c_dlpack_ext._torchinfo import TorchInfo
 info = TorchInfo(version=sys.argv[2], backend=Backend.CPU, cxx11_abi=False, cuda_version=None,
                  hip_version=None, has_capsule=False, has_legacy_int=False)
-found = _reuse_read_only(Path(sys.argv[1]), info, Backend.CPU)
+found = _reuse_read_only(Path(sys.argv[1]), info, Backend.CPU, TrustedOwners())
 print(json.dumps(None if found is None else str(found[0])))
 """
 

@@ -309,6 +309,7 @@ def no_gpu_toolkit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]
     monkeypatch.setenv("PATH", str(empty))  # no nvcc
     # Only the torch's own environment: this test's must not lend its NVIDIA wheels.
     monkeypatch.setattr(headers, "_site_packages_dirs", lambda torch: [torch.site_packages])
+    monkeypatch.setattr(headers, "_STANDARD_CUDA_HOMES", ())  # nor /usr/local/cuda
     if Path("/opt/rocm/include/hip/hip_runtime_api.h").is_file():
         pytest.skip("this machine has ROCm in /opt/rocm")
     compiled: list[str] = []

@@ -15,7 +15,14 @@ import pytest
 from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
 from devtools import build, flowjob, torchenv, wheels
-from devtools.cells import Cell, cell_for_entry, group_dir, library_entry
+from devtools.cells import (
+    Cell,
+    cell_for_entry,
+    group_dir,
+    library_entry,
+    portable_cell_for_entry,
+    portable_cells,
+)
 from devtools.errors import MatrixError
 from devtools.matrix import load_matrix
 from devtools.wheelnames import is_variant_name, parse_wheel_name
@@ -183,3 +190,73 @@ def test_a_job_wheel_without_cell_ids_is_refused_naming_the_wheel(tmp_path: Path
     )
     with pytest.raises(MatrixError, match=rf"^{re.escape(str(wheel))}: .*carries no cell id"):
         wheels.assemble_from_wheels(tmp_path / "cells", tmp_path / "dist")
+
+
+# The portable table (issue 30): one torch-agnostic cell per group.
+
+
+@pytest.mark.parametrize(
+    ("group_of", "cell_id", "library", "job"),
+    [
+        (
+            "linux_x86_64-t28_cpu",
+            "linux_x86_64-portable",
+            "libtorch_c_dlpack_ext-portable.so",
+            "linux_x86_64-cuda",
+        ),
+        (
+            "linux_x86_64-t29_cpu-cp314t",
+            "linux_x86_64-portable-cp314t",
+            "libtorch_c_dlpack_ext-portable-cp314t.so",
+            "linux_x86_64-cuda-cp314t",
+        ),
+        (
+            "win_amd64-t28_cpu",
+            "win_amd64-portable",
+            "torch_c_dlpack_ext-portable.dll",
+            "win_amd64-cpu",
+        ),
+    ],
+)
+def test_each_group_has_one_portable_cell(
+    group_of: str, cell_id: str, library: str, job: str
+) -> None:
+    native = _cell(group_of)
+    by_id = {p.id: p for p in portable_cells(CELLS)}
+    portable = by_id[cell_id]
+    assert (portable.group, portable.library, portable.job_id) == (native.group, library, job)
+    assert group_dir(Path("b"), portable) == group_dir(Path("b"), native)
+    # One per group: as many portable cells as groups.
+    assert len(by_id) == len({c.group for c in CELLS})
+
+
+def _portable_entry(cell_id: str, python: str = "abi3", **changes: Any) -> ManifestEntry:
+    return ManifestEntry(
+        file="libtorch_c_dlpack_ext-portable.so",
+        torch="any",
+        torch_build="any",
+        backend=None,
+        cxx11_abi=None,
+        dlpack="1.3",
+        toolchain="gcc 12.2.0",
+        gpu_toolkit=None,
+        platform="linux_x86_64",
+        python=python,
+        size=1,
+        sha256="0" * 64,
+        cell=cell_id,
+    )._replace(**changes)
+
+
+def test_a_portable_entry_is_found_by_its_portable_cell_never_as_a_native_one() -> None:
+    entry = _portable_entry("linux_x86_64-portable")
+    assert portable_cell_for_entry(CELLS, entry, "m.json").id == "linux_x86_64-portable"
+    with pytest.raises(MatrixError, match="is the portable table, no native cell"):
+        cell_for_entry(CELLS, entry, "m.json")
+    for bad in (
+        _portable_entry("linux_x86_64-t28_cpu"),
+        _portable_entry("linux_x86_64-portable", python="3.14t"),
+        _portable_entry("nowhere-portable"),
+    ):
+        with pytest.raises(MatrixError, match=r"no portable cell of matrix\.toml"):
+            portable_cell_for_entry(CELLS, bad, "m.json")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,8 @@ def test_names_are_the_cores() -> None:
     assert _loader.CAPSULE_NAME == naming.CAPSULE_NAME == dlpack_ctypes.CAPSULE_NAME
     assert _loader.ENV_PREFIX == naming.ENV_PREFIX
     assert naming.MANIFEST_NAME == _loader._MANIFEST_NAME
-    assert tuple(b.value for b in naming.Backend) == _loader._BACKENDS
+    assert tuple(b.value for b in naming.NATIVE_BACKENDS) == _loader._BACKENDS
+    assert _loader._ANY == naming.ANY == manifest.ANY
 
 
 def test_schema_bounds_are_the_manifests() -> None:
@@ -98,6 +100,7 @@ FIELD_VALUES = st.one_of(
     st.sampled_from([2**32, 2**32 + 1, 1.0, 0, "", " ", "\x00", "a" * 257, "a" * 256]),
     st.sampled_from(["2.8", "2.08", "2.8.1", "٣.٨", "2", "abi3", "3.14t", "3.14", "3.x", "t"]),
     st.sampled_from(["cpu", "cuda", "rocm", "CUDA", "libs/x.so", "../x.so", "/abs.so", "a//b"]),
+    st.sampled_from(["any", "xpu", "abi3.12", "abi3.9", "abi3.12t", "abi3.", "3.13t"]),
     st.sampled_from(["a\\b", "c:x", "./x", "a/" + "b" * 256, "x" * 513, "A" * 64, "0" * 63]),
     st.text(max_size=8),
     st.lists(st.integers(), max_size=2),
@@ -107,8 +110,22 @@ FIELD_VALUES = st.one_of(
 @st.composite
 def manifests(draw: st.DrawFn) -> bytes:
     entries: list[Any] = [_valid_entry_json(), _valid_entry_json(file="libs/b.so", backend="cpu")]
+    # The portable library's torch-agnostic entry (issue 30), which the draws below mix up.
+    entries.append(
+        _valid_entry_json(
+            file="libs/p.so",
+            torch="any",
+            torch_build="any",
+            backend="any",
+            cxx11_abi=None,
+            gpu_toolkit=None,
+            python=draw(st.sampled_from(["abi3", "abi3.12", "3.14t"])),
+        )
+    )
+    if draw(st.booleans()):
+        entries = entries[2:] if draw(st.booleans()) else entries[:2]
     for _ in range(draw(st.integers(0, 3))):
-        index = draw(st.integers(0, 1))
+        index = draw(st.integers(0, len(entries) - 1))
         name = draw(st.sampled_from(ManifestEntry._fields))
         if draw(st.booleans()):
             entries[index][name] = draw(FIELD_VALUES)
@@ -290,10 +307,17 @@ TORCHES = [
 ]
 
 
-@pytest.fixture
-def package_dir(tmp_path: Path) -> Path:
+#: The torch-agnostic portable library, beside the native cells (issue 30), of each
+#: Python ABI a combined wheel or a build folder may hold.
+PORTABLE_CELLS = [("abi3", "portable"), ("3.14t", "portable-cp314t"), ("abi3.12", "p312")]
+
+
+def _write_package(tmp_path: Path, *, portable: bool) -> Path:
     entries = []
-    for torch, backend, abi, build, name in CELLS:
+    cells = [(*cell, "abi3") for cell in CELLS]
+    if portable:
+        cells += [("any", "any", None, "any", name, python) for python, name in PORTABLE_CELLS]
+    for torch, backend, abi, build, name, python in cells:
         data = name.encode() * 10
         (tmp_path / "libs").mkdir(exist_ok=True)
         (tmp_path / "libs" / f"{name}.so").write_bytes(data)
@@ -307,6 +331,8 @@ def package_dir(tmp_path: Path) -> Path:
                     cxx11_abi=abi,
                     size=len(data),
                     sha256=hashlib.sha256(data).hexdigest(),
+                    python=python,
+                    gpu_toolkit=None if torch == "any" else "12.8",
                 )
             )
         )
@@ -314,33 +340,127 @@ def package_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def package_dir(tmp_path: Path) -> Path:
+    return _write_package(tmp_path, portable=False)
+
+
 def _no_device_query() -> None:
     raise AssertionError("the common path asked a device")
 
 
-@pytest.mark.parametrize(("version", "cuda", "hip", "abi"), TORCHES)
-def test_the_common_path_picks_what_the_selector_picks(
-    package_dir: Path, version: str, cuda: str | None, hip: str | None, abi: bool
-) -> None:
-    torch = types.SimpleNamespace(
+def _fake_torch(
+    version: str, cuda: str | None, hip: str | None, abi: bool, **more: Any
+) -> types.SimpleNamespace:
+    c = types.SimpleNamespace(_to_dlpack=print) if more.pop("to_dlpack", True) else object()
+    return types.SimpleNamespace(
         __version__=version,
-        version=types.SimpleNamespace(cuda=cuda, hip=hip),
+        version=types.SimpleNamespace(cuda=cuda, hip=hip, **more),
         compiled_with_cxx11_abi=lambda: abi,
         cuda=types.SimpleNamespace(is_available=_no_device_query),
         Tensor=type("Tensor", (), {}),
+        _C=c,
     )
+
+
+#: Torches no native cell serves, for the portable rows: older than the range, an XPU
+#: torch (detected as XPU, never as CPU), one without torch._C._to_dlpack.
+PORTABLE_TORCHES = [
+    ("2.2.2+cu121", "12.1", None, False, {}),
+    ("2.0.1", None, None, True, {}),
+    ("2.8.0+xpu", None, None, True, {"xpu": "20250101"}),
+    ("2.6.0+cu124", "12.4", None, True, {}),  # only an ABI-0 library of 2.6 is bundled
+    ("2.2.2", None, None, True, {"to_dlpack": False}),
+]
+
+
+@pytest.mark.parametrize("portable", [False, True], ids=["native-only", "with-portable"])
+@pytest.mark.parametrize(
+    "described", [(*torch, {}) for torch in TORCHES] + PORTABLE_TORCHES, ids=str
+)
+def test_the_common_path_picks_what_the_selector_picks(
+    tmp_path: Path, described: tuple[Any, ...], portable: bool
+) -> None:
+    package_dir = _write_package(tmp_path, portable=portable)
+    *fields, more = described
+    torch = _fake_torch(*fields, **more)
     decision = decide(
         TorchInfo.from_torch(torch),
         manifest.load_manifest(package_dir / "manifest.json"),
         Settings(),
     )
-    found = _loader._matching_library(torch, package_dir)
-    if decision.kind is DecisionKind.LOAD:
+    kind, found = _loader._matching_library(torch, str(package_dir))
+    if decision.kind in (DecisionKind.LOAD, DecisionKind.PORTABLE):
         assert decision.entry is not None
-        assert found is not None
+        assert found is not None, decision
+        assert kind == decision.kind.value
         assert Path(found[0]) == package_dir / decision.entry.file
     else:
         assert found is None, (decision, found)
+
+
+def test_an_xpu_torch_is_xpu_never_cpu() -> None:
+    """Issue 30: an XPU torch was taken for a CPU build and given the CPU library."""
+    torch = _fake_torch("2.8.0+xpu", None, None, True, xpu="20250101")
+    assert _loader.backend_of(torch) == "xpu"
+    assert TorchInfo.from_torch(torch).backend is naming.Backend.XPU
+
+
+@given(
+    st.one_of(
+        st.text(max_size=10),
+        st.sampled_from(
+            [
+                "abi3",
+                "abi3.12",
+                "abi3.9",
+                "abi3.10",
+                "abi3.100",
+                "abi3.12t",
+                "3.14t",
+                "3.11",
+                "3.13t",
+                "3.14",
+                "abi3.",
+                "3.",
+                "t",
+                "3.1.4",
+                "03.11",
+                "3.011",
+                "abi3.05",
+            ]
+        ),
+    ),
+    st.sampled_from([(3, 9), (3, 11), (3, 12), (3, 13), (3, 14), (3, 100)]),
+    st.booleans(),
+)
+def test_python_serves_as_naming_says(value: str, version: tuple[int, int], ft: bool) -> None:
+    assert _loader.python_serves(value, version, ft) is naming.python_serves(value, version, ft)
+
+
+def test_the_interpreter_is_read_from_the_build() -> None:
+    assert _loader.interpreter() == naming.running_python()
+
+
+@pytest.mark.parametrize(("abiflags", "gil_disabled"), [("", 0), ("t", 1), ("td", 1), ("d", 0)])
+def test_the_common_paths_abiflags_say_what_the_cores_sysconfig_says(
+    monkeypatch: pytest.MonkeyPatch, abiflags: str, gil_disabled: int
+) -> None:
+    """``_loader`` reads the build's ``sys.abiflags`` (sysconfig costs ~1 ms on the common
+    path); the core reads ``Py_GIL_DISABLED``. Both are fixed when CPython is built, and
+    neither follows ``PYTHON_GIL``: for each build they agree."""
+    import sysconfig
+
+    monkeypatch.setattr(sys, "abiflags", abiflags, raising=False)
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: True, raising=False)  # PYTHON_GIL=1
+    real = sysconfig.get_config_var
+    monkeypatch.setattr(
+        sysconfig,
+        "get_config_var",
+        lambda name: gil_disabled if name == "Py_GIL_DISABLED" else real(name),
+    )
+    assert _loader.interpreter() == naming.running_python()
+    assert _loader.interpreter()[1] is bool(gil_disabled)
 
 
 @pytest.mark.parametrize("cell", ["linux_x86_64-t28_cuda", 7, None, "x\x00"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from _torch_c_dlpack_ext_core import driver
+from _torch_c_dlpack_ext_core import driver, headers
 from _torch_c_dlpack_ext_core.driver import BuildPlan, compile_library, plan_build
 from _torch_c_dlpack_ext_core.errors import (
     ABIMismatchError,
@@ -82,6 +82,8 @@ def inputs(
 ) -> Inputs:
     for var in GPU_VARS:
         monkeypatch.delenv(var, raising=False)
+    # Nor this host's /usr/local/cuda: the GPU headers are each test's own.
+    monkeypatch.setattr(headers, "_STANDARD_CUDA_HOMES", ())
     sources = tmp_path / "csrc"
     sources.mkdir()
     (sources / "a.cc").write_text("int a() { return 1; }\n", encoding="utf-8")
@@ -101,7 +103,9 @@ def test_unknown_backend(inputs: Inputs) -> None:
 
 
 def test_path_without_torch(inputs: Inputs) -> None:
-    with pytest.raises(TorchInstallError, match=r"no torch installation.*install torch there"):
+    with pytest.raises(
+        TorchInstallError, match=r"no torch installation.*install the torch you build for"
+    ):
         inputs.build(inputs.tmp / "nothing")
     inputs.assert_output_dir_empty()
 

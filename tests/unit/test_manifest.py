@@ -254,7 +254,7 @@ def test_a_string_size_is_a_schema_error_not_a_size_mismatch(tmp_path: Path) -> 
         ("toolchain", "", "expected a non-empty string"),
         ("platform", "x" * 300, "longer than 256 characters"),
         ("backend", "CUDA", "expected one of"),
-        ("python", "abi4", "expected 'abi3', a free-threaded CPython such as '3.14t'"),
+        ("python", "abi4", "expected 'abi3', 'abi3.12', a free-threaded CPython such as '3.14t'"),
         ("python", "ABI3", "expected 'abi3'"),
         ("python", "3", "expected 'abi3'"),
         ("python", "3.14tt", "expected 'abi3'"),
@@ -451,3 +451,52 @@ def test_a_cell_value_that_is_not_plain_text_reads_as_absent(tmp_path: Path, val
     (loaded,) = load_manifest(with_entry(tmp_path, cell=value))
     assert loaded.cell is None
     assert loaded == _entry()
+
+
+# Issue 30: the torch-agnostic entry of the portable library.
+PORTABLE_FIELDS = {
+    "torch": "any",
+    "torch_build": "any",
+    "backend": "any",
+    "cxx11_abi": None,
+    "gpu_toolkit": None,
+}
+
+
+def test_a_portable_entry_is_accepted_and_round_trips(tmp_path: Path) -> None:
+    path = with_entry(tmp_path, **PORTABLE_FIELDS, python="abi3")
+    (entry,) = load_manifest(path)
+    assert entry.portable
+    assert (entry.torch, entry.torch_build, entry.backend) == ("any", "any", None)
+    assert {k: entry.to_json()[k] for k in PORTABLE_FIELDS} == PORTABLE_FIELDS
+    write_manifest(tmp_path / "again.json", [entry])
+    assert load_manifest(tmp_path / "again.json") == (entry,)
+
+
+@pytest.mark.parametrize("python", ["abi3", "abi3.12", "3.14t", "3.13t"])
+def test_a_portable_entry_of_each_python_abi(tmp_path: Path, python: str) -> None:
+    (entry,) = load_manifest(with_entry(tmp_path, **PORTABLE_FIELDS, python=python))
+    assert entry.python == python
+
+
+@pytest.mark.parametrize(
+    "mix",
+    [
+        {"torch": "any"},
+        {"backend": "any"},
+        {"torch_build": "any"},
+        {"torch": "any", "backend": "any"},
+        {**PORTABLE_FIELDS, "cxx11_abi": False},
+        {**PORTABLE_FIELDS, "gpu_toolkit": "12.8"},
+        {**PORTABLE_FIELDS, "torch": "2.8"},
+        {**PORTABLE_FIELDS, "backend": "cpu"},
+        {**PORTABLE_FIELDS, "torch_build": "2.8.0"},
+    ],
+    ids=str,
+)
+def test_a_mixed_any_entry_is_refused(tmp_path: Path, mix: dict[str, object]) -> None:
+    """'any' only together: a native entry must name its torch and backend, and a
+    portable one claims nothing torch-specific. The whole manifest is refused, as for any
+    bad entry."""
+    with pytest.raises(ManifestError, match=r"mixes a torch-agnostic library's 'any'|expected"):
+        load_manifest(with_entry(tmp_path, **mix))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from tests.conftest import FakeTorch
 
+from _torch_c_dlpack_ext_core import headers
 from _torch_c_dlpack_ext_core.errors import GPUHeadersNotFoundError, build_from_source_command
 from _torch_c_dlpack_ext_core.headers import find_gpu_toolkit
 from _torch_c_dlpack_ext_core.naming import Backend
@@ -31,6 +32,7 @@ CUDA_TORCH = TorchInfo(
     hip_version=None,
     has_capsule=False,
     has_legacy_int=False,
+    has_to_dlpack=False,  # no portable table to fall back to: the native JIT's failure shows
 )
 
 
@@ -41,6 +43,8 @@ def flat(text: str) -> str:
 def headers_error(fake_torch: FakeTorch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """The real error of a CUDA build without toolkit headers (its fix is long)."""
     monkeypatch.setenv("PATH", str(tmp_path / "no-nvcc"))
+    # Nor a toolkit in a standard location of this machine (/usr/local/cuda).
+    monkeypatch.setattr(headers, "_STANDARD_CUDA_HOMES", (tmp_path / "no-cuda",))
     torch = TorchInstall.from_path(fake_torch("2.8.0+cu128", abi=True, cuda="12.8"))
     with pytest.raises(GPUHeadersNotFoundError) as caught:
         find_gpu_toolkit(Backend.CUDA, torch, environ={})
@@ -97,6 +101,7 @@ def test_the_diagnostics_table_wraps_the_whole_remedy(
     report = {
         "package": {"version": "0", "path": "/x"},
         "python": "3.11",
+        "python_abi": "cp311",
         "torch": None,
         "bundled": [],
         "decision": {

@@ -57,15 +57,17 @@ def test_all_variables_parsed(tmp_path: Path) -> None:
             P + "BACKEND": "ROCm",
             P + "JIT": "1",
             P + "CACHE_DIR": str(tmp_path / "cache"),
+            P + "PORTABLE": "on",
         }
     )
     assert settings.problems == ()
     assert (settings.disable, settings.force, settings.jit) == (False, True, True)
+    assert settings.portable is True
     assert settings.library == lib
     assert settings.backend is Backend.ROCM
     assert settings.cache_dir == tmp_path / "cache"
     assert [name for name, _ in settings.in_force] == sorted(
-        P + n for n in ("DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR")
+        P + n for n in ("DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR", "PORTABLE")
     )
 
 
@@ -125,7 +127,17 @@ def test_several_problems_all_reported() -> None:
 
 
 def test_runtime_variables_are_the_documented_set() -> None:
-    assert set(RUNTIME_VARIABLES) == {"DISABLE", "FORCE", "LIBRARY", "BACKEND", "JIT", "CACHE_DIR"}
+    assert set(RUNTIME_VARIABLES) == {
+        "DISABLE",
+        "FORCE",
+        "LIBRARY",
+        "BACKEND",
+        "JIT",
+        "CACHE_DIR",
+        "TRUSTED_OWNER",
+        "LOCK_TIMEOUT",
+        "PORTABLE",
+    }
 
 
 def test_every_project_variable_is_known_to_the_runtime() -> None:
@@ -213,3 +225,13 @@ def test_a_library_path_that_is_no_file_says_what_it_is(
     (problem,) = settings.problems
     assert f"{P}LIBRARY={str(path)!r} {kind}" in problem.message, problem.message
     assert settings.library is None
+
+
+def test_portable_is_a_boolean_setting() -> None:
+    """Issue 30: TORCH_C_DLPACK_EXT_PORTABLE forces the portable table; a bad value is a
+    problem (loads nothing), never a silent default."""
+    assert read_settings({}).portable is False
+    assert read_settings({P + "PORTABLE": "0"}).portable is False
+    bad = read_settings({P + "PORTABLE": "portable"})
+    assert bad.portable is False
+    assert [p.variable for p in bad.problems] == [P + "PORTABLE"]

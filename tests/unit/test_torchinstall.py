@@ -99,8 +99,8 @@ def test_no_torch_names_what_was_looked_for_and_the_fix(tmp_path: Path) -> None:
         TorchInstall.from_path(tmp_path)
     message = str(info.value)
     assert str(tmp_path) in message
-    assert "torch/version.py" in message
-    assert "install torch there" in message
+    assert "version.py and the C++ headers" in message
+    assert "install the torch you build for there" in message
 
 
 def test_version_module_without_version(fake_torch: FakeTorch) -> None:

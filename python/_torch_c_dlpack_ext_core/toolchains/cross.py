@@ -62,8 +62,19 @@ class CrossGnuToolchain(GnuToolchain):
     ) -> Compiler:
         """``cxx``, else ``<triplet>-g++`` on PATH (``$CXX`` is the host's compiler and is
         ignored); it must target :attr:`triplet`. Raises :class:`CompilerNotFoundError`."""
-        install = f"apt-get install {self.package}"
-        default = f"{self.triplet}-g++"
+        return self._find(cxx, environ, c=False)
+
+    def find_c_compiler(
+        self, cc: str | os.PathLike[str] | None, environ: Mapping[str, str]
+    ) -> Compiler:
+        """``cc``, else ``<triplet>-gcc`` on PATH (``$CC`` is the host's compiler)."""
+        return self._find(cc, environ, c=True)
+
+    def _find(
+        self, cxx: str | os.PathLike[str] | None, environ: Mapping[str, str], *, c: bool
+    ) -> Compiler:
+        install = f"apt-get install {self.package.replace('g++', 'gcc') if c else self.package}"
+        default = f"{self.triplet}-{'gcc' if c else 'g++'}"
         if cxx is None:
             # Resolved here so that a missing cross compiler is named, not $CXX's.
             found, _, _ = locate_compiler(
@@ -78,7 +89,7 @@ class CrossGnuToolchain(GnuToolchain):
             )
             cxx = found
         compiler = find_gcc_style_compiler(cxx, {"PATH": environ.get("PATH", "")},
-                                           install_hint=install)  # fmt: skip
+                                           install_hint=install, c=c)  # fmt: skip
         try:
             proc = run([*compiler.command, "-dumpmachine"], echo=False)
         except CommandError as exc:

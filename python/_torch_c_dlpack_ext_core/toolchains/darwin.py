@@ -69,6 +69,16 @@ class DarwinToolchain(WithoutBinaryAudit):
             install_hint="install the Xcode Command Line Tools (xcode-select --install)",
         )
 
+    def find_c_compiler(
+        self, cc: str | os.PathLike[str] | None, environ: Mapping[str, str]
+    ) -> Compiler:
+        return find_gcc_style_compiler(
+            cc,
+            environ,
+            install_hint="install the Xcode Command Line Tools (xcode-select --install)",
+            c=True,
+        )
+
     def link_library_name(self, stem: str) -> str:
         return f"{self.library_prefix}{stem}{self.library_suffix}"
 
@@ -84,7 +94,7 @@ class DarwinToolchain(WithoutBinaryAudit):
 
     def command(self, job: CompileJob, output: Path | str, scratch: Path | str) -> list[str]:
         link: list[str] = []
-        if (job.source_dir / VERSION_SCRIPT).is_file():
+        if job.exports_map.is_file():
             # ld64 has no version scripts: the same names, as an export list.
             link.append(f"-Wl,-exported_symbols_list,{Path(scratch) / EXPORT_LIST}")
         # -x drops the local symbols from the symbol table, as --strip-all does on Linux.
@@ -99,9 +109,9 @@ class DarwinToolchain(WithoutBinaryAudit):
         )
 
     def prepare_scratch(self, job: CompileJob, scratch: Path) -> None:
-        if (job.source_dir / VERSION_SCRIPT).is_file():
+        if job.exports_map.is_file():
             # Mach-O C symbols carry a leading underscore; the export list names them so.
-            names = exported_symbols(job.source_dir)
+            names = exported_symbols(job.exports_map.parent)
             (scratch / EXPORT_LIST).write_text(
                 "".join(f"_{name}\n" for name in names), encoding="utf-8"
             )

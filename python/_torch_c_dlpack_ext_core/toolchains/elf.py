@@ -37,6 +37,7 @@ from .protocol import TorchFiles, compiler_argv
 
 __all__ = [
     "audit_elf_library",
+    "audit_torch_free_library",
     "dynamic_symbols",
     "run_time_symbols",
     "runtime_libraries",
@@ -269,4 +270,62 @@ def audit_elf_library(
         f"({torch.root}) and the C/C++/Python runtime do not provide:\n{listing}{more}\n"
         f"likely cause: {_likely_cause(missing, torch)}",
         missing,
+    )
+
+
+#: The name stems of torch's libraries: a portable library may need none of them.
+_TORCH_LIBRARY_STEMS = (b"libtorch", b"libc10", b"libshm")
+
+
+def needed_libraries(library: Path) -> tuple[str, ...]:
+    """The ``DT_NEEDED`` entries of an ELF library (``readelf -d``; ``objdump -p`` where
+    readelf is missing)."""
+    tool = shutil.which("readelf")
+    command = (
+        [tool, "-d", str(library)]
+        if tool
+        else [shutil.which("objdump") or "objdump", "-p", str(library)]
+    )
+    proc = run(command, echo=False)
+    return tuple(re.findall(r"NEEDED\)?\s+(?:Shared library: \[)?([^\]\s]+)", proc.stdout))
+
+
+def audit_torch_free_library(
+    library: Path, *, cc: str | Sequence[str], python_exports: Path | None = None
+) -> None:
+    """The portable library's audit: it needs no torch library (``DT_NEEDED``) and every
+    undefined symbol it has is provided by the C runtime (``cc``'s) or the target Python
+    (``python_exports``, default this interpreter), so it imports no torch symbol. Raises
+    :class:`ABIAuditError`, or :class:`BuildError` when the symbols cannot be read."""
+    try:
+        torch_needed = [
+            name
+            for name in needed_libraries(library)
+            if name.encode().startswith(_TORCH_LIBRARY_STEMS)
+        ]
+        needed = dynamic_symbols(library, defined=False)
+        missing = set(needed)
+        for provider in runtime_libraries(cc, python_exports):
+            missing -= dynamic_symbols(provider, defined=True)
+            if not missing:
+                break
+    except CommandError as exc:
+        what = f"the torch-free audit of {library.name} could not read its dynamic section"
+        raise BuildError.from_command(what, exc, tail=2000) from None
+    if not torch_needed and not missing:
+        return
+    listing = "\n".join(f"  {name}" for name in sorted(missing)[:_SHOWN])
+    raise ABIAuditError(
+        f"{library.name} is the portable library, built against no torch, but it "
+        + (f"needs torch's {', '.join(torch_needed)}" if torch_needed else "")
+        + (" and " if torch_needed and missing else "")
+        + (
+            f"imports {len(missing)} symbol(s) that the C runtime and Python do not "
+            f"provide:\n{listing}"
+            if missing
+            else ""
+        )
+        + "\nlikely cause: a torch header or library in its build; it may include only "
+        "Python.h and dlpack/dlpack.h",
+        tuple(sorted(missing)),
     )

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..naming import SHARED_LIBRARY_NAMING, Backend
-from .elf import audit_elf_library
-from .protocol import VERSION_SCRIPT, AuditOutcome, CompileJob, Compiler, TorchFiles
+from .elf import audit_elf_library, audit_torch_free_library
+from .protocol import AuditOutcome, CompileJob, Compiler, TorchFiles
 from .unix import find_gcc_style_compiler, gcc_style_command
 
 __all__ = ["GNU", "GnuToolchain"]
@@ -47,6 +47,11 @@ class GnuToolchain:
     ) -> Compiler:
         return find_gcc_style_compiler(cxx, environ, install_hint="apt install g++")
 
+    def find_c_compiler(
+        self, cc: str | os.PathLike[str] | None, environ: Mapping[str, str]
+    ) -> Compiler:
+        return find_gcc_style_compiler(cc, environ, install_hint="apt install gcc", c=True)
+
     def link_library_name(self, stem: str) -> str:
         return f"{self.library_prefix}{stem}{self.library_suffix}"
 
@@ -72,7 +77,7 @@ class GnuToolchain:
         # data by page): a library ~10% smaller to read, hash and copy on every import,
         # and two fewer mappings for dlopen (docs/facts.md, "What one import pays for").
         link.append("-Wl,-z,noseparate-code")
-        version_script = job.source_dir / VERSION_SCRIPT
+        version_script = job.exports_map
         if version_script.is_file():
             # Hides what -fvisibility cannot: symbols torch's headers force to default.
             link.append(f"-Wl,--version-script={version_script}")
@@ -98,6 +103,14 @@ class GnuToolchain:
         :meth:`find_compiler` finds) locates the C/C++ runtime the library links."""
         compiler = cxx if cxx is not None else self.find_compiler(None, os.environ).command
         audit_elf_library(library, torch, backend, cxx=compiler, python_exports=python_exports)
+        return AuditOutcome.PASSED
+
+    def audit_torch_free(
+        self, library: Path, *, cc: str | Sequence[str], python_exports: Path | None = None
+    ) -> AuditOutcome:
+        """:func:`.elf.audit_torch_free_library`: no torch library needed, every symbol
+        provided by the C runtime or the target Python."""
+        audit_torch_free_library(library, cc=cc, python_exports=python_exports)
         return AuditOutcome.PASSED
 
 

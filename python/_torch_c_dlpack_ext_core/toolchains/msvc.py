@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import BuildError, CommandError, CompilerNotFoundError
-from ..naming import SHARED_LIBRARY_NAMING
+from ..naming import SHARED_LIBRARY_NAMING, free_threaded_build
 from ..run import run
 from .protocol import (
     CompileJob,
@@ -86,6 +86,13 @@ class MsvcToolchain(WithoutBinaryAudit):
             args=args,
         )
 
+    def find_c_compiler(
+        self, cc: str | os.PathLike[str] | None, environ: Mapping[str, str]
+    ) -> Compiler:
+        """cl compiles C too (``/TC``): ``cc``, else ``$CC``, else the C++ compiler's
+        lookup (``$CXX``, ``cl.exe``)."""
+        return self.find_compiler(cc if cc is not None else environ.get("CC") or None, environ)
+
     def link_library_name(self, stem: str) -> str:
         # The import library shipped next to the DLL (c10.lib beside c10.dll).
         return f"{stem}.lib"
@@ -103,7 +110,7 @@ class MsvcToolchain(WithoutBinaryAudit):
         so the DLL serves every CPython), else ``python3XY[t].lib``."""
         if python_lib is None:
             base = sysconfig.get_config_var("installed_base") or sys.base_prefix
-            free_threaded = "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
+            free_threaded = "t" if free_threaded_build() else ""
             name = (
                 "python3.lib"
                 if limited_api
@@ -135,18 +142,19 @@ class MsvcToolchain(WithoutBinaryAudit):
             # The DLL runtime, as torch itself is built: objects crossing the boundary
             # (std::string, exceptions) must share one CRT heap.
             "/MD",
-            "/EHsc",
-            "/permissive-",
-            f"/std:{job.std}",
-            # Without it cl reports __cplusplus as 199711L and torch's headers misdetect C++17.
-            "/Zc:__cplusplus",
+            *(
+                # Without /Zc:__cplusplus cl reports 199711L and torch's headers misdetect C++17.
+                ("/EHsc", "/permissive-", f"/std:{job.std}", "/Zc:__cplusplus")
+                if job.language == "c++"
+                else ("/TC", f"/std:{job.std}")
+            ),
             *(f"/D{d}" for d in job.defines),
             *(f"/I{p}" for p in job.includes),
             *(str(s) for s in job.sources),
             f"/Fo{scratch_dir}",
             f"/Fe{output}",
             "/link",
-            f"/LIBPATH:{job.lib_dir}",
+            *([f"/LIBPATH:{job.lib_dir}"] if job.lib_dir is not None else []),
             *(self.link_library_name(lib) for lib in job.libraries),
             # Unlike ELF and Mach-O, a DLL must resolve every import at link time,
             # libpython's included.

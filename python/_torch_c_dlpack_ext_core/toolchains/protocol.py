@@ -74,8 +74,10 @@ class Compiler:
 class CompileJob:
     """What a toolchain needs to write the compile-and-link argv of one library."""
 
+    #: The compiler: a C++ compiler for the native library, a C compiler for the
+    #: portable one (:attr:`language`).
     cxx: str
-    #: ``c++17`` or ``c++20``.
+    #: ``c++17`` or ``c++20``; ``c11`` for the portable library.
     std: str
     #: Preprocessor definitions without the ``-D`` / ``/D``, in order.
     defines: tuple[str, ...]
@@ -84,8 +86,9 @@ class CompileJob:
     sources: tuple[Path, ...]
     #: The directory holding the sources (and, if present, ``exports.map``).
     source_dir: Path
-    #: torch's ``lib/``, where the link finds torch's libraries.
-    lib_dir: Path
+    #: torch's ``lib/``, where the link finds torch's libraries (``None``: no torch is
+    #: linked, the portable library).
+    lib_dir: Path | None
     #: torch's libraries to link, by stem (``c10``), in order.
     libraries: tuple[str, ...]
     #: The library's file name (the install name on macOS, the import library's stem on
@@ -95,6 +98,15 @@ class CompileJob:
     python_import_lib: Path | None = None
     #: :attr:`Compiler.args`: what follows ``cxx`` before the build's own arguments.
     cxx_args: tuple[str, ...] = ()
+    #: ``"c++"`` (the native library) or ``"c"`` (the portable library: C11, no torch).
+    language: str = "c++"
+    #: The linker version script (default: ``source_dir/exports.map``, where present).
+    version_script: Path | None = None
+
+    @property
+    def exports_map(self) -> Path:
+        """The version script naming the library's exports."""
+        return self.version_script or self.source_dir / VERSION_SCRIPT
 
 
 class TorchFiles(Protocol):
@@ -162,6 +174,14 @@ class Toolchain(Protocol):
         ``environ["PATH"]``. Raises :class:`CompilerNotFoundError`."""
         ...
 
+    def find_c_compiler(
+        self, cc: str | os.PathLike[str] | None, environ: Mapping[str, str]
+    ) -> Compiler:
+        """The C compiler of the portable library: ``cc``, else ``$CC``, else the
+        toolchain's default C compiler on ``environ["PATH"]``. Raises
+        :class:`CompilerNotFoundError`."""
+        ...
+
     def link_library_name(self, stem: str) -> str:
         """The file in ``torch/lib`` a link against library ``stem`` (``c10``) reads."""
         ...
@@ -203,6 +223,14 @@ class Toolchain(Protocol):
         :class:`..errors.ABIAuditError` (or another :class:`BuildError`)."""
         ...
 
+    def audit_torch_free(
+        self, library: Path, *, cc: str | Sequence[str], python_exports: Path | None = None
+    ) -> AuditOutcome:
+        """Check the linked portable ``library`` before it is published: it imports no
+        torch symbol and nothing the C runtime and the target Python (``python_exports``)
+        do not provide. Raises :class:`..errors.ABIAuditError`."""
+        ...
+
 
 def compiler_argv(cxx: str | Sequence[str]) -> list[str]:
     """The argv prefix that runs compiler ``cxx``: a path, or a :attr:`Compiler.command`."""
@@ -239,6 +267,7 @@ def locate_compiler(
     defaults: tuple[str, ...],
     bad_request: str,
     none_found: str,
+    variable: str = "CXX",
 ) -> tuple[str, tuple[str, ...], str]:
     """``(path, args, origin)`` of the compiler: ``cxx``, else ``$CXX``, else the first of
     ``defaults`` on PATH. A ``cxx`` string and ``$CXX`` are commands
@@ -251,8 +280,8 @@ def locate_compiler(
         origin = "the cxx argument"
         words = _split_command(cxx, path_var) if isinstance(cxx, str) else [os.fspath(cxx)]
         requested = os.fspath(cxx)
-    elif environ.get("CXX", "").strip():
-        origin, requested = "$CXX", environ["CXX"]
+    elif environ.get(variable, "").strip():
+        origin, requested = f"${variable}", environ[variable]
         words = _split_command(requested, path_var)
     else:
         for name in defaults:
@@ -284,4 +313,10 @@ class WithoutBinaryAudit:
         python_exports: Path | None = None,
     ) -> AuditOutcome:
         del library, torch, backend, cxx, python_exports
+        return AuditOutcome.NOT_APPLICABLE
+
+    def audit_torch_free(
+        self, library: Path, *, cc: str | Sequence[str], python_exports: Path | None = None
+    ) -> AuditOutcome:
+        del library, cc, python_exports
         return AuditOutcome.NOT_APPLICABLE

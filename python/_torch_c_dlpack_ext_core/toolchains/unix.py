@@ -29,20 +29,24 @@ __all__ = [
 FLAGS = ("-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fvisibility-inlines-hidden")
 
 
-def toolchain_identity(banner: str, full: str) -> str:
-    """The short identity (``g++ 12.2.0``, ``clang 16.0.0``) of a ``--version`` output
-    whose first line is ``banner``."""
+def toolchain_identity(banner: str, full: str, *, c: bool = False) -> str:
+    """The short identity (``g++ 12.2.0``, ``clang 16.0.0``; ``gcc 12.2.0`` for a C
+    compiler, ``c``) of a ``--version`` output whose first line is ``banner``."""
     versions = re.findall(r"\d+\.\d+(?:\.\d+)?", banner)
     version = versions[-1] if versions else "unknown"
     if "clang" in banner:
         return f"clang {version}"
     if "Free Software Foundation" in full:
-        return f"g++ {version}"
+        return f"{'gcc' if c else 'g++'} {version}"
     return f"{banner.split(maxsplit=1)[0] if banner else 'unknown'} {version}"
 
 
 def find_gcc_style_compiler(
-    cxx: str | os.PathLike[str] | None, environ: Mapping[str, str], *, install_hint: str
+    cxx: str | os.PathLike[str] | None,
+    environ: Mapping[str, str],
+    *,
+    install_hint: str,
+    c: bool = False,
 ) -> Compiler:
     """``cxx``, else ``$CXX``, else ``c++``/``g++`` on PATH, identified by ``--version``.
 
@@ -51,15 +55,18 @@ def find_gcc_style_compiler(
     platform. Raises :class:`CompilerNotFoundError`, with what the program printed, when
     ``--version`` fails or prints nothing (``CXX=/bin/true`` is no compiler).
     """
+    variable, defaults, what = ("CC", ("cc", "gcc"), "C") if c else ("CXX", ("c++", "g++"), "C++")
     found, args, origin = locate_compiler(
         cxx,
         environ,
-        defaults=("c++", "g++"),
-        bad_request=f"pass the path of g++/clang++ or install one ({install_hint})",
+        defaults=defaults,
+        bad_request=f"pass the path of {'gcc/clang' if c else 'g++/clang++'} or install one "
+        f"({install_hint})",
         none_found=(
-            "no C++ compiler: $CXX is unset and neither c++ nor g++ is on PATH; "
-            f"{install_hint} or set CXX=/path/to/compiler"
+            f"no {what} compiler: ${variable} is unset and neither {defaults[0]} nor "
+            f"{defaults[1]} is on PATH; {install_hint} or set {variable}=/path/to/compiler"
         ),
+        variable=variable,
     )
     shown = shlex.join([found, *args])
     fix = "is it a C++ compiler? Set CXX to g++ or clang++ (a wrapper such as 'ccache g++' works)"
@@ -78,7 +85,7 @@ def find_gcc_style_compiler(
         )
     banner = lines[0]
     return Compiler(
-        path=found, banner=banner, identity=toolchain_identity(banner, proc.stdout), args=args
+        path=found, banner=banner, identity=toolchain_identity(banner, proc.stdout, c=c), args=args
     )
 
 
@@ -116,10 +123,12 @@ def gcc_style_command(
 ) -> list[str]:
     """The argv of one compile-and-link call; ``link`` options follow ``-o <output>``,
     before the libraries they apply to."""
+    # -fvisibility-inlines-hidden is C++'s (a C compile warns about it).
+    flags = FLAGS if job.language == "c++" else FLAGS[:-1]
     return [
         job.cxx,
         *job.cxx_args,
-        *FLAGS,
+        *flags,
         *extra_flags,
         f"-std={job.std}",
         *(f"-D{d}" for d in job.defines),
@@ -129,6 +138,6 @@ def gcc_style_command(
         "-o",
         str(output),
         *link,
-        f"-L{job.lib_dir}",
+        *([f"-L{job.lib_dir}"] if job.lib_dir is not None else []),
         *(f"-l{lib}" for lib in job.libraries),
     ]

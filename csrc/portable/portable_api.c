@@ -1,0 +1,1876 @@
+/* The portable DLPackExchangeAPI table: torch.Tensor exchanged through torch's
+ * Python-level entry points only, so one build serves every torch (no ATen
+ * header, no C++ ABI, no torch minor). It includes Python.h and dlpack.h and
+ * nothing of torch:
+ *
+ *   export     torch._C._to_dlpack_versioned (2.9+) or torch._C._to_dlpack
+ *              (every torch; a legacy DLManagedTensor, wrapped here);
+ *   import     torch._C._from_dlpack on a capsule this file makes (versioned
+ *              where torch reads those, legacy before);
+ *   allocator  torch.empty, then exported as above;
+ *   stream     torch._C._cuda_getCurrentRawStream / torch.cuda.current_stream,
+ *              torch.xpu.current_stream.
+ *
+ * The contract is the native table's (csrc/exchange_api.cc), member by member:
+ * the same refusals with the same error types, the same ownership rules. The
+ * deviations that are this table's own are listed, with reasons, in
+ * tests/conformance/tables.py (DEVIATIONS, portable_only).
+ *
+ * Threads: from_py, to_py and dltensor_from_py are called with the GIL held.
+ * The allocator and current_work_stream may come from threads that do not hold
+ * it: they take it (PyGILState_Ensure) only when they must call into Python.
+ * Deleters are plain C and touch no Python object: they may run anywhere, even
+ * after the interpreter has finalised.
+ *
+ * Build: C11, -fvisibility=hidden, csrc/exports.map; Py_LIMITED_API=0x03090000
+ * (abi3), 0x030C0000 (abi3 with vectorcall) or none (the full API of one
+ * CPython, free-threaded included). TCDE_TOOLCHAIN names the compiler. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlpack/dlpack.h>
+
+#include <limits.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if !defined(DLPACK_MAJOR_VERSION) || !defined(DLPACK_MINOR_VERSION) || \
+    (DLPACK_MAJOR_VERSION < 1) || (DLPACK_MAJOR_VERSION == 1 && DLPACK_MINOR_VERSION < 2)
+#error "the portable table needs dlpack.h >= 1.2 (DLPackExchangeAPI): put apache-tvm-ffi's include dir (tvm_ffi.libinfo.find_dlpack_include_path()) on the include path"
+#endif
+
+#if !defined(TCDE_TOOLCHAIN)
+#error "TCDE_TOOLCHAIN must be defined as a string literal naming the compiler (see CONTRIBUTING.md, build contract)"
+#endif
+
+/* Vectorcall is in the limited API from 3.12 only (PEP 590); the abi3 build for
+ * 3.9 calls through PyObject_Call with argument tuples. */
+#if defined(Py_LIMITED_API) && Py_LIMITED_API >= 0x030C0000 && PY_VERSION_HEX < 0x030C0000
+#error "Py_LIMITED_API=0x030C0000 (abi3 with vectorcall) needs the headers of a CPython >= 3.12"
+#endif
+#if !defined(Py_LIMITED_API) || Py_LIMITED_API >= 0x030C0000
+#define TCDE_VECTORCALL 1
+#else
+#define TCDE_VECTORCALL 0
+#endif
+
+/* PyErr_Fetch/Restore are deprecated from 3.12 in favour of the raised-exception API. */
+#if PY_VERSION_HEX >= 0x030C0000 && (!defined(Py_LIMITED_API) || Py_LIMITED_API >= 0x030C0000)
+#define TCDE_RAISED_EXCEPTION_API 1
+#else
+#define TCDE_RAISED_EXCEPTION_API 0
+#endif
+
+/* Whether this thread holds the GIL. PyGILState_Check is not in the limited
+ * API (any version): there every call takes PyGILState_Ensure, which is
+ * re-entrant (a thread that holds the GIL keeps it, and Release restores that). */
+#if defined(Py_LIMITED_API)
+#define TCDE_GIL_HELD() 0
+#else
+#define TCDE_GIL_HELD() PyGILState_Check()
+#endif
+
+#if defined(_WIN32)
+#define TCDE_EXPORT __declspec(dllexport)
+#else
+#define TCDE_EXPORT __attribute__((visibility("default")))
+#endif
+
+#define TCDE_STRINGIFY_(x) #x
+#define TCDE_STRINGIFY(x) TCDE_STRINGIFY_(x)
+
+TCDE_EXPORT int64_t TorchDLPackExchangeAPIPtr(void);
+TCDE_EXPORT const char* TorchCDLPackExtBuildInfo(void);
+TCDE_EXPORT const char* TorchCDLPackExtLoadProblem(void);
+
+static const char kLib[] = "torch-c-dlpack-ext (portable table)";
+
+/* ------------------------------------------------------------------------ */
+/* dtypes                                                                   */
+/* ------------------------------------------------------------------------ */
+
+enum {
+  kDtypeComplex = 1,  /* can carry the conjugate bit */
+  kDtypeByteView = 2, /* one byte per element; old torch may not exchange it itself */
+  kDtypeExportOnly = 4 /* exported as another type's code (sub-byte ints), never imported */
+};
+
+typedef struct {
+  const char* name; /* attribute of the torch module */
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+  unsigned flags;
+} DtypeSpec;
+
+/* The DLPack code of every torch dtype DLPack can express, as the native table
+ * maps them (csrc/tcde_convert.h). A torch without one of them skips it. */
+static const DtypeSpec kDtypeSpecs[] = {
+    {"float32", kDLFloat, 32, 1, 0},
+    {"float64", kDLFloat, 64, 1, 0},
+    {"float16", kDLFloat, 16, 1, 0},
+    {"bfloat16", kDLBfloat, 16, 1, 0},
+    {"int64", kDLInt, 64, 1, 0},
+    {"int32", kDLInt, 32, 1, 0},
+    {"int16", kDLInt, 16, 1, 0},
+    {"int8", kDLInt, 8, 1, 0},
+    {"uint8", kDLUInt, 8, 1, 0},
+    {"bool", kDLBool, 8, 1, 0},
+    {"uint16", kDLUInt, 16, 1, 0},
+    {"uint32", kDLUInt, 32, 1, 0},
+    {"uint64", kDLUInt, 64, 1, 0},
+    {"complex32", kDLComplex, 32, 1, kDtypeComplex},
+    {"complex64", kDLComplex, 64, 1, kDtypeComplex},
+    {"complex128", kDLComplex, 128, 1, kDtypeComplex},
+    {"float8_e5m2", kDLFloat8_e5m2, 8, 1, kDtypeByteView},
+    {"float8_e4m3fn", kDLFloat8_e4m3fn, 8, 1, kDtypeByteView},
+    {"float8_e5m2fnuz", kDLFloat8_e5m2fnuz, 8, 1, kDtypeByteView},
+    {"float8_e4m3fnuz", kDLFloat8_e4m3fnuz, 8, 1, kDtypeByteView},
+    {"float8_e8m0fnu", kDLFloat8_e8m0fnu, 8, 1, kDtypeByteView},
+    {"float4_e2m1fn_x2", kDLFloat4_e2m1fn, 4, 2, kDtypeByteView},
+    /* Sub-byte integers are stored one element per byte: exported as 8-bit
+     * (u)ints, as torch 2.13 does. */
+    {"uint1", kDLUInt, 8, 1, kDtypeByteView | kDtypeExportOnly},
+    {"uint2", kDLUInt, 8, 1, kDtypeByteView | kDtypeExportOnly},
+    {"uint3", kDLUInt, 8, 1, kDtypeByteView | kDtypeExportOnly},
+    {"uint4", kDLUInt, 8, 1, kDtypeByteView | kDtypeExportOnly},
+    {"uint5", kDLUInt, 8, 1, kDtypeByteView | kDtypeExportOnly},
+    {"uint6", kDLUInt, 8, 1, kDtypeByteView | kDtypeExportOnly},
+    {"uint7", kDLUInt, 8, 1, kDtypeByteView | kDtypeExportOnly},
+    {"int1", kDLInt, 8, 1, kDtypeByteView | kDtypeExportOnly},
+    {"int2", kDLInt, 8, 1, kDtypeByteView | kDtypeExportOnly},
+    {"int3", kDLInt, 8, 1, kDtypeByteView | kDtypeExportOnly},
+    {"int4", kDLInt, 8, 1, kDtypeByteView | kDtypeExportOnly},
+    {"int5", kDLInt, 8, 1, kDtypeByteView | kDtypeExportOnly},
+    {"int6", kDLInt, 8, 1, kDtypeByteView | kDtypeExportOnly},
+    {"int7", kDLInt, 8, 1, kDtypeByteView | kDtypeExportOnly},
+};
+#define TCDE_NUM_DTYPES ((int)(sizeof(kDtypeSpecs) / sizeof(kDtypeSpecs[0])))
+
+typedef struct {
+  PyObject* dtype; /* the torch.dtype object (strong), NULL where this torch lacks it */
+  DLDataType dl;
+  unsigned flags;
+  uint64_t itemsize;
+} Dtype;
+
+/* ------------------------------------------------------------------------ */
+/* The cached torch entry points                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Everything looked up once. Built by whichever thread first needs it and
+ * published with one atomic compare-and-swap: a thread that loses the race
+ * drops its own copy. No lock is held while Python runs (an import or getattr
+ * can release the GIL), so no thread can wait on another that waits for the GIL. */
+typedef struct {
+  PyObject* torch;             /* the torch module */
+  PyTypeObject* tensor_type;   /* torch.Tensor */
+  PyObject* to_dlpack;         /* torch._C._to_dlpack_versioned, else torch._C._to_dlpack */
+  PyObject* from_dlpack;       /* torch._C._from_dlpack */
+  PyObject* empty;             /* torch.empty */
+  PyObject* is_conj;           /* torch.Tensor.is_conj (unbound) */
+  PyObject* is_neg;            /* torch.Tensor.is_neg (unbound) */
+  PyObject* view;              /* torch.Tensor.view (unbound) */
+  PyObject* detach;            /* torch.Tensor.detach (unbound) */
+  PyObject* stride;            /* torch.Tensor.stride (unbound) */
+  PyObject* size;              /* torch.Tensor.size (unbound) */
+  PyObject* as_strided;        /* torch.as_strided */
+  PyObject* strided;           /* torch.strided */
+  PyObject* jagged;            /* torch.jagged, or NULL */
+  PyObject* cpu_device;        /* torch.device("cpu") */
+  PyObject* cuda_device_ctor;  /* torch.device */
+  PyObject* str_layout;
+  PyObject* str_dtype;
+  PyObject* str_is_nested;
+  PyObject* dims_cache;        /* {id(tensor): (weakref, dims capsule)}: dltensor_from_py */
+#if TCDE_VECTORCALL
+  PyObject* empty_kwnames;        /* ("dtype", "device") */
+  PyObject* empty_kwnames_dtype;  /* ("dtype",) */
+  PyObject* empty_kwnames_device; /* ("device",) */
+#endif
+  int versioned_export;        /* torch exports DLManagedTensorVersioned (2.9+) */
+  int versioned_import;        /* torch._C._from_dlpack reads "dltensor_versioned" (2.9+) */
+  int full_import;             /* ... and byte_offset and the float8/fp4 codes (2.10+) */
+  int normalizes_strides;      /* torch's export writes stride 1 for dims of size 0 or 1 */
+  int32_t gpu_type;            /* kDLCUDA on a CUDA torch, kDLROCM on a ROCm torch, else 0 */
+  int xpu;                     /* torch.version.xpu is set */
+  int uint8_index;             /* index of torch.uint8 in dtypes */
+  Dtype dtypes[TCDE_NUM_DTYPES];
+} State;
+
+static _Atomic(State*) g_state = NULL;
+
+/* The GPU half, looked up on the first GPU stream request only (nothing at
+ * init touches torch.cuda: importing it is harmless, but no device query runs). */
+typedef struct {
+  PyObject* raw_stream;     /* torch._C._cuda_getCurrentRawStream(index) -> int, or NULL */
+  PyObject* current_stream; /* torch.cuda.current_stream / torch.xpu.current_stream */
+  PyObject* str_handle;     /* "cuda_stream" / "sycl_queue" */
+} StreamState;
+
+static _Atomic(StreamState*) g_cuda_streams = NULL;
+static _Atomic(StreamState*) g_xpu_streams = NULL;
+
+static void FreeState(State* s) {
+  if (s == NULL) return;
+  Py_XDECREF(s->torch);
+  Py_XDECREF((PyObject*)s->tensor_type);
+  Py_XDECREF(s->to_dlpack);
+  Py_XDECREF(s->from_dlpack);
+  Py_XDECREF(s->empty);
+  Py_XDECREF(s->is_conj);
+  Py_XDECREF(s->is_neg);
+  Py_XDECREF(s->view);
+  Py_XDECREF(s->detach);
+  Py_XDECREF(s->stride);
+  Py_XDECREF(s->size);
+  Py_XDECREF(s->as_strided);
+  Py_XDECREF(s->strided);
+  Py_XDECREF(s->jagged);
+  Py_XDECREF(s->cpu_device);
+  Py_XDECREF(s->cuda_device_ctor);
+  Py_XDECREF(s->str_layout);
+  Py_XDECREF(s->str_dtype);
+  Py_XDECREF(s->str_is_nested);
+  Py_XDECREF(s->dims_cache);
+#if TCDE_VECTORCALL
+  Py_XDECREF(s->empty_kwnames);
+  Py_XDECREF(s->empty_kwnames_dtype);
+  Py_XDECREF(s->empty_kwnames_device);
+#endif
+  for (int i = 0; i < TCDE_NUM_DTYPES; ++i) Py_XDECREF(s->dtypes[i].dtype);
+  free(s);
+}
+
+/* getattr(obj, name), or NULL with AttributeError cleared when `optional`. */
+static PyObject* GetAttr(PyObject* obj, const char* name, int optional) {
+  PyObject* value = PyObject_GetAttrString(obj, name);
+  if (value == NULL && optional && PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
+  return value;
+}
+
+/* Whether torch.version.<name> is set (not None); -1 on error. */
+static int VersionFieldSet(PyObject* torch, const char* name) {
+  PyObject* version = GetAttr(torch, "version", 0);
+  if (version == NULL) return -1;
+  PyObject* value = GetAttr(version, name, 1);
+  Py_DECREF(version);
+  if (value == NULL) return PyErr_Occurred() ? -1 : 0;
+  const int set = value != Py_None;
+  Py_DECREF(value);
+  return set;
+}
+
+static State* BuildState(void) {
+  State* s = (State*)calloc(1, sizeof(State));
+  if (s == NULL) {
+    PyErr_NoMemory();
+    return NULL;
+  }
+  PyObject* c = NULL;
+  PyObject* tensor_base = NULL;
+  s->torch = PyImport_ImportModule("torch");
+  if (s->torch == NULL) goto fail;
+  c = GetAttr(s->torch, "_C", 0);
+  if (c == NULL) goto fail;
+  s->to_dlpack = GetAttr(c, "_to_dlpack_versioned", 1);
+  s->versioned_export = s->to_dlpack != NULL;
+  if (s->to_dlpack == NULL) {
+    if (PyErr_Occurred()) goto fail;
+    s->to_dlpack = GetAttr(c, "_to_dlpack", 0);
+    if (s->to_dlpack == NULL) goto fail;
+  }
+  /* torch._C._from_dlpack reads "dltensor_versioned" capsules from the release
+   * that added _to_dlpack_versioned (2.9, PyTorch PR #145000; docs/facts.md). */
+  s->versioned_import = s->versioned_export;
+  /* torch 2.4-2.9 import ignores byte_offset and has no float8/fp4 DLPack codes
+   * (its DLPack header is 0.8/1.0); 2.10 and later (DLPack 1.3) import both. */
+  {
+    PyObject* version = GetAttr(s->torch, "__version__", 0);
+    PyObject* text = version == NULL ? NULL : PyObject_Str(version);
+    PyObject* bytes = text == NULL ? NULL : PyUnicode_AsUTF8String(text);
+    Py_XDECREF(version);
+    Py_XDECREF(text);
+    if (bytes == NULL) goto fail;
+    int major = 0, minor = 0;
+    if (sscanf(PyBytes_AsString(bytes), "%d.%d", &major, &minor) != 2) major = minor = 0;
+    Py_DECREF(bytes);
+    s->full_import = s->versioned_import && (major > 2 || (major == 2 && minor >= 10));
+  }
+  s->from_dlpack = GetAttr(c, "_from_dlpack", 0);
+  if (s->from_dlpack == NULL) goto fail;
+  s->tensor_type = (PyTypeObject*)GetAttr(s->torch, "Tensor", 0);
+  if (s->tensor_type == NULL) goto fail;
+  if (!PyType_Check((PyObject*)s->tensor_type)) {
+    PyErr_Format(PyExc_TypeError, "%s: torch.Tensor is not a class", kLib);
+    goto fail;
+  }
+  /* The C methods of torch._C.TensorBase (torch.Tensor's base), unbound: a call
+   * skips the attribute lookup, and a subclass cannot redefine what they report. */
+  tensor_base = GetAttr(c, "TensorBase", 1);
+  if (tensor_base == NULL) {
+    if (PyErr_Occurred()) goto fail;
+    tensor_base = GetAttr(c, "_TensorBase", 0); /* torch < 2.3 */
+    if (tensor_base == NULL) goto fail;
+  }
+  if ((s->is_conj = GetAttr(tensor_base, "is_conj", 0)) == NULL) goto fail;
+  if ((s->is_neg = GetAttr(tensor_base, "is_neg", 0)) == NULL) goto fail;
+  if ((s->view = GetAttr(tensor_base, "view", 0)) == NULL) goto fail;
+  if ((s->detach = GetAttr(tensor_base, "detach", 0)) == NULL) goto fail;
+  if ((s->stride = GetAttr(tensor_base, "stride", 0)) == NULL) goto fail;
+  if ((s->size = GetAttr(tensor_base, "size", 0)) == NULL) goto fail;
+  if ((s->as_strided = GetAttr(s->torch, "as_strided", 0)) == NULL) goto fail;
+  if ((s->empty = GetAttr(s->torch, "empty", 0)) == NULL) goto fail;
+  if ((s->strided = GetAttr(s->torch, "strided", 0)) == NULL) goto fail;
+  s->jagged = GetAttr(s->torch, "jagged", 1);
+  if (s->jagged == NULL && PyErr_Occurred()) goto fail;
+  if ((s->cuda_device_ctor = GetAttr(s->torch, "device", 0)) == NULL) goto fail;
+  s->cpu_device = PyObject_CallFunction(s->cuda_device_ctor, "s", "cpu");
+  if (s->cpu_device == NULL) goto fail;
+  if ((s->str_layout = PyUnicode_InternFromString("layout")) == NULL) goto fail;
+  if ((s->str_dtype = PyUnicode_InternFromString("dtype")) == NULL) goto fail;
+  if ((s->str_is_nested = PyUnicode_InternFromString("is_nested")) == NULL) goto fail;
+  if ((s->dims_cache = PyDict_New()) == NULL) goto fail;
+#if TCDE_VECTORCALL
+  s->empty_kwnames = Py_BuildValue("(ss)", "dtype", "device");
+  s->empty_kwnames_dtype = Py_BuildValue("(s)", "dtype");
+  s->empty_kwnames_device = Py_BuildValue("(s)", "device");
+  if (s->empty_kwnames == NULL || s->empty_kwnames_dtype == NULL ||
+      s->empty_kwnames_device == NULL) {
+    goto fail;
+  }
+#endif
+  /* The build flavour from torch.version, never from a device query: no CUDA
+   * initialisation here (docs/facts.md). */
+  {
+    const int hip = VersionFieldSet(s->torch, "hip");
+    const int cuda = hip == 0 ? VersionFieldSet(s->torch, "cuda") : 0;
+    const int xpu = VersionFieldSet(s->torch, "xpu");
+    if (hip < 0 || cuda < 0 || xpu < 0) goto fail;
+    s->gpu_type = hip ? kDLROCM : cuda ? kDLCUDA : 0;
+    s->xpu = xpu;
+  }
+  s->uint8_index = -1;
+  for (int i = 0; i < TCDE_NUM_DTYPES; ++i) {
+    const DtypeSpec* spec = &kDtypeSpecs[i];
+    Dtype* d = &s->dtypes[i];
+    d->dtype = GetAttr(s->torch, spec->name, 1);
+    if (d->dtype == NULL && PyErr_Occurred()) goto fail;
+    d->dl.code = spec->code;
+    d->dl.bits = spec->bits;
+    d->dl.lanes = spec->lanes;
+    d->flags = spec->flags;
+    d->itemsize = ((uint64_t)spec->bits * spec->lanes + 7) / 8;
+    if (strcmp(spec->name, "uint8") == 0) s->uint8_index = i;
+  }
+  Py_DECREF(c);
+  Py_DECREF(tensor_base);
+  return s;
+fail:
+  Py_XDECREF(c);
+  Py_XDECREF(tensor_base);
+  FreeState(s);
+  return NULL;
+}
+
+static PyObject* Call1(PyObject* callable, PyObject* arg);
+static DLManagedTensorVersioned* TakeCapsule(const State* s, PyObject* capsule);
+static void DeleteManaged(DLManagedTensorVersioned* managed);
+
+/* Whether torch's exporter writes stride 1 for dimensions of size 0 or 1 (PyTorch
+ * gh-83069: torch 2.4-2.9 do, for tensors that are not contiguous; 2.13 does
+ * not); then exports ask the tensor for its own strides of those dimensions.
+ * One export of a (2, 1, 2) view with strides (4, 4, 2), once. */
+static int ProbeStrideNormalization(State* s) {
+  PyObject* size = PyLong_FromLong(16);
+  PyObject* base = size == NULL ? NULL : Call1(s->empty, size);
+  Py_XDECREF(size);
+  PyObject* probe = base == NULL ? NULL
+                                 : PyObject_CallFunction(s->as_strided, "O(iii)(iii)", base, 2,
+                                                         1, 2, 4, 4, 2);
+  Py_XDECREF(base);
+  PyObject* capsule = probe == NULL ? NULL : Call1(s->to_dlpack, probe);
+  Py_XDECREF(probe);
+  DLManagedTensorVersioned* managed = capsule == NULL ? NULL : TakeCapsule(s, capsule);
+  if (managed == NULL) return -1;
+  s->normalizes_strides = managed->dl_tensor.strides[1] != 4;
+  DeleteManaged(managed);
+  return 0;
+}
+
+/* The cached entry points, or NULL with a Python error set. GIL held. */
+static State* GetState(void) {
+  State* s = atomic_load_explicit(&g_state, memory_order_acquire);
+  if (s != NULL) return s;
+  State* mine = BuildState();
+  if (mine == NULL) return NULL;
+  if (ProbeStrideNormalization(mine) != 0) {
+    FreeState(mine);
+    return NULL;
+  }
+  State* expected = NULL;
+  if (atomic_compare_exchange_strong_explicit(&g_state, &expected, mine, memory_order_acq_rel,
+                                              memory_order_acquire)) {
+    return mine;
+  }
+  FreeState(mine);
+  return expected;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Small Python helpers                                                     */
+/* ------------------------------------------------------------------------ */
+
+static PyObject* Call1(PyObject* callable, PyObject* arg) {
+#if TCDE_VECTORCALL
+  PyObject* args[2] = {NULL, arg};
+  return PyObject_Vectorcall(callable, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+#else
+  return PyObject_CallFunctionObjArgs(callable, arg, NULL);
+#endif
+}
+
+static PyObject* Call2(PyObject* callable, PyObject* arg0, PyObject* arg1) {
+#if TCDE_VECTORCALL
+  PyObject* args[3] = {NULL, arg0, arg1};
+  return PyObject_Vectorcall(callable, args + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+#else
+  return PyObject_CallFunctionObjArgs(callable, arg0, arg1, NULL);
+#endif
+}
+
+/* 1 if the unbound bool method `method` says so of `obj`, 0 if not, -1 on error. */
+static int CallPredicate(PyObject* method, PyObject* obj) {
+  PyObject* result = Call1(method, obj);
+  if (result == NULL) return -1;
+  const int truth = result == Py_True ? 1 : result == Py_False ? 0 : PyObject_IsTrue(result);
+  Py_DECREF(result);
+  return truth;
+}
+
+/* The pending exception as one object (a new reference), the indicator cleared. */
+static PyObject* TakeException(void) {
+#if TCDE_RAISED_EXCEPTION_API
+  return PyErr_GetRaisedException();
+#else
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (value != NULL && tb != NULL) PyException_SetTraceback(value, tb);
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  return value;
+#endif
+}
+
+/* The pending exception as "Type: message" in `buf`; clears it. */
+static void TakeExceptionText(char* buf, size_t size) {
+  PyObject* exc = TakeException();
+  PyObject* text = exc == NULL ? NULL : PyObject_Str(exc);
+  PyObject* bytes = text == NULL ? NULL : PyUnicode_AsUTF8String(text);
+  const char* utf8 = bytes == NULL ? NULL : PyBytes_AsString(bytes);
+  PyObject* name = exc == NULL ? NULL : PyObject_GetAttrString((PyObject*)Py_TYPE(exc), "__name__");
+  PyObject* name_bytes = name == NULL ? NULL : PyUnicode_AsUTF8String(name);
+  const char* name_utf8 = name_bytes == NULL ? NULL : PyBytes_AsString(name_bytes);
+  if (utf8 == NULL || name_utf8 == NULL) PyErr_Clear();
+  snprintf(buf, size, "%s: %s", name_utf8 != NULL ? name_utf8 : "Exception",
+           utf8 != NULL ? utf8 : "(no message)");
+  Py_XDECREF(name_bytes);
+  Py_XDECREF(name);
+  Py_XDECREF(bytes);
+  Py_XDECREF(text);
+  Py_XDECREF(exc);
+}
+
+/* Makes `exc` (stolen; NULL: nothing) the pending exception again. */
+static void RestoreException(PyObject* exc) {
+  if (exc == NULL) return;
+#if TCDE_RAISED_EXCEPTION_API
+  PyErr_SetRaisedException(exc);
+#else
+  PyObject* type = (PyObject*)Py_TYPE(exc);
+  Py_INCREF(type);
+  PyErr_Restore(type, exc, NULL);
+#endif
+}
+
+/* Sets `type`(message: cause) with `cause` (stolen) as __cause__. Returns -1. */
+static int RaiseFrom(PyObject* type, const char* message, PyObject* cause) {
+  if (cause == NULL) {
+    PyErr_Format(type, "%s: %s", kLib, message);
+    return -1;
+  }
+  PyErr_Format(type, "%s: %s: %S", kLib, message, cause);
+  PyObject* raised = TakeException();
+  if (raised != NULL) {
+    PyException_SetCause(raised, cause); /* steals cause */
+    RestoreException(raised);
+  } else {
+    Py_DECREF(cause);
+  }
+  return -1;
+}
+
+static int IsMemoryError(PyObject* exc) {
+  return exc != NULL && PyErr_GivenExceptionMatches(exc, PyExc_MemoryError);
+}
+
+static const Dtype* FindDtype(const State* s, PyObject* dtype) {
+  for (int i = 0; i < TCDE_NUM_DTYPES; ++i) {
+    if (s->dtypes[i].dtype == dtype) return &s->dtypes[i];
+  }
+  return NULL;
+}
+
+/* The torch dtype a DLPack dtype imports as, or NULL. */
+static const Dtype* FromDLDataType(const State* s, DLDataType dl) {
+  for (int i = 0; i < TCDE_NUM_DTYPES; ++i) {
+    const Dtype* d = &s->dtypes[i];
+    if (d->dtype != NULL && !(d->flags & kDtypeExportOnly) && d->dl.code == dl.code &&
+        d->dl.bits == dl.bits && d->dl.lanes == dl.lanes) {
+      return d;
+    }
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Export                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* A legacy DLManagedTensor (torch 2.4-2.8) as a DLManagedTensorVersioned: one
+ * allocation; the deleter chains to torch's. Plain C, no Python. */
+typedef struct {
+  DLManagedTensorVersioned managed;
+  DLManagedTensor* legacy;
+  int64_t strides[]; /* the tensor's own strides (see TakeCapsule) */
+} LegacyExport;
+
+static void DeleteLegacyExport(DLManagedTensorVersioned* self) {
+  if (self == NULL) return;
+  LegacyExport* wrap = (LegacyExport*)self->manager_ctx;
+  DLManagedTensor* legacy = wrap->legacy;
+  free(wrap);
+  if (legacy != NULL && legacy->deleter != NULL) legacy->deleter(legacy);
+}
+
+/* Takes over the tensor of a capsule torch._C._to_dlpack* returned (stolen):
+ * the capsule is marked used, so its destructor leaves the tensor alone. */
+static DLManagedTensorVersioned* TakeCapsule(const State* s, PyObject* capsule) {
+  DLManagedTensorVersioned* managed = NULL;
+  if (s->versioned_export) {
+    managed = (DLManagedTensorVersioned*)PyCapsule_GetPointer(capsule, "dltensor_versioned");
+    if (managed == NULL || PyCapsule_SetName(capsule, "used_dltensor_versioned") != 0) {
+      Py_DECREF(capsule);
+      return NULL;
+    }
+    Py_DECREF(capsule);
+    return managed;
+  }
+  DLManagedTensor* legacy = (DLManagedTensor*)PyCapsule_GetPointer(capsule, "dltensor");
+  if (legacy == NULL) {
+    Py_DECREF(capsule);
+    return NULL;
+  }
+  const int32_t ndim = legacy->dl_tensor.ndim;
+  LegacyExport* wrap =
+      (LegacyExport*)malloc(sizeof(LegacyExport) + (size_t)(ndim > 0 ? ndim : 0) * sizeof(int64_t));
+  if (wrap == NULL) {
+    Py_DECREF(capsule);
+    PyErr_NoMemory();
+    return NULL;
+  }
+  if (PyCapsule_SetName(capsule, "used_dltensor") != 0) {
+    free(wrap);
+    Py_DECREF(capsule);
+    return NULL;
+  }
+  Py_DECREF(capsule);
+  wrap->legacy = legacy;
+  wrap->managed.dl_tensor = legacy->dl_tensor;
+  wrap->managed.manager_ctx = wrap;
+  wrap->managed.deleter = &DeleteLegacyExport;
+  /* torch 2.4-2.9 export strides "normalized" to 1 for dimensions of size 0 or 1
+   * (PyTorch gh-83069); torch 2.13 and the native table report the tensor's own.
+   * The caller corrects those from `obj` (see FixNormalizedStrides). */
+  for (int32_t i = 0; i < ndim; ++i) wrap->strides[i] = legacy->dl_tensor.strides[i];
+  wrap->managed.dl_tensor.strides = ndim > 0 ? wrap->strides : NULL;
+  return &wrap->managed;
+}
+
+static void DeleteManaged(DLManagedTensorVersioned* managed) {
+  if (managed != NULL && managed->deleter != NULL) managed->deleter(managed);
+}
+
+/* An export's strides of dimensions of size 0 or 1, as `obj` has them (torch
+ * 2.4-2.9 write 1 there: ProbeStrideNormalization). 0, or -1 with a Python error. */
+static int FixNormalizedStrides(const State* s, PyObject* obj, DLTensor* dl) {
+  int any = 0;
+  for (int32_t i = 0; i < dl->ndim; ++i) any |= dl->shape[i] < 2;
+  if (!any) return 0;
+  PyObject* strides = Call1(s->stride, obj);
+  if (strides == NULL) return -1;
+  if (!PyTuple_Check(strides) || PyTuple_Size(strides) != dl->ndim) {
+    Py_DECREF(strides);
+    PyErr_Format(PyExc_RuntimeError, "%s: Tensor.stride() does not match the export", kLib);
+    return -1;
+  }
+  for (int32_t i = 0; i < dl->ndim; ++i) {
+    if (dl->shape[i] >= 2) continue;
+    const long long stride = PyLong_AsLongLong(PyTuple_GetItem(strides, i));
+    if (stride == -1 && PyErr_Occurred()) {
+      Py_DECREF(strides);
+      return -1;
+    }
+    dl->strides[i] = (int64_t)stride;
+  }
+  Py_DECREF(strides);
+  return 0;
+}
+
+static int RaiseNotATensor(PyObject* obj) {
+  if (obj == NULL) {
+    PyErr_Format(PyExc_TypeError, "%s: expected a torch.Tensor, got NULL", kLib);
+  } else {
+    PyErr_Format(PyExc_TypeError,
+                 "%s: expected a torch.Tensor, got %S; pass a tensor (e.g. torch.as_tensor(x))",
+                 kLib, (PyObject*)Py_TYPE(obj));
+  }
+  return -1;
+}
+
+/* The backend name of a GPU device type, as the native builds are named. */
+static const char* GpuName(int32_t device_type) {
+  return device_type == kDLROCM ? "rocm" : "cuda";
+}
+
+static int RaiseUnservedDevice(int32_t device_type) {
+  if (device_type == kDLCUDA || device_type == kDLROCM) {
+    PyErr_Format(PyExc_BufferError,
+                 "%s: this torch build serves no %s devices, so the table cannot report their "
+                 "stream (current_work_stream) and a consumer would run on the wrong one; use "
+                 "the %s build of torch, or move the tensor to the CPU (.cpu())",
+                 kLib, device_type == kDLCUDA ? "CUDA" : "ROCm", GpuName(device_type));
+  } else {
+    PyErr_Format(PyExc_BufferError,
+                 "%s: tensors on DLPack device type %d cannot be exported through DLPack by this "
+                 "table; move the tensor to a CPU or GPU device first (e.g. .to('cpu'))",
+                 kLib, (int)device_type);
+  }
+  return -1;
+}
+
+/* Whether an export on this DLPack device type is one the table serves. */
+static int ServesExportDevice(const State* s, int32_t device_type) {
+  if (device_type == kDLCPU) return 1;
+  if (device_type == kDLCUDA || device_type == kDLROCM) return device_type == s->gpu_type;
+  if (device_type == kDLOneAPI) return s->xpu;
+  /* Host memory of devices torch reports as their own (mps, privateuse1): as the
+   * native table does. */
+  return device_type == kDLMetal || device_type == kDLExtDev;
+}
+
+/* A self-contained export of a tensor without elements (data NULL, nothing
+ * to own), for the tensors torch's exporter refuses although DLPack describes
+ * them: torch 2.4-2.8 export through aten.as_strided, which a wrapper subclass
+ * may not implement. NULL (no error set) when `obj` has elements or is on a
+ * device the table does not serve. Error path only. */
+typedef struct {
+  DLManagedTensorVersioned managed;
+  int64_t dims[]; /* shape, then strides */
+} EmptyExport;
+
+static void DeleteEmptyExport(DLManagedTensorVersioned* self) {
+  if (self != NULL) free(self->manager_ctx);
+}
+
+static DLManagedTensorVersioned* ExportEmpty(const State* s, PyObject* obj, const Dtype* dtype) {
+  PyObject* sizes = Call1(s->size, obj);
+  PyObject* strides = sizes == NULL ? NULL : Call1(s->stride, obj);
+  PyObject* device = strides == NULL ? NULL : PyObject_GetAttrString(obj, "device");
+  PyObject* type = device == NULL ? NULL : PyObject_GetAttrString(device, "type");
+  PyObject* index = type == NULL ? NULL : PyObject_GetAttrString(device, "index");
+  EmptyExport* wrap = NULL;
+  if (index == NULL || !PyTuple_Check(sizes) || !PyTuple_Check(strides) ||
+      PyTuple_Size(sizes) != PyTuple_Size(strides) || PyTuple_Size(sizes) > INT32_MAX) {
+    goto done;
+  }
+  const int32_t ndim = (int32_t)PyTuple_Size(sizes);
+  int has_elements = 1;
+  for (int32_t i = 0; i < ndim; ++i) {
+    has_elements &= PyLong_AsLongLong(PyTuple_GetItem(sizes, i)) != 0;
+  }
+  DLDevice dl_device = {kDLCPU, 0};
+  if (PyUnicode_CompareWithASCIIString(type, "cuda") == 0 && s->gpu_type != 0) {
+    dl_device.device_type = (DLDeviceType)s->gpu_type;
+    dl_device.device_id = index == Py_None ? 0 : (int32_t)PyLong_AsLong(index);
+  } else if (PyUnicode_CompareWithASCIIString(type, "cpu") != 0) {
+    goto done;
+  }
+  if (has_elements || PyErr_Occurred()) goto done;
+  wrap = (EmptyExport*)malloc(sizeof(EmptyExport) + 2 * (size_t)ndim * sizeof(int64_t));
+  if (wrap == NULL) goto done;
+  for (int32_t i = 0; i < ndim; ++i) {
+    wrap->dims[i] = (int64_t)PyLong_AsLongLong(PyTuple_GetItem(sizes, i));
+    wrap->dims[ndim + i] = (int64_t)PyLong_AsLongLong(PyTuple_GetItem(strides, i));
+  }
+  if (PyErr_Occurred()) {
+    free(wrap);
+    wrap = NULL;
+    goto done;
+  }
+  wrap->managed.version.major = DLPACK_MAJOR_VERSION;
+  wrap->managed.version.minor = DLPACK_MINOR_VERSION;
+  wrap->managed.manager_ctx = wrap;
+  wrap->managed.deleter = &DeleteEmptyExport;
+  wrap->managed.flags = 0;
+  DLTensor* dl = &wrap->managed.dl_tensor;
+  dl->data = NULL;
+  dl->device = dl_device;
+  dl->ndim = ndim;
+  dl->dtype = dtype->dl;
+  dl->shape = ndim > 0 ? wrap->dims : NULL;
+  dl->strides = ndim > 0 ? wrap->dims + ndim : NULL;
+  dl->byte_offset = 0;
+done:
+  PyErr_Clear();
+  Py_XDECREF(index);
+  Py_XDECREF(type);
+  Py_XDECREF(device);
+  Py_XDECREF(strides);
+  Py_XDECREF(sizes);
+  return wrap == NULL ? NULL : &wrap->managed;
+}
+
+/* The checks of the native table's Describe(), then torch's own export: an
+ * owning DLManagedTensorVersioned (dtype, version and flags as the native
+ * table writes them), or NULL with a Python error set. */
+static DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int owning) {
+  if (obj == NULL || !PyType_IsSubtype(Py_TYPE(obj), s->tensor_type)) {
+    RaiseNotATensor(obj);
+    return NULL;
+  }
+  PyObject* layout = PyObject_GetAttr(obj, s->str_layout);
+  if (layout == NULL) return NULL;
+  const int strided = layout == s->strided;
+  const int jagged = layout == s->jagged && layout != NULL;
+  if (!strided) {
+    if (jagged) {
+      PyErr_Format(PyExc_BufferError,
+                   "%s: cannot export a jagged nested tensor through DLPack, which describes "
+                   "one strided array; export its packed values and offsets (t.values(), "
+                   "t.offsets()) or its components (t.unbind()) one by one",
+                   kLib);
+    } else {
+      PyErr_Format(PyExc_BufferError,
+                   "%s: cannot export a tensor with layout %S through DLPack, which describes "
+                   "only strided tensors; convert it with .to_dense() first",
+                   kLib, layout);
+    }
+    Py_DECREF(layout);
+    return NULL;
+  }
+  Py_DECREF(layout);
+  PyObject* nested = PyObject_GetAttr(obj, s->str_is_nested);
+  if (nested == NULL) return NULL;
+  const int is_nested = nested == Py_True ? 1 : nested == Py_False ? 0 : PyObject_IsTrue(nested);
+  Py_DECREF(nested);
+  if (is_nested != 0) {
+    if (is_nested > 0) {
+      PyErr_Format(PyExc_BufferError,
+                   "%s: cannot export a nested tensor through DLPack, which describes one "
+                   "strided array; export a padded copy (t.to_padded_tensor(0.0)) or its "
+                   "components (t.unbind()) one by one",
+                   kLib);
+    }
+    return NULL;
+  }
+  PyObject* dtype_obj = PyObject_GetAttr(obj, s->str_dtype);
+  if (dtype_obj == NULL) return NULL;
+  const Dtype* dtype = FindDtype(s, dtype_obj);
+  if (dtype == NULL) {
+    PyErr_Format(PyExc_BufferError,
+                 "%s: dtype %S has no DLPack equivalent; convert the tensor first (e.g. "
+                 ".dequantize() for quantized tensors, .to(torch.float32))",
+                 kLib, dtype_obj);
+    Py_DECREF(dtype_obj);
+    return NULL;
+  }
+  Py_DECREF(dtype_obj);
+  /* DLPack has no conjugate/negative flags: exporting the raw memory would hand
+   * out the wrong values. Only complex tensors carry the conjugate bit. */
+  if (dtype->flags & kDtypeComplex) {
+    const int conj = CallPredicate(s->is_conj, obj);
+    if (conj != 0) {
+      if (conj > 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "%s: cannot export a tensor with its conjugate bit set (DLPack cannot "
+                     "express a lazy conjugation); call .resolve_conj() first",
+                     kLib);
+      }
+      return NULL;
+    }
+  }
+  const int neg = CallPredicate(s->is_neg, obj);
+  if (neg != 0) {
+    if (neg > 0) {
+      PyErr_Format(PyExc_BufferError,
+                   "%s: cannot export a tensor with its negative bit set (DLPack cannot express "
+                   "a lazy negation); call .resolve_neg() first",
+                   kLib);
+    }
+    return NULL;
+  }
+  /* An owning export must not see later changes of the Python tensor: torch 2.13's
+   * versioned export holds the tensor's own TensorImpl (t.t_() would change the
+   * exported shape, t.set_() free the exported memory), where torch 2.4-2.8 export
+   * a fresh as_strided view. Export a detached alias there: a TensorImpl of its
+   * own on the same storage. The non-owning export copies the metadata it hands
+   * out and promises nothing across metadata changes: it needs no alias. */
+  PyObject* alias = NULL;
+  if (owning && s->versioned_export) {
+    alias = Call1(s->detach, obj);
+    /* A wrapper subclass may refuse aten.detach: it has no memory of its own
+     * (torch's export refuses it, or describes it with data NULL, which only an
+     * empty tensor passes below), so export it as it is. */
+    if (alias == NULL) PyErr_Clear();
+  }
+  PyObject* capsule = Call1(s->to_dlpack, alias != NULL ? alias : obj);
+  Py_XDECREF(alias);
+  if (capsule == NULL && (dtype->flags & kDtypeByteView) && s->uint8_index >= 0) {
+    /* Old torch refuses the one-byte float8/fp4/sub-byte types: export the same
+     * memory viewed as uint8, and report the tensor's own dtype below. */
+    PyObject* first = TakeException();
+    PyObject* detached = Call1(s->detach, obj);
+    PyObject* bytes =
+        detached == NULL ? NULL : Call2(s->view, detached, s->dtypes[s->uint8_index].dtype);
+    Py_XDECREF(detached);
+    if (bytes != NULL) {
+      Py_XDECREF(first);
+      capsule = Call1(s->to_dlpack, bytes);
+      Py_DECREF(bytes);
+    } else {
+      PyErr_Clear();
+      RestoreException(first);
+    }
+  }
+  if (capsule == NULL) {
+    /* torch refused (a tensor without storage: wrapper subclasses, fake tensors;
+     * a meta tensor): a tensor DLPack cannot describe is a BufferError. */
+    PyObject* cause = TakeException();
+    if (!IsMemoryError(cause)) {
+      DLManagedTensorVersioned* empty = ExportEmpty(s, obj, dtype);
+      if (empty != NULL) {
+        Py_XDECREF(cause);
+        return empty;
+      }
+    }
+    if (IsMemoryError(cause) ||
+        (cause != NULL && PyErr_GivenExceptionMatches(cause, PyExc_BufferError))) {
+      RestoreException(cause);
+      return NULL;
+    }
+    RaiseFrom(PyExc_BufferError,
+              "torch cannot export this tensor through DLPack (a fake, meta-like or "
+              "wrapper-subclass tensor without memory?)",
+              cause);
+    return NULL;
+  }
+  DLManagedTensorVersioned* managed = TakeCapsule(s, capsule);
+  if (managed == NULL) return NULL;
+  DLTensor* dl = &managed->dl_tensor;
+  if (s->normalizes_strides && FixNormalizedStrides(s, obj, dl) != 0) {
+    DeleteManaged(managed);
+    return NULL;
+  }
+  if (!ServesExportDevice(s, dl->device.device_type)) {
+    const int32_t device_type = dl->device.device_type;
+    DeleteManaged(managed);
+    RaiseUnservedDevice(device_type);
+    return NULL;
+  }
+  if (dl->data == NULL) {
+    int has_elements = 1;
+    for (int32_t i = 0; i < dl->ndim; ++i) has_elements &= dl->shape[i] != 0;
+    if (has_elements) {
+      DeleteManaged(managed);
+      PyErr_Format(PyExc_BufferError,
+                   "%s: the tensor has no memory to export (a fake, meta-like or "
+                   "wrapper-subclass tensor?); export a tensor backed by real storage",
+                   kLib);
+      return NULL;
+    }
+  }
+  managed->version.major = DLPACK_MAJOR_VERSION;
+  managed->version.minor = DLPACK_MINOR_VERSION;
+  managed->flags = 0; /* shares the memory, writable: as torch 2.13 and the native table */
+  dl->dtype = dtype->dl;
+  return managed;
+}
+
+static int ManagedTensorFromPyObjectNoSync(void* py_obj, DLManagedTensorVersioned** out) {
+  if (out == NULL) {
+    PyErr_Format(PyExc_ValueError, "%s: managed_tensor_from_py_object_no_sync: out is NULL",
+                 kLib);
+    return -1;
+  }
+  *out = NULL;
+  const State* s = GetState();
+  if (s == NULL) return -1;
+  DLManagedTensorVersioned* managed = ExportTensor(s, (PyObject*)py_obj, 1);
+  if (managed == NULL) return -1;
+  *out = managed;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Non-owning export                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* The shape and strides handed out by dltensor_from_py, kept alive as long as
+ * the tensor object: an entry of State.dims_cache, keyed by id(tensor) and
+ * removed by a weakref callback when the tensor dies. One entry per live
+ * tensor (replaced when its metadata changed), so memory stays flat however
+ * often a tensor is exported and however many short-lived tensors are. */
+typedef struct {
+  int32_t ndim;
+  int64_t dims[]; /* shape, then strides */
+} Dims;
+
+static void FreeDimsCapsule(PyObject* capsule) {
+  free(PyCapsule_GetPointer(capsule, "tcde_dims"));
+}
+
+/* The weakref callback: self is the key; removes the entry if it still belongs
+ * to this weakref (the entry may have been replaced by then). */
+static PyObject* DropDims(PyObject* key, PyObject* weakref) {
+  State* s = atomic_load_explicit(&g_state, memory_order_acquire);
+  if (s == NULL) Py_RETURN_NONE;
+#if defined(Py_GIL_DISABLED)
+  PyObject* entry = NULL; /* a borrowed reference is unsafe without the GIL */
+  if (PyDict_GetItemRef(s->dims_cache, key, &entry) < 0) return NULL;
+#else
+  PyObject* entry = PyDict_GetItemWithError(s->dims_cache, key);
+  if (entry == NULL && PyErr_Occurred()) return NULL;
+  Py_XINCREF(entry);
+#endif
+  if (entry == NULL) Py_RETURN_NONE;
+  const int ours = PyTuple_GetItem(entry, 0) == weakref;
+  Py_DECREF(entry);
+  if (ours && PyDict_DelItem(s->dims_cache, key) != 0) {
+    /* Another thread replaced or removed it meanwhile: nothing left to drop. */
+    if (!PyErr_ExceptionMatches(PyExc_KeyError)) return NULL;
+    PyErr_Clear();
+  }
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef kDropDimsDef = {"_tcde_drop_dims", (PyCFunction)(void (*)(void))DropDims,
+                                   METH_O, NULL};
+
+/* The cached dims of `obj` if they equal `dl`'s shape and strides, else a new
+ * entry holding a copy; NULL with a Python error set on failure. */
+static const Dims* DimsFor(const State* s, PyObject* obj, const DLTensor* dl) {
+  PyObject* key = PyLong_FromVoidPtr(obj);
+  if (key == NULL) return NULL;
+  const int32_t ndim = dl->ndim;
+#if defined(Py_GIL_DISABLED)
+  PyObject* entry = NULL;
+  if (PyDict_GetItemRef(s->dims_cache, key, &entry) < 0) {
+    Py_DECREF(key);
+    return NULL;
+  }
+#else
+  PyObject* entry = PyDict_GetItemWithError(s->dims_cache, key);
+  if (entry == NULL && PyErr_Occurred()) {
+    Py_DECREF(key);
+    return NULL;
+  }
+  Py_XINCREF(entry);
+#endif
+  if (entry != NULL) {
+    PyObject* weakref = PyTuple_GetItem(entry, 0);
+    const Dims* dims =
+        (const Dims*)PyCapsule_GetPointer(PyTuple_GetItem(entry, 1), "tcde_dims");
+    /* The entry is this object's only if its weakref still points to it (an id is
+     * reused only after the old object died and its callback ran, but be sure). */
+    PyObject* referent = NULL;
+#if PY_VERSION_HEX >= 0x030D0000 && (!defined(Py_LIMITED_API) || Py_LIMITED_API >= 0x030D0000)
+    if (PyWeakref_GetRef(weakref, &referent) < 0) PyErr_Clear();
+    Py_XDECREF(referent);
+#else
+    referent = PyWeakref_GetObject(weakref); /* borrowed */
+#endif
+    if (dims != NULL && referent == obj && dims->ndim == ndim &&
+        (ndim == 0 || (memcmp(dims->dims, dl->shape, (size_t)ndim * sizeof(int64_t)) == 0 &&
+                       memcmp(dims->dims + ndim, dl->strides,
+                              (size_t)ndim * sizeof(int64_t)) == 0))) {
+      Py_DECREF(entry);
+      Py_DECREF(key);
+      /* The entry stays in the dict while obj lives: the pointer outlives `entry`. */
+      return dims;
+    }
+    Py_DECREF(entry);
+    if (dims == NULL) PyErr_Clear();
+  }
+  Dims* dims = (Dims*)malloc(sizeof(Dims) + 2 * (size_t)ndim * sizeof(int64_t));
+  if (dims == NULL) {
+    Py_DECREF(key);
+    PyErr_NoMemory();
+    return NULL;
+  }
+  dims->ndim = ndim;
+  for (int32_t i = 0; i < ndim; ++i) {
+    dims->dims[i] = dl->shape[i];
+    dims->dims[ndim + i] = dl->strides[i];
+  }
+  PyObject* capsule = PyCapsule_New(dims, "tcde_dims", &FreeDimsCapsule);
+  if (capsule == NULL) {
+    free(dims);
+    Py_DECREF(key);
+    return NULL;
+  }
+  PyObject* callback = PyCFunction_NewEx(&kDropDimsDef, key, NULL);
+  PyObject* weakref = callback == NULL ? NULL : PyWeakref_NewRef(obj, callback);
+  Py_XDECREF(callback);
+  PyObject* value = weakref == NULL ? NULL : PyTuple_Pack(2, weakref, capsule);
+  Py_XDECREF(weakref);
+  Py_DECREF(capsule);
+  if (value == NULL || PyDict_SetItem(s->dims_cache, key, value) != 0) {
+    Py_XDECREF(value);
+    Py_DECREF(key);
+    return NULL;
+  }
+  Py_DECREF(value);
+  Py_DECREF(key);
+  return dims;
+}
+
+static int DLTensorFromPyObjectNoSync(void* py_obj, DLTensor* out) {
+  if (out == NULL) {
+    PyErr_Format(PyExc_ValueError, "%s: dltensor_from_py_object_no_sync: out is NULL", kLib);
+    return -1;
+  }
+  const State* s = GetState();
+  if (s == NULL) return -1;
+  PyObject* obj = (PyObject*)py_obj;
+  DLManagedTensorVersioned* managed = ExportTensor(s, obj, 0);
+  if (managed == NULL) return -1;
+  const DLTensor* dl = &managed->dl_tensor;
+  const Dims* dims = DimsFor(s, obj, dl);
+  if (dims == NULL) {
+    DeleteManaged(managed);
+    return -1;
+  }
+  /* Non-owning: data stays valid while the caller holds the object and does not
+   * change its metadata (the native table's promise); the export is dropped. */
+  out->data = dl->data;
+  out->device = dl->device;
+  out->ndim = dl->ndim;
+  out->dtype = dl->dtype;
+  out->shape = (int64_t*)dims->dims;
+  out->strides = (int64_t*)dims->dims + dims->ndim;
+  out->byte_offset = dl->byte_offset;
+  DeleteManaged(managed);
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Import                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static int MulOverflows(uint64_t a, uint64_t b, uint64_t* product) {
+  if (a != 0 && b > UINT64_MAX / a) return 1;
+  *product = a * b;
+  return 0;
+}
+
+static int AddOverflows(uint64_t a, uint64_t b, uint64_t* sum) {
+  *sum = a + b;
+  return *sum < a;
+}
+
+/* The native table's StorageElements(): false when torch cannot represent the
+ * view (negative sizes or strides, an element count, row-major stride or byte
+ * extent beyond int64). Checked before torch sees the sizes: its builder would
+ * terminate the process on an overflow. */
+static int StorageElements(const DLTensor* dl, uint64_t itemsize, uint64_t offset,
+                           uint64_t* storage_elements, int* empty) {
+  const uint64_t kMax = (uint64_t)INT64_MAX;
+  int any_empty = 0;
+  uint64_t numel = 1;
+  int numel_overflows = 0;
+  for (int32_t i = 0; i < dl->ndim; ++i) {
+    if (dl->shape[i] < 0) return 0;
+    if (dl->shape[i] == 0) any_empty = 1;
+    if (dl->strides != NULL && dl->strides[i] < 0) return 0;
+    numel_overflows |= MulOverflows(numel, (uint64_t)dl->shape[i], &numel);
+  }
+  if (numel_overflows || numel > kMax) return 0;
+  if (dl->strides == NULL) {
+    uint64_t span = 1;
+    for (int32_t i = 1; i < dl->ndim; ++i) {
+      const uint64_t size = dl->shape[i] > 1 ? (uint64_t)dl->shape[i] : 1;
+      if (MulOverflows(span, size, &span) || span > kMax) return 0;
+    }
+  }
+  uint64_t elements = 0;
+  if (!any_empty && dl->strides != NULL) {
+    for (int32_t i = 0; i < dl->ndim; ++i) {
+      uint64_t step = 0;
+      if (MulOverflows((uint64_t)(dl->shape[i] - 1), (uint64_t)dl->strides[i], &step) ||
+          AddOverflows(elements, step, &elements)) {
+        return 0;
+      }
+    }
+    if (AddOverflows(elements, 1, &elements)) return 0;
+  } else if (!any_empty) {
+    elements = numel;
+  }
+  uint64_t bytes = 0;
+  if (AddOverflows(elements, offset, &elements) || MulOverflows(elements, itemsize, &bytes) ||
+      bytes > kMax) {
+    return 0;
+  }
+  *storage_elements = elements;
+  *empty = any_empty;
+  return 1;
+}
+
+static int RaiseBadImport(const char* what, const DLTensor* dl) {
+  PyErr_Format(PyExc_BufferError,
+               "%s: cannot import a DLPack tensor: %s (dtype code=%u bits=%u lanes=%u, device "
+               "type=%d id=%d, ndim=%d); the DLManagedTensorVersioned was not consumed and its "
+               "deleter was not called",
+               kLib, what, (unsigned)dl->dtype.code, (unsigned)dl->dtype.bits,
+               (unsigned)dl->dtype.lanes, (int)dl->device.device_type, (int)dl->device.device_id,
+               (int)dl->ndim);
+  return -1;
+}
+
+/* What torch imports: a copy of the producer's tensor description with the
+ * strides spelled out (a NULL strides array means row-major), in a capsule
+ * without a destructor. Its deleter hands `src` back to the producer once
+ * armed: only after the import fully succeeded. A deleter torch runs on a
+ * refusal (old torch does, after it took ownership) finds it unarmed and leaves
+ * `src` with the caller, as the contract says. */
+enum { kImportPending = 0, kImportArmed = 1, kImportAbandoned = 2, kImportDeletedEarly = 3 };
+
+typedef struct {
+  DLManagedTensorVersioned versioned;
+  DLManagedTensor legacy;
+  DLManagedTensorVersioned* src;
+  atomic_int state;
+  int64_t flat[2]; /* legacy with a byte_offset: the whole storage as one dimension */
+  int64_t strides[];
+} ImportWrap;
+
+static void ReleaseImportWrap(ImportWrap* wrap) {
+  const int previous = atomic_exchange(&wrap->state, kImportDeletedEarly);
+  if (previous == kImportArmed) {
+    DLManagedTensorVersioned* src = wrap->src;
+    free(wrap);
+    if (src->deleter != NULL) src->deleter(src);
+  } else if (previous == kImportAbandoned) {
+    free(wrap);
+  }
+  /* Pending: the import is still under way and failed; its caller frees the wrap. */
+}
+
+static void DeleteImportVersioned(DLManagedTensorVersioned* self) {
+  if (self != NULL) ReleaseImportWrap((ImportWrap*)self->manager_ctx);
+}
+
+static void DeleteImportLegacy(DLManagedTensor* self) {
+  if (self != NULL) ReleaseImportWrap((ImportWrap*)self->manager_ctx);
+}
+
+/* After a failed import: the wrap is freed now, or by the deleter if torch still
+ * holds it. */
+static void AbandonImportWrap(ImportWrap* wrap) {
+  if (atomic_exchange(&wrap->state, kImportAbandoned) == kImportDeletedEarly) free(wrap);
+}
+
+/* torch.as_strided(flat, shape, strides, offset); steals `flat`. */
+static PyObject* ViewOf(const State* s, PyObject* flat, const DLTensor* dl, const int64_t* strides,
+                        int64_t offset) {
+  PyObject* shape = PyTuple_New(dl->ndim);
+  PyObject* stride = PyTuple_New(dl->ndim);
+  PyObject* result = NULL;
+  if (shape != NULL && stride != NULL) {
+    int ok = 1;
+    for (int32_t i = 0; ok && i < dl->ndim; ++i) {
+      PyObject* size = PyLong_FromLongLong((long long)dl->shape[i]);
+      PyObject* step = PyLong_FromLongLong((long long)strides[i]);
+      if (size == NULL || step == NULL) {
+        Py_XDECREF(size);
+        Py_XDECREF(step);
+        ok = 0;
+        break;
+      }
+      PyTuple_SetItem(shape, i, size);
+      PyTuple_SetItem(stride, i, step);
+    }
+    if (ok) result = PyObject_CallFunction(s->as_strided, "OOOL", flat, shape, stride, (long long)offset);
+  }
+  Py_XDECREF(shape);
+  Py_XDECREF(stride);
+  Py_DECREF(flat);
+  return result;
+}
+
+static int ServesImportDevice(const State* s, const DLDevice* device) {
+  if (device->device_type == kDLCPU) return 1;
+  if ((int32_t)device->device_type == s->gpu_type && s->gpu_type != 0) return device->device_id >= 0;
+  return 0;
+}
+
+static int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) {
+  if (src == NULL || out_py == NULL) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s: managed_tensor_to_py_object_no_sync: tensor and out must not be NULL",
+                 kLib);
+    return -1;
+  }
+  *out_py = NULL;
+  const State* s = GetState();
+  if (s == NULL) return -1;
+  const DLTensor* dl = &src->dl_tensor;
+  if (src->version.major != DLPACK_MAJOR_VERSION) {
+    PyErr_Format(PyExc_BufferError,
+                 "%s: DLManagedTensorVersioned has DLPack major version %u, this library reads "
+                 "%d; the tensor was not consumed and its deleter was not called",
+                 kLib, (unsigned)src->version.major, DLPACK_MAJOR_VERSION);
+    return -1;
+  }
+  if ((src->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0) {
+    return RaiseBadImport(
+        "it is flagged READ_ONLY, and torch tensors are always writable (copy it into "
+        "writable memory first, or have the producer export it writable)",
+        dl);
+  }
+  const Dtype* dtype = FromDLDataType(s, dl->dtype);
+  if (dtype == NULL) return RaiseBadImport("torch has no dtype for this DLPack dtype", dl);
+  const int32_t device_type = dl->device.device_type;
+  if ((device_type == kDLCUDA || device_type == kDLROCM) && device_type != s->gpu_type) {
+    PyErr_Format(PyExc_BufferError,
+                 "%s: cannot import a DLPack tensor on device type %d id %d: this torch build "
+                 "serves no such device (the table could not report its stream); use the %s "
+                 "build of torch. The DLManagedTensorVersioned was not consumed and its deleter "
+                 "was not called",
+                 kLib, (int)device_type, (int)dl->device.device_id, GpuName(device_type));
+    return -1;
+  }
+  if (!ServesImportDevice(s, &dl->device)) {
+    return RaiseBadImport("this library cannot create torch tensors on that device", dl);
+  }
+  if (dl->ndim < 0 || (dl->ndim > 0 && dl->shape == NULL)) {
+    return RaiseBadImport("ndim is negative or shape is NULL", dl);
+  }
+  const uint64_t itemsize = dtype->itemsize;
+  if (dl->byte_offset % itemsize != 0) {
+    return RaiseBadImport(
+        "byte_offset is not a multiple of the element size (torch needs aligned elements)", dl);
+  }
+  int empty = 0;
+  uint64_t storage_elements = 0;
+  if (!StorageElements(dl, itemsize, dl->byte_offset / itemsize, &storage_elements, &empty)) {
+    return RaiseBadImport(
+        "negative sizes or strides, or an element count or memory extent beyond int64 "
+        "(torch supports neither)",
+        dl);
+  }
+  if (dl->data == NULL && !empty) {
+    return RaiseBadImport("data is NULL but the tensor has elements", dl);
+  }
+  const int32_t ndim = dl->ndim;
+  ImportWrap* wrap = (ImportWrap*)malloc(sizeof(ImportWrap) + (size_t)ndim * sizeof(int64_t));
+  if (wrap == NULL) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  wrap->src = src;
+  atomic_init(&wrap->state, kImportPending);
+  if (dl->strides != NULL) {
+    for (int32_t i = 0; i < ndim; ++i) wrap->strides[i] = dl->strides[i];
+  } else {
+    int64_t step = 1; /* checked above not to overflow */
+    for (int32_t i = ndim - 1; i >= 0; --i) {
+      wrap->strides[i] = step;
+      if (i > 0) step *= dl->shape[i] > 1 ? dl->shape[i] : 1;
+    }
+  }
+  /* On torch 2.4-2.9 the special one-byte types are imported as uint8 and
+   * viewed back (they refuse the float8/fp4 DLPack codes). */
+  const int byte_view = !s->full_import && (dtype->flags & kDtypeByteView);
+  DLTensor copy = *dl;
+  copy.strides = ndim > 0 ? wrap->strides : NULL;
+  if (byte_view) copy.dtype = s->dtypes[s->uint8_index].dl;
+  if (empty) {
+    /* A view without elements addresses no memory: no storage offset (see the
+     * native table; deviation empty-view-storage). */
+    copy.byte_offset = 0;
+  }
+  if (!s->full_import && copy.byte_offset != 0) {
+    /* torch 2.4-2.9 ignore byte_offset. As the native table (and torch 2.13) do,
+     * the storage starts at `data` and covers the offset plus the view: import
+     * that storage as one dimension, then take the view with as_strided below. */
+    wrap->flat[0] = (int64_t)storage_elements;
+    wrap->flat[1] = 1;
+    copy.ndim = 1;
+    copy.shape = &wrap->flat[0];
+    copy.strides = &wrap->flat[1];
+    copy.byte_offset = 0;
+  }
+  PyObject* capsule;
+  if (s->versioned_import) {
+    wrap->versioned.version = src->version;
+    wrap->versioned.version.major = DLPACK_MAJOR_VERSION;
+    wrap->versioned.manager_ctx = wrap;
+    wrap->versioned.deleter = &DeleteImportVersioned;
+    wrap->versioned.flags = 0;
+    wrap->versioned.dl_tensor = copy;
+    capsule = PyCapsule_New(&wrap->versioned, "dltensor_versioned", NULL);
+  } else {
+    wrap->legacy.manager_ctx = wrap;
+    wrap->legacy.deleter = &DeleteImportLegacy;
+    wrap->legacy.dl_tensor = copy;
+    capsule = PyCapsule_New(&wrap->legacy, "dltensor", NULL);
+  }
+  if (capsule == NULL) {
+    free(wrap);
+    return -1;
+  }
+  PyObject* tensor = Call1(s->from_dlpack, capsule);
+  Py_DECREF(capsule);
+  /* Unarmed until the end: if a step below fails, the deleter torch runs when
+   * it drops the tensor leaves src with the caller. */
+  if (tensor != NULL && byte_view) {
+    PyObject* viewed = Call2(s->view, tensor, dtype->dtype);
+    Py_DECREF(tensor);
+    tensor = viewed;
+  }
+  if (tensor != NULL && copy.shape == &wrap->flat[0]) {
+    tensor = ViewOf(s, tensor, dl, wrap->strides, (int64_t)(dl->byte_offset / itemsize));
+  }
+  if (tensor == NULL) {
+    AbandonImportWrap(wrap);
+    PyObject* cause = TakeException();
+    if (IsMemoryError(cause)) {
+      RestoreException(cause);
+      return -1;
+    }
+    return RaiseFrom(PyExc_BufferError,
+                     "torch refused the DLPack tensor; it was not consumed and its deleter was "
+                     "not called",
+                     cause);
+  }
+  if (atomic_exchange(&wrap->state, kImportArmed) != kImportPending) {
+    /* torch ran the deleter although the tensor lives: never seen; keep src. */
+    Py_DECREF(tensor);
+    free(wrap);
+    PyErr_Format(PyExc_RuntimeError, "%s: torch released an import it still holds", kLib);
+    return -1;
+  }
+  *out_py = tensor;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Allocator                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef void (*SetErrorFn)(void* error_ctx, const char* kind, const char* message);
+
+static int AllocatorFail(DLManagedTensorVersioned** out, void* error_ctx, SetErrorFn set_error,
+                         const char* kind, const char* message) {
+  if (out != NULL) *out = NULL;
+  if (set_error != NULL) set_error(error_ctx, kind, message);
+  return -1;
+}
+
+/* SetError with the pending Python exception's text; clears it. */
+static int AllocatorFailFromPython(DLManagedTensorVersioned** out, void* error_ctx,
+                                   SetErrorFn set_error, const char* kind, const char* what) {
+  char message[512];
+  char text[256];
+  TakeExceptionText(text, sizeof(text));
+  snprintf(message, sizeof(message), "torch-c-dlpack-ext allocator (portable table): %s: %s",
+           what, text);
+  return AllocatorFail(out, error_ctx, set_error, kind, message);
+}
+
+/* The native table's ContiguousLayout(): 0 when fine, 1 for a negative size
+ * (`*bad_dim`), 2 when the element count, byte size or a stride passes int64. */
+static int CheckContiguous(const int64_t* sizes, int32_t ndim, uint64_t itemsize,
+                           int32_t* bad_dim) {
+  const uint64_t kMax = (uint64_t)INT64_MAX;
+  uint64_t numel = 1;
+  uint64_t nbytes = 0;
+  int overflow = 0;
+  for (int32_t i = 0; i < ndim; ++i) {
+    if (sizes[i] < 0) {
+      *bad_dim = i;
+      return 1;
+    }
+    overflow |= MulOverflows(numel, (uint64_t)sizes[i], &numel);
+  }
+  overflow |= numel > kMax || MulOverflows(numel, itemsize, &nbytes) || nbytes > kMax;
+  uint64_t stride = 1;
+  for (int32_t i = ndim - 1; i > 0; --i) {
+    overflow |= MulOverflows(stride, sizes[i] > 1 ? (uint64_t)sizes[i] : 1, &stride) ||
+                stride > kMax;
+  }
+  return overflow ? 2 : 0;
+}
+
+/* torch.device for a prototype's device (a new reference), or NULL with an error. */
+static PyObject* TorchDevice(const State* s, const DLDevice* device) {
+  if (device->device_type == kDLCPU) {
+    Py_INCREF(s->cpu_device);
+    return s->cpu_device;
+  }
+  const char* kind = device->device_type == kDLOneAPI ? "xpu" : "cuda";
+  return PyObject_CallFunction(s->cuda_device_ctor, "si", kind, (int)device->device_id);
+}
+
+/* torch.empty(shape[, dtype=dtype][, device=device]): a keyword is left out
+ * where its argument is NULL. */
+static PyObject* CallEmpty(const State* s, PyObject* shape, PyObject* dtype, PyObject* device) {
+#if TCDE_VECTORCALL
+  PyObject* args[4] = {NULL, shape, NULL, NULL};
+  size_t n = 1;
+  PyObject* kwnames = NULL;
+  if (dtype != NULL && device != NULL) {
+    args[2] = dtype;
+    args[3] = device;
+    kwnames = s->empty_kwnames;
+  } else if (dtype != NULL) {
+    args[2] = dtype;
+    kwnames = s->empty_kwnames_dtype;
+  } else if (device != NULL) {
+    args[2] = device;
+    kwnames = s->empty_kwnames_device;
+  }
+  return PyObject_Vectorcall(s->empty, args + 1, n | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
+#else
+  PyObject* args = PyTuple_Pack(1, shape);
+  if (args == NULL) return NULL;
+  PyObject* kwargs = NULL;
+  if (dtype != NULL || device != NULL) {
+    kwargs = PyDict_New();
+    if (kwargs == NULL || (dtype != NULL && PyDict_SetItem(kwargs, s->str_dtype, dtype) != 0) ||
+        (device != NULL && PyDict_SetItemString(kwargs, "device", device) != 0)) {
+      Py_XDECREF(kwargs);
+      Py_DECREF(args);
+      return NULL;
+    }
+  }
+  PyObject* result = PyObject_Call(s->empty, args, kwargs);
+  Py_XDECREF(kwargs);
+  Py_DECREF(args);
+  return result;
+#endif
+}
+
+/* torch.empty(shape, dtype=..., device=...) exported; checked to be plain
+ * memory of what was asked (a dispatch mode or fake-tensor mode may answer
+ * torch.empty with anything). GIL held. Returns NULL after SetError. */
+static DLManagedTensorVersioned* AllocateWithTorch(const State* s, const DLTensor* prototype,
+                                                   const Dtype* dtype, DLManagedTensorVersioned** out,
+                                                   void* error_ctx, SetErrorFn set_error) {
+  const int32_t ndim = prototype->ndim;
+  const int host = prototype->device.device_type == kDLCPU;
+  /* torch 2.4-2.9 export no float8/fp4: allocate the same bytes as uint8. */
+  const Dtype* alloc_dtype =
+      (!s->full_import && (dtype->flags & kDtypeByteView)) ? &s->dtypes[s->uint8_index]
+                                                               : dtype;
+  PyObject* shape = PyTuple_New(ndim);
+  if (shape == NULL) goto python_error;
+  for (int32_t i = 0; i < ndim; ++i) {
+    PyObject* size = PyLong_FromLongLong((long long)prototype->shape[i]);
+    if (size == NULL) {
+      Py_DECREF(shape);
+      goto python_error;
+    }
+    PyTuple_SetItem(shape, i, size);
+  }
+  PyObject* device = TorchDevice(s, &prototype->device);
+  if (device == NULL) {
+    Py_DECREF(shape);
+    goto python_error;
+  }
+  /* First try: host memory of the default float32 without the keywords, which
+   * cost torch's argument parser about as much as the allocation (measured:
+   * torch.empty((16,)) ~1.0 us, with dtype= and device= ~1.6 us). A changed
+   * default dtype or device shows in the export below: then ask again, explicitly. */
+  int explicit_call = !host;
+  PyObject* tensor;
+retry:
+  tensor = CallEmpty(s, shape, explicit_call || alloc_dtype != &s->dtypes[0] ? alloc_dtype->dtype
+                                                                             : NULL,
+                     explicit_call ? device : NULL);
+  if (tensor == NULL) {
+    Py_DECREF(shape);
+    Py_DECREF(device);
+    PyObject* exc = TakeException();
+    /* The sizes were checked: on host memory a failure is the allocator's. */
+    const char* kind = IsMemoryError(exc) || host ? "MemoryError" : "RuntimeError";
+    RestoreException(exc);
+    AllocatorFailFromPython(out, error_ctx, set_error, kind, "torch.empty failed");
+    return NULL;
+  }
+  /* Plain memory: a torch.Tensor itself (no subclass: fake tensors, wrapper
+   * subclasses), of the dtype asked for; the export checks the rest. */
+  if (Py_TYPE(tensor) != s->tensor_type) {
+    Py_DECREF(tensor);
+    Py_DECREF(shape);
+    Py_DECREF(device);
+    AllocatorFail(out, error_ctx, set_error, "RuntimeError",
+                  "torch-c-dlpack-ext allocator (portable table): torch.empty returned a tensor "
+                  "subclass, not plain memory (is a fake-tensor or Python dispatch mode active?)");
+    return NULL;
+  }
+  PyObject* capsule = Call1(s->to_dlpack, tensor);
+  Py_DECREF(tensor);
+  DLManagedTensorVersioned* managed = capsule == NULL ? NULL : TakeCapsule(s, capsule);
+  if (managed == NULL && !explicit_call) {
+    /* torch.set_default_device("meta"), say: ask again with the device named. */
+    PyErr_Clear();
+    explicit_call = 1;
+    goto retry;
+  }
+  if (managed == NULL) {
+    Py_DECREF(shape);
+    Py_DECREF(device);
+    AllocatorFailFromPython(out, error_ctx, set_error, "RuntimeError",
+                            "torch.empty returned a tensor without exportable memory (is a "
+                            "Python dispatch mode active?)");
+    return NULL;
+  }
+  DLTensor* dl = &managed->dl_tensor;
+  /* The dtype as torch exports it (the codes of the table above, for every dtype
+   * the allocator makes). */
+  int plain = dl->dtype.code == alloc_dtype->dl.code && dl->dtype.bits == alloc_dtype->dl.bits &&
+              dl->dtype.lanes == alloc_dtype->dl.lanes && dl->ndim == ndim &&
+              dl->byte_offset == 0 &&
+              dl->device.device_type == (host ? kDLCPU : prototype->device.device_type) &&
+              (host || dl->device.device_id == prototype->device.device_id);
+  int64_t expected_stride = 1;
+  int has_elements = 1;
+  for (int32_t i = ndim - 1; plain && i >= 0; --i) {
+    plain = dl->shape[i] == prototype->shape[i] &&
+            (prototype->shape[i] < 2 || dl->strides[i] == expected_stride);
+    has_elements &= prototype->shape[i] != 0;
+    expected_stride *= prototype->shape[i] > 1 ? prototype->shape[i] : 1;
+  }
+  if (plain && has_elements && dl->data == NULL) plain = 0;
+  if (!plain && !explicit_call) {
+    DeleteManaged(managed);
+    explicit_call = 1;
+    goto retry;
+  }
+  Py_DECREF(shape);
+  Py_DECREF(device);
+  if (!plain) {
+    DeleteManaged(managed);
+    AllocatorFail(out, error_ctx, set_error, "RuntimeError",
+                  "torch-c-dlpack-ext allocator (portable table): torch.empty returned a tensor "
+                  "that is not plain memory of the requested dtype, device and shape (is a "
+                  "Python mode active?)");
+    return NULL;
+  }
+  /* Row-major strides for every dimension (torch may report any stride for a
+   * dimension of size 0 or 1), as the native allocator writes them. */
+  int64_t stride = 1;
+  for (int32_t i = ndim - 1; i >= 0; --i) {
+    dl->strides[i] = stride;
+    stride *= prototype->shape[i] > 1 ? prototype->shape[i] : 1;
+  }
+  if (!has_elements) dl->data = NULL;
+  dl->dtype = prototype->dtype;
+  dl->device = prototype->device;
+  if (host) dl->device.device_id = 0;
+  managed->version.major = DLPACK_MAJOR_VERSION;
+  managed->version.minor = DLPACK_MINOR_VERSION;
+  managed->flags = 0;
+  return managed;
+python_error:
+  AllocatorFailFromPython(out, error_ctx, set_error, "MemoryError", "cannot build the call");
+  return NULL;
+}
+
+static int ManagedTensorAllocator(DLTensor* prototype, DLManagedTensorVersioned** out,
+                                  void* error_ctx, SetErrorFn set_error) {
+  char message[256];
+  if (prototype == NULL || out == NULL) {
+    return AllocatorFail(out, error_ctx, set_error, "ValueError",
+                         "torch-c-dlpack-ext allocator: prototype and out must not be NULL");
+  }
+  *out = NULL;
+  const int need_gil = !TCDE_GIL_HELD();
+  PyGILState_STATE gil = PyGILState_UNLOCKED;
+  if (need_gil) gil = PyGILState_Ensure();
+  int rc = -1;
+  const State* s = GetState();
+  if (s == NULL) {
+    AllocatorFailFromPython(out, error_ctx, set_error, "RuntimeError",
+                            "cannot reach torch's Python entry points");
+    goto done;
+  }
+  const Dtype* dtype = FromDLDataType(s, prototype->dtype);
+  if (dtype == NULL) {
+    snprintf(message, sizeof(message),
+             "torch-c-dlpack-ext allocator: DLPack dtype (code=%u, bits=%u, lanes=%u) has no "
+             "torch equivalent; request a dtype torch supports",
+             (unsigned)prototype->dtype.code, (unsigned)prototype->dtype.bits,
+             (unsigned)prototype->dtype.lanes);
+    AllocatorFail(out, error_ctx, set_error, "ValueError", message);
+    goto done;
+  }
+  const int32_t device_type = prototype->device.device_type;
+  if (device_type != kDLCPU) {
+    const int served = ((int32_t)device_type == s->gpu_type && s->gpu_type != 0) ||
+                       (device_type == kDLOneAPI && s->xpu);
+    if (!served || prototype->device.device_id < 0) {
+      const int unserved_gpu = (device_type == kDLCUDA || device_type == kDLROCM) && !served;
+      snprintf(message, sizeof(message),
+               "torch-c-dlpack-ext allocator (portable table): cannot allocate on DLPack device "
+               "type %d id %d with this torch build%s%s%s",
+               (int)device_type, (int)prototype->device.device_id,
+               unserved_gpu ? ", which serves no such device; use the " : "",
+               unserved_gpu ? GpuName(device_type) : "", unserved_gpu ? " build of torch" : "");
+      AllocatorFail(out, error_ctx, set_error, "ValueError", message);
+      goto done;
+    }
+  }
+  const int32_t ndim = prototype->ndim;
+  if (ndim < 0 || (ndim > 0 && prototype->shape == NULL)) {
+    AllocatorFail(out, error_ctx, set_error, "ValueError",
+                  "torch-c-dlpack-ext allocator: prototype ndim is negative or its shape is NULL");
+    goto done;
+  }
+  int32_t bad_dim = 0;
+  switch (CheckContiguous(prototype->shape, ndim, dtype->itemsize, &bad_dim)) {
+    case 0:
+      break;
+    case 1:
+      snprintf(message, sizeof(message),
+               "torch-c-dlpack-ext allocator: prototype shape[%d] is %lld; sizes must be >= 0",
+               (int)bad_dim, (long long)prototype->shape[bad_dim]);
+      AllocatorFail(out, error_ctx, set_error, "ValueError", message);
+      goto done;
+    default:
+      snprintf(message, sizeof(message),
+               "torch-c-dlpack-ext allocator: a contiguous tensor of this prototype's %d sizes "
+               "and %llu-byte elements has an element count, byte size or stride beyond int64, "
+               "which torch cannot represent; request a smaller shape",
+               (int)ndim, (unsigned long long)dtype->itemsize);
+      AllocatorFail(out, error_ctx, set_error, "ValueError", message);
+      goto done;
+  }
+  DLManagedTensorVersioned* managed =
+      AllocateWithTorch(s, prototype, dtype, out, error_ctx, set_error);
+  if (managed != NULL) {
+    *out = managed;
+    rc = 0;
+  }
+done:
+  if (need_gil) PyGILState_Release(gil);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Streams                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static void FreeStreamState(StreamState* st) {
+  if (st == NULL) return;
+  Py_XDECREF(st->raw_stream);
+  Py_XDECREF(st->current_stream);
+  Py_XDECREF(st->str_handle);
+  free(st);
+}
+
+/* torch.cuda's (xpu: torch.xpu's) stream getters, looked up on first use. */
+static StreamState* GetStreamState(const State* s, int xpu) {
+  _Atomic(StreamState*)* slot = xpu ? &g_xpu_streams : &g_cuda_streams;
+  StreamState* st = atomic_load_explicit(slot, memory_order_acquire);
+  if (st != NULL) return st;
+  st = (StreamState*)calloc(1, sizeof(StreamState));
+  if (st == NULL) {
+    PyErr_NoMemory();
+    return NULL;
+  }
+  PyObject* module = PyImport_ImportModule(xpu ? "torch.xpu" : "torch.cuda");
+  if (module == NULL) goto fail;
+  st->current_stream = GetAttr(module, "current_stream", 0);
+  Py_DECREF(module);
+  if (st->current_stream == NULL) goto fail;
+  st->str_handle = PyUnicode_InternFromString(xpu ? "sycl_queue" : "cuda_stream");
+  if (st->str_handle == NULL) goto fail;
+  if (!xpu) {
+    /* An int, without a torch.cuda.Stream object; not in every torch. */
+    PyObject* c = GetAttr(s->torch, "_C", 0);
+    if (c == NULL) goto fail;
+    st->raw_stream = GetAttr(c, "_cuda_getCurrentRawStream", 1);
+    Py_DECREF(c);
+    if (st->raw_stream == NULL && PyErr_Occurred()) goto fail;
+  }
+  {
+    StreamState* expected = NULL;
+    if (atomic_compare_exchange_strong_explicit(slot, &expected, st, memory_order_acq_rel,
+                                                memory_order_acquire)) {
+      return st;
+    }
+    FreeStreamState(st);
+    return expected;
+  }
+fail:
+  FreeStreamState(st);
+  return NULL;
+}
+
+/* The current stream of a GPU device (device_id -1: the current device), GIL held. */
+static int QueryStream(const State* s, int xpu, int32_t device_id, void** out) {
+  StreamState* st = GetStreamState(s, xpu);
+  if (st == NULL) return -1;
+  PyObject* index = PyLong_FromLong((long)device_id);
+  if (index == NULL) return -1;
+  PyObject* handle;
+  if (st->raw_stream != NULL) {
+    handle = Call1(st->raw_stream, index);
+  } else {
+    /* torch.cuda.current_stream(None) is the current device's. */
+    PyObject* stream = Call1(st->current_stream, device_id < 0 ? Py_None : index);
+    handle = stream == NULL ? NULL : PyObject_GetAttr(stream, st->str_handle);
+    Py_XDECREF(stream);
+  }
+  Py_DECREF(index);
+  if (handle == NULL) return -1;
+  void* pointer = PyLong_AsVoidPtr(handle);
+  Py_DECREF(handle);
+  if (pointer == NULL && PyErr_Occurred()) return -1;
+  *out = pointer;
+  return 0;
+}
+
+/* Host memory has no stream (NULL). kDLCUDA / kDLROCM: torch.cuda's current
+ * stream, only on the torch build of that GPU (a CUDA torch refuses kDLROCM, a
+ * ROCm torch kDLCUDA, a CPU torch both: NULL would be taken for the default
+ * stream). kDLOneAPI: torch.xpu's current stream's SYCL queue on an XPU torch.
+ * device_id -1 means the current device of that backend. Other device types:
+ * NULL on a CPU-only torch (as the native CPU build), ValueError on a GPU torch. */
+static int CurrentWorkStream(DLDeviceType device_type, int32_t device_id, void** out) {
+  if (out != NULL) *out = NULL;
+  if (out != NULL && (device_type == kDLCPU || device_type == kDLCUDAHost ||
+                      device_type == kDLROCMHost || device_type == kDLCUDAManaged)) {
+    return 0;
+  }
+  const int need_gil = !TCDE_GIL_HELD();
+  PyGILState_STATE gil = PyGILState_UNLOCKED;
+  if (need_gil) gil = PyGILState_Ensure();
+  int rc = -1;
+  const State* s = NULL;
+  if (out == NULL) {
+    PyErr_Format(PyExc_ValueError, "%s: current_work_stream: out is NULL", kLib);
+    goto done;
+  }
+  s = GetState();
+  if (s == NULL) goto done;
+  if (device_type == kDLCUDA || device_type == kDLROCM) {
+    if ((int32_t)device_type != s->gpu_type) {
+      PyErr_Format(PyExc_ValueError,
+                   "%s: current_work_stream: device type %d is a GPU this torch build does not "
+                   "serve, so it knows no stream for it; use the %s build of torch",
+                   kLib, (int)device_type, GpuName(device_type));
+      goto done;
+    }
+  } else if (device_type == kDLOneAPI && s->xpu) {
+    /* below */
+  } else if (s->gpu_type == 0 && !s->xpu) {
+    rc = 0; /* a CPU-only torch: no stream, as the native CPU build answers */
+    goto done;
+  } else {
+    PyErr_Format(PyExc_ValueError,
+                 "%s: current_work_stream: device type %d is not a device this torch build "
+                 "serves",
+                 kLib, (int)device_type);
+    goto done;
+  }
+  if (device_id < -1 || device_id > 32767) {
+    PyErr_Format(PyExc_ValueError, "%s: current_work_stream: invalid device id %d", kLib,
+                 (int)device_id);
+    goto done;
+  }
+  rc = QueryStream(s, device_type == kDLOneAPI, device_id, out);
+done:
+  if (need_gil) PyGILState_Release(gil);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The table and the exports                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Constant-initialised: nothing runs at load time. */
+static const DLPackExchangeAPI kExchangeAPI = {
+    {{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION}, NULL},
+    &ManagedTensorAllocator,
+    &ManagedTensorFromPyObjectNoSync,
+    &ManagedTensorToPyObjectNoSync,
+    &DLTensorFromPyObjectNoSync,
+    &CurrentWorkStream,
+};
+
+/* What the library serves, as the manifest's "python" says it. */
+#define TCDE_PY_MAJOR_MINOR TCDE_STRINGIFY(PY_MAJOR_VERSION) "." TCDE_STRINGIFY(PY_MINOR_VERSION)
+#if defined(Py_GIL_DISABLED) && Py_GIL_DISABLED
+#define TCDE_PYTHON_JSON "\"" TCDE_PY_MAJOR_MINOR "t\""
+#elif defined(Py_LIMITED_API) && Py_LIMITED_API >= 0x030C0000
+#define TCDE_PYTHON_JSON "\"abi3.12\""
+#elif defined(Py_LIMITED_API)
+#define TCDE_PYTHON_JSON "\"abi3\""
+#else
+#define TCDE_PYTHON_JSON "\"" TCDE_PY_MAJOR_MINOR "\""
+#endif
+
+static const char kBuildInfo[] =
+    "{\"table\": \"portable\", \"torch\": \"any\", \"torch_major\": null, \"torch_minor\": "
+    "null, \"backend\": \"any\", \"cxx11_abi\": null, \"dlpack\": \"" TCDE_STRINGIFY(
+        DLPACK_MAJOR_VERSION) "." TCDE_STRINGIFY(DLPACK_MINOR_VERSION) "\", \"python\": " TCDE_PYTHON_JSON
+    ", \"toolchain\": \"" TCDE_TOOLCHAIN "\", \"gpu_toolkit\": null}";
+
+static char g_load_problem[512];
+
+/* Loads the cached entry points (importing torch if needed) when Python runs;
+ * NULL when they are all there, else why not. */
+static const char* CheckLoad(void) {
+  if (!Py_IsInitialized()) return NULL;
+  if (atomic_load_explicit(&g_state, memory_order_acquire) != NULL) return NULL;
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  const char* problem = NULL;
+  if (GetState() == NULL) {
+    char text[256];
+    TakeExceptionText(text, sizeof(text));
+    snprintf(g_load_problem, sizeof(g_load_problem),
+             "%s: torch's Python entry points are not all there (%s); this table needs "
+             "torch._C._to_dlpack, torch._C._from_dlpack and torch.empty",
+             kLib, text);
+    problem = g_load_problem;
+  }
+  PyGILState_Release(gil);
+  return problem;
+}
+
+int64_t TorchDLPackExchangeAPIPtr(void) {
+  if (CheckLoad() != NULL) return 0;
+  return (int64_t)(intptr_t)&kExchangeAPI;
+}
+
+const char* TorchCDLPackExtBuildInfo(void) { return kBuildInfo; }
+
+const char* TorchCDLPackExtLoadProblem(void) { return CheckLoad(); }

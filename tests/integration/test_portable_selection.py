@@ -1,0 +1,372 @@
+"""The portable table end to end (issue 30 items 3-4): built through the ONE driver
+(``compile_portable_library``: C only, no torch, audited), bundled in a package with
+its torch-agnostic manifest entry, chosen by the selector, and used through ctypes: a
+tensor exported and imported again through the published table."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from devtools import build, wheels
+from devtools.cells import group_dir, portable_cells
+from devtools.wheelnames import is_variant_name
+from tests.helpers import CSRC, ROOT, make_package, run_python
+from tests.unit.test_cells import MATRIX, _cell, fake_compile  # noqa: F401 (a fixture)
+
+from _torch_c_dlpack_ext_core import driver
+from _torch_c_dlpack_ext_core.manifest import write_manifest
+from _torch_c_dlpack_ext_core.naming import LIBS_DIR, MANIFEST_NAME, PACKAGE
+
+pytestmark = pytest.mark.skipif(
+    not (CSRC / "portable").is_dir() or shutil.which("cc") is None,
+    reason="needs csrc/portable (the portable-c branch) and a C compiler",
+)
+
+#: Imports the package, then round-trips a tensor through the published table.
+ROUND_TRIP = r"""
+import json, sys
+import torch
+{prelude}
+import torch_c_dlpack_ext
+from tests.exchange_suite.dlpack_ctypes import api_from_capsule, export_managed, import_managed
+
+status = torch_c_dlpack_ext.status()
+api = api_from_capsule(torch.Tensor.__dlpack_c_exchange_api__)
+x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+y = import_managed(api, export_managed(api, x))
+print(json.dumps({{
+    "kind": status.kind.value,
+    "library": str(status.library),
+    "same": bool(torch.equal(x, y)) and y.data_ptr() == x.data_ptr(),
+    "text": str(status),
+    "legacy": getattr(torch.Tensor, "__c_dlpack_exchange_api__", None) is not None,
+}}))
+"""
+
+
+@pytest.fixture(scope="module")
+def portable_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A package bundling only the portable library, built by the driver."""
+    built = tmp_path_factory.mktemp("portable-build")
+    entry = driver.compile_portable_library(output_dir=built, source_dir=CSRC, echo=False)
+    assert (entry.torch, entry.torch_build, entry.backend, entry.python) == (
+        "any",
+        "any",
+        None,
+        "abi3",
+    )
+    root = make_package(tmp_path_factory.mktemp("portable-pkg"))
+    package = root / PACKAGE
+    (package / LIBS_DIR).mkdir(exist_ok=True)
+    shutil.copyfile(built / entry.file, package / LIBS_DIR / entry.file)
+    write_manifest(package / MANIFEST_NAME, [entry._replace(file=f"{LIBS_DIR}/{entry.file}")])
+    return root
+
+
+def _round_trip(
+    package: Path, env: dict[str, str], prelude: str = "", *, quiet: bool = True
+) -> dict[str, object]:
+    from tests.helpers import clean_env
+
+    proc = run_python(
+        ROUND_TRIP.format(prelude=prelude),
+        pythonpath=[package, ROOT],
+        env=clean_env(**env),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if quiet:
+        assert "TorchCDLPackExtWarning" not in proc.stderr, proc.stderr  # silent on success
+    result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_portable_forced_on_torch_2_13_round_trips_a_tensor(portable_package: Path) -> None:
+    """TORCH_C_DLPACK_EXT_PORTABLE=1 replaces torch 2.13's own table (for differential
+    tests), and the portable table exports and imports a tensor without a copy."""
+    result = _round_trip(portable_package, {"TORCH_C_DLPACK_EXT_PORTABLE": "1"})
+    assert result["kind"] == "portable", result
+    assert str(result["library"]).endswith("libtorch_c_dlpack_ext-portable.so")
+    assert result["same"] is True
+    assert result["legacy"] is True
+    assert "portable table" in str(result["text"])
+    assert "JIT=1" in str(result["text"])
+
+
+def test_torch_2_13_without_the_setting_defers(portable_package: Path) -> None:
+    result = _round_trip(portable_package, {})
+    assert result["kind"] == "defer", result
+
+
+def test_a_torch_2_2_gets_the_portable_table_on_the_common_path(portable_package: Path) -> None:
+    """torch 2.2 (below the native range) was refused ("not supported"); it has
+    torch._C._to_dlpack, so the portable table serves it, silently, on the import's
+    common path. A stand-in torch module: the running torch's functions under a 2.2
+    version, with a Tensor class that lacks the attribute torch >= 2.10 publishes."""
+    from tests.helpers import clean_env
+
+    code = r"""
+import json, sys, types
+import torch as real
+fake = types.ModuleType("torch")
+fake.__dict__.update(vars(real))
+fake.__version__ = "2.2.2+cu121"
+fake.Tensor = type("Tensor", (), {})
+sys.modules["torch"] = fake
+import torch_c_dlpack_ext
+fields = torch_c_dlpack_ext._STATE["fields"]
+status = torch_c_dlpack_ext.status()
+print(json.dumps({"kind": status.kind.value, "common": bool(fields and fields.get("common_path")),
+                  "published": hasattr(fake.Tensor, "__dlpack_c_exchange_api__")}))
+"""
+    proc = run_python(code, pythonpath=[portable_package, ROOT], env=clean_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "TorchCDLPackExtWarning" not in proc.stderr, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"kind": "portable", "common": True, "published": True}, result
+
+
+def test_library_override_naming_the_portable_library_is_accepted(
+    portable_package: Path,
+) -> None:
+    library = next((portable_package / PACKAGE / LIBS_DIR).glob("*portable*"))
+    result = _round_trip(
+        portable_package,
+        {"TORCH_C_DLPACK_EXT_LIBRARY": str(library), "TORCH_C_DLPACK_EXT_FORCE": "1"},
+        quiet=False,  # LIBRARY's load is announced: no manifest, no sha256 check
+    )
+    assert result["kind"] == "portable", result
+    assert result["same"] is True
+
+
+def test_the_driver_audits_the_portable_library_as_torch_free(tmp_path: Path) -> None:
+    """The torch-free audit refuses a library that needs a torch symbol."""
+    from _torch_c_dlpack_ext_core.errors import ABIAuditError
+    from _torch_c_dlpack_ext_core.toolchains.elf import audit_torch_free_library
+
+    source = tmp_path / "bad.c"
+    source.write_text(
+        "extern int _ZN3c104impl3fooEv(void); int f(void) { return _ZN3c104impl3fooEv(); }\n"
+    )
+    library = tmp_path / "libbad.so"
+    import subprocess
+
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    with pytest.raises(ABIAuditError, match="built against no torch"):
+        audit_torch_free_library(library, cc="cc")
+
+
+@pytest.mark.usefixtures("fake_compile")
+def test_the_combined_wheel_carries_the_portable_table_and_no_variant_does(
+    tmp_path: Path,
+) -> None:
+    """Issue 30 item 3: the portable library, built by the driver as the group's
+    portable cell, ships in the combined wheel (with its torch-agnostic manifest entry);
+    the variant wheels hold their native cell's library alone."""
+    chosen = [_cell("linux_x86_64-t28_cpu")]
+    build_dir = tmp_path / "build" / "cells"
+    results = [build.build_one(cell, build_dir) for cell in chosen]
+    build._write_group_manifests(chosen, {r.cell: r for r in results}, build_dir)
+    (portable,) = portable_cells(chosen)
+    results += build.build_portable_cells([portable], build_dir)
+    assert [r.status for r in results] == ["built", "built"], results
+    group = group_dir(build_dir, chosen[0])
+    made = wheels.assemble_dist(
+        {group: {chosen[0].library, portable.library}},
+        tmp_path / "dist",
+        matrix=MATRIX,
+        repair=False,
+    )
+    (combined,) = [
+        p
+        for p in made
+        if p.suffix == ".whl" and not is_variant_name(p.name) and "-none-any" not in p.name
+    ]
+    with zipfile.ZipFile(combined) as archive:
+        manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
+        names = set(archive.namelist())
+    entries = {e["cell"]: e for e in manifest["libraries"]}
+    assert set(entries) == {"linux_x86_64-t28_cpu", "linux_x86_64-portable"}
+    assert {k: entries["linux_x86_64-portable"][k] for k in ("torch", "backend", "python")} == {
+        "torch": "any",
+        "backend": "any",
+        "python": "abi3",
+    }
+    assert "torch_c_dlpack_ext/libs/libtorch_c_dlpack_ext-portable.so" in names
+    assert "torch_c_dlpack_ext/csrc/portable/portable_api.c" in names  # for the JIT
+    for variant in (p for p in made if is_variant_name(p.name)):
+        with zipfile.ZipFile(variant) as archive:
+            listed = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))["libraries"]
+        assert all(e["backend"] != "any" for e in listed)
+
+
+#: A stand-in torch module: the running torch's functions under another version, with a
+#: Tensor class that lacks the attribute torch >= 2.10 publishes.
+STAND_IN = r"""
+import json, sys, types, warnings
+import torch as real
+fake = types.ModuleType("torch")
+fake.__dict__.update(vars(real))
+fake.__version__ = sys.argv[1]
+fake.Tensor = type("Tensor", (), {})
+sys.modules["torch"] = fake
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch_c_dlpack_ext
+status = torch_c_dlpack_ext.status()
+print(json.dumps({"kind": status.kind.value, "library": str(status.library),
+                  "warnings": [str(w.message) for w in caught
+                               if type(w.message).__name__ == "TorchCDLPackExtWarning"]}))
+"""
+
+
+def _stand_in(package: Path, version: str, **env: str) -> dict[str, Any]:
+    from tests.helpers import clean_env
+
+    proc = run_python(
+        STAND_IN, pythonpath=[package, ROOT], env=clean_env(**env), args=[version], timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_the_universal_wheels_jit_builds_the_portable_table(tmp_path: Path) -> None:
+    """Issue 30 item 3: no compiled code is bundled (a universal wheel); with the JIT
+    opted in, a torch no native library can be built for (2.2) gets the portable table,
+    built with only a C compiler and Python.h into the JIT cache, silently."""
+    root = make_package(tmp_path / "universal")
+    cache = tmp_path / "cache"
+    result = _stand_in(
+        root, "2.2.2+cu121", TORCH_C_DLPACK_EXT_JIT="1", TORCH_C_DLPACK_EXT_CACHE_DIR=str(cache)
+    )
+    assert result["kind"] == "portable", result
+    assert Path(result["library"]).parent.parent == cache
+    assert Path(result["library"]).name == "libtorch_c_dlpack_ext-portable.so"
+    assert result["warnings"] == []
+    # Without the JIT the universal wheel still says what to do.
+    plain = _stand_in(root, "2.2.2+cu121")
+    assert plain["kind"] == "unavailable", plain
+
+
+def test_a_failed_jit_build_falls_back_to_the_portable_table_and_says_why(
+    portable_package: Path, tmp_path: Path
+) -> None:
+    """A torch in the native range that no bundled library matches, JIT opted in, the
+    native build failing (no C++ compiler): the bundled portable table is loaded, and
+    the one warning says why the native build failed."""
+    result = _stand_in(
+        portable_package,
+        "2.8.0",
+        TORCH_C_DLPACK_EXT_JIT="1",
+        TORCH_C_DLPACK_EXT_CACHE_DIR=str(tmp_path / "cache"),
+        CXX=str(tmp_path / "no-such-c++"),
+    )
+    assert result["kind"] == "portable", result
+    (warning,) = result["warnings"]
+    assert "JIT build of the cpu library for torch 2.8.0 failed" in warning
+    assert "using the portable table instead" in warning
+
+
+def test_force_with_a_failed_jit_never_puts_the_portable_table_over_torchs_own(
+    tmp_path: Path,
+) -> None:
+    """FORCE means our NATIVE library: on torch 2.13, with the native JIT build failing,
+    the import publishes nothing (torch's own table stays), never the portable one."""
+    from tests.helpers import clean_env
+
+    code = (
+        "import torch; own = torch.Tensor.__dlpack_c_exchange_api__\n"
+        "import torch_c_dlpack_ext as t\n"
+        "print(t.status().kind.value, torch.Tensor.__dlpack_c_exchange_api__ is own)"
+    )
+    env = clean_env(
+        TORCH_C_DLPACK_EXT_FORCE="1",
+        TORCH_C_DLPACK_EXT_JIT="1",
+        TORCH_C_DLPACK_EXT_CACHE_DIR=str(tmp_path / "cache"),
+        CXX=str(tmp_path / "no-such-c++"),
+    )
+    proc = run_python(code, pythonpath=[make_package(tmp_path / "universal"), ROOT], env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-2:] == ["unavailable", "True"], proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("version", ["3.14t", "3.13t"])
+def test_the_driver_builds_a_free_threaded_portable_table(tmp_path: Path, version: str) -> None:
+    """Once per free-threaded Python: the full API (no Py_LIMITED_API), named for that
+    interpreter, audited torch-free against its libpython."""
+    from devtools import freethreaded
+
+    prefix = freethreaded.prefix_for(version)
+    found = freethreaded._read(version, prefix)
+    if found is None:
+        pytest.skip(f"no {version} CPython in the dev cache (nox -s freethreaded builds one)")
+    include = prefix / "include" / f"python{version}"
+    entry = driver.compile_portable_library(
+        output_dir=tmp_path, source_dir=CSRC, python_include=include, python=version, echo=False
+    )
+    assert (entry.python, entry.backend, entry.torch) == (version, None, "any")
+    tag = version.replace(".", "").removesuffix("t")
+    assert entry.file == f"libtorch_c_dlpack_ext-portable-cp{tag}t.so"
+    data = (tmp_path / entry.file).read_bytes()
+    assert f'"python": "{version}"'.encode() in data
+    assert b"Py_LIMITED_API" not in data
+
+
+def test_a_source_build_compiles_the_portable_table_where_a_c_compiler_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 30 item 3: the sdist/source build packs the portable table beside the native
+    libraries when a C compiler exists; without one, the wheel holds the native ones
+    alone and says so (the build does not fail for it)."""
+    from build_backend import _wheel
+
+    (entry, path), *rest = _wheel._portable_library(tmp_path / "out")
+    assert rest == []
+    assert (entry.torch, entry.backend, path.name) == (
+        "any",
+        None,
+        "libtorch_c_dlpack_ext-portable.so",
+    )
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    assert _wheel._portable_library(tmp_path / "out2") == []
+    assert "no portable table in this wheel" in capsys.readouterr().err
+
+
+def test_a_portable_table_failing_its_load_check_is_unavailable_saying_why(
+    portable_package: Path,
+) -> None:
+    """The one other case the portable table cannot serve: its own load check fails (a
+    torch whose _C lacks _from_dlpack). Nothing is published; the warning quotes the
+    library's TorchCDLPackExtLoadProblem."""
+    from tests.helpers import clean_env
+
+    code = r"""
+import json, sys, types, warnings
+import torch as real
+fake = types.ModuleType("torch")
+fake.__dict__.update(vars(real))
+fake.__version__ = "2.2.2"
+fake.Tensor = type("Tensor", (), {})
+fake._C = types.SimpleNamespace(_to_dlpack=real._C._to_dlpack)
+sys.modules["torch"] = fake
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch_c_dlpack_ext
+status = torch_c_dlpack_ext.status()
+print(json.dumps({"kind": status.kind.value, "reason": status.reason,
+                  "published": hasattr(fake.Tensor, "__dlpack_c_exchange_api__"),
+                  "warned": [str(w.message) for w in caught]}))
+"""
+    proc = run_python(code, pythonpath=[portable_package, ROOT], env=clean_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["kind"] == "unavailable", result
+    assert result["published"] is False
+    assert "the portable table failed its load check" in result["reason"]
+    assert "_from_dlpack" in result["reason"]
+    assert len(result["warned"]) == 1, result["warned"]

@@ -1,0 +1,507 @@
+"""The portable table (csrc/portable): its build, and what the suites cannot see.
+
+- every API it is built for compiles warning-free and exports exactly the three symbols,
+  importing nothing of torch; its build info names the Python ABI;
+- the exchange suite against it on torch 2.13 (the conformance suite runs from
+  test_conformance_suite.py) and on PyPI's torch 2.4, 2.8 (legacy ``DLManagedTensor``
+  capsules) and 2.9;
+- the allocator and current_work_stream from C threads that hold no GIL, and from Python
+  threads through ``ctypes.CDLL`` (which releases it);
+- deleters from threads without the GIL, and after the interpreter has finalised;
+- ``dltensor_from_py_object_no_sync`` in flat memory over 10^6 calls, on one long-lived
+  tensor and on 10^6 short-lived ones;
+- a real apache-tvm-ffi round trip through it, published as torch's attribute.
+
+Each check runs in a subprocess: a crash is a return code, not a dead test runner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from tests.helpers import CSRC, ROOT, build_portable_library, clean_env, run_python
+from tests.integration.test_compile_real_torch import run_exchange_suite
+
+pytestmark = pytest.mark.slow
+
+NATIVE_CALLER = Path(__file__).resolve().parent / "fixtures" / "portable_native_caller.c"
+OLD_TORCH = "2.8.0"
+#: The exchange suite's tests on the portable table: far fewer means most skipped.
+MIN_SUITE_PASSED_213 = 300
+MIN_SUITE_PASSED_OLD = 230
+
+
+def _other_python_include(version: str) -> Path | None:
+    """The include dir of another CPython (``python3.12`` on PATH or pyenv's), or None."""
+    # pyenv's shims are on PATH for every version but run only the selected ones.
+    candidates = [str(p) for p in sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin"))]
+    candidates = [f"{c}/python{version}" for c in candidates]
+    on_path = shutil.which(f"python{version}")
+    for python in [*candidates, *([on_path] if on_path else [])]:
+        proc = subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        include = Path(proc.stdout.strip())
+        if proc.returncode == 0 and (include / "Python.h").is_file():
+            return include
+    return None
+
+
+def _free_threaded_include() -> Path | None:
+    root = Path.home() / ".cache" / "torch-c-dlpack-ext-dev" / "python"
+    found = sorted(root.glob("3.1*t/include/python3.1*t/Python.h"))
+    return found[-1].parent if found else None
+
+
+def _build_info(library: Path) -> dict[str, object]:
+    # Reading the string needs no interpreter state: ctypes.CDLL in a fresh process.
+    code = (
+        "import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); "
+        "lib.TorchCDLPackExtBuildInfo.restype = ctypes.c_char_p; "
+        "print(lib.TorchCDLPackExtBuildInfo().decode())"
+    )
+    proc = run_python(code, args=[str(library)], env=clean_env())
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert isinstance(data, dict)
+    return data
+
+
+def _dynamic_symbols(library: Path, *, undefined: bool) -> set[str]:
+    flag = "--undefined-only" if undefined else "--defined-only"
+    out = subprocess.run(
+        ["nm", "-D", flag, str(library)], capture_output=True, text=True, check=True
+    ).stdout
+    return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+
+
+def _variants() -> list[tuple[str, int | None, Path | None, str]]:
+    """(id, Py_LIMITED_API, include dir or None for the running one, expected "python")."""
+    running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    variants: list[tuple[str, int | None, Path | None, str]] = [
+        ("abi3", 0x03090000, None, "abi3"),
+        (f"full-{running}", None, None, running),
+    ]
+    for version in ("3.12", "3.13", "3.14"):
+        include = _other_python_include(version)
+        if include is not None:
+            variants.append((f"abi3.12-with-{version}", 0x030C0000, include, "abi3.12"))
+            break
+    threaded = _free_threaded_include()
+    if threaded is not None:
+        tag = threaded.name.removeprefix("python")
+        variants.append((f"free-threaded-{tag}", None, threaded, tag))
+    return variants
+
+
+@pytest.mark.parametrize(
+    ("limited_api", "include", "python_tag"),
+    [pytest.param(api, inc, tag, id=name) for name, api, inc, tag in _variants()],
+)
+def test_builds_warning_free_and_exports_three_symbols(
+    tmp_path: Path, limited_api: int | None, include: Path | None, python_tag: str
+) -> None:
+    # build_portable_library compiles with -Wall -Wextra -Werror.
+    library = build_portable_library(tmp_path, limited_api=limited_api, python_include=include)
+    assert _dynamic_symbols(library, undefined=False) == {
+        "TorchDLPackExchangeAPIPtr",
+        "TorchCDLPackExtBuildInfo",
+        "TorchCDLPackExtLoadProblem",
+    }
+    undefined = _dynamic_symbols(library, undefined=True)
+    # Only the Python C API (resolved at load time from the interpreter) and libc.
+    foreign = {name for name in undefined if not re.match(r"_?Py|__|_ITM_|[a-z]", name)}
+    assert not foreign, foreign
+    assert not any("torch" in name or "c10" in name or "at::" in name for name in undefined)
+    needed = subprocess.run(
+        ["readelf", "-d", str(library)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "libpython" not in needed, "an extension-module-style library links no libpython"
+    if include is None:  # loadable here: the running interpreter's headers
+        info = _build_info(library)
+        assert info["python"] == python_tag
+        assert (info["table"], info["torch"], info["backend"]) == ("portable", "any", "any")
+
+
+def test_source_includes_only_python_and_dlpack() -> None:
+    source = (CSRC / "portable" / "portable_api.c").read_text()
+    includes = set(re.findall(r"^#include\s+[<\"]([^>\"]+)[>\"]", source, re.MULTILINE))
+    allowed = {"Python.h", "dlpack/dlpack.h"}
+    assert allowed <= includes
+    # Everything else is the C standard library.
+    assert {name for name in includes - allowed if "/" in name or "torch" in name} == set()
+
+
+def test_exchange_suite_on_torch213(portable_library: Path) -> None:
+    assert run_exchange_suite(sys.executable, portable_library) >= MIN_SUITE_PASSED_213
+
+
+@pytest.mark.parametrize("version", ["2.4.1", OLD_TORCH, "2.9.1"])
+def test_exchange_suite_on_older_torch(portable_library: Path, version: str) -> None:
+    """torch 2.4-2.8 export and import legacy DLManagedTensor capsules only; 2.9 has
+    versioned capsules but imports neither byte_offset nor the float8/fp4 codes."""
+    from devtools.torchenv import torch_env
+
+    env = torch_env(version, importable=True, extra=("pytest", "psutil"))
+    assert run_exchange_suite(env.python, portable_library) >= MIN_SUITE_PASSED_OLD
+
+
+def _native_caller(tmp_path: Path) -> Path:
+    import tvm_ffi.libinfo
+
+    out = tmp_path / "libnative_caller.so"
+    subprocess.run(
+        ["gcc", "-std=c11", "-O1", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
+         f"-I{sysconfig.get_paths()['include']}",
+         f"-I{tvm_ffi.libinfo.find_dlpack_include_path()}",
+         "-o", str(out), str(NATIVE_CALLER), "-lpthread"],
+        check=True, timeout=120,
+    )  # fmt: skip
+    return out
+
+
+#: Loads the table through ctypes.CDLL: every call made through CFUNCTYPE releases the GIL.
+GILLESS = r"""
+import ctypes, sys, threading
+import torch
+sys.path[:0] = [sys.argv[3], sys.argv[4]]
+from exchange_suite.dlpack_ctypes import DLManagedTensorVersioned, DLTensor
+
+lib = ctypes.CDLL(sys.argv[1])
+lib.TorchDLPackExchangeAPIPtr.restype = ctypes.c_int64
+address = lib.TorchDLPackExchangeAPIPtr()
+assert address, "the table did not load"
+caller = ctypes.CDLL(sys.argv[2])
+caller.tcde_run_native_threads.argtypes = (ctypes.c_int64, ctypes.c_int, ctypes.c_int)
+
+# 1. Plain C threads: no Python thread state at all.
+failures = caller.tcde_run_native_threads(address, 8, 300)
+assert failures == 0, f"{failures} failed checks in C threads"
+
+# 2. Python threads, the GIL released around each call (CFUNCTYPE, not PYFUNCTYPE).
+MTV_P = ctypes.POINTER(DLManagedTensorVersioned)
+SET_ERROR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
+ALLOC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(DLTensor), ctypes.POINTER(MTV_P),
+                         ctypes.c_void_p, SET_ERROR)
+STREAM = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int32,
+                          ctypes.POINTER(ctypes.c_void_p))
+FROM_PY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(MTV_P))
+DELETER = ctypes.CFUNCTYPE(None, MTV_P)
+pointers = (ctypes.c_void_p * 7).from_address(address)
+allocator, stream_of = ALLOC(pointers[2]), STREAM(pointers[6])
+from_py = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(MTV_P))(pointers[3])
+errors = []
+sink = SET_ERROR(lambda _ctx, kind, msg: errors.append(kind.decode()))
+problems = []
+
+def work(n):
+    for i in range(300):
+        dims = (ctypes.c_int64 * 1)(n + i % 5 + 1)
+        proto = DLTensor()
+        proto.ndim, proto.shape = 1, dims
+        proto.dtype.code, proto.dtype.bits, proto.dtype.lanes = 2, 32, 1
+        proto.device.device_type = 1
+        out = MTV_P()
+        if allocator(ctypes.byref(proto), ctypes.byref(out), None, sink) != 0 or not out:
+            problems.append(("allocator", n, i))
+            continue
+        ctypes.memset(out.contents.dl_tensor.data, 1, 4 * dims[0])
+        DELETER(ctypes.cast(out.contents.deleter, ctypes.c_void_p).value)(out)  # GIL released
+        stream = ctypes.c_void_p(1)
+        if stream_of(7, 0, ctypes.byref(stream)) != 0 or stream.value is not None:
+            problems.append(("stream", n, i))
+        # An export made with the GIL, deleted from this thread without it.
+        exported = MTV_P()
+        from_py(torch.full((3,), float(n)), ctypes.byref(exported))
+        DELETER(ctypes.cast(exported.contents.deleter, ctypes.c_void_p).value)(exported)
+
+threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+assert not problems, problems[:5]
+assert errors == [], errors
+print("gilless ok")
+"""
+
+
+def test_allocator_stream_and_deleters_without_the_gil(
+    tmp_path: Path, portable_library: Path
+) -> None:
+    caller = _native_caller(tmp_path)
+    proc = run_python(
+        GILLESS,
+        args=[str(portable_library), str(caller), str(ROOT / "tests"), str(ROOT / "python")],
+        env=clean_env(), timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    assert "gilless ok" in proc.stdout
+
+
+#: Exports (owning), allocations and an import round trip whose deleters run only after
+#: Py_FinalizeEx, from the C helper's Py_AtExit hook.
+AFTER_FINALIZE = r"""
+import ctypes, sys
+import torch
+sys.path[:0] = [sys.argv[3], sys.argv[4]]
+from exchange_suite.dlpack_ctypes import (
+    DLManagedTensorVersioned, DLTensor, ErrorSink, ExchangeLibrary, export_managed)
+from pathlib import Path
+
+library = ExchangeLibrary(Path(sys.argv[1]))
+api = library.api
+caller = ctypes.CDLL(sys.argv[2])
+caller.tcde_delete_after_finalize.argtypes = (ctypes.c_void_p,)
+keep = []
+for tensor in (torch.arange(6.0), torch.ones(2, 3).t(), torch.empty(0), torch.zeros(4)[1:]):
+    managed = export_managed(api, tensor)
+    assert caller.tcde_delete_after_finalize(ctypes.cast(managed, ctypes.c_void_p)) == 0
+dims = (ctypes.c_int64 * 2)(3, 5)
+proto = DLTensor()
+proto.ndim, proto.shape = 2, dims
+proto.dtype.code, proto.dtype.bits, proto.dtype.lanes = 2, 32, 1
+proto.device.device_type = 1
+out = ctypes.POINTER(DLManagedTensorVersioned)()
+sink = ErrorSink()
+assert api.managed_tensor_allocator(ctypes.byref(proto), ctypes.byref(out), None,
+                                    sink.callback) == 0, sink.errors
+assert caller.tcde_delete_after_finalize(ctypes.cast(out, ctypes.c_void_p)) == 0
+print("scheduled")
+"""
+
+
+@pytest.mark.parametrize("torch_version", ["running", OLD_TORCH])
+def test_deleters_after_finalize(
+    tmp_path: Path, portable_library: Path, torch_version: str
+) -> None:
+    python: Path | str = sys.executable
+    if torch_version != "running":
+        from devtools.torchenv import torch_env
+
+        python = torch_env(torch_version, importable=True, extra=("pytest", "psutil")).python
+    caller = _native_caller(tmp_path)
+    proc = run_python(
+        AFTER_FINALIZE,
+        args=[str(portable_library), str(caller), str(ROOT / "tests"), str(ROOT / "python")],
+        env=clean_env(), python=python, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    assert "scheduled" in proc.stdout
+    assert "deleters ran after finalize: 5 (Py_IsInitialized=0)" in proc.stderr, proc.stderr
+
+
+#: 10^6 non-owning exports of one tensor, then of 10^6 short-lived tensors: RSS stays flat.
+FLAT_MEMORY = r"""
+import ctypes, gc, json, sys
+import psutil, torch
+sys.path[:0] = [sys.argv[2], sys.argv[3]]
+from exchange_suite.dlpack_ctypes import DLTensor, ExchangeLibrary
+from pathlib import Path
+
+api = ExchangeLibrary(Path(sys.argv[1])).api
+call = api.dltensor_from_py_object_no_sync
+out = DLTensor()
+ref = ctypes.byref(out)
+n = int(sys.argv[4])
+process = psutil.Process()
+long_lived = torch.zeros(3, 4)
+for _ in range(20000):  # warm up: caches, allocator arenas
+    call(long_lived, ref)
+    call(torch.empty(2, 3), ref)
+gc.collect()
+start = process.memory_info().rss
+for _ in range(n):
+    call(long_lived, ref)
+assert tuple(out.shape[i] for i in range(2)) == (3, 4)
+gc.collect()
+after_long = process.memory_info().rss
+for i in range(n):
+    call(torch.empty(2, 1 + i % 3), ref)
+gc.collect()
+after_short = process.memory_info().rss
+print(json.dumps({"start": start, "long": after_long, "short": after_short}))
+"""
+
+#: RSS growth allowed over 10^6 calls: an entry kept per call (a dict slot, a weakref, the
+#: copied shape) would cost well over 100 MB.
+FLAT_BOUND_MB = 24
+
+
+def test_dltensor_from_py_memory_is_flat(portable_library: Path) -> None:
+    pytest.importorskip("psutil")
+    proc = run_python(
+        FLAT_MEMORY,
+        args=[str(portable_library), str(ROOT / "tests"), str(ROOT / "python"), "1000000"],
+        env=clean_env(), timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    rss = json.loads(proc.stdout.strip().splitlines()[-1])
+    growth_long = (rss["long"] - rss["start"]) / 2**20
+    growth_short = (rss["short"] - rss["long"]) / 2**20
+    print(f"\nFLAT: +{growth_long:.1f} MB (one tensor), +{growth_short:.1f} MB (short-lived)")
+    assert growth_long < FLAT_BOUND_MB, rss
+    assert growth_short < FLAT_BOUND_MB, rss
+
+
+#: The table published as torch's attribute before tvm_ffi is imported, then real tvm-ffi
+#: calls: tensors in (from_py / dltensor_from_py), tensors out (to_py), the env allocator.
+TVM_FFI_ROUND_TRIP = r"""
+import ctypes, sys
+import torch
+lib = ctypes.PyDLL(sys.argv[1])
+lib.TorchDLPackExchangeAPIPtr.restype = ctypes.c_int64
+address = lib.TorchDLPackExchangeAPIPtr()
+new_capsule = ctypes.pythonapi.PyCapsule_New
+new_capsule.restype = ctypes.py_object
+new_capsule.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+torch.Tensor.__dlpack_c_exchange_api__ = new_capsule(address, b"dlpack_exchange_api", None)
+import tvm_ffi, tvm_ffi.testing
+get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+assert get(torch.Tensor.__dlpack_c_exchange_api__, b"dlpack_exchange_api") == address
+x = torch.arange(12, dtype=torch.float32).reshape(3, 4)[:, 1:]
+t = tvm_ffi.from_dlpack(x)
+assert tuple(t.shape) == (3, 3), t.shape
+y = torch.from_dlpack(t)
+assert torch.equal(x, y) and y.data_ptr() == x.data_ptr()
+echoed = tvm_ffi.testing.echo(x)
+assert isinstance(echoed, torch.Tensor), type(echoed)
+assert torch.equal(echoed, x) and echoed.data_ptr() == x.data_ptr()
+# Our table, not torch's own: only ours refuses a lazily conjugated tensor, with its name.
+try:
+    tvm_ffi.testing.echo(torch.ones(2, dtype=torch.complex64).conj())
+except Exception as exc:
+    assert "portable table" in str(exc), exc
+else:
+    raise AssertionError("a conjugate-bit tensor went through")
+print("tvm-ffi ok")
+"""
+
+
+def test_tvm_ffi_round_trip(tmp_path: Path, portable_library: Path) -> None:
+    pytest.importorskip("tvm_ffi")
+    env = clean_env(TVM_FFI_CACHE_DIR=str(tmp_path / "tvm-cache"))
+    proc = run_python(TVM_FFI_ROUND_TRIP, args=[str(portable_library)], env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    assert "tvm-ffi ok" in proc.stdout
+
+
+def test_load_problem_is_null_after_import_torch(portable_library: Path) -> None:
+    code = (
+        "import ctypes, sys, torch; lib = ctypes.PyDLL(sys.argv[1]); "
+        "lib.TorchCDLPackExtLoadProblem.restype = ctypes.c_char_p; "
+        "lib.TorchDLPackExchangeAPIPtr.restype = ctypes.c_int64; "
+        "print(lib.TorchCDLPackExtLoadProblem(), lib.TorchDLPackExchangeAPIPtr() != 0)"
+    )
+    proc = run_python(code, args=[str(portable_library)], env=clean_env())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["None", "True"]
+    assert os.path.getsize(portable_library) < 200_000
+
+
+#: CPU exchanges through the table on a CUDA torch: nothing may initialise CUDA (a forked
+#: child could no longer use it, CUDA_VISIBLE_DEVICES set later would be ignored).
+NO_CUDA_INIT = r"""
+import ctypes, sys
+import torch
+sys.path[:0] = [sys.argv[2], sys.argv[3]]
+from exchange_suite.dlpack_ctypes import (
+    DLManagedTensorVersioned, DLTensor, ErrorSink, ExchangeLibrary, export_dltensor,
+    export_managed, import_managed)
+from pathlib import Path
+assert torch.version.cuda is not None, "needs a CUDA build of torch"
+api = ExchangeLibrary(Path(sys.argv[1])).api
+x = torch.arange(6.0).reshape(2, 3)
+assert torch.equal(import_managed(api, export_managed(api, x)), x)
+export_dltensor(api, x)
+dims = (ctypes.c_int64 * 1)(8)
+proto = DLTensor()
+proto.ndim, proto.shape = 1, dims
+proto.dtype.code, proto.dtype.bits, proto.dtype.lanes = 2, 32, 1
+proto.device.device_type = 1
+out = ctypes.POINTER(DLManagedTensorVersioned)()
+sink = ErrorSink()
+assert api.managed_tensor_allocator(ctypes.byref(proto), ctypes.byref(out), None,
+                                    sink.callback) == 0
+out.contents.deleter(out)
+stream = ctypes.c_void_p(1)
+api.current_work_stream(1, 0, ctypes.byref(stream))
+print("initialized", torch.cuda.is_initialized())
+"""
+
+
+def test_cpu_exchanges_leave_cuda_uninitialised(portable_library: Path) -> None:
+    from devtools.torchenv import torch_env
+
+    env = torch_env(OLD_TORCH, importable=True, extra=("pytest", "psutil"))
+    proc = run_python(
+        NO_CUDA_INIT,
+        args=[str(portable_library), str(ROOT / "tests"), str(ROOT / "python")],
+        env=clean_env(), python=env.python, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    assert proc.stdout.split()[-2:] == ["initialized", "False"], proc.stdout
+
+
+#: The allocator calls torch.empty: modes answer it. Fake tensors are refused; a changed
+#: default dtype or device must not change what the prototype asked for.
+ALLOCATOR_MODES = r"""
+import ctypes, sys
+import torch
+sys.path[:0] = [sys.argv[2], sys.argv[3]]
+from exchange_suite.dlpack_ctypes import (
+    DLManagedTensorVersioned, DLTensor, ErrorSink, ExchangeLibrary, managed_fields)
+from pathlib import Path
+from torch._subclasses.fake_tensor import FakeTensorMode
+api = ExchangeLibrary(Path(sys.argv[1])).api
+
+def allocate(bits=32):
+    dims = (ctypes.c_int64 * 2)(4, 3)
+    proto = DLTensor()
+    proto.ndim, proto.shape = 2, dims
+    proto.dtype.code, proto.dtype.bits, proto.dtype.lanes = 2, bits, 1
+    proto.device.device_type = 1
+    out = ctypes.POINTER(DLManagedTensorVersioned)()
+    sink = ErrorSink()
+    status = api.managed_tensor_allocator(ctypes.byref(proto), ctypes.byref(out), None,
+                                          sink.callback)
+    if status != 0:
+        assert not out
+        return sink.errors
+    fields = managed_fields(out)
+    out.contents.deleter(out)
+    return (fields.device_type, fields.code, fields.bits, fields.shape, fields.strides)
+
+plain = (1, 2, 32, (4, 3), (3, 1))
+assert allocate() == plain, allocate()
+with FakeTensorMode():
+    errors = allocate()
+assert [kind for kind, _ in errors] == ["RuntimeError"], errors
+assert "not plain memory" in errors[0][1], errors
+torch.set_default_dtype(torch.float64)
+assert allocate() == plain, allocate()
+assert allocate(64) == (1, 2, 64, (4, 3), (3, 1)), allocate(64)
+torch.set_default_dtype(torch.float32)
+torch.set_default_device("meta")
+assert allocate() == plain, allocate()
+torch.set_default_device("cpu")
+print("modes ok")
+"""
+
+
+def test_allocator_under_modes_and_changed_defaults(portable_library: Path) -> None:
+    proc = run_python(
+        ALLOCATOR_MODES,
+        args=[str(portable_library), str(ROOT / "tests"), str(ROOT / "python")],
+        env=clean_env(), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    assert "modes ok" in proc.stdout
