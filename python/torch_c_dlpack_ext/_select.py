@@ -230,23 +230,25 @@ def _rule_backend_conflict(info: TorchInfo, settings: Settings) -> Decision | No
     if wanted is None or wanted is Backend.CPU or wanted is info.backend:
         return None
     var = env_var("BACKEND")
+    own = f"unset {var} to use this torch's {info.backend.value} library"
     if info.backend is Backend.CPU:
-        build = f"torch {info.version} is a CPU build (neither torch.version.cuda nor .hip)"
-        remedy = (
-            f"unset {var} (a CPU torch uses the CPU library), or install a "
-            f"{wanted.value} build of torch"
+        build = f"torch {info.version} is a CPU build (no torch.version.cuda, .hip or .xpu)"
+        own = (
+            f"unset {var} (a CPU torch uses the CPU library), or install a {wanted.value} "
+            "build of torch"
         )
-    else:
-        flavour, version = (
-            ("ROCm", f"torch.version.hip {info.hip_version}")
-            if info.backend is Backend.ROCM
-            else ("CUDA", f"torch.version.cuda {info.cuda_version}")
-        )
-        build = f"torch {info.version} is a {flavour} build ({version})"
-        remedy = (
-            f"unset {var} to use this torch's {info.backend.value} library, or set "
-            f"{var}=cpu to use the CPU library (CPU tensors only)"
-        )
+    elif info.backend is Backend.CUDA:
+        build = f"torch {info.version} is a CUDA build (torch.version.cuda {info.cuda_version})"
+    elif info.backend is Backend.ROCM:
+        build = f"torch {info.version} is a ROCm build (torch.version.hip {info.hip_version})"
+    else:  # XPU: no native library; unset, the portable table serves it
+        build = f"torch {info.version} is an {info.backend.value.upper()} build"
+        own = f"unset {var} to use what serves this torch"
+    remedy = (
+        own
+        if info.backend is Backend.CPU
+        else f"{own}, or set {var}=cpu to use the CPU library (CPU tensors only)"
+    )
     return Decision(
         kind=DecisionKind.UNAVAILABLE,
         backend=info.backend,

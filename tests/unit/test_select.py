@@ -342,6 +342,14 @@ CASES = [
         says=(f"{P}BACKEND=rocm conflicts with the torch build", "is a CPU build"),
     ),
     Case(
+        "gpu backend override on an xpu torch conflicts with the torch build",
+        torch_info("2.8.0+xpu", Backend.XPU, True),
+        FULL,
+        {P + "BACKEND": "cuda"},
+        K.UNAVAILABLE,
+        says=(f"{P}BACKEND=cuda conflicts with the torch build", "is an XPU build"),
+    ),
+    Case(
         "backend override naming torch's own backend is honoured",
         torch_info("2.8.0+rocm6.3", Backend.ROCM, True),
         FULL,
