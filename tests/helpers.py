@@ -42,6 +42,7 @@ FAKE_LIBRARY_SOURCE = (
 __all__ = [
     "CSRC",
     "CUDA_SPY",
+    "CUDA_TORCH",
     "IMPORT_PROBE",
     "ROOT",
     "Bundled",
@@ -230,6 +231,13 @@ def run_python(
     )
 
 
+#: Makes the running torch a CUDA build as the selector sees it (the backend is the build
+#: flavour, ``torch.version.cuda``): a :func:`probe_import` prelude, to test a GPU torch's
+#: selection on a CPU torch without ``TORCH_C_DLPACK_EXT_BACKEND`` (which conflicts with a
+#: CPU torch's build).
+CUDA_TORCH = "import torch\ntorch.version.cuda = '12.8'\ntorch.version.hip = None\n"
+
+
 #: Imports the package after torch and reports what it did, as JSON on the last line
 #: of stdout: the decision, the warnings of our category, whether the capsule was
 #: replaced (and the pointer in it), the legacy int attribute, the package's path.
@@ -263,16 +271,26 @@ print(json.dumps({
 
 
 def probe_import(
-    root: Path, *, python: Path | str = sys.executable, timeout: float = 120, **env: str
+    root: Path,
+    *,
+    python: Path | str = sys.executable,
+    timeout: float = 120,
+    prelude: str = "",
+    **env: str,
 ) -> dict[str, Any]:
     """Run :data:`IMPORT_PROBE` in a fresh process with ``root`` (from :func:`make_package`)
     first on ``PYTHONPATH`` and ``env`` added to a clean environment; return its report.
+    ``prelude``: code run first (such as :data:`CUDA_TORCH`, to make the torch a CUDA build).
 
     Fails the test if the import died (a signal such as SIGBUS is a negative return
     code: the fault was not contained) or imported the package from anywhere else.
     """
     proc = run_python(
-        IMPORT_PROBE, pythonpath=[root], env=clean_env(**env), python=python, timeout=timeout
+        prelude + IMPORT_PROBE,
+        pythonpath=[root],
+        env=clean_env(**env),
+        python=python,
+        timeout=timeout,
     )
     assert proc.returncode == 0, f"import died with {proc.returncode}:\n{proc.stderr[-3000:]}"
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])

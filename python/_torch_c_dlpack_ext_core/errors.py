@@ -8,6 +8,8 @@ unless they ask for it.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .version import __version__
 
 __all__ = [
@@ -21,16 +23,20 @@ __all__ = [
     "ConfigError",
     "DLPackHeaderNotFoundError",
     "GPUHeadersNotFoundError",
+    "InstallSource",
     "InvalidBackendError",
     "LibraryLoadError",
     "ManifestError",
+    "PackageInArchiveError",
     "TorchCDLPackExtError",
     "TorchCDLPackExtWarning",
+    "TorchHalfImportedError",
     "TorchInstallError",
     "UntrustedPathError",
     "brief",
     "build_from_source_command",
     "build_requirements_command",
+    "install_source_of",
     "output_tail",
     "pinned_requirement",
     "reinstall_command",
@@ -62,15 +68,69 @@ TAIL_LINES = 20
 TAIL_CHARS = 2000
 
 
+class InstallSource(NamedTuple):
+    """Where an installation came from, as PEP 610's ``direct_url.json`` in its dist-info
+    records it, so that a remedy reinstalls from there: a version pinned on an index is
+    right only for a release the index has (PyPI has no 0.2.0 while it is a local wheel).
+
+    ``kind``: ``"index"`` (no ``direct_url.json``: pip installed a release from an index),
+    ``"dir"`` (a local directory), ``"archive"`` (a wheel or sdist, a file or a URL),
+    ``"vcs"`` (a VCS checkout). ``location``: what pip installs it from again (a path for
+    a ``file://`` URL, else the URL; ``git+<url>@<commit>`` for a checkout)."""
+
+    kind: str = "index"
+    location: str = ""
+
+    @property
+    def is_wheel(self) -> bool:
+        """Installed from a wheel file: a build from source needs its sdist or a checkout."""
+        return self.kind == "archive" and self.location.endswith(".whl")
+
+    def requirement(self) -> str:
+        """What ``pip install`` takes to install it again from there (shell-quoted)."""
+        if self.kind == "index" or not self.location:
+            return pinned_requirement()
+        import shlex
+
+        return shlex.quote(self.location)
+
+
+def install_source_of(direct_url_json: str | None) -> InstallSource:
+    """The :class:`InstallSource` a ``direct_url.json`` text describes (``None``: there is
+    none, an index install); one that cannot be read counts as an index install."""
+    import json
+
+    try:
+        record = json.loads(direct_url_json) if direct_url_json else None
+    except (ValueError, RecursionError):
+        record = None
+    url = record.get("url") if isinstance(record, dict) else None
+    if not isinstance(record, dict) or not isinstance(url, str) or not url:
+        return InstallSource()
+    vcs = record.get("vcs_info")
+    if isinstance(vcs, dict):
+        commit = vcs.get("commit_id")
+        location = f"{vcs.get('vcs', 'git')}+{url}" + (f"@{commit}" if commit else "")
+        return InstallSource("vcs", location)
+    if url.startswith("file:"):
+        from urllib.parse import unquote, urlsplit
+        from urllib.request import url2pathname
+
+        url = url2pathname(unquote(urlsplit(url).path))
+    return InstallSource("dir" if isinstance(record.get("dir_info"), dict) else "archive", url)
+
+
 def pinned_requirement() -> str:
     """``torch-c-dlpack-ext==<this version>``: what every remedy installs. Unpinned, pip
     picks whatever the index has (PyPI's 0.1.5 sdist before this version is published)."""
     return f"torch-c-dlpack-ext=={__version__}"
 
 
-def reinstall_command() -> str:
-    """The pip command that reinstalls this version's wheel (a damaged installation)."""
-    return f"pip install --force-reinstall --no-deps {pinned_requirement()}"
+def reinstall_command(source: InstallSource | None = None) -> str:
+    """The pip command that reinstalls this version's wheel (a damaged installation), from
+    where ``source`` says it came from (default: the index, version pinned)."""
+    requirement = (source or InstallSource()).requirement()
+    return f"pip install --force-reinstall --no-deps {requirement}"
 
 
 def build_requirements_command(python: tuple[int, int] | None = None) -> str:
@@ -88,13 +148,28 @@ def build_requirements_command(python: tuple[int, int] | None = None) -> str:
     return "pip install " + " ".join(f'"{req}"' for req in needed)
 
 
-def build_from_source_command(python: tuple[int, int] | None = None) -> str:
+def build_from_source_command(
+    python: tuple[int, int] | None = None, source: InstallSource | None = None
+) -> str:
     """The pip commands that build this version from its sdist against the torch already
     installed: the build requirements first (:func:`build_requirements_command`), then the
-    build itself, without isolation (only that build sees the user's torch)."""
+    build itself, without isolation (only that build sees the user's torch). ``source``:
+    where this installation came from (default: the index, version pinned); a local
+    directory, an sdist or a checkout is built from there, a wheel from its sources."""
+    source = source or InstallSource()
+    if source.kind == "index":
+        target = f"--no-binary torch-c-dlpack-ext {pinned_requirement()}"
+    elif source.is_wheel:
+        # A wheel cannot be built from: its sources can (named, as a placeholder).
+        target = (
+            f"<a checkout or the sdist of torch-c-dlpack-ext {__version__}, the sources of "
+            f"{source.location}>"
+        )
+    else:
+        target = source.requirement()
     return (
         f"{build_requirements_command(python)} && pip install --force-reinstall --no-deps "
-        f"--no-build-isolation --no-binary torch-c-dlpack-ext {pinned_requirement()}"
+        f"--no-build-isolation {target}"
     )
 
 
@@ -282,10 +357,23 @@ class ManifestError(_CauseAndRemedy):
     exit_code = 7
 
 
+class PackageInArchiveError(ManifestError):
+    """The package was imported from inside a zip archive (``zipimport``): its manifest
+    and libraries are not files on disk, and ``dlopen`` loads only those."""
+
+
 class LibraryLoadError(_CauseAndRemedy):
     """A library could not be loaded, or it did not provide a valid exchange API table."""
 
     exit_code = 8
+
+
+class TorchHalfImportedError(_CauseAndRemedy, ImportError):
+    """torch is in this process only half-initialised (an earlier ``import torch`` failed
+    and left its submodules behind, or torch is still being imported): it is not imported
+    again, nor touched (``cause`` says which; ``remedy`` what to do)."""
+
+    exit_code = 3
 
 
 class UntrustedPathError(TorchCDLPackExtError):

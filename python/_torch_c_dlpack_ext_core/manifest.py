@@ -39,6 +39,7 @@ __all__ = [
     "atomic_write_bytes",
     "check_library_path",
     "dump_manifest",
+    "file_kind",
     "load_manifest",
     "new_temp_file",
     "open_regular",
@@ -340,16 +341,20 @@ _OPEN_FLAGS = (
 )
 
 
-def _file_kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, for messages: ``"a directory"``, ``"a
+    FIFO"``, ``"a socket"``, ``"a character device"``, ``"a block device"``,
+    ``"a symbolic link"``, ``"a regular file"``, else ``"a special file"``."""
+    kinds = (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISLNK, "a symbolic link"),
+    )
+    return next((kind for test, kind in kinds if test(mode)), "a special file")
 
 
 def _open_regular(
@@ -377,7 +382,7 @@ def _open_regular(
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ManifestError(f"{what} is {_file_kind(info.st_mode)}, not a regular file")
+            raise ManifestError(f"{what} is {file_kind(info.st_mode)}, not a regular file")
     except BaseException:
         os.close(fd)
         raise

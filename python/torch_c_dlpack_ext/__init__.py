@@ -21,6 +21,7 @@ Import never compiles, spawns processes or touches the network unless
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
@@ -100,7 +101,12 @@ def _torch_defers() -> bool:
         return False
 
 
-def _run_selector() -> StatusFields | None:
+def _run_selector(torch_failure: Exception | None) -> StatusFields | None:
+    # torch's own import failed (`torch_failure`): say so; nothing below imports it again.
+    if torch_failure is not None:
+        from ._selector import torch_import_failed
+
+        return torch_import_failed(torch_failure)
     # No TORCH_C_DLPACK_EXT_* variable (one look at the environment for both fast paths):
     # a torch with its own API is deferred to, else the common path loads.
     # ("\0" is in no variable's name: each name is looked at from its start.)
@@ -140,6 +146,40 @@ def _restore(tensor: Any, saved: dict[str, object]) -> None:
         return
 
 
+def _import_torch() -> Any:
+    # torch, imported at most once per import of ours (the later steps find it in
+    # sys.modules). A failed `import torch` (under `python -W error`, a warning of its own
+    # becomes an exception) leaves its submodules (torch._C...) behind without torch:
+    # importing it again runs its __init__ over them, fails differently each time, and
+    # the process may crash at exit. So a failure is raised once and never retried, and a
+    # torch left half-imported (by an earlier failure, or still being imported: a
+    # circular import) is not touched. Only dict lookups on the common path.
+    module = sys.modules.get("torch")
+    if module is None:
+        if "torch._C" in sys.modules:
+            from _torch_c_dlpack_ext_core.errors import TorchHalfImportedError
+
+            raise TorchHalfImportedError(
+                "an earlier import of torch in this process failed and left it "
+                "half-initialised (torch._C is loaded, torch is not), so it is not imported "
+                "again",
+                "fix what torch's own import raises (python -c 'import torch' shows it), "
+                "then start a new process",
+            )
+        import torch
+
+        return torch
+    if getattr(getattr(module, "__spec__", None), "_initializing", False):
+        from _torch_c_dlpack_ext_core.errors import TorchHalfImportedError
+
+        raise TorchHalfImportedError(
+            "torch is still being imported: torch_c_dlpack_ext was imported from inside "
+            "torch's own import, so torch is not touched",
+            "import torch_c_dlpack_ext after torch's import has finished",
+        )
+    return module
+
+
 def _import_boundary() -> StatusFields | None:
     # Run the selector; turn ANY exception it lets out into the documented outcome.
     #
@@ -155,17 +195,21 @@ def _import_boundary() -> StatusFields | None:
     # `except ImportError` only.
     tensor: Any = None
     saved: dict[str, object] = {}
+    torch_failure: Exception | None = None
     try:
         try:
-            import torch  # the selector's first step anyway; here to snapshot the attributes
-
-            tensor = torch.Tensor
-            own = vars(tensor)
-            saved = {_CAPSULE_ATTR: own.get(_CAPSULE_ATTR, _MISSING)}
-            saved[_LEGACY_INT_ATTR] = own.get(_LEGACY_INT_ATTR, _MISSING)
-        except Exception:  # no usable torch: the selector reports why
-            tensor = None
-        return _run_selector()
+            torch = _import_torch()  # the selector's first step; here to snapshot too
+        except Exception as exc:  # torch's own import failed: the selector says why
+            torch_failure = exc
+        else:
+            try:
+                tensor = torch.Tensor
+                own = vars(tensor)
+                saved = {_CAPSULE_ATTR: own.get(_CAPSULE_ATTR, _MISSING)}
+                saved[_LEGACY_INT_ATTR] = own.get(_LEGACY_INT_ATTR, _MISSING)
+            except Exception:  # an odd torch: the selector reports why
+                tensor = None
+        return _run_selector(torch_failure)
     except BaseException as exc:
         _restore(tensor, saved)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):

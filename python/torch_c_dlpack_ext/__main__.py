@@ -225,19 +225,19 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("bundled", f"{listed[-1]}: {_clip(item['file'], _FILE_WIDTH)}"))
     decision = report["decision"]
     rows.append(("decision", decision["kind"]))
-    rows.append(("reason", _clip(decision["reason"])))
+    # The reason, the remedy and the warnings are whole (the table wraps them): they end
+    # in a fix, often a command, which is never cut.
+    rows.append(("reason", decision["reason"]))
     remedy = _without_restatements(decision["remedy"], listed)
     if remedy:
-        rows.append(("remedy", _clip(remedy)))
+        rows.append(("remedy", remedy))
     if decision["library"]:
         rows.append(("library", _clip(decision["library"])))
     if decision.get("cost"):
         rows.append(("cost", _clip(decision["cost"]["summary"])))
     # The last warning of a failed selection restates the reason and the remedy.
     said = decision["reason"].casefold()
-    rows.extend(
-        ("warning", _clip(w)) for w in decision["warnings"] if not (said and said in w.casefold())
-    )
+    rows.extend(("warning", w) for w in decision["warnings"] if not (said and said in w.casefold()))
     rows.extend(("override", _clip(f"{k}={v}")) for k, v in report["overrides"].items())
     if report["build_info"] is not None:
         rows.append(("build info", json.dumps(report["build_info"], sort_keys=True)))
@@ -246,11 +246,37 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+#: The table's width: the reason, the remedy and the warnings are wrapped to it at word
+#: boundaries, never cut (they end in a fix, often a command); other rows are clipped.
+_TABLE_WIDTH = 100
+_WRAPPED_ROWS = frozenset({"reason", "remedy", "warning"})
+
+
 def _print_table(report: dict[str, Any]) -> None:
+    import textwrap
+
     rows = _rows(report)
     width = max(len(key) for key, _ in rows)
     for key, value in rows:
-        print(f"{key:<{width}}  {value}")
+        if key not in _WRAPPED_ROWS:
+            print(f"{key:<{width}}  {value}")
+            continue
+        lines = textwrap.wrap(
+            " ".join(_shorten_words(str(value))),
+            width=_TABLE_WIDTH - width - 2,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        print(f"{key:<{width}}  " + ("\n" + " " * (width + 2)).join(lines))
+
+
+def _shorten_words(text: str, longest: int = 200) -> list[str]:
+    """The words of ``text``, each longer than ``longest`` (a runaway path or value, never a
+    command's word) shortened to its start and end (``--json`` keeps it whole)."""
+    return [
+        word if len(word) <= longest else f"{word[:60]}...{word[-60:]} ({len(word)} characters)"
+        for word in text.split()
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,10 +27,10 @@ def contained_status(exc: BaseException) -> StatusFields | None:
         cause = f"{type(exc).__name__} (unprintable)"
     if len(cause) > 300:
         cause = cause[:300] + "..."
+    remedy = _report_remedy()
     message = (
         f"torch-c-dlpack-ext: selecting a library failed ({cause}); nothing published, "
-        "torch.Tensor left unchanged. Please report it with the output of: "
-        "python -m torch_c_dlpack_ext"
+        f"torch.Tensor left unchanged. Please {remedy}"
     )
     category: type[Warning] = UserWarning
     try:
@@ -51,11 +51,22 @@ def contained_status(exc: BaseException) -> StatusFields | None:
         return {
             "kind": Kind.UNAVAILABLE,
             "reason": f"selecting a library failed ({cause})",
-            "remedy": "report it with the output of python -m torch_c_dlpack_ext",
+            "remedy": remedy,
             "warnings": (message,),
         }
     except Exception:
         return None
+
+
+def _report_remedy() -> str:
+    """How to report it (``_selector.report_remedy``: never the diagnostics' own command
+    in the diagnostics), or the diagnostics' command where the selector is broken too."""
+    try:
+        from ._selector import report_remedy
+
+        return report_remedy()
+    except Exception:  # the selector is what failed
+        return "report it with the output of python -m torch_c_dlpack_ext"
 
 
 def warning_as_import_error(warning: Warning) -> ImportError:

@@ -14,8 +14,11 @@ from typing import NamedTuple
 from _torch_c_dlpack_ext_core.errors import (
     REINSTALL,
     ConfigError,
+    InstallSource,
     ManifestError,
+    PackageInArchiveError,
     build_from_source_command,
+    reinstall_command,
 )
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import (
@@ -170,16 +173,23 @@ def _describe_torch(info: TorchInfo, backend: Backend) -> str:
     return f"torch {info.version} ({backend.value}{abi})"
 
 
-def gpu_library_remedy(backend: Backend) -> str:
-    """What to do when a GPU torch has no usable library of its backend."""
+def gpu_library_remedy(backend: Backend, source: InstallSource | None = None) -> str:
+    """What to do when a GPU torch has no usable library of its backend (``source``: where
+    this installation came from; a pinned version only for an index install)."""
+    if source is None or source.kind == "index":
+        install = f"install a torch-c-dlpack-ext wheel that bundles it ({REINSTALL_COMMAND})"
+    else:
+        install = (
+            f"build it from this installation's source ({build_from_source_command(source=source)})"
+        )
     return (
         f"set {env_var('JIT')}=1 to build the {backend.value} library for this torch, or "
-        f"install a torch-c-dlpack-ext wheel that bundles it ({REINSTALL_COMMAND}); "
+        f"{install}; "
         f"{env_var('BACKEND')}=cpu uses the CPU library, which serves CPU tensors only"
     )
 
 
-def _build_remedy(manifest: Sequence[ManifestEntry]) -> str:
+def _build_remedy(manifest: Sequence[ManifestEntry], source: InstallSource | None = None) -> str:
     manifest = [e for e in manifest if e.backend is not None]
     if manifest:
         listed = "; ".join(describe_entry(e) for e in manifest[:8])
@@ -189,12 +199,16 @@ def _build_remedy(manifest: Sequence[ManifestEntry]) -> str:
         have = "This installation bundles no libraries (a universal wheel)."
     return (
         f"{have} Build one from source after installing torch: "
-        f"{build_from_source_command()}; or set {env_var('JIT')}=1 to build one on first import"
+        f"{build_from_source_command(source=source)}; or set {env_var('JIT')}=1 to build one "
+        "on first import"
     )
 
 
-def _broken_manifest_remedy() -> str:
-    return f"{REINSTALL}; or set {env_var('JIT')}=1 to build a library for this torch"
+def _broken_manifest_remedy(source: InstallSource | None = None) -> str:
+    return (
+        f"reinstall torch-c-dlpack-ext: {reinstall_command(source)}; or set {env_var('JIT')}=1 "
+        "to build a library for this torch"
+    )
 
 
 def _rule_bad_settings(info: TorchInfo, settings: Settings) -> Decision | None:
@@ -206,6 +220,40 @@ def _rule_bad_settings(info: TorchInfo, settings: Settings) -> Decision | None:
         reason="; ".join(p.message for p in settings.problems)
         + " (nothing loaded; torch's own API, if any, is unaffected)",
         remedy=f"fix or unset {names}",
+    )
+
+
+def _rule_backend_conflict(info: TorchInfo, settings: Settings) -> Decision | None:
+    wanted = settings.backend
+    if wanted is None or wanted is Backend.CPU or wanted is info.backend:
+        return None
+    var = env_var("BACKEND")
+    own = f"unset {var} to use this torch's {info.backend.value} library"
+    if info.backend is Backend.CPU:
+        build = f"torch {info.version} is a CPU build (no torch.version.cuda, .hip or .xpu)"
+        own = (
+            f"unset {var} (a CPU torch uses the CPU library), or install a {wanted.value} "
+            "build of torch"
+        )
+    elif info.backend is Backend.CUDA:
+        build = f"torch {info.version} is a CUDA build (torch.version.cuda {info.cuda_version})"
+    elif info.backend is Backend.ROCM:
+        build = f"torch {info.version} is a ROCm build (torch.version.hip {info.hip_version})"
+    else:  # XPU: no native library; unset, the portable table serves it
+        build = f"torch {info.version} is an {info.backend.value.upper()} build"
+        own = f"unset {var} to use what serves this torch"
+    remedy = (
+        own
+        if info.backend is Backend.CPU
+        else f"{own}, or set {var}=cpu to use the CPU library (CPU tensors only)"
+    )
+    return Decision(
+        kind=DecisionKind.UNAVAILABLE,
+        backend=info.backend,
+        reason=f"{var}={wanted.value} conflicts with the torch build: {build}, and a "
+        f"{wanted.value} library works only with a {wanted.value} build of torch (nothing "
+        "loaded; torch's own API, if any, is unaffected)",
+        remedy=remedy,
     )
 
 
@@ -269,6 +317,7 @@ def _rule_library_override(info: TorchInfo, settings: Settings) -> Decision | No
 #: Rules 1-5 of :func:`decide`, in order; none of them reads the manifest.
 _RULES_BEFORE_MANIFEST = (
     _rule_bad_settings,
+    _rule_backend_conflict,
     _rule_disabled,
     _rule_defer,
     _rule_legacy,
@@ -289,12 +338,17 @@ def decide(
     info: TorchInfo,
     manifest: Sequence[ManifestEntry] | ManifestError,
     settings: Settings,
+    *,
+    source: InstallSource | None = None,
 ) -> Decision:
     """Decide what importing the package does. The rules, first match wins:
 
     1. A variable that could not be honoured (bad value, unknown name, missing
        ``LIBRARY`` file) -> ``UNAVAILABLE`` naming it: a typo must never load the
-       wrong thing. torch's own API, if any, is left alone.
+       wrong thing. torch's own API, if any, is left alone. So is a ``BACKEND`` naming
+       a GPU backend that is not torch's build flavour (rocm on a CUDA torch, cuda on a
+       CPU one): ``UNAVAILABLE`` saying the override conflicts with the torch build,
+       JIT or not (no library of that backend can be built or loaded for this torch).
     2. ``DISABLE`` -> ``DISABLED``.
     3. torch already has a *valid* ``__dlpack_c_exchange_api__`` (a PyCapsule named
        ``dlpack_exchange_api``) -> ``DEFER`` on every backend, without consulting the
@@ -309,7 +363,9 @@ def decide(
        them replaces it).
     5. ``LIBRARY`` -> ``LOAD`` that file (no manifest, so no size/sha256 check).
     6. The manifest is unusable -> ``JIT`` if opted in, else ``UNAVAILABLE`` naming
-       the cause and the reinstall command.
+       the cause and the reinstall command. The package imported from a zip archive
+       (:class:`PackageInArchiveError`) -> ``UNAVAILABLE`` saying so, JIT or not: no
+       library can be loaded from inside a zip, nor built from its zipped sources.
     7. The backend is ``BACKEND`` if set, else ``info.backend``: the build flavour of
        torch (``torch.version.hip`` -> rocm, else ``torch.version.cuda`` -> cuda, else
        cpu; ``_torchinfo.detect_backend``), never a device query, so a CUDA torch on a
@@ -355,8 +411,11 @@ def decide(
     12. A torch without ``torch._C._to_dlpack``, or no portable library -> the
         ``UNAVAILABLE`` of rules 7-10 (the reason says why the portable table cannot
         serve).
+
+    The commands of a remedy install from ``source``, where this installation came from
+    (PEP 610; default: an index, so the version is pinned).
     """
-    decision = _decide(info, manifest, settings)
+    decision = _decide(info, manifest, settings, source)
     if info.bogus_attributes and decision.kind not in (DecisionKind.DEFER, DecisionKind.DISABLED):
         # Named in the one warning of whatever happens next.
         notes = tuple(f"{problem}: ignored" for problem in info.bogus_attributes)
@@ -368,18 +427,26 @@ def _decide(
     info: TorchInfo,
     manifest: Sequence[ManifestEntry] | ManifestError,
     settings: Settings,
+    source: InstallSource | None,
 ) -> Decision:
     for rule in _RULES_BEFORE_MANIFEST:
         decision = rule(info, settings)
         if decision is not None:
             return decision
     backend = settings.backend or info.backend
+    if isinstance(manifest, PackageInArchiveError):  # no JIT either: its sources are zipped
+        return Decision(
+            kind=DecisionKind.UNAVAILABLE,
+            backend=backend,
+            reason=manifest.cause,
+            remedy=manifest.remedy,
+        )
     if isinstance(manifest, ManifestError):
         return _nothing_matches(
             settings,
             backend,
             f"no usable manifest: {getattr(manifest, 'cause', manifest)}",
-            _broken_manifest_remedy(),
+            _broken_manifest_remedy(source),
         )
     version_info, freethreaded = info.python or running_python()
     # Only libraries this interpreter may load (rule 6b).
@@ -390,10 +457,12 @@ def _decide(
     try:
         version = info.major_minor
     except ConfigError as exc:
-        decision = _nothing_matches(settings, backend, str(exc), _build_remedy(manifest))
+        decision = _nothing_matches(settings, backend, str(exc), _build_remedy(manifest, source))
         return _or_portable(decision, info, settings, portable)
     native = [e for e in usable if e.backend is not None]
-    decision = _match_manifest(info, native, settings, backend, version, listed=manifest)
+    decision = _match_manifest(
+        info, native, settings, backend, version, listed=manifest, source=source
+    )
     return _or_portable(decision, info, settings, portable)
 
 
@@ -493,6 +562,7 @@ def _match_manifest(
     version: tuple[int, int],
     *,
     listed: Sequence[ManifestEntry],
+    source: InstallSource | None = None,
 ) -> Decision:
     def matching(wanted: Backend) -> list[ManifestEntry]:
         found = [
@@ -540,7 +610,7 @@ def _match_manifest(
             backend=backend,
             reason=f"{why} (the bundled CPU library, {describe_entry(cpu[0])}, is not used "
             f"on a {backend.value} torch: it cannot give {backend.value} tensors torch's stream)",
-            remedy=gpu_library_remedy(backend),
+            remedy=gpu_library_remedy(backend, source),
         )
     unsupported = _unsupported_torch(info, version)
     if unsupported is not None:
@@ -549,7 +619,7 @@ def _match_manifest(
         settings,
         backend,
         f"no bundled library matches {_describe_torch(info, backend)}",
-        _build_remedy(listed),
+        _build_remedy(listed, source),
     )
 
 

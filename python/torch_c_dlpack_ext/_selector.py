@@ -25,14 +25,20 @@ from _torch_c_dlpack_ext_core.errors import (
     REINSTALL,
     BuildError,
     ConfigError,
+    InstallSource,
     LibraryLoadError,
     ManifestError,
+    PackageInArchiveError,
     TorchCDLPackExtError,
     TorchCDLPackExtWarning,
+    TorchHalfImportedError,
     TorchInstallError,
+    install_source_of,
+    reinstall_command,
 )
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest, read_verified
 from _torch_c_dlpack_ext_core.naming import (
+    DIST_NAME,
     MANIFEST_NAME,
     PORTABLE,
     Backend,
@@ -69,10 +75,13 @@ if TYPE_CHECKING:
 __all__ = [
     "build_for_current_torch",
     "deferred_status",
+    "install_source",
     "override_mismatch",
+    "report_remedy",
     "select_and_load",
     "settings_of",
     "status_of",
+    "torch_import_failed",
 ]
 
 
@@ -107,8 +116,10 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
 def _with_tool_tail(exc: BaseException, lines: int = 3, limit: int = 600) -> str:
     """:func:`_one_line` of ``exc`` and, for a failed build, its tool's last lines
     (clipped): the warning, ``status().reason`` and the diagnostics all show what the
-    compiler said, never only "...failed (exit 1):"."""
-    first = _one_line(exc)
+    compiler said, never only "...failed (exit 1):". The first line of one of our errors
+    is whole: it ends in the fix, often a command, which must never be cut."""
+    first = str(exc).strip().partition("\n")[0] if isinstance(exc, TorchCDLPackExtError) else ""
+    first = first or _one_line(exc)
     details = exc.details if isinstance(exc, BuildError) else ""
     kept = [line.strip() for line in details.splitlines() if line.strip()][-lines:]
     if not kept:
@@ -154,6 +165,25 @@ def _run_as_diagnostics() -> bool:
         return argv[argv.index("-m") + 1] == "torch_c_dlpack_ext"
     except (ValueError, IndexError):
         return False
+
+
+#: The diagnostics' command, where a message sends the user for more.
+_DIAGNOSTICS = "python -m torch_c_dlpack_ext"
+
+
+def _details_elsewhere() -> str:
+    """`` (python -m torch_c_dlpack_ext shows details)`` to end a remedy with, or ``""``
+    in the diagnostics themselves: they show those details, and a page must not send the
+    user to itself."""
+    return "" if _run_as_diagnostics() else f" ({_DIAGNOSTICS} shows details)"
+
+
+def report_remedy() -> str:
+    """How to report an unexpected failure: with the diagnostics' output, or, in the
+    diagnostics themselves, with this report."""
+    if _run_as_diagnostics():
+        return "report it with this report"
+    return f"report it with the output of {_DIAGNOSTICS}"
 
 
 def _announce(messages: Sequence[str]) -> str | None:
@@ -291,10 +321,12 @@ class _Action:
         if self.decision.portable is not None:
             return self.portable("no native library could be loaded: " + "; ".join(failures))
         backend = self.decision.backend
+        source = install_source(self.package_dir)
         remedy = (
-            gpu_library_remedy(backend)
+            gpu_library_remedy(backend, source)
             if backend is not None and backend is not Backend.CPU
-            else f"{REINSTALL}; or set {env_var('JIT')}=1 to build a library for this torch"
+            else f"reinstall torch-c-dlpack-ext: {reinstall_command(source)}; or set "
+            f"{env_var('JIT')}=1 to build a library for this torch"
         )
         return self.unavailable("no library could be loaded: " + "; ".join(failures), remedy)
 
@@ -356,8 +388,7 @@ class _Action:
             return self.unavailable(
                 f"the JIT build of the {backend.value} library for torch {self.info.version} "
                 f"failed: {_with_tool_tail(exc)}",
-                f"fix that cause (python -m torch_c_dlpack_ext shows details), or unset "
-                f"{env_var('JIT')}",
+                f"fix that cause{_details_elsewhere()}, or unset {env_var('JIT')}",
             )
         publish(self.torch, loaded.pointer)
         self.note_trusted_owner(loaded.path)
@@ -392,7 +423,10 @@ def override_mismatch(
 
     The manifest's checks, done on what the library says it is: another torch minor is
     always refused (``THPVariable``'s layout and ATen's ABI differ between minors, so
-    the first call could crash); another C++ ABI too; another backend than the one this
+    the first call could crash); another Python ABI (``"python"``: ``abi3`` on a
+    free-threaded CPython, ``3.13t`` on 3.13 with the GIL, another version: the
+    interpreter's is its build's, ``Py_GIL_DISABLED``), which can crash at dlopen; another
+    C++ ABI too; another backend than the one this
     torch needs (the CPU library on a GPU torch would answer ``current_work_stream``
     without torch's stream) unless ``TORCH_C_DLPACK_EXT_BACKEND`` asks for exactly it.
     A library that does not say its backend is refused on a GPU torch for that reason.
@@ -497,9 +531,11 @@ def _python_mismatch(built: dict[str, Any], name: str, info: TorchInfo) -> tuple
     if isinstance(python, str) and not python_serves(python, version_info, freethreaded):
         build = "a free-threaded" if freethreaded else "a GIL"
         return (
-            f"{name} was built for Python {python}, this is {build} CPython "
-            f"{version_info[0]}.{version_info[1]}: its objects' layout would not match",
-            f"point {var} at a library built for this Python, or unset it",
+            f"{name} (from {var}) was built for Python {python}, this is {build} CPython "
+            f"{version_info[0]}.{version_info[1]}: its objects' layout would not match, and "
+            "loading it could crash the process",
+            f"point {var} at a library built for this Python, set {env_var('JIT')}=1 to "
+            "build one for it, or unset it",
         )
     if built.get("table") == PORTABLE and not info.has_to_dlpack:
         return (
@@ -519,6 +555,48 @@ def _failed_before_deciding(reason: str, remedy: str) -> StatusFields:
         "remedy": remedy,
         "warnings": (text,) if text else (),
     }
+
+
+def _torch_failure_message(exc: Exception) -> tuple[str, str]:
+    """Why torch could not be imported, and what to do (reason, remedy): not installed,
+    or its own import failed (a warning of its made an error by the warnings filter, or
+    any other exception), with the first line of what it raised."""
+    said = f"{type(exc).__name__}: {_one_line(exc, 300)}"
+    if isinstance(exc, ModuleNotFoundError) and exc.name == "torch":
+        return (
+            f"torch is not importable ({said})",
+            "install torch, then import torch_c_dlpack_ext again",
+        )
+    if isinstance(exc, TorchHalfImportedError):  # from the package's __init__
+        return f"torch cannot be used: {exc.cause}", exc.remedy
+    if isinstance(exc, Warning):
+        kind = type(exc)
+        category = kind.__qualname__
+        if kind.__module__ != "builtins":
+            category = f"{kind.__module__}.{category}"
+        return (
+            f"torch's own import failed: it emitted a {kind.__name__}, which the warnings "
+            f"filter (python -W error, or pytest's filterwarnings = error) turned into an "
+            f"error ({said})",
+            f"remove that warning's cause, or let it through (-W default::{category} after "
+            "-W error); python -W error -c 'import torch' shows it without this package",
+        )
+    return (
+        f"torch's own import failed ({said})",
+        "repair the torch installation: python -c 'import torch' shows the whole error",
+    )
+
+
+def torch_import_failed(exc: Exception) -> StatusFields:
+    """The import's outcome when ``import torch`` failed (the package's ``__init__``
+    imported it once, and does not again): nothing decided, one warning naming torch's
+    failure. Where the user's filters make that warning an error, torch's own exception
+    is its cause."""
+    with LOCK:
+        try:
+            return _failed_before_deciding(*_torch_failure_message(exc))
+        except Warning as made_error:
+            raise made_error from exc
 
 
 def deferred_status() -> Status:
@@ -607,6 +685,48 @@ def _common_path_status(library: Path | None, kind: DecisionKind = DecisionKind.
     )
 
 
+def _in_archive(package_dir: Path) -> PackageInArchiveError | None:
+    """The error saying the package was imported from inside a zip archive (zipimport),
+    if it was: the first existing path above ``package_dir`` is a zip file, not a
+    directory."""
+    import zipfile
+
+    for path in (package_dir, *package_dir.parents):
+        try:
+            if path.is_dir():
+                return None
+            if not path.is_file():
+                continue
+            archive = zipfile.is_zipfile(path)
+        except OSError:
+            return None
+        if not archive:
+            return None
+        return PackageInArchiveError(
+            f"this torch-c-dlpack-ext is inside the zip archive {_short_path(path)} "
+            "(imported with zipimport): a package inside a zip cannot load its library "
+            "(dlopen loads only files on disk)",
+            "install it unzipped (pip installs wheels unzipped), or extract the archive "
+            "and put the extracted directory on sys.path instead of the zip",
+        )
+    return None
+
+
+def install_source(package_dir: Path) -> InstallSource:
+    """Where the installation holding ``package_dir`` came from: PEP 610's
+    ``direct_url.json`` in its dist-info, beside the package (read with
+    ``importlib.metadata``, only when a message names a command); an index install (the
+    version pinned) where there is none or it cannot be read."""
+    from importlib import metadata
+
+    try:
+        for dist in metadata.distributions(name=DIST_NAME, path=[str(package_dir.parent)]):
+            return install_source_of(dist.read_text("direct_url.json"))
+    except (OSError, ValueError):  # an unreadable dist-info: as if from an index
+        pass
+    return InstallSource()
+
+
 def settings_of(environ: Mapping[str, str]) -> Settings:
     """The runtime settings in ``environ``: ``Settings()`` when no ``TORCH_C_DLPACK_EXT_*``
     variable is set (the common case parses nothing), else :func:`._settings.read_settings`."""
@@ -628,16 +748,13 @@ def select_and_load(environ: Mapping[str, str], package_dir: Path) -> StatusFiel
             import torch
         # Whatever torch's own import raises (ImportError, OSError from its shared libraries...).
         except Exception as exc:
-            return _failed_before_deciding(
-                f"torch is not importable ({type(exc).__name__}: {_one_line(exc, 200)})",
-                "install torch, then import torch_c_dlpack_ext again",
-            )
+            return _failed_before_deciding(*_torch_failure_message(exc))
         try:
             info = TorchInfo.from_torch(torch)
         except Exception as exc:  # an odd torch build must not break every importer
             return _failed_before_deciding(
                 f"cannot describe the running torch ({type(exc).__name__}: {_one_line(exc, 200)})",
-                "report it with the output of python -m torch_c_dlpack_ext",
+                report_remedy(),
             )
         settings = settings_of(environ)
         manifest: tuple[ManifestEntry, ...] | ManifestError = ()
@@ -645,8 +762,13 @@ def select_and_load(environ: Mapping[str, str], package_dir: Path) -> StatusFiel
             try:
                 manifest = load_manifest(package_dir / MANIFEST_NAME)
             except ManifestError as exc:
-                manifest = exc
+                manifest = _in_archive(package_dir) or exc
         decision = decide(info, manifest, settings)
+        if decision.remedy and manifest_needed(info, settings):
+            # Its commands reinstall from where this installation came from (read only now:
+            # a message is being formatted).
+            source = install_source(package_dir)
+            decision = decide(info, manifest, settings, source=source)
         return _Action(torch, info, decision, settings, package_dir).run()
 
 

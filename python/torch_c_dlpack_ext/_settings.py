@@ -11,10 +11,12 @@ every package that imports this one.
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
 from _torch_c_dlpack_ext_core.errors import ConfigError, TorchCDLPackExtWarning
+from _torch_c_dlpack_ext_core.manifest import file_kind
 from _torch_c_dlpack_ext_core.naming import ENV_PREFIX, Backend, env_var, parse_backend
 
 from ._select import SettingProblem, Settings
@@ -136,6 +138,37 @@ def _lock_timeout(raw: str | None, problems: list[SettingProblem]) -> float | No
     return None
 
 
+def _library(raw: str | None, problems: list[SettingProblem]) -> Path | None:
+    """The file ``LIBRARY`` names (absolute), or ``None``: unset, or not a regular file
+    (then a problem names what it is: missing, a directory, a FIFO, a device...)."""
+    if raw is None:
+        return None
+    candidate = _expand_user(raw)
+    shown = raw if len(raw) <= 200 else raw[:200] + "..."
+    library: Path | None = None
+    try:
+        # stat(), never open(): a FIFO would block an open. stat() may fail for reasons
+        # other than absence (a name too long, a directory that cannot be searched),
+        # absolute() with a deleted cwd.
+        mode = candidate.stat().st_mode
+        library = candidate.absolute() if stat.S_ISREG(mode) else None
+        why = f"is {file_kind(mode)} (not a library file)"
+    except FileNotFoundError:
+        why = "is not an existing file"
+    except OSError as exc:  # strerror: the path again would double a long value
+        why = f"cannot be checked ({type(exc).__name__}: {exc.strerror or 'no detail'})"
+    except ValueError as exc:
+        why = f"cannot be checked ({str(exc)[:200]})"
+    if library is None:
+        problems.append(
+            SettingProblem(
+                env_var("LIBRARY"),
+                f"{env_var('LIBRARY')}={shown!r} {why}: point it at a built library or unset it",
+            )
+        )
+    return library
+
+
 def read_settings(environ: Mapping[str, str]) -> Settings:
     """Read the prefixed variables of ``environ``; never raises.
 
@@ -171,28 +204,7 @@ def read_settings(environ: Mapping[str, str]) -> Settings:
         except ConfigError as exc:
             problems.append(SettingProblem(env_var("BACKEND"), f"{env_var('BACKEND')}: {exc}"))
 
-    library: Path | None = None
-    raw_library = value_of("LIBRARY")
-    if raw_library is not None:
-        candidate = _expand_user(raw_library)
-        shown = raw_library if len(raw_library) <= 200 else raw_library[:200] + "..."
-        try:
-            # stat() may fail for reasons other than absence (a name too long, a
-            # directory that cannot be searched), absolute() with a deleted cwd.
-            library = candidate.absolute() if candidate.is_file() else None
-            why = "is not an existing file"
-        except OSError as exc:  # strerror: the path again would double a long value
-            why = f"cannot be checked ({type(exc).__name__}: {exc.strerror or 'no detail'})"
-        except ValueError as exc:
-            why = f"cannot be checked ({str(exc)[:200]})"
-        if library is None:
-            problems.append(
-                SettingProblem(
-                    env_var("LIBRARY"),
-                    f"{env_var('LIBRARY')}={shown!r} {why}: "
-                    "point it at a built library or unset it",
-                )
-            )
+    library = _library(value_of("LIBRARY"), problems)
 
     cache_dir: Path | None = None
     raw_cache = value_of("CACHE_DIR")

@@ -75,12 +75,17 @@ class Status:
 
     def __str__(self) -> str:
         """A few lines for people (``print(status())``): the outcome, the library, the
-        reason, the fix, and each warning that does not just restate the reason; long
-        values are clipped. ``repr()`` and the fields keep everything."""
+        reason, the fix, and each warning that does not just restate the reason. The
+        reason, the fix and the warnings are whole, wrapped at word boundaries (a fix is
+        often a command: it is never cut); only a long library path is clipped.
+        ``repr()`` and the fields keep everything."""
 
         def clip(text: str, width: int = 320) -> str:
             text = " ".join(text.split())
             return text if len(text) <= width else text[: width - 3].rstrip() + "..."
+
+        def whole(text: str) -> str:
+            return _wrapped(text, indent=" " * 11)
 
         if self.torch is None:
             torch = "torch not importable"
@@ -94,13 +99,33 @@ class Status:
 
             lines.append(f"  cost:    {clip(cost_line(), 480)}")
         if self.reason:
-            lines.append(f"  reason:  {clip(self.reason)}")
+            lines.append(f"  reason:  {whole(self.reason)}")
         if self.remedy:
-            lines.append(f"  fix:     {clip(self.remedy)}")
+            lines.append(f"  fix:     {whole(self.remedy)}")
         reason = self.reason.casefold()
         lines.extend(
-            f"  warning: {clip(w)}"
+            f"  warning: {whole(w)}"
             for w in self.warnings
             if not (reason and reason in w.casefold())
         )
         return "\n".join(lines)
+
+
+def _wrapped(text: str, indent: str, width: int = 100) -> str:
+    """``text`` wrapped at word boundaries to lines of at most ``width`` characters, every
+    line after the first starting with ``indent``. A word longer than the line (a path)
+    gets a line of its own, whole up to 200 characters; a longer one (a runaway value,
+    never a command's word) is shortened to its start and end."""
+    import textwrap
+
+    words = (
+        word if len(word) <= 200 else f"{word[:60]}...{word[-60:]} ({len(word)} characters)"
+        for word in text.split()
+    )
+    lines = textwrap.wrap(
+        " ".join(words),
+        width=width - len(indent),
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return f"\n{indent}".join(lines)

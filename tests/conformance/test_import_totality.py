@@ -734,9 +734,11 @@ def _single_fault_cases() -> list[tuple[str, dict[str, Any], str]]:
         ("unknown-name", {"env": {P + "FORCE": "1", P + "BAKEND": "x"}}, "did you mean"),
         ("library-tilde", {"env": {P + "FORCE": "1", P + "LIBRARY": "~nouser/x"}}, "LIBRARY"),
         (
-            "gpu-without-gpu-library",
+            # BACKEND=cuda on this CPU torch: an override that conflicts with its build
+            # (issue 31, item 8; the GPU torch without its library is test_select's table).
+            "gpu-backend-on-cpu-torch",
             {"env": {P + "FORCE": "1", P + "BACKEND": "cuda"}},
-            f"{P}JIT=1 to build the cuda library",
+            f"{P}BACKEND=cuda conflicts with the torch build",
         ),
         (
             "jit-without-compiler",

@@ -97,7 +97,7 @@ def test_bad_override_is_reported(tmp_path: Path) -> None:
     root = make_package(tmp_path)
     proc = diagnose(root, **{P + "BACKNED": "cpu"})
     assert proc.returncode == 1
-    assert f"did you mean {P}BACKEND?" in proc.stdout
+    assert f"did you mean {P}BACKEND?" in " ".join(proc.stdout.split())  # wrapped
     assert f"override            {P}BACKNED=cpu" in proc.stdout
 
 
@@ -174,3 +174,19 @@ def test_long_file_name_is_clipped_in_the_table(tmp_path: Path) -> None:
     proc = diagnose(root)
     assert "x" * 5000 not in proc.stdout
     assert max(len(line) for line in proc.stdout.splitlines()) <= 420, proc.stdout
+
+
+def test_the_whole_remedy_in_the_table_and_the_json(tmp_path: Path) -> None:
+    """Issue 31, item 13: a universal wheel's build command (over 300 characters) is shown
+    whole: wrapped in the table, verbatim in ``--json``; and the diagnostics never send
+    the user to the diagnostics."""
+    from _torch_c_dlpack_ext_core.errors import build_from_source_command
+
+    root = make_package(tmp_path)  # an empty manifest: a universal wheel
+    table = diagnose(root, **{P + "FORCE": "1"})
+    assert table.returncode == 1, table.stderr[-2000:]
+    assert build_from_source_command() in " ".join(table.stdout.split()), table.stdout
+    assert "python -m torch_c_dlpack_ext" not in table.stdout, table.stdout
+    code, report = diagnose_json(root, **{P + "FORCE": "1"})
+    assert code == 1
+    assert build_from_source_command() in report["decision"]["remedy"], report["decision"]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import (
+    CUDA_TORCH,
     Bundled,
     build_fake_library,
     clean_env,
@@ -87,7 +88,8 @@ def test_gpu_library_failure_never_falls_back_to_cpu(
     root = make_package(
         tmp_path, [cell(fake_libs["no_export"], Backend.CUDA), cell(fake_libs["good"])]
     )
-    result = probe(root, **{P + "FORCE": "1", P + "BACKEND": "cuda"})
+    # A CUDA torch (by its build flavour; BACKEND=cuda would conflict with this CPU torch).
+    result = probe(root, prelude=CUDA_TORCH, **{P + "FORCE": "1"})
     assert result["kind"] == "unavailable", result
     assert not result["replaced"]
     assert result["legacy"] is None

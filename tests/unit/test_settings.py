@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -199,6 +201,30 @@ def test_mis_cased_variable_gets_did_you_mean(name: str, meant: str) -> None:
 def test_mis_cased_typo_still_gets_the_closest_name() -> None:
     (problem,) = read_settings({P + "disabel": "1"}).problems
     assert f"did you mean {P}DISABLE?" in problem.message
+
+
+@pytest.mark.parametrize(
+    ("make", "kind"),
+    [
+        (os.mkfifo, "is a FIFO (not a library file)"),
+        (lambda path: path.mkdir(), "is a directory (not a library file)"),
+        (None, "is a character device (not a library file)"),
+    ],
+    ids=["fifo", "directory", "dev-null"],
+)
+def test_a_library_path_that_is_no_file_says_what_it_is(
+    tmp_path: Path, make: Callable[[Path], object] | None, kind: str
+) -> None:
+    """Named by what it is (issue 31, item 10), never opened: opening a FIFO would block."""
+    if make is None:
+        path = Path(os.devnull)
+    else:
+        path = tmp_path / "lib.so"
+        make(path)
+    settings = read_settings({P + "LIBRARY": str(path)})
+    (problem,) = settings.problems
+    assert f"{P}LIBRARY={str(path)!r} {kind}" in problem.message, problem.message
+    assert settings.library is None
 
 
 def test_portable_is_a_boolean_setting() -> None:
