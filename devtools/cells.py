@@ -61,8 +61,24 @@ __all__ = [
 ]
 
 
+class _ServesPython:
+    """What a build identity derives from its ``python`` (``"abi3"`` or a free-threaded
+    ``"3.14t"``): whether it is free-threaded and its wheel ABI tag."""
+
+    python: str
+
+    @property
+    def freethreaded(self) -> bool:
+        return self.python != ABI3
+
+    @property
+    def python_tag(self) -> str:
+        """``abi3``, or the free-threaded interpreter's ``cp314t``."""
+        return python_target_tags(self.python)[1]
+
+
 @dataclasses.dataclass(frozen=True)
-class Cell:
+class Cell(_ServesPython):
     """One library to build: (platform, torch minor, backend, C++ ABI, Python ABI)."""
 
     platform: Platform
@@ -89,15 +105,6 @@ class Cell:
     allow_failure: str = ""
     #: Why the release builds no job for the cell (``""``: it does).
     not_released: str = ""
-
-    @property
-    def freethreaded(self) -> bool:
-        return self.python != ABI3
-
-    @property
-    def python_tag(self) -> str:
-        """``abi3``, or the free-threaded interpreter's ``cp314t``."""
-        return python_target_tags(self.python)[1]
 
     @property
     def _python_suffix(self) -> str:
@@ -169,7 +176,7 @@ class Cell:
 
 
 @dataclasses.dataclass(frozen=True)
-class PortableCell:
+class PortableCell(_ServesPython):
     """The portable table of one group (platform x Python ABI): torch-agnostic, so it
     has no torch, backend, ABI or variant label; one library per combined wheel."""
 
@@ -180,14 +187,6 @@ class PortableCell:
     #: library, so the job wheels never carry two builds of it).
     job_id: str = ""
     not_released: str = ""
-
-    @property
-    def freethreaded(self) -> bool:
-        return self.python != ABI3
-
-    @property
-    def python_tag(self) -> str:
-        return python_target_tags(self.python)[1]
 
     @property
     def id(self) -> str:
