@@ -243,6 +243,21 @@ def _cross_skip_reason(cell: Cell, host: str | None, cross: str) -> str | None:
     return _cross_compiler_missing(cross)
 
 
+def _interpreter_skip_reason(cell: Cell | PortableCell) -> str | None:
+    """Why no interpreter here compiles for ``cell``'s Python ABI (``None``: one does): a
+    free-threaded cell's CPython that cannot be had, or an abi3 cell on a free-threaded
+    CPython (the limited API needs one with the GIL)."""
+    if cell.freethreaded:
+        found = freethreaded_python(cell.python)
+        return found if isinstance(found, str) else None
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return (
+            f"an abi3 library compiles against a CPython with the GIL; this is "
+            f"{running_python()} (run the build with such a CPython)"
+        )
+    return None
+
+
 def portable_skip_reason(
     cell: PortableCell, host: str | None, target: str | None = None
 ) -> str | None:
@@ -258,14 +273,9 @@ def portable_skip_reason(
     if name != host and cross is None:
         hint = f" (--platform {name} cross-compiles it)" if name in PLATFORM_TOOLCHAINS else ""
         return f"builds on {name}, this host is {host or 'not in matrix.toml'}{hint}"
-    if cell.freethreaded:
-        found = freethreaded_python(cell.python)
-        if isinstance(found, str):
-            return found
-    elif sysconfig.get_config_var("Py_GIL_DISABLED"):
-        return (
-            f"an abi3 library compiles against a CPython with the GIL; this is {running_python()}"
-        )
+    reason = _interpreter_skip_reason(cell)
+    if reason is not None:
+        return reason
     try:
         toolchain_for(cross or sys.platform).find_c_compiler(None, os.environ)
     except CompilerNotFoundError as exc:
@@ -291,13 +301,7 @@ def skip_reason(cell: Cell, host: str | None, target: str | None = None) -> str 
         missing = _rocm_missing()
         if missing:
             return missing
-    if cell.freethreaded:
-        found = freethreaded_python(cell.python)
-        if isinstance(found, str):
-            return found
-    elif sysconfig.get_config_var("Py_GIL_DISABLED"):
-        return (
-            f"an abi3 library compiles against a CPython with the GIL; this is "
-            f"{running_python()} (run the build with such a CPython)"
-        )
+    reason = _interpreter_skip_reason(cell)
+    if reason is not None:
+        return reason
     return index_unreachable(cell.wheel.index_url)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import REINSTALL, ManifestError, brief
 from .naming import ABI3, ANY, NATIVE_BACKENDS, Backend
+from .trust import read_fd
 
 if TYPE_CHECKING:
     from .trust import TrustedOwners
@@ -450,16 +451,6 @@ def read_verified(
             REINSTALL,
         )
     return path, data
-
-
-def read_fd(fd: int, limit: int) -> bytes:
-    """Up to ``limit`` bytes of an open file, from its current offset."""
-    chunks: list[bytes] = []
-    total = 0
-    while total < limit and (chunk := os.read(fd, min(1 << 20, limit - total))):
-        chunks.append(chunk)
-        total += len(chunk)
-    return b"".join(chunks)
 
 
 def open_regular(

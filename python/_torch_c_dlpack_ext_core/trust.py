@@ -53,6 +53,7 @@ __all__ = [
     "check_trusted",
     "open_trusted",
     "parse_trusted_owner",
+    "read_fd",
     "read_trusted",
 ]
 
@@ -239,11 +240,17 @@ def read_trusted(path: Path | str, limit: int, owners: TrustedOwners | None = No
     try:
         if not stat.S_ISREG(info.st_mode):
             raise OSError(22, "not a regular file", str(path))
-        chunks: list[bytes] = []
-        total = 0
-        while total < limit and (chunk := os.read(fd, min(1 << 20, limit - total))):
-            chunks.append(chunk)
-            total += len(chunk)
-        return b"".join(chunks)
+        return read_fd(fd, limit)
     finally:
         os.close(fd)
+
+
+def read_fd(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes of an open file, from its current offset (what the checked
+    descriptors of this module, and the manifest's verified reads, are read with)."""
+    chunks: list[bytes] = []
+    total = 0
+    while total < limit and (chunk := os.read(fd, min(1 << 20, limit - total))):
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
