@@ -505,3 +505,95 @@ def test_allocator_under_modes_and_changed_defaults(portable_library: Path) -> N
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
     assert "modes ok" in proc.stdout
+
+
+#: The stream mapping of each torch build flavour, with a stand-in build: the real torch
+#: 2.13 (CPU) wearing the version fields of a ROCm, CUDA or XPU build, and stream getters
+#: that answer a known handle (no ROCm or XPU torch, and no GPU, can be had here). The
+#: table reads the flavour from torch.version on first use, as it does on the real build.
+STREAM_FLAVOUR = r"""
+import ctypes, json, sys, types
+import torch
+flavour = sys.argv[2]
+torch.version.cuda = "12.8" if flavour == "cuda" else None
+torch.version.hip = "6.2.41133" if flavour == "rocm" else None
+torch.version.xpu = "20250101" if flavour == "xpu" else None
+asked = []
+
+def current_stream(device=None):
+    asked.append(device)
+    return types.SimpleNamespace(cuda_stream=0x1000 + (device or 0),
+                                 sycl_queue=0x2000 + (device or 0))
+
+torch.cuda.current_stream = current_stream
+torch.xpu.current_stream = current_stream
+# The raw getter (an int, no Stream object) where this torch has one: a GPU build's.
+torch._C._cuda_getCurrentRawStream = lambda index: 0x3000 + index
+dll = ctypes.PyDLL(sys.argv[1])
+dll.TorchDLPackExchangeAPIPtr.restype = ctypes.c_int64
+table = dll.TorchDLPackExchangeAPIPtr()
+# DLPackExchangeAPI: header (version 8 bytes, prev_api 8), then five function pointers;
+# current_work_stream is the fifth. Called with the GIL held, so a refusal raises here.
+fn_ptr = ctypes.c_void_p.from_address(table + 16 + 4 * 8).value
+stream_fn = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int32,
+                              ctypes.POINTER(ctypes.c_void_p))(fn_ptr)
+result = {}
+for name, code in (("cpu", 1), ("cuda", 2), ("rocm", 10), ("oneapi", 14)):
+    for device in (0, 3, -1):
+        out = ctypes.c_void_p(7)
+        try:
+            rc = stream_fn(code, device, ctypes.byref(out))
+            result[f"{name}:{device}"] = [rc, out.value]
+        except Exception as exc:
+            result[f"{name}:{device}"] = [type(exc).__name__, str(exc)]
+print(json.dumps({"result": result, "asked": asked}))
+"""
+
+
+def _stream_flavour(portable_library: Path, flavour: str) -> dict[str, list[object]]:
+    proc = run_python(
+        STREAM_FLAVOUR, args=[str(portable_library), flavour], env=clean_env(), timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    data: dict[str, list[object]] = json.loads(proc.stdout.strip().splitlines()[-1])["result"]
+    return data
+
+
+@pytest.mark.parametrize(
+    ("flavour", "served", "handle"),
+    [
+        # ROCm torch: torch.cuda is HIP; kDLROCM gets its stream, kDLCUDA is refused.
+        ("rocm", "rocm", 0x3000),
+        ("cuda", "cuda", 0x3000),
+        # XPU torch: kDLOneAPI gets torch.xpu's current stream's SYCL queue.
+        ("xpu", "oneapi", 0x2000),
+    ],
+)
+def test_stream_mapping_follows_the_torch_build(
+    portable_library: Path, flavour: str, served: str, handle: int
+) -> None:
+    result = _stream_flavour(portable_library, flavour)
+    assert result["cpu:0"] == [0, None]  # host memory has no stream
+    assert result[f"{served}:0"] == [0, handle]
+    assert result[f"{served}:3"] == [0, handle + 3]
+    # device_id -1: the current device, which the getter is asked for as such.
+    current = result[f"{served}:-1"]
+    assert current[0] == 0 and isinstance(current[1], int), current
+    for other in {"cuda", "rocm", "oneapi"} - {served}:
+        kind, message = result[f"{other}:0"]
+        assert kind == "ValueError", (other, result[f"{other}:0"])
+        assert "this torch build" in str(message)
+
+
+def test_a_cpu_torch_refuses_gpu_streams_and_answers_null_otherwise(
+    portable_library: Path,
+) -> None:
+    """A CPU-only torch knows no GPU stream: kDLCUDA / kDLROCM are refused (a NULL would
+    be taken for the default stream), any other device has none (NULL), as the native
+    CPU build answers."""
+    result = _stream_flavour(portable_library, "cpu")
+    for key, value in result.items():
+        if key.split(":")[0] in ("cuda", "rocm"):
+            assert value[0] == "ValueError", (key, value)
+        else:
+            assert value == [0, None], (key, value)
