@@ -577,8 +577,9 @@ def test_stream_mapping_follows_the_torch_build(
     assert result[f"{served}:0"] == [0, handle]
     assert result[f"{served}:3"] == [0, handle + 3]
     # device_id -1: the current device, which the getter is asked for as such.
-    current = result[f"{served}:-1"]
-    assert current[0] == 0 and isinstance(current[1], int), current
+    rc, current = result[f"{served}:-1"]
+    assert rc == 0
+    assert isinstance(current, int)
     for other in {"cuda", "rocm", "oneapi"} - {served}:
         kind, message = result[f"{other}:0"]
         assert kind == "ValueError", (other, result[f"{other}:0"])
