@@ -1,0 +1,193 @@
+"""The portable table under free-threaded CPython: 16 threads exporting (owning and
+non-owning), importing and allocating through it at once, with the cyclic GC running
+beside them, on CPython 3.14t with torch 2.9.1 (and 3.13t where a torch env for it is
+cached).
+
+The table is called from a small C extension (fixtures/portable_ft_driver.c), not
+ctypes: on 3.14t with torch 2.9.1, threads that call torch's DLPack export and pass its
+capsule through ``ctypes.pythonapi`` crash the interpreter with no table loaded at all
+(``CTYPES_TORCH_CRASH`` below; also with ``PYTHON_GIL=1``). That crash was first reported
+as the portable table's: it is not, and the same table calls made without ctypes pass.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.helpers import ROOT, TVM_FFI, build_portable_library, clean_env, run_python
+
+pytestmark = pytest.mark.slow
+
+DRIVER = Path(__file__).resolve().parent / "fixtures" / "portable_ft_driver.c"
+TORCH = "2.9.1"
+
+#: 16 threads, each: an owning export deleted at once, a round trip (export, then import
+#: of that export), an allocation imported as a tensor, and non-owning exports of a tensor
+#: all threads share (first export of a fresh one included); one more thread runs gc.
+STRESS = r"""
+import gc, os, sys, threading
+import torch
+sys.path.insert(0, sys.argv[2])
+import tcde_ft_driver as driver
+driver.load(sys.argv[1])
+THREADS, ROUNDS = 16, int(sys.argv[3])
+shared = [torch.arange(12.0).reshape(3, 4)]
+barrier = threading.Barrier(THREADS)
+problems = []
+
+def work(n):
+    barrier.wait()
+    try:
+        for i in range(ROUNDS):
+            t = torch.full((3, n % 4 + 1), float(n))
+            driver.export_delete(t)
+            back = driver.round_trip(t)
+            assert back.shape == t.shape and float(back[2, 0]) == n, (back.shape, t.shape)
+            del back
+            x = driver.alloc_import(n + i % 5 + 1)
+            x.fill_(n)
+            assert x.shape == (n + i % 5 + 1,) and float(x.sum()) == n * x.numel()
+            del x
+            if i % 50 == 0 and n == 0:
+                shared[0] = torch.arange(12.0).reshape(3, 4)
+            view = shared[0]
+            assert driver.view_dims(view) == ((3, 4), (4, 1))
+            assert driver.view_dims(t.t()) == ((t.shape[1], 3), (1, t.shape[1]))
+    except BaseException as exc:
+        problems.append(f"thread {n}: {exc!r}")
+
+done = False
+def collect():
+    while not done:
+        gc.collect()
+
+threads = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
+collector = threading.Thread(target=collect)
+collector.start()
+for t in threads: t.start()
+for t in threads: t.join()
+done = True
+collector.join()
+assert not problems, problems[:5]
+print("stress ok", sys._is_gil_enabled())
+"""
+
+#: No table: torch's own DLPack export, its capsule read through ctypes.pythonapi.
+CTYPES_TORCH_CRASH = r"""
+import ctypes, gc, sys, threading
+import torch
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from exchange_suite.dlpack_ctypes import DLManagedTensorVersioned
+get = ctypes.pythonapi.PyCapsule_GetPointer
+get.restype, get.argtypes = ctypes.c_void_p, (ctypes.py_object, ctypes.c_char_p)
+rename = ctypes.pythonapi.PyCapsule_SetName
+rename.restype, rename.argtypes = ctypes.c_int, (ctypes.py_object, ctypes.c_char_p)
+USED = b"used_dltensor_versioned"
+barrier = threading.Barrier(16)
+def work(n):
+    barrier.wait()
+    for _ in range(3000):
+        t = torch.full((3, n % 4 + 1), float(n))
+        capsule = torch._C._to_dlpack_versioned(t.detach())
+        address = get(capsule, b"dltensor_versioned")
+        rename(capsule, USED)
+        del capsule
+        managed = ctypes.cast(ctypes.c_void_p(address), ctypes.POINTER(DLManagedTensorVersioned))
+        managed.contents.deleter(managed)
+done = False
+def collect():
+    while not done:
+        gc.collect()
+threads = [threading.Thread(target=work, args=(n,)) for n in range(16)]
+collector = threading.Thread(target=collect)
+collector.start()
+for t in threads: t.start()
+for t in threads: t.join()
+done = True
+print("no crash")
+"""
+
+
+def _free_threaded(version: str) -> tuple[Path, Path]:
+    """(interpreter, include dir) of the dev cache's free-threaded CPython, or skip."""
+    from devtools import freethreaded
+
+    prefix = freethreaded.prefix_for(version)
+    found = freethreaded._read(version, prefix)
+    if found is None:
+        pytest.skip(f"no {version} CPython in the dev cache (nox -s freethreaded builds one)")
+    return found.executable, found.include_dir
+
+
+def _torch_python(version: str, interpreter: Path) -> Path:
+    """The free-threaded torch env's python: created for 3.14t, only reused for others."""
+    from devtools import torchenv
+
+    extra = (TVM_FFI.split("==")[0],)
+    if version != "3.14t":
+        name = torchenv._env_name(TORCH, version, True, extra)
+        if not (torchenv.dev_cache_root() / "envs" / name / "bin" / "python").is_file():
+            pytest.skip(f"no torch {TORCH} env for {version} in the dev cache ({name})")
+    env = torchenv.torch_env(
+        TORCH, importable=True, python=version, interpreter=interpreter, extra=extra
+    )
+    return Path(env.python)
+
+
+def _driver(tmp_path: Path, python: Path, include: Path) -> Path:
+    import tvm_ffi.libinfo
+
+    ask = "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"
+    suffix = subprocess.run(
+        [str(python), "-I", "-c", ask],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.strip()  # fmt: skip
+    out = tmp_path / "driver" / f"tcde_ft_driver{suffix}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cc = shutil.which("gcc") or shutil.which("cc") or "gcc"
+    subprocess.run(
+        [cc, "-std=c11", "-O1", "-fPIC", "-shared", "-Wall", "-Werror",
+         f"-I{include}", f"-I{tvm_ffi.libinfo.find_dlpack_include_path()}",
+         "-o", str(out), str(DRIVER), "-ldl"],
+        check=True, timeout=120,
+    )  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("version", ["3.14t", "3.13t"])
+def test_sixteen_threads_export_import_and_allocate_at_once(tmp_path: Path, version: str) -> None:
+    interpreter, include = _free_threaded(version)
+    python = _torch_python(version, interpreter)
+    library = build_portable_library(tmp_path / "lib", limited_api=None, python_include=include)
+    driver = _driver(tmp_path, python, include)
+    proc = run_python(
+        STRESS, args=[str(library), str(driver.parent), "1500"], env=clean_env(),
+        python=python, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr[-6000:]}"
+    assert "stress ok False" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the crash was seen on Linux")
+def test_the_ctypes_crash_needs_no_table(tmp_path: Path) -> None:
+    """Documents the crash first blamed on the table: torch 2.9.1's export plus ctypes on
+    3.14t, nothing of ours loaded. Passes while it still crashes (segfault, or at least
+    not a clean run); fails once a CPython/torch fix makes it clean, to be revisited."""
+    interpreter, _ = _free_threaded("3.14t")
+    python = _torch_python("3.14t", interpreter)
+    crashed = 0
+    for _ in range(3):
+        proc = run_python(
+            CTYPES_TORCH_CRASH, args=[str(ROOT / "tests"), str(ROOT / "python")],
+            env=clean_env(), python=python, timeout=300,
+        )  # fmt: skip
+        crashed += proc.returncode != 0
+        if crashed:
+            break
+    if not crashed:
+        pytest.xfail("the ctypes + torch 2.9.1 crash did not reproduce in 3 runs here")
+    assert crashed
