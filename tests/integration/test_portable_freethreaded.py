@@ -76,6 +76,43 @@ assert not problems, problems[:5]
 print("stress ok", sys._is_gil_enabled())
 """
 
+#: 16 threads make the first non-owning export of one fresh tensor at once, read the
+#: shape and strides handed out after running Python code (which merges the reference
+#: counts other threads dropped), each round a new tensor. Before the dims_cache lock two
+#: threads could both insert an entry, the second freeing the Dims the first handed out:
+#: a heap-use-after-free AddressSanitizer reports (the library and driver built with it).
+FIRST_VIEWS = r"""
+import sys, threading
+import torch
+sys.path.insert(0, sys.argv[2])
+import tcde_ft_driver as driver
+driver.load(sys.argv[1])
+THREADS, ROUNDS = 16, int(sys.argv[3])
+barrier = threading.Barrier(THREADS)
+slot = [None]
+problems = []
+
+def spin():
+    return sum(range(200))
+
+def work(n):
+    for r in range(ROUNDS):
+        if n == 0:
+            slot[0] = torch.empty(2 + r % 3, 5)
+        barrier.wait()
+        t = slot[0]
+        got = driver.view_dims(t, 50, spin)
+        if got != (tuple(t.shape), tuple(t.stride())):
+            problems.append((r, got))
+        barrier.wait()
+
+threads = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
+for t in threads: t.start()
+for t in threads: t.join()
+assert not problems, problems[:5]
+print("first views ok")
+"""
+
 #: No table: torch's own DLPack export, its capsule read through ctypes.pythonapi.
 CTYPES_TORCH_CRASH = r"""
 import ctypes, gc, sys, threading
@@ -138,7 +175,7 @@ def _torch_python(version: str, interpreter: Path) -> Path:
     return Path(env.python)
 
 
-def _driver(tmp_path: Path, python: Path, include: Path) -> Path:
+def _driver(tmp_path: Path, python: Path, include: Path, extra_flags: tuple[str, ...] = ()) -> Path:
     import tvm_ffi.libinfo
 
     ask = "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"
@@ -152,7 +189,7 @@ def _driver(tmp_path: Path, python: Path, include: Path) -> Path:
     subprocess.run(
         [cc, "-std=c11", "-O1", "-fPIC", "-shared", "-Wall", "-Werror",
          f"-I{include}", f"-I{tvm_ffi.libinfo.find_dlpack_include_path()}",
-         "-o", str(out), str(DRIVER), "-ldl"],
+         *extra_flags, "-o", str(out), str(DRIVER), "-ldl"],
         check=True, timeout=120,
     )  # fmt: skip
     return out
@@ -170,6 +207,32 @@ def test_sixteen_threads_export_import_and_allocate_at_once(tmp_path: Path, vers
     )  # fmt: skip
     assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr[-6000:]}"
     assert "stress ok False" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+
+
+def test_first_non_owning_exports_of_one_tensor_free_nothing_handed_out(tmp_path: Path) -> None:
+    """dltensor_from_py_object_no_sync from 16 threads on one fresh tensor: the shape and
+    strides each thread got stay valid (AddressSanitizer: no heap-use-after-free)."""
+    interpreter, include = _free_threaded("3.14t")
+    python = _torch_python("3.14t", interpreter)
+    cc = shutil.which("gcc")
+    asan = "" if cc is None else subprocess.run(
+        [cc, "-print-file-name=libasan.so"], capture_output=True, text=True, check=False
+    ).stdout.strip()  # fmt: skip
+    if not asan or not Path(asan).is_file():
+        pytest.skip("needs gcc's AddressSanitizer runtime (libasan.so)")
+    flags = ("-fsanitize=address", "-fno-omit-frame-pointer", "-g")
+    library = build_portable_library(
+        tmp_path / "lib", limited_api=None, python_include=include, extra_flags=flags
+    )
+    driver = _driver(tmp_path, python, include, flags)
+    env = clean_env(LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0:halt_on_error=1")
+    proc = run_python(
+        FIRST_VIEWS, args=[str(library), str(driver.parent), "1500"], env=env,
+        python=python, timeout=600,
+    )  # fmt: skip
+    assert "AddressSanitizer" not in proc.stderr, proc.stderr[-6000:]
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr[-6000:]}"
+    assert "first views ok" in proc.stdout
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the crash was seen on Linux")
