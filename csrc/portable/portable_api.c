@@ -944,77 +944,108 @@ static void FreeDimsCapsule(PyObject* capsule) {
   free(PyCapsule_GetPointer(capsule, "tcde_dims"));
 }
 
+/* Free-threaded builds: one lock orders every look-up, insertion and removal of
+ * State.dims_cache entries. Without it two threads making the first non-owning
+ * export of the same tensor at once each insert an entry, and the second
+ * insertion frees the Dims the first thread has just handed out (its caller then
+ * reads freed shape and strides); a late weakref callback could likewise remove
+ * the entry of a newer object at the same address between its check and its
+ * delete. Nothing in the locked sections runs Python code (int keys, tuples,
+ * capsules, weakrefs: no __eq__, no callback, no eval breaker), so no thread
+ * can wait on it while holding it; PyMutex_Lock detaches the thread state while
+ * it waits, so a stop-the-world pause never waits on it either. GIL builds need
+ * no lock: nothing there releases the GIL between the check and the insertion. */
+#if defined(Py_GIL_DISABLED)
+static PyMutex g_dims_lock;
+#define TCDE_DIMS_LOCK() PyMutex_Lock(&g_dims_lock)
+#define TCDE_DIMS_UNLOCK() PyMutex_Unlock(&g_dims_lock)
+#else
+#define TCDE_DIMS_LOCK() ((void)0)
+#define TCDE_DIMS_UNLOCK() ((void)0)
+#endif
+
+/* The entry of `key` in dims_cache (a new reference), NULL if none; -1 on error. */
+static int DimsEntry(const State* s, PyObject* key, PyObject** entry) {
+#if defined(Py_GIL_DISABLED)
+  return PyDict_GetItemRef(s->dims_cache, key, entry) < 0 ? -1 : 0;
+#else
+  *entry = PyDict_GetItemWithError(s->dims_cache, key);
+  if (*entry == NULL && PyErr_Occurred()) return -1;
+  Py_XINCREF(*entry);
+  return 0;
+#endif
+}
+
 /* The weakref callback: self is the key; removes the entry if it still belongs
  * to this weakref (the entry may have been replaced by then). */
 static PyObject* DropDims(PyObject* key, PyObject* weakref) {
   State* s = atomic_load_explicit(&g_state, memory_order_acquire);
   if (s == NULL) Py_RETURN_NONE;
-#if defined(Py_GIL_DISABLED)
-  PyObject* entry = NULL; /* a borrowed reference is unsafe without the GIL */
-  if (PyDict_GetItemRef(s->dims_cache, key, &entry) < 0) return NULL;
-#else
-  PyObject* entry = PyDict_GetItemWithError(s->dims_cache, key);
-  if (entry == NULL && PyErr_Occurred()) return NULL;
-  Py_XINCREF(entry);
-#endif
-  if (entry == NULL) Py_RETURN_NONE;
-  const int ours = PyTuple_GetItem(entry, 0) == weakref;
-  Py_DECREF(entry);
-  if (ours && PyDict_DelItem(s->dims_cache, key) != 0) {
-    /* Another thread replaced or removed it meanwhile: nothing left to drop. */
-    if (!PyErr_ExceptionMatches(PyExc_KeyError)) return NULL;
-    PyErr_Clear();
+  PyObject* entry = NULL;
+  TCDE_DIMS_LOCK();
+  int rc = DimsEntry(s, key, &entry);
+  const int ours = entry != NULL && PyTuple_GetItem(entry, 0) == weakref;
+  /* The dict still holds the entry: dropping this reference frees nothing. */
+  Py_XDECREF(entry);
+  if (rc == 0 && ours && PyDict_DelItem(s->dims_cache, key) != 0) {
+    if (PyErr_ExceptionMatches(PyExc_KeyError)) {
+      PyErr_Clear();
+    } else {
+      rc = -1;
+    }
   }
+  TCDE_DIMS_UNLOCK();
+  if (rc != 0) return NULL;
   Py_RETURN_NONE;
 }
 
 static PyMethodDef kDropDimsDef = {"_tcde_drop_dims", (PyCFunction)(void (*)(void))DropDims,
                                    METH_O, NULL};
 
+/* The Dims of `entry` if it is `obj`'s (its weakref still points to it: an id is
+ * reused only after the old object died and its callback ran, but be sure) and
+ * equals `dl`'s shape and strides; else NULL, no error set. */
+static const Dims* MatchingDims(PyObject* entry, PyObject* obj, const DLTensor* dl) {
+  PyObject* weakref = PyTuple_GetItem(entry, 0);
+  const Dims* dims = (const Dims*)PyCapsule_GetPointer(PyTuple_GetItem(entry, 1), "tcde_dims");
+  if (dims == NULL) {
+    PyErr_Clear();
+    return NULL;
+  }
+  PyObject* referent = NULL;
+#if PY_VERSION_HEX >= 0x030D0000 && (!defined(Py_LIMITED_API) || Py_LIMITED_API >= 0x030D0000)
+  if (PyWeakref_GetRef(weakref, &referent) < 0) PyErr_Clear();
+  Py_XDECREF(referent); /* only compared: obj itself is held by the caller */
+#else
+  referent = PyWeakref_GetObject(weakref); /* borrowed */
+#endif
+  const int32_t ndim = dl->ndim;
+  if (referent != obj || dims->ndim != ndim) return NULL;
+  if (ndim > 0 && (memcmp(dims->dims, dl->shape, (size_t)ndim * sizeof(int64_t)) != 0 ||
+                   memcmp(dims->dims + ndim, dl->strides, (size_t)ndim * sizeof(int64_t)) != 0)) {
+    return NULL;
+  }
+  return dims;
+}
+
 /* The cached dims of `obj` if they equal `dl`'s shape and strides, else a new
- * entry holding a copy; NULL with a Python error set on failure. */
+ * entry holding a copy; NULL with a Python error set on failure. The Dims stay
+ * in the dict (so the pointer stays valid) while obj lives and its metadata
+ * does not change. */
 static const Dims* DimsFor(const State* s, PyObject* obj, const DLTensor* dl) {
   PyObject* key = PyLong_FromVoidPtr(obj);
   if (key == NULL) return NULL;
   const int32_t ndim = dl->ndim;
-#if defined(Py_GIL_DISABLED)
   PyObject* entry = NULL;
-  if (PyDict_GetItemRef(s->dims_cache, key, &entry) < 0) {
+  const Dims* found = NULL;
+  TCDE_DIMS_LOCK();
+  int rc = DimsEntry(s, key, &entry);
+  if (entry != NULL) found = MatchingDims(entry, obj, dl);
+  TCDE_DIMS_UNLOCK();
+  Py_XDECREF(entry);
+  if (rc != 0 || found != NULL) {
     Py_DECREF(key);
-    return NULL;
-  }
-#else
-  PyObject* entry = PyDict_GetItemWithError(s->dims_cache, key);
-  if (entry == NULL && PyErr_Occurred()) {
-    Py_DECREF(key);
-    return NULL;
-  }
-  Py_XINCREF(entry);
-#endif
-  if (entry != NULL) {
-    PyObject* weakref = PyTuple_GetItem(entry, 0);
-    const Dims* dims =
-        (const Dims*)PyCapsule_GetPointer(PyTuple_GetItem(entry, 1), "tcde_dims");
-    /* The entry is this object's only if its weakref still points to it (an id is
-     * reused only after the old object died and its callback ran, but be sure). */
-    PyObject* referent = NULL;
-#if PY_VERSION_HEX >= 0x030D0000 && (!defined(Py_LIMITED_API) || Py_LIMITED_API >= 0x030D0000)
-    if (PyWeakref_GetRef(weakref, &referent) < 0) PyErr_Clear();
-    Py_XDECREF(referent);
-#else
-    referent = PyWeakref_GetObject(weakref); /* borrowed */
-#endif
-    if (dims != NULL && referent == obj && dims->ndim == ndim &&
-        (ndim == 0 || (memcmp(dims->dims, dl->shape, (size_t)ndim * sizeof(int64_t)) == 0 &&
-                       memcmp(dims->dims + ndim, dl->strides,
-                              (size_t)ndim * sizeof(int64_t)) == 0))) {
-      Py_DECREF(entry);
-      Py_DECREF(key);
-      /* The entry stays in the dict while obj lives: the pointer outlives `entry`. */
-      return dims;
-    }
-    Py_DECREF(entry);
-    if (dims == NULL) PyErr_Clear();
+    return found;
   }
   Dims* dims = (Dims*)malloc(sizeof(Dims) + 2 * (size_t)ndim * sizeof(int64_t));
   if (dims == NULL) {
@@ -1039,14 +1070,29 @@ static const Dims* DimsFor(const State* s, PyObject* obj, const DLTensor* dl) {
   PyObject* value = weakref == NULL ? NULL : PyTuple_Pack(2, weakref, capsule);
   Py_XDECREF(weakref);
   Py_DECREF(capsule);
-  if (value == NULL || PyDict_SetItem(s->dims_cache, key, value) != 0) {
-    Py_XDECREF(value);
+  if (value == NULL) {
     Py_DECREF(key);
     return NULL;
   }
+  /* Another thread may have made the same entry meanwhile: use the one in the
+   * dict, never replace it (its Dims may be in use already). */
+  const Dims* result = dims;
+  entry = NULL;
+  TCDE_DIMS_LOCK();
+  rc = DimsEntry(s, key, &entry);
+  if (rc == 0 && entry != NULL) found = MatchingDims(entry, obj, dl);
+  if (rc == 0 && found != NULL) {
+    result = found;
+  } else if (rc != 0 || PyDict_SetItem(s->dims_cache, key, value) != 0) {
+    result = NULL;
+  }
+  TCDE_DIMS_UNLOCK();
+  /* Outside the lock: dropping an unused entry, or the replaced one's last
+   * reference, frees its weakref (no callback: the weakref dies first). */
+  Py_XDECREF(entry);
   Py_DECREF(value);
   Py_DECREF(key);
-  return dims;
+  return result;
 }
 
 static int DLTensorFromPyObjectNoSync(void* py_obj, DLTensor* out) {
