@@ -81,7 +81,13 @@ def test_sdist_builds_a_platform_wheel_against_the_envs_torch(
     assert wheel.name == "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64.whl"
     with zipfile.ZipFile(wheel) as archive:
         manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
-        (entry,) = manifest["libraries"]
+        # The env's torch, and the portable table (a C compiler is there; no torch).
+        entries = {e["torch"]: e for e in manifest["libraries"]}
+        assert sorted(entries) == ["2.8", "any"]
+        portable = entries["any"]
+        assert portable["file"] == "libs/libtorch_c_dlpack_ext-portable.so"
+        assert (portable["backend"], portable["python"]) == ("any", "abi3")
+        entry = entries["2.8"]
         assert entry["file"] == "libs/libtorch_c_dlpack_ext-torch2.8-cpu-cxx11abi1.so"
         assert entry["torch_build"].startswith("2.8.0")
         assert entry["python"] == "abi3"
@@ -90,6 +96,7 @@ def test_sdist_builds_a_platform_wheel_against_the_envs_torch(
             in archive.read("torch_c_dlpack_ext-0.2.0.dist-info/WHEEL").decode()
         )
         assert "torch_c_dlpack_ext/csrc/exchange_api.cc" in archive.namelist()
+        assert "torch_c_dlpack_ext/csrc/portable/portable_api.c" in archive.namelist()
     # The build never imported torch: its modules would have needed numpy & co here.
     _run([str(python), "-m", "pip", "install", "--isolated", "--no-index", "--no-deps", str(wheel)])
 
