@@ -40,6 +40,7 @@ from typing import Any
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import (
     ABI3,
+    ANY,
     PORTABLE,
     Backend,
     library_filename,
@@ -254,11 +255,27 @@ def group_dir(build_dir: Path, cell: Cell | PortableCell) -> Path:
 
 
 def library_entry(
-    cell: Cell, *, file: str, size: int, sha256: str, toolchain: str, dlpack: str
+    cell: Cell | PortableCell, *, file: str, size: int, sha256: str, toolchain: str, dlpack: str
 ) -> ManifestEntry:
     """The manifest entry of ``file``, a library built for ``cell``: the cell's torch,
     backend, ABI, toolkit, platform and Python, and its id (what :func:`cell_for_entry`
-    reads back)."""
+    reads back); a portable cell's says ``any`` for the torch and backend."""
+    if isinstance(cell, PortableCell):
+        return ManifestEntry(
+            file=file,
+            torch=ANY,
+            torch_build=ANY,
+            backend=None,
+            cxx11_abi=None,
+            dlpack=dlpack,
+            toolchain=toolchain,
+            gpu_toolkit=None,
+            platform=cell.platform.name,
+            python=cell.python,
+            size=size,
+            sha256=sha256,
+            cell=cell.id,
+        )
     return ManifestEntry(
         file=file,
         torch=cell.torch.minor,

@@ -101,26 +101,30 @@ def release_contents(
 
     combined, variants = _cells_in_wheels(load_matrix(), wheels)
     expected = {cell: job for job in jobs for cell in job.get("cells", [])}
+    # A group's portable table: in its combined wheel only (variant wheels carry one cell).
+    portable = {cell: job for job in jobs for cell in job.get("portable", [])}
     statuses: list[CellStatus] = []
-    for cell_id, job in expected.items():
+    for cell_id, job in {**expected, **portable}.items():
         where_c = tuple(combined.get(cell_id, ()))
         where_v = tuple(variants.get(cell_id, ()))
         allowed = str(job.get("allow_failure") or "")
         job_id = str(job.get("id", ""))
+        kinds = (("combined", where_c),) if cell_id in portable else (
+            ("combined", where_c), ("variant", where_v)
+        )  # fmt: skip
         if len(where_c) > 1 or len(where_v) > 1:
             state, reason = "duplicate", "in more than one wheel of a kind"
-        elif where_c and where_v:
+        elif all(where for _, where in kinds):
             state, reason = "present", ""
         else:
             state = "absent"
             if arrived is not None and job_id not in arrived:
                 reason = f"job {job_id} uploaded no wheels (it failed or was cancelled)"
             else:
-                kinds = (("combined", where_c), ("variant", where_v))
                 missing = " or ".join(kind for kind, where in kinds if not where)
                 reason = f"no {missing} wheel holds it"
         statuses.append(CellStatus(cell_id, job_id, state, where_c, where_v, reason, allowed))
-    for cell_id in sorted((combined.keys() | variants.keys()) - expected.keys()):
+    for cell_id in sorted((combined.keys() | variants.keys()) - expected.keys() - portable.keys()):
         where_c, where_v = tuple(combined.get(cell_id, ())), tuple(variants.get(cell_id, ()))
         reason = "no job of the matrix builds it"
         statuses.append(CellStatus(cell_id, "", "unexpected", where_c, where_v, reason))

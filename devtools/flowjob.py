@@ -33,7 +33,7 @@ from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of
 from _torch_c_dlpack_ext_core.run import run
 from devtools import ROOT
-from devtools.cells import Cell, library_entry
+from devtools.cells import Cell, PortableCell, library_entry, portable_cells
 from devtools.hostenv import host_os
 from devtools.matrixmodel import Matrix
 from devtools.releaseflow import JOB_CELLS_VARIABLE, job_cells
@@ -61,9 +61,12 @@ def log(message: str) -> None:
     print(f"[dataflow {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def stand_in_library(cell: Cell, directory: Path, *, elf: bool) -> tuple[ManifestEntry, Path]:
-    """A stand-in for ``cell``'s library (unique bytes per cell) and its manifest entry:
-    a tiny shared library this host's C compiler makes when ``elf``, else named bytes."""
+def stand_in_library(
+    cell: Cell | PortableCell, directory: Path, *, elf: bool
+) -> tuple[ManifestEntry, Path]:
+    """A stand-in for ``cell``'s library (unique bytes per cell; a group's portable table
+    too) and its manifest entry: a tiny shared library this host's C compiler makes when
+    ``elf``, else named bytes."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / cell.library
     if elf:
@@ -93,6 +96,13 @@ def stand_in_library(cell: Cell, directory: Path, *, elf: bool) -> tuple[Manifes
         dlpack="1.3",
     )
     return entry, path
+
+
+def job_portable_cells(matrix: Matrix, job: Mapping[str, Any]) -> list[PortableCell]:
+    """The portable cells the build matrix entry ``job`` builds (its ``portable``: the
+    groups whose first job it is)."""
+    wanted = set(job.get("portable", ()))
+    return [table for table in portable_cells(matrix.cells()) if table.id in wanted]
 
 
 def read_job_build(pyproject: Path = ROOT / "pyproject.toml") -> tuple[tuple[str, ...], str]:
@@ -237,6 +247,12 @@ def build_job(
     for cell in selected:
         if cell not in real:
             pairs.append(stand_in_library(cell, work / "stand-ins", elf=elf))
+    # The group's portable table, which the group's first job builds beside its cells (a
+    # real build packs it with the real cells: not stood in for then).
+    built = {entry.cell for entry, _ in pairs}
+    for table in job_portable_cells(matrix, job):
+        if table.id not in built:
+            pairs.append(stand_in_library(table, work / "stand-ins", elf=elf))
     plain = assemble_wheel(
         work / "plain",
         meta=project_metadata(ROOT),

@@ -21,7 +21,7 @@ from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.naming import ABI3, Backend, python_target_tags
-from devtools.cells import Cell
+from devtools.cells import Cell, portable_cells
 from devtools.matrixtables import (
     FreeThreaded,
     Platform,
@@ -193,6 +193,13 @@ class Matrix:
         for cell in self.cells() if cells is None else cells:
             if not cell.not_released:
                 grouped.setdefault(cell.job_id, []).append(cell)
+        # The portable table of each group, built by the group's first job in matrix order,
+        # as `devtools build --libs-dir` builds it (one library per combined wheel; verify
+        # and the release notes expect it there).
+        portable: dict[str, list[str]] = {}
+        for table in portable_cells(self.cells()):
+            if table.job_id in grouped:
+                portable.setdefault(table.job_id, []).append(table.id)
         jobs = []
         for job_id, members in grouped.items():
             first = members[0]
@@ -210,6 +217,7 @@ class Matrix:
                     "toolkit": first.job_toolkit or "",
                     "allow_failure": first.allow_failure,
                     "cells": [c.id for c in members],
+                    "portable": portable.get(job_id, []),
                     # The CPythons each torch minor of the job serves (for verify).
                     "torch": {
                         c.torch.minor: [c.python] if c.freethreaded else list(c.pythons)

@@ -129,6 +129,7 @@ def test_dist_holds_every_artifact(dist: Path) -> None:
         }
         manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
         assert sorted(e["file"] for e in manifest["libraries"]) == [
+            "libs/libtorch_c_dlpack_ext-portable.so",
             "libs/libtorch_c_dlpack_ext-torch2.6-cpu-cxx11abi0.so",
             "libs/libtorch_c_dlpack_ext-torch2.6-cuda-cxx11abi0.so",
             "libs/libtorch_c_dlpack_ext-torch2.8-cpu-cxx11abi1.so",

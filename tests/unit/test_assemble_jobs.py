@@ -412,7 +412,9 @@ def test_the_assemble_jobs_one_call(
     _, cells = cuda_and_rocm
     summary = tmp_path / "summary.md"
     summary.write_text("an earlier step's summary\n", encoding="utf-8")
-    jobs = MATRIX.jobs(MATRIX.select([c.id for c in cells]))
+    # The fixture's job wheels carry no portable table (test_release_expects_the_portable_
+    # table_in_one_combined_wheel covers that expectation): these jobs build none.
+    jobs = [{**job, "portable": []} for job in MATRIX.jobs(MATRIX.select([c.id for c in cells]))]
     assert _assemble(tmp_path, jobs, "--summary", str(summary)) == 0
     notes = (tmp_path / "notes" / "NOTES.md").read_text(encoding="utf-8")
     assert f"{len(cells)} of {len(cells)} cells" in notes
@@ -435,8 +437,43 @@ def test_the_assemble_job_reports_absent_cells_and_leaves_the_verdict_to_verify(
 ) -> None:
     _, cells = cuda_and_rocm
     jobs = MATRIX.jobs(MATRIX.select([*(c.id for c in cells), "linux_aarch64-t28_cpu"]))
+    # The fixture's wheels carry no portable table; the aarch64 job, which uploaded
+    # nothing, would have carried its group's, so it is absent too.
+    jobs = [job if job["id"] == "linux_aarch64-cpu" else {**job, "portable": []} for job in jobs]
     assert _assemble(tmp_path, jobs) == 0
     notes = (tmp_path / "notes" / "NOTES.md").read_text(encoding="utf-8")
-    assert f"{len(cells)} of {len(cells) + 1} cells" in notes
+    assert f"{len(cells)} of {len(cells) + 2} cells" in notes
     assert "job linux_aarch64-cpu uploaded no wheels" in notes
-    assert "1 of these block publishing" in notes
+    assert "`linux_aarch64-portable` | linux_aarch64-cpu | absent" in notes
+    assert "2 of these block publishing" in notes
+
+
+def test_release_expects_the_portable_table_in_one_combined_wheel(tmp_path: Path) -> None:
+    """Issue 30: the job matrix names each group's portable table under its first job;
+    the release holds it when exactly one combined wheel carries it (no variant wheel
+    does), and it is absent, blocking publishing, otherwise."""
+    from devtools.contents import release_contents
+    from devtools.distfiles import WheelInfo
+
+    (cell,) = _cells("linux_x86_64-t28_cpu")
+    (job,) = MATRIX.jobs([cell])
+    assert job["portable"] == ["linux_x86_64-portable"]
+    (table,) = flowjob.job_portable_cells(MATRIX, job)
+    native, _ = flowjob.stand_in_library(cell, tmp_path, elf=False)
+    portable, _ = flowjob.stand_in_library(table, tmp_path, elf=False)
+    assert (portable.torch, portable.backend, portable.cell) == ("any", None, table.id)
+
+    def wheel(name: str, *libraries: Any, label: str | None = None) -> WheelInfo:
+        return WheelInfo(tmp_path / name, frozenset(), label is not None, libraries, label)
+
+    variant = wheel("v.whl", native, label=cell.label)
+    with_table = release_contents([job], [wheel("c.whl", native, portable), variant])
+    assert {s.cell: s.state for s in with_table} == {cell.id: "present", table.id: "present"}
+    without = release_contents([job], [wheel("c.whl", native), variant])
+    assert {s.cell: s.state for s in without} == {cell.id: "present", table.id: "absent"}
+    (missing,) = [s for s in without if s.cell == table.id]
+    assert missing.reason == "no combined wheel holds it"
+    twice = release_contents(
+        [job], [wheel("c.whl", native, portable), wheel("d.whl", portable), variant]
+    )
+    assert {s.cell: s.state for s in twice}[table.id] == "duplicate"
