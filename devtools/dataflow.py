@@ -348,7 +348,9 @@ def _check_result(
         return f"{tag.interpreter}-{tag.abi}-{'_'.join(platform_key(tag.platform))}"
 
     problems = []
-    failed_cells = {c for j in jobs if j["id"] in fail_jobs for c in j["cells"]}
+    failed_cells = {
+        c for j in jobs if j["id"] in fail_jobs for c in (*j["cells"], *j.get("portable", ()))
+    }
     for status in statuses:
         want = "absent" if status.cell in failed_cells else "present"
         if status.state != want:

@@ -74,8 +74,18 @@ def test_cross_build_of_one_aarch64_cell(
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
     report = json.loads((tmp_path / "build-report.json").read_text())
-    (result,) = report["cells"]
+    results = {r["cell"]: r for r in report["cells"]}
+    # The cell, and its group's portable table (cross-built too: one C file, no torch).
+    assert set(results) == {CELL, "linux_aarch64-portable"}, results
+    result = results[CELL]
     assert result["status"] in ("built", "cached"), result
+    portable = results["linux_aarch64-portable"]
+    assert portable["status"] in ("built", "cached"), portable
+    assert portable["entry"]["platform"] == "linux_aarch64"
+    assert (
+        elf_machine(build_dir / "linux_aarch64-abi3" / portable["entry"]["file"])
+        == (ELF_MACHINES["aarch64"])
+    )
     entry = result["entry"]
     assert entry["platform"] == "linux_aarch64"
     assert entry["cxx11_abi"] is False
@@ -94,5 +104,7 @@ def test_cross_build_of_one_aarch64_cell(
         manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
         names = archive.namelist()
     libs = manifest["libraries"] if isinstance(manifest, dict) else manifest
-    assert [e["file"] for e in libs] == [f"libs/{entry['file']}"]
+    assert sorted(e["file"] for e in libs) == sorted(
+        [f"libs/{entry['file']}", f"libs/{portable['entry']['file']}"]
+    )
     assert f"torch_c_dlpack_ext/libs/{entry['file']}" in names

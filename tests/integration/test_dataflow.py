@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from devtools import dataflow, releaseflow
+from devtools import dataflow, flowjob, releaseflow
 from devtools.matrix import load_matrix
 
 from _torch_c_dlpack_ext_core.version import __version__ as V
@@ -32,6 +32,8 @@ if not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):
 MATRIX = load_matrix()
 #: The cells the release builds (3.13t ones are built locally only).
 RELEASED = [c for c in MATRIX.cells() if not c.not_released]
+#: The portable table of each group, built by the group's first job (issue 30).
+PORTABLE = [p for j in MATRIX.jobs() for p in flowjob.job_portable_cells(MATRIX, j)]
 
 
 def _manifest(wheel: Path) -> list[dict[str, object]]:
@@ -44,7 +46,10 @@ def test_whole_matrix_with_stand_ins(tmp_path: Path) -> None:
     assert result.problems == []
     assert result.jobs == len(MATRIX.jobs()) == 14
     assert result.cells == len(RELEASED)
-    assert sorted(s.cell for s in result.statuses) == sorted(c.id for c in RELEASED)
+    assert sorted(s.cell for s in result.statuses) == sorted(
+        [*(c.id for c in RELEASED), *(p.id for p in PORTABLE)]
+    )
+    assert len(PORTABLE) == 8  # one per combined wheel
     assert {s.state for s in result.statuses} == {"present"}
     # One combined wheel per platform x Python ABI: the abi3 one of each platform and
     # one cp314t wheel each; each with every cell of its group.
@@ -57,7 +62,7 @@ def test_whole_matrix_with_stand_ins(tmp_path: Path) -> None:
         result.combined_wheels
     )
     libraries = _manifest(tmp_path / "verify" / "dist" / x86)
-    want = [c.library for c in RELEASED if c.python == "abi3"
+    want = [c.library for c in [*RELEASED, *PORTABLE] if c.python == "abi3"
             and c.platform.name == "linux_x86_64"]  # fmt: skip
     assert sorted(Path(str(e["file"])).name for e in libraries) == sorted(want)
     assert {e["python"] for e in libraries} == {"abi3"}
@@ -69,7 +74,8 @@ def test_whole_matrix_with_stand_ins(tmp_path: Path) -> None:
                                and j["platform"] == "linux_x86_64")  # fmt: skip
     assert len(same_name) > 1
     notes = (tmp_path / "assemble" / "release-notes" / "NOTES.md").read_text(encoding="utf-8")
-    assert f"{len(RELEASED)} of {len(RELEASED)} cells" in notes
+    every = len(RELEASED) + len(PORTABLE)
+    assert f"{every} of {every} cells" in notes
 
 
 def test_failed_jobs_are_reported_and_only_allowed_ones_pass(tmp_path: Path) -> None:
@@ -86,10 +92,11 @@ def test_failed_jobs_are_reported_and_only_allowed_ones_pass(tmp_path: Path) -> 
     cpu = "win_amd64-cpu"
     blocked = dataflow.rehearse_dataflow(tmp_path / "b", real_cells=(), only=only,
                                          fail_jobs=[cpu])  # fmt: skip
-    assert len(blocked.problems) == 1
-    assert blocked.problems[0].startswith("verify --expect: 6 cell(s) not in the release")
+    assert len(blocked.problems) == 1, blocked.problems
+    # Its 6 cells and its group's portable table (it is the group's first job).
+    assert blocked.problems[0].startswith("verify --expect: 7 cell(s) not in the release")
     notes = (tmp_path / "b" / "assemble" / "release-notes" / "NOTES.md").read_text("utf-8")
-    assert "6 of these block publishing" in notes
+    assert "7 of these block publishing" in notes
 
 
 def test_merged_download_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

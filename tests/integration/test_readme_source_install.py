@@ -247,6 +247,7 @@ def test_after_the_release_the_recipe_builds_this_version_as_printed(
     assert data["package"]["version"] == pinned_requirement().split("==")[1]
     assert str(data["package"]["path"]).startswith(str(user / "venv"))
     built = sorted((e["torch"], e["backend"]) for e in data["bundled"])
-    assert built == [("2.8", "cpu"), ("2.8", "cuda")], data["bundled"]
+    # The env's torch (CPU and CUDA), and the portable table.
+    assert built == [("2.8", "cpu"), ("2.8", "cuda"), ("any", "any")], data["bundled"]
     assert data["decision"]["kind"] == "load", data["decision"]
     assert sdist in {p.name for p in index.iterdir()}
