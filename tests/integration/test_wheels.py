@@ -261,11 +261,15 @@ def test_assemble_from_job_wheels_reproduces_dist(dist: Path, tmp_path: Path) ->
     jobs.mkdir()
     # Two job wheels (as two cibuildwheel jobs would upload), one library each.
     combined = _combined(dist)
-    for label in LABELS:
+    for index, label in enumerate(LABELS):
         (variant,) = dist.glob(f"*-{label}.whl")
         job_dir = jobs / label
         job_dir.mkdir()
-        (job_dir / combined.name).write_bytes(_strip_variant(variant))
+        job_wheel = _strip_variant(variant)
+        if index == 0:
+            # The group's first job also packs its portable table (variant wheels do not).
+            job_wheel = _with_portable_table(job_wheel, combined)
+        (job_dir / combined.name).write_bytes(job_wheel)
     out = tmp_path / "out"
     assemble = [sys.executable, "-m", "devtools", "build", "--assemble-from", str(jobs)]
     _run(
@@ -275,6 +279,50 @@ def test_assemble_from_job_wheels_reproduces_dist(dist: Path, tmp_path: Path) ->
     )
     for name in [p.name for p in dist.iterdir()]:
         assert (out / name).read_bytes() == (dist / name).read_bytes(), name
+
+
+def _with_portable_table(job_wheel: bytes, combined: Path) -> bytes:
+    """``job_wheel`` with the combined wheel's portable library added: the file, its
+    manifest entry and its RECORD line."""
+    import base64
+    import io
+
+    from _torch_c_dlpack_ext_core.manifest import ManifestEntry, dump_manifest
+
+    manifest_name = "torch_c_dlpack_ext/manifest.json"
+    with zipfile.ZipFile(combined) as archive:
+        libraries = json.loads(archive.read(manifest_name))["libraries"]
+        (portable,) = [e for e in libraries if e["torch"] == "any"]
+        library_name = f"torch_c_dlpack_ext/{portable['file']}"
+        library = archive.read(library_name)
+        library_info = archive.getinfo(library_name)
+
+    def record_line(name: str, data: bytes) -> bytes:
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+        return f"{name},sha256={digest.decode()},{len(data)}".encode()
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(job_wheel)) as source, zipfile.ZipFile(buffer, "w") as target:
+        entries = [ManifestEntry.from_json(e) for e in json.loads(source.read(manifest_name))[
+            "libraries"
+        ]]  # fmt: skip
+        manifest = dump_manifest([*entries, ManifestEntry.from_json(portable)])
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename == manifest_name:
+                data = manifest
+            elif info.filename.endswith(".dist-info/RECORD"):
+                target.writestr(library_info, library)
+                lines = [
+                    record_line(manifest_name, manifest)
+                    if line.startswith(manifest_name.encode() + b",")
+                    else line
+                    for line in data.splitlines()
+                ]
+                lines.insert(0, record_line(library_name, library))
+                data = b"".join(line + b"\n" for line in lines)
+            target.writestr(info, data)
+    return buffer.getvalue()
 
 
 def _strip_variant(wheel: Path) -> bytes:
