@@ -124,15 +124,24 @@ def _writable_cache(settings: Settings, name: str) -> Path:
     """``<cache root>/<name>``, created and checked writable; raises :class:`ConfigError`."""
     root, fix = _cache_root(settings)
     output_dir = root / name
+    problem = _not_writable(output_dir)
+    if problem is not None:
+        raise ConfigError(
+            f"JIT cache directory {root} is not writable ({problem.strerror or problem}); {fix}"
+        )
+    return output_dir
+
+
+def _not_writable(output_dir: Path) -> OSError | None:
+    """Why ``output_dir`` cannot be created or written (``None``: it can), probed with a
+    file of a unique name: several processes may probe the same directory at once."""
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=output_dir):
             pass
     except OSError as exc:
-        raise ConfigError(
-            f"JIT cache directory {root} is not writable ({exc.strerror or exc}); {fix}"
-        ) from None
-    return output_dir
+        return exc
+    return None
 
 
 def build_portable(settings: Settings) -> tuple[Path, bytes]:
@@ -183,20 +192,16 @@ def build(torch: Any, info: TorchInfo, backend: Backend, settings: Settings) -> 
     root, fix = _cache_root(settings)
     output_dir = root / cache_key(info, backend, python_tag())
     owners = TrustedOwners(settings.trusted_owner)
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        # A unique name: several processes may probe the same directory at once.
-        with tempfile.TemporaryFile(dir=output_dir):
-            pass
-    except OSError as exc:
+    problem = _not_writable(output_dir)
+    if problem is not None:
         # A read-only cache (a shared or baked-in one) that already holds the build.
         reused = _reuse_read_only(output_dir, info, backend, owners)
         if reused is not None:
             return reused
         raise ConfigError(
-            f"JIT cache directory {root} is not writable ({exc.strerror or exc}) and holds "
-            f"no build for this torch; {fix}"
-        ) from None
+            f"JIT cache directory {root} is not writable ({problem.strerror or problem}) and "
+            f"holds no build for this torch; {fix}"
+        )
     from _torch_c_dlpack_ext_core import driver
 
     def say_building(plan: driver.BuildPlan) -> None:
