@@ -273,7 +273,7 @@ def rehearse(session: nox.Session) -> None:
 def rehearse_dataflow(session: nox.Session) -> None:
     """The release workflow's data flow on this machine, for the whole matrix.
 
-    Replays each job's one call (``devtools/releaseflow.py``) in a folder of its own:
+    Replays each job's one call (``devtools/release/releaseflow.py``) in a folder of its own:
     ``nox -s matrix`` -> per job its wheel (cells this host builds compiled for real,
     the others stand-ins, Linux x86_64 repaired by the real auditwheel command) and
     ``check-repaired --cells`` -> the artifacts laid out as download-artifact v4 does ->

@@ -72,8 +72,8 @@ def _cells(ctx: BenchContext) -> list[tuple[str, Path, str]]:
 
 def _pipeline_cell_id() -> str:
     """The matrix id of the torch 2.8 CPU cell (abi3) on this host."""
-    from devtools.buildhost import host_platform_name
-    from devtools.matrix import load_matrix
+    from devtools.build.host import host_platform_name
+    from devtools.matrix.reader import load_matrix
 
     matrix = load_matrix()
     host = host_platform_name(matrix)

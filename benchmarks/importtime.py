@@ -129,7 +129,7 @@ def release_neighbours(entry: ManifestEntry) -> list[ManifestEntry]:
     checks a manifest of the size users install: every entry is validated on every
     import, and the release's abi3 wheel for Linux x86_64 lists twenty. Their files are
     not bundled (only the matching entry's library is ever read)."""
-    from devtools.matrix import load_matrix
+    from devtools.matrix.reader import load_matrix
 
     neighbours = []
     for cell in load_matrix().cells():
@@ -233,7 +233,7 @@ def _variants(ctx: BenchContext, errors: dict[str, str]) -> list[ImportVariant]:
 
 def _with_cuda_headers() -> OldTorchEnv:
     """The same torch with the CUDA headers, to compile the CUDA library against (cached)."""
-    from devtools.torchenv import torch_env
+    from devtools.envs.torchenv import torch_env
 
     env = torch_env(OLD_TORCH, importable=False, extra=CUDA_HEADERS)
     return OldTorchEnv(python=Path(env.python), torch_dir=Path(env.torch_dir), version=env.version)

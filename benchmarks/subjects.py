@@ -131,12 +131,12 @@ class OldTorchEnv:
 
 
 def old_torch_env(version: str = OLD_TORCH) -> OldTorchEnv:
-    """A cached uv environment with an importable torch ``version`` (devtools/torchenv.py).
+    """A cached uv environment with an importable torch ``version`` (devtools/envs/torchenv.py).
 
     ``packaging`` and ``filelock`` are added because both our package and 0.1.5 import
     them at import time.
     """
-    from devtools.torchenv import torch_env
+    from devtools.envs.torchenv import torch_env
 
     env = torch_env(version, importable=True, extra=("packaging", "filelock"))
     return OldTorchEnv(python=Path(env.python), torch_dir=Path(env.torch_dir), version=env.version)

@@ -1,4 +1,4 @@
-"""``python -m devtools <command>``: see :mod:`devtools.cli`.
+"""``python -m devtools <command>``: see :mod:`devtools.base.cli`.
 
 Run from a checkout's root, the tools import the building blocks of THAT checkout: its
 ``python/`` (``_torch_c_dlpack_ext_core``) goes first on ``sys.path``. So the documented
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from devtools import ROOT
+from devtools.base.hostenv import ROOT
 
 
 def _checkout_core_first() -> None:
@@ -26,6 +26,6 @@ def _checkout_core_first() -> None:
 
 if __name__ == "__main__":
     _checkout_core_first()
-    from devtools.cli import main
+    from devtools.base.cli import main
 
     sys.exit(main())

@@ -11,7 +11,7 @@
 - ``portable_library``: the portable library (``csrc/portable``), compiled;
 - ``torch23_env``: PyPI's torch 2.3.1 (below the matrix) with apache-tvm-ffi;
 - ``progress``: write a line to the terminal past pytest's output capture;
-  ``_torchenv_progress`` (autouse) sends ``devtools.torchenv``'s progress lines there
+  ``_torchenv_progress`` (autouse) sends ``devtools.envs.torchenv``'s progress lines there
   (creating an env takes minutes).
 
 This file is also the parent conftest of ``tests/exchange_suite``, which runs
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from devtools.torchenv import TorchEnv
+    from devtools.envs.torchenv import TorchEnv
 
     from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 
@@ -63,9 +63,9 @@ def progress(request: pytest.FixtureRequest) -> Progress:
 
 @pytest.fixture(scope="session", autouse=True)
 def _torchenv_progress(progress: Progress) -> Iterator[None]:
-    """Show ``devtools.torchenv``'s progress (which env, what is installing, elapsed)."""
+    """Show ``devtools.envs.torchenv``'s progress (which env, what is installing, elapsed)."""
     try:
-        from devtools import torchenv
+        from devtools.envs import torchenv
     except ImportError:  # inside an old-torch env (the exchange suite): nothing to show
         yield
         return
@@ -179,7 +179,7 @@ OLD_ENV_EXTRAS = ("pytest", "psutil")
 def old_torch_env() -> Callable[[str], TorchEnv]:
     """Factory: ``old_torch_env("2.6.0")`` -> an importable env with PyPI's torch 2.6.0,
     pytest and psutil (created once under the dev cache, then reused)."""
-    from devtools.torchenv import torch_env
+    from devtools.envs.torchenv import torch_env
 
     def make(version: str) -> TorchEnv:
         return torch_env(version, importable=True, extra=OLD_ENV_EXTRAS)
@@ -195,6 +195,6 @@ def torch23_env() -> TorchEnv:
 
     if sys.version_info[:2] != (3, 11):
         pytest.skip(f"the torch {OLD_TORCH} env is made for CPython 3.11; this is {sys.version}")
-    from devtools.torchenv import torch_env
+    from devtools.envs.torchenv import torch_env
 
     return torch_env(OLD_TORCH, importable=True, python="3.11", extra=[TVM_FFI])

@@ -4,7 +4,7 @@ and a bounded subprocess runner.
 ``make_package`` stands in for the wheel builder: it copies the package sources,
 puts libraries into ``libs/`` and writes ``manifest.json`` with ``write_manifest``,
 so a test can point ``PYTHONPATH`` at the result in any environment (the running
-Python, or an old-torch env from ``devtools.torchenv``).
+Python, or an old-torch env from ``devtools.envs.torchenv``).
 """
 
 from __future__ import annotations

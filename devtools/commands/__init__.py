@@ -1,4 +1,8 @@
-"""The commands of ``python -m devtools`` (table: :data:`devtools.cli.COMMANDS`), one module
-each: ``add_arguments(parser)`` declares its options, ``run(args) -> int`` parses what the
-library modules should not (paths, comma lists) and calls them. Errors are left to
-:mod:`devtools.cli`, which reports them once."""
+"""The commands of ``python -m devtools`` (table: :data:`devtools.base.cli.COMMANDS`),
+one module each: ``add_arguments(parser)`` declares its options, ``run(args) -> int``
+parses what the rooms below should not (paths, comma lists) and calls them. Errors are
+left to :mod:`devtools.base.cli`, which reports them once.
+
+May import: every room (``base``, ``matrix``, ``envs``, ``build``, ``release``,
+``rehearse``); nothing imports a command but the command line, by name.
+"""

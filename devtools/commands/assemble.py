@@ -38,12 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from devtools import contents, distfiles, publish, wheels
+    from devtools.build import wheels
+    from devtools.matrix.reader import load_matrix
+    from devtools.release import contents, distfiles, publish
 
     for path in wheels.assemble_from_wheels(args.cells, args.dist):
         print(f"wrote {path}", file=sys.stderr)
     statuses = contents.write_contents(
-        args.matrix, [args.dist], cells_dir=args.cells, out=args.notes
+        args.matrix, [args.dist], matrix=load_matrix(), cells_dir=args.cells, out=args.notes
     )
     if args.summary is not None:
         with args.summary.open("a", encoding="utf-8") as summary:

@@ -6,7 +6,7 @@ torch minor, backend and ABI serves every CPython >= 3.9 with the GIL, so the
 Python running this command does not matter) and the free-threaded ones.
 
 Per cell: a cached folder holding that torch release (installed ``--no-deps`` for
-one CPython the torch minor supports, never imported; :func:`devtools.torchenv.torch_tree`:
+one CPython the torch minor supports, never imported; :func:`devtools.envs.torchenv.torch_tree`:
 its headers and libraries are the same in every CPython's wheel, so no other
 interpreter is needed), one compile through the driver
 (:func:`_torch_c_dlpack_ext_core.driver.compile_library`, which audits the ABI, the
@@ -19,7 +19,7 @@ timeout), no ROCm toolchain, no free-threaded CPython. An empty ``--cells`` is a
 before any work, and a run that builds none of the cells it selected fails (exit 13).
 
 Libraries land in ``build/cells/<platform>-abi3/`` (``<platform>-cp314t/``) with a
-manifest (each entry names its ``python``); then :mod:`devtools.wheels` packs the
+manifest (each entry names its ``python``); then :mod:`devtools.build.wheels` packs the
 combined, variant and universal wheels, the variants index and the sdist into
 ``dist/``. A report (``build-report.json``) goes beside the output folder, never into
 it (dist/ holds only what gets published): ``build/build-report.json`` by default,
@@ -32,7 +32,7 @@ DIR, for the backend's ``libs-dir=``; every selected cell must then be built.
 ``--platform NAME`` builds the cells of another matrix platform, cross-compiled with
 that target's toolchain (the driver's ``platform=``, a registry entry like any other:
 ``linux_aarch64`` on a Linux host uses Debian's ``aarch64-linux-gnu-g++``) against
-its torch wheels (:func:`~devtools.torchenv.torch_tree`'s ``platform``); its abi3 cells
+its torch wheels (:func:`~devtools.envs.torchenv.torch_tree`'s ``platform``); its abi3 cells
 only (a free-threaded cell needs that platform's interpreter). On a host of that
 platform it is a native build.
 
@@ -53,12 +53,13 @@ from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
-from devtools import ROOT, build
-from devtools.buildhost import host_platform_name
-from devtools.cells import Cell, PortableCell, group_dir, portable_cells
-from devtools.errors import CellsNotBuiltError
-from devtools.matrix import load_matrix
-from devtools.matrixmodel import Matrix
+from devtools.base.errors import CellsNotBuiltError
+from devtools.base.hostenv import ROOT
+from devtools.build import cellbuild as build
+from devtools.build.host import host_platform_name
+from devtools.matrix.cells import Cell, PortableCell, group_dir, portable_cells
+from devtools.matrix.model import Matrix
+from devtools.matrix.reader import load_matrix
 
 DEFAULT_BUILD_DIR = ROOT / "build" / "cells"
 DEFAULT_OUT = ROOT / "dist"
@@ -188,7 +189,7 @@ def without_freethreaded(cells: Sequence[Cell]) -> tuple[Cell, ...]:
 
 def run(args: argparse.Namespace) -> int:
     if args.jobs is None:
-        from devtools.buildhost import default_jobs
+        from devtools.build.host import default_jobs
 
         args.jobs = default_jobs()
     if args.jobs < 1:
@@ -201,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     source_date_epoch()
     out = Path(args.out) if args.out is not None else DEFAULT_OUT
     if args.assemble_from is not None:
-        from devtools import wheels
+        from devtools.build import wheels
 
         made = wheels.assemble_from_wheels(args.assemble_from, out)
         for path in made:
@@ -250,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
         entries = build.copy_libs(every, results, build_dir, args.libs_dir.resolve())
         print(f"copied {len(entries)} librar(y/ies) and their manifest to {args.libs_dir}")
     if not args.no_assemble:
-        from devtools import wheels
+        from devtools.build import wheels
 
         # Exactly the selected cells this run built or found cached: the group
         # directories also keep libraries of cells an earlier run selected.

@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from devtools.cisteps import check_repaired
+    from devtools.release.cisteps import check_repaired
 
     cells = None
     if args.cells is not None:

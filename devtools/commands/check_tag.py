@@ -11,7 +11,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from devtools.publish import check_tag
+    from devtools.release.publish import check_tag
 
     check_tag(args.tag)
     return 0

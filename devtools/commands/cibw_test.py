@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from devtools.cisteps import check_installed_job
+    from devtools.release.cisteps import check_installed_job
 
     print(check_installed_job(Path(sys.executable)))
     return 0

@@ -16,7 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from devtools.contents import write_contents
+    from devtools.matrix.reader import load_matrix
+    from devtools.release.contents import write_contents
 
-    write_contents(args.matrix, args.dist, cells_dir=args.cells, out=args.out)
+    matrix = load_matrix()
+    write_contents(args.matrix, args.dist, matrix=matrix, cells_dir=args.cells, out=args.out)
     return 0

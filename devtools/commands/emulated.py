@@ -1,10 +1,10 @@
 """``python -m devtools emulated --platform linux_aarch64`` (``nox -s emulated``): our
 aarch64 wheel on real aarch64 CPython and real aarch64 torch, under qemu-user, for every
-torch minor of the matrix (what is provisioned and checked: :mod:`devtools.emulated`).
+torch minor of the matrix (what is provisioned and checked: :mod:`devtools.envs.emulated`).
 
 It prints one table, a row per minor (``ok``, or ``failed`` with the cause), and exits 0
 only if every minor held (1 otherwise). A host that cannot emulate (not root, no
-binfmt_misc, no qemu-user; :mod:`devtools.emulation`) is told so in one line, with exit
+binfmt_misc, no qemu-user; :mod:`devtools.envs.emulation`) is told so in one line, with exit
 code 14.
 """
 
@@ -17,8 +17,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from devtools import ROOT, emulated, emulation
-from devtools.matrix import load_matrix
+from devtools.base.hostenv import ROOT
+from devtools.envs import emulated, emulation
+from devtools.matrix.reader import load_matrix
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

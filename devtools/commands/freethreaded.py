@@ -1,13 +1,13 @@
 """``python -m devtools freethreaded 3.14t``: build (once) and print a cached free-threaded
-CPython (:func:`devtools.freethreaded.free_threaded_python`: from Debian's CPython sources,
+CPython (:func:`devtools.envs.freethreaded.free_threaded_python`: from Debian's CPython sources,
 into the dev cache); prints its executable's path."""
 
 from __future__ import annotations
 
 import argparse
 
-from devtools.debsource import DEBIAN_MIRROR
-from devtools.freethreaded import SOURCES
+from devtools.envs.debsource import DEBIAN_MIRROR
+from devtools.envs.freethreaded import SOURCES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from devtools.freethreaded import free_threaded_python
+    from devtools.envs.freethreaded import free_threaded_python
 
     found = free_threaded_python(
         args.version, jobs=args.jobs, mirror=args.mirror, install_build_deps=args.install_build_deps

@@ -1,6 +1,6 @@
 """``python -m devtools gpu-carry [--dest DIR]``: gather the wheels the offline GPU machine
 lacks for ``tests/gpu/gpu_check.py`` into one folder (what and why:
-:mod:`devtools.gpu_carry`), then print the one line that installs them there and runs the
+:mod:`devtools.envs.gpu_carry`), then print the one line that installs them there and runs the
 check."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from devtools import ROOT
-from devtools.gpu_carry import CARRY_DIR, gather, install_line
+from devtools.base.hostenv import ROOT
+from devtools.envs.gpu_carry import CARRY_DIR, gather, install_line
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

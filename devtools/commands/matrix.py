@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
-from devtools.errors import MatrixError
-from devtools.matrix import load_matrix
+from devtools.base.errors import MatrixError
+from devtools.matrix.reader import load_matrix
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     if args.github_output is not None:
-        from devtools.cisteps import github_output_lines
-        from devtools.hostenv import requires_python
+        from devtools.base.hostenv import requires_python
+        from devtools.release.cisteps import github_output_lines
 
         lines = github_output_lines({"include": jobs}, requires_python=requires_python())
         # Appended, never replaced: the file holds the other steps' outputs too.

@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from devtools.publish import publish_target
+    from devtools.release.publish import publish_target
 
     flag = args.publish.strip().lower()
     if flag not in ("true", "false", ""):

@@ -1,5 +1,5 @@
 """``python -m devtools rehearse`` (``nox -s rehearse``): the release rehearsal against a
-real package index on 127.0.0.1 (what it checks: :mod:`devtools.rehearse`). Prints one
+real package index on 127.0.0.1 (what it checks: :mod:`devtools.rehearse.rehearsal`). Prints one
 table and exits 1 if a check failed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
-from devtools import rehearse
+from devtools.rehearse import rehearsal as rehearse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,5 @@
 """``python -m devtools rehearse-dataflow`` (``nox -s rehearse_dataflow``): the release
-workflow's data flow, replayed on this machine (what it replays: :mod:`devtools.dataflow`).
+workflow's data flow, replayed on this machine (what it replays: :mod:`devtools.rehearse.dataflow`).
 Prints a summary and ends "data flow ok", or exits 1 listing each problem."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import argparse
 import contextlib
 from pathlib import Path
 
-from devtools import ROOT, dataflow
-from devtools.steps import work_folder
+from devtools.base.hostenv import ROOT
+from devtools.base.steps import work_folder
+from devtools.rehearse import dataflow
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

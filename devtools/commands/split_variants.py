@@ -13,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from devtools.distfiles import split_variants
+    from devtools.release.distfiles import split_variants
 
     for path in split_variants(args.dist, args.dest):
         print(path)

@@ -1,6 +1,6 @@
 """``python -m devtools torchenv 2.6.0 [--importable] [--python 3.11] [--extra REQ]``:
 create (or reuse) the cached virtual environment holding that torch release
-(:func:`devtools.torchenv.torch_env`) and print its path."""
+(:func:`devtools.envs.torchenv.torch_env`) and print its path."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from devtools.torchenv import torch_env
+    from devtools.envs.torchenv import torch_env
 
     env = torch_env(args.version, importable=args.importable, python=args.python, extra=args.extra)
     print(env.root)

@@ -24,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from devtools.contents import load_jobs
-    from devtools.verify import verify
+    from devtools.release.contents import load_jobs
+    from devtools.release.verify import verify
 
     expect = load_jobs(args.expect) if args.expect is not None else None
     torch = None

@@ -990,7 +990,7 @@ TVM_TORCH = "2.8.0"
 
 @pytest.fixture(scope="module")
 def tvm_env() -> Any:
-    from devtools.torchenv import torch_env
+    from devtools.envs.torchenv import torch_env
 
     return torch_env(TVM_TORCH, importable=True, extra=["apache-tvm-ffi"])
 

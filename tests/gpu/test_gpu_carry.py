@@ -1,4 +1,4 @@
-"""devtools/gpu_carry.py without the network: pip's download is replaced by fake wheels."""
+"""devtools/envs/gpu_carry.py without the network: pip's download is replaced by fake wheels."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from devtools import gpu_carry
-from devtools.errors import ProvisionError
+from devtools.base.errors import ProvisionError
+from devtools.envs import gpu_carry
 
 WHEEL_FILES = {
     "apache-tvm-ffi": "apache_tvm_ffi-0.1.15.post2-cp312-cp312-manylinux_2_28_x86_64.whl",

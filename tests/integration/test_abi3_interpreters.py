@@ -9,7 +9,7 @@ tvm-ffi round-trip a tensor through it, and ``python -m torch_c_dlpack_ext`` mus
 0. The interpreters are the CPythons this machine has (found by version; a missing
 one skips its case, saying so); torch environments are cached under the dev cache,
 their downloads shared through uv's cache. The free-threaded ``cp314t`` wheel gets the
-same check on free-threaded CPython 3.14 (from ``devtools.freethreaded``, which builds
+same check on free-threaded CPython 3.14 (from ``devtools.envs.freethreaded``, which builds
 and caches it; skipped with the reason where it cannot).
 """
 
@@ -110,7 +110,7 @@ def test_pip_and_uv_pick_the_abi3_wheel_for_every_cpython(
     """Resolution only (no interpreter of that version needed): every CPython >= 3.9
     with the GIL, 3.14 and a future 3.15 included, gets the one abi3 wheel; a
     free-threaded one, for which this dist has no wheel, the universal wheel."""
-    from devtools.hostenv import find_uv
+    from devtools.base.steps import find_uv
 
     platform = _combined_platform(abi3_dist)
     version = python.removesuffix("t")
@@ -165,7 +165,7 @@ print(json.dumps({"python": sys.version.split()[0], "torch": torch.__version__,
 def _install_target(python: Path, site: Path, *args: str) -> None:
     """Install into ``site`` for ``python``'s CPython with uv (pip itself no longer runs
     for 3.9), its configuration files off: only the named sources count."""
-    from devtools.hostenv import find_uv
+    from devtools.base.steps import find_uv
 
     cmd = [find_uv(), "pip", "install", "--no-config", "--python", str(python), "--target",
            str(site), *args]  # fmt: skip
@@ -177,7 +177,7 @@ def _install_target(python: Path, site: Path, *args: str) -> None:
 def test_abi3_wheel_loads_and_round_trips_through_tvm_ffi(
     abi3_dist: Path, tmp_path: Path, python: str, torch: str
 ) -> None:
-    from devtools.torchenv import torch_env
+    from devtools.envs.torchenv import torch_env
 
     interpreter = find_interpreter(python)
     if interpreter is None:
@@ -223,8 +223,8 @@ def test_free_threaded_wheel_loads_and_round_trips_through_tvm_ffi(
 ) -> None:
     """The cp314t wheel: its libraries compiled against free-threaded CPython 3.14's
     headers and torch 2.9.1's cp314t wheel, run there with the GIL off."""
-    from devtools.buildhost import freethreaded_python
-    from devtools.torchenv import torch_env
+    from devtools.build.host import freethreaded_python
+    from devtools.envs.torchenv import torch_env
 
     found = freethreaded_python("3.14t")
     if isinstance(found, str):

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from devtools.torchenv import TorchEnv
+from devtools.envs.torchenv import TorchEnv
 
 from _torch_c_dlpack_ext_core.driver import compile_library
 from _torch_c_dlpack_ext_core.errors import ABIAuditError

@@ -3,7 +3,7 @@
 Torch >= 2.10 has its own exchange API, so nothing here is shipped by default; but users
 force ours for A/B tests (``TORCH_C_DLPACK_EXT_FORCE=1``) and the GPU check
 (``tests/gpu/gpu_check.py``) builds for the GPU machine's torch 2.11. Each release is a
-cached no-deps env (``devtools.torchenv``: ~900 MB download per torch wheel on a cold
+cached no-deps env (``devtools.envs.torchenv``: ~900 MB download per torch wheel on a cold
 uv cache, ~1.5 GB on disk, shared with the other envs through uv's hard links) plus the
 CUDA header wheels of that torch's CUDA major (``_compile.cuda_header_wheels``: CUDA 12:
 nvidia-cuda-runtime-cu12 + nvidia-cuda-nvcc-cu12; CUDA 13: nvidia-cuda-runtime +
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from devtools.torchenv import torch_env
+from devtools.envs.torchenv import torch_env
 
 from _torch_c_dlpack_ext_core.driver import check_tensor_layout, compile_library, plan_build
 from _torch_c_dlpack_ext_core.headers import cuda_header_wheels, find_dlpack_include

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devtools.torchenv import TorchEnv, torch_env
+from devtools.envs.torchenv import TorchEnv, torch_env
 
 from _torch_c_dlpack_ext_core.driver import compile_library, plan_build
 from _torch_c_dlpack_ext_core.errors import ABIAuditError, BuildError

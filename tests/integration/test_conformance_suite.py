@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from devtools.torchenv import torch_env
+from devtools.envs.torchenv import torch_env
 
 from _torch_c_dlpack_ext_core.driver import compile_library
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry

@@ -1,6 +1,6 @@
-"""The release workflow's data flow, rehearsed on this machine (``devtools/dataflow.py``,
+"""The release workflow's data flow, rehearsed on this machine (``devtools/rehearse/dataflow.py``,
 ``nox -s rehearse_dataflow``): the whole matrix, each job's one call replayed in a folder
-of its own (``devtools/releaseflow.py``), from ``nox -s matrix`` through job wheels
+of its own (``devtools/release/releaseflow.py``), from ``nox -s matrix`` through job wheels
 (repaired with the real repair command where this host can) and their post-build check,
 the artifact layout of download-artifact v4, ``nox -s assemble`` (contents, the twine
 check) and ``verify --expect``.
@@ -21,8 +21,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from devtools import dataflow, flowjob, releaseflow
-from devtools.matrix import load_matrix
+from devtools.matrix.reader import load_matrix
+from devtools.rehearse import dataflow, flowjob
+from devtools.release import releaseflow
 
 from _torch_c_dlpack_ext_core.version import __version__ as V
 

@@ -1,4 +1,4 @@
-"""``devtools.freethreaded`` for real: a free-threaded CPython built from Debian's sources
+"""``devtools.envs.freethreaded`` for real: a free-threaded CPython built from Debian's sources
 (cached in the dev cache after the first run: a cold build takes about 10 minutes here, see
 docs/facts.md), whose headers build an extension that imports without the GIL, and the error
 a host that cannot reach the archive gets."""
@@ -12,9 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from devtools import debsource, freethreaded
-from devtools.errors import ProvisionError
-from devtools.freethreaded import free_threaded_python
+from devtools.base.errors import ProvisionError
+from devtools.envs import debsource, freethreaded
+from devtools.envs.freethreaded import free_threaded_python
 from tests.helpers import ROOT, devtools_env
 
 Progress = Callable[[str], None]

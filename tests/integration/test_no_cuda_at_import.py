@@ -112,7 +112,7 @@ def test_no_cuda_query_on_the_running_torch(
 def cuda_library_env(build_cache: Path) -> tuple[Any, Path, ManifestEntry]:
     """PyPI's torch 2.8.0 (a CUDA 12.8 build), importable, with the CUDA headers the CUDA
     library compiles against; and that library, compiled (cached by the driver)."""
-    from devtools.torchenv import torch_env
+    from devtools.envs.torchenv import torch_env
 
     from _torch_c_dlpack_ext_core.driver import compile_library
 

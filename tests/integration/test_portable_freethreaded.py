@@ -147,7 +147,7 @@ print("no crash")
 
 def _free_threaded(version: str) -> tuple[Path, Path]:
     """(interpreter, include dir) of the dev cache's free-threaded CPython, or skip."""
-    from devtools import freethreaded
+    from devtools.envs import freethreaded
 
     prefix = freethreaded.prefix_for(version)
     found = freethreaded._read(version, prefix)
@@ -158,7 +158,7 @@ def _free_threaded(version: str) -> tuple[Path, Path]:
 
 def _torch_python(version: str, interpreter: Path) -> Path:
     """The free-threaded torch env's python: created for 3.14t, only reused for others."""
-    from devtools import torchenv
+    from devtools.envs import torchenv
 
     extra = (TVM_FFI.split("==")[0],)
     if version != "3.14t":

@@ -1,11 +1,11 @@
 """The portable table on real torches that no native library serves (issue 30, item 5).
 
 * Debian 13 (trixie)'s own ``python3-torch`` (2.6.0+debian, cxx11 ABI, CPU, CPython 3.13)
-  in a cached debootstrap root (:mod:`devtools.distro`): a fresh ``python3 -m venv
+  in a cached debootstrap root (:mod:`devtools.envs.distro`): a fresh ``python3 -m venv
   --system-site-packages`` venv per test, apache-tvm-ffi installed there by the root's
   pip (from a wheelhouse the root's pip downloaded once from PyPI).
 * PyPI's torch 2.3.1 (a CUDA 12.1 build, older than the matrix; on this GPU-less host it
-  runs CPU tensors) in a cached CPython 3.11 env (:func:`devtools.torchenv.torch_env`,
+  runs CPU tensors) in a cached CPython 3.11 env (:func:`devtools.envs.torchenv.torch_env`,
   uv with the shared cache), with apache-tvm-ffi.
 
 In each, ``fixtures/portable_proof.py`` runs in a fresh process and reports; the tests
@@ -162,11 +162,12 @@ def portable_wheel(
     ``dist/``'s (``nox -s build``) when it holds it, else one ``nox -s build``'s own steps
     make from the checkout with the portable cell alone (``build_portable_cells``, then
     ``assemble_dist`` with the auditwheel repair: a manylinux wheel, as released)."""
-    from devtools import build, wheels
-    from devtools.cells import group_dir, portable_cells
-    from devtools.emulated import combined_wheel
-    from devtools.matrix import load_matrix
-    from devtools.wheelnames import parse_wheel_name
+    from devtools.base.wheelnames import parse_wheel_name
+    from devtools.build import cellbuild as build
+    from devtools.build import wheels
+    from devtools.envs.emulated import combined_wheel
+    from devtools.matrix.cells import group_dir, portable_cells
+    from devtools.matrix.reader import load_matrix
 
     from _torch_c_dlpack_ext_core.naming import ANY, MANIFEST_NAME, PACKAGE
     from _torch_c_dlpack_ext_core.version import __version__
@@ -208,8 +209,8 @@ def runtime_requirements() -> list[str]:
 @pytest.fixture(scope="module")
 def trixie(progress: Callable[[str], None]) -> tuple[Path, Path]:
     """The cached trixie root and its wheelhouse (made on first use)."""
-    from devtools import distro
-    from devtools.errors import EmulationUnavailableError
+    from devtools.base.errors import EmulationUnavailableError
+    from devtools.envs import distro
 
     try:
         distro.check_host()
@@ -232,7 +233,7 @@ def test_trixie_python3_torch(
     """Debian's own torch 2.6.0 (cxx11 ABI, CPython 3.13), our wheel and apache-tvm-ffi
     installed by the root's pip into a ``--system-site-packages`` venv: the import selects
     the portable table, and the full proof holds."""
-    from devtools import distro
+    from devtools.envs import distro
 
     root, house = trixie
     started = time.monotonic()
@@ -273,7 +274,8 @@ def test_pypi_torch_231(
     wheel installed by uv into a fresh venv that sees the cached torch env (a ``.pth``,
     as ``--system-site-packages`` sees a distribution's torch): the import selects the
     portable table, and the full proof holds."""
-    from devtools.hostenv import find_uv, venv_python
+    from devtools.base.hostenv import venv_python
+    from devtools.base.steps import find_uv
 
     started = time.monotonic()
     venv = tmp_path / "venv"

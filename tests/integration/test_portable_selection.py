@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devtools import build, wheels
-from devtools.cells import group_dir, portable_cells
-from devtools.wheelnames import is_variant_name
+from devtools.base.wheelnames import is_variant_name
+from devtools.build import cellbuild as build
+from devtools.build import wheels
+from devtools.matrix.cells import group_dir, portable_cells
 from tests.helpers import CSRC, ROOT, make_package, run_python
 from tests.unit.test_cells import MATRIX, _cell, fake_compile  # noqa: F401 (a fixture)
 
@@ -299,7 +300,7 @@ def test_force_with_a_failed_jit_never_puts_the_portable_table_over_torchs_own(
 def test_the_driver_builds_a_free_threaded_portable_table(tmp_path: Path, version: str) -> None:
     """Once per free-threaded Python: the full API (no Py_LIMITED_API), named for that
     interpreter, audited torch-free against its libpython."""
-    from devtools import freethreaded
+    from devtools.envs import freethreaded
 
     prefix = freethreaded.prefix_for(version)
     found = freethreaded._read(version, prefix)

@@ -149,7 +149,7 @@ def test_exchange_suite_on_torch213(portable_library: Path) -> None:
 def test_exchange_suite_on_older_torch(portable_library: Path, version: str) -> None:
     """torch 2.4-2.8 export and import legacy DLManagedTensor capsules only; 2.9 has
     versioned capsules but imports neither byte_offset nor the float8/fp4 codes."""
-    from devtools.torchenv import torch_env
+    from devtools.envs.torchenv import torch_env
 
     env = torch_env(version, importable=True, extra=("pytest", "psutil"))
     assert run_exchange_suite(env.python, portable_library) >= MIN_SUITE_PASSED_OLD
@@ -284,7 +284,7 @@ def test_deleters_after_finalize(
 ) -> None:
     python: Path | str = sys.executable
     if torch_version != "running":
-        from devtools.torchenv import torch_env
+        from devtools.envs.torchenv import torch_env
 
         python = torch_env(torch_version, importable=True, extra=("pytest", "psutil")).python
     caller = _native_caller(tmp_path)
@@ -439,7 +439,7 @@ print("initialized", torch.cuda.is_initialized())
 
 
 def test_cpu_exchanges_leave_cuda_uninitialised(portable_library: Path) -> None:
-    from devtools.torchenv import torch_env
+    from devtools.envs.torchenv import torch_env
 
     env = torch_env(OLD_TORCH, importable=True, extra=("pytest", "psutil"))
     proc = run_python(

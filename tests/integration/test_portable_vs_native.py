@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from devtools.torchenv import torch_env
+from devtools.envs.torchenv import torch_env
 from tests.helpers import ROOT, clean_env, run_python
 
 from _torch_c_dlpack_ext_core.driver import compile_library

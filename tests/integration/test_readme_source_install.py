@@ -139,7 +139,7 @@ def _index(directory: Path, log: Path) -> Iterator[str]:
 def _old_sdist(directory: Path) -> Path:
     """PyPI's 0.1.5 sdist (found through PyPI's simple page, sha256-checked, kept in the
     developer cache)."""
-    from devtools.hostenv import dev_cache_root
+    from devtools.base.hostenv import dev_cache_root
 
     name = f"torch_c_dlpack_ext-{OLD_RELEASE}.tar.gz"
     cached = dev_cache_root() / "downloads" / name
@@ -178,7 +178,7 @@ def _bash(
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory, progress: Progress) -> tuple[Path, Path]:
     """(the user's directory with ``venv/`` holding torch 2.8.0, the index folder)."""
-    from devtools.hostenv import find_uv
+    from devtools.base.steps import find_uv
 
     lines = _recipe()
     work = tmp_path_factory.mktemp("readme-source")

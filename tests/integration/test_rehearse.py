@@ -19,8 +19,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from devtools import cli, distfiles, indexinstall, indexserver, publish, rehearse
-from devtools.errors import ReleaseError
+from devtools.base import cli
+from devtools.base.errors import ReleaseError
+from devtools.rehearse import indexinstall, indexserver
+from devtools.rehearse import rehearsal as rehearse
+from devtools.release import distfiles, publish
 from tests.helpers import devtools_env
 
 from _torch_c_dlpack_ext_core.errors import CommandError

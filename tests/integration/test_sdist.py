@@ -59,7 +59,7 @@ def _venv(path: Path, wheelhouse: Path, *, torch: str | None) -> Path:
     _run([str(python), "-m", "pip", "install", "--isolated", "--no-index", "--find-links",
           str(wheelhouse), *BUILD_REQUIREMENTS])  # fmt: skip
     if torch is not None:
-        from devtools.hostenv import find_uv
+        from devtools.base.steps import find_uv
 
         # torch --no-deps: compiling needs its files only (uv's cache makes this quick).
         _run([find_uv(), "pip", "install", "--python", str(python), "--no-deps", f"torch=={torch}"])

@@ -33,7 +33,7 @@ TORCH = "2.8.0"
 
 @pytest.fixture(scope="module")
 def tvm_env() -> Any:
-    from devtools.torchenv import torch_env
+    from devtools.envs.torchenv import torch_env
 
     # The CUDA headers the CUDA library compiles against (torch 2.8 is a CUDA 12.8 build).
     headers = ["nvidia-cuda-runtime-cu12==12.8.*", "nvidia-cuda-nvcc-cu12==12.8.*"]
@@ -160,7 +160,7 @@ def test_a_table_tvm_ffi_published_is_named_as_tvm_ffis(
     """Issue 21 item 1, with real tvm-ffi: its JIT-built addon (it exports
     ``TorchDLPackExchangeAPIPtr`` too) published the table before our import; the status
     names its image and never calls it this package's."""
-    from devtools.torchenv import torch_env
+    from devtools.envs.torchenv import torch_env
 
     # setuptools: tvm-ffi builds its addon with torch.utils.cpp_extension.
     env = torch_env(

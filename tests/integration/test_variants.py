@@ -61,7 +61,7 @@ def links(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> Path:
 def test_uv_wheel_variants_installs_a_wheel_that_serves_torch_28(
     links: Path, tmp_path: Path, old_torch_env: Callable[[str], Any], forced: bool
 ) -> None:
-    from devtools.hostenv import find_uv
+    from devtools.base.steps import find_uv
 
     env = old_torch_env("2.8.0")
     target = tmp_path / "site"
@@ -107,7 +107,7 @@ def test_uv_wheel_variants_installs_a_wheel_that_serves_torch_28(
 
 def test_uv_reads_our_variants_index(links: Path, tmp_path: Path) -> None:
     """uv parses the index and names the providers it skips (so the metadata reached it)."""
-    from devtools.hostenv import find_uv
+    from devtools.base.steps import find_uv
 
     venv = tmp_path / "venv"
     _run([find_uv(), "venv", "--quiet", "--python", sys.executable, str(venv)])

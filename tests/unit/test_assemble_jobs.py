@@ -13,10 +13,13 @@ from typing import Any
 import pytest
 from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
-from devtools import cisteps, contents, distfiles, flowjob, repair, verify, wheelnames, wheels
-from devtools.cells import Cell
-from devtools.errors import ReleaseError
-from devtools.matrix import load_matrix
+from devtools.base import wheelnames
+from devtools.base.errors import ReleaseError
+from devtools.build import repair, wheels
+from devtools.matrix.cells import Cell
+from devtools.matrix.reader import load_matrix
+from devtools.rehearse import flowjob
+from devtools.release import cisteps, contents, distfiles, verify
 
 from _torch_c_dlpack_ext_core.manifest import sha256_of
 from _torch_c_dlpack_ext_core.version import __version__
@@ -147,7 +150,9 @@ def test_assemble_keeps_every_jobs_libraries(
         {"id": "macosx_11_0_arm64-cpu", "cells": [cells[4].id], "allow_failure": ""},
     ]
     infos = [distfiles.read_wheel(p) for p in sorted(out.glob("*.whl"))]
-    statuses = contents.release_contents(jobs, infos, arrived=contents.arrived_jobs(cells_dir))
+    statuses = contents.release_contents(
+        load_matrix(), jobs, infos, arrived=contents.arrived_jobs(cells_dir)
+    )
     assert [(s.cell, s.state) for s in statuses] == [(c.id, "present") for c in cells]
     contents.check_contents(statuses)
     # A CUDA variant wheel carries its own library only (no CPU copy any more).
@@ -176,7 +181,9 @@ def test_contents_name_what_is_missing_and_whether_that_is_allowed(
             "allow_failure": "unproven",
         },
     ]
-    statuses = contents.release_contents(jobs, infos, arrived=contents.arrived_jobs(cells_dir))
+    statuses = contents.release_contents(
+        load_matrix(), jobs, infos, arrived=contents.arrived_jobs(cells_dir)
+    )
     (absent,) = [s for s in statuses if s.state != "present"]
     assert absent.cell == "linux_x86_64-t27_rocm"
     assert (
@@ -191,7 +198,7 @@ def test_contents_name_what_is_missing_and_whether_that_is_allowed(
     # The same absence for a job that may not fail blocks verify.
     jobs[-1] = {"id": "linux_aarch64-cpu", "cells": ["linux_aarch64-t28_cpu"],
                 "allow_failure": ""}  # fmt: skip
-    statuses = contents.release_contents(jobs, infos)
+    statuses = contents.release_contents(load_matrix(), jobs, infos)
     with pytest.raises(
         ReleaseError, match=r"1 cell\(s\) not in the release.*linux_aarch64-t28_cpu"
     ):
@@ -207,7 +214,7 @@ def test_contents_see_a_cell_no_job_expects(
     wheels.assemble_from_wheels(cells_dir, out)
     infos = [distfiles.read_wheel(p) for p in sorted(out.glob("*.whl"))]
     jobs = [{"id": "linux_x86_64-cuda", "cells": [c.id for c in cells[:2]]}]
-    statuses = contents.release_contents(jobs, infos)
+    statuses = contents.release_contents(load_matrix(), jobs, infos)
     unexpected = sorted(s.cell for s in statuses if s.state == "unexpected")
     assert unexpected == sorted(c.id for c in cells[2:])
     with pytest.raises(ReleaseError):
@@ -301,7 +308,7 @@ def test_abi3_and_free_threaded_job_wheels_make_separate_combined_wheels(tmp_pat
         {"id": "linux_x86_64-cuda-cp314t", "cells": [c.id for c in free], "allow_failure": ""},
     ]
     infos = [distfiles.read_wheel(p) for p in sorted(out.glob("*.whl"))]
-    statuses = contents.release_contents(jobs, infos)
+    statuses = contents.release_contents(load_matrix(), jobs, infos)
     assert [(s.cell, s.state) for s in statuses] == [(c.id, "present") for c in [*abi3, *free]]
 
 
@@ -322,7 +329,9 @@ def test_a_variant_wheel_counts_only_for_the_cell_its_label_names(tmp_path: Path
         label=cuda.label,
     )
     jobs = [{"id": "linux_x86_64-cuda", "cells": [cuda.id, cpu.id]}]
-    statuses = {s.cell: s for s in contents.release_contents(jobs, [combined, variant])}
+    statuses = {
+        s.cell: s for s in contents.release_contents(load_matrix(), jobs, [combined, variant])
+    }
     assert statuses[cuda.id].state == "present"
     assert statuses[cpu.id].state == "absent"
     assert statuses[cpu.id].reason == "no variant wheel holds it"
@@ -380,7 +389,7 @@ def test_check_repaired_allows_the_groups_portable_table_once(tmp_path: Path) ->
 
 
 def test_check_repaired_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from devtools import cli
+    from devtools.base import cli
 
     from _torch_c_dlpack_ext_core.errors import ConfigError
 
@@ -397,7 +406,7 @@ def test_check_repaired_command(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def _assemble(tmp_path: Path, jobs: list[dict[str, Any]], *extra: str) -> int:
-    from devtools import cli
+    from devtools.base import cli
 
     (tmp_path / "matrix.json").write_text(json.dumps({"include": jobs}), encoding="utf-8")
     argv = ["assemble", "--cells", str(tmp_path / "cells"), "--matrix"]
@@ -452,8 +461,8 @@ def test_release_expects_the_portable_table_in_one_combined_wheel(tmp_path: Path
     """Issue 30: the job matrix names each group's portable table under its first job;
     the release holds it when exactly one combined wheel carries it (no variant wheel
     does), and it is absent, blocking publishing, otherwise."""
-    from devtools.contents import release_contents
-    from devtools.distfiles import WheelInfo
+    from devtools.release.contents import release_contents
+    from devtools.release.distfiles import WheelInfo
 
     (cell,) = _cells("linux_x86_64-t28_cpu")
     (job,) = MATRIX.jobs([cell])
@@ -467,13 +476,13 @@ def test_release_expects_the_portable_table_in_one_combined_wheel(tmp_path: Path
         return WheelInfo(tmp_path / name, frozenset(), label is not None, libraries, label)
 
     variant = wheel("v.whl", native, label=cell.label)
-    with_table = release_contents([job], [wheel("c.whl", native, portable), variant])
+    with_table = release_contents(load_matrix(), [job], [wheel("c.whl", native, portable), variant])
     assert {s.cell: s.state for s in with_table} == {cell.id: "present", table.id: "present"}
-    without = release_contents([job], [wheel("c.whl", native), variant])
+    without = release_contents(load_matrix(), [job], [wheel("c.whl", native), variant])
     assert {s.cell: s.state for s in without} == {cell.id: "present", table.id: "absent"}
     (missing,) = [s for s in without if s.cell == table.id]
     assert missing.reason == "no combined wheel holds it"
     twice = release_contents(
-        [job], [wheel("c.whl", native, portable), wheel("d.whl", portable), variant]
+        load_matrix(), [job], [wheel("c.whl", native, portable), wheel("d.whl", portable), variant]
     )
     assert {s.cell: s.state for s in twice}[table.id] == "duplicate"

@@ -9,9 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-from devtools import build, buildhost, cli
+from devtools.base import cli
+from devtools.base.errors import CellsNotBuiltError
+from devtools.build import cellbuild as build
+from devtools.build import host as buildhost
 from devtools.commands import build as command
-from devtools.errors import CellsNotBuiltError
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 
@@ -142,7 +144,7 @@ def test_python_flags_are_gone(capsys: pytest.CaptureFixture[str]) -> None:
 def test_the_report_never_overwrites_an_artifact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from devtools import wheels
+    from devtools.build import wheels
 
     out = tmp_path / "dist"
     index = out / "torch_c_dlpack_ext-0.2.0-variants.json"

@@ -195,7 +195,7 @@ def test_devtools_assembly_leaves_dist_as_it_was_when_it_fails_half_way(
 ) -> None:
     """The universal wheel is written, then the sdist fails (here: a full disk)."""
     from build_backend import _sdist
-    from devtools import wheels
+    from devtools.build import wheels
 
     out = tmp_path / "dist"
     out.mkdir()

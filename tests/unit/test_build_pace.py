@@ -7,11 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from devtools import buildhost, cli
-from devtools.build import CellResult, eta_seconds
-from devtools.buildhost import COMPILE_MEMORY_BYTES, available_memory, jobs_for
+from devtools.base import cli
+from devtools.build import host as buildhost
+from devtools.build.cellbuild import CellResult, eta_seconds
+from devtools.build.host import COMPILE_MEMORY_BYTES, available_memory, jobs_for
 from devtools.commands.build import select_cells, without_freethreaded
-from devtools.matrix import load_matrix
+from devtools.matrix.reader import load_matrix
 
 GIB = 2**30
 
@@ -126,7 +127,7 @@ def test_the_build_command_defaults_jobs_to_the_host(
         seen.append(jobs)
         return []
 
-    from devtools import build
+    from devtools.build import cellbuild as build
 
     monkeypatch.setattr(build, "build_cells", fake_build_cells)
     # Nor the group's portable table (compiled for real otherwise, which would succeed).

@@ -1,4 +1,4 @@
-"""The build identities (devtools/cells.py): the names of a cell, its job and its group
+"""The build identities (devtools/matrix/cells.py): the names of a cell, its job and its group
 folder, and finding a built library's cell again by the cell id its manifest entry
 carries, from the build that writes the id to the wheels assembled from it."""
 
@@ -14,8 +14,12 @@ from typing import Any
 import pytest
 from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
-from devtools import build, flowjob, torchenv, wheels
-from devtools.cells import (
+from devtools.base.errors import MatrixError
+from devtools.base.wheelnames import is_variant_name, parse_wheel_name
+from devtools.build import cellbuild as build
+from devtools.build import wheels
+from devtools.envs import torchenv
+from devtools.matrix.cells import (
     Cell,
     cell_for_entry,
     group_dir,
@@ -23,9 +27,8 @@ from devtools.cells import (
     portable_cell_for_entry,
     portable_cells,
 )
-from devtools.errors import MatrixError
-from devtools.matrix import load_matrix
-from devtools.wheelnames import is_variant_name, parse_wheel_name
+from devtools.matrix.reader import load_matrix
+from devtools.rehearse import flowjob
 
 from _torch_c_dlpack_ext_core import driver
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest, write_manifest

@@ -11,8 +11,8 @@ import types
 from collections.abc import Callable
 
 import pytest
-from devtools import cli
-from devtools.errors import UNEXPECTED_EXIT_CODE, ReleaseError
+from devtools.base import cli
+from devtools.base.errors import UNEXPECTED_EXIT_CODE, ReleaseError
 from tests.helpers import ROOT, devtools_env
 
 COMMANDS = ROOT / "devtools" / "commands"
@@ -152,7 +152,7 @@ def test_traceback_flag_shows_the_traceback(where: str) -> None:
     proc = _devtools(*(["--traceback", *argv] if where == "before" else [*argv, "--traceback"]))
     assert proc.returncode == ReleaseError.exit_code
     assert proc.stderr.startswith("Traceback (most recent call last):")
-    assert "devtools/publish.py" in proc.stderr.replace("\\", "/")
+    assert "devtools/release/publish.py" in proc.stderr.replace("\\", "/")
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ReleaseError: tag 'v9.9.9' does not match ")
 
@@ -207,6 +207,6 @@ def test_a_commands_own_exit_status_is_kept(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_the_old_gpu_carry_spelling_is_an_alias() -> None:
-    proc = _python("-m", "devtools.gpu_carry", "--help")
+    proc = _python("-m", "devtools.envs.gpu_carry", "--help")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: python -m devtools gpu-carry [-h] [--dest DEST]")

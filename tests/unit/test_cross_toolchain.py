@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devtools import buildhost, hostenv, torchenv
+from devtools.base import hostenv
+from devtools.build import host as buildhost
 from devtools.commands import build as build_command
-from devtools.matrix import load_matrix
+from devtools.envs import torchenv
+from devtools.matrix.reader import load_matrix
 
 from _torch_c_dlpack_ext_core.driver import plan_build
 from _torch_c_dlpack_ext_core.errors import ABIAuditError, CompilerNotFoundError, ConfigError

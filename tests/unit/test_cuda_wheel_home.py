@@ -1,7 +1,7 @@
 """Where NVIDIA's CUDA header wheels put the headers in a torch tree has one owner,
 ``_torch_c_dlpack_ext_core.headers``: CUDA 12's per-component ``nvidia/cuda_runtime`` (with
 ``crt/`` in ``nvidia/cuda_nvcc``) and CUDA 13's shared ``nvidia/cu13``. The per-cell build
-(``devtools/build.py``) asks it for the ``gpu_home`` of a CUDA cell."""
+(``devtools/build/cellbuild.py``) asks it for the ``gpu_home`` of a CUDA cell."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from devtools import build, torchenv
-from devtools.cells import Cell
-from devtools.matrix import load_matrix
+from devtools.build import cellbuild as build
+from devtools.envs import torchenv
+from devtools.matrix.cells import Cell
+from devtools.matrix.reader import load_matrix
 
 from _torch_c_dlpack_ext_core import driver
 from _torch_c_dlpack_ext_core.errors import BuildError

@@ -1,4 +1,4 @@
-"""devtools.distro and the root-making it shares with devtools.emulation, without root:
+"""devtools.envs.distro and the root-making it shares with devtools.envs.emulation, without root:
 the host check's refusals, and debootstrap_root's temp name, prepare, marker and reuse
 (debootstrap itself stood in by a function that makes the folder)."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devtools import distro, emulation
-from devtools.errors import EmulationUnavailableError, ProvisionError
+from devtools.base.errors import EmulationUnavailableError, ProvisionError
+from devtools.envs import distro, emulation
 
 
 def test_check_host_refuses_another_os(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devtools import cli, emulated, emulation
-from devtools.errors import EmulationUnavailableError
-from devtools.matrix import load_matrix
+from devtools.base import cli
+from devtools.base.errors import EmulationUnavailableError
+from devtools.envs import emulated, emulation
+from devtools.matrix.reader import load_matrix
 
 from _torch_c_dlpack_ext_core.errors import CommandTimeoutError, ConfigError
 
@@ -34,7 +35,7 @@ def test_combined_wheel_is_the_abi3_wheel_of_the_platform(tmp_path: Path) -> Non
     combined = tmp_path / "torch_c_dlpack_ext-0.2.0-cp39-abi3-manylinux_2_34_aarch64.whl"
     combined.write_bytes(b"")
     assert emulated.combined_wheel(tmp_path, "linux_aarch64") == combined
-    # Read through devtools.wheelnames: the platform's family and architecture, whatever
+    # Read through devtools.base.wheelnames: the platform's family and architecture, whatever
     # glibc floor the repair gave.
     assert emulated.combined_wheel(tmp_path, "linux_x86_64") == tmp_path / names[0]
     assert emulated.combined_wheel(tmp_path, "macosx_11_0_arm64") is None
@@ -189,7 +190,7 @@ def test_one_row_per_minor_and_exit_0_only_if_every_minor_held(
 def test_a_minor_whose_wheel_cannot_be_installed_is_a_failed_row(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from devtools.errors import ProvisionError
+    from devtools.base.errors import ProvisionError
 
     def refuse(target: Path, emulation: Any, *requirements: str) -> None:
         raise ProvisionError("uv pip install --no-deps x.whl failed: not a supported wheel")

@@ -1,4 +1,4 @@
-"""``devtools.freethreaded``'s pure parts: versions, apt configuration, Debian metadata, cache
+"""``devtools.envs.freethreaded``'s pure parts: versions, apt configuration, Debian metadata, cache
 paths and the cache's bookkeeping. Nothing here downloads or compiles (the real build is
 ``tests/integration/test_freethreaded_build.py``)."""
 
@@ -14,8 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from devtools import freethreaded, steps
-from devtools.debsource import (
+from devtools.base import steps
+from devtools.base.errors import ProvisionError
+from devtools.envs import freethreaded
+from devtools.envs.debsource import (
     DebianSource,
     apt_sources_list,
     dsc_version,
@@ -23,8 +25,7 @@ from devtools.debsource import (
     source_candidates,
     upstream_version,
 )
-from devtools.errors import ProvisionError
-from devtools.freethreaded import (
+from devtools.envs.freethreaded import (
     RECORD,
     SOURCES,
     FreeThreadedPython,

@@ -1,11 +1,12 @@
-"""devtools/hostenv.py: the one home of the small host and checkout facts."""
+"""devtools/base/hostenv.py: the one home of the small host and checkout facts."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from devtools import hostenv
+from devtools.base import hostenv
+from devtools.matrix import tables
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.naming import PLATFORM_TOOLCHAINS
@@ -18,9 +19,9 @@ def test_every_native_toolchain_platform_has_an_os() -> None:
     native = {
         p for p, name in PLATFORM_TOOLCHAINS.items() if TOOLCHAINS[name].target_platform is None
     }
-    assert native == set(hostenv.OS_OF_PLATFORM)
-    assert hostenv.host_os("win32") == "windows"
-    assert hostenv.host_os("sunos5") is None
+    assert native == set(tables.OS_OF_PLATFORM)
+    assert tables.host_os("win32") == "windows"
+    assert tables.host_os("sunos5") is None
 
 
 def test_venv_python_per_platform(tmp_path: Path) -> None:

@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from devtools.errors import MatrixError
-from devtools.matrix import load_matrix
-from devtools.matrixtoml import parse_matrix
+from devtools.base.errors import MatrixError
+from devtools.matrix.reader import load_matrix, parse_matrix
 from tests.helpers import devtools_env
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
@@ -301,7 +300,7 @@ def test_cells_the_release_does_not_build_say_why() -> None:
 
 
 def test_nox_matrix_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from devtools.cli import main as devtools
+    from devtools.base.cli import main as devtools
 
     def main(argv: list[str]) -> int:
         return devtools(["matrix", *argv])
@@ -484,7 +483,7 @@ def test_devtools_matrix_is_the_only_reader() -> None:
             # A path to matrix.toml being built (messages may name the file freely).
             if re.search(r"""/\s*["']matrix\.toml["']|Path\(\s*["'][^"']*matrix\.toml""", text):
                 readers.append(path.relative_to(root).as_posix())
-    assert readers == ["devtools/matrix.py"]
+    assert readers == ["devtools/matrix/reader.py"]
 
 
 def test_nox_matrix_runs_without_importing_the_package() -> None:
@@ -524,7 +523,7 @@ def test_nox_matrix_runs_without_importing_the_package() -> None:
     ],
 )
 def test_python_within_requires_python(python: str, requires: str | None, inside: bool) -> None:
-    from devtools.matrixtables import python_within
+    from devtools.matrix.tables import python_within
 
     assert python_within(python, requires) is inside
     # The matrix asks the same question of the project's requires-python (>=3.9).

@@ -7,8 +7,9 @@ import socket
 from pathlib import Path
 
 import pytest
-from devtools import buildhost, cli
-from devtools.matrix import load_matrix
+from devtools.base import cli
+from devtools.build import host as buildhost
+from devtools.matrix.reader import load_matrix
 
 MATRIX = load_matrix()
 
@@ -51,7 +52,7 @@ def test_free_threaded_python_is_this_one_or_the_provisioners(
     found = buildhost.freethreaded_python("3.14t")
     assert isinstance(found, buildhost.Interpreter)
     assert found.executable == Path(sys.executable)
-    # Another one: from devtools.freethreaded when it provides it, else the reason.
+    # Another one: from devtools.envs.freethreaded when it provides it, else the reason.
     provisioner = types.SimpleNamespace(
         free_threaded_python=lambda version: types.SimpleNamespace(
             executable=tmp_path / f"python{version}", include_dir=tmp_path / "include"
@@ -61,7 +62,7 @@ def test_free_threaded_python_is_this_one_or_the_provisioners(
     monkeypatch.setattr(
         importlib,
         "import_module",
-        lambda name, *a: provisioner if name == "devtools.freethreaded" else real(name, *a),
+        lambda name, *a: provisioner if name == "devtools.envs.freethreaded" else real(name, *a),
     )
     buildhost.freethreaded_python.cache_clear()
     assert buildhost.freethreaded_python("3.13t") == buildhost.Interpreter(
@@ -69,7 +70,7 @@ def test_free_threaded_python_is_this_one_or_the_provisioners(
     )
 
     def missing(name: str, *a: object) -> object:
-        if name == "devtools.freethreaded":
+        if name == "devtools.envs.freethreaded":
             raise ImportError(name)
         return real(name, *a)
 

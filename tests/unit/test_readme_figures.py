@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from devtools.matrix import load_matrix
+from devtools.matrix.reader import load_matrix
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
 START, END = "<!-- benchmarks:start", "<!-- benchmarks:end -->"

@@ -1,4 +1,4 @@
-"""``devtools.torchenv`` reports progress while it creates an env: which env, what
+"""``devtools.envs.torchenv`` reports progress while it creates an env: which env, what
 it installs, the elapsed time, and a heartbeat while uv runs."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from devtools import torchenv
+from devtools.envs import torchenv
 
 
 def test_progress_names_the_env_and_beats_while_uv_runs(

@@ -1,4 +1,4 @@
-"""devtools.torchenv without downloads: which requirements an importable env gets, naming,
+"""devtools.envs.torchenv without downloads: which requirements an importable env gets, naming,
 and that only a completed env (marker written last) is handed out."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from devtools import torchenv
-from devtools.errors import ProvisionError
-from devtools.hostenv import DEV_CACHE_VAR
+from devtools.base.errors import ProvisionError
+from devtools.base.hostenv import DEV_CACHE_VAR
+from devtools.envs import torchenv
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 

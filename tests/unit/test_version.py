@@ -9,8 +9,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from devtools import publish
-from devtools.errors import ReleaseError
+from devtools.base.errors import ReleaseError
+from devtools.release import publish
 from packaging.version import Version
 
 from _torch_c_dlpack_ext_core import version as _version

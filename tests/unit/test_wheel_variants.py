@@ -1,5 +1,5 @@
-"""Variant metadata (PEP 825) of the wheels devtools/wheels.py assembles (devtools/variants.py
-writes it), checked with variantlib.
+"""Variant metadata (PEP 825) of the wheels devtools/build/wheels.py assembles
+(devtools/build/variants.py writes it), checked with variantlib.
 
 No compiler here: libraries are stand-in bytes; what is under test is the
 metadata, the labels, the index file and how variantlib ranks the labels.
@@ -14,16 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devtools.cells import Cell, cell_for_entry
-from devtools.matrix import load_matrix
+from devtools.matrix.cells import Cell, cell_for_entry
+from devtools.matrix.reader import load_matrix
 
 from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of, write_manifest
 
 variantlib = pytest.importorskip("variantlib", reason="variantlib is in the test dependency group")
 
-from devtools import variants, wheelnames, wheels  # noqa: E402
-from devtools.errors import MatrixError  # noqa: E402
+from devtools.base import wheelnames  # noqa: E402
+from devtools.base.errors import MatrixError  # noqa: E402
+from devtools.build import variants, wheels  # noqa: E402
 
 MATRIX = load_matrix()
 PROPERTY_RE = re.compile(r"^[a-z0-9_]+ :: [a-z0-9_]+ :: [a-z0-9_.]+$")

@@ -1,11 +1,11 @@
-"""devtools/wheelnames.py: every wheel and sdist name devtools reads goes through
+"""devtools/base/wheelnames.py: every wheel and sdist name devtools reads goes through
 ``packaging.utils``, plus PEP 825's variant label."""
 
 from __future__ import annotations
 
 import pytest
-from devtools.errors import ReleaseError
-from devtools.wheelnames import dist_name_version, parse_wheel_name, with_platform
+from devtools.base.errors import ReleaseError
+from devtools.base.wheelnames import dist_name_version, parse_wheel_name, with_platform
 from packaging.tags import Tag
 from packaging.version import Version
 

@@ -16,9 +16,12 @@ import pytest
 import tomllib
 import yaml
 from build_backend._options import read_options
-from devtools import cisteps, cli, dataflow, flowjob, publish, releaseflow, repair, variants
-from devtools.errors import ReleaseError
-from devtools.matrix import load_matrix
+from devtools.base import cli
+from devtools.base.errors import ReleaseError
+from devtools.build import repair, variants
+from devtools.matrix.reader import load_matrix
+from devtools.rehearse import dataflow, flowjob
+from devtools.release import cisteps, publish, releaseflow
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.version import __version__
@@ -55,7 +58,7 @@ def _pyproject() -> dict[str, Any]:
 
 
 # --- the rehearsal replays what the workflow runs --------------------------------------
-# devtools/releaseflow.py holds each job's one call and the artifacts between the jobs;
+# devtools/release/releaseflow.py holds each job's one call and the artifacts between the jobs;
 # the rehearsal replays those and reads nothing of release.yml. This rule ties the two:
 # it returns what release.yml says differently (tested on the real file: nothing; and
 # on edited copies: the difference is found).
@@ -131,7 +134,7 @@ def _artifact_problems(workflow: dict[str, Any]) -> list[str]:
 
 
 def tie_problems(workflow: dict[str, Any]) -> list[str]:
-    """Where release.yml and devtools/releaseflow.py (what the rehearsal replays) differ."""
+    """Where release.yml and devtools/release/releaseflow.py (what the rehearsal replays) differ."""
     cibw = _step(workflow, "cells", name="cibuildwheel")
     cells = (cibw.get("env") or {}).get(releaseflow.JOB_CELLS_VARIABLE)
     problems = [] if cells == releaseflow.JOB_CELLS else [f"cibuildwheel's cells: {cells!r}"]

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from devtools import cisteps, cli, distfiles, hostenv, publish, verify
-from devtools.errors import MatrixError, ReleaseError
+from devtools.base import cli, hostenv
+from devtools.base.errors import MatrixError, ReleaseError
+from devtools.release import cisteps, diagnose, distfiles, publish, verify
 from tests.helpers import devtools_env
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
@@ -188,7 +189,7 @@ def test_github_matrix() -> None:
 
 
 def test_verify_matrix_of_the_real_matrix() -> None:
-    from devtools.matrix import load_matrix
+    from devtools.matrix.reader import load_matrix
 
     verify = cisteps.verify_matrix(load_matrix().jobs())
     linux = {e["python"]: e["torch"] for e in verify if e["runner"] == "ubuntu-24.04"}
@@ -317,7 +318,7 @@ def test_check_tag_command_exit_code(capsys: pytest.CaptureFixture[str]) -> None
     ],
 )
 def test_decision_of(report: dict[str, object], expected: tuple[str, str | None]) -> None:
-    assert verify.decision_of(report) == expected
+    assert diagnose.decision_of(report) == expected
 
 
 @pytest.mark.parametrize(
@@ -325,7 +326,7 @@ def test_decision_of(report: dict[str, object], expected: tuple[str, str | None]
 )
 def test_decision_of_rejects_a_report_without_decision(report: dict[str, object]) -> None:
     with pytest.raises(ReleaseError, match="no decision"):
-        verify.decision_of(report)
+        diagnose.decision_of(report)
 
 
 def test_expected_library_matches_torch_minor_and_abi() -> None:
@@ -333,14 +334,14 @@ def test_expected_library_matches_torch_minor_and_abi() -> None:
     abi0 = abi1._replace(file="libs/abi0.so", cxx11_abi=False)
     gpu = _entry("2.6", Backend.CUDA)
     entries = (gpu, abi1, abi0)
-    assert verify.expected_library(entries, "2.6", False) is abi0
-    assert verify.expected_library(entries, "2.6", True) is abi1
-    assert verify.expected_library(entries, "2.7", True) is None
-    assert verify.expected_library((gpu,), "2.6", True) is None
+    assert diagnose.expected_library(entries, "2.6", False) is abi0
+    assert diagnose.expected_library(entries, "2.6", True) is abi1
+    assert diagnose.expected_library(entries, "2.7", True) is None
+    assert diagnose.expected_library((gpu,), "2.6", True) is None
     # The backend the diagnostics report for the installed torch (its build flavour):
     # PyPI's CUDA torch gets the CUDA library, also on a runner without a GPU.
-    assert verify.expected_library(entries, "2.6", True, "cuda") is gpu
-    assert verify.expected_library((abi1,), "2.6", True, "cuda") is None
+    assert diagnose.expected_library(entries, "2.6", True, "cuda") is gpu
+    assert diagnose.expected_library((abi1,), "2.6", True, "cuda") is None
 
 
 def test_verify_torch_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,62 @@
+"""The small facts about this checkout and host that several developer tools need, kept
+once: the repository root (:data:`ROOT`), a virtual environment's interpreter, the
+developer cache root and the project's ``requires-python``. Imports nothing of devtools.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from _torch_c_dlpack_ext_core.errors import ConfigError
+from _torch_c_dlpack_ext_core.naming import DEV_ENV_PREFIX
+
+__all__ = [
+    "DEV_CACHE_VAR",
+    "ROOT",
+    "dev_cache_root",
+    "requires_python",
+    "venv_python",
+]
+
+#: The repository root (the directory holding ``pyproject.toml``).
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Where the developer tools cache torch environments and Pythons (own prefix).
+DEV_CACHE_VAR = DEV_ENV_PREFIX + "DEV_CACHE"
+
+
+def venv_python(root: Path, *, platform: str | None = None) -> Path:
+    """The interpreter of the virtual environment at ``root`` (``platform``: default this
+    process's ``sys.platform``, read at the call)."""
+    if (sys.platform if platform is None else platform) == "win32":
+        return root / "Scripts" / "python.exe"
+    return root / "bin" / "python"
+
+
+def dev_cache_root(environ: Mapping[str, str] = os.environ) -> Path:
+    """``$TCDE_DEV_CACHE``, or ``~/.cache/torch-c-dlpack-ext-dev``."""
+    override = environ.get(DEV_CACHE_VAR)
+    if override:
+        return Path(override).expanduser()
+    return Path.home() / ".cache" / "torch-c-dlpack-ext-dev"
+
+
+def requires_python(pyproject: Path = ROOT / "pyproject.toml") -> str | None:
+    """``[project] requires-python`` of ``pyproject`` (``None``: no such file or field);
+    a value that is not a version specifier is a :class:`ConfigError`."""
+    if not pyproject.is_file():
+        return None
+    from build_backend._metadata import load_pyproject
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    value = load_pyproject(pyproject.parent).get("project", {}).get("requires-python")
+    if value is None:
+        return None
+    try:
+        SpecifierSet(str(value))
+    except InvalidSpecifier:
+        raise ConfigError(f"{pyproject}: requires-python {value!r} is not a specifier") from None
+    return str(value)

@@ -1,0 +1,151 @@
+"""PEP 825 variant metadata: a cell's properties, its wheel's ``*.dist-info/variant.json``
+(written by variantlib, or on Python 3.9 the same document written here) and the
+index's ``{name}-{version}-variants.json`` merged from the variant wheels.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from _torch_c_dlpack_ext_core.errors import BuildError
+from _torch_c_dlpack_ext_core.naming import Backend
+from devtools.base.hostenv import ROOT
+from devtools.matrix.cells import Cell
+
+__all__ = ["variant_json", "variant_properties", "variants_index"]
+
+ABI_DEPENDENCY = "abi_dependency"
+
+
+def variant_properties(cell: Cell) -> list[str]:
+    """PEP 825 properties of a cell's variant wheel (``namespace :: feature :: value``)."""
+    props = [f"abi_dependency :: torch :: {cell.torch.minor}"]
+    if cell.backend is Backend.CUDA and cell.toolkit:
+        props.append(f"nvidia :: cuda_version_lower_bound :: {cell.toolkit}")
+    elif cell.backend is Backend.ROCM and cell.toolkit:
+        props.append(f"amd :: rocm_version :: {cell.toolkit}")
+    return props
+
+
+def _variant_info() -> Any:
+    """pyproject.toml's ``[variant]`` table (providers, priorities), read by variantlib."""
+    from variantlib.pyproject_toml import VariantPyProjectToml
+
+    return VariantPyProjectToml.from_path(ROOT / "pyproject.toml")
+
+
+def variant_json(cell: Cell) -> bytes:
+    """``*.dist-info/variant.json`` of a cell's variant wheel, produced by variantlib
+    (which needs Python >= 3.10; on 3.9 :func:`_variant_dist_info_without_variantlib`
+    writes the same document, a unit test keeps the two equal)."""
+    try:
+        from variantlib.api import VariantDescription, VariantProperty, make_variant_dist_info
+    except ImportError:
+        if sys.version_info >= (3, 10):
+            raise
+        data = _variant_dist_info_without_variantlib(cell)
+    else:
+        description = VariantDescription(
+            properties=[VariantProperty.from_str(p) for p in variant_properties(cell)],
+            label=cell.label,
+        )
+        data = json.loads(make_variant_dist_info(description, variant_info=_variant_info()))
+    data = _declare_abi_dependency(data)
+    # Canonical form (sorted keys) so equal inputs give byte-identical wheels.
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
+#: The PEP 825 schema variantlib 0.2 names in the variant metadata it writes.
+_VARIANT_SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"
+
+
+def _variant_dist_info_without_variantlib(cell: Cell) -> dict[str, Any]:
+    """What variantlib 0.2's ``make_variant_dist_info`` writes for ``cell``, for
+    Python 3.9 where variantlib does not install: the schema, pyproject.toml's
+    ``[variant]`` priorities and providers, and the cell's properties under its label."""
+    from build_backend._metadata import load_pyproject
+
+    table = load_pyproject(ROOT).get("variant", {})
+    variants: dict[str, dict[str, list[str]]] = {}
+    for prop in variant_properties(cell):
+        namespace, feature, value = (part.strip() for part in prop.split("::"))
+        variants.setdefault(namespace, {}).setdefault(feature, []).append(value)
+    return {
+        "$schema": _VARIANT_SCHEMA,
+        "default-priorities": {
+            "namespace": list(table.get("default-priorities", {}).get("namespace", []))
+        },
+        "providers": {
+            name: {"plugin-api": provider["plugin-api"], "requires": list(provider["requires"])}
+            for name, provider in table.get("providers", {}).items()
+        },
+        "variants": {cell.label: variants},
+    }
+
+
+def _declare_abi_dependency(data: dict[str, Any]) -> dict[str, Any]:
+    """Fix up what variantlib 0.2 emits for the ``abi_dependency`` namespace.
+
+    variantlib writes ``abi_dependency :: torch :: X.Y`` into ``variants`` but
+    declares no provider for it (its pyproject reader refuses a provider without
+    a plugin, and raises on ``builtin`` ones), and its own ``variants.json``
+    reader then rejects the file ("providers must list providers for all
+    variants"). PEP 850 defines ``abi_dependency`` as an installer-implemented
+    provider, so it is declared here as ``builtin`` and ranked last (the torch
+    version is a hard constraint, not a preference among GPU builds).
+    """
+    used = {ns for props in data.get("variants", {}).values() for ns in props}
+    if ABI_DEPENDENCY in used:
+        namespaces = data.setdefault("default-priorities", {}).setdefault("namespace", [])
+        if ABI_DEPENDENCY not in namespaces:
+            namespaces.append(ABI_DEPENDENCY)
+        data.setdefault("providers", {})[ABI_DEPENDENCY] = {"builtin": ABI_DEPENDENCY}
+    return data
+
+
+def variants_index(wheels: Sequence[Path]) -> dict[str, Any]:
+    """The ``{name}-{version}-variants.json`` content: every variant.json merged."""
+    merged: dict[str, Any] = {}
+    for path in sorted(wheels):
+        with zipfile.ZipFile(path) as archive:
+            name = next(n for n in archive.namelist() if n.endswith(".dist-info/variant.json"))
+            data = json.loads(archive.read(name))
+        if not merged:
+            merged = {k: v for k, v in data.items() if k != "variants"}
+            merged["variants"] = {}
+        for label, props in data.get("variants", {}).items():
+            known = merged["variants"].get(label)
+            if known is not None and known != props:
+                raise BuildError(
+                    f"variant label {label!r} has different properties in {path.name}: "
+                    f"{props} vs {known}"
+                )
+            merged["variants"][label] = props
+        for key, value in data.get("providers", {}).items():
+            merged.setdefault("providers", {})[key] = value
+    _warn_indistinct(merged.get("variants", {}))
+    return merged
+
+
+def _warn_indistinct(variants: dict[str, Any]) -> None:
+    """Say loudly when labels carry the same properties: no PEP 825 namespace expresses
+    the C++ ABI, so the CPU variants of a torch minor built with both ABIs (2.6 on
+    Linux x86_64) look alike to an installer. The selector still checks the ABI
+    before loading (it explains instead of crashing), and plain pip / uv today
+    install the combined wheel, which carries both."""
+    seen: dict[str, str] = {}
+    for label, props in sorted(variants.items()):
+        key = json.dumps(props, sort_keys=True)
+        if key in seen:
+            print(
+                f"warning: variant labels {seen[key]!r} and {label!r} declare the same "
+                f"properties {key}; an installer cannot tell them apart",
+                file=sys.stderr,
+            )
+        else:
+            seen[key] = label
