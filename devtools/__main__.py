@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from devtools.base.hostenv import ROOT
+from devtools.base.paths import ROOT
 
 
 def _checkout_core_first() -> None:

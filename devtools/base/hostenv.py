@@ -1,6 +1,6 @@
 """The small facts about this checkout and host that several developer tools need, kept
-once: the repository root (:data:`ROOT`), a virtual environment's interpreter, the
-developer cache root and the project's ``requires-python``. Imports nothing of devtools.
+once: a virtual environment's interpreter, the developer cache root and the project's
+``requires-python`` (read next to :data:`~devtools.base.paths.ROOT`).
 """
 
 from __future__ import annotations
@@ -12,17 +12,14 @@ from pathlib import Path
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.naming import DEV_ENV_PREFIX
+from devtools.base.paths import ROOT
 
 __all__ = [
     "DEV_CACHE_VAR",
-    "ROOT",
     "dev_cache_root",
     "requires_python",
     "venv_python",
 ]
-
-#: The repository root (the directory holding ``pyproject.toml``).
-ROOT = Path(__file__).resolve().parents[2]
 
 #: Where the developer tools cache torch environments and Pythons (own prefix).
 DEV_CACHE_VAR = DEV_ENV_PREFIX + "DEV_CACHE"

@@ -14,7 +14,7 @@ from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.naming import Backend
-from devtools.base.hostenv import ROOT
+from devtools.base.paths import ROOT
 from devtools.matrix.cells import Cell
 
 __all__ = ["variant_json", "variant_properties", "variants_index"]

@@ -43,7 +43,7 @@ from build_backend._wheel import assemble_wheel
 from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes, load_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
-from devtools.base.hostenv import ROOT
+from devtools.base.paths import ROOT
 from devtools.matrix.cells import cell_for_entry, portable_cell_for_entry
 from devtools.base.errors import ReleaseError
 from devtools.matrix.tables import host_os

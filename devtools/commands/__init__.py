@@ -4,5 +4,6 @@ parses what the rooms below should not (paths, comma lists) and calls them. Erro
 left to :mod:`devtools.base.cli`, which reports them once.
 
 May import: every room (``base``, ``matrix``, ``envs``, ``build``, ``release``,
-``rehearse``); nothing imports a command but the command line, by name.
+``rehearse``) and the top level's ``docmap``; nothing imports a command but the command
+line, by name.
 """

@@ -54,7 +54,7 @@ from typing import Any
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from devtools.base.errors import CellsNotBuiltError
-from devtools.base.hostenv import ROOT
+from devtools.base.paths import ROOT
 from devtools.build import cellbuild as build
 from devtools.build.host import host_platform_name
 from devtools.matrix.cells import Cell, PortableCell, group_dir, portable_cells

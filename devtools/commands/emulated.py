@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from devtools.base.hostenv import ROOT
+from devtools.base.paths import ROOT
 from devtools.envs import emulated, emulation
 from devtools.matrix.reader import load_matrix
 

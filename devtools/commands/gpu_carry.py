@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from devtools.base.hostenv import ROOT
+from devtools.base.paths import ROOT
 from devtools.envs.gpu_carry import CARRY_DIR, gather, install_line
 
 

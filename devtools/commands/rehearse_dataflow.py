@@ -8,7 +8,7 @@ import argparse
 import contextlib
 from pathlib import Path
 
-from devtools.base.hostenv import ROOT
+from devtools.base.paths import ROOT
 from devtools.base.steps import work_folder
 from devtools.rehearse import dataflow
 

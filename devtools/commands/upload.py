@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from devtools.base.hostenv import ROOT
+from devtools.base.paths import ROOT
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -40,7 +40,7 @@ from typing import Any
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
 from devtools.base.errors import HANDLED, ProvisionError
-from devtools.base.hostenv import ROOT
+from devtools.base.paths import ROOT
 from devtools.base.steps import find_uv
 from devtools.envs.emulation import STEP_TIMEOUT_S, Emulation, capture, in_root, last_lines, log
 from devtools.matrix.cells import Cell

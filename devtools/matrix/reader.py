@@ -1,6 +1,6 @@
 """THE reader of ``matrix.toml``: :func:`load_matrix` reads the file and
-:func:`parse_matrix` validates its data into a :class:`~devtools.matrix.reader.model.Matrix`
-(whose cells, :class:`~devtools.matrix.reader.cells.Cell` with their ids, job ids and labels, it
+:func:`parse_matrix` validates its data into a :class:`~devtools.matrix.model.Matrix`
+(whose cells, :class:`~devtools.matrix.cells.Cell` with their ids, job ids and labels, it
 derives). An unknown key, platform, backend or index raises
 :class:`~devtools.base.errors.MatrixError` with a "did you mean" hint, and so does a value
 of the wrong kind (a torch minor that is not ``X.Y``, a release of another minor, a
@@ -22,7 +22,8 @@ from typing import Any
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.naming import Backend, parse_backend
 from devtools.base.errors import MatrixError
-from devtools.base.hostenv import ROOT, requires_python
+from devtools.base.hostenv import requires_python
+from devtools.base.paths import ROOT
 from devtools.matrix.model import Matrix, choice_hint
 from devtools.matrix.tables import FreeThreaded, Platform, TorchMinor, TorchWheel
 

@@ -32,7 +32,7 @@ from typing import Any
 from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of
 from _torch_c_dlpack_ext_core.run import run
-from devtools.base.hostenv import ROOT
+from devtools.base.paths import ROOT
 from devtools.matrix.cells import Cell, PortableCell, library_entry, portable_cells
 from devtools.matrix.model import Matrix
 from devtools.matrix.tables import host_os

@@ -32,7 +32,7 @@ from _torch_c_dlpack_ext_core.errors import CommandError
 from _torch_c_dlpack_ext_core.manifest import sha256_of
 from _torch_c_dlpack_ext_core.run import run
 from devtools.base.errors import ReleaseError
-from devtools.base.hostenv import ROOT
+from devtools.base.paths import ROOT
 from devtools.base.steps import work_folder
 from devtools.rehearse.indexinstall import Check, Deadline, install_scenarios
 from devtools.rehearse.indexserver import IndexServer, log, served_hashes

@@ -12,11 +12,19 @@ cycle a reader must untangle). The layers, bottom up:
 - ``devtools`` (developer-only): may import the core and ``build_backend``, never the
   face;
 - ``benchmarks`` and ``tests``: anything.
+
+Inside ``devtools`` the same rule holds between its rooms (sub-packages, table
+:data:`ROOMS`, bottom up: ``base``, ``matrix``, ``envs``, ``build``, ``release``,
+``rehearse``, ``commands``): a room imports itself and the rooms below it, and its
+``__init__`` says which (a "May import:" line) and imports nothing. The longest chain of
+imports inside ``devtools`` is pinned (:data:`DEVTOOLS_MAX_LEVELS`), so a new import that
+makes a reader follow one more module to understand a command fails here.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +47,24 @@ ALLOWED = {
     "devtools": {"_torch_c_dlpack_ext_core", "build_backend"},
     "benchmarks": {"_torch_c_dlpack_ext_core", "build_backend", "devtools", "tests"},
 }
+
+
+#: Each room of ``devtools`` -> the rooms it may import (besides itself), bottom up.
+#: ``""`` is the top level (``devtools/__main__.py``; ``devtools/docmap.py``, which the
+#: ``map`` command imports).
+ROOMS: dict[str, set[str]] = {
+    "base": set(),
+    "matrix": {"base"},
+    "envs": {"base", "matrix"},
+    "build": {"base", "matrix", "envs"},
+    "release": {"base", "matrix", "envs", "build"},
+    "rehearse": {"base", "matrix", "envs", "build", "release"},
+    "commands": {"base", "matrix", "envs", "build", "release", "rehearse", ""},
+    "": {"base"},
+}
+#: The most modules one chain of imports inside ``devtools`` may pass through (a module
+#: importing nothing of devtools is 1). Before the rooms it was 12.
+DEVTOOLS_MAX_LEVELS = 6
 
 
 def _module_name(path: Path) -> str:
@@ -167,3 +193,76 @@ def test_the_cycle_check_finds_a_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(GRAPH, a, [*GRAPH[a], (b, 1)])
     monkeypatch.setitem(GRAPH, b, [*GRAPH[b], (a, 1)])
     assert any({a, b} <= set(cycle) for cycle in _cycles())
+
+
+def _room(module: str) -> str:
+    """``devtools.build.wheels`` -> ``build``; a top-level module (or the package) -> ``""``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in ROOMS else ""
+
+
+def test_every_devtools_package_is_a_room() -> None:
+    packages = {p.parent.name for p in (ROOT / "devtools").glob("*/__init__.py")}
+    assert packages == set(ROOMS) - {""}
+    loose = {name for name in MODULES if name.startswith("devtools.") and not _room(name)}
+    assert loose == {"devtools.__main__", "devtools.docmap"}
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_rooms_import_only_the_rooms_below(room: str) -> None:
+    offenders = [
+        f"{name}:{line} imports {target}"
+        for name, edges in GRAPH.items()
+        if name.startswith("devtools.") and _room(name) == room
+        for target, line in edges
+        if target.startswith("devtools.")
+        and (there := _room(target)) != room
+        and there not in ROOMS[room]
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("room", sorted(set(ROOMS) - {""}))
+def test_a_room_init_is_a_docstring_naming_what_it_may_import(room: str) -> None:
+    """Importing a room adds no edge, and its docstring states the table's row."""
+    path = ROOT / "devtools" / room / "__init__.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    doc = ast.get_docstring(tree)
+    assert doc is not None, f"{path}: no docstring"
+    assert len(tree.body) == 1, f"{path}: only a docstring"
+    paragraphs = [" ".join(p.split()) for p in doc.split("\n\n")]
+    line = next(p for p in paragraphs if p.startswith("May import:"))
+    named = set(re.findall(r"``(\w+)``", line))
+    assert named & set(ROOMS) == ROOMS[room] - {""}, (room, line)
+
+
+def _levels(graph: dict[str, list[tuple[str, int]]]) -> dict[str, list[str]]:
+    """Each devtools module -> its longest chain of devtools imports (itself first)."""
+    chains: dict[str, list[str]] = {}
+
+    def chain(node: str) -> list[str]:
+        if node not in chains:
+            below = [chain(t) for t, _ in graph[node] if t.startswith("devtools") and t != node]
+            chains[node] = [node, *max(below, key=len, default=[])]
+        return chains[node]
+
+    for name in graph:
+        if name == "devtools" or name.startswith("devtools."):
+            chain(name)
+    return chains
+
+
+def test_devtools_import_chains_stay_short() -> None:
+    longest = max(_levels(GRAPH).values(), key=len)
+    assert len(longest) <= DEVTOOLS_MAX_LEVELS, " -> ".join(longest)
+    assert len(longest) >= 3  # the graph is read: a command imports a room that imports base
+
+
+def test_the_chain_check_counts_a_deeper_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pin can fail: two top-level modules stacked on the deepest chain's head."""
+    longest = max(_levels(GRAPH).values(), key=len)
+    monkeypatch.setitem(GRAPH, "devtools.docmap", [(longest[0], 1)])
+    monkeypatch.setitem(GRAPH, "devtools.__main__", [("devtools.docmap", 1)])
+    deeper = _levels(GRAPH)["devtools.__main__"]
+    assert deeper == ["devtools.__main__", "devtools.docmap", *longest]
+    assert len(deeper) > DEVTOOLS_MAX_LEVELS

@@ -233,7 +233,7 @@ def test_release_module_does_not_import_the_package() -> None:
     import subprocess
     import sys
 
-    root = Path(cli.__file__).resolve().parents[1]
+    root = Path(cli.__file__).resolve().parents[2]
     probe = (
         "import runpy, sys\n"
         "sys.argv = ['devtools', 'check-tag', sys.argv[1]]\n"
@@ -369,7 +369,7 @@ def _subcommands() -> set[str]:
 
 
 def test_workflow_and_cibuildwheel_call_existing_subcommands() -> None:
-    root = Path(cli.__file__).resolve().parents[1]
+    root = Path(cli.__file__).resolve().parents[2]
     text = (root / ".github" / "workflows" / "release.yml").read_text(encoding="utf-8")
     used = set(re.findall(r"\$DEVTOOLS ([a-z-]+)", text))
     cibw = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]
