@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 #: The runbooks README and CONTRIBUTING.md point to.
 RUNBOOKS = ("building", "releasing", "rehearsals", "aarch64", "gpu-check", "benchmarks")
-#: Markdown links and autolinks: ``[text](target)``, ``<https://...>``.
-LINK = re.compile(r"\]\(([^)\s]+)\)|<(https?://[^>\s]+)>")
+#: Markdown links: ``[text](target)``, ``<https://...>`` and ``[ref]: target`` definitions.
+LINK = re.compile(r"\]\(([^)\s]+)\)|<(https?://[^>\s]+)>|^\[[^\]]+\]: *(\S+)", re.M)
 
 
 def source_url() -> str:
@@ -32,7 +32,14 @@ def source_url() -> str:
 
 
 def _links(text: str) -> list[str]:
-    return [a or b for a, b in LINK.findall(text)]
+    return [a or b or c for a, b, c in LINK.findall(text)]
+
+
+def test_every_reference_link_of_readme_is_defined() -> None:
+    used = set(re.findall(r"\]\[([^\]]+)\]", README))
+    defined = set(re.findall(r"^\[([^\]]+)\]: ", README, re.M))
+    assert used, "README links the docs"
+    assert used == defined
 
 
 def test_readme_is_a_short_user_page() -> None:
