@@ -245,7 +245,7 @@ def release(session: nox.Session) -> None:
     ``nox -s release -- --repository-url URL [--skip-existing] [--variants-dir DIR]
     [--no-variant-wheels] [--check-only]``. Credentials come only from the
     environment (TWINE_USERNAME / TWINE_PASSWORD); CI publishes with Trusted
-    Publishing instead. See README "Releasing".
+    Publishing instead. See docs/releasing.md.
     """
     session.install(*_group("release"))
     _devtools(session, "upload")
@@ -297,14 +297,15 @@ def rehearse_dataflow(session: nox.Session) -> None:
 
 @nox.session(venv_backend="virtualenv", default=False, python=python_for_tests())
 def bench(session: nox.Session) -> None:
-    """Benchmarks: exchange and import overhead, build cost, size (see README "Benchmarks").
+    """Benchmarks: exchange and import overhead, build cost, size (docs/benchmarks.md).
 
     ``nox -s bench -- [--only exchange,import,build,size] [--quick] [--full]
     [--write-readme | --readme-only]``. pip (not uv) installs torch 2.13 here, like the tests
     session; torch 2.8 and torch-c-dlpack-ext 0.1.5 are fetched into cached
     environments by the benchmarks themselves (from Python 3.9, the session runs under a
     newer one, as ``tests`` does). Full runs write
-    benchmarks/results/*.json and re-render README's tables from them;
+    benchmarks/results/*.json and re-render the generated tables from them
+    (docs/benchmarks.md, and README's per-call costs);
     ``--quick`` runs write under build/bench/.
     """
     _on_a_python_for_torch(session)

@@ -10,13 +10,12 @@ from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError, TorchCDLPackExtError
 
+from .pages import write_pages
 from .report import (
     Progress,
     Table,
     describe_machine,
     read_result,
-    render_readme_section,
-    replace_readme_section,
     targets_table,
     write_result,
 )
@@ -45,7 +44,7 @@ def _runners() -> dict[str, Runner]:
     }
 
 
-#: Benchmark kinds in the order they run and appear in the README.
+#: Benchmark kinds in the order they run and appear in docs/benchmarks.md.
 KINDS = ("exchange", "portable", "import", "build", "size")
 
 
@@ -98,13 +97,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--write-readme",
         action="store_true",
-        help="rewrite README.md's benchmark section from the result files even when they "
-        "are not benchmarks/results (which always refreshes it)",
+        help="rewrite the generated tables (docs/benchmarks.md, README.md's per-call costs) "
+        "from the result files even when they are not benchmarks/results (which always "
+        "refreshes them)",
     )
     parser.add_argument(
         "--readme-only",
         action="store_true",
-        help="run nothing; rewrite README.md's benchmark section from the result files",
+        help="run nothing; rewrite the generated tables from the result files",
     )
     parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
     return parser
@@ -163,8 +163,8 @@ def _main(args: argparse.Namespace) -> int:
         if targets:
             print(targets_table(target.to_json() for target in targets).to_text(), end="\n\n")
         progress(f"{kind}: wrote {path}")
-    # The README's tables are generated from benchmarks/results: refresh them whenever those
-    # files change, so the committed pair never drifts apart.
+    # The pages' tables are generated from benchmarks/results: refresh them whenever those
+    # files change, so the committed pages and results never drift apart.
     committed = results_dir == (ROOT / "benchmarks" / "results").resolve()
     if args.write_readme or args.readme_only or committed:
         documents = [
@@ -172,6 +172,9 @@ def _main(args: argparse.Namespace) -> int:
             for kind in KINDS
             if (results_dir / f"{kind}.json").is_file()
         ]
-        replace_readme_section(ROOT / "README.md", render_readme_section(documents))
-        progress(f"README.md: benchmark section rewritten from {len(documents)} result file(s)")
+        for page in write_pages(documents, ROOT):
+            progress(
+                f"{page.relative_to(ROOT)}: generated tables rewritten from "
+                f"{len(documents)} result file(s)"
+            )
     return 0

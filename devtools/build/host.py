@@ -40,7 +40,7 @@ __all__ = [
 INDEX_TIMEOUT_S = 5.0
 #: Memory one cell's compile may take at its peak: a translation unit including torch's
 #: headers reaches ~1.4 GB RSS (docs/facts.md, "Cost of a real old torch here"); ours
-#: measured 0.5-0.7 GiB (README, "Build cost per cell"). The larger figure, rounded up,
+#: measured 0.5-0.7 GiB (docs/benchmarks.md, "Build cost per cell"). The larger figure, rounded up,
 #: so that parallel compiles never push a host into swap or the OOM killer.
 COMPILE_MEMORY_BYTES = 3 * 2**29  # 1.5 GiB
 

@@ -1,6 +1,6 @@
 """Gather what the offline GPU machine lacks for ``tests/gpu/gpu_check.py``, into one folder.
 
-The GPU machine (README, "The GPU check") has an NVIDIA GPU, CUDA 13 with nvcc, Python
+The GPU machine (docs/gpu-check.md) has an NVIDIA GPU, CUDA 13 with nvcc, Python
 3.12 with torch 2.11.0+cu130, pytest, numpy, hypothesis and ninja, the checkout, and no
 network; whatever else the check needs travels with the checkout as wheels, 64 MiB in all.
 The check imports this project from the checkout (never installed) and needs, besides

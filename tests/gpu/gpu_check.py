@@ -1,7 +1,6 @@
 """The CUDA conformance check: our library against torch's own exchange table, on real GPUs.
 
-One command, run from the checkout with the machine's own Python (see README, "The GPU
-check")::
+One command, run from the checkout with the machine's own Python (see docs/gpu-check.md)::
 
     python tests/gpu/gpu_check.py --require-gpu
 

@@ -1,5 +1,6 @@
 """One abi3 wheel for every CPython: the combined wheel ``nox -s build`` makes, installed
-the way README says (``pip install --no-index --find-links dist torch-c-dlpack-ext``)
+the way CONTRIBUTING.md's Quick start says
+(``pip install --no-index --find-links dist torch-c-dlpack-ext``)
 into environments of several real CPythons, each with a real torch release and the
 real apache-tvm-ffi from PyPI.
 
@@ -186,7 +187,7 @@ def test_abi3_wheel_loads_and_round_trips_through_tvm_ffi(
         torch, importable=True, python=python, interpreter=interpreter, extra=["apache-tvm-ffi"]
     )
     site = tmp_path / "site"
-    # README: the two dependencies first, then the package from dist/ only.
+    # The Quick start: the two dependencies first, then the package from dist/ only.
     _install_target(env.python, site, "--index-url", "https://pypi.org/simple",
                     "packaging>=24", "filelock>=3.12")  # fmt: skip
     _install_target(env.python, site, "--no-deps", "--no-index", "--find-links",

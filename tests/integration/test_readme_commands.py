@@ -1,11 +1,12 @@
-"""README's install commands, run as written in a fresh virtual environment.
+"""The install commands of README (the user's page) and of CONTRIBUTING.md's Quick start,
+run as written in a fresh virtual environment.
 
-"Installing from source" runs with three substitutions, all asserted: the torch release
+README's "Installing from source" runs with three substitutions, all asserted: the torch release
 is the one this test session runs (2.13, which pip installs from this machine's wheel
 cache instead of downloading torch 2.8 and its CUDA wheels), the CUDA header line is left
 out (that torch is a CPU build), and the project comes from an sdist of this checkout
 instead of the index. (``test_readme_source_install.py`` runs the block verbatim against a
-local index.) The Quick start's
+local index.) CONTRIBUTING.md's Quick start's
 "install what ``nox -s build`` made" commands then run verbatim in the same venv
 against a ``dist/`` holding a universal wheel, a variant-named wheel and the sdist.
 """
@@ -31,15 +32,17 @@ if sys.platform.startswith("win"):
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
 TORCH_RELEASE = torch.__version__.split("+")[0]
 #: The ``progress`` fixture of tests/conftest.py: a line to the terminal, past capture.
 Progress = Callable[[str], None]
 
 
-def code_blocks(section: str) -> list[str]:
-    """The ```bash blocks of the README section whose heading is ``section``."""
-    start = README.index(section)
-    body = README[start + len(section) :]
+def code_blocks(section: str, page: str = README) -> list[str]:
+    """The ```bash blocks of the section of ``page`` (README by default) whose heading is
+    ``section``."""
+    start = page.index(section)
+    body = page[start + len(section) :]
     end = re.search(r"^#{2,3} ", body, re.M)
     body = body[: end.start()] if end else body
     return re.findall(r"```bash\n(.*?)```", body, re.S)
@@ -123,7 +126,7 @@ def test_installing_from_dist_works_as_written(
     source_install: tuple[Path, str], progress: Progress
 ) -> None:
     work, _ = source_install
-    blocks = code_blocks("## Quick start")
+    blocks = code_blocks("## Quick start", CONTRIBUTING)
     install = next(b for b in blocks if "--find-links dist" in b)
     dist = work / "dist"
     dist.mkdir()
@@ -140,12 +143,14 @@ def test_installing_from_dist_works_as_written(
     )
     assert uninstall.returncode == 0, uninstall.stderr
     glob = bash(activate + "pip install dist/*.whl", work, "pip install dist/*.whl", 300, progress)
-    assert glob.returncode != 0, "README says the glob fails; it worked"
+    assert glob.returncode != 0, "the Quick start says the glob fails; it worked"
     rejected = glob.stdout + glob.stderr
     assert "t28_cpu" in rejected
     assert "Invalid build number" in rejected or "not a valid wheel filename" in rejected
 
-    proc = bash(activate + install, work, "install from dist/ as README says", 600, progress)
+    proc = bash(
+        activate + install, work, "install from dist/ as the Quick start says", 600, progress
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "Successfully installed torch-c-dlpack-ext" in proc.stdout
     report = diagnose(work)

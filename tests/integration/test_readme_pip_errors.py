@@ -1,4 +1,5 @@
-"""README's warning against ``pip install dist/*.whl``, checked against each pip it quotes.
+"""The Quick start's warning against ``pip install dist/*.whl`` (CONTRIBUTING.md), checked
+against each pip it quotes.
 
 For every "pip X and Y say `<message>`" in the Quick start, a fresh venv gets exactly that
 pip (from PyPI, through pip's cache) and runs ``pip install --no-index dist/*.whl`` on a
@@ -18,14 +19,14 @@ from pathlib import Path
 import build_backend
 import pytest
 from tests.helpers import clean_env
-from tests.unit.test_readme_recipes import QUOTED, section
+from tests.unit.test_readme_recipes import QUOTED, quick_start
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(sys.platform.startswith("win"), reason="POSIX venv layout"),
 ]
 
-QUOTES = QUOTED.findall(" ".join(section("## Quick start").split()))
+QUOTES = QUOTED.findall(" ".join(quick_start().split()))
 PIPS = [(version, message) for versions, message in QUOTES for version in versions.split(" and ")]
 
 
@@ -49,13 +50,13 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
-def test_readme_quotes_two_pips() -> None:
+def test_the_quick_start_quotes_two_pips() -> None:
     assert len(QUOTES) == 2, QUOTES
     assert {version for version, _ in PIPS} >= {"23.0.1", "26.3"}
 
 
 @pytest.mark.parametrize(("version", "message"), PIPS, ids=[v for v, _ in PIPS])
-def test_each_pip_says_what_readme_quotes(
+def test_each_pip_says_what_the_quick_start_quotes(
     dist: Path, tmp_path: Path, version: str, message: str
 ) -> None:
     venv = tmp_path / "venv"

@@ -1,31 +1,99 @@
-"""The README's benchmark section is generated from benchmarks/results: no drift."""
+"""The pages' figures are generated from benchmarks/results: docs/benchmarks.md's tables
+and the per-call costs in README.md's table of paths. No drift, and one run writes both."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+from typing import Any
 
 from benchmarks.cli import KINDS
-from benchmarks.report import README_END, README_START, read_result, render_readme_section
+from benchmarks.pages import PATHS_END, PATHS_START, render_paths_table, write_pages
+from benchmarks.report import SECTION_END, SECTION_START, read_result, render_results_section
 
 ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+REGENERATE = "run `nox -s bench -- --readme-only` (or python -m benchmarks --readme-only)"
 
 
-def test_committed_readme_section_matches_committed_results() -> None:
-    """The README's table is generated: it must not drift from benchmarks/results."""
-    results = ROOT / "benchmarks" / "results"
+def _documents() -> list[dict[str, Any]]:
     documents = [
-        read_result(results / f"{kind}.json")
+        read_result(RESULTS / f"{kind}.json")
         for kind in KINDS
-        if (results / f"{kind}.json").is_file()
+        if (RESULTS / f"{kind}.json").is_file()
     ]
     assert documents, "benchmarks/results/ holds no result; run `nox -s bench`"
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = readme.index(README_START)
-    end = readme.index(README_END) + len(README_END)
-    assert readme[start:end] == render_readme_section(documents), (
-        "README.md's benchmark section differs from benchmarks/results; "
-        "run `nox -s bench -- --write-readme` (or python -m benchmarks --only ... --write-readme)"
+    return documents
+
+
+def _between(text: str, start: str, end: str) -> str:
+    return text[text.index(start) : text.index(end) + len(end)]
+
+
+def test_committed_benchmarks_page_matches_committed_results() -> None:
+    """docs/benchmarks.md's tables are generated: they must not drift from the results."""
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert _between(page, SECTION_START, SECTION_END) == render_results_section(_documents()), (
+        f"docs/benchmarks.md's tables differ from benchmarks/results; {REGENERATE}"
     )
+
+
+def test_committed_readme_costs_match_committed_results() -> None:
+    """README's table of paths, with each path's per-call cost, is generated too."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = render_paths_table(_documents())
+    assert table is not None, "benchmarks/results lacks exchange.json or portable.json"
+    assert _between(readme, PATHS_START, PATHS_END) == table, (
+        f"README.md's per-call costs differ from benchmarks/results; {REGENERATE}"
+    )
+
+
+def test_the_readme_costs_are_the_cost_figures_the_runtime_prints() -> None:
+    """The native and portable figures README shows are PORTABLE_COST's, rounded alike."""
+    from torch_c_dlpack_ext._select import PORTABLE_COST
+
+    table = render_paths_table(_documents())
+    assert table is not None
+    rows = {line.split(" | ")[1].split(":")[0]: line for line in table.splitlines() if "**" in line}
+    native = (
+        f"{PORTABLE_COST['native_export_ns']:,} ns / {PORTABLE_COST['native_allocator_ns']:,} ns"
+    )
+    portable = (
+        f"{PORTABLE_COST['portable_export_ns']:,} ns / "
+        f"{PORTABLE_COST['portable_allocator_ns']:,} ns"
+    )
+    assert rows["**native**"].endswith(f"| {native} |")
+    assert rows["**portable table**"].endswith(f"| {portable} |")
+
+
+def test_one_run_rewrites_both_pages(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    shutil.copyfile(ROOT / "docs" / "benchmarks.md", tmp_path / "docs" / "benchmarks.md")
+    stale = f"{PATHS_START}\n| stale |\n{PATHS_END}"
+    (tmp_path / "README.md").write_text(f"# P\n\n{stale}\n\n## Next\n", encoding="utf-8")
+    bench = (tmp_path / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    old = _between(bench, SECTION_START, SECTION_END)
+    (tmp_path / "docs" / "benchmarks.md").write_text(
+        bench.replace(old, f"{SECTION_START}\nstale\n{SECTION_END}"), encoding="utf-8"
+    )
+
+    written = write_pages(_documents(), tmp_path)
+
+    assert written == [tmp_path / "docs" / "benchmarks.md", tmp_path / "README.md"]
+    readme = (tmp_path / "README.md").read_text(encoding="utf-8")
+    assert "stale" not in readme
+    assert readme.endswith("\n\n## Next\n")
+    assert (tmp_path / "docs" / "benchmarks.md").read_text(encoding="utf-8") == bench
+
+
+def test_a_run_without_the_exchange_result_leaves_readme_alone(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    shutil.copyfile(ROOT / "docs" / "benchmarks.md", tmp_path / "docs" / "benchmarks.md")
+    (tmp_path / "README.md").write_text("# P\n", encoding="utf-8")
+    documents = [d for d in _documents() if d["kind"] != "exchange"]
+
+    assert write_pages(documents, tmp_path) == [tmp_path / "docs" / "benchmarks.md"]
+    assert (tmp_path / "README.md").read_text(encoding="utf-8") == "# P\n"
 
 
 def test_the_runtimes_cost_figures_are_the_committed_benchmarks() -> None:

@@ -1,4 +1,5 @@
-"""The benchmark's arithmetic and reporting: statistics, targets, tables, README section."""
+"""The benchmark's arithmetic and reporting: statistics, targets, tables, the generated
+sections of docs/benchmarks.md and README.md."""
 
 from __future__ import annotations
 
@@ -10,15 +11,15 @@ from pathlib import Path
 import pytest
 from benchmarks.cli import KINDS, parse_only
 from benchmarks.report import (
-    README_END,
-    README_START,
+    SECTION_END,
+    SECTION_START,
     Table,
     format_bytes,
     format_ns,
     format_ratio,
     read_result,
-    render_readme_section,
-    replace_readme_section,
+    render_results_section,
+    replace_section,
     write_result,
 )
 from benchmarks.size import code_breakdown, deflated_size, libraries_in_wheel
@@ -146,29 +147,29 @@ def test_result_round_trip_and_readme_section(tmp_path: Path) -> None:
     document = read_result(path)
     assert Table.from_json(document["tables"][0]) == TABLE
 
-    section = render_readme_section([document])
-    assert section.startswith(README_START)
-    assert section.endswith(README_END)
+    section = render_results_section([document])
+    assert section.startswith(SECTION_START)
+    assert section.endswith(SECTION_END)
     assert "Test CPU, 2 cores (load 0.50" in section
     assert "torch 2.13.0+cpu" in section
     assert TABLE.to_markdown() in section
     assert "| speed | 0.9 | <= 1x | met |" in section
 
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# P\n\n## Benchmarks\n\n{README_START}\nold\n{README_END}\n\n## Next\n")
-    replace_readme_section(readme, section)
-    text = readme.read_text()
+    page = tmp_path / "benchmarks.md"
+    page.write_text(f"# P\n\n## Results\n\n{SECTION_START}\nold\n{SECTION_END}\n\n## Next\n")
+    replace_section(page, section)
+    text = page.read_text()
     assert "old" not in text
-    assert text.startswith("# P\n\n## Benchmarks\n\n" + README_START)
-    assert text.endswith(README_END + "\n\n## Next\n")
+    assert text.startswith("# P\n\n## Results\n\n" + SECTION_START)
+    assert text.endswith(SECTION_END + "\n\n## Next\n")
 
 
-def test_readme_without_markers_is_left_alone(tmp_path: Path) -> None:
-    readme = tmp_path / "README.md"
-    readme.write_text("# P\n")
-    with pytest.raises(ConfigError, match="no benchmark markers"):
-        replace_readme_section(readme, f"{README_START}\n{README_END}")
-    assert readme.read_text() == "# P\n"
+def test_a_page_without_markers_is_left_alone(tmp_path: Path) -> None:
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# P\n")
+    with pytest.raises(ConfigError, match="no generated-section markers"):
+        replace_section(page, f"{SECTION_START}\n{SECTION_END}")
+    assert page.read_text() == "# P\n"
 
 
 def test_read_result_names_a_bad_file(tmp_path: Path) -> None:

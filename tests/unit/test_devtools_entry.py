@@ -1,4 +1,4 @@
-"""``python -m devtools`` from the repository root, as README and CONTRIBUTING print it:
+"""``python -m devtools`` from the repository root, as CONTRIBUTING and docs/ print it:
 no ``PYTHONPATH``, and the checkout's core even where another copy is importable."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``nox -s tests`` on the oldest Python README promises (3.9): the session runs under a
+"""``nox -s tests`` on the oldest Python the Quick start promises (3.9): the session runs under a
 Python that its torch has wheels for (:func:`noxfile.python_for_tests`), and says so."""
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def test_the_floor_is_the_tested_torchs() -> None:
 
 def test_the_session_is_still_called_tests_under_an_old_python(tmp_path: Path) -> None:
     # What nox registers when the noxfile is loaded by a Python older than the floor:
-    # the README's `nox -s tests` must still name it.
+    # the Quick start's `nox -s tests` must still name it.
     code = (
         "import sys, shutil, runpy, nox, nox.registry;"
         "sys.version_info = (3, 9, 18, 'final', 0);"

@@ -15,7 +15,7 @@ from _torch_c_dlpack_ext_core.headers import cuda_header_wheels
 
 
 def _jit_paragraph() -> str:
-    text = section("## What `import torch_c_dlpack_ext` does")
+    text = section("## Settings")
     start = text.index("A JIT build needs")
     return text[start:]
 

@@ -1,4 +1,6 @@
-"""README's install recipes stay true to the code they describe (issue 21), checked fast;
+"""The install recipes stay true to the code they describe (issue 21), checked fast:
+README's source install (the user's page) and the Quick start's warning against
+``pip install dist/*.whl`` (CONTRIBUTING.md, where the Quick start lives);
 ``tests/integration/test_readme_source_install.py`` and ``test_readme_pip_errors.py``
 run them for real."""
 
@@ -9,14 +11,23 @@ from pathlib import Path
 
 from _torch_c_dlpack_ext_core.errors import BUILD_REQUIREMENTS, pinned_requirement
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+#: The page holding the Quick start (README links it).
+CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
 
 
-def section(heading: str) -> str:
-    """The text of README's section ``heading`` (up to the next heading)."""
-    body = README[README.index(heading) + len(heading) :]
+def section(heading: str, page: str = README) -> str:
+    """The text of section ``heading`` of ``page`` (README by default), up to the next
+    heading."""
+    body = page[page.index(heading) + len(heading) :]
     end = re.search(r"^#{2,3} ", body, re.M)
     return body[: end.start()] if end else body
+
+
+def quick_start() -> str:
+    """CONTRIBUTING.md's Quick start."""
+    return section("## Quick start", CONTRIBUTING)
 
 
 def source_recipe() -> list[str]:
@@ -47,7 +58,7 @@ def test_the_source_recipe_installs_the_cuda_headers_of_its_torch() -> None:
 
 
 def test_the_glob_warning_quotes_what_each_pip_says() -> None:
-    text = " ".join(section("## Quick start").split())
+    text = " ".join(quick_start().split())
     # Checked for real by tests/integration/test_readme_pip_errors.py.
     quoted = dict(QUOTED.findall(text))
     assert quoted["23.0.1 and 23.2.1"].endswith(".whl is not a valid wheel filename")

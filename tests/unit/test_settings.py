@@ -148,8 +148,9 @@ def test_every_project_variable_is_known_to_the_runtime() -> None:
     from torch_c_dlpack_ext._settings import BUILD_TIME_VARIABLES
 
     root = Path(__file__).resolve().parents[2]
-    sources = [root / "noxfile.py", root / "pyproject.toml", root / "README.md"]
-    for folder in ("python", "devtools", "tests", "benchmarks", "build_backend", ".github"):
+    sources = [root / name for name in ("noxfile.py", "pyproject.toml", "README.md")]
+    sources.append(root / "CONTRIBUTING.md")
+    for folder in ("python", "devtools", "tests", "benchmarks", "build_backend", ".github", "docs"):
         sources.extend(
             p for p in (root / folder).rglob("*") if p.suffix in {".py", ".yml", ".toml", ".md"}
         )
