@@ -26,6 +26,7 @@ from typing import Any
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
+from devtools.base.errors import HANDLED, CellsNotBuiltError, ProvisionError
 from devtools.build.host import (
     cross_target,
     freethreaded_python,
@@ -35,7 +36,6 @@ from devtools.build.host import (
     tree_python,
 )
 from devtools.matrix.cells import Cell, PortableCell, group_dir
-from devtools.base.errors import HANDLED, CellsNotBuiltError, ProvisionError
 from devtools.matrix.reader import load_matrix
 
 __all__ = [

@@ -16,11 +16,10 @@ import urllib.request
 from pathlib import Path
 
 from _torch_c_dlpack_ext_core.naming import Backend
-from devtools.matrix.cells import Cell, PortableCell
 from devtools.base.errors import HANDLED
-from devtools.matrix.tables import host_os
+from devtools.matrix.cells import Cell, PortableCell
 from devtools.matrix.model import Matrix
-from devtools.matrix.tables import python_sort_key, running_python
+from devtools.matrix.tables import host_os, python_sort_key, running_python
 
 __all__ = [
     "Interpreter",

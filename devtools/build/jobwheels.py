@@ -14,10 +14,10 @@ from pathlib import Path
 
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PACKAGE
-from devtools.matrix.cells import Cell, cell_for_entry, portable_cell_for_entry
 from devtools.base.errors import ReleaseError
-from devtools.build.repair import grafted_libraries
 from devtools.base.wheelnames import parse_wheel_name, platform_key
+from devtools.build.repair import grafted_libraries
+from devtools.matrix.cells import Cell, cell_for_entry, portable_cell_for_entry
 
 __all__ = ["JobGroup", "gather"]
 

@@ -43,16 +43,16 @@ from build_backend._wheel import assemble_wheel
 from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes, load_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
-from devtools.base.paths import ROOT
-from devtools.matrix.cells import cell_for_entry, portable_cell_for_entry
 from devtools.base.errors import ReleaseError
-from devtools.matrix.tables import host_os
+from devtools.base.paths import ROOT
+from devtools.base.wheelnames import combined_platform, is_variant_name, platform_tag
 from devtools.build.jobwheels import gather
-from devtools.matrix.reader import load_matrix
-from devtools.matrix.model import Matrix
 from devtools.build.repair import auditwheel_repair
 from devtools.build.variants import variant_json, variants_index
-from devtools.base.wheelnames import combined_platform, is_variant_name, platform_tag
+from devtools.matrix.cells import cell_for_entry, portable_cell_for_entry
+from devtools.matrix.model import Matrix
+from devtools.matrix.reader import load_matrix
+from devtools.matrix.tables import host_os
 
 __all__ = ["assemble_dist", "assemble_from_wheels", "assemble_group", "universal_wheel"]
 
