@@ -229,7 +229,8 @@ def build_wheel_impl(
     wheel_directory: str, config_settings: Mapping[str, Any] | None, *, editable: bool = False
 ) -> str:
     """PEP 517 ``build_wheel``: see :mod:`build_backend._options` for what gets packed."""
-    from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest
+    from _torch_c_dlpack_ext_core.files import load_manifest
+    from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 
     from ._metadata import load_pyproject, project_metadata
     from ._options import read_options

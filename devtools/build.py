@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
+from _torch_c_dlpack_ext_core.files import write_manifest
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
 from devtools.buildhost import (
     cross_target,
@@ -292,7 +293,7 @@ def _write_group_manifests(
 
 def _read_manifest(directory: Path) -> list[ManifestEntry]:
     from _torch_c_dlpack_ext_core.errors import ManifestError
-    from _torch_c_dlpack_ext_core.manifest import load_manifest
+    from _torch_c_dlpack_ext_core.files import load_manifest
 
     try:
         entries = load_manifest(directory / MANIFEST_NAME)

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
-from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+from _torch_c_dlpack_ext_core.files import atomic_write_bytes
 from devtools import ROOT
 from devtools.cells import Cell
 from devtools.emulation import STEP_TIMEOUT_S, Emulation, capture, in_root, last_lines, log

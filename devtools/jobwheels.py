@@ -12,7 +12,8 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
+from _torch_c_dlpack_ext_core.files import write_manifest
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PACKAGE
 from devtools.cells import Cell, cell_for_entry, portable_cell_for_entry
 from devtools.errors import ReleaseError

@@ -41,7 +41,7 @@ from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
 
 from _torch_c_dlpack_ext_core.errors import BuildError
-from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes, load_manifest
+from _torch_c_dlpack_ext_core.files import atomic_write_bytes, load_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
 from devtools import ROOT
 from devtools.cells import cell_for_entry, portable_cell_for_entry

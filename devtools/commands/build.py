@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
-from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+from _torch_c_dlpack_ext_core.files import atomic_write_bytes
 from devtools import ROOT, build
 from devtools.buildhost import host_platform_name
 from devtools.cells import Cell, PortableCell, group_dir, portable_cells

@@ -62,6 +62,7 @@ from .errors import (
     TorchCDLPackExtError,
     TorchInstallError,
 )
+from .files import atomic_write_bytes, new_temp_file, read_verified, sha256_of
 from .headers import (
     cuda_mismatch_note,
     find_dlpack_include,
@@ -69,7 +70,7 @@ from .headers import (
     find_python_include,
     python_target_of_headers,
 )
-from .manifest import ManifestEntry, atomic_write_bytes, new_temp_file, read_verified, sha256_of
+from .manifest import ManifestEntry
 from .naming import (
     ABI3,
     ANY,

@@ -26,7 +26,8 @@ from _torch_c_dlpack_ext_core.errors import (
     ManifestError,
     TorchCDLPackExtError,
 )
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, read_verified
+from _torch_c_dlpack_ext_core.files import read_verified
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend, env_var, library_filename, user_cache_dir
 from _torch_c_dlpack_ext_core.trust import TrustedOwners, read_trusted
 from _torch_c_dlpack_ext_core.version import __version__

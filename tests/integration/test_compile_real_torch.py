@@ -29,7 +29,8 @@ from devtools.torchenv import TorchEnv, torch_env
 
 from _torch_c_dlpack_ext_core.driver import compile_library, plan_build
 from _torch_c_dlpack_ext_core.errors import ABIAuditError, BuildError
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, verify_file
+from _torch_c_dlpack_ext_core.files import verify_file
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend
 from _torch_c_dlpack_ext_core.toolchains import AuditOutcome, toolchain_for
 from _torch_c_dlpack_ext_core.toolchains.elf import dynamic_symbols, run_time_symbols

@@ -17,7 +17,7 @@ import pytest
 
 from _torch_c_dlpack_ext_core.driver import compile_library
 from _torch_c_dlpack_ext_core.errors import BuildError
-from _torch_c_dlpack_ext_core.manifest import verify_file
+from _torch_c_dlpack_ext_core.files import verify_file
 
 pytestmark = [
     pytest.mark.slow,

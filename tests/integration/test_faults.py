@@ -31,7 +31,8 @@ from tests.helpers import (
 )
 from tests.helpers import probe_import as probe
 
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of
+from _torch_c_dlpack_ext_core.files import sha256_of
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PACKAGE, Backend
 
 torch = pytest.importorskip("torch")

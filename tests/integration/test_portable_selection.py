@@ -19,7 +19,7 @@ from tests.helpers import CSRC, ROOT, make_package, run_python
 from tests.unit.test_cells import MATRIX, _cell, fake_compile  # noqa: F401 (a fixture)
 
 from _torch_c_dlpack_ext_core import driver
-from _torch_c_dlpack_ext_core.manifest import write_manifest
+from _torch_c_dlpack_ext_core.files import write_manifest
 from _torch_c_dlpack_ext_core.naming import LIBS_DIR, MANIFEST_NAME, PACKAGE
 
 pytestmark = pytest.mark.skipif(

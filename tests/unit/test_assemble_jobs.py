@@ -18,7 +18,7 @@ from devtools.cells import Cell
 from devtools.errors import ReleaseError
 from devtools.matrix import load_matrix
 
-from _torch_c_dlpack_ext_core.manifest import sha256_of
+from _torch_c_dlpack_ext_core.files import sha256_of
 from _torch_c_dlpack_ext_core.version import __version__
 
 ROOT = Path(__file__).resolve().parents[2]

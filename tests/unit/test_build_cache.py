@@ -17,7 +17,7 @@ from tests.conftest import FakeTorch
 
 from _torch_c_dlpack_ext_core import driver
 from _torch_c_dlpack_ext_core.driver import BuildPlan, plan_build
-from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+from _torch_c_dlpack_ext_core.files import atomic_write_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gnu toolchain")

@@ -315,7 +315,8 @@ def no_gpu_toolkit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]
     compiled: list[str] = []
 
     def fake_compile(*, torch: Any, backend: Any, output_dir: Path, **_: Any) -> Any:
-        from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of
+        from _torch_c_dlpack_ext_core.files import sha256_of
+        from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 
         headers.find_gpu_toolkit(backend, torch)
         output_dir.mkdir(parents=True, exist_ok=True)

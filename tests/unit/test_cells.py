@@ -28,7 +28,8 @@ from devtools.matrix import load_matrix
 from devtools.wheelnames import is_variant_name, parse_wheel_name
 
 from _torch_c_dlpack_ext_core import driver
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest, write_manifest
+from _torch_c_dlpack_ext_core.files import load_manifest, write_manifest
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,7 +26,8 @@ import pytest
 
 from _torch_c_dlpack_ext_core import driver, naming, trust
 from _torch_c_dlpack_ext_core.errors import LibraryLoadError, UntrustedPathError
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, read_verified
+from _torch_c_dlpack_ext_core.files import read_verified
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend, library_filename
 from _torch_c_dlpack_ext_core.trust import (
     TrustedOwners,
