@@ -245,7 +245,7 @@ def build_wheel_impl(
         entries = load_manifest(options.libs_dir / MANIFEST_NAME)
         libraries = [(e, options.libs_dir / e.file) for e in entries]
     elif not options.universal and not editable:
-        from _torch_c_dlpack_ext_core.driver import compile_library
+        from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library
         from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 
         install = TorchInstall.from_path(_find_torch(options.torch))
@@ -254,7 +254,7 @@ def build_wheel_impl(
         _check_gpu_headers(backends, install)
         _check_build_dir(out)
         for backend in backends:
-            entry = compile_library(torch=install, backend=backend, output_dir=out)
+            entry = compile_library(BuildRequest(torch=install, backend=backend, output_dir=out))
             libraries.append((entry, out / entry.file))
         libraries += _portable_library(out)
     # PEP 517: the hook returns the basename of the wheel it wrote.
@@ -274,11 +274,14 @@ def _portable_library(out: Path) -> list[tuple[Any, Path]]:
     a C++ one); without one the wheel holds the native libraries alone, and says so."""
     import sys
 
-    from _torch_c_dlpack_ext_core.driver import compile_portable_library
+    from _torch_c_dlpack_ext_core.driver import (
+        PortableRequest,
+        compile_portable_library,
+    )
     from _torch_c_dlpack_ext_core.errors import CompilerNotFoundError
 
     try:
-        entry = compile_portable_library(output_dir=out)
+        entry = compile_portable_library(PortableRequest(output_dir=out))
     except CompilerNotFoundError as exc:
         print(f"torch-c-dlpack-ext: no portable table in this wheel: {exc}", file=sys.stderr)
         return []

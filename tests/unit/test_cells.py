@@ -124,7 +124,8 @@ def fake_compile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     tree = types.SimpleNamespace(torch_dir=tmp_path / "torch", site_packages=tmp_path / "site")
     monkeypatch.setattr(torchenv, "torch_tree", lambda *a, **k: tree)
 
-    def compile_library(*, backend: Any, output_dir: Path, cxx11_abi: Any, **_: Any) -> Any:
+    def compile_library(request: driver.BuildRequest, *_: Any, **__: Any) -> Any:
+        backend, output_dir, cxx11_abi = request.backend, request.output_dir, request.cxx11_abi
         (cell,) = [
             c
             for c in CELLS
