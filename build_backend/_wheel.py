@@ -94,7 +94,7 @@ class WheelWriter:
             "Wheel-Version: 1.0\n"
             "Generator: torch-c-dlpack-ext build_backend\n"
             f"Root-Is-Purelib: {'true' if root_is_purelib else 'false'}\n"
-            + "".join(f"Tag: {t}\n" for t in _expand_tag(self.tag))
+            + "".join(f"Tag: {t}\n" for t in _wheel_file_tags(self.tag))
         ).encode()
         files = dict(self._files)
         files[f"{self.dist_info}/METADATA"] = (metadata, False)
@@ -135,14 +135,13 @@ class WheelWriter:
         return target
 
 
-def _expand_tag(tag: str) -> list[str]:
-    interpreters, abis, platforms = tag.split("-")
-    return [
-        f"{i}-{a}-{p}"
-        for i in interpreters.split(".")
-        for a in abis.split(".")
-        for p in platforms.split(".")
-    ]
+def _wheel_file_tags(tag: str) -> list[str]:
+    """The ``Tag:`` lines of a wheel's WHEEL file: each tag of the compressed tag set
+    (``cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64`` is two), expanded by
+    :func:`packaging.tags.parse_tag`, sorted so the file's bytes are reproducible."""
+    from packaging.tags import parse_tag
+
+    return sorted(str(one) for one in parse_tag(tag))
 
 
 def platform_tag() -> str:
