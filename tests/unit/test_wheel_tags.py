@@ -51,5 +51,6 @@ def test_the_tag_lines_do_not_depend_on_the_order_of_the_set(tmp_path: Path) -> 
 
 
 def test_a_malformed_tag_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="values to unpack"):
+    # packaging >= 25 names the tag; 24 fails the unpacking.
+    with pytest.raises(ValueError, match=r"three components|values to unpack"):
         _tag_lines(tmp_path, "cp39-abi3")
