@@ -165,7 +165,7 @@ def _finish_dist(out: Path, made: list[Path]) -> list[Path]:
     wheel, the sdist and, when there are variant wheels, the index's variants.json."""
     from build_backend._sdist import build_sdist_impl
 
-    made = [*made, universal_wheel(out), out / build_sdist_impl(str(out), None)]
+    made = [*made, universal_wheel(out), out / build_sdist_impl(str(out))]
     variant_wheels = [p for p in made if is_variant_name(p.name)]
     if variant_wheels:
         meta = project_metadata(ROOT)
