@@ -44,7 +44,6 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from .buildlock import (
     SCRATCH_PREFIX,
@@ -1067,8 +1066,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return exc.exit_code
-    data: dict[str, Any] = entry.to_json()
-    print(json.dumps(data, indent=2, sort_keys=True))
+    print(json.dumps(entry.to_json(), indent=2, sort_keys=True))
     return 0
 
 

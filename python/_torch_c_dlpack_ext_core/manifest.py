@@ -18,8 +18,8 @@ is for the developer tools only: the selector never reads it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple, Union
 
 from .errors import REINSTALL, ManifestError, brief
 from .naming import ABI3, ANY, NATIVE_BACKENDS, Backend
@@ -28,6 +28,7 @@ __all__ = [
     "MAX_MANIFEST_BYTES",
     "REQUIRED_FIELDS",
     "SCHEMA_VERSION",
+    "JSONField",
     "ManifestEntry",
     "check_library_path",
     "dump_manifest",
@@ -35,6 +36,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+#: What a field of an entry's JSON object holds.
+JSONField = Union[str, int, bool, None]
 
 
 class ManifestEntry(NamedTuple):
@@ -87,8 +90,9 @@ class ManifestEntry(NamedTuple):
         major, minor = self.torch.split(".")
         return int(major), int(minor)
 
-    def to_json(self) -> dict[str, Any]:
-        data = self._asdict()
+    def to_json(self) -> dict[str, JSONField]:
+        """The entry as its manifest's JSON object (``backend``: its name, or ``any``)."""
+        data: dict[str, JSONField] = self._asdict()
         data["backend"] = ANY if self.backend is None else self.backend.value
         if self.cell is None:
             # Left out rather than null: a library built outside the matrix gets the
@@ -97,8 +101,8 @@ class ManifestEntry(NamedTuple):
         return data
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "manifest entry") -> ManifestEntry:
-        """Validate one manifest entry (see :func:`load_manifest` for the schema).
+    def from_json(cls, data: object, where: str = "manifest entry") -> ManifestEntry:
+        """Validate one manifest entry (see :func:`.files.load_manifest` for the schema).
 
         Raises :class:`ManifestError` naming ``where`` (``manifest …: libraries[2]``),
         the field, what it holds (shortened) and what it must be.
@@ -128,7 +132,7 @@ _AGNOSTIC = ("torch", "torch_build", "backend")
 _AGNOSTIC_NULL = ("cxx11_abi", "gpu_toolkit")
 
 
-def _check_portable(where: str, data: dict[str, Any]) -> bool:
+def _check_portable(where: str, data: Mapping[str, object]) -> bool:
     """Whether ``data`` is a torch-agnostic entry: ``any`` in all of :data:`_AGNOSTIC`
     and null in :data:`_AGNOSTIC_NULL`. ``any`` in some of them only (a native entry
     that lost its torch, or a portable one that gained a backend) is refused: a native
@@ -149,7 +153,7 @@ def _check_portable(where: str, data: dict[str, Any]) -> bool:
     return True
 
 
-def _read_cell(value: Any) -> str | None:
+def _read_cell(value: object) -> str | None:
     """``cell`` when it is plain text, else ``None``: the selector never reads the field
     (the runtime's fast path skips it), so a value it cannot use is ignored like an
     unknown key instead of refusing a manifest whose libraries are fine. The developer
@@ -167,7 +171,7 @@ MAX_FILE_PATH = 512
 MAX_LIBRARY_BYTES = 1 << 32
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -185,7 +189,7 @@ def _is_plain_text(value: str, limit: int) -> bool:
     return len(value) <= limit and value.isprintable()
 
 
-def _check_text(where: str, name: str, value: Any, *, optional: bool = False) -> str | None:
+def _check_text(where: str, name: str, value: object, *, optional: bool = False) -> str | None:
     if value is None and optional:
         return None
     if not isinstance(value, str) or not value:
@@ -202,7 +206,7 @@ def _check_text(where: str, name: str, value: Any, *, optional: bool = False) ->
     return value
 
 
-def check_library_path(where: str, value: Any) -> str:
+def check_library_path(where: str, value: object) -> str:
     """A manifest ``file``: a relative POSIX path of plain names inside the package (``libs/x.so``).
 
     No absolute path, no ``..`` or ``.``, no empty component, no backslash or colon
@@ -227,7 +231,7 @@ def check_library_path(where: str, value: Any) -> str:
     return value
 
 
-def _check_field(where: str, name: str, value: Any) -> Any:
+def _check_field(where: str, name: str, value: object) -> str | int | bool | Backend | None:
     if name == "file":
         return check_library_path(where, value)
     if name == "backend":
