@@ -152,8 +152,48 @@ def _torch_libraries(backend: Backend, *, torch_python: bool) -> tuple[str, ...]
     return ("c10", "torch_cpu", "torch", "torch_python", *gpu)
 
 
+class _Outputs:
+    """What a plan publishes and how it is compiled, native or portable: the library
+    (:attr:`output`), its build record (:attr:`sidecar`) and the toolchain's argv
+    (:meth:`command`), from the plan's :attr:`filename`, ``output_dir``, ``platform`` and
+    :meth:`job`."""
+
+    output_dir: Path
+    #: ``sys.platform`` of the target; selects :attr:`platform_toolchain`.
+    platform: str
+
+    @property
+    def filename(self) -> str:
+        raise NotImplementedError  # each plan names its library
+
+    def job(self) -> CompileJob:
+        raise NotImplementedError  # each plan says what to compile
+
+    @property
+    def platform_toolchain(self) -> Toolchain:
+        """The toolchain that builds for :attr:`platform`."""
+        return toolchain_for(self.platform)
+
+    @property
+    def output(self) -> Path:
+        return self.output_dir / self.filename
+
+    @property
+    def sidecar(self) -> Path:
+        return self.output_dir / f"{self.filename}.build.json"
+
+    def command(self, output: Path | str, scratch: Path | str = SCRATCH_PLACEHOLDER) -> list[str]:
+        """The compiler argv of CONTRIBUTING.md's build contract, writing ``output``.
+
+        ``scratch``: a private directory for what the build writes besides the
+        library (MSVC's objects, import library and .exp; the macOS export list).
+        Linux uses none.
+        """
+        return self.platform_toolchain.command(self.job(), output, scratch)
+
+
 @dataclasses.dataclass(frozen=True)
-class BuildPlan:
+class BuildPlan(_Outputs):
     """Everything one compile needs, resolved and validated; builds nothing by itself."""
 
     torch: TorchInstall
@@ -198,11 +238,6 @@ class BuildPlan:
         return self.python == ABI3
 
     @property
-    def platform_toolchain(self) -> Toolchain:
-        """The toolchain that builds for :attr:`platform`."""
-        return toolchain_for(self.platform)
-
-    @property
     def filename(self) -> str:
         return library_filename(
             self.torch.major,
@@ -211,14 +246,6 @@ class BuildPlan:
             self.cxx11_abi,
             platform=self.platform,
         )
-
-    @property
-    def output(self) -> Path:
-        return self.output_dir / self.filename
-
-    @property
-    def sidecar(self) -> Path:
-        return self.output_dir / f"{self.filename}.build.json"
 
     def _defines(self) -> tuple[str, ...]:
         torch = self.torch
@@ -261,15 +288,6 @@ class BuildPlan:
             python_import_lib=self.python_import_lib,
             cxx_args=self.cxx_args,
         )
-
-    def command(self, output: Path | str, scratch: Path | str = SCRATCH_PLACEHOLDER) -> list[str]:
-        """The compiler argv of CONTRIBUTING.md's build contract, writing ``output``.
-
-        ``scratch``: a private directory for what the build writes besides the
-        library (MSVC's objects, import library and .exp; the macOS export list).
-        Linux uses none.
-        """
-        return self.platform_toolchain.command(self.job(), output, scratch)
 
     def _input_locations(self) -> dict[str, Path]:
         """Where this build's inputs happen to be, by the placeholder the cache key
@@ -790,7 +808,7 @@ def compile_library(
 
 
 @dataclasses.dataclass(frozen=True)
-class PortablePlan:
+class PortablePlan(_Outputs):
     """One compile of the portable library (``csrc/portable/*.c``): the torch-free C
     plan beside :class:`BuildPlan`, built by the same toolchain (its C compiler), with the
     same discipline (plan first, temp name, audit, rename, cache record)."""
@@ -827,22 +845,10 @@ class PortablePlan:
         return (major << 24) | (minor << 16)
 
     @property
-    def platform_toolchain(self) -> Toolchain:
-        return toolchain_for(self.platform)
-
-    @property
     def filename(self) -> str:
         from .naming import portable_library_filename
 
         return portable_library_filename(self.python, platform=self.platform)
-
-    @property
-    def output(self) -> Path:
-        return self.output_dir / self.filename
-
-    @property
-    def sidecar(self) -> Path:
-        return self.output_dir / f"{self.filename}.build.json"
 
     def job(self) -> CompileJob:
         defines = [] if self.limited_api is None else [f"Py_LIMITED_API=0x{self.limited_api:08x}"]
@@ -861,9 +867,6 @@ class PortablePlan:
             language="c",
             version_script=self.version_script,
         )
-
-    def command(self, output: Path | str, scratch: Path | str = SCRATCH_PLACEHOLDER) -> list[str]:
-        return self.platform_toolchain.command(self.job(), output, scratch)
 
     def cache_key(self) -> str:
         """sha256 over what decides the library's bytes (sources, headers, compiler,
