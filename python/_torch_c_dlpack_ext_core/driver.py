@@ -61,7 +61,7 @@ from .errors import (
     TorchCDLPackExtError,
     TorchInstallError,
 )
-from .files import atomic_write_bytes, new_temp_file, read_verified, sha256_of
+from .files import atomic_write_bytes, read_verified, reserve_temp_file, sha256_of
 from .headers import (
     cuda_mismatch_note,
     find_dlpack_include,
@@ -624,11 +624,7 @@ def _publish(
             print(f"removed {stale.name}, left by a killed build", file=sys.stderr, flush=True)
     # The umask's mode for an executable (0755 under 022), not mkstemp's 0600: the cache
     # is meant to be shared. Taken from the new file, because the linker may replace it.
-    fd, tmp = new_temp_file(plan.output_dir, prefix=f".{plan.filename}.", suffix=".tmp", mode=0o777)
-    try:
-        mode = os.fstat(fd).st_mode & 0o777
-    finally:
-        os.close(fd)
+    tmp, mode = reserve_temp_file(plan.output_dir, prefix=f".{plan.filename}.", suffix=".tmp")
     clean_stale_scratch(Path(tempfile.gettempdir()), SCRATCH_PREFIX)
     scratch = tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
     toolchain = plan.platform_toolchain

@@ -34,6 +34,7 @@ __all__ = [
     "open_regular",
     "read_fd",
     "read_verified",
+    "reserve_temp_file",
     "sha256_of",
     "verify_file",
     "write_manifest",
@@ -251,6 +252,19 @@ def new_temp_file(directory: Path, prefix: str, suffix: str, mode: int = 0o666) 
         except FileExistsError:
             continue
     raise FileExistsError(f"no unused temporary name {prefix}*{suffix} in {directory}")
+
+
+def reserve_temp_file(
+    directory: Path, prefix: str, suffix: str, mode: int = 0o777
+) -> tuple[Path, int]:
+    """A new, empty, closed file of :func:`new_temp_file` for a tool to write (a linker's
+    output), and the permission bits it got (``mode`` less the umask: 0755 for 0o777 under
+    022), to give back to what the tool leaves there, which it may have replaced."""
+    fd, path = new_temp_file(directory, prefix, suffix, mode)
+    try:
+        return path, os.fstat(fd).st_mode & 0o777
+    finally:
+        os.close(fd)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -124,3 +124,18 @@ def test_write_then_load_then_verify(tmp_path: Path) -> None:
     lib.write_bytes(b"LIB")
     with pytest.raises(ManifestError, match="does not match the manifest"):
         files.verify_file(loaded, tmp_path)
+
+
+@posix_only
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_a_reserved_temporary_reports_the_mode_it_got(tmp_path: Path, umask: int) -> None:
+    """What a tool replaces (a linker's output) gets back the mode the umask gave."""
+    old = os.umask(umask)
+    try:
+        path, mode = files.reserve_temp_file(tmp_path, prefix=".lib.so.", suffix=".tmp")
+    finally:
+        os.umask(old)
+    assert mode == 0o777 & ~umask
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+    assert path.read_bytes() == b""
+    assert path.parent == tmp_path
