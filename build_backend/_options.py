@@ -3,7 +3,9 @@
 defaults -> ``[tool.torch-c-dlpack-ext]`` in pyproject.toml -> PEP 517
 ``config_settings`` -> environment variables ``TORCH_C_DLPACK_EXT_<KEY>``
 (``libs-dir`` -> ``TORCH_C_DLPACK_EXT_LIBS_DIR``). The environment wins last so
-a CI job can steer a build whose frontend command it does not control.
+a CI job can steer a build whose frontend command it does not control. Each hook reads
+them once (:func:`hook_options`) and hands the frozen :class:`BackendOptions` down: no
+code below the hooks sees ``config_settings``.
 
 The backend only packs. A wheel holds one of:
 
