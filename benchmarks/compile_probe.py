@@ -24,18 +24,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, required=True)
     args = parser.parse_args(argv)
 
-    from _torch_c_dlpack_ext_core.driver import compile_library
+    from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library
     from _torch_c_dlpack_ext_core.naming import parse_backend
 
     backend = parse_backend(args.backend)
     started = time.perf_counter()
-    entry = compile_library(torch=args.torch, backend=backend, output_dir=args.output_dir)
+    entry = compile_library(
+        BuildRequest(torch=args.torch, backend=backend, output_dir=args.output_dir)
+    )
     first = time.perf_counter() - started
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     library = args.output_dir / entry.file
     before = library.stat().st_mtime_ns
     started = time.perf_counter()
-    compile_library(torch=args.torch, backend=backend, output_dir=args.output_dir)
+    compile_library(BuildRequest(torch=args.torch, backend=backend, output_dir=args.output_dir))
     noop = time.perf_counter() - started
     # In a shared tree someone may edit csrc/ between the two calls; then the second one
     # rightly rebuilds and its time is not a no-op's.

@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError, TorchCDLPackExtError
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
+from _torch_c_dlpack_ext_core.files import write_manifest
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import CORE_PACKAGE, LIBS_DIR, MANIFEST_NAME, PACKAGE, Backend
 from _torch_c_dlpack_ext_core.run import run
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
-from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+from _torch_c_dlpack_ext_core.files import atomic_write_bytes
 from _torch_c_dlpack_ext_core.run import run
 
 from .stats import Target

@@ -106,16 +106,18 @@ def build_our_library(
 ) -> BuiltLibrary:
     """Compile (or take from the driver's cache) our library for the torch at ``torch_dir``,
     with the headers of the interpreter ``python`` that will load it."""
-    from _torch_c_dlpack_ext_core.driver import compile_library
+    from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library
 
     from .harness import python_include_dir
 
     started = time.perf_counter()
     entry = compile_library(
-        torch=torch_dir,
-        backend=backend,
-        output_dir=output_dir,
-        python_include=python_include_dir(python),
+        BuildRequest(
+            torch=torch_dir,
+            backend=backend,
+            output_dir=output_dir,
+            python_include=python_include_dir(python),
+        )
     )
     seconds = time.perf_counter() - started
     return BuiltLibrary(path=output_dir / entry.file, entry=entry, seconds=seconds)

@@ -12,9 +12,12 @@ import ast
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyproject_metadata import StandardMetadata
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -25,7 +28,10 @@ __all__ = ["ProjectMetadata", "load_pyproject", "project_metadata", "read_versio
 
 
 def load_pyproject(root: Path) -> dict[str, Any]:
-    """Parsed ``pyproject.toml`` of ``root``. Raises :class:`ConfigError`."""
+    """Parsed ``pyproject.toml`` of ``root``. Raises :class:`ConfigError`.
+
+    ``Any`` as :mod:`tomllib` gives it: a TOML document's tables hold any TOML value, and
+    the readers (this module, :mod:`._options`, the devtools) check what they take."""
     path = root / "pyproject.toml"
     try:
         data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -60,7 +66,7 @@ def read_version(version_file: Path) -> str:
 class ProjectMetadata:
     """Validated metadata of the project: name, version, METADATA bytes, license files."""
 
-    def __init__(self, standard: Any, root: Path) -> None:
+    def __init__(self, standard: StandardMetadata, root: Path) -> None:
         self._standard = standard
         self.root = root
 
@@ -89,14 +95,18 @@ class ProjectMetadata:
         return None if spec is None else str(spec)
 
 
-def project_metadata(root: Path, pyproject: Mapping[str, Any] | None = None) -> ProjectMetadata:
+def project_metadata(root: Path, pyproject: Mapping[str, object] | None = None) -> ProjectMetadata:
     """Validate ``[project]`` and fill the dynamic version. Raises :class:`ConfigError`."""
     import pyproject_metadata
     from packaging.version import Version
 
     data = dict(load_pyproject(root) if pyproject is None else pyproject)
-    project = dict(data.get("project", {}))
-    dynamic = list(project.get("dynamic", []))
+    table = data.get("project", {})
+    if not isinstance(table, Mapping):
+        raise ConfigError("pyproject.toml: [project] must be a table")
+    project: dict[str, object] = {str(key): value for key, value in table.items()}
+    listed = project.get("dynamic", [])
+    dynamic = list(listed) if isinstance(listed, (list, tuple)) else [listed]
     unsupported = [field for field in dynamic if field != "version"]
     if unsupported:
         raise ConfigError(

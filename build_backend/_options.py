@@ -3,7 +3,9 @@
 defaults -> ``[tool.torch-c-dlpack-ext]`` in pyproject.toml -> PEP 517
 ``config_settings`` -> environment variables ``TORCH_C_DLPACK_EXT_<KEY>``
 (``libs-dir`` -> ``TORCH_C_DLPACK_EXT_LIBS_DIR``). The environment wins last so
-a CI job can steer a build whose frontend command it does not control.
+a CI job can steer a build whose frontend command it does not control. Each hook reads
+them once (:func:`hook_options`) and hands the frozen :class:`BackendOptions` down: no
+code below the hooks sees ``config_settings``.
 
 The backend only packs. A wheel holds one of:
 
@@ -57,7 +59,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Union
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.naming import ENV_PREFIX
@@ -67,10 +69,17 @@ __all__ = [
     "MAX_VARIANT_LABEL_LENGTH",
     "VARIANT_LABEL_RULE",
     "BackendOptions",
+    "ConfigSettings",
     "check_variant_label",
+    "hook_options",
     "read_options",
     "source_date_epoch",
 ]
+
+#: What PEP 517 passes a hook as ``config_settings`` (``-C key=value``; a key given twice
+#: is a list). Only :func:`hook_options` reads it: below the hooks, code sees
+#: :class:`BackendOptions`.
+ConfigSettings = Mapping[str, Union[str, list[str]]]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -166,7 +175,7 @@ def _refuse_repeats(key: str, names: Sequence[str], source: str) -> None:
         seen.add(name.lower())
 
 
-def _parse_bool(key: str, value: Any, source: str) -> bool:
+def _parse_bool(key: str, value: object, source: str) -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -175,7 +184,11 @@ def _parse_bool(key: str, value: Any, source: str) -> bool:
     return text in _TRUE
 
 
-def _convert(key: str, value: Any, source: str, root: Path) -> Any:
+#: A setting's value once converted (a field of :class:`BackendOptions`).
+_Value = Union[Path, str, bool, tuple[str, ...], None]
+
+
+def _convert(key: str, value: object, source: str, root: Path) -> _Value:
     field = _FIELDS[key]
     if field.name == "universal":
         return _parse_bool(key, value, source)
@@ -198,7 +211,12 @@ def _convert(key: str, value: Any, source: str, root: Path) -> Any:
 
 
 def _layer(
-    values: dict[str, Any], table: Mapping[str, Any], source: str, root: Path, *, strict: bool
+    values: dict[str, _Value],
+    table: Mapping[str, object],
+    source: str,
+    root: Path,
+    *,
+    strict: bool,
 ) -> None:
     for raw_key, value in table.items():
         key = raw_key.strip().lower().replace("_", "-")
@@ -209,10 +227,19 @@ def _layer(
         values[_FIELDS[key].name] = _convert(key, value, source, root)
 
 
+def _tool_table(pyproject: Mapping[str, object]) -> Mapping[str, object]:
+    """``[tool.torch-c-dlpack-ext]`` of ``pyproject`` (empty when absent)."""
+    tool = pyproject.get("tool", {})
+    table = tool.get("torch-c-dlpack-ext", {}) if isinstance(tool, Mapping) else None
+    if not isinstance(table, Mapping):
+        raise ConfigError("pyproject.toml: [tool.torch-c-dlpack-ext] must be a table")
+    return {str(key): value for key, value in table.items()}
+
+
 def read_options(
     *,
-    pyproject: Mapping[str, Any],
-    config_settings: Mapping[str, Any] | None,
+    pyproject: Mapping[str, object],
+    config_settings: ConfigSettings | None,
     environ: Mapping[str, str] | None = None,
     root: Path,
 ) -> BackendOptions:
@@ -220,8 +247,8 @@ def read_options(
     (``SOURCE_DATE_EPOCH`` included, so a bad one fails before anything is built)."""
     environ = os.environ if environ is None else environ
     source_date_epoch(environ)
-    values: dict[str, Any] = {}
-    tool = pyproject.get("tool", {}).get("torch-c-dlpack-ext", {})
+    values: dict[str, _Value] = {}
+    tool = _tool_table(pyproject)
     _layer(values, tool, "pyproject.toml [tool.torch-c-dlpack-ext]", root, strict=True)
     # Frontends pass their own keys through config_settings too ("--global-option"
     # style, pip's "--build-option"); PEP 517 leaves them to the backend to reject.
@@ -233,7 +260,8 @@ def read_options(
         and name[len(ENV_PREFIX) :].lower().replace("_", "-") in _FIELDS
     }
     _layer(values, env_table, f"environment ({ENV_PREFIX}*)", root, strict=False)
-    options = BackendOptions(**values)
+    # Each value was converted for its own field by _convert; mypy sees only their union.
+    options = dataclasses.replace(BackendOptions(), **values)  # type: ignore[arg-type]
     if options.libs_dir is not None and options.universal:
         raise ConfigError(
             "settings libs-dir and universal exclude each other: a wheel packs prebuilt "
@@ -243,3 +271,13 @@ def read_options(
     if options.variant_label is not None and options.universal:
         raise ConfigError("variant-label needs libraries: drop universal=true")
     return options
+
+
+def hook_options(config_settings: ConfigSettings | None) -> BackendOptions:
+    """The options of one hook call, the only reader of ``config_settings``: this
+    project's ``pyproject.toml``, then ``config_settings``, then the environment
+    (:func:`read_options`). Raises :class:`ConfigError`."""
+    from ._metadata import load_pyproject
+    from ._source import ROOT
+
+    return read_options(pyproject=load_pyproject(ROOT), config_settings=config_settings, root=ROOT)

@@ -13,9 +13,7 @@ import io
 import os
 import tarfile
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from ._source import ROOT
 
@@ -58,14 +56,13 @@ def sdist_files(root: Path = ROOT) -> list[Path]:
     return sorted(set(found))
 
 
-def build_sdist_impl(sdist_directory: str, config_settings: Mapping[str, Any] | None) -> str:
-    """PEP 517 ``build_sdist``: a deterministic ``.tar.gz`` with PKG-INFO."""
-    from ._metadata import load_pyproject, project_metadata
-    from ._options import read_options, source_date_epoch
+def build_sdist_impl(sdist_directory: str) -> str:
+    """PEP 517 ``build_sdist``: a deterministic ``.tar.gz`` with PKG-INFO. No setting
+    changes an sdist (the hook still reads them, so a bad one fails)."""
+    from ._metadata import project_metadata
+    from ._options import source_date_epoch
 
-    pyproject = load_pyproject(ROOT)
-    read_options(pyproject=pyproject, config_settings=config_settings, root=ROOT)
-    meta = project_metadata(ROOT, pyproject)
+    meta = project_metadata(ROOT)
     base = f"{meta.name}-{meta.version}"
     epoch = source_date_epoch()
     mtime = _DEFAULT_MTIME if epoch is None else epoch

@@ -1,7 +1,7 @@
 """Wheel writing: one reproducible writer, and the backend's wheel implementations.
 
 Every wheel of the project (the backend's own, and the combined / variant /
-universal wheels ``devtools/wheels.py`` assembles) goes through
+universal wheels ``devtools/build/wheels.py`` assembles) goes through
 :class:`WheelWriter`: entries sorted, timestamps from ``SOURCE_DATE_EPOCH``
 (default 1980-01-01, the oldest a zip can hold), fixed permissions, RECORD last,
 written to a temporary name and renamed into place.
@@ -17,9 +17,17 @@ import time
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ._source import CORE_DIR, PACKAGE_DIR, ROOT
+
+if TYPE_CHECKING:
+    from _torch_c_dlpack_ext_core.manifest import ManifestEntry
+    from _torch_c_dlpack_ext_core.naming import Backend
+    from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
+
+    from ._metadata import ProjectMetadata
+    from ._options import BackendOptions
 
 __all__ = [
     "WheelWriter",
@@ -94,7 +102,7 @@ class WheelWriter:
             "Wheel-Version: 1.0\n"
             "Generator: torch-c-dlpack-ext build_backend\n"
             f"Root-Is-Purelib: {'true' if root_is_purelib else 'false'}\n"
-            + "".join(f"Tag: {t}\n" for t in _expand_tag(self.tag))
+            + "".join(f"Tag: {t}\n" for t in _wheel_file_tags(self.tag))
         ).encode()
         files = dict(self._files)
         files[f"{self.dist_info}/METADATA"] = (metadata, False)
@@ -135,14 +143,13 @@ class WheelWriter:
         return target
 
 
-def _expand_tag(tag: str) -> list[str]:
-    interpreters, abis, platforms = tag.split("-")
-    return [
-        f"{i}-{a}-{p}"
-        for i in interpreters.split(".")
-        for a in abis.split(".")
-        for p in platforms.split(".")
-    ]
+def _wheel_file_tags(tag: str) -> list[str]:
+    """The ``Tag:`` lines of a wheel's WHEEL file: each tag of the compressed tag set
+    (``cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64`` is two), expanded by
+    :func:`packaging.tags.parse_tag`, sorted so the file's bytes are reproducible."""
+    from packaging.tags import parse_tag
+
+    return sorted(str(one) for one in parse_tag(tag))
 
 
 def platform_tag() -> str:
@@ -226,17 +233,14 @@ def _find_torch(explicit: Path | None) -> Path:
 
 
 def build_wheel_impl(
-    wheel_directory: str, config_settings: Mapping[str, Any] | None, *, editable: bool = False
+    wheel_directory: str, options: BackendOptions, *, editable: bool = False
 ) -> str:
     """PEP 517 ``build_wheel``: see :mod:`build_backend._options` for what gets packed."""
-    from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest
+    from _torch_c_dlpack_ext_core.files import load_manifest
 
-    from ._metadata import load_pyproject, project_metadata
-    from ._options import read_options
+    from ._metadata import project_metadata
 
-    pyproject = load_pyproject(ROOT)
-    options = read_options(pyproject=pyproject, config_settings=config_settings, root=ROOT)
-    meta = project_metadata(ROOT, pyproject)
+    meta = project_metadata(ROOT)
     libraries: list[tuple[ManifestEntry, Path]] = []
     if options.libs_dir is not None:
         from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
@@ -244,7 +248,7 @@ def build_wheel_impl(
         entries = load_manifest(options.libs_dir / MANIFEST_NAME)
         libraries = [(e, options.libs_dir / e.file) for e in entries]
     elif not options.universal and not editable:
-        from _torch_c_dlpack_ext_core.driver import compile_library
+        from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library
         from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 
         install = TorchInstall.from_path(_find_torch(options.torch))
@@ -253,7 +257,7 @@ def build_wheel_impl(
         _check_gpu_headers(backends, install)
         _check_build_dir(out)
         for backend in backends:
-            entry = compile_library(torch=install, backend=backend, output_dir=out)
+            entry = compile_library(BuildRequest(torch=install, backend=backend, output_dir=out))
             libraries.append((entry, out / entry.file))
         libraries += _portable_library(out)
     # PEP 517: the hook returns the basename of the wheel it wrote.
@@ -266,25 +270,28 @@ def build_wheel_impl(
     ).name
 
 
-def _portable_library(out: Path) -> list[tuple[Any, Path]]:
+def _portable_library(out: Path) -> list[tuple[ManifestEntry, Path]]:
     """The portable table for a source build, beside the native libraries: it serves the
     torches no native library of the wheel does (another torch installed later, a GPU
     torch on a CPU-only build). Built where a C compiler exists (the native build needed
     a C++ one); without one the wheel holds the native libraries alone, and says so."""
     import sys
 
-    from _torch_c_dlpack_ext_core.driver import compile_portable_library
+    from _torch_c_dlpack_ext_core.driver import (
+        PortableRequest,
+        compile_portable_library,
+    )
     from _torch_c_dlpack_ext_core.errors import CompilerNotFoundError
 
     try:
-        entry = compile_portable_library(output_dir=out)
+        entry = compile_portable_library(PortableRequest(output_dir=out))
     except CompilerNotFoundError as exc:
         print(f"torch-c-dlpack-ext: no portable table in this wheel: {exc}", file=sys.stderr)
         return []
     return [(entry, out / entry.file)]
 
 
-def _backends(requested: Sequence[str], install: Any) -> list[Any]:
+def _backends(requested: Sequence[str], install: TorchInstall) -> list[Backend]:
     """The backends to compile: ``requested`` (validated), else all the torch has (CPU first)."""
     from _torch_c_dlpack_ext_core.errors import BackendUnavailableError
     from _torch_c_dlpack_ext_core.naming import Backend, parse_backend
@@ -302,7 +309,7 @@ def _backends(requested: Sequence[str], install: Any) -> list[Any]:
     return chosen
 
 
-def _check_gpu_headers(backends: Sequence[Any], install: Any) -> None:
+def _check_gpu_headers(backends: Sequence[Backend], install: TorchInstall) -> None:
     """Before anything is compiled: every GPU backend to build has its headers.
 
     A CUDA or ROCm torch loads the library of its own backend (the import chooses by
@@ -351,7 +358,7 @@ def _check_build_dir(out: Path) -> None:
         ) from None
 
 
-def wheel_python(entries: Sequence[Any]) -> str:
+def wheel_python(entries: Sequence[ManifestEntry]) -> str:
     """The one ``python`` (``abi3``, ``3.14t``) the libraries ``entries`` serve (their
     manifest's ``python``): a wheel's Python tags. Raises :class:`BuildError` when they
     disagree (a libs dir mixing abi3 and free-threaded builds)."""
@@ -375,8 +382,8 @@ def wheel_python(entries: Sequence[Any]) -> str:
 def assemble_wheel(
     out_dir: Path,
     *,
-    meta: Any,
-    libraries: Sequence[tuple[Any, Path]],
+    meta: ProjectMetadata,
+    libraries: Sequence[tuple[ManifestEntry, Path]],
     label: str | None = None,
     variant_json: bytes | None = None,
     editable: bool = False,
@@ -434,20 +441,17 @@ def assemble_wheel(
     )
 
 
-def wheel_requirements(config_settings: Mapping[str, Any] | None) -> list[str]:
-    """Build requirements beyond ``[build-system] requires``: none (the backend only packs;
-    the torch a source build compiles against is already in the build environment).
-    The settings are read, so a bad one fails before any build."""
-    from ._metadata import load_pyproject
-    from ._options import read_options
-
-    read_options(pyproject=load_pyproject(ROOT), config_settings=config_settings, root=ROOT)
+def wheel_requirements(options: BackendOptions) -> list[str]:
+    """Build requirements beyond ``[build-system] requires``: none, whatever ``options``
+    say (the backend only packs; the torch a source build compiles against is already in
+    the build environment). The hook has read the settings, so a bad one failed first."""
+    del options
     return []
 
 
-def build_editable_impl(wheel_directory: str, config_settings: Mapping[str, Any] | None) -> str:
+def build_editable_impl(wheel_directory: str, options: BackendOptions) -> str:
     """PEP 660 ``build_editable``: the package from the source tree, no library (JIT/explain)."""
-    return build_wheel_impl(wheel_directory, config_settings, editable=True)
+    return build_wheel_impl(wheel_directory, options, editable=True)
 
 
 def metadata_impl(metadata_directory: str) -> str:

@@ -150,12 +150,14 @@ def torch213_library(build_cache: Path) -> tuple[Path, ManifestEntry]:
     Returns ``(library path, manifest entry)``. Cached across runs by the driver.
     """
     torch = pytest.importorskip("torch")
-    from _torch_c_dlpack_ext_core.driver import compile_library
+    from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library
 
     entry = compile_library(
-        torch=Path(torch.__file__).parent,
-        backend="cpu",
-        output_dir=build_cache / f"running-py{sys.version_info[0]}{sys.version_info[1]}",
+        BuildRequest(
+            torch=Path(torch.__file__).parent,
+            backend="cpu",
+            output_dir=build_cache / f"running-py{sys.version_info[0]}{sys.version_info[1]}",
+        )
     )
     path = build_cache / f"running-py{sys.version_info[0]}{sys.version_info[1]}" / entry.file
     return path, entry

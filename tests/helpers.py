@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of, write_manifest
+from _torch_c_dlpack_ext_core.files import sha256_of, write_manifest
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import (
     CORE_PACKAGE,
     ENV_PREFIX,
@@ -311,7 +312,7 @@ def bundle_portable(root: Path, library: Path, *, python: str = "abi3") -> Path:
     :func:`make_package` made at ``root``, with the manifest entry the build writes for
     it (``any`` in ``torch``, ``torch_build`` and ``backend``; null in ``cxx11_abi`` and
     ``gpu_toolkit``). Returns ``root``."""
-    from _torch_c_dlpack_ext_core.manifest import load_manifest
+    from _torch_c_dlpack_ext_core.files import load_manifest
     from _torch_c_dlpack_ext_core.naming import ANY, portable_library_filename
 
     package = root / PACKAGE

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
+from _torch_c_dlpack_ext_core.files import write_manifest
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
 from devtools.base.errors import HANDLED, CellsNotBuiltError, ProvisionError
 from devtools.build.host import (
@@ -74,7 +75,11 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
     ``cross``: the cross target (:func:`cross_target`), whose torch wheels the tree holds
     and whose toolchain compiles. The library's manifest entry names the cell (its id),
     which is how wheel assembly finds the cell again."""
-    from _torch_c_dlpack_ext_core.driver import compile_library
+    from _torch_c_dlpack_ext_core.driver import (
+        BuildPolicy,
+        BuildRequest,
+        compile_library,
+    )
     from _torch_c_dlpack_ext_core.headers import cuda_wheel_home
     from devtools.envs.torchenv import torch_tree
 
@@ -106,15 +111,17 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
         target = out / cell.library
         before = target.stat().st_mtime_ns if target.is_file() else None
         entry = compile_library(
-            torch=tree.torch_dir,
-            backend=cell.backend,
-            output_dir=out,
-            cxx11_abi=cell.cxx11_abi,
-            gpu_home=gpu_home,
-            python_include=python_include,
-            python=cell.python,
-            stable_abi_audit=True,
-            platform=cross,
+            BuildRequest(
+                torch=tree.torch_dir,
+                backend=cell.backend,
+                output_dir=out,
+                cxx11_abi=cell.cxx11_abi,
+                gpu_home=gpu_home,
+                python_include=python_include,
+                python=cell.python,
+                platform=cross,
+            ),
+            BuildPolicy(stable_abi_audit=True),
         )._replace(cell=cell.id)
     except HANDLED as exc:
         elapsed = time.monotonic() - started
@@ -140,7 +147,11 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
 def build_portable_one(cell: PortableCell, build_dir: Path, cross: str | None = None) -> CellResult:
     """Compile the portable table of ``cell``'s group (no torch: the driver's C plan,
     audited torch-free and, for abi3, by abi3audit) into the group folder."""
-    from _torch_c_dlpack_ext_core.driver import compile_portable_library
+    from _torch_c_dlpack_ext_core.driver import (
+        BuildPolicy,
+        PortableRequest,
+        compile_portable_library,
+    )
 
     started = time.monotonic()
     out = group_dir(build_dir, cell)
@@ -154,11 +165,10 @@ def build_portable_one(cell: PortableCell, build_dir: Path, cross: str | None = 
         target = out / cell.library
         before = target.stat().st_mtime_ns if target.is_file() else None
         entry = compile_portable_library(
-            output_dir=out,
-            python_include=python_include,
-            python=cell.python,
-            stable_abi_audit=True,
-            platform=cross,
+            PortableRequest(
+                output_dir=out, python_include=python_include, python=cell.python, platform=cross
+            ),
+            BuildPolicy(stable_abi_audit=True),
         )._replace(cell=cell.id)
     except HANDLED as exc:
         return CellResult(
@@ -292,7 +302,7 @@ def _write_group_manifests(
 
 def _read_manifest(directory: Path) -> list[ManifestEntry]:
     from _torch_c_dlpack_ext_core.errors import ManifestError
-    from _torch_c_dlpack_ext_core.manifest import load_manifest
+    from _torch_c_dlpack_ext_core.files import load_manifest
 
     try:
         entries = load_manifest(directory / MANIFEST_NAME)

@@ -12,7 +12,8 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
+from _torch_c_dlpack_ext_core.files import write_manifest
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PACKAGE
 from devtools.base.errors import ReleaseError
 from devtools.base.wheelnames import parse_wheel_name, platform_key

@@ -41,7 +41,7 @@ from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
 
 from _torch_c_dlpack_ext_core.errors import BuildError
-from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes, load_manifest
+from _torch_c_dlpack_ext_core.files import atomic_write_bytes, load_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
 from devtools.base.errors import ReleaseError
 from devtools.base.paths import ROOT
@@ -165,7 +165,7 @@ def _finish_dist(out: Path, made: list[Path]) -> list[Path]:
     wheel, the sdist and, when there are variant wheels, the index's variants.json."""
     from build_backend._sdist import build_sdist_impl
 
-    made = [*made, universal_wheel(out), out / build_sdist_impl(str(out), None)]
+    made = [*made, universal_wheel(out), out / build_sdist_impl(str(out))]
     variant_wheels = [p for p in made if is_variant_name(p.name)]
     if variant_wheels:
         meta = project_metadata(ROOT)

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
-from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+from _torch_c_dlpack_ext_core.files import atomic_write_bytes
 from devtools.base.errors import CellsNotBuiltError
 from devtools.base.paths import ROOT
 from devtools.build import cellbuild as build

@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+from _torch_c_dlpack_ext_core.files import atomic_write_bytes
 from devtools.base.errors import MatrixError
 from devtools.matrix.reader import load_matrix
 

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+from _torch_c_dlpack_ext_core.files import atomic_write_bytes
 from devtools.base.errors import EmulationUnavailableError, ProvisionError
 from devtools.base.hostenv import dev_cache_root
 from devtools.envs.emulation import (

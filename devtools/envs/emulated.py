@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
-from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+from _torch_c_dlpack_ext_core.files import atomic_write_bytes
 from devtools.base.errors import HANDLED, ProvisionError
 from devtools.base.paths import ROOT
 from devtools.base.steps import find_uv

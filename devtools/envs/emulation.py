@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import CommandTimeoutError
-from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+from _torch_c_dlpack_ext_core.files import atomic_write_bytes
 from _torch_c_dlpack_ext_core.run import run
 from devtools.base.errors import EmulationUnavailableError, ProvisionError
 from devtools.base.hostenv import dev_cache_root

@@ -44,7 +44,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
-from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+from _torch_c_dlpack_ext_core.files import atomic_write_bytes
 from _torch_c_dlpack_ext_core.run import run
 from devtools.base.errors import ProvisionError
 from devtools.base.hostenv import dev_cache_root, venv_python

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of
+from _torch_c_dlpack_ext_core.files import sha256_of
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.run import run
 from devtools.base.paths import ROOT
 from devtools.matrix.cells import Cell, PortableCell, library_entry, portable_cells

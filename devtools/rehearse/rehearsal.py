@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import CommandError
-from _torch_c_dlpack_ext_core.manifest import sha256_of
+from _torch_c_dlpack_ext_core.files import sha256_of
 from _torch_c_dlpack_ext_core.run import run
 from devtools.base.errors import ReleaseError
 from devtools.base.paths import ROOT

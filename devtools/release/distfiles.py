@@ -13,7 +13,8 @@ from packaging.tags import sys_tags
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, atomic_write_bytes
+from _torch_c_dlpack_ext_core.files import atomic_write_bytes
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import DIST_NAME, MANIFEST_NAME, PACKAGE
 from _torch_c_dlpack_ext_core.version import __version__
 from devtools.base.errors import ReleaseError

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
-from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+from _torch_c_dlpack_ext_core.files import atomic_write_bytes
 from _torch_c_dlpack_ext_core.naming import DIST_NAME
 from _torch_c_dlpack_ext_core.run import run
 from _torch_c_dlpack_ext_core.version import __version__

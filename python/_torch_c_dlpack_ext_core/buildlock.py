@@ -13,7 +13,7 @@ new holder that has not yet written its record is never mistaken for it.
 
 :func:`clean_stale_temps` removes the temporary files of builds killed before they could
 remove them themselves (SIGKILL, a power cut): their names carry the writer's pid
-(:func:`.manifest.new_temp_file`), and one whose pid is dead, or that is older than the
+(:func:`.files.new_temp_file`), and one whose pid is dead, or that is older than the
 lock timeout, is no one's work in progress. It runs under the lock, so no live build of
 the same library is writing.
 """
@@ -55,7 +55,7 @@ LOCK_TIMEOUT_S = 300.0
 SCRATCH_PREFIX = "tcde-build-"
 #: How often a waiter looks at the lock and its owner again.
 _POLL_S = 1.0
-#: ``.<name>.<pid>-<12 hex>.tmp`` (:func:`.manifest.new_temp_file`); older builds wrote
+#: ``.<name>.<pid>-<12 hex>.tmp`` (:func:`.files.new_temp_file`); older builds wrote
 #: ``.<name>.<12 hex>.tmp`` (no pid: only the age rule applies).
 _TEMP = re.compile(r"\.(?:(?P<pid>[0-9]{1,10})-)?[0-9a-f]{12}\.tmp\Z")
 
@@ -136,7 +136,7 @@ def read_owner(lock_path: Path) -> LockOwner | None:
 
 
 def _write_owner(lock_path: Path) -> None:
-    from .manifest import atomic_write_bytes
+    from .files import atomic_write_bytes
 
     owner = dataclasses.asdict(LockOwner.this_process())
     with contextlib.suppress(OSError):  # a record is a courtesy to waiters, not a must

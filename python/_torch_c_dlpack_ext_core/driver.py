@@ -44,15 +44,14 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from .buildlock import (
-    LOCK_TIMEOUT_S,
     SCRATCH_PREFIX,
     clean_stale_scratch,
     clean_stale_temps,
     hold,
 )
+from .buildrequest import BuildPolicy, BuildRequest, PortableRequest
 from .errors import (
     ABIMismatchError,
     BackendUnavailableError,
@@ -62,6 +61,7 @@ from .errors import (
     TorchCDLPackExtError,
     TorchInstallError,
 )
+from .files import atomic_write_bytes, read_verified, reserve_temp_file, sha256_of
 from .headers import (
     cuda_mismatch_note,
     find_dlpack_include,
@@ -69,7 +69,7 @@ from .headers import (
     find_python_include,
     python_target_of_headers,
 )
-from .manifest import ManifestEntry, atomic_write_bytes, new_temp_file, read_verified, sha256_of
+from .manifest import ManifestEntry
 from .naming import (
     ABI3,
     ANY,
@@ -80,7 +80,6 @@ from .naming import (
     Backend,
     host_platform_tag,
     library_filename,
-    parse_backend,
 )
 from .run import run
 from .stableabi import audit_stable_abi
@@ -91,8 +90,12 @@ from .trust import TrustedOwners, check_trusted, read_trusted
 from .version import __version__
 
 __all__ = [
+    "DEFAULT_POLICY",
     "BuildPlan",
+    "BuildPolicy",
+    "BuildRequest",
     "PortablePlan",
+    "PortableRequest",
     "check_tensor_layout",
     "compile_library",
     "compile_portable_library",
@@ -123,6 +126,8 @@ _THPVARIABLE_HEADS: tuple[tuple[tuple[int, int], tuple[int, int], str], ...] = (
 )
 #: Where the portable library's sources are, in the source dir (``csrc/``).
 PORTABLE_DIR = "portable"
+#: What a build does unless its caller says otherwise: audit, echo, no owner checks.
+DEFAULT_POLICY = BuildPolicy()
 
 
 def _torch_libraries(backend: Backend, *, torch_python: bool) -> tuple[str, ...]:
@@ -147,8 +152,48 @@ def _torch_libraries(backend: Backend, *, torch_python: bool) -> tuple[str, ...]
     return ("c10", "torch_cpu", "torch", "torch_python", *gpu)
 
 
+class _Outputs:
+    """What a plan publishes and how it is compiled, native or portable: the library
+    (:attr:`output`), its build record (:attr:`sidecar`) and the toolchain's argv
+    (:meth:`command`), from the plan's :attr:`filename`, ``output_dir``, ``platform`` and
+    :meth:`job`."""
+
+    output_dir: Path
+    #: ``sys.platform`` of the target; selects :attr:`platform_toolchain`.
+    platform: str
+
+    @property
+    def filename(self) -> str:
+        raise NotImplementedError  # each plan names its library
+
+    def job(self) -> CompileJob:
+        raise NotImplementedError  # each plan says what to compile
+
+    @property
+    def platform_toolchain(self) -> Toolchain:
+        """The toolchain that builds for :attr:`platform`."""
+        return toolchain_for(self.platform)
+
+    @property
+    def output(self) -> Path:
+        return self.output_dir / self.filename
+
+    @property
+    def sidecar(self) -> Path:
+        return self.output_dir / f"{self.filename}.build.json"
+
+    def command(self, output: Path | str, scratch: Path | str = SCRATCH_PLACEHOLDER) -> list[str]:
+        """The compiler argv of CONTRIBUTING.md's build contract, writing ``output``.
+
+        ``scratch``: a private directory for what the build writes besides the
+        library (MSVC's objects, import library and .exp; the macOS export list).
+        Linux uses none.
+        """
+        return self.platform_toolchain.command(self.job(), output, scratch)
+
+
 @dataclasses.dataclass(frozen=True)
-class BuildPlan:
+class BuildPlan(_Outputs):
     """Everything one compile needs, resolved and validated; builds nothing by itself."""
 
     torch: TorchInstall
@@ -193,11 +238,6 @@ class BuildPlan:
         return self.python == ABI3
 
     @property
-    def platform_toolchain(self) -> Toolchain:
-        """The toolchain that builds for :attr:`platform`."""
-        return toolchain_for(self.platform)
-
-    @property
     def filename(self) -> str:
         return library_filename(
             self.torch.major,
@@ -206,14 +246,6 @@ class BuildPlan:
             self.cxx11_abi,
             platform=self.platform,
         )
-
-    @property
-    def output(self) -> Path:
-        return self.output_dir / self.filename
-
-    @property
-    def sidecar(self) -> Path:
-        return self.output_dir / f"{self.filename}.build.json"
 
     def _defines(self) -> tuple[str, ...]:
         torch = self.torch
@@ -256,15 +288,6 @@ class BuildPlan:
             python_import_lib=self.python_import_lib,
             cxx_args=self.cxx_args,
         )
-
-    def command(self, output: Path | str, scratch: Path | str = SCRATCH_PLACEHOLDER) -> list[str]:
-        """The compiler argv of CONTRIBUTING.md's build contract, writing ``output``.
-
-        ``scratch``: a private directory for what the build writes besides the
-        library (MSVC's objects, import library and .exp; the macOS export list).
-        Linux uses none.
-        """
-        return self.platform_toolchain.command(self.job(), output, scratch)
 
     def _input_locations(self) -> dict[str, Path]:
         """Where this build's inputs happen to be, by the placeholder the cache key
@@ -430,37 +453,20 @@ def _check_abi(install: TorchInstall, cxx11_abi: bool | None, platform: str) -> 
         )
 
 
-def plan_build(
-    *,
-    torch: TorchInstall | Path | str,
-    backend: Backend | str,
-    output_dir: Path | str,
-    cxx11_abi: bool | None = None,
-    cxx: str | os.PathLike[str] | None = None,
-    gpu_home: Path | str | None = None,
-    dlpack_include: Path | str | None = None,
-    python_include: Path | str | None = None,
-    source_dir: Path | str | None = None,
-    environ: Mapping[str, str] | None = None,
-    platform: str | None = None,
-    python_lib: Path | str | None = None,
-    python: str | None = None,
-    python_exports: Path | str | None = None,
-) -> BuildPlan:
-    """Resolve and validate every input of a build without touching ``output_dir``.
+def plan_build(request: BuildRequest) -> BuildPlan:
+    """Resolve and validate every input of ``request`` without touching its ``output_dir``.
 
-    Arguments as for :func:`compile_library`. ``platform`` (default
-    ``sys.platform``) selects the toolchain (:func:`.toolchains.toolchain_for`):
-    ``linux`` (gnu), ``darwin`` (clang), ``win32`` (MSVC), or a cross target
-    (``linux_aarch64``: gnu-aarch64). ``python_lib``:
+    Its ``platform`` (default ``sys.platform``) selects the toolchain
+    (:func:`.toolchains.toolchain_for`): ``linux`` (gnu), ``darwin`` (clang), ``win32``
+    (MSVC), or a cross target (``linux_aarch64``: gnu-aarch64). ``python_lib``:
     Windows only, the Python import library to link (default: the running
     Python's ``python3.lib``, or ``python3XYt.lib`` for a free-threaded target).
     Raises the typed error of the first problem found.
     """
-    platform = sys.platform if platform is None else platform
+    platform = sys.platform if request.platform is None else request.platform
     toolchain = toolchain_for(platform)
-    environ = os.environ if environ is None else environ
-    backend = parse_backend(backend)
+    environ = os.environ if request.environ is None else request.environ
+    backend, torch, python = request.backend, request.torch, request.python
     if backend not in NATIVE_BACKENDS:
         raise BackendUnavailableError(
             f"no native library exists for the {backend.value} backend; the portable table "
@@ -478,14 +484,12 @@ def plan_build(
             f"({marker} is not in {install.lib_dir}); build the cpu backend for it, or point "
             f"torch at an installation of a {backend.value} build of torch"
         )
-    _check_abi(install, cxx11_abi, platform)
+    _check_abi(install, request.cxx11_abi, platform)
     std = "c++20" if (install.major, install.minor) >= _CXX20_FROM else "c++17"
-    src_dir, sources = find_sources(Path(source_dir) if source_dir is not None else None)
+    src_dir, sources = find_sources(request.source_dir)
     if (src_dir / _LAYOUT_HEADER).is_file():
         check_tensor_layout(install)
-    dlpack_dir, dlpack_version = find_dlpack_include(
-        Path(dlpack_include) if dlpack_include is not None else None
-    )
+    dlpack_dir, dlpack_version = find_dlpack_include(request.dlpack_include)
     missing = toolchain.missing_link_libraries(
         install.lib_dir, _torch_libraries(backend, torch_python=toolchain.links_torch_python)
     )
@@ -495,11 +499,9 @@ def plan_build(
             f"{install.lib_dir}, which the link needs; reinstall torch from an official "
             "wheel (pip install --force-reinstall torch==<version>)"
         )
-    compiler = toolchain.find_compiler(cxx, environ)
-    gpu_includes, gpu_toolkit = find_gpu_toolkit(
-        backend, install, Path(gpu_home) if gpu_home is not None else None, environ
-    )
-    py_include = find_python_include(Path(python_include) if python_include else None)
+    compiler = toolchain.find_compiler(request.cxx, environ)
+    gpu_includes, gpu_toolkit = find_gpu_toolkit(backend, install, request.gpu_home, environ)
+    py_include = find_python_include(request.python_include)
     target = python_target_of_headers(py_include)
     if python is not None and python != target:
         raise BuildError(
@@ -508,9 +510,9 @@ def plan_build(
             f"that {python!r} names>"
         )
     python_import_lib = toolchain.python_import_library(
-        Path(python_lib) if python_lib is not None else None, limited_api=target == ABI3
+        request.python_lib, limited_api=target == ABI3
     )
-    exports = _python_exports(py_include, target, python_exports)
+    exports = _python_exports(py_include, target, request.python_exports)
     return BuildPlan(
         torch=install,
         backend=backend,
@@ -527,7 +529,7 @@ def plan_build(
         gpu_toolkit=gpu_toolkit,
         sources=sources,
         source_dir=src_dir,
-        output_dir=Path(output_dir).resolve(),
+        output_dir=request.output_dir.resolve(),
         platform=platform,
         python_import_lib=python_import_lib,
         cxx_args=compiler.args,
@@ -536,7 +538,7 @@ def plan_build(
     )
 
 
-def _python_exports(include: Path, target: str, explicit: Path | str | None) -> Path | None:
+def _python_exports(include: Path, target: str, explicit: Path | None) -> Path | None:
     """What exports the target Python's C API, for the ELF audit: ``explicit``; ``None``
     (the running interpreter) for abi3, which every CPython >= 3.9 with the GIL exports
     (the stable ABI audit checks the rest); for a free-threaded target another
@@ -545,7 +547,7 @@ def _python_exports(include: Path, target: str, explicit: Path | str | None) -> 
     import sysconfig
 
     if explicit is not None:
-        return Path(explicit)
+        return explicit
     if target == ABI3:
         return None
     if Path(sysconfig.get_paths()["include"]).resolve() == include.resolve():
@@ -622,11 +624,7 @@ def _publish(
             print(f"removed {stale.name}, left by a killed build", file=sys.stderr, flush=True)
     # The umask's mode for an executable (0755 under 022), not mkstemp's 0600: the cache
     # is meant to be shared. Taken from the new file, because the linker may replace it.
-    fd, tmp = new_temp_file(plan.output_dir, prefix=f".{plan.filename}.", suffix=".tmp", mode=0o777)
-    try:
-        mode = os.fstat(fd).st_mode & 0o777
-    finally:
-        os.close(fd)
+    tmp, mode = reserve_temp_file(plan.output_dir, prefix=f".{plan.filename}.", suffix=".tmp")
     clean_stale_scratch(Path(tempfile.gettempdir()), SCRATCH_PREFIX)
     scratch = tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
     toolchain = plan.platform_toolchain
@@ -674,16 +672,9 @@ def _publish(
     return entry
 
 
-def _build(
-    plan: BuildPlan,
-    key: str,
-    *,
-    audit: bool,
-    stable_abi_audit: bool | None = None,
-    echo: bool = True,
-    stale_after: float = LOCK_TIMEOUT_S,
-) -> ManifestEntry:
+def _build(plan: BuildPlan, key: str, policy: BuildPolicy) -> ManifestEntry:
     toolchain = plan.platform_toolchain
+    audit, echo = policy.audit, policy.echo
 
     def check(tmp: Path) -> None:
         compiler = (plan.cxx, *plan.cxx_args)
@@ -705,7 +696,7 @@ def _build(
                 flush=True,
             )
         if audit and plan.limited_api:
-            audit_stable_abi(tmp, name=plan.filename, required=stable_abi_audit)
+            audit_stable_abi(tmp, name=plan.filename, required=policy.stable_abi_audit)
 
     def entry_of(tmp: Path, platform: str) -> ManifestEntry:
         return ManifestEntry(
@@ -729,7 +720,7 @@ def _build(
         what=f"compiling {plan.filename} against torch {plan.torch.version}",
         compiler_hint="is CXX a C++ compiler? Set it to g++ or clang++",
         echo=echo,
-        stale_after=stale_after,
+        stale_after=policy.timeout,
         check=check,
         entry_of=entry_of,
     )
@@ -738,26 +729,25 @@ def _build(
 def _locked_build(
     plan: BuildPlan | PortablePlan,
     key: str,
+    policy: BuildPolicy,
     *,
-    owners: TrustedOwners | None,
-    timeout: float,
-    echo: bool,
     announce: Callable[[], None],
     build: Callable[[], ManifestEntry],
 ) -> ManifestEntry:
     """Under ``plan``'s lock: its cached build when the record matches ``key`` (read from
-    files ``owners`` alone could write, when given), else ``announce()`` and ``build()``.
-    With ``owners``, the output directory is checked before the lock file is made there: a
-    directory another user can write is refused (they could swap what is built, or plant a
-    record and a library)."""
+    files ``policy.owners`` alone could write, when given), else ``announce()`` and
+    ``build()``. With owners, the output directory is checked before the lock file is made
+    there: a directory another user can write is refused (they could swap what is built,
+    or plant a record and a library)."""
+    owners = policy.owners
     plan.output_dir.mkdir(parents=True, exist_ok=True)
     if owners is not None:
         check_trusted(plan.output_dir, owners, directory=True)
     lock_path = Path(str(plan.output) + ".lock")
-    with hold(lock_path, timeout, f"the build of {plan.filename}"):
+    with hold(lock_path, policy.timeout, f"the build of {plan.filename}"):
         cached = _cached_entry(plan, key, owners)
         if cached is not None:
-            if echo:
+            if policy.echo:
                 print(f"{plan.filename} is up to date (cache hit)", file=sys.stderr, flush=True)
             return cached
         announce()
@@ -765,62 +755,25 @@ def _locked_build(
 
 
 def compile_library(
+    request: BuildRequest,
+    policy: BuildPolicy = DEFAULT_POLICY,
     *,
-    torch: TorchInstall | Path | str,
-    backend: Backend | str,
-    output_dir: Path | str,
-    cxx11_abi: bool | None = None,
-    cxx: str | os.PathLike[str] | None = None,
-    gpu_home: Path | str | None = None,
-    dlpack_include: Path | str | None = None,
-    python_include: Path | str | None = None,
-    source_dir: Path | str | None = None,
-    audit: bool = True,
-    python: str | None = None,
-    python_exports: Path | str | None = None,
-    stable_abi_audit: bool | None = None,
-    echo: bool = True,
     on_compile: Callable[[BuildPlan], None] | None = None,
-    platform: str | None = None,
-    owners: TrustedOwners | None = None,
-    lock_timeout: float | None = None,
 ) -> ManifestEntry:
-    """Compile the exchange library for one target and return its manifest entry.
+    """Compile the exchange library ``request`` names and return its manifest entry.
 
-    ``torch``: a :class:`TorchInstall` or a path :meth:`TorchInstall.from_path`
-    accepts. ``cxx11_abi``: checked against the installation (``None``: use
-    the installation's). ``cxx``, ``gpu_home``, ``dlpack_include``,
-    ``python_include``, ``source_dir``: overrides of what is found
-    automatically (the toolchain's compiler lookup, :mod:`.headers`,
-    :func:`find_sources`). ``audit``: run the toolchain's audit (the ELF ABI
-    audit on Linux) and, for an abi3 library, the stable ABI audit
-    (:func:`.stableabi.audit_stable_abi`) before publishing; ``stable_abi_audit``:
-    ``True`` requires the latter (abi3audit must be installed), ``None`` runs it when
-    abi3audit is installed.
+    ``request``: the target and its inputs (:class:`.buildrequest.BuildRequest`, planned by
+    :func:`plan_build`); ``policy``: the audits, the echo, the trusted owners and the lock
+    timeout (:class:`.buildrequest.BuildPolicy`).
 
     The Python headers decide what the library serves (its manifest ``python``): those
     of a CPython with the GIL make an ``abi3`` library (``Py_LIMITED_API``, every
-    CPython >= 3.9), a free-threaded CPython's a ``"3.14t"`` one. ``python``: the
-    expected value, checked against the headers. ``python_exports``: the target
-    interpreter's libpython or executable for the ELF audit (found next to a
-    free-threaded ``python_include`` when not given). ``platform``: the target, as
-    :func:`plan_build` takes it (a cross target such as ``linux_aarch64`` selects its
-    cross toolchain).
+    CPython >= 3.9), a free-threaded CPython's a ``"3.14t"`` one; the request's
+    ``python`` is checked against them.
 
-    ``echo``: print the compiler command, the time it took and a cache hit to stderr
-    (the build tools' log); ``False`` prints nothing on success (the JIT at import).
     ``on_compile``: called with the plan just before a compile starts (not on a cache
     hit), under the lock, so a caller can say once that it is building (and its
-    ``notes``); with ``echo`` and no ``on_compile`` the notes are printed then.
-
-    ``owners``: for a caller that loads what is built (the JIT), who may own the output
-    directory, every directory above it and a cached build (:mod:`.trust`); anything else
-    raises :class:`~.errors.UntrustedPathError`. ``None`` (the build tools and the build
-    backend, which package what they build from a source tree its builder already
-    trusts, such as a checkout another uid owns in a container): not checked.
-    ``lock_timeout``: how long
-    to wait for another process's build of the same library (default
-    :data:`.buildlock.LOCK_TIMEOUT_S`); a waiter says so at once on stderr.
+    ``notes``); with ``policy.echo`` and no ``on_compile`` the notes are printed then.
 
     The library lands in ``output_dir`` under :func:`~.naming.library_filename`;
     the entry's ``file`` is that bare name. An unchanged target is a cache hit
@@ -829,45 +782,18 @@ def compile_library(
     output); on failure no library is left at the output path.
     """
     try:
-        timeout = LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
-        plan = plan_build(
-            torch=torch,
-            backend=backend,
-            output_dir=output_dir,
-            cxx11_abi=cxx11_abi,
-            cxx=cxx,
-            gpu_home=gpu_home,
-            dlpack_include=dlpack_include,
-            python_include=python_include,
-            source_dir=source_dir,
-            python=python,
-            python_exports=python_exports,
-            platform=platform,
-        )
+        plan = plan_build(request)
         key = plan.cache_key()
 
         def announce() -> None:
             if on_compile is not None:
                 on_compile(plan)
-            elif echo:
+            elif policy.echo:
                 for note in plan.notes:
                     print(f"note: {note}", file=sys.stderr, flush=True)
 
         return _locked_build(
-            plan,
-            key,
-            owners=owners,
-            timeout=timeout,
-            echo=echo,
-            announce=announce,
-            build=lambda: _build(
-                plan,
-                key,
-                audit=audit,
-                stable_abi_audit=stable_abi_audit,
-                echo=echo,
-                stale_after=timeout,
-            ),
+            plan, key, policy, announce=announce, build=lambda: _build(plan, key, policy)
         )
     except CommandError as exc:
         # A tool run the steps above do not translate themselves: still a failed build.
@@ -878,7 +804,7 @@ def compile_library(
 
 
 @dataclasses.dataclass(frozen=True)
-class PortablePlan:
+class PortablePlan(_Outputs):
     """One compile of the portable library (``csrc/portable/*.c``): the torch-free C
     plan beside :class:`BuildPlan`, built by the same toolchain (its C compiler), with the
     same discipline (plan first, temp name, audit, rename, cache record)."""
@@ -915,22 +841,10 @@ class PortablePlan:
         return (major << 24) | (minor << 16)
 
     @property
-    def platform_toolchain(self) -> Toolchain:
-        return toolchain_for(self.platform)
-
-    @property
     def filename(self) -> str:
         from .naming import portable_library_filename
 
         return portable_library_filename(self.python, platform=self.platform)
-
-    @property
-    def output(self) -> Path:
-        return self.output_dir / self.filename
-
-    @property
-    def sidecar(self) -> Path:
-        return self.output_dir / f"{self.filename}.build.json"
 
     def job(self) -> CompileJob:
         defines = [] if self.limited_api is None else [f"Py_LIMITED_API=0x{self.limited_api:08x}"]
@@ -949,9 +863,6 @@ class PortablePlan:
             language="c",
             version_script=self.version_script,
         )
-
-    def command(self, output: Path | str, scratch: Path | str = SCRATCH_PLACEHOLDER) -> list[str]:
-        return self.platform_toolchain.command(self.job(), output, scratch)
 
     def cache_key(self) -> str:
         """sha256 over what decides the library's bytes (sources, headers, compiler,
@@ -977,30 +888,19 @@ class PortablePlan:
         return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def plan_portable(
-    *,
-    output_dir: Path | str,
-    cc: str | os.PathLike[str] | None = None,
-    dlpack_include: Path | str | None = None,
-    python_include: Path | str | None = None,
-    source_dir: Path | str | None = None,
-    python: str | None = None,
-    python_exports: Path | str | None = None,
-    python_lib: Path | str | None = None,
-    platform: str | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> PortablePlan:
+def plan_portable(request: PortableRequest) -> PortablePlan:
     """Resolve and check everything the portable library's compile needs: no torch.
 
-    ``source_dir``: the ``csrc/`` holding ``portable/*.c`` and ``exports.map`` (default:
+    ``request.source_dir``: the ``csrc/`` holding ``portable/*.c`` and ``exports.map`` (default:
     :func:`find_sources`' directory). ``python``: ``abi3`` (default for a GIL CPython's
     headers), ``abi3.12`` (the limited API of 3.12, needs those headers) or, checked
     against the headers, a free-threaded ``3.14t``. Raises :class:`BuildError` (a missing
     C compiler is a :class:`~.errors.CompilerNotFoundError`)."""
-    platform = sys.platform if platform is None else platform
-    environ = os.environ if environ is None else environ
+    platform = sys.platform if request.platform is None else request.platform
+    environ = os.environ if request.environ is None else request.environ
+    python = request.python
     toolchain = toolchain_for(platform)
-    csrc = Path(source_dir) if source_dir is not None else find_sources()[0]
+    csrc = request.source_dir if request.source_dir is not None else find_sources()[0]
     portable_dir = csrc / PORTABLE_DIR
     sources = tuple(sorted(portable_dir.glob("*.c")))
     if not sources:
@@ -1009,11 +909,9 @@ def plan_portable(
             "project's csrc/> or reinstall torch-c-dlpack-ext"
         )
     version_script = csrc / "exports.map"
-    dlpack_dir, dlpack_version = find_dlpack_include(
-        Path(dlpack_include) if dlpack_include is not None else None
-    )
-    compiler = toolchain.find_c_compiler(cc, environ)
-    py_include = find_python_include(Path(python_include) if python_include else None)
+    dlpack_dir, dlpack_version = find_dlpack_include(request.dlpack_include)
+    compiler = toolchain.find_c_compiler(request.cc, environ)
+    py_include = find_python_include(request.python_include)
     target = python_target_of_headers(py_include)
     if python is not None and python != target:
         from .naming import parse_python_target
@@ -1027,7 +925,7 @@ def plan_portable(
             )
         target = python
     python_import_lib = toolchain.python_import_library(
-        Path(python_lib) if python_lib is not None else None, limited_api=target.startswith(ABI3)
+        request.python_lib, limited_api=target.startswith(ABI3)
     )
     return PortablePlan(
         cc=compiler.path,
@@ -1040,11 +938,11 @@ def plan_portable(
         sources=tuple(s.resolve() for s in sources),
         source_dir=portable_dir.resolve(),
         version_script=version_script.resolve(),
-        output_dir=Path(output_dir).resolve(),
+        output_dir=request.output_dir.resolve(),
         platform=platform,
         python_import_lib=python_import_lib,
         cc_args=compiler.args,
-        python_exports=_python_exports(py_include, target, python_exports),
+        python_exports=_python_exports(py_include, target, request.python_exports),
     )
 
 
@@ -1058,59 +956,40 @@ def _headers_at_least(include: Path, wanted: tuple[int, int, str]) -> bool:
 
 
 def compile_portable_library(
+    request: PortableRequest,
+    policy: BuildPolicy = DEFAULT_POLICY,
     *,
-    output_dir: Path | str,
-    audit: bool = True,
-    stable_abi_audit: bool | None = None,
-    echo: bool = True,
     on_compile: Callable[[PortablePlan], None] | None = None,
-    owners: TrustedOwners | None = None,
-    lock_timeout: float | None = None,
-    **plan: Any,
 ) -> ManifestEntry:
-    """Compile the portable library (the torch-agnostic table) and return its manifest
-    entry (``torch``, ``torch_build``, ``backend``: ``any``). ``plan``: what
-    :func:`plan_portable` takes; ``owners``, ``lock_timeout``, ``echo``, ``on_compile``:
-    as :func:`compile_library` takes them (the JIT passes ``owners``). The same steps as
-    the native library's: under the output's lock a cache hit compiles nothing; otherwise
-    it compiles to a temporary name, audits (the toolchain's torch-free audit: no torch
-    library or symbol; and, for an abi3 library, the stable ABI audit), and renames into
-    place."""
+    """Compile the portable library (the torch-agnostic table) ``request`` names and
+    return its manifest entry (``torch``, ``torch_build``, ``backend``: ``any``).
+    ``policy`` and ``on_compile``: as :func:`compile_library` takes them (the JIT's policy
+    names ``owners``). The same steps as the native library's: under the output's lock a
+    cache hit compiles nothing; otherwise it compiles to a temporary name, audits (the
+    toolchain's torch-free audit: no torch library or symbol; and, for an abi3 library,
+    the stable ABI audit), and renames into place."""
     try:
-        timeout = LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
-        built = plan_portable(output_dir=output_dir, **plan)
+        built = plan_portable(request)
         key = built.cache_key()
         return _locked_build(
             built,
             key,
-            owners=owners,
-            timeout=timeout,
-            echo=echo,
+            policy,
             announce=lambda: None if on_compile is None else on_compile(built),
-            build=lambda: _build_portable(
-                built, key, audit=audit, stable=stable_abi_audit, echo=echo, stale_after=timeout
-            ),
+            build=lambda: _build_portable(built, key, policy),
         )
     except CommandError as exc:
         raise BuildError(str(exc), command=exc.cmd, output=exc.stderr or exc.stdout) from None
 
 
-def _build_portable(
-    plan: PortablePlan,
-    key: str,
-    *,
-    audit: bool,
-    stable: bool | None,
-    echo: bool,
-    stale_after: float = LOCK_TIMEOUT_S,
-) -> ManifestEntry:
+def _build_portable(plan: PortablePlan, key: str, policy: BuildPolicy) -> ManifestEntry:
     def check(tmp: Path) -> None:
-        if audit:
+        if policy.audit:
             plan.platform_toolchain.audit_torch_free(
                 tmp, cc=(plan.cc, *plan.cc_args), python_exports=plan.python_exports
             )
             if plan.limited_api is not None:
-                audit_stable_abi(tmp, name=plan.filename, required=stable)
+                audit_stable_abi(tmp, name=plan.filename, required=policy.stable_abi_audit)
 
     def entry_of(tmp: Path, platform: str) -> ManifestEntry:
         return ManifestEntry(
@@ -1133,8 +1012,8 @@ def _build_portable(
         key,
         what=f"compiling the portable table {plan.filename}",
         compiler_hint="is CC a C compiler? Set it to gcc or clang",
-        echo=echo,
-        stale_after=stale_after,
+        echo=policy.echo,
+        stale_after=policy.timeout,
         check=check,
         entry_of=entry_of,
     )
@@ -1164,8 +1043,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--traceback", action="store_true", help="show tracebacks on errors")
     args = parser.parse_args(argv)
     try:
-        entry = compile_library(
-            torch=args.torch,
+        request = BuildRequest(
+            torch=Path(args.torch),
             backend=args.backend,
             output_dir=args.output_dir,
             cxx11_abi=args.cxx11_abi,
@@ -1173,8 +1052,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             gpu_home=args.gpu_home,
             dlpack_include=args.dlpack_include,
             source_dir=args.source_dir,
-            audit=args.audit,
         )
+        entry = compile_library(request, BuildPolicy(audit=args.audit))
     except TorchCDLPackExtError as exc:
         if args.traceback:
             raise
@@ -1186,8 +1065,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return exc.exit_code
-    data: dict[str, Any] = entry.to_json()
-    print(json.dumps(data, indent=2, sort_keys=True))
+    print(json.dumps(entry.to_json(), indent=2, sort_keys=True))
     return 0
 
 

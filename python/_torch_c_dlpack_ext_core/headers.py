@@ -315,16 +315,22 @@ def find_python_include(python_include: Path | None = None) -> Path:
     return include.resolve()
 
 
+def _read_python_header(include_dir: Path, name: str) -> str:
+    """The text of the CPython header ``name`` in ``include_dir``; a :class:`BuildError`
+    naming the dir as incomplete when it cannot be read."""
+    try:
+        return (include_dir / name).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise BuildError(
+            f"cannot read {include_dir / name} ({exc.strerror}): {include_dir} is "
+            "not a complete CPython include dir; pass python_include=<dir holding Python.h>"
+        ) from None
+
+
 def python_of_headers(include_dir: Path) -> str:
     """``3.11``: the CPython version of the headers in ``include_dir`` (``patchlevel.h``,
     which ``Python.h`` includes), i.e. the Python a library compiled against them serves."""
-    try:
-        text = (include_dir / "patchlevel.h").read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise BuildError(
-            f"cannot read {include_dir / 'patchlevel.h'} ({exc.strerror}): {include_dir} is "
-            "not a complete CPython include dir; pass python_include=<dir holding Python.h>"
-        ) from None
+    text = _read_python_header(include_dir, "patchlevel.h")
     found = [
         re.search(rf"^#define\s+{name}\s+(\d+)\b", text, re.MULTILINE)
         for name in ("PY_MAJOR_VERSION", "PY_MINOR_VERSION")
@@ -338,13 +344,7 @@ def _free_threaded_headers(include_dir: Path) -> bool:
     """The headers are a free-threaded CPython's: ``pyconfig.h`` defines
     ``Py_GIL_DISABLED`` to 1 (Debian's multiarch ``pyconfig.h``, which only includes
     the architecture's own, belongs to a GIL build: Debian ships no free-threaded one)."""
-    try:
-        text = (include_dir / "pyconfig.h").read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise BuildError(
-            f"cannot read {include_dir / 'pyconfig.h'} ({exc.strerror}): {include_dir} is "
-            "not a complete CPython include dir; pass python_include=<dir holding Python.h>"
-        ) from None
+    text = _read_python_header(include_dir, "pyconfig.h")
     return re.search(r"^\s*#\s*define\s+Py_GIL_DISABLED\s+1\b", text, re.MULTILINE) is not None
 
 

@@ -17,41 +17,27 @@ is for the developer tools only: the selector never reads it.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import stat
-from collections.abc import Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple, Union
 
 from .errors import REINSTALL, ManifestError, brief
 from .naming import ABI3, ANY, NATIVE_BACKENDS, Backend
-from .trust import read_fd
-
-if TYPE_CHECKING:
-    from .trust import TrustedOwners
 
 __all__ = [
     "MAX_MANIFEST_BYTES",
     "REQUIRED_FIELDS",
     "SCHEMA_VERSION",
+    "JSONField",
     "ManifestEntry",
-    "atomic_write_bytes",
     "check_library_path",
     "dump_manifest",
-    "file_kind",
-    "load_manifest",
-    "new_temp_file",
-    "open_regular",
-    "read_fd",
-    "read_verified",
-    "sha256_of",
-    "verify_file",
-    "write_manifest",
+    "parse_manifest",
 ]
 
 SCHEMA_VERSION = 1
+#: What a field of an entry's JSON object holds.
+JSONField = Union[str, int, bool, None]
 
 
 class ManifestEntry(NamedTuple):
@@ -104,8 +90,9 @@ class ManifestEntry(NamedTuple):
         major, minor = self.torch.split(".")
         return int(major), int(minor)
 
-    def to_json(self) -> dict[str, Any]:
-        data = self._asdict()
+    def to_json(self) -> dict[str, JSONField]:
+        """The entry as its manifest's JSON object (``backend``: its name, or ``any``)."""
+        data: dict[str, JSONField] = self._asdict()
         data["backend"] = ANY if self.backend is None else self.backend.value
         if self.cell is None:
             # Left out rather than null: a library built outside the matrix gets the
@@ -114,8 +101,8 @@ class ManifestEntry(NamedTuple):
         return data
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "manifest entry") -> ManifestEntry:
-        """Validate one manifest entry (see :func:`load_manifest` for the schema).
+    def from_json(cls, data: object, where: str = "manifest entry") -> ManifestEntry:
+        """Validate one manifest entry (see :func:`.files.load_manifest` for the schema).
 
         Raises :class:`ManifestError` naming ``where`` (``manifest …: libraries[2]``),
         the field, what it holds (shortened) and what it must be.
@@ -145,7 +132,7 @@ _AGNOSTIC = ("torch", "torch_build", "backend")
 _AGNOSTIC_NULL = ("cxx11_abi", "gpu_toolkit")
 
 
-def _check_portable(where: str, data: dict[str, Any]) -> bool:
+def _check_portable(where: str, data: Mapping[str, object]) -> bool:
     """Whether ``data`` is a torch-agnostic entry: ``any`` in all of :data:`_AGNOSTIC`
     and null in :data:`_AGNOSTIC_NULL`. ``any`` in some of them only (a native entry
     that lost its torch, or a portable one that gained a backend) is refused: a native
@@ -166,7 +153,7 @@ def _check_portable(where: str, data: dict[str, Any]) -> bool:
     return True
 
 
-def _read_cell(value: Any) -> str | None:
+def _read_cell(value: object) -> str | None:
     """``cell`` when it is plain text, else ``None``: the selector never reads the field
     (the runtime's fast path skips it), so a value it cannot use is ignored like an
     unknown key instead of refusing a manifest whose libraries are fine. The developer
@@ -184,7 +171,7 @@ MAX_FILE_PATH = 512
 MAX_LIBRARY_BYTES = 1 << 32
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -202,7 +189,7 @@ def _is_plain_text(value: str, limit: int) -> bool:
     return len(value) <= limit and value.isprintable()
 
 
-def _check_text(where: str, name: str, value: Any, *, optional: bool = False) -> str | None:
+def _check_text(where: str, name: str, value: object, *, optional: bool = False) -> str | None:
     if value is None and optional:
         return None
     if not isinstance(value, str) or not value:
@@ -219,7 +206,7 @@ def _check_text(where: str, name: str, value: Any, *, optional: bool = False) ->
     return value
 
 
-def check_library_path(where: str, value: Any) -> str:
+def check_library_path(where: str, value: object) -> str:
     """A manifest ``file``: a relative POSIX path of plain names inside the package (``libs/x.so``).
 
     No absolute path, no ``..`` or ``.``, no empty component, no backslash or colon
@@ -244,7 +231,7 @@ def check_library_path(where: str, value: Any) -> str:
     return value
 
 
-def _check_field(where: str, name: str, value: Any) -> Any:
+def _check_field(where: str, name: str, value: object) -> str | int | bool | Backend | None:
     if name == "file":
         return check_library_path(where, value)
     if name == "backend":
@@ -314,229 +301,42 @@ def _is_number(text: str) -> bool:
 _BACKENDS = tuple(b.value for b in NATIVE_BACKENDS)
 
 
-def sha256_of(path: Path) -> str:
-    """Hex sha256 of a file's content."""
-    with path.open("rb", buffering=0) as handle:
-        return _sha256_of_fd(handle.fileno())
-
-
-def _sha256_of_fd(fd: int) -> str:
-    digest = hashlib.sha256()
-    # One small buffer, reused: a fresh 1 MiB bytes object per read costs page faults,
-    # ~0.15 ms for a 200 kB library on the import path.
-    buffer = bytearray(1 << 16)
-    view = memoryview(buffer)
-    with open(fd, "rb", buffering=0, closefd=False) as handle:
-        while count := handle.readinto(buffer):
-            digest.update(view[:count])
-    return digest.hexdigest()
-
-
-#: ``O_NONBLOCK``: opening a FIFO planted where a file should be must not block the import
-#: (the opened object is then refused as not a regular file). ``O_BINARY`` on Windows.
-_OPEN_FLAGS = (
-    os.O_RDONLY
-    | getattr(os, "O_NONBLOCK", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-    | getattr(os, "O_BINARY", 0)
-)
-
-
-def file_kind(mode: int) -> str:
-    """What a file of ``st_mode`` ``mode`` is, for messages: ``"a directory"``, ``"a
-    FIFO"``, ``"a socket"``, ``"a character device"``, ``"a block device"``,
-    ``"a symbolic link"``, ``"a regular file"``, else ``"a special file"``."""
-    kinds = (
-        (stat.S_ISREG, "a regular file"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISLNK, "a symbolic link"),
-    )
-    return next((kind for test, kind in kinds if test(mode)), "a special file")
-
-
-def _open_regular(
-    path: Path, what: str, missing: str = "", owners: TrustedOwners | None = None
-) -> tuple[int, os.stat_result]:
-    """Open ``path`` read-only without blocking and return ``(fd, fstat)`` of a regular file.
-
-    Raises :class:`ManifestError` (cause only; the caller adds its remedy) for a missing,
-    unreadable or non-regular file. ``owners``: open it with :func:`.trust.open_trusted`
-    (a file another user could have written raises its
-    :class:`~.errors.UntrustedPathError`).
-    """
-    try:
-        if owners is not None:
-            from .trust import open_trusted
-
-            fd = open_trusted(path, owners)[0]
-        else:
-            fd = os.open(path, _OPEN_FLAGS)
-    except FileNotFoundError:
-        raise ManifestError(missing or f"{what} is missing") from None
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise ManifestError(f"{what} is not readable ({reason})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ManifestError(f"{what} is {file_kind(info.st_mode)}, not a regular file")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, info
-
-
-def verify_file(entry: ManifestEntry, root: Path) -> Path:
-    """Return the library's path after checking it is a regular file inside ``root``
-    (a symlink may not lead out of it) with the recorded size and sha256.
-
-    Raises :class:`ManifestError` saying which check failed (``cause``) and the
-    reinstall command (``remedy``).
-    """
-    return read_verified(entry, root)[0]
-
-
-def read_verified(
-    entry: ManifestEntry, root: Path, *, owners: TrustedOwners | None = None
-) -> tuple[Path, bytes]:
-    """:func:`verify_file`, returning the library's bytes too: the ones that were hashed,
-    read once from one descriptor, so a loader that loads exactly these bytes (see
-    :func:`._loader.open_library`) loads what was verified, whatever happens to the
-    path afterwards. ``owners``: the file and every directory above it must pass
-    :func:`.trust.open_trusted` for them (a JIT cache), checked on that descriptor."""
-    path = root / entry.file
-    name = brief(entry.file, 80)
-    try:
-        real, real_root = os.path.realpath(path), os.path.realpath(root)
-        inside = os.path.commonpath([real, real_root]) == real_root
-    except (OSError, ValueError):
-        inside = False
-    if not inside:
-        raise ManifestError(
-            f"{name}: listed in the manifest but it leads outside the package directory "
-            "(a symlink?)",
-            REINSTALL,
-        )
-    try:
-        fd, info = _open_regular(path, f"{name} (listed in the manifest)", owners=owners)
-    except ManifestError as exc:
-        raise ManifestError(exc.cause, REINSTALL) from None
-    try:
-        if info.st_size != entry.size:
-            raise ManifestError(
-                f"{name}: {info.st_size} bytes, the manifest says {entry.size} "
-                "(a partial copy or a full disk?)",
-                REINSTALL,
-            )
-        try:
-            data = read_fd(fd, entry.size + 1)  # one more: a file that grew is caught
-        except OSError as exc:
-            raise ManifestError(f"{name}: cannot be read ({exc.strerror})", REINSTALL) from None
-    finally:
-        os.close(fd)
-    if len(data) != entry.size:
-        raise ManifestError(
-            f"{name}: {len(data)} bytes read, the manifest says {entry.size} "
-            "(it changed while it was read)",
-            REINSTALL,
-        )
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != entry.sha256:
-        raise ManifestError(
-            f"{name}: sha256 {digest[:12]}... does not match the manifest's {entry.sha256[:12]}...",
-            REINSTALL,
-        )
-    return path, data
-
-
-def open_regular(
-    path: Path, what: str, *, owners: TrustedOwners | None = None
-) -> tuple[int, os.stat_result]:
-    """Open ``path`` read-only, without blocking (a FIFO put in its place cannot hang
-    the caller) and close-on-exec; return ``(fd, fstat)`` of a regular file. Raises
-    :class:`ManifestError` (cause only) for a missing, unreadable or non-regular file;
-    with ``owners``, :class:`~.errors.UntrustedPathError` where :func:`.trust.open_trusted`
-    refuses it."""
-    return _open_regular(path, what, owners=owners)
-
-
-def load_manifest(path: Path) -> tuple[ManifestEntry, ...]:
-    """Read and validate a manifest file. Raises :class:`ManifestError`.
-
-    Schema 1: a UTF-8 JSON object of at most :data:`MAX_MANIFEST_BYTES`,
-    ``{"schema": 1, "libraries": [entry, ...]}`` (at most :data:`MAX_ENTRIES`), every
-    entry an object with exactly-typed fields: ``file`` (see :func:`check_library_path`),
-    ``torch`` (``"2.8"``), ``python`` (``"abi3"``, ``"abi3.12"``, ``"3.14t"``, ``"3.11"``),
-    ``backend`` (``cpu``/``cuda``/``rocm``; a torch-agnostic entry says ``any`` in
-    ``torch``, ``torch_build`` and ``backend`` and null in ``cxx11_abi`` and
-    ``gpu_toolkit``, all five or none), ``cxx11_abi`` (bool or null), ``size`` (integer),
-    ``sha256`` (64 lowercase hex), ``gpu_toolkit`` (string or null) and the other
-    strings (non-empty, printable, bounded); ``cell`` may be absent (a value that is
-    not plain text reads as absent). Unknown keys are ignored (a newer writer may add
-    some). The file itself must be a regular file: a directory, FIFO or device
-    is refused without blocking.
-    """
-    fd, info = _open_regular(path, f"manifest {path}", f"no manifest at {path}")
-    try:
-        if info.st_size > MAX_MANIFEST_BYTES:
-            raise ManifestError(
-                f"manifest {path} is {info.st_size} bytes, more than a manifest can be "
-                f"({MAX_MANIFEST_BYTES})",
-                REINSTALL,
-            )
-        chunks: list[bytes] = []
-        total = 0
-        # Bounded even if the file grows while it is read.
-        while total <= MAX_MANIFEST_BYTES and (chunk := os.read(fd, 1 << 16)):
-            chunks.append(chunk)
-            total += len(chunk)
-    except OSError as exc:
-        raise ManifestError(f"cannot read manifest {path} ({exc.strerror})", REINSTALL) from None
-    finally:
-        os.close(fd)
-    if total > MAX_MANIFEST_BYTES:
-        raise ManifestError(f"manifest {path} grew past {MAX_MANIFEST_BYTES} bytes", REINSTALL)
-    raw = b"".join(chunks)
+def parse_manifest(raw: bytes, name: str) -> tuple[ManifestEntry, ...]:
+    """The entries of a manifest's bytes (``name`` says which file in messages:
+    ``manifest <path>``), validated as :func:`.files.load_manifest` documents. Raises
+    :class:`ManifestError`."""
     if not raw.strip():
-        raise ManifestError(f"manifest {path} is empty", REINSTALL)
+        raise ManifestError(f"{name} is empty", REINSTALL)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ManifestError(
-            f"manifest {path} is not UTF-8 text (byte {exc.start})", REINSTALL
-        ) from None
+        raise ManifestError(f"{name} is not UTF-8 text (byte {exc.start})", REINSTALL) from None
     try:
         data = json.loads(text)
     except RecursionError:
-        raise ManifestError(f"manifest {path} is nested too deeply", REINSTALL) from None
+        raise ManifestError(f"{name} is nested too deeply", REINSTALL) from None
     except ValueError as exc:  # JSONDecodeError, or an integer too long to convert
         raise ManifestError(
-            f"manifest {path} is not valid JSON ({brief(str(exc), 100)[1:-1]})", REINSTALL
+            f"{name} is not valid JSON ({brief(str(exc), 100)[1:-1]})", REINSTALL
         ) from None
     if not isinstance(data, dict):
-        raise ManifestError(
-            f"manifest {path} is {_json_type(data)}, expected a JSON object", REINSTALL
-        )
+        raise ManifestError(f"{name} is {_json_type(data)}, expected a JSON object", REINSTALL)
     schema = data.get("schema")
     if type(schema) is not int or schema != SCHEMA_VERSION:
         raise ManifestError(
-            f"manifest {path} has schema {brief(schema)}, this version of torch-c-dlpack-ext "
+            f"{name} has schema {brief(schema)}, this version of torch-c-dlpack-ext "
             f"reads schema {SCHEMA_VERSION}",
             "install the torch-c-dlpack-ext release that wrote it, or " + REINSTALL,
         )
     libraries = data.get("libraries")
     if not isinstance(libraries, list) or len(libraries) > MAX_ENTRIES:
         raise ManifestError(
-            f"manifest {path}: 'libraries' is {_json_type(libraries)}, expected an array of "
+            f"{name}: 'libraries' is {_json_type(libraries)}, expected an array of "
             f"at most {MAX_ENTRIES} entries",
             REINSTALL,
         )
     return tuple(
-        ManifestEntry.from_json(item, f"manifest {path}: libraries[{index}]")
+        ManifestEntry.from_json(item, f"{name}: libraries[{index}]")
         for index, item in enumerate(libraries)
     )
 
@@ -554,48 +354,3 @@ def dump_manifest(entries: Iterable[ManifestEntry]) -> bytes:
     body = "".join(f"\n{line}," for line in lines).removesuffix(",")
     newline = "\n" if lines else ""
     return f'{{"libraries":[{body}{newline}],"schema":{SCHEMA_VERSION}}}\n'.encode()
-
-
-def new_temp_file(directory: Path, prefix: str, suffix: str, mode: int = 0o666) -> tuple[int, Path]:
-    """Create a new file with a unique name in ``directory``; its open descriptor and path.
-
-    The name is ``<prefix><pid>-<12 hex><suffix>``. Like :func:`tempfile.mkstemp`, but the
-    file gets ``mode`` less the umask (0644 for 0o666 under the usual 022), as any other new
-    file would, instead of mkstemp's 0600:
-    what is renamed into place is meant to be shared (a cache another user reuses read-only,
-    ``build/cells/*/manifest.json``).
-    """
-    import secrets  # writers only (the build); import reads
-
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    # The writer's pid in the name: a later build removes what a killed one left
-    # (:func:`.buildlock.clean_stale_temps`).
-    pid = os.getpid()
-    for _ in range(100):
-        path = directory / f"{prefix}{pid}-{secrets.token_hex(6)}{suffix}"
-        try:
-            return os.open(path, flags, mode), path
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no unused temporary name {prefix}*{suffix} in {directory}")
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename,
-    so readers see either the old content or the new one, never half of it. The file gets
-    the umask's mode (:func:`new_temp_file`)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = new_temp_file(path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def write_manifest(path: Path, entries: Iterable[ManifestEntry]) -> None:
-    atomic_write_bytes(path, dump_manifest(entries))

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from .errors import CommandError, TorchInstallError
-from .manifest import sha256_of
+from .files import sha256_of
 from .naming import Backend, torch_minor
 from .toolchains import Toolchain, toolchain_for
 from .toolchains.elf import dynamic_symbols

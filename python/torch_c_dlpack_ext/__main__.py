@@ -119,7 +119,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
     """Everything the diagnosis prints, as JSON-ready data."""
     import torch_c_dlpack_ext as package
     from _torch_c_dlpack_ext_core.errors import ManifestError
-    from _torch_c_dlpack_ext_core.manifest import load_manifest
+    from _torch_c_dlpack_ext_core.files import load_manifest
     from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, python_tag
 
     from ._library import loaded_library

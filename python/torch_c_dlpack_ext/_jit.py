@@ -26,7 +26,8 @@ from _torch_c_dlpack_ext_core.errors import (
     ManifestError,
     TorchCDLPackExtError,
 )
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, read_verified
+from _torch_c_dlpack_ext_core.files import read_verified
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend, env_var, library_filename, user_cache_dir
 from _torch_c_dlpack_ext_core.trust import TrustedOwners, read_trusted
 from _torch_c_dlpack_ext_core.version import __version__
@@ -167,12 +168,14 @@ def build_portable(settings: Settings) -> tuple[Path, bytes]:
     owners = TrustedOwners(settings.trusted_owner)
     try:
         entry = driver.compile_portable_library(
-            output_dir=output_dir,
-            echo=False,
+            driver.PortableRequest(output_dir=output_dir),
+            driver.BuildPolicy(
+                echo=False,
+                stable_abi_audit=False,
+                owners=owners,
+                lock_timeout=settings.lock_timeout,
+            ),
             on_compile=say_building,
-            stable_abi_audit=False,
-            owners=owners,
-            lock_timeout=settings.lock_timeout,
         )
     except OSError as exc:
         raise BuildError(f"JIT build of the portable table in {output_dir} failed: {exc}") from None
@@ -219,16 +222,18 @@ def build(torch: Any, info: TorchInfo, backend: Backend, settings: Settings) -> 
 
     try:
         entry = driver.compile_library(
-            torch=Path(torch.__file__).parent,
-            backend=backend,
-            output_dir=output_dir,
-            echo=False,
+            driver.BuildRequest(
+                torch=Path(torch.__file__).parent, backend=backend, output_dir=output_dir
+            ),
+            driver.BuildPolicy(
+                echo=False,
+                # The library serves this interpreter only (the key holds its Python tag), so
+                # the stable ABI audit the release runs on abi3 wheels has nothing to add.
+                stable_abi_audit=False,
+                owners=owners,
+                lock_timeout=settings.lock_timeout,
+            ),
             on_compile=say_building,
-            # The library serves this interpreter only (the key holds its Python tag), so
-            # the stable ABI audit the release runs on abi3 wheels has nothing to add.
-            stable_abi_audit=False,
-            owners=owners,
-            lock_timeout=settings.lock_timeout,
         )
     except TorchCDLPackExtError:
         raise

@@ -130,7 +130,7 @@ def read_library(path: Path, owners: TrustedOwners | None = None) -> bytes:
     and every directory above it must be theirs alone (:mod:`_torch_c_dlpack_ext_core.trust`;
     a ``LIBRARY`` override), else the refusal is raised as a load error."""
     from _torch_c_dlpack_ext_core.errors import ManifestError, UntrustedPathError
-    from _torch_c_dlpack_ext_core.manifest import open_regular, read_fd
+    from _torch_c_dlpack_ext_core.files import open_regular, read_fd
 
     name = short_path(path)
     try:

@@ -36,7 +36,8 @@ from _torch_c_dlpack_ext_core.errors import (
     install_source_of,
     reinstall_command,
 )
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest, read_verified
+from _torch_c_dlpack_ext_core.files import load_manifest, read_verified
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import (
     DIST_NAME,
     MANIFEST_NAME,

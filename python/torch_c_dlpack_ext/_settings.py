@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from _torch_c_dlpack_ext_core.errors import ConfigError, TorchCDLPackExtWarning
-from _torch_c_dlpack_ext_core.manifest import file_kind
+from _torch_c_dlpack_ext_core.files import file_kind
 from _torch_c_dlpack_ext_core.naming import ENV_PREFIX, Backend, env_var, parse_backend
 
 from ._select import SettingProblem, Settings

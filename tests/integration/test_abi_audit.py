@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from devtools.envs.torchenv import TorchEnv
 
-from _torch_c_dlpack_ext_core.driver import compile_library
+from _torch_c_dlpack_ext_core.driver import BuildPolicy, BuildRequest, compile_library
 from _torch_c_dlpack_ext_core.errors import ABIAuditError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.toolchains import AuditOutcome, toolchain_for
@@ -41,7 +41,7 @@ def _built(
     """(install, library) of the CPU library for ``version``; a cache hit after the first build."""
     install = TorchInstall.from_path(old_torch_env(version).torch_dir)
     out = build_cache / f"torch{version}"
-    entry = compile_library(torch=install, backend="cpu", output_dir=out)
+    entry = compile_library(BuildRequest(torch=install, backend="cpu", output_dir=out))
     return install, out / entry.file
 
 
@@ -106,7 +106,9 @@ def test_a_made_up_python_symbol_is_not_waved_through(tmp_path: Path) -> None:
     out = tmp_path / "out"
     with pytest.raises(ABIAuditError) as info:
         compile_library(
-            torch=Path(torch.__file__).parent, backend="cpu", output_dir=out, source_dir=src
+            BuildRequest(
+                torch=Path(torch.__file__).parent, backend="cpu", output_dir=out, source_dir=src
+            )
         )
     assert info.value.missing == ("PyTCDE_NoSuchFunction",)
     assert [p.name for p in out.iterdir() if not p.name.endswith(".lock")] == []
@@ -200,7 +202,10 @@ def test_real_library_is_abi3(old_torch_env: Callable[[str], TorchEnv], build_ca
 
     install = TorchInstall.from_path(old_torch_env("2.8.0").torch_dir)
     out = build_cache / "torch2.8.0"
-    entry = compile_library(torch=install, backend="cpu", output_dir=out, stable_abi_audit=True)
+    entry = compile_library(
+        BuildRequest(torch=install, backend="cpu", output_dir=out),
+        BuildPolicy(stable_abi_audit=True),
+    )
     assert entry.python == "abi3"
     library = out / entry.file
     assert audit_stable_abi(library, required=True) is True

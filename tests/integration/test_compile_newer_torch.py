@@ -26,7 +26,12 @@ from pathlib import Path
 import pytest
 from devtools.envs.torchenv import torch_env
 
-from _torch_c_dlpack_ext_core.driver import check_tensor_layout, compile_library, plan_build
+from _torch_c_dlpack_ext_core.driver import (
+    BuildRequest,
+    check_tensor_layout,
+    compile_library,
+    plan_build,
+)
 from _torch_c_dlpack_ext_core.headers import cuda_header_wheels, find_dlpack_include
 from _torch_c_dlpack_ext_core.naming import Backend
 from _torch_c_dlpack_ext_core.toolchains import AuditOutcome, toolchain_for
@@ -74,13 +79,13 @@ def test_compile_and_audit_cpu_and_cuda(build_cache: Path, version: str, cuda: s
     assert Backend.CUDA in install.backends_available
     assert check_tensor_layout(install) == "PyObject_HEAD at::Tensor cdata;"
     out = build_cache / f"newer-torch{version}"
-    plan = plan_build(torch=install, backend="cuda", output_dir=out)
+    plan = plan_build(BuildRequest(torch=install, backend="cuda", output_dir=out))
     assert plan.std == _cmake_standard(install)
     # CUDA 13's header wheels share one tree; CUDA 12's are split in two (crt/ in nvcc's).
     assert len(plan.gpu_includes) == (1 if cuda.startswith("13") else 2)
     for backend in ("cpu", "cuda"):
         started = time.monotonic()
-        entry = compile_library(torch=install, backend=backend, output_dir=out)
+        entry = compile_library(BuildRequest(torch=install, backend=backend, output_dir=out))
         library = out / entry.file
         print(
             f"\nBUILD torch {install.version} {backend}: {time.monotonic() - started:.1f} s "
@@ -116,7 +121,7 @@ def test_the_header_itself_stops_a_build_for_an_unchecked_torch(tmp_path: Path) 
     shadow = overlay / real.relative_to(include)
     shadow.parent.mkdir(parents=True)
     shadow.write_text(real.read_text().replace("MINOR 15", "MINOR 16"))
-    plan = plan_build(torch=install, backend="cpu", output_dir=tmp_path / "out")
+    plan = plan_build(BuildRequest(torch=install, backend="cpu", output_dir=tmp_path / "out"))
     dlpack, _ = find_dlpack_include()
     cxx = shutil.which("c++") or "g++"
     command = [

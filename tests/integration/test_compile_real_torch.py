@@ -27,9 +27,10 @@ from typing import Any
 import pytest
 from devtools.envs.torchenv import TorchEnv, torch_env
 
-from _torch_c_dlpack_ext_core.driver import compile_library, plan_build
+from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library, plan_build
 from _torch_c_dlpack_ext_core.errors import ABIAuditError, BuildError
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, verify_file
+from _torch_c_dlpack_ext_core.files import verify_file
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend
 from _torch_c_dlpack_ext_core.toolchains import AuditOutcome, toolchain_for
 from _torch_c_dlpack_ext_core.toolchains.elf import dynamic_symbols, run_time_symbols
@@ -48,9 +49,10 @@ MIN_SUITE_PASSED = 200
 
 
 def timed_compile(**kwargs: Any) -> ManifestEntry:
-    """compile_library, printing wall time and the peak RSS of child processes so far."""
+    """compile_library of a :class:`BuildRequest` of ``kwargs``, printing wall time and the
+    peak RSS of child processes so far."""
     started = time.monotonic()
-    entry = compile_library(**kwargs)
+    entry = compile_library(BuildRequest(**kwargs))
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(
         f"\nBUILD {entry.file}: {time.monotonic() - started:.1f} s, {entry.size} bytes, "
@@ -231,7 +233,9 @@ def test_cuda_variant_compiles_against_pypi_torch_2_8(
             p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "nvcc").exists()
         ),
     )
-    plan = plan_build(torch=install, backend="cuda", output_dir=build_cache / "torch2.8.0-cuda")
+    plan = plan_build(
+        BuildRequest(torch=install, backend="cuda", output_dir=build_cache / "torch2.8.0-cuda")
+    )
     nvidia = env.site_packages.resolve() / "nvidia"
     assert plan.gpu_includes == (
         nvidia / "cuda_runtime" / "include",
@@ -315,22 +319,30 @@ def test_unchanged_target_is_a_cache_hit_and_a_change_rebuilds(
 ) -> None:
     src = _tiny_sources(tmp_path)
     out = tmp_path / "out"
-    first = compile_library(torch=running_torch, backend="cpu", output_dir=out, source_dir=src)
+    first = compile_library(
+        BuildRequest(torch=running_torch, backend="cpu", output_dir=out, source_dir=src)
+    )
     library = out / first.file
     stamp = library.stat().st_mtime_ns
     assert "compiled" in capfd.readouterr().err
-    second = compile_library(torch=running_torch, backend="cpu", output_dir=out, source_dir=src)
+    second = compile_library(
+        BuildRequest(torch=running_torch, backend="cpu", output_dir=out, source_dir=src)
+    )
     assert second == first
     assert library.stat().st_mtime_ns == stamp
     assert "cache hit" in capfd.readouterr().err
     # A damaged library (same sidecar) is rebuilt, never handed out.
     library.write_bytes(library.read_bytes()[:100])
-    third = compile_library(torch=running_torch, backend="cpu", output_dir=out, source_dir=src)
+    third = compile_library(
+        BuildRequest(torch=running_torch, backend="cpu", output_dir=out, source_dir=src)
+    )
     assert third == first
     assert verify_file(third, out) == library
     # A source change rebuilds.
     _tiny_sources(tmp_path, "return 8;")
-    fourth = compile_library(torch=running_torch, backend="cpu", output_dir=out, source_dir=src)
+    fourth = compile_library(
+        BuildRequest(torch=running_torch, backend="cpu", output_dir=out, source_dir=src)
+    )
     assert fourth.sha256 != first.sha256
     assert "compiled" in capfd.readouterr().err
 
@@ -366,7 +378,9 @@ def test_failed_compile_raises_with_command_and_output_and_leaves_nothing(
     src = _tiny_sources(tmp_path, "return undefined_name_tcde;")
     out = tmp_path / "out"
     with pytest.raises(BuildError) as info:
-        compile_library(torch=running_torch, backend="cpu", output_dir=out, source_dir=src)
+        compile_library(
+            BuildRequest(torch=running_torch, backend="cpu", output_dir=out, source_dir=src)
+        )
     assert info.value.command[0].endswith(("c++", "g++", "clang++"))
     assert str(src / "tiny.cc") in info.value.command
     assert "undefined_name_tcde" in info.value.output

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from _torch_c_dlpack_ext_core.driver import compile_library
+from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library
 from _torch_c_dlpack_ext_core.errors import BuildError
-from _torch_c_dlpack_ext_core.manifest import verify_file
+from _torch_c_dlpack_ext_core.files import verify_file
 
 pytestmark = [
     pytest.mark.slow,
@@ -54,7 +54,9 @@ def _build(running_torch: Path, tmp_path: Path, body: str = "return 7;") -> Path
     """Compile with the compiler ``$CXX`` names (the driver's default lookup)."""
     out = tmp_path / "out"
     entry = compile_library(
-        torch=running_torch, backend="cpu", output_dir=out, source_dir=_sources(tmp_path, body)
+        BuildRequest(
+            torch=running_torch, backend="cpu", output_dir=out, source_dir=_sources(tmp_path, body)
+        )
     )
     verify_file(entry, out)
     assert entry.toolchain.startswith("g++ ")

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from devtools.envs.torchenv import torch_env
 
-from _torch_c_dlpack_ext_core.driver import compile_library
+from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 
@@ -89,7 +89,7 @@ def test_conformance_invariants_on_torch28(build_cache: Path) -> None:
     # Its own output dir: this env's torch path is another cache key than the exchange
     # suite's 2.8 env, and one dir for both would rebuild each on every run.
     output_dir = build_cache / f"torch{OLD_TORCH}-conformance"
-    entry = compile_library(torch=install, backend="cpu", output_dir=output_dir)
+    entry = compile_library(BuildRequest(torch=install, backend="cpu", output_dir=output_dir))
     counts = run_conformance_suite(env.python, output_dir / entry.file)
     assert counts["total"] >= MIN_CASES_28, counts
     assert not any(name.endswith("differential") for name in counts), counts

@@ -31,7 +31,8 @@ from tests.helpers import (
 )
 from tests.helpers import probe_import as probe
 
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of
+from _torch_c_dlpack_ext_core.files import sha256_of
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PACKAGE, Backend
 
 torch = pytest.importorskip("torch")
@@ -285,12 +286,12 @@ def test_library_for_other_cxx_abi_is_refused(
     """A 2.8 library (cxx11 ABI) presented as the 2.6 entry (old ABI) to PyPI's 2.6.0:
     dlopen reports an undefined symbol, which must become a warning, not an error.
     (PyPI's 2.6.0 is a CUDA build: ``BACKEND=cpu`` makes the CPU entry the one tried.)"""
-    from _torch_c_dlpack_ext_core.driver import compile_library
+    from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library
 
     env28 = old_torch_env("2.8.0")
     env26 = old_torch_env("2.6.0")
     out = build_cache / "faults-torch2.8.0-cpu"
-    entry = compile_library(torch=env28.torch_dir, backend="cpu", output_dir=out)
+    entry = compile_library(BuildRequest(torch=env28.torch_dir, backend="cpu", output_dir=out))
     root = make_package(
         tmp_path, [Bundled(out / entry.file, "2.6", Backend.CPU, False, "2.6.0+cu124")]
     )

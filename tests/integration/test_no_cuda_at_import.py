@@ -114,12 +114,12 @@ def cuda_library_env(build_cache: Path) -> tuple[Any, Path, ManifestEntry]:
     library compiles against; and that library, compiled (cached by the driver)."""
     from devtools.envs.torchenv import torch_env
 
-    from _torch_c_dlpack_ext_core.driver import compile_library
+    from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library
 
     headers = ("nvidia-cuda-runtime-cu12==12.8.*", "nvidia-cuda-nvcc-cu12==12.8.*")
     env = torch_env(OLD, importable=True, extra=headers)
     out = build_cache / "no-cuda-at-import-torch2.8.0-cuda"
-    entry = compile_library(torch=Path(env.torch_dir), backend="cuda", output_dir=out)
+    entry = compile_library(BuildRequest(torch=Path(env.torch_dir), backend="cuda", output_dir=out))
     assert entry.backend is Backend.CUDA
     return env, out / entry.file, entry
 
@@ -157,11 +157,11 @@ def test_cpu_library_never_serves_a_cuda_torch_unless_asked(
     """The same real torch 2.8.0+cu128 with only a CPU library bundled: nothing published
     (the remedies name the CUDA library), unless ``BACKEND=cpu`` asks for it. No CUDA query
     either way."""
-    from _torch_c_dlpack_ext_core.driver import compile_library
+    from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library
 
     env, _, _ = cuda_library_env
     out = build_cache / "no-cuda-at-import-torch2.8.0-cpu"
-    cpu = compile_library(torch=Path(env.torch_dir), backend="cpu", output_dir=out)
+    cpu = compile_library(BuildRequest(torch=Path(env.torch_dir), backend="cpu", output_dir=out))
     root = make_package(
         tmp_path, [Bundled(out / cpu.file, "2.8", Backend.CPU, cpu.cxx11_abi, cpu.torch_build)]
     )

@@ -20,7 +20,7 @@ from tests.helpers import CSRC, ROOT, make_package, run_python
 from tests.unit.test_cells import MATRIX, _cell, fake_compile  # noqa: F401 (a fixture)
 
 from _torch_c_dlpack_ext_core import driver
-from _torch_c_dlpack_ext_core.manifest import write_manifest
+from _torch_c_dlpack_ext_core.files import write_manifest
 from _torch_c_dlpack_ext_core.naming import LIBS_DIR, MANIFEST_NAME, PACKAGE
 
 pytestmark = pytest.mark.skipif(
@@ -54,7 +54,9 @@ print(json.dumps({{
 def portable_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A package bundling only the portable library, built by the driver."""
     built = tmp_path_factory.mktemp("portable-build")
-    entry = driver.compile_portable_library(output_dir=built, source_dir=CSRC, echo=False)
+    entry = driver.compile_portable_library(
+        driver.PortableRequest(output_dir=built, source_dir=CSRC), driver.BuildPolicy(echo=False)
+    )
     assert (entry.torch, entry.torch_build, entry.backend, entry.python) == (
         "any",
         "any",
@@ -308,7 +310,10 @@ def test_the_driver_builds_a_free_threaded_portable_table(tmp_path: Path, versio
         pytest.skip(f"no {version} CPython in the dev cache (nox -s freethreaded builds one)")
     include = prefix / "include" / f"python{version}"
     entry = driver.compile_portable_library(
-        output_dir=tmp_path, source_dir=CSRC, python_include=include, python=version, echo=False
+        driver.PortableRequest(
+            output_dir=tmp_path, source_dir=CSRC, python_include=include, python=version
+        ),
+        driver.BuildPolicy(echo=False),
     )
     assert (entry.python, entry.backend, entry.torch) == (version, None, "any")
     tag = version.replace(".", "").removesuffix("t")

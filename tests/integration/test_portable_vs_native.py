@@ -23,7 +23,7 @@ import pytest
 from devtools.envs.torchenv import torch_env
 from tests.helpers import ROOT, clean_env, run_python
 
-from _torch_c_dlpack_ext_core.driver import compile_library
+from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library
 from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 
 DIFFERENTIAL = r"""
@@ -161,7 +161,7 @@ def test_portable_table_matches_the_native_library_on_legacy_torch(
     env = torch_env(version, importable=True, extra=("pytest", "psutil"))
     install = TorchInstall.from_path(env.root)
     output_dir = build_cache / f"torch{version}-portable-vs-native"
-    entry = compile_library(torch=install, backend="cpu", output_dir=output_dir)
+    entry = compile_library(BuildRequest(torch=install, backend="cpu", output_dir=output_dir))
     proc = run_python(
         DIFFERENTIAL,
         args=[str(output_dir / entry.file), str(portable_library), str(ROOT / "tests"),

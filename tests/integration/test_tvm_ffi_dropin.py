@@ -42,12 +42,12 @@ def tvm_env() -> Any:
 
 @pytest.fixture(scope="module")
 def library28(tvm_env: Any, build_cache: Path) -> tuple[Path, ManifestEntry]:
-    from _torch_c_dlpack_ext_core.driver import compile_library
+    from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library
 
     # PyPI's torch 2.8 is a CUDA build: the selector gives it the CUDA library (which
     # serves CPU tensors too, GPU or not), never the CPU one.
     out = build_cache / f"dropin-torch{TORCH}-cuda"
-    entry = compile_library(torch=tvm_env.torch_dir, backend="cuda", output_dir=out)
+    entry = compile_library(BuildRequest(torch=tvm_env.torch_dir, backend="cuda", output_dir=out))
     return out / entry.file, entry
 
 

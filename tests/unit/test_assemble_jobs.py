@@ -21,7 +21,7 @@ from devtools.matrix.reader import load_matrix
 from devtools.rehearse import flowjob
 from devtools.release import cisteps, contents, distfiles, verify
 
-from _torch_c_dlpack_ext_core.manifest import sha256_of
+from _torch_c_dlpack_ext_core.files import sha256_of
 from _torch_c_dlpack_ext_core.version import __version__
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -236,7 +236,8 @@ def test_universal_wheel(tmp_path: Path) -> None:
 
 
 def _fake_libs(tmp_path: Path) -> Path:
-    from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of, write_manifest
+    from _torch_c_dlpack_ext_core.files import sha256_of, write_manifest
+    from _torch_c_dlpack_ext_core.manifest import ManifestEntry
     from _torch_c_dlpack_ext_core.naming import Backend, library_filename
 
     libs = tmp_path / "libs-in"
@@ -334,7 +335,7 @@ def test_torch_setting_pointing_nowhere(tmp_path: Path) -> None:
 def test_libs_dir_target_python_comes_from_the_manifest(
     tmp_path: Path, python: str, tag: str
 ) -> None:
-    from _torch_c_dlpack_ext_core.manifest import load_manifest, write_manifest
+    from _torch_c_dlpack_ext_core.files import load_manifest, write_manifest
 
     libs = _fake_libs(tmp_path)
     entries = load_manifest(libs / "manifest.json")

@@ -16,8 +16,8 @@ import pytest
 from tests.conftest import FakeTorch
 
 from _torch_c_dlpack_ext_core import driver
-from _torch_c_dlpack_ext_core.driver import BuildPlan, plan_build
-from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+from _torch_c_dlpack_ext_core.driver import BuildPlan, BuildRequest, plan_build
+from _torch_c_dlpack_ext_core.files import atomic_write_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gnu toolchain")
@@ -35,12 +35,14 @@ def _plan(prefix: Path, sources: Path, dlpack: Path, out: Path, cxx: str) -> Bui
     for var in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "ROCM_HOME", "CXX"):
         os.environ.pop(var, None)
     return plan_build(
-        torch=prefix,
-        backend="cpu",
-        output_dir=out,
-        dlpack_include=dlpack,
-        source_dir=sources,
-        cxx=cxx,
+        BuildRequest(
+            torch=prefix,
+            backend="cpu",
+            output_dir=out,
+            dlpack_include=dlpack,
+            source_dir=sources,
+            cxx=cxx,
+        )
     )
 
 
@@ -147,7 +149,7 @@ def test_built_library_and_record_get_the_umask_mode(
     out = tmp_path / "out"
     out.mkdir()
     plan = _plan(fake_torch(), _sources(tmp_path / "csrc"), dlpack_include, out, str(cc))
-    driver._build(plan, plan.cache_key(), audit=False, echo=False)
+    driver._build(plan, plan.cache_key(), driver.BuildPolicy(audit=False, echo=False))
     assert plan.output.stat().st_mode & 0o777 == 0o777 & ~umask
     assert plan.sidecar.stat().st_mode & 0o777 == 0o666 & ~umask
 
@@ -182,7 +184,7 @@ def test_another_user_reuses_the_cache_read_only(
         shared.chmod(0o755)
         cc = _fake_gnu_compiler(tmp_path / "g++")
         plan = _plan(fake_torch(), _sources(tmp_path / "csrc"), dlpack_include, shared, str(cc))
-        driver._build(plan, plan.cache_key(), audit=False, echo=False)
+        driver._build(plan, plan.cache_key(), driver.BuildPolicy(audit=False, echo=False))
         proc = subprocess.run(
             ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
              sys.executable, "-c", REUSE, str(shared), plan.torch.version],

@@ -314,8 +314,11 @@ def no_gpu_toolkit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]
         pytest.skip("this machine has ROCm in /opt/rocm")
     compiled: list[str] = []
 
-    def fake_compile(*, torch: Any, backend: Any, output_dir: Path, **_: Any) -> Any:
-        from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of
+    def fake_compile(request: driver.BuildRequest, *_: Any, **__: Any) -> Any:
+        from _torch_c_dlpack_ext_core.files import sha256_of
+
+        torch, backend, output_dir = request.torch, request.backend, request.output_dir
+        from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 
         headers.find_gpu_toolkit(backend, torch)
         output_dir.mkdir(parents=True, exist_ok=True)

@@ -159,8 +159,10 @@ def _compiler(at: Path, *, sleep: float = 0) -> Path:
 KILLED_BUILD = """
 import sys
 from _torch_c_dlpack_ext_core import driver
-driver.compile_library(torch=sys.argv[1], backend="cpu", output_dir=sys.argv[2],
-    dlpack_include=sys.argv[3], source_dir=sys.argv[4], cxx=sys.argv[5], audit=False, echo=False)
+driver.compile_library(
+    driver.BuildRequest(torch=sys.argv[1], backend="cpu", output_dir=sys.argv[2],
+        dlpack_include=sys.argv[3], source_dir=sys.argv[4], cxx=sys.argv[5]),
+    driver.BuildPolicy(audit=False, echo=False))
 """
 
 
@@ -208,15 +210,15 @@ def test_the_next_build_removes_what_a_killed_build_left(
     live_scratch.mkdir()
 
     entry = driver.compile_library(
-        torch=prefix,
-        backend=Backend.CPU,
-        output_dir=out,
-        dlpack_include=dlpack_include,
-        source_dir=sources,
-        cxx=str(_compiler(tmp_path / "g++")),
-        audit=False,
-        echo=False,
-        lock_timeout=3600,
+        driver.BuildRequest(
+            torch=prefix,
+            backend=Backend.CPU,
+            output_dir=out,
+            dlpack_include=dlpack_include,
+            source_dir=sources,
+            cxx=str(_compiler(tmp_path / "g++")),
+        ),
+        driver.BuildPolicy(audit=False, echo=False, lock_timeout=3600),
     )
     assert (out / entry.file).read_bytes() == b"partial library"
     assert not left.exists(), "a dead writer's temporary is removed"

@@ -66,16 +66,17 @@ def test_a_cuda_header_mismatch_is_said_once_when_compiling(
 
     def build() -> None:
         driver.compile_library(
-            torch=prefix,
-            backend=Backend.CUDA,
-            output_dir=tmp_path / "out",
-            dlpack_include=dlpack_include,
-            source_dir=_sources(tmp_path / "csrc")
-            if not (tmp_path / "csrc").exists()
-            else tmp_path / "csrc",
-            cxx=str(_fake_compiler(tmp_path / "g++")),
-            audit=False,
-            echo=False,
+            driver.BuildRequest(
+                torch=prefix,
+                backend=Backend.CUDA,
+                output_dir=tmp_path / "out",
+                dlpack_include=dlpack_include,
+                source_dir=_sources(tmp_path / "csrc")
+                if not (tmp_path / "csrc").exists()
+                else tmp_path / "csrc",
+                cxx=str(_fake_compiler(tmp_path / "g++")),
+            ),
+            driver.BuildPolicy(audit=False, echo=False),
             on_compile=lambda plan: notes.append(plan.notes),
         )
 
@@ -114,9 +115,9 @@ def test_the_jit_says_a_builds_notes_with_its_building_line(
         has_legacy_int=False,
     )
 
-    def compile_library(**kwargs: Any) -> Any:
+    def compile_library(*_: Any, on_compile: Any) -> Any:
         plan = SimpleNamespace(filename="libx.so", notes=("CUDA 13.0 headers for torch ...",))
-        kwargs["on_compile"](plan)
+        on_compile(plan)
         raise driver.BuildError("stop here")
 
     monkeypatch.setattr(driver, "compile_library", compile_library)

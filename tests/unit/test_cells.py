@@ -31,7 +31,8 @@ from devtools.matrix.reader import load_matrix
 from devtools.rehearse import flowjob
 
 from _torch_c_dlpack_ext_core import driver
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, load_manifest, write_manifest
+from _torch_c_dlpack_ext_core.files import load_manifest, write_manifest
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,7 +127,8 @@ def fake_compile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     tree = types.SimpleNamespace(torch_dir=tmp_path / "torch", site_packages=tmp_path / "site")
     monkeypatch.setattr(torchenv, "torch_tree", lambda *a, **k: tree)
 
-    def compile_library(*, backend: Any, output_dir: Path, cxx11_abi: Any, **_: Any) -> Any:
+    def compile_library(request: driver.BuildRequest, *_: Any, **__: Any) -> Any:
+        backend, output_dir, cxx11_abi = request.backend, request.output_dir, request.cxx11_abi
         (cell,) = [
             c
             for c in CELLS

@@ -19,9 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _torch_c_dlpack_ext_core import dlpack_ctypes, manifest, naming
+from _torch_c_dlpack_ext_core import dlpack_ctypes, files, manifest, naming
 from _torch_c_dlpack_ext_core.errors import ConfigError, ManifestError
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
+from _torch_c_dlpack_ext_core.files import write_manifest
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from torch_c_dlpack_ext import _loader
 from torch_c_dlpack_ext._select import DecisionKind, Settings, decide
 from torch_c_dlpack_ext._torchinfo import TorchInfo
@@ -158,7 +159,7 @@ def test_the_common_path_accepts_exactly_the_manifests_the_core_accepts(
     path.write_bytes(raw)
     try:
         expected: list[dict[str, Any]] | None = [
-            entry.to_json() for entry in manifest.load_manifest(path)
+            entry.to_json() for entry in files.load_manifest(path)
         ]
     except ManifestError:
         expected = None
@@ -195,7 +196,7 @@ def test_values_that_compare_equal_across_types_are_told_apart(
     entries = [_valid_entry_json(**{field: first}), _valid_entry_json(**{field: second})]
     path.write_text(json.dumps({"schema": 1, "libraries": entries}), encoding="utf-8")
     with pytest.raises(ManifestError):
-        manifest.load_manifest(path)
+        files.load_manifest(path)
     assert _loader._read_manifest(path) is None
 
 
@@ -265,7 +266,7 @@ def test_the_common_path_verifies_a_library_as_the_core_does(tmp_path: Path, sta
     entry = _layout(tmp_path, state)
     package = tmp_path / "pkg"
     try:
-        expected: tuple[Path, bytes] | None = manifest.read_verified(
+        expected: tuple[Path, bytes] | None = files.read_verified(
             ManifestEntry.from_json(entry), package
         )
     except ManifestError:
@@ -386,7 +387,7 @@ def test_the_common_path_picks_what_the_selector_picks(
     torch = _fake_torch(*fields, **more)
     decision = decide(
         TorchInfo.from_torch(torch),
-        manifest.load_manifest(package_dir / "manifest.json"),
+        files.load_manifest(package_dir / "manifest.json"),
         Settings(),
     )
     kind, found = _loader._matching_library(torch, str(package_dir))
@@ -469,5 +470,5 @@ def test_the_common_path_ignores_the_cell_id(tmp_path: Path, cell: object) -> No
     path.write_text(json.dumps({"schema": 1, "libraries": [_valid_entry_json(cell=cell)]}))
     fast = _loader._read_manifest(path)
     assert fast is not None
-    (entry,) = manifest.load_manifest(path)
+    (entry,) = files.load_manifest(path)
     assert entry.cell == (cell if cell == "linux_x86_64-t28_cuda" else None)

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from _torch_c_dlpack_ext_core import driver, headers
-from _torch_c_dlpack_ext_core.driver import BuildPlan, compile_library, plan_build
+from _torch_c_dlpack_ext_core.driver import (
+    BuildPlan,
+    BuildPolicy,
+    BuildRequest,
+    compile_library,
+    plan_build,
+)
 from _torch_c_dlpack_ext_core.errors import (
     ABIMismatchError,
     BackendUnavailableError,
@@ -50,6 +56,8 @@ class Inputs:
     cxx: str
 
     def build(self, prefix: Path | None = None, **kwargs: object) -> None:
+        """compile_library with a request of these inputs and ``kwargs``; a policy field
+        in ``kwargs`` (``audit``, ``echo``, ...) goes to the policy."""
         options: dict[str, object] = {
             "torch": prefix or self.fake_torch(),
             "backend": "cpu",
@@ -58,7 +66,9 @@ class Inputs:
             "source_dir": self.sources,
         }
         options.update(kwargs)
-        compile_library(**options)  # type: ignore[arg-type]
+        policy_fields = {f.name for f in dataclasses.fields(BuildPolicy)}
+        policy = {k: options.pop(k) for k in list(options) if k in policy_fields}
+        compile_library(BuildRequest(**options), BuildPolicy(**policy))  # type: ignore[arg-type]
 
     def plan(self, prefix: Path, **kwargs: object) -> BuildPlan:
         options: dict[str, object] = {
@@ -70,7 +80,7 @@ class Inputs:
             "cxx": self.cxx,
         }
         options.update(kwargs)
-        return plan_build(**options)  # type: ignore[arg-type]
+        return plan_build(BuildRequest(**options))  # type: ignore[arg-type]
 
     def assert_output_dir_empty(self) -> None:
         assert sorted(p.name for p in self.output_dir.iterdir()) == []
@@ -773,7 +783,7 @@ def test_windows_torch_without_import_libraries(windows: Windows) -> None:
 
 def test_windows_build_keeps_msvc_by_products_out_of_output_dir(windows: Windows) -> None:
     plan = windows.plan(windows_torch(windows.inputs.tmp / "win"))
-    entry = driver._build(plan, plan.cache_key(), audit=True, stable_abi_audit=False)
+    entry = driver._build(plan, plan.cache_key(), BuildPolicy(audit=True, stable_abi_audit=False))
     assert entry.file == plan.filename
     assert entry.cxx11_abi is None
     assert sorted(p.name for p in plan.output_dir.iterdir()) == [
@@ -862,7 +872,7 @@ def test_macos_build_writes_the_export_list(inputs: Inputs) -> None:
     prefix = inputs.fake_torch("2.8.0", abi=None, cuda=None, libs=MACOS_LIBS)
     plan = inputs.plan(prefix, platform="darwin", cxx=str(clang))
     assert plan.toolchain == "clang 16.0.0"
-    entry = driver._build(plan, plan.cache_key(), audit=True, stable_abi_audit=False)
+    entry = driver._build(plan, plan.cache_key(), BuildPolicy(audit=True, stable_abi_audit=False))
     assert entry.file == plan.filename
     # Mach-O names C symbols with a leading underscore.
     assert seen.read_text(encoding="utf-8") == "_Foo\n_Bar\n"

@@ -19,7 +19,7 @@ from devtools.commands import build as build_command
 from devtools.envs import torchenv
 from devtools.matrix.reader import load_matrix
 
-from _torch_c_dlpack_ext_core.driver import plan_build
+from _torch_c_dlpack_ext_core.driver import BuildRequest, plan_build
 from _torch_c_dlpack_ext_core.errors import ABIAuditError, CompilerNotFoundError, ConfigError
 from _torch_c_dlpack_ext_core.naming import library_filename
 from _torch_c_dlpack_ext_core.toolchains import TOOLCHAINS, toolchain_for
@@ -126,13 +126,15 @@ def test_plan_for_the_cross_target_uses_the_cross_toolchain(
     sources.mkdir()
     (sources / "a.cc").write_text("int f() { return 0; }\n")
     plan = plan_build(
-        torch=prefix,
-        backend="cpu",
-        output_dir=tmp_path / "out",
-        dlpack_include=dlpack_include,
-        source_dir=sources,
-        environ={"PATH": f"{cross.parent}{os.pathsep}{os.environ.get('PATH', '')}"},
-        platform="linux_aarch64",
+        BuildRequest(
+            torch=prefix,
+            backend="cpu",
+            output_dir=tmp_path / "out",
+            dlpack_include=dlpack_include,
+            source_dir=sources,
+            environ={"PATH": f"{cross.parent}{os.pathsep}{os.environ.get('PATH', '')}"},
+            platform="linux_aarch64",
+        )
     )
     assert plan.platform_toolchain is GNU_AARCH64
     assert plan.cxx == str(cross)

@@ -98,8 +98,8 @@ def test_the_build_compiles_against_the_trees_headers(
     monkeypatch.setattr(torchenv, "torch_tree", lambda *a, **k: tree)
     seen: list[Path | None] = []
 
-    def compile_library(*, gpu_home: Path | None, **_: Any) -> Any:
-        seen.append(gpu_home)
+    def compile_library(request: driver.BuildRequest, *_: Any, **__: Any) -> Any:
+        seen.append(request.gpu_home)
         raise BuildError("stop here")
 
     monkeypatch.setattr(driver, "compile_library", compile_library)

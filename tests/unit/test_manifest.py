@@ -13,15 +13,13 @@ from typing import Any
 import pytest
 
 from _torch_c_dlpack_ext_core.errors import ManifestError
-from _torch_c_dlpack_ext_core.manifest import (
-    REQUIRED_FIELDS,
-    ManifestEntry,
+from _torch_c_dlpack_ext_core.files import (
     atomic_write_bytes,
-    dump_manifest,
     load_manifest,
     verify_file,
     write_manifest,
 )
+from _torch_c_dlpack_ext_core.manifest import REQUIRED_FIELDS, ManifestEntry, dump_manifest
 from _torch_c_dlpack_ext_core.naming import Backend
 
 PAYLOAD = b"\x7fELF" + bytes(range(256)) * 8

@@ -26,7 +26,8 @@ import pytest
 
 from _torch_c_dlpack_ext_core import driver, naming, trust
 from _torch_c_dlpack_ext_core.errors import LibraryLoadError, UntrustedPathError
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, read_verified
+from _torch_c_dlpack_ext_core.files import read_verified
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend, library_filename
 from _torch_c_dlpack_ext_core.trust import (
     TrustedOwners,
@@ -512,17 +513,17 @@ def test_build_tools_build_in_a_tree_another_uid_owns_but_the_jit_does_not(
     checkout = tmp_path / "checkout"
     checkout.mkdir(mode=0o755)
     os.chown(checkout, ATTACKER, ATTACKER)
-    kwargs: dict[str, Any] = {
-        "torch": fake_torch("2.8.0+cpu", abi=True, cuda=None),
-        "backend": Backend.CPU,
-        "output_dir": checkout / "build",
-        "dlpack_include": dlpack_include,
-        "source_dir": _sources(tmp_path / "csrc"),
-        "cxx": str(_fake_compiler(tmp_path / "g++")),
-        "audit": False,
-        "echo": False,
-    }
-    entry = driver.compile_library(**kwargs)
+    request = driver.BuildRequest(
+        torch=fake_torch("2.8.0+cpu", abi=True, cuda=None),
+        backend=Backend.CPU,
+        output_dir=checkout / "build",
+        dlpack_include=dlpack_include,
+        source_dir=_sources(tmp_path / "csrc"),
+        cxx=str(_fake_compiler(tmp_path / "g++")),
+    )
+    entry = driver.compile_library(request, driver.BuildPolicy(audit=False, echo=False))
     assert (checkout / "build" / entry.file).is_file()
     with pytest.raises(UntrustedPathError, match=f"its directory {checkout} is owned by uid"):
-        driver.compile_library(**kwargs, owners=TrustedOwners())
+        driver.compile_library(
+            request, driver.BuildPolicy(audit=False, echo=False, owners=TrustedOwners())
+        )

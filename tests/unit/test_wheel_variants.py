@@ -18,7 +18,8 @@ from devtools.matrix.cells import Cell, cell_for_entry
 from devtools.matrix.reader import load_matrix
 
 from _torch_c_dlpack_ext_core.errors import BuildError
-from _torch_c_dlpack_ext_core.manifest import ManifestEntry, sha256_of, write_manifest
+from _torch_c_dlpack_ext_core.files import sha256_of, write_manifest
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 
 variantlib = pytest.importorskip("variantlib", reason="variantlib is in the test dependency group")
 

@@ -19,6 +19,7 @@ from .protocol import (
     VERSION_SCRIPT,
     CompileJob,
     Compiler,
+    LinksLibraryFiles,
     WithoutBinaryAudit,
 )
 from .unix import find_gcc_style_compiler, gcc_style_command
@@ -43,7 +44,7 @@ def exported_symbols(source_dir: Path) -> tuple[str, ...]:
     return tuple(names)
 
 
-class DarwinToolchain(WithoutBinaryAudit):
+class DarwinToolchain(WithoutBinaryAudit, LinksLibraryFiles):
     """macOS: clang, ``lib*.dylib``, no audit."""
 
     name = "darwin"
@@ -81,10 +82,6 @@ class DarwinToolchain(WithoutBinaryAudit):
 
     def link_library_name(self, stem: str) -> str:
         return f"{self.library_prefix}{stem}{self.library_suffix}"
-
-    def missing_link_libraries(self, lib_dir: Path, stems: tuple[str, ...]) -> list[str]:
-        names = [self.link_library_name(stem) for stem in stems]
-        return [name for name in names if not (lib_dir / name).is_file()]
 
     def python_import_library(
         self, python_lib: Path | None, *, limited_api: bool = False

@@ -21,6 +21,7 @@ from ..run import run
 from .protocol import (
     CompileJob,
     Compiler,
+    LinksLibraryFiles,
     WithoutBinaryAudit,
     locate_compiler,
 )
@@ -36,7 +37,7 @@ _WANT_MSVC = (
 )
 
 
-class MsvcToolchain(WithoutBinaryAudit):
+class MsvcToolchain(WithoutBinaryAudit, LinksLibraryFiles):
     """Windows: cl.exe, ``*.dll`` linked against ``*.lib`` import libraries, no audit."""
 
     name = "msvc"
@@ -96,10 +97,6 @@ class MsvcToolchain(WithoutBinaryAudit):
     def link_library_name(self, stem: str) -> str:
         # The import library shipped next to the DLL (c10.lib beside c10.dll).
         return f"{stem}.lib"
-
-    def missing_link_libraries(self, lib_dir: Path, stems: tuple[str, ...]) -> list[str]:
-        names = [self.link_library_name(stem) for stem in stems]
-        return [name for name in names if not (lib_dir / name).is_file()]
 
     def python_import_library(
         self, python_lib: Path | None, *, limited_api: bool = False

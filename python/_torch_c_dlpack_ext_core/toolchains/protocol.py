@@ -320,3 +320,16 @@ class WithoutBinaryAudit:
     ) -> AuditOutcome:
         del library, cc, python_exports
         return AuditOutcome.NOT_APPLICABLE
+
+
+class LinksLibraryFiles:
+    """:meth:`Toolchain.missing_link_libraries` of a linker given each torch library as a
+    file (``libc10.dylib`` on macOS, the import library ``c10.lib`` with MSVC): the plan
+    names the files ``link_library_name`` gives that ``lib_dir`` lacks, before the link."""
+
+    def link_library_name(self, stem: str) -> str:
+        raise NotImplementedError  # each toolchain names its files
+
+    def missing_link_libraries(self, lib_dir: Path, stems: tuple[str, ...]) -> list[str]:
+        names = [self.link_library_name(stem) for stem in stems]
+        return [name for name in names if not (lib_dir / name).is_file()]
