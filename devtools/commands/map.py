@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
+    from _torch_c_dlpack_ext_core.files import atomic_write_bytes
     from devtools.docmap import render, replace_map
 
     text = args.file.read_text(encoding="utf-8")
