@@ -9,12 +9,17 @@ host cannot build is skipped with the reason (:func:`devtools.build.host.skip_re
 Libraries land in ``build/cells/<platform>-abi3/`` (``<platform>-cp314t/``,
 :func:`devtools.matrix.cells.group_dir`) with a manifest per group, each entry naming its cell
 id; :func:`copy_libs` hands one job's cells to the backend's ``libs-dir=``.
+
+On GitHub Actions each cell's build is a group of the log and a failed cell an
+``::error`` annotation, at the compiler's ``file:line`` when its output names one
+(:func:`compiler_location`; :mod:`devtools.base.ghactions`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import re
 import shutil
 import sys
 import textwrap
@@ -26,6 +31,7 @@ from typing import Any
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
+from devtools.base import ghactions
 from devtools.base.errors import HANDLED, CellsNotBuiltError, ProvisionError
 from devtools.build.host import (
     cross_target,
@@ -43,6 +49,7 @@ __all__ = [
     "build_cells",
     "build_portable_cells",
     "clip",
+    "compiler_location",
     "copy_libs",
     "eta_seconds",
 ]
@@ -186,12 +193,14 @@ def build_portable_cells(
     results = []
     for cell in cells:
         reason = portable_skip_reason(cell, host, target)
-        if reason is not None:
-            results.append(CellResult(cell=cell.id, status="skipped", reason=reason))
-        else:
-            cross = cell.platform.name if target == cell.platform.name != host else None
-            results.append(build_portable_one(cell, build_dir, cross))
-        print(f"[portable] {cell.id}: {results[-1].status}", file=sys.stderr, flush=True)
+        with ghactions.group(f"portable {cell.id}"):
+            if reason is not None:
+                results.append(CellResult(cell=cell.id, status="skipped", reason=reason))
+            else:
+                cross = cell.platform.name if target == cell.platform.name != host else None
+                results.append(build_portable_one(cell, build_dir, cross))
+            print(f"[portable] {cell.id}: {results[-1].status}", file=sys.stderr, flush=True)
+        annotate_failed(results[-1])
     _write_group_manifests(cells, {r.cell: r for r in results}, build_dir)
     return results
 
@@ -253,6 +262,9 @@ def build_cells(
         results[result.cell] = result
         finished.append(result)
         _progress(len(finished), len(cells), started, finished, to_build=len(todo), jobs=jobs)
+        if result.status == "failed" and ghactions.on_github():
+            # The whole reason (the progress line clips it), in the cell's group.
+            print(result.reason, file=sys.stderr, flush=True)
 
     for cell in cells:
         reason = reasons[cell.id]
@@ -260,16 +272,59 @@ def build_cells(
             record(CellResult(cell=cell.id, status="skipped", reason=reason))
     if jobs <= 1:
         for cell in todo:
-            record(build_one(cell, build_dir, cross[cell.id]))
+            with ghactions.group(f"build {cell.id}"):
+                result = build_one(cell, build_dir, cross[cell.id])
+                record(result)
+            annotate_failed(result)
     else:
+        # The workers' lines interleave: no group while they run; each cell's result
+        # (with a failure's whole reason) is a group of its own once it is in.
         with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {
-                pool.submit(build_one, cell, build_dir, cross[cell.id]): cell for cell in todo
-            }
+            with ghactions.no_groups():
+                futures = {
+                    pool.submit(build_one, cell, build_dir, cross[cell.id]): cell for cell in todo
+                }
             for future in concurrent.futures.as_completed(futures):
-                record(future.result())
+                result = future.result()
+                with ghactions.group(f"build {result.cell}: {result.status}"):
+                    record(result)
+                annotate_failed(result)
     _write_group_manifests(cells, results, build_dir)
     return [results[cell.id] for cell in cells]
+
+
+#: A compiler's error line: GCC and Clang ``path:line:[col:] [fatal ]error``, MSVC
+#: ``path(line[,col]): [fatal ]error``.
+_COMPILER_ERROR = re.compile(
+    r"^\s*(?P<file>[^\s:(][^:(\n]*?|[A-Za-z]:[^:(\n]+?)"
+    r"(?::(?P<line>\d+):(?:\d+:)?|\((?P<msvc_line>\d+)(?:,\d+)?\)\s*:)"
+    r"\s*(?:fatal )?error\b",
+    re.MULTILINE,
+)
+
+
+def compiler_location(output: str) -> tuple[str, int] | None:
+    """The file and line of the first compiler error ``output`` names (a failed cell's
+    reason holds the tool's last lines), or ``None``."""
+    found = _COMPILER_ERROR.search(output)
+    if found is None:
+        return None
+    return found["file"].strip(), int(found["line"] or found["msvc_line"])
+
+
+def annotate_failed(result: CellResult) -> None:
+    """A failed cell as an ``::error`` annotation on GitHub Actions: its reason, at the
+    compiler's ``file:line`` when the output names one."""
+    if result.status != "failed":
+        return
+    where = compiler_location(result.reason)
+    kind = result.reason.split(":", 1)[0]
+    ghactions.error(
+        result.reason,
+        file=where[0] if where else None,
+        line=where[1] if where else None,
+        title=f"cell {result.cell} failed ({kind})",
+    )
 
 
 def _write_group_manifests(
