@@ -77,7 +77,8 @@ def _verify_contents(expect: Sequence[dict[str, Any]], wheels: Sequence[WheelInf
 def _step(title: str, wheel: WheelInfo) -> Iterator[None]:
     """One wheel's check: a group of the log on GitHub Actions, and its failure an
     annotation on the wheel."""
-    with ghactions.group(title), ghactions.annotate_failure(file=wheel.path, title=title):
+    # The annotation after the group's end: the log shows it without unfolding the group.
+    with ghactions.annotate_failure(file=wheel.path, title=title), ghactions.group(title):
         yield
 
 
