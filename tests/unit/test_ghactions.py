@@ -358,9 +358,31 @@ def test_an_unwritable_summary_does_not_break_the_build(
     assert "Traceback" not in err
 
 
-def test_cibuildwheel_passes_the_summary_into_its_container() -> None:
-    import tomllib
+def _parallel_build(cell: object, build_dir: Path, cross: object) -> build.CellResult:
+    # Runs in a worker process: whether it may open a group of its own.
+    mark = os.environ.get(ghactions.GROUP_MARK, "")
+    return build.CellResult(
+        cell=str(cell.id),  # type: ignore[attr-defined]
+        status="failed",
+        reason=f"CompileError: mark={mark!r}\n{GCC_TAIL}",
+    )
 
-    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
-    passed = pyproject["tool"]["cibuildwheel"]["environment-pass"]
-    assert {"GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY"} <= set(passed)
+
+def test_parallel_builds_group_each_result_and_no_worker_opens_one(
+    github: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(build, "skip_reason", lambda *a: None)
+    monkeypatch.setattr(build, "cross_target", lambda *a: None)
+    monkeypatch.setattr(build, "build_one", _parallel_build)
+    cells = _two_cells()
+    results = build.build_cells(cells, tmp_path, jobs=2)  # type: ignore[arg-type]
+    assert all("mark='1'" in r.reason for r in results), "a worker could open a group"
+    assert ghactions.GROUP_MARK not in os.environ
+    commands = _commands(capsys.readouterr().out)
+    groups = [c for c in commands if "group::" in c]
+    assert sorted(groups[0::2]) == sorted(f"::group::build {c.id}: failed" for c in cells)  # type: ignore[attr-defined]
+    assert groups[1::2] == ["::endgroup::", "::endgroup::"]
+    assert sum(c.startswith("::error file=csrc/exchange.h,line=41,") for c in commands) == 2
