@@ -93,8 +93,10 @@ def report(error: TorchCDLPackExtError | DevToolError) -> int:
     if not ghactions.was_annotated(error):
         # matrix.toml's reader names the file first (it knows no line numbers).
         of_matrix = isinstance(error, MatrixError) and str(error).startswith("matrix.toml:")
-        file = "matrix.toml" if of_matrix else None
-        ghactions.error(str(error), file=file, title=type(error).__name__)
+        # Else a compiler's error line in a failed tool's last lines, if any.
+        where = ("matrix.toml", None) if of_matrix else ghactions.compiler_location(str(error))
+        file, line = where if where is not None else (None, None)
+        ghactions.error(str(error), file=file, line=line, title=type(error).__name__)
     return error.exit_code
 
 

@@ -9,13 +9,16 @@ GitHub does not nest groups: :func:`group` opens one only when none is open, in 
 process or above it (:data:`GROUP_MARK` in the environment: a child ``python -m
 devtools`` sees its parent's group; ``CIBUILDWHEEL=1``: cibuildwheel wraps each build,
 its before-build included, in a group of its own), and always closes it, also when the
-block raises. Values are escaped by GitHub's rules: ``%``, CR and LF in the message, and
-also ``:`` and ``,`` in a property (``file``, ``line``, ``title``).
+block raises. An annotation names the file and line where known
+(:func:`compiler_location` reads them from a compiler's error line). Values are escaped
+by GitHub's rules: ``%``, CR and LF in the message, and also ``:`` and ``,`` in a
+property (``file``, ``line``, ``title``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -25,6 +28,7 @@ from typing import TextIO
 __all__ = [
     "GROUP_MARK",
     "annotate_failure",
+    "compiler_location",
     "error",
     "escape_data",
     "escape_property",
@@ -133,6 +137,25 @@ def error(
         properties.append(f"title={escape_property(title)}")
     head = "::error " + ",".join(properties) if properties else "::error"
     _emit(f"{head}::{escape_data(message.strip())}", stream)
+
+
+#: A compiler's error line: GCC and Clang ``path:line:[col:] [fatal ]error``, MSVC
+#: ``path(line[,col]): [fatal ]error``.
+_COMPILER_ERROR = re.compile(
+    r"^\s*(?P<file>[^\s:(][^:(\n]*?|[A-Za-z]:[^:(\n]+?)"
+    r"(?::(?P<line>\d+):(?:\d+:)?|\((?P<msvc_line>\d+)(?:,\d+)?\)\s*:)"
+    r"\s*(?:fatal )?error\b",
+    re.MULTILINE,
+)
+
+
+def compiler_location(output: str) -> tuple[str, int] | None:
+    """The file and line of the first compiler error ``output`` names (a failed cell's
+    reason or a tool error's message holds its last lines), or ``None``."""
+    found = _COMPILER_ERROR.search(output)
+    if found is None:
+        return None
+    return found["file"].strip(), int(found["line"] or found["msvc_line"])
 
 
 def was_annotated(exc: BaseException) -> bool:

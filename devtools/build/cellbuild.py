@@ -12,14 +12,13 @@ id; :func:`copy_libs` hands one job's cells to the backend's ``libs-dir=``.
 
 On GitHub Actions each cell's build is a group of the log and a failed cell an
 ``::error`` annotation, at the compiler's ``file:line`` when its output names one
-(:func:`compiler_location`; :mod:`devtools.base.ghactions`).
+(:func:`devtools.base.ghactions.compiler_location`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import re
 import shutil
 import sys
 import textwrap
@@ -46,10 +45,10 @@ from devtools.matrix.reader import load_matrix
 
 __all__ = [
     "CellResult",
+    "annotate_failed",
     "build_cells",
     "build_portable_cells",
     "clip",
-    "compiler_location",
     "copy_libs",
     "eta_seconds",
 ]
@@ -293,31 +292,12 @@ def build_cells(
     return [results[cell.id] for cell in cells]
 
 
-#: A compiler's error line: GCC and Clang ``path:line:[col:] [fatal ]error``, MSVC
-#: ``path(line[,col]): [fatal ]error``.
-_COMPILER_ERROR = re.compile(
-    r"^\s*(?P<file>[^\s:(][^:(\n]*?|[A-Za-z]:[^:(\n]+?)"
-    r"(?::(?P<line>\d+):(?:\d+:)?|\((?P<msvc_line>\d+)(?:,\d+)?\)\s*:)"
-    r"\s*(?:fatal )?error\b",
-    re.MULTILINE,
-)
-
-
-def compiler_location(output: str) -> tuple[str, int] | None:
-    """The file and line of the first compiler error ``output`` names (a failed cell's
-    reason holds the tool's last lines), or ``None``."""
-    found = _COMPILER_ERROR.search(output)
-    if found is None:
-        return None
-    return found["file"].strip(), int(found["line"] or found["msvc_line"])
-
-
 def annotate_failed(result: CellResult) -> None:
     """A failed cell as an ``::error`` annotation on GitHub Actions: its reason, at the
     compiler's ``file:line`` when the output names one."""
     if result.status != "failed":
         return
-    where = compiler_location(result.reason)
+    where = ghactions.compiler_location(result.reason)
     kind = result.reason.split(":", 1)[0]
     ghactions.error(
         result.reason,

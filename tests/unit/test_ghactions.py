@@ -17,7 +17,7 @@ from devtools.commands import build as command
 from devtools.matrix.reader import load_matrix
 from devtools.release import verify
 
-from _torch_c_dlpack_ext_core.errors import ConfigError
+from _torch_c_dlpack_ext_core.errors import BuildError, ConfigError
 
 GCC_TAIL = (
     "CompileError: compile failed (exit code 1): g++ -c csrc/exchange.cpp\n"
@@ -153,12 +153,15 @@ def test_report_annotates_handled_errors_on_github(
 ) -> None:
     assert cli.report(ConfigError("bad: value\nmore")) == ConfigError.exit_code
     assert cli.report(MatrixError("matrix.toml: [torch] needs minor")) == MatrixError.exit_code
+    cli.report(BuildError(GCC_TAIL))
     captured = capsys.readouterr()
     assert captured.err.startswith("error: ConfigError: bad: value\nmore\n")
-    assert _commands(captured.out) == [
+    commands = _commands(captured.out)
+    assert commands[:2] == [
         "::error title=ConfigError::bad: value%0Amore",
         "::error file=matrix.toml,title=MatrixError::matrix.toml: [torch] needs minor",
     ]
+    assert commands[2].startswith("::error file=csrc/exchange.h,line=41,title=BuildError::")
 
 
 def test_a_step_annotation_is_not_repeated_by_the_report(
@@ -227,15 +230,15 @@ def test_summary_inside_cibuildwheels_container_is_under_host(
 
 
 def test_compiler_location_reads_gcc_clang_and_msvc() -> None:
-    assert build.compiler_location(GCC_TAIL) == ("csrc/exchange.h", 41)
-    assert build.compiler_location("/p/a b.cpp:7: fatal error: dlpack.h: missing") == (
+    assert ghactions.compiler_location(GCC_TAIL) == ("csrc/exchange.h", 41)
+    assert ghactions.compiler_location("/p/a b.cpp:7: fatal error: dlpack.h: missing") == (
         "/p/a b.cpp",
         7,
     )
     msvc = "C:\\w\\csrc\\exchange.cpp(120,5): error C2065: 'x': undeclared identifier"
-    assert build.compiler_location(msvc) == ("C:\\w\\csrc\\exchange.cpp", 120)
-    assert build.compiler_location("ProvisionError: uv pip install failed") is None
-    assert build.compiler_location("note: see a.cpp:3:1: warning: unused") is None
+    assert ghactions.compiler_location(msvc) == ("C:\\w\\csrc\\exchange.cpp", 120)
+    assert ghactions.compiler_location("ProvisionError: uv pip install failed") is None
+    assert ghactions.compiler_location("note: see a.cpp:3:1: warning: unused") is None
 
 
 def _two_cells() -> tuple[object, ...]:
