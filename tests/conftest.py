@@ -10,6 +10,9 @@
 - ``old_torch_env``: factory for importable envs with an old PyPI torch;
 - ``portable_library``: the portable library (``csrc/portable``), compiled;
 - ``torch23_env``: PyPI's torch 2.3.1 (below the matrix) with apache-tvm-ffi;
+- ``_plain_output`` (autouse): no GitHub Actions variables, so a test sees the plain
+  output also when the suite runs on GitHub's runners (tests of
+  :mod:`devtools.base.ghactions` set them themselves);
 - ``progress``: write a line to the terminal past pytest's output capture;
   ``_torchenv_progress`` (autouse) sends ``devtools.envs.torchenv``'s progress lines there
   (creating an env takes minutes).
@@ -41,6 +44,16 @@ FakeTorch = Callable[..., Path]
 
 
 Progress = Callable[[str], None]
+
+
+#: What switches devtools' output to GitHub Actions' workflow commands.
+GITHUB_VARIABLES = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "CIBUILDWHEEL", "TCDE_GITHUB_GROUP")
+
+
+@pytest.fixture(autouse=True)
+def _plain_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in GITHUB_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture(scope="session")

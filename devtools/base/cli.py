@@ -10,8 +10,10 @@ Errors are reported once, here (cibuildwheel's ``__main__`` model): an error of 
 shipped code or of the dev tools (:data:`devtools.base.errors.HANDLED`) prints
 ``error: <Class>: <message>`` on stderr and exits with the error's stable exit code
 (1-8: ``_torch_c_dlpack_ext_core.errors``, 9-14: :mod:`devtools.base.errors`); ``--traceback``
-adds the traceback. Any other exception is a bug: its traceback, then one line, and exit
-code :data:`devtools.base.errors.UNEXPECTED_EXIT_CODE`. Usage errors are argparse's (exit 2).
+adds the traceback; on GitHub Actions an ``::error`` annotation follows
+(:mod:`devtools.base.ghactions`). Any other exception is a bug: its traceback, then one
+line, and exit code :data:`devtools.base.errors.UNEXPECTED_EXIT_CODE`. Usage errors are
+argparse's (exit 2).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Sequence
 from typing import NoReturn, Protocol, cast
 
 from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtError
-from devtools.base.errors import HANDLED, UNEXPECTED_EXIT_CODE, DevToolError
+from devtools.base.errors import HANDLED, UNEXPECTED_EXIT_CODE, DevToolError, MatrixError
 
 __all__ = ["COMMANDS", "Command", "main", "report"]
 
@@ -83,8 +85,18 @@ _BY_NAME = {command.name: command for command in COMMANDS}
 def report(error: TorchCDLPackExtError | DevToolError) -> int:
     """Print ``error`` as the one error line (``error: <Class>: <message>``; a message's
     further lines, such as a failed tool's last lines, follow it) on stderr; return its
-    exit code."""
+    exit code. On GitHub Actions also an ``::error`` annotation (unless the failing step
+    annotated it already, with its file): the run's page then shows it."""
+    from devtools.base import ghactions
+
     print(f"error: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+    if not ghactions.was_annotated(error):
+        # matrix.toml's reader names the file first (it knows no line numbers).
+        of_matrix = isinstance(error, MatrixError) and str(error).startswith("matrix.toml:")
+        # Else a compiler's error line in a failed tool's last lines, if any.
+        where = ("matrix.toml", None) if of_matrix else ghactions.compiler_location(str(error))
+        file, line = where if where is not None else (None, None)
+        ghactions.error(str(error), file=file, line=line, title=type(error).__name__)
     return error.exit_code
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from _torch_c_dlpack_ext_core.errors import CommandError
 from _torch_c_dlpack_ext_core.run import run
+from devtools.base import ghactions
 from devtools.base.errors import ProvisionError
 
 __all__ = ["TAIL_LINES", "Progress", "find_uv", "run_step", "work_folder"]
@@ -87,12 +88,14 @@ class Progress:
 
     @contextmanager
     def step(self, doing: str) -> Iterator[None]:
-        """Log the step, a heartbeat while it runs, and its duration."""
-        self.log(doing)
-        started = time.monotonic()
-        with self.heartbeat(doing):
-            yield
-        self.log(f"  done in {time.monotonic() - started:.1f} s")
+        """Log the step, a heartbeat while it runs, and its duration; on GitHub Actions
+        in a group of its own (:func:`devtools.base.ghactions.group`)."""
+        with ghactions.group(f"{self.tool}: {doing}"):
+            self.log(doing)
+            started = time.monotonic()
+            with self.heartbeat(doing):
+                yield
+            self.log(f"  done in {time.monotonic() - started:.1f} s")
 
 
 def run_step(

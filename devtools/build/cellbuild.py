@@ -9,6 +9,10 @@ host cannot build is skipped with the reason (:func:`devtools.build.host.skip_re
 Libraries land in ``build/cells/<platform>-abi3/`` (``<platform>-cp314t/``,
 :func:`devtools.matrix.cells.group_dir`) with a manifest per group, each entry naming its cell
 id; :func:`copy_libs` hands one job's cells to the backend's ``libs-dir=``.
+
+On GitHub Actions each cell's build is a group of the log and a failed cell an
+``::error`` annotation, at the compiler's ``file:line`` when its output names one
+(:func:`devtools.base.ghactions.compiler_location`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.files import write_manifest
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
+from devtools.base import ghactions
 from devtools.base.errors import HANDLED, CellsNotBuiltError, ProvisionError
 from devtools.build.host import (
     cross_target,
@@ -41,6 +46,7 @@ from devtools.matrix.reader import load_matrix
 
 __all__ = [
     "CellResult",
+    "annotate_failed",
     "build_cells",
     "build_portable_cells",
     "clip",
@@ -196,12 +202,14 @@ def build_portable_cells(
     results = []
     for cell in cells:
         reason = portable_skip_reason(cell, host, target)
-        if reason is not None:
-            results.append(CellResult(cell=cell.id, status="skipped", reason=reason))
-        else:
-            cross = cell.platform.name if target == cell.platform.name != host else None
-            results.append(build_portable_one(cell, build_dir, cross))
-        print(f"[portable] {cell.id}: {results[-1].status}", file=sys.stderr, flush=True)
+        with ghactions.group(f"portable {cell.id}"):
+            if reason is not None:
+                results.append(CellResult(cell=cell.id, status="skipped", reason=reason))
+            else:
+                cross = cell.platform.name if target == cell.platform.name != host else None
+                results.append(build_portable_one(cell, build_dir, cross))
+            print(f"[portable] {cell.id}: {results[-1].status}", file=sys.stderr, flush=True)
+        annotate_failed(results[-1])
     _write_group_manifests(cells, {r.cell: r for r in results}, build_dir)
     return results
 
@@ -263,6 +271,9 @@ def build_cells(
         results[result.cell] = result
         finished.append(result)
         _progress(len(finished), len(cells), started, finished, to_build=len(todo), jobs=jobs)
+        if result.status == "failed" and ghactions.on_github():
+            # The whole reason (the progress line clips it), in the cell's group.
+            print(result.reason, file=sys.stderr, flush=True)
 
     for cell in cells:
         reason = reasons[cell.id]
@@ -270,16 +281,40 @@ def build_cells(
             record(CellResult(cell=cell.id, status="skipped", reason=reason))
     if jobs <= 1:
         for cell in todo:
-            record(build_one(cell, build_dir, cross[cell.id]))
+            with ghactions.group(f"build {cell.id}"):
+                result = build_one(cell, build_dir, cross[cell.id])
+                record(result)
+            annotate_failed(result)
     else:
+        # The workers' lines interleave: no group while they run; each cell's result
+        # (with a failure's whole reason) is a group of its own once it is in.
         with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {
-                pool.submit(build_one, cell, build_dir, cross[cell.id]): cell for cell in todo
-            }
+            with ghactions.no_groups():
+                futures = {
+                    pool.submit(build_one, cell, build_dir, cross[cell.id]): cell for cell in todo
+                }
             for future in concurrent.futures.as_completed(futures):
-                record(future.result())
+                result = future.result()
+                with ghactions.group(f"build {result.cell}: {result.status}"):
+                    record(result)
+                annotate_failed(result)
     _write_group_manifests(cells, results, build_dir)
     return [results[cell.id] for cell in cells]
+
+
+def annotate_failed(result: CellResult) -> None:
+    """A failed cell as an ``::error`` annotation on GitHub Actions: its reason, at the
+    compiler's ``file:line`` when the output names one."""
+    if result.status != "failed":
+        return
+    where = ghactions.compiler_location(result.reason)
+    kind = result.reason.split(":", 1)[0]
+    ghactions.error(
+        result.reason,
+        file=where[0] if where else None,
+        line=where[1] if where else None,
+        title=f"cell {result.cell} failed ({kind})",
+    )
 
 
 def _write_group_manifests(

@@ -15,6 +15,7 @@ from pathlib import Path
 from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.run import run
 from _torch_c_dlpack_ext_core.toolchains import TOOLCHAINS
+from devtools.base import ghactions
 
 __all__ = ["AUDITWHEEL_EXCLUDES", "DELOCATE_EXCLUDES", "auditwheel_repair", "grafted_libraries"]
 
@@ -40,7 +41,8 @@ def auditwheel_repair(wheel: Path, work: Path) -> Path:
     # there even when that environment is not activated.
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    run([*cmd, str(wheel)], env=env)
+    with ghactions.group(f"auditwheel repair {wheel.name}"):
+        run([*cmd, str(wheel)], env=env)
     (result,) = sorted(repaired.glob("*.whl"))
     grafted = grafted_libraries(result)
     if grafted:

@@ -43,6 +43,7 @@ from build_backend._wheel import assemble_wheel
 from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.files import atomic_write_bytes, load_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
+from devtools.base import ghactions
 from devtools.base.errors import ReleaseError
 from devtools.base.paths import ROOT
 from devtools.base.wheelnames import combined_platform, is_variant_name, platform_tag
@@ -135,7 +136,8 @@ def assemble_dist(
     def make(staging: Path) -> list[Path]:
         made: list[Path] = []
         for libs, files in sorted(groups.items()):
-            made += assemble_group(libs, staging, matrix=matrix, repair=repair, only=files)
+            with ghactions.group(f"assemble the wheels of {libs.name}"):
+                made += assemble_group(libs, staging, matrix=matrix, repair=repair, only=files)
         return _finish_dist(staging, made)
 
     return _publish_all(out, make)

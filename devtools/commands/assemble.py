@@ -14,7 +14,9 @@
    index accepts them yet (PEP 825 support is pending).
 
 Absent cells are reported, not fatal here: ``verify --expect`` decides whether the
-release may go on, so the notes are written especially then.
+release may go on, so the notes are written especially then. On GitHub Actions each
+step above is a group of the log; a summary file that cannot be written is a note, not
+a failure.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+from devtools.base import ghactions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,15 +46,18 @@ def run(args: argparse.Namespace) -> int:
     from devtools.matrix.reader import load_matrix
     from devtools.release import contents, distfiles, publish
 
-    for path in wheels.assemble_from_wheels(args.cells, args.dist):
-        print(f"wrote {path}", file=sys.stderr)
-    statuses = contents.write_contents(
-        args.matrix, [args.dist], matrix=load_matrix(), cells_dir=args.cells, out=args.notes
-    )
+    with ghactions.group(f"assemble: the job wheels into {args.dist}"):
+        for path in wheels.assemble_from_wheels(args.cells, args.dist):
+            print(f"wrote {path}", file=sys.stderr)
+    with ghactions.group("assemble: the release's contents and notes"):
+        statuses = contents.write_contents(
+            args.matrix, [args.dist], matrix=load_matrix(), cells_dir=args.cells, out=args.notes
+        )
     if args.summary is not None:
-        with args.summary.open("a", encoding="utf-8") as summary:
-            summary.write(contents.release_notes(statuses))
-    publish.publish(args.dist, repository_url=None, check_only=True)
-    for path in distfiles.split_variants(args.dist, args.variants):
-        print(f"moved {path}", file=sys.stderr)
+        ghactions.step_summary(contents.release_notes(statuses), args.summary)
+    with ghactions.group("assemble: twine check --strict"):
+        publish.publish(args.dist, repository_url=None, check_only=True)
+    with ghactions.group(f"assemble: the variant wheels into {args.variants}"):
+        for path in distfiles.split_variants(args.dist, args.variants):
+            print(f"moved {path}", file=sys.stderr)
     return 0

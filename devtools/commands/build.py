@@ -38,6 +38,10 @@ platform it is a native build.
 
 ``--assemble-from DIR`` skips compiling: it merges the single-job wheels CI's
 cibuildwheel runs produced into the same artifacts.
+
+On GitHub Actions each cell's build is a group of the log, a failed cell an ``::error``
+annotation, and the table of cells goes, as Markdown, into the job summary
+(``$GITHUB_STEP_SUMMARY``; :mod:`devtools.base.ghactions`).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.files import atomic_write_bytes
+from devtools.base import ghactions
 from devtools.base.errors import CellsNotBuiltError
 from devtools.base.paths import ROOT
 from devtools.build import cellbuild as build
@@ -113,6 +118,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-repair", action="store_true", help="skip auditwheel repair")
     parser.add_argument(
         "--assemble-from", type=Path, default=None, help="merge CI's single-job wheels from DIR"
+    )
+    parser.add_argument(
+        "--summary",
+        type=Path,
+        default=None,
+        help="append the table of cells as Markdown here (default on GitHub Actions: "
+        "$GITHUB_STEP_SUMMARY)",
     )
 
 
@@ -175,6 +187,26 @@ def print_table(results: Sequence[build.CellResult]) -> None:
         print(f"{r.cell:<{width}}  {r.status:<8} {r.seconds:>8.1f} {size:>10}  {note}")
 
 
+def markdown_table(results: Sequence[build.CellResult], *, title: str) -> str:
+    """:func:`print_table`'s table as Markdown under a ``title`` heading (the job
+    summary): the whole first line of each note, ``|`` escaped."""
+
+    def cell(text: str) -> str:
+        return text.replace("\\", "\\\\").replace("|", "\\|")
+
+    lines = [
+        f"### {title}",
+        "",
+        "| cell | status | seconds | size | note |",
+        "| --- | --- | ---: | ---: | --- |",
+    ]
+    for r in results:
+        note = build.clip(r.reason, 300) if r.reason else ""
+        size = f"{r.size}" if r.size else "-"
+        lines.append(f"| `{r.cell}` | {r.status} | {r.seconds:.1f} | {size} | {cell(note)} |")
+    return "\n".join(lines) + "\n\n"
+
+
 def without_freethreaded(cells: Sequence[Cell]) -> tuple[Cell, ...]:
     """``--no-freethreaded``: ``cells`` less the free-threaded ones; a selection of
     free-threaded cells only is a :class:`ConfigError` (it would build nothing)."""
@@ -204,7 +236,8 @@ def run(args: argparse.Namespace) -> int:
     if args.assemble_from is not None:
         from devtools.build import wheels
 
-        made = wheels.assemble_from_wheels(args.assemble_from, out)
+        with ghactions.group(f"assemble {out} from {args.assemble_from}"):
+            made = wheels.assemble_from_wheels(args.assemble_from, out)
         for path in made:
             print(f"wrote {path}")
         return 0
@@ -229,6 +262,10 @@ def run(args: argparse.Namespace) -> int:
     results += portable
     wall = round(time.monotonic() - started, 1)
     print_table(results)
+    # --summary, else $GITHUB_STEP_SUMMARY where set; else nothing.
+    ghactions.step_summary(
+        markdown_table(results, title=f"build: {len(results)} cell(s)"), args.summary
+    )
     report: dict[str, Any] = {
         "jobs": args.jobs,
         "wall_seconds": wall,

@@ -9,6 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from devtools.base import ghactions
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     del parser  # no options: cibuildwheel's environment says which job this is
@@ -17,5 +19,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from devtools.release.cisteps import check_installed_job
 
-    print(check_installed_job(Path(sys.executable)))
+    with ghactions.group("test-installed: the job's wheel with its newest torch"):
+        print(check_installed_job(Path(sys.executable)))
     return 0

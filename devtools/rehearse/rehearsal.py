@@ -31,6 +31,7 @@ from typing import Any
 from _torch_c_dlpack_ext_core.errors import CommandError
 from _torch_c_dlpack_ext_core.files import sha256_of
 from _torch_c_dlpack_ext_core.run import run
+from devtools.base import ghactions
 from devtools.base.errors import ReleaseError
 from devtools.base.paths import ROOT
 from devtools.base.steps import work_folder
@@ -188,13 +189,21 @@ def rehearse(options: RehearsalOptions) -> list[Check]:
     deadline = Deadline(options.budget)
     with contextlib.ExitStack() as stack:
         work = work_folder(stack, options.workdir, "tcde-rehearse-")
-        dist = options.dist or _build(options.cells, work / "dist", deadline)
+        # On GitHub Actions each step is a group of the log.
+        if options.dist is None:
+            with ghactions.group("rehearsal: build"):
+                dist = _build(options.cells, work / "dist", deadline)
+        else:
+            dist = options.dist
         server = stack.enter_context(IndexServer(work / "index", log=work / "pypiserver.log"))
-        files, checks = _publish(dist, server)
+        with ghactions.group("rehearsal: publish to the local index"):
+            files, checks = _publish(dist, server)
         if all(c.ok for c in checks):
-            checks += install_scenarios(
-                files, server, work, old_torch=options.old_torch, deadline=deadline
-            )
-            log("second upload of an existing file name")
-            checks.append(_second_upload(files, server, work))
+            with ghactions.group("rehearsal: install scenarios"):
+                checks += install_scenarios(
+                    files, server, work, old_torch=options.old_torch, deadline=deadline
+                )
+            with ghactions.group("rehearsal: second upload"):
+                log("second upload of an existing file name")
+                checks.append(_second_upload(files, server, work))
         return checks

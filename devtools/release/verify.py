@@ -3,20 +3,23 @@ exactly once (absent only where matrix.toml allows its job to fail), each combin
 wheel that fits this interpreter is installed with each torch it serves into a fresh
 environment, and ``python -m torch_c_dlpack_ext --json`` must decide what the
 bundled manifest says (``python -m devtools verify``; cibuildwheel's test command uses the
-same check for one job's wheel, from :mod:`devtools.release.diagnose`)."""
+same check for one job's wheel, from :mod:`devtools.release.diagnose`). On GitHub Actions
+each wheel's check is a group of the log and its failure an annotation on the wheel."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from packaging.version import Version
 
 from _torch_c_dlpack_ext_core.run import run
+from devtools.base import ghactions
 from devtools.base.errors import ReleaseError
 from devtools.base.hostenv import venv_python
 from devtools.base.steps import find_uv
@@ -70,6 +73,15 @@ def _verify_contents(expect: Sequence[dict[str, Any]], wheels: Sequence[WheelInf
     return lines
 
 
+@contextlib.contextmanager
+def _step(title: str, wheel: WheelInfo) -> Iterator[None]:
+    """One wheel's check: a group of the log on GitHub Actions, and its failure an
+    annotation on the wheel."""
+    # The annotation after the group's end: the log shows it without unfolding the group.
+    with ghactions.annotate_failure(file=wheel.path, title=title), ghactions.group(title):
+        yield
+
+
 def _install_and_diagnose(
     wheels: Sequence[WheelInfo], combined: Sequence[WheelInfo], torch_minors: Sequence[str] | None
 ) -> list[str]:
@@ -84,35 +96,38 @@ def _install_and_diagnose(
             bundled = {e.torch for e in wheel.libraries}
             chosen = bundled if torch_minors is None else bundled & set(torch_minors)
             for torch in sorted(chosen, key=Version):
-                python = _venv(Path(tmp) / f"torch{torch}")
-                run(
-                    [
-                        find_uv(),
-                        "pip",
-                        "install",
-                        "--python",
-                        python,
-                        f"torch=={torch}.*",
-                        wheel.path,
-                    ],
-                    timeout=INSTALL_TIMEOUT,
-                )
-                line = check_against_torch(python, wheel.libraries, torch)
-                results.append(f"{wheel.path.name}: {line}")
-                shutil.rmtree(python.parent.parent, ignore_errors=True)
+                with _step(f"verify {wheel.path.name} with torch {torch}", wheel):
+                    python = _venv(Path(tmp) / f"torch{torch}")
+                    run(
+                        [
+                            find_uv(),
+                            "pip",
+                            "install",
+                            "--python",
+                            python,
+                            f"torch=={torch}.*",
+                            wheel.path,
+                        ],
+                        timeout=INSTALL_TIMEOUT,
+                    )
+                    line = check_against_torch(python, wheel.libraries, torch)
+                    results.append(f"{wheel.path.name}: {line}")
+                    shutil.rmtree(python.parent.parent, ignore_errors=True)
         for wheel in wheels:
             if wheel.universal:
-                python = _venv(Path(tmp) / "universal")
-                run(
-                    [find_uv(), "pip", "install", "--python", python, wheel.path],
-                    timeout=INSTALL_TIMEOUT,
-                )
-                kind, _ = decision_of(diagnose(python))
-                if kind != "unavailable":
-                    raise ReleaseError(f"{wheel.path.name} without torch: decided {kind}")
-                results.append(f"{wheel.path.name}: no torch -> {kind}")
+                with _step(f"verify {wheel.path.name} without torch", wheel):
+                    python = _venv(Path(tmp) / "universal")
+                    run(
+                        [find_uv(), "pip", "install", "--python", python, wheel.path],
+                        timeout=INSTALL_TIMEOUT,
+                    )
+                    kind, _ = decision_of(diagnose(python))
+                    if kind != "unavailable":
+                        raise ReleaseError(f"{wheel.path.name} without torch: decided {kind}")
+                    results.append(f"{wheel.path.name}: no torch -> {kind}")
             elif wheel.variant:
-                _same_libraries(wheel, combined)
+                with ghactions.annotate_failure(file=wheel.path, title="verify failed"):
+                    _same_libraries(wheel, combined)
                 results.append(f"{wheel.path.name}: libraries match the combined wheels")
     return results
 
@@ -145,11 +160,13 @@ def verify(
     wheels = [read_wheel(path) for path in sorted(dist.glob("*.whl"))]
     combined = [w for w in wheels if not w.universal and not w.variant]
     if expect is not None:
-        results += _verify_contents(expect, wheels)
+        with ghactions.group("the release's contents, cell by cell"):
+            results += _verify_contents(expect, wheels)
     if not install:
         for wheel in wheels:
             if wheel.variant:
-                _same_libraries(wheel, combined)
+                with ghactions.annotate_failure(file=wheel.path, title="verify failed"):
+                    _same_libraries(wheel, combined)
         results.append(f"{sum(w.variant for w in wheels)} variant wheel(s) match the combined")
         for line in results:
             print(line)

@@ -637,6 +637,8 @@ def test_d6_build_caches_are_freed_before_the_test_torch(
 ) -> None:
     passed = _pyproject()["tool"]["cibuildwheel"]["environment-pass"]
     assert "GITHUB_ACTIONS" in passed
+    # The build's table of cells reaches the job summary from inside the container.
+    assert "GITHUB_STEP_SUMMARY" in passed
     assert not [n for n in passed if n.startswith("TORCH_C_DLPACK_EXT_")]
     dev, uv = tmp_path / "dev", tmp_path / "uv"
     for folder in (dev / "envs" / "py3.11-torch2.8.0", uv / "archive-v0"):
