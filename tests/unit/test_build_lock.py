@@ -188,9 +188,13 @@ def test_the_next_build_removes_what_a_killed_build_left(
         [sys.executable, "-c", KILLED_BUILD, *args], env=env, start_new_session=True
     )
     deadline = time.monotonic() + 60
-    # The library's own temporary (not the lock owner record's): the compiler is running.
+    # The library's own temporary (not the lock owner record's) and the build's scratch
+    # directory, made just after it: the compiler is running. (Waiting for the temporary
+    # alone raced with the scratch directory on a loaded machine.)
     pattern = ".*.so.[0-9]*-*.tmp"
-    while not list(out.glob(pattern)) and time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (
+        list(out.glob(pattern)) and list(scratch_root.glob(f"tcde-build-{build.pid}-*"))
+    ):
         time.sleep(0.05)
     os.killpg(build.pid, signal.SIGKILL)  # the build and its compiler, as a ^C'd shell would
     build.wait()
