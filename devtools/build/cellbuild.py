@@ -21,7 +21,6 @@ import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
@@ -60,13 +59,51 @@ class CellResult:
     seconds: float = 0.0
     size: int = 0
     reason: str = ""
-    entry: dict[str, Any] | None = None
+    #: The library's manifest entry (naming the cell); ``None`` unless built or cached.
+    entry: ManifestEntry | None = None
     #: Of ``seconds``, the one-time set-up this cell happened to pay: its torch tree
     #: provisioned, a free-threaded CPython built from source (cached afterwards).
     setup_seconds: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    @classmethod
+    def failed(
+        cls, cell: str, exc: BaseException, started: float, setup: float | None = 0.0
+    ) -> CellResult:
+        """``cell`` failed with ``exc`` after starting at ``started`` (``time.monotonic()``),
+        having paid ``setup`` seconds of set-up; ``None``: it failed during the set-up,
+        so all its time is set-up."""
+        elapsed = time.monotonic() - started
+        return cls(
+            cell=cell,
+            status="failed",
+            seconds=round(elapsed, 1),
+            reason=f"{type(exc).__name__}: {str(exc).strip()[-3000:]}",
+            setup_seconds=round(elapsed if setup is None else setup, 1),
+        )
+
+    @classmethod
+    def compiled(
+        cls, cell: str, entry: ManifestEntry, target: Path, *, before: int | None,
+        started: float, setup: float = 0.0,
+    ) -> CellResult:  # fmt: skip
+        """``cell`` compiled into ``target`` (its manifest ``entry``): ``cached`` when
+        ``target``'s mtime is still ``before`` (the driver found it unchanged), else
+        ``built``."""
+        unchanged = before == target.stat().st_mtime_ns
+        return cls(
+            cell=cell,
+            status="cached" if unchanged else "built",
+            seconds=round(time.monotonic() - started, 1),
+            size=entry.size,
+            entry=entry,
+            setup_seconds=round(setup, 1),
+        )
+
+    def to_json(self) -> dict[str, object]:
+        """The report's record: the fields, the entry as its manifest JSON."""
+        data: dict[str, object] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["entry"] = None if self.entry is None else self.entry.to_json()
+        return data
 
 
 def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResult:
@@ -117,24 +154,9 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
             platform=cross,
         )._replace(cell=cell.id)
     except HANDLED as exc:
-        elapsed = time.monotonic() - started
-        return CellResult(
-            cell=cell.id,
-            status="failed",
-            seconds=round(elapsed, 1),
-            reason=f"{type(exc).__name__}: {str(exc).strip()[-3000:]}",
-            # A failure before the compile (a provisioning error) is all set-up.
-            setup_seconds=round(setup or elapsed, 1),
-        )
-    status = "cached" if before == target.stat().st_mtime_ns else "built"
-    return CellResult(
-        cell=cell.id,
-        status=status,
-        seconds=round(time.monotonic() - started, 1),
-        size=entry.size,
-        entry=entry.to_json(),
-        setup_seconds=round(setup, 1),
-    )
+        # A failure before the compile (a provisioning error) is all set-up.
+        return CellResult.failed(cell.id, exc, started, setup or None)
+    return CellResult.compiled(cell.id, entry, target, before=before, started=started, setup=setup)
 
 
 def build_portable_one(cell: PortableCell, build_dir: Path, cross: str | None = None) -> CellResult:
@@ -161,20 +183,8 @@ def build_portable_one(cell: PortableCell, build_dir: Path, cross: str | None = 
             platform=cross,
         )._replace(cell=cell.id)
     except HANDLED as exc:
-        return CellResult(
-            cell=cell.id,
-            status="failed",
-            seconds=round(time.monotonic() - started, 1),
-            reason=f"{type(exc).__name__}: {str(exc).strip()[-3000:]}",
-        )
-    status = "cached" if before == target.stat().st_mtime_ns else "built"
-    return CellResult(
-        cell=cell.id,
-        status=status,
-        seconds=round(time.monotonic() - started, 1),
-        size=entry.size,
-        entry=entry.to_json(),
-    )
+        return CellResult.failed(cell.id, exc, started)
+    return CellResult.compiled(cell.id, entry, target, before=before, started=started)
 
 
 def build_portable_cells(
@@ -281,7 +291,7 @@ def _write_group_manifests(
         if result.entry is None:
             continue
         directory = group_dir(build_dir, cell)
-        groups.setdefault(directory, []).append(ManifestEntry.from_json(result.entry))
+        groups.setdefault(directory, []).append(result.entry)
     for directory, entries in groups.items():
         # Merge with libraries an earlier run built here (a run for a subset of cells
         # must not drop the others from the manifest).
@@ -328,8 +338,8 @@ def copy_libs(
     libs_dir.mkdir(parents=True, exist_ok=True)
     entries = []
     for result in results:
-        assert result.entry is not None  # checked above
-        entry = ManifestEntry.from_json(result.entry)
+        entry = result.entry
+        assert entry is not None  # checked above
         shutil.copy2(source / entry.file, libs_dir / entry.file)
         entries.append(entry)
     write_manifest(libs_dir / MANIFEST_NAME, entries)

@@ -258,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
         groups: dict[Path, set[str]] = {}
         for cell, result in zip(every, results):
             if result.entry is not None:
-                groups.setdefault(group_dir(build_dir, cell), set()).add(str(result.entry["file"]))
+                groups.setdefault(group_dir(build_dir, cell), set()).add(result.entry.file)
         artifacts = wheels.assemble_dist(groups, out, matrix=matrix, repair=not args.no_repair)
         report["artifacts"] = [
             {"file": p.name, "size": p.stat().st_size} for p in artifacts if p.is_file()

@@ -148,7 +148,7 @@ def test_the_build_records_each_librarys_cell_and_assembly_reads_it(tmp_path: Pa
     build_dir = tmp_path / "build" / "cells"
     results = [build.build_one(cell, build_dir) for cell in chosen]
     assert [r.status for r in results] == ["built", "built"], results
-    assert [r.entry and r.entry["cell"] for r in results] == [c.id for c in chosen]
+    assert [r.entry and r.entry.cell for r in results] == [c.id for c in chosen]
     build._write_group_manifests(chosen, {r.cell: r for r in results}, build_dir)
     group = group_dir(build_dir, chosen[0])
     assert [e.cell for e in load_manifest(group / MANIFEST_NAME)] == [c.id for c in chosen]
