@@ -47,9 +47,8 @@ import json
 import platform as host_platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.manifest import atomic_write_bytes
@@ -229,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
     results += portable
     wall = round(time.monotonic() - started, 1)
     print_table(results)
-    report: dict[str, Any] = {
+    report: dict[str, object] = {
         "jobs": args.jobs,
         "wall_seconds": wall,
         "cells": [r.to_json() for r in results],
@@ -270,6 +269,6 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(r.status == "failed" for r in results) else 0
 
 
-def _write_report(path: Path, report: dict[str, Any]) -> None:
+def _write_report(path: Path, report: Mapping[str, object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, (json.dumps(report, indent=2) + "\n").encode())
