@@ -19,7 +19,7 @@ import shutil
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
@@ -27,6 +27,7 @@ from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
 from devtools.base.errors import HANDLED, CellsNotBuiltError, ProvisionError
 from devtools.build.host import (
+    Interpreter,
     cross_target,
     freethreaded_python,
     host_platform_name,
@@ -81,24 +82,6 @@ class CellResult:
             setup_seconds=round(elapsed if setup is None else setup, 1),
         )
 
-    @classmethod
-    def compiled(
-        cls, cell: str, entry: ManifestEntry, target: Path, *, before: int | None,
-        started: float, setup: float = 0.0,
-    ) -> CellResult:  # fmt: skip
-        """``cell`` compiled into ``target`` (its manifest ``entry``): ``cached`` when
-        ``target``'s mtime is still ``before`` (the driver found it unchanged), else
-        ``built``."""
-        unchanged = before == target.stat().st_mtime_ns
-        return cls(
-            cell=cell,
-            status="cached" if unchanged else "built",
-            seconds=round(time.monotonic() - started, 1),
-            size=entry.size,
-            entry=entry,
-            setup_seconds=round(setup, 1),
-        )
-
     def to_json(self) -> dict[str, object]:
         """The report's record: the fields, the entry as its manifest JSON."""
         data: dict[str, object] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -116,16 +99,10 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
     from devtools.envs.torchenv import torch_tree
 
     started = time.monotonic()
-    setup = 0.0
-    out = group_dir(build_dir, cell)
     try:
-        python_include: Path | None = None
-        interpreter: Path | None = None
-        if cell.freethreaded:
-            found = freethreaded_python(cell.python)
-            if isinstance(found, str):
-                raise ProvisionError(found)
-            interpreter, python_include = found.executable, found.include
+        found = _freethreaded_interpreter(cell)
+        interpreter = None if found is None else found.executable
+        python_include = None if found is None else found.include
         # CPU and GPU cells of one flavour share the tree (same extras).
         tree = torch_tree(
             cell.torch.release,
@@ -135,14 +112,15 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
             index_url=None if cell.wheel.index == "pypi" else cell.wheel.index_url,
             platform=cross,
         )
-        setup = time.monotonic() - started
         gpu_home = None
         if cell.backend is Backend.CUDA:
             # The pinned header wheels in this torch's tree, not whatever nvcc is on PATH.
             gpu_home = cuda_wheel_home(tree.site_packages, cell.toolkit)
-        target = out / cell.library
-        before = target.stat().st_mtime_ns if target.is_file() else None
-        entry = compile_library(
+    except HANDLED as exc:
+        return CellResult.failed(cell.id, exc, started, setup=None)
+
+    def compile_cell(out: Path) -> ManifestEntry:
+        return compile_library(
             torch=tree.torch_dir,
             backend=cell.backend,
             output_dir=out,
@@ -152,11 +130,9 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
             python=cell.python,
             stable_abi_audit=True,
             platform=cross,
-        )._replace(cell=cell.id)
-    except HANDLED as exc:
-        # A failure before the compile (a provisioning error) is all set-up.
-        return CellResult.failed(cell.id, exc, started, setup or None)
-    return CellResult.compiled(cell.id, entry, target, before=before, started=started, setup=setup)
+        )
+
+    return _compile_into_group(cell, build_dir, compile_cell, started=started)
 
 
 def build_portable_one(cell: PortableCell, build_dir: Path, cross: str | None = None) -> CellResult:
@@ -165,26 +141,61 @@ def build_portable_one(cell: PortableCell, build_dir: Path, cross: str | None = 
     from _torch_c_dlpack_ext_core.driver import compile_portable_library
 
     started = time.monotonic()
-    out = group_dir(build_dir, cell)
     try:
-        python_include: Path | None = None
-        if cell.freethreaded:
-            found = freethreaded_python(cell.python)
-            if isinstance(found, str):
-                raise ProvisionError(found)
-            python_include = found.include
-        target = out / cell.library
-        before = target.stat().st_mtime_ns if target.is_file() else None
-        entry = compile_portable_library(
+        found = _freethreaded_interpreter(cell)
+    except HANDLED as exc:
+        return CellResult.failed(cell.id, exc, started, setup=None)
+    python_include = None if found is None else found.include
+
+    def compile_cell(out: Path) -> ManifestEntry:
+        return compile_portable_library(
             output_dir=out,
             python_include=python_include,
             python=cell.python,
             stable_abi_audit=True,
             platform=cross,
-        )._replace(cell=cell.id)
+        )
+
+    return _compile_into_group(cell, build_dir, compile_cell, started=started)
+
+
+def _freethreaded_interpreter(cell: Cell | PortableCell) -> Interpreter | None:
+    """The free-threaded CPython a free-threaded ``cell`` compiles for (``None`` for an
+    abi3 cell); raises :class:`ProvisionError` saying why this host has none."""
+    if not cell.freethreaded:
+        return None
+    found = freethreaded_python(cell.python)
+    if isinstance(found, str):
+        raise ProvisionError(found)
+    return found
+
+
+def _compile_into_group(
+    cell: Cell | PortableCell,
+    build_dir: Path,
+    compile_cell: Callable[[Path], ManifestEntry],
+    *,
+    started: float,
+) -> CellResult:
+    """Compile ``cell``'s library into its group folder with ``compile_cell(folder)`` and
+    name the cell in its entry; the time since ``started`` before this call is the
+    cell's set-up. A library the driver left untouched is ``cached``."""
+    setup = time.monotonic() - started
+    out = group_dir(build_dir, cell)
+    target = out / cell.library
+    before = target.stat().st_mtime_ns if target.is_file() else None
+    try:
+        entry = compile_cell(out)._replace(cell=cell.id)
     except HANDLED as exc:
-        return CellResult.failed(cell.id, exc, started)
-    return CellResult.compiled(cell.id, entry, target, before=before, started=started)
+        return CellResult.failed(cell.id, exc, started, setup=setup)
+    return CellResult(
+        cell=cell.id,
+        status="cached" if before == target.stat().st_mtime_ns else "built",
+        seconds=round(time.monotonic() - started, 1),
+        size=entry.size,
+        entry=entry,
+        setup_seconds=round(setup, 1),
+    )
 
 
 def build_portable_cells(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import types
 import zipfile
 from pathlib import Path
@@ -263,3 +264,26 @@ def test_a_portable_entry_is_found_by_its_portable_cell_never_as_a_native_one() 
     ):
         with pytest.raises(MatrixError, match=r"no portable cell of matrix\.toml"):
             portable_cell_for_entry(CELLS, bad, "m.json")
+
+
+def test_a_cell_without_its_free_threaded_cpython_fails_in_its_set_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from devtools.matrix.cells import portable_cells
+
+    cells = load_matrix().cells()
+    native = next(c for c in cells if c.freethreaded)
+    portable = next(c for c in portable_cells(cells) if c.freethreaded)
+
+    def freethreaded_python(version: str) -> str:
+        time.sleep(0.2)  # a provisioner that looked for a while
+        return f"no CPython {version}"
+
+    monkeypatch.setattr(build, "freethreaded_python", freethreaded_python)
+    for result in (
+        build.build_one(native, tmp_path),
+        build.build_portable_one(portable, tmp_path),
+    ):
+        assert (result.status, result.entry) == ("failed", None), result
+        assert result.reason == f"ProvisionError: no CPython {native.python}"
+        assert result.setup_seconds == result.seconds >= 0.2
