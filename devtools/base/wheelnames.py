@@ -6,8 +6,10 @@ glibc or macOS floor), which packaging computes for a host but does not read bac
 A PEP 825 variant wheel's name carries a label after the platform tag
 (``torch_c_dlpack_ext-0.2.0-cp39-abi3-manylinux_2_28_x86_64-t28_cpu.whl``). PEP 427's
 optional build tag also makes a name of six parts, but it sits third and starts with
-a digit, so the two are told apart by position (as variantlib's own name pattern
-does; a unit test compares them).
+a digit, so the two are told apart by position. variantlib's name pattern is the rule
+where variantlib is installed (Python >= 3.10); on 3.9, which devtools also serves,
+:func:`_split_by_position` reads names by the same rule (a property test holds the two
+to the same answers).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
+from typing import Optional
 
 from packaging.tags import Tag
 from packaging.utils import (
@@ -61,36 +64,83 @@ class WheelName:
         return frozenset(str(tag) for tag in self.tags)
 
 
-def _split_label(filename: str) -> tuple[str, str | None]:
-    """``(the name without its variant label, the label or None)``."""
-    stem = filename.removesuffix(".whl")
-    parts = stem.split("-")
-    if len(parts) == 7 or (len(parts) == 6 and not parts[2][:1].isdigit()):
-        base, _, label = stem.rpartition("-")
-        return f"{base}.whl", label
-    return filename, None
+#: ``(the name without its variant label, the label or None)``; ``None``: not a wheel
+#: name by PEP 825's rule.
+_Split = Optional[tuple[str, Optional[str]]]
+
+
+def _variantlib_rule() -> re.Pattern[str] | None:
+    """variantlib's wheel-name pattern, or ``None`` where variantlib is not installed
+    (it needs Python >= 3.10: see the ``build`` dependency group)."""
+    try:
+        from variantlib.constants import VALIDATION_WHEEL_NAME_REGEX
+    except ImportError:
+        return None
+    rule: object = VALIDATION_WHEEL_NAME_REGEX
+    return rule if isinstance(rule, re.Pattern) else None
+
+
+def _split_by_rule(rule: re.Pattern[str], filename: str) -> _Split:
+    """Split ``filename`` by variantlib's pattern ``rule``."""
+    match = rule.fullmatch(filename)
+    if match is None:
+        return None
+    label = match.group("variant_label")
+    return f"{match.group('base_wheel_name')}.whl", label if isinstance(label, str) else None
+
+
+def _split_by_position(filename: str) -> _Split:
+    """Split ``filename`` by the positions of its ``-``-separated fields (the path where
+    variantlib is missing): five fields; six, the third a build tag (it starts with a
+    digit) or else the sixth a label; seven, a build tag and a label. No field is
+    empty but the version; none holds white space but the build tag; a label is
+    PEP 825's ``[0-9a-z._]+``."""
+    if not filename.endswith(".whl"):
+        return None
+    parts = filename[: -len(".whl")].split("-")
+    build = len(parts) > 2 and parts[2][:1].isdecimal()
+    labelled = len(parts) == 7 or (len(parts) == 6 and not build)
+    if len(parts) not in {5, 6, 7} or (len(parts) == 7 and not build):
+        return None
+    fields = parts[:-1] if labelled else parts
+    label = parts[-1] if labelled else None
+    plain = [field for at, field in enumerate(fields) if not (at == 2 and len(fields) == 6)]
+    if any(not field for at, field in enumerate(fields) if at != 1):
+        return None
+    if any(char.isspace() for field in plain for char in field):
+        return None
+    if label is not None and not _LABEL.fullmatch(label):
+        return None
+    return "-".join(fields) + ".whl", label
+
+
+def _split_label(filename: str) -> _Split:
+    """``filename`` split by variantlib's rule where it is installed, else by
+    :func:`_split_by_position`."""
+    rule = _variantlib_rule()
+    return _split_by_position(filename) if rule is None else _split_by_rule(rule, filename)
 
 
 def is_variant_name(filename: str) -> bool:
     """``filename`` is shaped like a PEP 825 variant wheel's name (a label after the
     platform tag); nothing else of the name is checked."""
-    return filename.endswith(".whl") and _split_label(filename)[1] is not None
+    split = _split_label(filename)
+    return split is not None and split[1] is not None
 
 
 def parse_wheel_name(filename: str) -> WheelName:
     """Read ``filename`` (a wheel's base name) with ``packaging.utils``; raise
     :class:`ReleaseError` naming the file when it is not a wheel name."""
-    base, label = _split_label(filename)
-    if label is not None and not _LABEL.fullmatch(label):
-        raise ReleaseError(
-            f"{filename}: variant label {label!r} is not PEP 825's [0-9a-z._]+; rebuild the wheel"
-        )
+    split = _split_label(filename)
     try:
+        if split is None:
+            raise InvalidWheelFilename("its fields are not those of PEP 427 and PEP 825")
+        base, label = split
         name, version, build, tags = parse_wheel_filename(base)
     except InvalidWheelFilename as exc:
         raise ReleaseError(
-            f"{filename}: not a wheel file name "
-            f"(dist-version[-build]-python-abi-platform[-label].whl): {exc}"
+            f"{filename}: not a wheel file name (dist-version[-build]-python-abi-platform"
+            f"[-label].whl, a label of PEP 825's [0-9a-z._]+): {exc}"
         ) from None
     return WheelName(name, version, build, frozenset(tags), label)
 

@@ -23,9 +23,8 @@ import shutil
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.files import write_manifest
@@ -34,6 +33,7 @@ from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, Backend
 from devtools.base import ghactions
 from devtools.base.errors import HANDLED, CellsNotBuiltError, ProvisionError
 from devtools.build.host import (
+    Interpreter,
     cross_target,
     freethreaded_python,
     host_platform_name,
@@ -67,13 +67,33 @@ class CellResult:
     seconds: float = 0.0
     size: int = 0
     reason: str = ""
-    entry: dict[str, Any] | None = None
+    #: The library's manifest entry (naming the cell); ``None`` unless built or cached.
+    entry: ManifestEntry | None = None
     #: Of ``seconds``, the one-time set-up this cell happened to pay: its torch tree
     #: provisioned, a free-threaded CPython built from source (cached afterwards).
     setup_seconds: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    @classmethod
+    def failed(
+        cls, cell: str, exc: BaseException, started: float, setup: float | None = 0.0
+    ) -> CellResult:
+        """``cell`` failed with ``exc`` after starting at ``started`` (``time.monotonic()``),
+        having paid ``setup`` seconds of set-up; ``None``: it failed during the set-up,
+        so all its time is set-up."""
+        elapsed = time.monotonic() - started
+        return cls(
+            cell=cell,
+            status="failed",
+            seconds=round(elapsed, 1),
+            reason=f"{type(exc).__name__}: {str(exc).strip()[-3000:]}",
+            setup_seconds=round(elapsed if setup is None else setup, 1),
+        )
+
+    def to_json(self) -> dict[str, object]:
+        """The report's record: the fields, the entry as its manifest JSON."""
+        data: dict[str, object] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["entry"] = None if self.entry is None else self.entry.to_json()
+        return data
 
 
 def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResult:
@@ -90,16 +110,10 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
     from devtools.envs.torchenv import torch_tree
 
     started = time.monotonic()
-    setup = 0.0
-    out = group_dir(build_dir, cell)
     try:
-        python_include: Path | None = None
-        interpreter: Path | None = None
-        if cell.freethreaded:
-            found = freethreaded_python(cell.python)
-            if isinstance(found, str):
-                raise ProvisionError(found)
-            interpreter, python_include = found.executable, found.include
+        found = _freethreaded_interpreter(cell)
+        interpreter = None if found is None else found.executable
+        python_include = None if found is None else found.include
         # CPU and GPU cells of one flavour share the tree (same extras).
         tree = torch_tree(
             cell.torch.release,
@@ -109,14 +123,15 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
             index_url=None if cell.wheel.index == "pypi" else cell.wheel.index_url,
             platform=cross,
         )
-        setup = time.monotonic() - started
         gpu_home = None
         if cell.backend is Backend.CUDA:
             # The pinned header wheels in this torch's tree, not whatever nvcc is on PATH.
             gpu_home = cuda_wheel_home(tree.site_packages, cell.toolkit)
-        target = out / cell.library
-        before = target.stat().st_mtime_ns if target.is_file() else None
-        entry = compile_library(
+    except HANDLED as exc:
+        return CellResult.failed(cell.id, exc, started, setup=None)
+
+    def compile_cell(out: Path) -> ManifestEntry:
+        return compile_library(
             BuildRequest(
                 torch=tree.torch_dir,
                 backend=cell.backend,
@@ -128,26 +143,9 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
                 platform=cross,
             ),
             BuildPolicy(stable_abi_audit=True),
-        )._replace(cell=cell.id)
-    except HANDLED as exc:
-        elapsed = time.monotonic() - started
-        return CellResult(
-            cell=cell.id,
-            status="failed",
-            seconds=round(elapsed, 1),
-            reason=f"{type(exc).__name__}: {str(exc).strip()[-3000:]}",
-            # A failure before the compile (a provisioning error) is all set-up.
-            setup_seconds=round(setup or elapsed, 1),
         )
-    status = "cached" if before == target.stat().st_mtime_ns else "built"
-    return CellResult(
-        cell=cell.id,
-        status=status,
-        seconds=round(time.monotonic() - started, 1),
-        size=entry.size,
-        entry=entry.to_json(),
-        setup_seconds=round(setup, 1),
-    )
+
+    return _compile_into_group(cell, build_dir, compile_cell, started=started)
 
 
 def build_portable_one(cell: PortableCell, build_dir: Path, cross: str | None = None) -> CellResult:
@@ -160,36 +158,59 @@ def build_portable_one(cell: PortableCell, build_dir: Path, cross: str | None = 
     )
 
     started = time.monotonic()
-    out = group_dir(build_dir, cell)
     try:
-        python_include: Path | None = None
-        if cell.freethreaded:
-            found = freethreaded_python(cell.python)
-            if isinstance(found, str):
-                raise ProvisionError(found)
-            python_include = found.include
-        target = out / cell.library
-        before = target.stat().st_mtime_ns if target.is_file() else None
-        entry = compile_portable_library(
+        found = _freethreaded_interpreter(cell)
+    except HANDLED as exc:
+        return CellResult.failed(cell.id, exc, started, setup=None)
+    python_include = None if found is None else found.include
+
+    def compile_cell(out: Path) -> ManifestEntry:
+        return compile_portable_library(
             PortableRequest(
                 output_dir=out, python_include=python_include, python=cell.python, platform=cross
             ),
             BuildPolicy(stable_abi_audit=True),
-        )._replace(cell=cell.id)
-    except HANDLED as exc:
-        return CellResult(
-            cell=cell.id,
-            status="failed",
-            seconds=round(time.monotonic() - started, 1),
-            reason=f"{type(exc).__name__}: {str(exc).strip()[-3000:]}",
         )
-    status = "cached" if before == target.stat().st_mtime_ns else "built"
+
+    return _compile_into_group(cell, build_dir, compile_cell, started=started)
+
+
+def _freethreaded_interpreter(cell: Cell | PortableCell) -> Interpreter | None:
+    """The free-threaded CPython a free-threaded ``cell`` compiles for (``None`` for an
+    abi3 cell); raises :class:`ProvisionError` saying why this host has none."""
+    if not cell.freethreaded:
+        return None
+    found = freethreaded_python(cell.python)
+    if isinstance(found, str):
+        raise ProvisionError(found)
+    return found
+
+
+def _compile_into_group(
+    cell: Cell | PortableCell,
+    build_dir: Path,
+    compile_cell: Callable[[Path], ManifestEntry],
+    *,
+    started: float,
+) -> CellResult:
+    """Compile ``cell``'s library into its group folder with ``compile_cell(folder)`` and
+    name the cell in its entry; the time since ``started`` before this call is the
+    cell's set-up. A library the driver left untouched is ``cached``."""
+    setup = time.monotonic() - started
+    out = group_dir(build_dir, cell)
+    target = out / cell.library
+    before = target.stat().st_mtime_ns if target.is_file() else None
+    try:
+        entry = compile_cell(out)._replace(cell=cell.id)
+    except HANDLED as exc:
+        return CellResult.failed(cell.id, exc, started, setup=setup)
     return CellResult(
         cell=cell.id,
-        status=status,
+        status="cached" if before == target.stat().st_mtime_ns else "built",
         seconds=round(time.monotonic() - started, 1),
         size=entry.size,
-        entry=entry.to_json(),
+        entry=entry,
+        setup_seconds=round(setup, 1),
     )
 
 
@@ -326,7 +347,7 @@ def _write_group_manifests(
         if result.entry is None:
             continue
         directory = group_dir(build_dir, cell)
-        groups.setdefault(directory, []).append(ManifestEntry.from_json(result.entry))
+        groups.setdefault(directory, []).append(result.entry)
     for directory, entries in groups.items():
         # Merge with libraries an earlier run built here (a run for a subset of cells
         # must not drop the others from the manifest).
@@ -373,8 +394,8 @@ def copy_libs(
     libs_dir.mkdir(parents=True, exist_ok=True)
     entries = []
     for result in results:
-        assert result.entry is not None  # checked above
-        entry = ManifestEntry.from_json(result.entry)
+        entry = result.entry
+        assert entry is not None  # checked above
         shutil.copy2(source / entry.file, libs_dir / entry.file)
         entries.append(entry)
     write_manifest(libs_dir / MANIFEST_NAME, entries)

@@ -8,16 +8,35 @@ from __future__ import annotations
 import json
 import sys
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, Union
 
 from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.naming import Backend
 from devtools.base.paths import ROOT
 from devtools.matrix.cells import Cell
 
-__all__ = ["variant_json", "variant_properties", "variants_index"]
+__all__ = ["VariantMetadata", "variant_json", "variant_properties", "variants_index"]
+
+#: One label's properties: ``{namespace: {feature: [values]}}``.
+VariantProperties = dict[str, dict[str, list[str]]]
+
+#: PEP 825's variant metadata: a variant wheel's ``variant.json`` and the index's
+#: ``variants.json`` (keys that are no Python names, hence the call form). A document
+#: variantlib wrote, or one read back from a wheel this project assembled, is taken as
+#: this shape unchecked (variantlib checks it: ``VariantsJson``, in the unit tests).
+VariantMetadata = TypedDict(
+    "VariantMetadata",
+    {
+        "$schema": str,
+        "default-priorities": dict[str, list[str]],
+        #: A plugin provider (``plugin-api``, ``requires``) or a ``builtin`` one.
+        "providers": dict[str, dict[str, Union[str, list[str]]]],
+        "variants": dict[str, VariantProperties],
+    },
+    total=False,
+)
 
 ABI_DEPENDENCY = "abi_dependency"
 
@@ -32,8 +51,9 @@ def variant_properties(cell: Cell) -> list[str]:
     return props
 
 
-def _variant_info() -> Any:
-    """pyproject.toml's ``[variant]`` table (providers, priorities), read by variantlib."""
+def _variant_info() -> object:
+    """pyproject.toml's ``[variant]`` table (providers, priorities), read by variantlib
+    (an object only variantlib reads)."""
     from variantlib.pyproject_toml import VariantPyProjectToml
 
     return VariantPyProjectToml.from_path(ROOT / "pyproject.toml")
@@ -43,6 +63,7 @@ def variant_json(cell: Cell) -> bytes:
     """``*.dist-info/variant.json`` of a cell's variant wheel, produced by variantlib
     (which needs Python >= 3.10; on 3.9 :func:`_variant_dist_info_without_variantlib`
     writes the same document, a unit test keeps the two equal)."""
+    data: VariantMetadata
     try:
         from variantlib.api import VariantDescription, VariantProperty, make_variant_dist_info
     except ImportError:
@@ -64,14 +85,14 @@ def variant_json(cell: Cell) -> bytes:
 _VARIANT_SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"
 
 
-def _variant_dist_info_without_variantlib(cell: Cell) -> dict[str, Any]:
+def _variant_dist_info_without_variantlib(cell: Cell) -> VariantMetadata:
     """What variantlib 0.2's ``make_variant_dist_info`` writes for ``cell``, for
     Python 3.9 where variantlib does not install: the schema, pyproject.toml's
     ``[variant]`` priorities and providers, and the cell's properties under its label."""
     from build_backend._metadata import load_pyproject
 
     table = load_pyproject(ROOT).get("variant", {})
-    variants: dict[str, dict[str, list[str]]] = {}
+    variants: VariantProperties = {}
     for prop in variant_properties(cell):
         namespace, feature, value = (part.strip() for part in prop.split("::"))
         variants.setdefault(namespace, {}).setdefault(feature, []).append(value)
@@ -88,7 +109,7 @@ def _variant_dist_info_without_variantlib(cell: Cell) -> dict[str, Any]:
     }
 
 
-def _declare_abi_dependency(data: dict[str, Any]) -> dict[str, Any]:
+def _declare_abi_dependency(data: VariantMetadata) -> VariantMetadata:
     """Fix up what variantlib 0.2 emits for the ``abi_dependency`` namespace.
 
     variantlib writes ``abi_dependency :: torch :: X.Y`` into ``variants`` but
@@ -108,16 +129,15 @@ def _declare_abi_dependency(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def variants_index(wheels: Sequence[Path]) -> dict[str, Any]:
+def variants_index(wheels: Sequence[Path]) -> VariantMetadata:
     """The ``{name}-{version}-variants.json`` content: every variant.json merged."""
-    merged: dict[str, Any] = {}
+    merged: VariantMetadata = {}
     for path in sorted(wheels):
         with zipfile.ZipFile(path) as archive:
             name = next(n for n in archive.namelist() if n.endswith(".dist-info/variant.json"))
-            data = json.loads(archive.read(name))
+            data: VariantMetadata = json.loads(archive.read(name))
         if not merged:
-            merged = {k: v for k, v in data.items() if k != "variants"}
-            merged["variants"] = {}
+            merged = {**data, "variants": {}}
         for label, props in data.get("variants", {}).items():
             known = merged["variants"].get(label)
             if known is not None and known != props:
@@ -132,7 +152,7 @@ def variants_index(wheels: Sequence[Path]) -> dict[str, Any]:
     return merged
 
 
-def _warn_indistinct(variants: dict[str, Any]) -> None:
+def _warn_indistinct(variants: Mapping[str, VariantProperties]) -> None:
     """Say loudly when labels carry the same properties: no PEP 825 namespace expresses
     the C++ ABI, so the CPU variants of a torch minor built with both ABIs (2.6 on
     Linux x86_64) look alike to an installer. The selector still checks the ABI

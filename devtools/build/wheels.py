@@ -35,7 +35,6 @@ import shutil
 import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
@@ -223,6 +222,6 @@ def _atomic_move(source: Path, target: Path) -> None:
     os.replace(tmp, target)
 
 
-def _write_json(target: Path, data: Any) -> None:
+def _write_json(target: Path, data: object) -> None:
     atomic_write_bytes(target, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
     target.chmod(0o644)

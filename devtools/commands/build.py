@@ -51,9 +51,8 @@ import json
 import platform as host_platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.files import atomic_write_bytes
@@ -266,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
     ghactions.step_summary(
         markdown_table(results, title=f"build: {len(results)} cell(s)"), args.summary
     )
-    report: dict[str, Any] = {
+    report: dict[str, object] = {
         "jobs": args.jobs,
         "wall_seconds": wall,
         "cells": [r.to_json() for r in results],
@@ -295,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
         groups: dict[Path, set[str]] = {}
         for cell, result in zip(every, results):
             if result.entry is not None:
-                groups.setdefault(group_dir(build_dir, cell), set()).add(str(result.entry["file"]))
+                groups.setdefault(group_dir(build_dir, cell), set()).add(result.entry.file)
         artifacts = wheels.assemble_dist(groups, out, matrix=matrix, repair=not args.no_repair)
         report["artifacts"] = [
             {"file": p.name, "size": p.stat().st_size} for p in artifacts if p.is_file()
@@ -307,6 +306,6 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(r.status == "failed" for r in results) else 0
 
 
-def _write_report(path: Path, report: dict[str, Any]) -> None:
+def _write_report(path: Path, report: Mapping[str, object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, (json.dumps(report, indent=2) + "\n").encode())

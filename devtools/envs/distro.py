@@ -38,7 +38,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from _torch_c_dlpack_ext_core.files import atomic_write_bytes
 from devtools.base.errors import EmulationUnavailableError, ProvisionError
@@ -173,7 +172,7 @@ def provision_root(distro: Distro = TRIXIE) -> Path:
     return debootstrap_root(root, suite=distro.suite, include=distro.packages, prepare=prepare)
 
 
-def root_record(root: Path) -> dict[str, Any]:
+def root_record(root: Path) -> dict[str, object]:
     """What a root's marker says (here: its torch and CPython, which compilers it has)."""
     return read_root_record(root)
 

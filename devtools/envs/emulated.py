@@ -35,7 +35,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.files import atomic_write_bytes
@@ -225,7 +224,8 @@ def _check_decision(
     diag = in_root(root, paths, ["-m", "torch_c_dlpack_ext", "--json"], env={})
     library = ""
     try:
-        report: dict[str, Any] = json.loads(diag.stdout)
+        # Read unchecked: a missing or mistyped field is caught below as a failed check.
+        report = json.loads(diag.stdout)
         decision = report["decision"]
         library = str(decision.get("library") or "")
         info = report.get("build_info") or {}

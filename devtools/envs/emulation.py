@@ -29,7 +29,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import CommandTimeoutError
 from _torch_c_dlpack_ext_core.files import atomic_write_bytes
@@ -241,10 +240,12 @@ def debootstrap_root(
     return root
 
 
-def read_root_record(root: Path) -> dict[str, Any]:
+def read_root_record(root: Path) -> dict[str, object]:
     """The marker of a root :func:`debootstrap_root` made (suite, packages, what its
     ``prepare`` recorded); raises ``FileNotFoundError`` for an incomplete root."""
-    record: dict[str, Any] = json.loads((root / _MARKER).read_text())
+    record = json.loads((root / _MARKER).read_text())
+    if not isinstance(record, dict):
+        raise ProvisionError(f"{root / _MARKER} holds no record; remove {root} to make it again")
     return record
 
 

@@ -35,7 +35,6 @@ import dataclasses
 import difflib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import (
@@ -157,7 +156,7 @@ class Cell(_ServesPython):
     def toolkit(self) -> str | None:
         return self.wheel.toolkit if self.backend is not Backend.CPU else None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "id": self.id,
             "job": self.job_id,
@@ -203,7 +202,7 @@ class PortableCell(_ServesPython):
     def library(self) -> str:
         return portable_library_filename(self.python, platform=self.platform.sys_platform)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "id": self.id,
             "job": self.job_id,

@@ -17,11 +17,11 @@ import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.naming import ABI3, Backend, python_target_tags
 from devtools.matrix.cells import Cell, portable_cells
+from devtools.matrix.jobs import Job
 from devtools.matrix.tables import (
     FreeThreaded,
     Platform,
@@ -31,6 +31,7 @@ from devtools.matrix.tables import (
 )
 
 __all__ = ["Matrix", "choice_hint"]
+
 
 #: How many close matches an unknown cell id is answered with.
 _CLOSE_MATCHES = 5
@@ -185,7 +186,7 @@ class Matrix:
         common = set(cells[0].pythons).intersection(*(c.pythons for c in cells[1:]))
         return max(common or {p for c in cells for p in c.pythons}, key=python_sort_key)
 
-    def jobs(self, cells: Sequence[Cell] | None = None) -> list[dict[str, Any]]:
+    def jobs(self, cells: Sequence[Cell] | None = None) -> list[Job]:
         """CI's job matrix: one entry per cibuildwheel job (platform x torch flavour, and
         per free-threaded Python). Cells the release does not build (``[freethreaded]``
         ``release = false``) get no job."""
@@ -200,7 +201,7 @@ class Matrix:
         for table in portable_cells(self.cells()):
             if table.job_id in grouped:
                 portable.setdefault(table.job_id, []).append(table.id)
-        jobs = []
+        jobs: list[Job] = []
         for job_id, members in grouped.items():
             first = members[0]
             python = self.job_python(members)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.naming import Backend, parse_backend
@@ -56,17 +55,24 @@ _FREETHREADED_KEYS = ("release", "reason")
 _OSES = ("linux", "windows", "macos")
 
 
-def _check_keys(where: str, table: Any, allowed: Sequence[str]) -> None:
-    # `table` must be a TOML table holding no key but `allowed`.
-    if not isinstance(table, dict):
+def _table(where: str, value: object) -> dict[str, object]:
+    """``value``, which must be a TOML table."""
+    if not isinstance(value, dict):
         raise MatrixError(f"matrix.toml: {where} must be a table")
-    for key in table:
+    return value
+
+
+def _check_keys(where: str, table: object, allowed: Sequence[str]) -> dict[str, object]:
+    """``table``, which must be a TOML table holding no key but ``allowed``."""
+    checked = _table(where, table)
+    for key in checked:
         if key not in allowed:
             hint = choice_hint(key, allowed)
             raise MatrixError(f"matrix.toml: unknown key {key!r} in {where}{hint}")
+    return checked
 
 
-def _choice(where: str, value: Any, choices: Iterable[str]) -> str:
+def _choice(where: str, value: object, choices: Iterable[str]) -> str:
     choices = list(choices)
     if not isinstance(value, str) or value not in choices:
         raise MatrixError(
@@ -75,7 +81,7 @@ def _choice(where: str, value: Any, choices: Iterable[str]) -> str:
     return value
 
 
-def _str(where: str, table: Mapping[str, Any], key: str, *, required: bool = True) -> str | None:
+def _str(where: str, table: Mapping[str, object], key: str, *, required: bool = True) -> str | None:
     value = table.get(key)
     if value is None and not required:
         return None
@@ -92,20 +98,20 @@ def _version_tuple(where: str, value: str) -> tuple[int, ...]:
 
 
 def _parse_wheel(
-    where: str, raw: Any, platforms: Mapping[str, Platform], indexes: Mapping[str, str]
+    where: str, raw: object, platforms: Mapping[str, Platform], indexes: Mapping[str, str]
 ) -> TorchWheel:
-    _check_keys(where, raw, _WHEEL_KEYS)
-    index = _choice(f"{where}.index", raw.get("index"), indexes)
+    table = _check_keys(where, raw, _WHEEL_KEYS)
+    index = _choice(f"{where}.index", table.get("index"), indexes)
     try:
-        backend = parse_backend(str(raw.get("backend")))
+        backend = parse_backend(str(table.get("backend")))
     except ConfigError as exc:
         raise MatrixError(f"matrix.toml: {where}.backend: {exc}") from None
-    plats = raw.get("platforms")
+    plats = table.get("platforms")
     if not isinstance(plats, list) or not plats:
         raise MatrixError(f"matrix.toml: {where}.platforms must be a non-empty list")
     for plat in plats:
         _choice(f"{where}.platforms", plat, platforms)
-    abi_raw = raw.get("cxx11_abi", {})
+    abi_raw = table.get("cxx11_abi", {})
     if not isinstance(abi_raw, dict):
         raise MatrixError(f"matrix.toml: {where}.cxx11_abi must be a table platform = true|false")
     for plat, abi in abi_raw.items():
@@ -118,13 +124,13 @@ def _parse_wheel(
                 f"matrix.toml: {where} builds for {plat} but does not say its C++ ABI; "
                 f"add cxx11_abi = {{ {plat} = true|false }}"
             )
-    toolkit = _str(where, raw, "toolkit", required=backend is not Backend.CPU)
+    toolkit = _str(where, table, "toolkit", required=backend is not Backend.CPU)
     if toolkit is not None:
         _version_tuple(f"{where}.toolkit", toolkit)
-    requirements = raw.get("toolkit_requirements", [])
+    requirements = table.get("toolkit_requirements", [])
     if not isinstance(requirements, list) or not all(isinstance(r, str) for r in requirements):
         raise MatrixError(f"matrix.toml: {where}.toolkit_requirements must be a list of strings")
-    freethreaded = raw.get("freethreaded", True)
+    freethreaded = table.get("freethreaded", True)
     if not isinstance(freethreaded, bool):
         raise MatrixError(f"matrix.toml: {where}.freethreaded must be true or false")
     return TorchWheel(
@@ -140,23 +146,23 @@ def _parse_wheel(
 
 
 def _parse_torch(
-    where: str, raw: Any, platforms: Mapping[str, Platform], indexes: Mapping[str, str]
+    where: str, raw: object, platforms: Mapping[str, Platform], indexes: Mapping[str, str]
 ) -> TorchMinor:
-    _check_keys(where, raw, _TORCH_KEYS)
-    minor = str(_str(where, raw, "minor"))
-    release = str(_str(where, raw, "release"))
+    table = _check_keys(where, raw, _TORCH_KEYS)
+    minor = str(_str(where, table, "minor"))
+    release = str(_str(where, table, "release"))
     if len(_version_tuple(f"{where}.minor", minor)) != 2:
         raise MatrixError(f"matrix.toml: {where}.minor {minor!r} must be 'X.Y'")
     if not release.startswith(minor + "."):
         raise MatrixError(f"matrix.toml: {where}: release {release!r} is not a {minor}.x release")
     where = f"torch {minor}"
-    pythons = raw.get("python")
+    pythons = table.get("python")
     if not isinstance(pythons, list) or not pythons or not all(isinstance(p, str) for p in pythons):
         raise MatrixError(f"matrix.toml: {where}.python must be a non-empty list like ['3.11']")
     for python in pythons:
         if len(_version_tuple(f"{where}.python", python)) != 2:
             raise MatrixError(f"matrix.toml: {where}.python {python!r} must be 'X.Y'")
-    free = raw.get("freethreaded", [])
+    free = table.get("freethreaded", [])
     if not isinstance(free, list) or not all(
         isinstance(p, str) and p.endswith("t") and len(_version_tuple(where, p[:-1])) == 2
         for p in free
@@ -165,7 +171,7 @@ def _parse_torch(
             f"matrix.toml: {where}.freethreaded must be a list of free-threaded CPythons "
             f"like ['3.13t'], got {free!r}"
         )
-    exclude_raw = raw.get("python_exclude", {})
+    exclude_raw = table.get("python_exclude", {})
     if not isinstance(exclude_raw, dict):
         raise MatrixError(f"matrix.toml: {where}.python_exclude must be a table platform = [...]")
     exclude: dict[str, tuple[str, ...]] = {}
@@ -174,7 +180,7 @@ def _parse_torch(
         for value in values:
             _choice(f"{where}.python_exclude.{plat}", value, [*pythons, *free])
         exclude[plat] = tuple(values)
-    wheels_raw = raw.get("wheel")
+    wheels_raw = table.get("wheel")
     if not isinstance(wheels_raw, list) or not wheels_raw:
         raise MatrixError(f"matrix.toml: {where} needs at least one [[torch.wheel]] table")
     wheels = tuple(
@@ -192,7 +198,7 @@ def _parse_torch(
 
 
 def _parse_freethreaded(
-    data: Mapping[str, Any], minors: Sequence[TorchMinor]
+    data: Mapping[str, object], minors: Sequence[TorchMinor]
 ) -> dict[str, FreeThreaded]:
     """``[freethreaded."3.13t"]``: one table per free-threaded Python a torch minor lists."""
     raw = data.get("freethreaded", {})
@@ -202,10 +208,10 @@ def _parse_freethreaded(
         )
     listed = {p for minor in minors for p in minor.freethreaded}
     result: dict[str, FreeThreaded] = {}
-    for python, table in raw.items():
+    for python, raw_table in raw.items():
         where = f'[freethreaded."{python}"]'
         _choice(f"{where} name", python, sorted(listed))
-        _check_keys(where, table, _FREETHREADED_KEYS)
+        table = _check_keys(where, raw_table, _FREETHREADED_KEYS)
         release = table.get("release", True)
         if not isinstance(release, bool):
             raise MatrixError(f"matrix.toml: {where}.release must be true or false")
@@ -215,16 +221,16 @@ def _parse_freethreaded(
 
 
 def _parse_backends(
-    data: Mapping[str, Any],
+    data: Mapping[str, object],
 ) -> tuple[dict[Backend, dict[str, str]], dict[Backend, str]]:
     """``[backends.X]``: builder images per toolkit version, and why jobs may fail."""
     images: dict[Backend, dict[str, str]] = {}
     allow_failure: dict[Backend, str] = {}
-    for name, raw in dict(data.get("backends", {})).items():
+    for name, raw in _table("[backends]", data.get("backends", {})).items():
         _choice("[backends] table name", name, [b.value for b in Backend])
         where = f"[backends.{name}]"
-        _check_keys(where, raw, _BACKEND_KEYS)
-        table = raw.get("images", {})
+        backend = _check_keys(where, raw, _BACKEND_KEYS)
+        table = backend.get("images", {})
         if not isinstance(table, dict) or not all(
             isinstance(k, str) and isinstance(v, str) and v for k, v in table.items()
         ):
@@ -233,7 +239,7 @@ def _parse_backends(
             _version_tuple(f"{where}.images key", toolkit)
         if table:
             images[Backend(name)] = dict(table)
-        reason = _str(where, raw, "allow_failure", required=False)
+        reason = _str(where, backend, "allow_failure", required=False)
         if reason:
             allow_failure[Backend(name)] = reason
     return images, allow_failure
@@ -255,7 +261,7 @@ def _check_images(
 
 
 def parse_matrix(
-    data: Mapping[str, Any], path: Path | None = None, *, requires_python: str | None = None
+    data: Mapping[str, object], path: Path | None = None, *, requires_python: str | None = None
 ) -> Matrix:
     """Validate parsed TOML and build the :class:`Matrix`. Raises :class:`MatrixError`.
 
@@ -266,9 +272,9 @@ def parse_matrix(
     if data.get("schema") != SCHEMA:
         raise MatrixError(f"matrix.toml: schema {data.get('schema')!r}, this reader reads {SCHEMA}")
     platforms: dict[str, Platform] = {}
-    for name, raw in dict(data.get("platforms", {})).items():
+    for name, raw_platform in _table("[platforms]", data.get("platforms", {})).items():
         where = f"[platforms.{name}]"
-        _check_keys(where, raw, _PLATFORM_KEYS)
+        raw = _check_keys(where, raw_platform, _PLATFORM_KEYS)
         os_name = _choice(f"{where}.os", raw.get("os"), _OSES)
         platforms[name] = Platform(
             name=name,
@@ -281,10 +287,11 @@ def parse_matrix(
         )
     if not platforms:
         raise MatrixError("matrix.toml: no [platforms.*] tables")
-    indexes = dict(data.get("indexes", {}))
-    for name, url in indexes.items():
+    indexes: dict[str, str] = {}
+    for name, url in _table("[indexes]", data.get("indexes", {})).items():
         if not isinstance(url, str) or not url.startswith("https://"):
             raise MatrixError(f"matrix.toml: [indexes] {name} = {url!r} must be an https:// URL")
+        indexes[name] = url
     images, allow_failure = _parse_backends(data)
     torch_raw = data.get("torch")
     if not isinstance(torch_raw, list) or not torch_raw:

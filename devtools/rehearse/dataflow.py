@@ -40,13 +40,18 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
+from devtools.matrix.jobs import Job
 from devtools.matrix.model import Matrix
 from devtools.rehearse.flowjob import JobWheel, build_job, buildable_here, log
 from devtools.release import releaseflow
 from devtools.release.releaseflow import Call, job_cells
+
+if TYPE_CHECKING:
+    from devtools.release.contents import CellStatus
+    from devtools.release.distfiles import WheelInfo
 
 __all__ = ["DEFAULT_REAL_CELLS", "FlowResult", "lay_out_artifacts", "rehearse_dataflow"]
 
@@ -189,7 +194,7 @@ class FlowResult:
     cells: int
     real_cells: list[str]
     failed_jobs: list[str]
-    statuses: list[Any]
+    statuses: list[CellStatus]
     combined_wheels: list[str]
     variant_wheels: int
     problems: list[str]
@@ -200,7 +205,7 @@ class FlowResult:
         return not self.problems
 
 
-def _matrix_job(work: Path, only: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _matrix_job(work: Path, only: str) -> tuple[list[Job], list[dict[str, str]]]:
     """The matrix job: its call, then its outputs, the build and the verify matrices."""
     workspace = work / "matrix"
     workspace.mkdir(parents=True)
@@ -210,11 +215,14 @@ def _matrix_job(work: Path, only: str) -> tuple[list[dict[str, Any]], list[dict[
     if failed is not None:
         raise ConfigError(f"{releaseflow.MATRIX.run_line}: {failed}")
     outputs = dict(line.split("=", 1) for line in output.read_text("utf-8").splitlines())
-    return json.loads(outputs["cells"])["include"], json.loads(outputs["verify"])["include"]
+    # The matrix command's own output, read back as it wrote it (its records unchecked).
+    jobs: list[Job] = json.loads(outputs["cells"])["include"]
+    verify: list[dict[str, str]] = json.loads(outputs["verify"])["include"]
+    return jobs, verify
 
 
 def _cells_jobs(
-    jobs: Sequence[dict[str, Any]],
+    jobs: Sequence[Job],
     store: dict[str, list[Path]],
     problems: list[str],
     *,
@@ -289,7 +297,7 @@ def rehearse_dataflow(
     )  # fmt: skip
     real = [cell for job in built.values() for cell in job.real]
 
-    def result(statuses: Sequence[Any] = (), wheels: Sequence[Any] = ()) -> FlowResult:
+    def result(statuses: Sequence[CellStatus] = (), wheels: Sequence[WheelInfo] = ()) -> FlowResult:
         return FlowResult(
             jobs=len(jobs),
             cells=sum(len(j["cells"]) for j in jobs),
@@ -332,9 +340,9 @@ def rehearse_dataflow(
 
 
 def _check_result(
-    jobs: Sequence[Mapping[str, Any]],
-    statuses: Sequence[Any],
-    wheels: Sequence[Any],
+    jobs: Sequence[Job],
+    statuses: Sequence[CellStatus],
+    wheels: Sequence[WheelInfo],
     built: Mapping[str, JobWheel],
     fail_jobs: Sequence[str],
 ) -> list[str]:
@@ -348,9 +356,7 @@ def _check_result(
         return f"{tag.interpreter}-{tag.abi}-{'_'.join(platform_key(tag.platform))}"
 
     problems = []
-    failed_cells = {
-        c for j in jobs if j["id"] in fail_jobs for c in (*j["cells"], *j.get("portable", ()))
-    }
+    failed_cells = {c for j in jobs if j["id"] in fail_jobs for c in (*j["cells"], *j["portable"])}
     for status in statuses:
         want = "absent" if status.cell in failed_cells else "present"
         if status.state != want:

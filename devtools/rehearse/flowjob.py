@@ -25,9 +25,8 @@ import shutil
 import sys
 import time
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.files import sha256_of
@@ -35,6 +34,7 @@ from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.run import run
 from devtools.base.paths import ROOT
 from devtools.matrix.cells import Cell, PortableCell, library_entry, portable_cells
+from devtools.matrix.jobs import Job
 from devtools.matrix.model import Matrix
 from devtools.matrix.tables import host_os
 from devtools.release.releaseflow import JOB_CELLS_VARIABLE, job_cells
@@ -99,10 +99,10 @@ def stand_in_library(
     return entry, path
 
 
-def job_portable_cells(matrix: Matrix, job: Mapping[str, Any]) -> list[PortableCell]:
+def job_portable_cells(matrix: Matrix, job: Job) -> list[PortableCell]:
     """The portable cells the build matrix entry ``job`` builds (its ``portable``: the
     groups whose first job it is)."""
-    wanted = set(job.get("portable", ()))
+    wanted = set(job["portable"])
     return [table for table in portable_cells(matrix.cells()) if table.id in wanted]
 
 
@@ -223,7 +223,7 @@ class JobWheel:
 
 
 def build_job(
-    job: Mapping[str, Any],
+    job: Job,
     *,
     matrix: Matrix,
     real_cells: Sequence[str],

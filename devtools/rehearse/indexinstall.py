@@ -28,8 +28,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from packaging.tags import parse_tag
 
@@ -96,7 +96,7 @@ def _pip_from_index(
     *,
     target: Path | None = None,
     python_version: str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Install torch-c-dlpack-ext from the rehearsal index only; return pip's report.
 
     ``python_version``: resolve for another CPython (``3.14t``: a free-threaded one)."""
@@ -112,14 +112,17 @@ def _pip_from_index(
             cmd += ["--implementation", "cp", "--abi", python_target_tags(python_version)[1]]
     cmd.append(DIST_NAME)
     run(cmd, env=_isolated_pip_env(), timeout=deadline.left(INSTALL_TIMEOUT))
-    data: dict[str, Any] = json.loads(report.read_text(encoding="utf-8"))
+    data = json.loads(report.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ReleaseError(f"pip's --report {report} holds no JSON object")
     return data
 
 
-def _installed_file(report: dict[str, Any]) -> tuple[str, str]:
+def _installed_file(report: Mapping[str, object]) -> tuple[str, str]:
     installs = report.get("install") or []
-    if len(installs) != 1:
-        raise ReleaseError(f"pip installed {len(installs)} distributions, expected 1")
+    if not isinstance(installs, list) or len(installs) != 1:
+        count = len(installs) if isinstance(installs, list) else "no list of"
+        raise ReleaseError(f"pip installed {count} distributions, expected 1")
     item = installs[0]
     url = str(item["download_info"]["url"])
     return url.rsplit("/", 1)[-1], str(item["metadata"]["version"])
@@ -127,7 +130,7 @@ def _installed_file(report: dict[str, Any]) -> tuple[str, str]:
 
 def _diagnose(
     python: Path, work: Path, *, pythonpath: Path | None = None
-) -> tuple[str, str, dict[str, Any]]:
+) -> tuple[str, str, dict[str, object]]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
@@ -150,8 +153,8 @@ def _scenario(
     name: str,
     *,
     files: ReleaseFiles,
-    pip_report: dict[str, Any],
-    decision: tuple[str, str, dict[str, Any]],
+    pip_report: Mapping[str, object],
+    decision: tuple[str, str, Mapping[str, object]],
     want_wheel: str,
     want_kind: str,
     want_library: str | None = None,
@@ -168,16 +171,17 @@ def _scenario(
         problems.append(f"selector decided {kind}, expected {want_kind}")
     if want_library is not None and library != want_library:
         problems.append(f"loaded {library}, expected {want_library}")
-    if want_kind in ("load", "defer") and not report.get("smoke_test", {}).get("ok"):
+    if want_kind in ("load", "defer") and not diagnose.report_table(report, "smoke_test").get("ok"):
         problems.append(f"smoke test failed: {report.get('smoke_test')}")
-    if want_kind == "unavailable" and not report["decision"].get("remedy"):
+    if want_kind == "unavailable" and not diagnose.report_table(report, "decision").get("remedy"):
         problems.append("unavailable without a remedy for the user")
     return Check(
         name=name,
         expected=f"{want_wheel} wheel, {want_kind}" + (f" {want_library}" if want_library else ""),
         observed=f"{wheel} -> {kind}" + (f" {library}" if library != "-" else ""),
         ok=not problems,
-        detail="; ".join(problems) or str(report["decision"].get("reason", ""))[:160],
+        detail="; ".join(problems)
+        or str(diagnose.report_table(report, "decision").get("reason", ""))[:160],
     )
 
 
@@ -257,7 +261,7 @@ def install_scenarios(
     # build flavour) is the one to load; if its cell was not built, the selector must
     # explain instead.
     decision = _diagnose(old.python, work, pythonpath=site)
-    backend = str((decision[2].get("torch") or {}).get("backend") or "cpu")
+    backend = str(diagnose.report_table(decision[2], "torch").get("backend") or "cpu")
     library = _expected_library(files, old_minor, backend)
     checks.append(
         _scenario(

@@ -26,7 +26,6 @@ import unittest.mock
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import CommandError
 from _torch_c_dlpack_ext_core.files import sha256_of
@@ -91,7 +90,7 @@ def _build(cells: Sequence[str], out: Path, deadline: Deadline) -> Path:
     return out
 
 
-def _rehearsal_credentials() -> contextlib.AbstractContextManager[Any]:
+def _rehearsal_credentials() -> contextlib.AbstractContextManager[object]:
     # pypiserver runs with authentication off (-a . -P .); twine still wants a
     # username and password in non-interactive mode. Real ones are never needed.
     return unittest.mock.patch.dict(

@@ -11,7 +11,6 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from packaging.version import Version
 
@@ -20,6 +19,7 @@ from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PACKAGE
 from _torch_c_dlpack_ext_core.run import run
 from devtools.base.errors import MatrixError, ReleaseError
 from devtools.base.hostenv import dev_cache_root
+from devtools.matrix.jobs import JobRecord, job_torch
 from devtools.matrix.tables import python_sort_key, python_within
 from devtools.release.diagnose import DIAGNOSE_TIMEOUT, INSTALL_TIMEOUT, check_against_torch
 
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-def verify_matrix(jobs: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+def verify_matrix(jobs: Sequence[JobRecord]) -> list[dict[str, str]]:
     """The verify job's matrix: the abi3 wheel is installed on the oldest and the newest
     CPython each torch minor supports on the platform (the jobs' ``torch`` field), with
     that minor's torch; a free-threaded wheel on its own Python. One entry per (runner,
@@ -41,7 +41,7 @@ def verify_matrix(jobs: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     wheels of its own platform."""
     wanted: dict[tuple[str, str], set[str]] = {}
     for job in jobs:
-        for minor, pythons in dict(job.get("torch") or {}).items():
+        for minor, pythons in job_torch(job).items():
             if not pythons:
                 continue
             ordered = sorted(pythons, key=python_sort_key)
@@ -58,7 +58,9 @@ def verify_matrix(jobs: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     ]
 
 
-def github_matrix(matrix: Any, *, requires_python: str | None = None) -> dict[str, Any]:
+def github_matrix(
+    matrix: object, *, requires_python: str | None = None
+) -> dict[str, dict[str, object]]:
     """From ``nox -s matrix`` JSON, the build matrix and the verify matrix.
 
     The build matrix keeps the jobs as they are (``{"include": [jobs]}``). The
@@ -91,7 +93,7 @@ def github_matrix(matrix: Any, *, requires_python: str | None = None) -> dict[st
     return {"cells": {**matrix, "include": jobs}, "verify": verify}
 
 
-def github_output_lines(matrix: Any, *, requires_python: str | None = None) -> list[str]:
+def github_output_lines(matrix: object, *, requires_python: str | None = None) -> list[str]:
     """:func:`github_matrix`'s two matrices as ``$GITHUB_OUTPUT`` lines (``cells=<JSON>``,
     ``verify=<JSON>``: one line each, which is all that file's ``key=value`` form takes)."""
     matrices = github_matrix(matrix, requires_python=requires_python)

@@ -9,13 +9,13 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from _torch_c_dlpack_ext_core.files import atomic_write_bytes
 from _torch_c_dlpack_ext_core.naming import DIST_NAME
 from _torch_c_dlpack_ext_core.version import __version__
 from devtools.base.errors import MatrixError, ReleaseError
 from devtools.matrix.cells import cell_for_entry, portable_cell_for_entry
+from devtools.matrix.jobs import JobRecord, job_str, job_strings
 from devtools.matrix.model import Matrix
 from devtools.release.distfiles import WheelInfo, read_wheel
 from devtools.release.releaseflow import CELL_ARTIFACT_PREFIX
@@ -51,8 +51,8 @@ class CellStatus:
     def acceptable(self) -> bool:
         return self.state == "present" or (self.state == "absent" and bool(self.allowed))
 
-    def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = dataclasses.asdict(self)
         data["combined"], data["variants"] = list(self.combined), list(self.variants)
         return data
 
@@ -92,7 +92,7 @@ def _cells_in_wheels(
 
 def release_contents(
     matrix: Matrix,
-    jobs: Sequence[dict[str, Any]],
+    jobs: Sequence[JobRecord],
     wheels: Sequence[WheelInfo],
     *,
     arrived: set[str] | None = None,
@@ -104,15 +104,15 @@ def release_contents(
     (the caller reads it: :func:`devtools.matrix.reader.load_matrix`) names the cells
     the wheels' libraries belong to."""
     combined, variants = _cells_in_wheels(matrix, wheels)
-    expected = {cell: job for job in jobs for cell in job.get("cells", [])}
+    expected = {cell: job for job in jobs for cell in job_strings(job, "cells")}
     # A group's portable table: in its combined wheel only (variant wheels carry one cell).
-    portable = {cell: job for job in jobs for cell in job.get("portable", [])}
+    portable = {cell: job for job in jobs for cell in job_strings(job, "portable")}
     statuses: list[CellStatus] = []
     for cell_id, job in {**expected, **portable}.items():
         where_c = tuple(combined.get(cell_id, ()))
         where_v = tuple(variants.get(cell_id, ()))
-        allowed = str(job.get("allow_failure") or "")
-        job_id = str(job.get("id", ""))
+        allowed = job_str(job, "allow_failure")
+        job_id = job_str(job, "id")
         kinds = (("combined", where_c),) if cell_id in portable else (
             ("combined", where_c), ("variant", where_v)
         )  # fmt: skip
@@ -173,7 +173,7 @@ def check_contents(statuses: Sequence[CellStatus]) -> None:
         )
 
 
-def load_jobs(path: Path) -> list[dict[str, Any]]:
+def load_jobs(path: Path) -> list[JobRecord]:
     """The jobs of a ``nox -s matrix`` JSON file."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -181,7 +181,11 @@ def load_jobs(path: Path) -> list[dict[str, Any]]:
         raise MatrixError(f"{path}: not readable JSON ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("include"), list):
         raise MatrixError(f'{path}: expected `nox -s matrix` output (an "include" list)')
-    return list(data["include"])
+    jobs: list[object] = data["include"]
+    bad = [job for job in jobs if not isinstance(job, dict)]
+    if bad:
+        raise MatrixError(f"{path}: a job is not an object: {bad[0]!r}")
+    return [job for job in jobs if isinstance(job, dict)]
 
 
 def arrived_jobs(cells_dir: Path) -> set[str]:

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import CommandError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
@@ -36,7 +35,7 @@ DIAGNOSE_TIMEOUT = 300.0
 
 def diagnose(
     python: Path, *, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Run ``python -m torch_c_dlpack_ext --json`` and return its JSON report.
 
     Exit status 1 means "no working API published" (the report says why), which
@@ -62,7 +61,14 @@ def diagnose(
     return data
 
 
-def decision_of(report: dict[str, Any]) -> tuple[str, str | None]:
+def report_table(report: Mapping[str, object], key: str) -> Mapping[str, object]:
+    """The object ``report[key]`` of a diagnostics report (``{}`` when absent, null or
+    not an object: the checks that read it then fail on the missing field)."""
+    table = report.get(key)
+    return table if isinstance(table, dict) else {}
+
+
+def decision_of(report: Mapping[str, object]) -> tuple[str, str | None]:
     """``(kind, library path)`` from a ``python -m torch_c_dlpack_ext --json`` report,
     whose ``decision`` is ``{"kind": ..., "library": <path or null>, ...}``."""
     decision = report.get("decision")
@@ -96,8 +102,9 @@ def check_against_torch(python: Path, entries: Sequence[ManifestEntry], torch: s
     library of that torch's backend and ABI if there is one, else explain."""
     report = diagnose(python)
     kind, library = decision_of(report)
-    described = report.get("torch") or {}
+    described = report_table(report, "torch")
     abi = described.get("cxx11_abi")
+    abi = abi if isinstance(abi, bool) else None
     want = expected_library(entries, torch, abi, str(described.get("backend") or "cpu"))
     if want is not None:
         if kind != "load" or Path(library or "").name != Path(want.file).name:
@@ -105,9 +112,9 @@ def check_against_torch(python: Path, entries: Sequence[ManifestEntry], torch: s
                 f"torch {torch} (cxx11_abi={abi}): expected to load {want.file}, "
                 f"the selector decided {kind} ({library})"
             )
-        if not (report.get("smoke_test") or {}).get("ok"):
+        if not report_table(report, "smoke_test").get("ok"):
             raise ReleaseError(f"torch {torch}: smoke test failed: {report.get('smoke_test')}")
-    elif kind != "unavailable" or not (report.get("decision") or {}).get("remedy"):
+    elif kind != "unavailable" or not report_table(report, "decision").get("remedy"):
         raise ReleaseError(
             f"torch {torch} (cxx11_abi={abi}): no bundled library fits, so the selector "
             f"must explain (unavailable with a remedy); it decided {kind}"

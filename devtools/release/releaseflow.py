@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+
+from devtools.matrix.jobs import JobRecord, job_strings
 
 __all__ = [
     "ASSEMBLE",
@@ -56,9 +57,9 @@ CELL_ARTIFACT_PREFIX = "cell-"
 DOWNLOAD_ARTIFACT = "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093"
 
 
-def job_cells(job: Mapping[str, Any]) -> str:
+def job_cells(job: JobRecord) -> str:
     """:data:`JOB_CELLS` for one entry of the build matrix: its cell ids, comma-joined."""
-    return ",".join(str(cell) for cell in job["cells"])
+    return ",".join(job_strings(job, "cells"))
 
 
 @dataclasses.dataclass(frozen=True)

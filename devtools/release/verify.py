@@ -14,7 +14,6 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from packaging.version import Version
 
@@ -23,6 +22,7 @@ from devtools.base import ghactions
 from devtools.base.errors import ReleaseError
 from devtools.base.hostenv import venv_python
 from devtools.base.steps import find_uv
+from devtools.matrix.jobs import JobRecord
 from devtools.matrix.reader import load_matrix
 from devtools.release.contents import check_contents, release_contents
 from devtools.release.diagnose import (
@@ -53,7 +53,7 @@ def _same_libraries(variant: WheelInfo, combined: Sequence[WheelInfo]) -> None:
             )
 
 
-def _verify_contents(expect: Sequence[dict[str, Any]], wheels: Sequence[WheelInfo]) -> list[str]:
+def _verify_contents(expect: Sequence[JobRecord], wheels: Sequence[WheelInfo]) -> list[str]:
     # PyPI refuses plain linux_* tags: such a wheel means a job's repair step did not run.
     unrepaired = sorted(w.path.name for w in wheels if any("-linux_" in t for t in w.tags))
     if unrepaired:
@@ -135,7 +135,7 @@ def _install_and_diagnose(
 def verify(
     dist: Path,
     *,
-    expect: Sequence[dict[str, Any]] | None = None,
+    expect: Sequence[JobRecord] | None = None,
     install: bool = True,
     torch: Sequence[str] | None = None,
 ) -> list[str]:

@@ -186,7 +186,7 @@ def portable_wheel(
     work = tmp_path_factory.mktemp("portable-wheel")
     (result,) = build.build_portable_cells([cell], work / "cells")
     assert result.entry is not None, result
-    groups = {group_dir(work / "cells", cell): {str(result.entry["file"])}}
+    groups = {group_dir(work / "cells", cell): {result.entry.file}}
     made = wheels.assemble_dist(groups, work / "dist", matrix=matrix, repair=True)
     wheel = combined_wheel(work / "dist", platform)
     assert wheel is not None, made

@@ -16,6 +16,8 @@ from devtools.build import host as buildhost
 from devtools.commands import build as command
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
+from _torch_c_dlpack_ext_core.naming import Backend
 
 NOTE = (
     "index https://download.pytorch.org/whl/cu126 did not answer within 5 s "
@@ -154,9 +156,7 @@ def test_the_report_never_overwrites_an_artifact(
         index.write_text('{"variants": {}}\n', encoding="utf-8")
         return [index]
 
-    built = build.CellResult(
-        cell="linux_x86_64-t28_cpu", status="built", size=1, entry={"file": "libs/lib.so"}
-    )
+    built = build.CellResult(cell="linux_x86_64-t28_cpu", status="built", size=1, entry=_ENTRY)
     monkeypatch.setattr(build, "build_cells", lambda *a, **k: [built])
     monkeypatch.setattr(wheels, "assemble_dist", assemble)
     cells = ["--cells", "linux_x86_64-t28_cpu"]
@@ -166,3 +166,48 @@ def test_the_report_never_overwrites_an_artifact(
     assert index.read_text(encoding="utf-8") == '{"variants": {}}\n'
     report = json.loads((tmp_path / command.REPORT_NAME).read_text(encoding="utf-8"))
     assert report["artifacts"] == [{"file": index.name, "size": index.stat().st_size}]
+
+
+_ENTRY = ManifestEntry(
+    file="libs/lib.so",
+    torch="2.8",
+    torch_build="2.8.0",
+    backend=Backend.CPU,
+    cxx11_abi=True,
+    dlpack="1.1",
+    toolchain="g++ 12.2.0",
+    gpu_toolkit=None,
+    platform="linux_x86_64",
+    python="abi3",
+    size=1,
+    sha256="0" * 64,
+    cell="linux_x86_64-t28_cpu",
+)
+
+
+def test_the_report_records_a_cells_entry_as_its_manifest_json() -> None:
+    built = build.CellResult(cell="linux_x86_64-t28_cpu", status="built", size=1, entry=_ENTRY)
+    record = json.loads(json.dumps(built.to_json()))
+    assert record["entry"] == _ENTRY.to_json()
+    assert ManifestEntry.from_json(record["entry"]) == _ENTRY
+    skipped = build.CellResult(cell="linux_x86_64-t28_cpu", status="skipped", reason="no")
+    assert skipped.to_json() == {
+        "cell": "linux_x86_64-t28_cpu",
+        "status": "skipped",
+        "seconds": 0.0,
+        "size": 0,
+        "reason": "no",
+        "entry": None,
+        "setup_seconds": 0.0,
+    }
+
+
+def test_a_failed_cell_counts_its_time_as_set_up_only_when_it_failed_in_the_set_up() -> None:
+    import time
+
+    started = time.monotonic() - 5
+    during = build.CellResult.failed("c", OSError("no torch"), started, None)
+    after = build.CellResult.failed("c", OSError("compile"), started, 2.0)
+    assert (during.status, during.reason) == ("failed", "OSError: no torch")
+    assert during.setup_seconds == during.seconds >= 5
+    assert (after.setup_seconds, after.seconds >= 5) == (2.0, True)

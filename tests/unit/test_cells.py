@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import types
 import zipfile
 from pathlib import Path
@@ -150,7 +151,7 @@ def test_the_build_records_each_librarys_cell_and_assembly_reads_it(tmp_path: Pa
     build_dir = tmp_path / "build" / "cells"
     results = [build.build_one(cell, build_dir) for cell in chosen]
     assert [r.status for r in results] == ["built", "built"], results
-    assert [r.entry and r.entry["cell"] for r in results] == [c.id for c in chosen]
+    assert [r.entry and r.entry.cell for r in results] == [c.id for c in chosen]
     build._write_group_manifests(chosen, {r.cell: r for r in results}, build_dir)
     group = group_dir(build_dir, chosen[0])
     assert [e.cell for e in load_manifest(group / MANIFEST_NAME)] == [c.id for c in chosen]
@@ -265,3 +266,26 @@ def test_a_portable_entry_is_found_by_its_portable_cell_never_as_a_native_one() 
     ):
         with pytest.raises(MatrixError, match=r"no portable cell of matrix\.toml"):
             portable_cell_for_entry(CELLS, bad, "m.json")
+
+
+def test_a_cell_without_its_free_threaded_cpython_fails_in_its_set_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from devtools.matrix.cells import portable_cells
+
+    cells = load_matrix().cells()
+    native = next(c for c in cells if c.freethreaded)
+    portable = next(c for c in portable_cells(cells) if c.freethreaded)
+
+    def freethreaded_python(version: str) -> str:
+        time.sleep(0.2)  # a provisioner that looked for a while
+        return f"no CPython {version}"
+
+    monkeypatch.setattr(build, "freethreaded_python", freethreaded_python)
+    for result in (
+        build.build_one(native, tmp_path),
+        build.build_portable_one(portable, tmp_path),
+    ):
+        assert (result.status, result.entry) == ("failed", None), result
+        assert result.reason == f"ProvisionError: no CPython {native.python}"
+        assert result.setup_seconds == result.seconds >= 0.2

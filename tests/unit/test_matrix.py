@@ -442,6 +442,10 @@ def test_fixture_free_threaded_cells_and_release_table() -> None:
             lambda d: d["platforms"].update(linux_x86_64="x"),
             r"\[platforms\.linux_x86_64\] must be a table",
         ),
+        # Not a table where one is expected: an error naming it, never a crash.
+        (lambda d: d.update(platforms=["linux_x86_64"]), r"\[platforms\] must be a table"),
+        (lambda d: d.update(indexes="pypi"), r"\[indexes\] must be a table"),
+        (lambda d: d.update(backends=3), r"\[backends\] must be a table"),
         (lambda d: d["torch"][0].update(freethreaded=["3.14"]), "free-threaded CPythons"),
         (lambda d: d["torch"][0].update(freethreaded="3.14t"), "free-threaded CPythons"),
         (lambda d: d["torch"][0]["wheel"][0].update(freethreaded="no"), "true or false"),
