@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from _torch_c_dlpack_ext_core.version import __version__
 
     from . import errors
-    from ._select import DecisionKind
+    from ._decide import DecisionKind
     from ._status import Status, StatusFields
 
 __all__ = [
@@ -56,7 +56,7 @@ _LAZY = {
     "__version__": ("_torch_c_dlpack_ext_core.version", "__version__"),
     "errors": ("torch_c_dlpack_ext.errors", None),
     "Status": ("torch_c_dlpack_ext._status", "Status"),
-    "DecisionKind": ("torch_c_dlpack_ext._select", "DecisionKind"),
+    "DecisionKind": ("torch_c_dlpack_ext._decide", "DecisionKind"),
     "TorchCDLPackExtWarning": ("_torch_c_dlpack_ext_core.errors", "TorchCDLPackExtWarning"),
 }
 
@@ -104,7 +104,7 @@ def _torch_defers() -> bool:
 def _run_selector(torch_failure: Exception | None) -> StatusFields | None:
     # torch's own import failed (`torch_failure`): say so; nothing below imports it again.
     if torch_failure is not None:
-        from ._selector import torch_import_failed
+        from ._apply import torch_import_failed
 
         return torch_import_failed(torch_failure)
     # No TORCH_C_DLPACK_EXT_* variable (one look at the environment for both fast paths):
@@ -121,7 +121,7 @@ def _run_selector(torch_failure: Exception | None) -> StatusFields | None:
     # Anything unusual: the full selector decides, acts and says why.
     from pathlib import Path
 
-    from ._selector import select_and_load
+    from ._apply import select_and_load
 
     return select_and_load(os.environ, Path(_PACKAGE_DIR))
 
@@ -251,7 +251,7 @@ def status() -> Status:
     """What importing this package did: the decision, the library loaded (if any),
     the running torch, the reason, and the warnings emitted."""
     if "status" not in _STATE:
-        from ._selector import status_of
+        from ._apply import status_of
 
         made = status_of(_STATE["fields"])
         # setdefault is atomic: threads asking at once all get the first record made.
@@ -270,7 +270,7 @@ def build_for_current_torch() -> Path:
     Returns the library's path; raises a :class:`~torch_c_dlpack_ext.errors.BuildError`
     (or another :mod:`~torch_c_dlpack_ext.errors` class) saying what is missing.
     """
-    from ._selector import build_for_current_torch as build
+    from ._apply import build_for_current_torch as build
 
     _STATE["status"], library = build(os.environ)
     return library

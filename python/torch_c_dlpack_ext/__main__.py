@@ -148,7 +148,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
         "warnings": list(status.warnings),
     }
     if status.portable:
-        from ._select import PORTABLE_COST, cost_line
+        from ._decide import PORTABLE_COST, cost_line
 
         report["decision"]["cost"] = {**PORTABLE_COST, "summary": cost_line()}
     report["overrides"] = dict(status.settings.in_force) if status.settings else {}

@@ -4,8 +4,8 @@ steps every load takes: verify, dlopen, check the table, publish on ``torch.Tens
 # load_common handles the common case with this module alone: no TORCH_C_DLPACK_EXT_*
 # variable, neither attribute on torch.Tensor, a valid manifest and a matching library
 # that loads. Anything else (and any failure on the way) returns None before anything
-# changed, and the package's __init__ runs _selector, the full selector, which decides
-# with _select.decide, acts, and says why in one warning; it is imported only then.
+# changed, and the package's __init__ runs _apply, the full selector, which decides
+# with _decide.decide, acts, and says why in one warning; it is imported only then.
 #
 # Every check of the full path is kept: the manifest schema, the library's size and
 # sha256, its ELF extents, a sealed in-memory copy for dlopen (RTLD_NOW | RTLD_LOCAL),

@@ -23,7 +23,7 @@ from _torch_c_dlpack_ext_core import dlpack_ctypes, manifest, naming
 from _torch_c_dlpack_ext_core.errors import ConfigError, ManifestError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry, write_manifest
 from torch_c_dlpack_ext import _loader
-from torch_c_dlpack_ext._select import DecisionKind, Settings, decide
+from torch_c_dlpack_ext._decide import DecisionKind, Settings, decide
 from torch_c_dlpack_ext._torchinfo import TorchInfo
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.naming import Backend
-from torch_c_dlpack_ext._select import Settings
+from torch_c_dlpack_ext._decide import Settings
 from torch_c_dlpack_ext._settings import RUNTIME_VARIABLES, parse_bool, read_settings
 
 P = "TORCH_C_DLPACK_EXT_"

@@ -1,10 +1,10 @@
-"""The full selector: everything the import does off its common path, and says why.
+"""The full selector's effects: everything the import does off its common path, and says why.
 
 :func:`._loader.load_common` handles the common case; this module runs when
 anything is unusual (a ``TORCH_C_DLPACK_EXT_*`` variable, an attribute on
 ``torch.Tensor`` to judge, no valid manifest, no matching library, a library that
 fails), and for :func:`torch_c_dlpack_ext.status`, the diagnostics and an explicit
-build. It reads settings, torch and the manifest, decides with :func:`._select.decide`
+build. It reads settings, torch and the manifest, decides with :func:`._decide.decide`
 and acts. Nothing here lets an expected failure escape :func:`select_and_load`: every
 one becomes the fields of a :class:`._status.Status` with the cause, and one
 :class:`TorchCDLPackExtWarning` (the package's ``__init__`` catches the unexpected).
@@ -47,6 +47,15 @@ from _torch_c_dlpack_ext_core.naming import (
     running_python,
 )
 
+from ._decide import (
+    Decision,
+    DecisionKind,
+    Settings,
+    decide,
+    describe_entry,
+    gpu_library_remedy,
+    manifest_needed,
+)
 from ._library import LoadedLibrary, open_library, read_library
 from ._library import short_path as _short_path
 from ._loader import (
@@ -56,15 +65,6 @@ from ._loader import (
     LOCK,
     make_capsule,
     publish,
-)
-from ._select import (
-    Decision,
-    DecisionKind,
-    Settings,
-    decide,
-    describe_entry,
-    gpu_library_remedy,
-    manifest_needed,
 )
 from ._status import Status, StatusFields
 from ._torchinfo import TorchInfo, check_legacy_pointer
