@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,18 @@ import pytest
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.naming import Backend
 from torch_c_dlpack_ext._decide import Settings
-from torch_c_dlpack_ext._settings import RUNTIME_VARIABLES, parse_bool, read_settings
+from torch_c_dlpack_ext._settings import (
+    RUNTIME_VARIABLES,
+    Reading,
+    parse_bool,
+    read_backend,
+    read_cache_dir,
+    read_flag,
+    read_library,
+    read_lock_timeout,
+    read_settings,
+    read_trusted_owner,
+)
 
 P = "TORCH_C_DLPACK_EXT_"
 
@@ -327,6 +339,35 @@ def test_each_variable_reads_as_the_table_says(
     # Every other setting keeps its default.
     others = set(Settings._fields) - {field, "problems", "in_force"}
     assert all(getattr(settings, name) == getattr(Settings(), name) for name in others)
+
+
+#: The reader of each variable, given its value (stripped; None where unset or empty).
+READERS: dict[str, Callable[[str | None], Reading[object]]] = {
+    **{short: partial(read_flag, short) for short in ("DISABLE", "FORCE", "JIT", "PORTABLE")},
+    "BACKEND": read_backend,
+    "LIBRARY": read_library,
+    "CACHE_DIR": read_cache_dir,
+    "TRUSTED_OWNER": read_trusted_owner,
+    "LOCK_TIMEOUT": read_lock_timeout,
+}
+
+
+@pytest.mark.parametrize(
+    ("short", "raw", "field", "value", "problem"),
+    READINGS,
+    ids=[f"{case[0]}={case[1]!r}" for case in READINGS],
+)
+def test_each_reader_gives_what_read_settings_gives(
+    tmp_path: Path, short: str, raw: str | None, *, field: str, value: object, problem: str | None
+) -> None:
+    """Each variable's reader alone: its value and its problem, never an exception; what
+    read_settings composes."""
+    (tmp_path / "lib.so").write_bytes(b"x")
+    text = None if raw is None else raw.replace("{tmp}", str(tmp_path)).strip() or None
+    read, found = READERS[short](text)
+    settings = read_settings({} if text is None else {P + short: text})
+    assert read == getattr(settings, field)
+    assert (found,) == settings.problems if problem else found is None
 
 
 def test_problems_come_unknown_names_first_then_in_the_readers_order() -> None:
