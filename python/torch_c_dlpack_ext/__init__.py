@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pathlib import Path
+    from types import ModuleType
+    from typing import TypedDict
 
     from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtWarning
     from _torch_c_dlpack_ext_core.version import __version__
@@ -33,6 +35,13 @@ if TYPE_CHECKING:
     from . import errors
     from ._decide import DecisionKind
     from ._status import Status, StatusFields
+
+    class _State(TypedDict, total=False):
+        # What the import kept (`fields`; None: deferred on the fast path) and the
+        # Status that status() made of it on first use.
+        fields: StatusFields | None
+        status: Status
+
 
 __all__ = [
     "DecisionKind",
@@ -115,9 +124,9 @@ def _run_selector(torch_failure: Exception | None) -> StatusFields | None:
             return None
         from ._loader import load_common
 
-        fields = load_common(_PACKAGE_DIR)
-        if fields is not None:
-            return cast("StatusFields", fields)
+        loaded = load_common(_PACKAGE_DIR)
+        if loaded is not None:
+            return {"kind": loaded[0], "library": loaded[1], "common_path": True}
     # Anything unusual: the full selector decides, acts and says why.
     from pathlib import Path
 
@@ -130,7 +139,7 @@ _MISSING = object()
 _ATTRIBUTES = (_CAPSULE_ATTR, _LEGACY_INT_ATTR)
 
 
-def _restore(tensor: Any, saved: dict[str, object]) -> None:
+def _restore(tensor: object, saved: dict[str, object]) -> None:
     # Put `torch.Tensor`'s own two attributes back as they were before the selector ran.
     if tensor is None:
         return
@@ -146,7 +155,7 @@ def _restore(tensor: Any, saved: dict[str, object]) -> None:
         return
 
 
-def _import_torch() -> Any:
+def _import_torch() -> ModuleType:
     # torch, imported at most once per import of ours (the later steps find it in
     # sys.modules). A failed `import torch` (under `python -W error`, a warning of its own
     # becomes an exception) leaves its submodules (torch._C...) behind without torch:
@@ -193,7 +202,7 @@ def _import_boundary() -> StatusFields | None:
     # torch_c_dlpack_ext.errors.WarningAsImportError (an `ImportError`,
     # the warning chained as its cause), because consumers guard this import with
     # `except ImportError` only.
-    tensor: Any = None
+    tensor: object = None
     saved: dict[str, object] = {}
     torch_failure: Exception | None = None
     try:
@@ -232,10 +241,10 @@ def _import_boundary() -> StatusFields | None:
 
 # The import keeps the fields of its Status; status() makes the record on first use.
 # None means "deferred on the fast path": status() describes torch then.
-_STATE: dict[str, Any] = {"fields": _import_boundary()}
+_STATE: _State = {"fields": _import_boundary()}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         import importlib
 
@@ -256,8 +265,7 @@ def status() -> Status:
         made = status_of(_STATE["fields"])
         # setdefault is atomic: threads asking at once all get the first record made.
         _STATE.setdefault("status", made)
-    current: Status = _STATE["status"]
-    return current
+    return _STATE["status"]
 
 
 def build_for_current_torch() -> Path:

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from _torch_c_dlpack_ext_core.errors import (
     REINSTALL,
@@ -70,6 +70,8 @@ from ._status import Status, StatusFields
 from ._torchinfo import TorchInfo, check_legacy_pointer
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from _torch_c_dlpack_ext_core.trust import TrustedOwners
 
 __all__ = [
@@ -210,7 +212,7 @@ class _Action:
 
     def __init__(
         self,
-        torch: Any,
+        torch: ModuleType,
         info: TorchInfo,
         decision: Decision,
         settings: Settings,
@@ -442,14 +444,14 @@ _BUILD_INFO_IN_FILE = re.compile(
 )
 
 
-def build_info_in(data: bytes) -> dict[str, Any]:
+def build_info_in(data: bytes) -> dict[str, object]:
     """The build info a library's bytes hold (its ``TorchCDLPackExtBuildInfo`` string
     constant), read without loading it; ``{}`` when there is none."""
     match = _BUILD_INFO_IN_FILE.search(data)
     return _parse_build_info(match.group()[:-1].decode("utf-8", "replace") if match else None)
 
 
-def _parse_build_info(raw: str | None) -> dict[str, Any]:
+def _parse_build_info(raw: str | None) -> dict[str, object]:
     import json
 
     try:
@@ -460,7 +462,7 @@ def _parse_build_info(raw: str | None) -> dict[str, Any]:
 
 
 def _mismatch(
-    built: dict[str, Any], path: Path, info: TorchInfo, settings: Settings
+    built: dict[str, object], path: Path, info: TorchInfo, settings: Settings
 ) -> tuple[str, str] | None:
     """:func:`override_mismatch` on a build info already read (``{}``: nothing known)."""
     var = env_var("LIBRARY")
@@ -521,7 +523,9 @@ def _mismatch(
     return None
 
 
-def _python_mismatch(built: dict[str, Any], name: str, info: TorchInfo) -> tuple[str, str] | None:
+def _python_mismatch(
+    built: dict[str, object], name: str, info: TorchInfo
+) -> tuple[str, str] | None:
     """Why a library whose build info is ``built`` may not be loaded by this interpreter
     (its ``python``: an abi3 library on a free-threaded build, a 3.14t one elsewhere), or,
     for the portable table, by this torch (it calls ``torch._C._to_dlpack``)."""
