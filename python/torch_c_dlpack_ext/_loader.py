@@ -222,8 +222,7 @@ def make_capsule(pointer: int) -> object:
     new = pythonapi_function(
         "PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p
     )
-    capsule: object = new(pointer, CAPSULE_NAME, None)
-    return capsule
+    return new(pointer, CAPSULE_NAME, None)
 
 
 def check_table(pointer: int, origin: str) -> tuple[int, int]:
