@@ -7,6 +7,10 @@ raises: a bad value, an unknown name (with a "did you mean ...?" hint) or a
 turns any problem into "load nothing" and the caller announces it as a
 :class:`TorchCDLPackExtWarning`, because an exception out of ``import`` would break
 every package that imports this one.
+
+Each variable has one reader (``read_flag``, ``read_backend``, ``read_library``,
+``read_cache_dir``, ``read_trusted_owner``, ``read_lock_timeout``) that parses and checks
+its value and returns it with its problem, if any; :func:`read_settings` composes them.
 """
 
 from __future__ import annotations
