@@ -22,17 +22,26 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pathlib import Path
+    from types import ModuleType
+    from typing import TypedDict
 
     from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtWarning
     from _torch_c_dlpack_ext_core.version import __version__
 
     from . import errors
-    from ._select import DecisionKind
+    from ._decide import DecisionKind
     from ._status import Status, StatusFields
+
+    class _State(TypedDict, total=False):
+        # What the import kept (`fields`; None: deferred on the fast path) and the
+        # Status that status() made of it on first use.
+        fields: StatusFields | None
+        status: Status
+
 
 __all__ = [
     "DecisionKind",
@@ -56,7 +65,7 @@ _LAZY = {
     "__version__": ("_torch_c_dlpack_ext_core.version", "__version__"),
     "errors": ("torch_c_dlpack_ext.errors", None),
     "Status": ("torch_c_dlpack_ext._status", "Status"),
-    "DecisionKind": ("torch_c_dlpack_ext._select", "DecisionKind"),
+    "DecisionKind": ("torch_c_dlpack_ext._decide", "DecisionKind"),
     "TorchCDLPackExtWarning": ("_torch_c_dlpack_ext_core.errors", "TorchCDLPackExtWarning"),
 }
 
@@ -104,7 +113,7 @@ def _torch_defers() -> bool:
 def _run_selector(torch_failure: Exception | None) -> StatusFields | None:
     # torch's own import failed (`torch_failure`): say so; nothing below imports it again.
     if torch_failure is not None:
-        from ._selector import torch_import_failed
+        from ._apply import torch_import_failed
 
         return torch_import_failed(torch_failure)
     # No TORCH_C_DLPACK_EXT_* variable (one look at the environment for both fast paths):
@@ -115,13 +124,13 @@ def _run_selector(torch_failure: Exception | None) -> StatusFields | None:
             return None
         from ._loader import load_common
 
-        fields = load_common(_PACKAGE_DIR)
-        if fields is not None:
-            return cast("StatusFields", fields)
+        loaded = load_common(_PACKAGE_DIR)
+        if loaded is not None:
+            return {"kind": loaded[0], "library": loaded[1], "common_path": True}
     # Anything unusual: the full selector decides, acts and says why.
     from pathlib import Path
 
-    from ._selector import select_and_load
+    from ._apply import select_and_load
 
     return select_and_load(os.environ, Path(_PACKAGE_DIR))
 
@@ -130,7 +139,7 @@ _MISSING = object()
 _ATTRIBUTES = (_CAPSULE_ATTR, _LEGACY_INT_ATTR)
 
 
-def _restore(tensor: Any, saved: dict[str, object]) -> None:
+def _restore(tensor: object, saved: dict[str, object]) -> None:
     # Put `torch.Tensor`'s own two attributes back as they were before the selector ran.
     if tensor is None:
         return
@@ -146,7 +155,7 @@ def _restore(tensor: Any, saved: dict[str, object]) -> None:
         return
 
 
-def _import_torch() -> Any:
+def _import_torch() -> ModuleType:
     # torch, imported at most once per import of ours (the later steps find it in
     # sys.modules). A failed `import torch` (under `python -W error`, a warning of its own
     # becomes an exception) leaves its submodules (torch._C...) behind without torch:
@@ -193,7 +202,7 @@ def _import_boundary() -> StatusFields | None:
     # torch_c_dlpack_ext.errors.WarningAsImportError (an `ImportError`,
     # the warning chained as its cause), because consumers guard this import with
     # `except ImportError` only.
-    tensor: Any = None
+    tensor: object = None
     saved: dict[str, object] = {}
     torch_failure: Exception | None = None
     try:
@@ -232,10 +241,10 @@ def _import_boundary() -> StatusFields | None:
 
 # The import keeps the fields of its Status; status() makes the record on first use.
 # None means "deferred on the fast path": status() describes torch then.
-_STATE: dict[str, Any] = {"fields": _import_boundary()}
+_STATE: _State = {"fields": _import_boundary()}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         import importlib
 
@@ -251,13 +260,12 @@ def status() -> Status:
     """What importing this package did: the decision, the library loaded (if any),
     the running torch, the reason, and the warnings emitted."""
     if "status" not in _STATE:
-        from ._selector import status_of
+        from ._apply import status_of
 
         made = status_of(_STATE["fields"])
         # setdefault is atomic: threads asking at once all get the first record made.
         _STATE.setdefault("status", made)
-    current: Status = _STATE["status"]
-    return current
+    return _STATE["status"]
 
 
 def build_for_current_torch() -> Path:
@@ -270,7 +278,7 @@ def build_for_current_torch() -> Path:
     Returns the library's path; raises a :class:`~torch_c_dlpack_ext.errors.BuildError`
     (or another :mod:`~torch_c_dlpack_ext.errors` class) saying what is missing.
     """
-    from ._selector import build_for_current_torch as build
+    from ._apply import build_for_current_torch as build
 
     _STATE["status"], library = build(os.environ)
     return library

@@ -15,7 +15,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from _torch_c_dlpack_ext_core.dlpack_ctypes import (
     CAPSULE_NAME,
@@ -24,7 +24,25 @@ from _torch_c_dlpack_ext_core.dlpack_ctypes import (
     DLTensor,
 )
 
-__all__ = ["SmokeResult", "collect", "main", "smoke_test"]
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Protocol
+
+    class _Device(Protocol):
+        type: str
+        index: int | None
+
+    class _Tensor(Protocol):
+        # What the smoke test reads of a torch.Tensor (torch has no type stubs).
+        @property
+        def shape(self) -> Sequence[int]: ...
+        @property
+        def device(self) -> _Device: ...
+        def data_ptr(self) -> int: ...
+        def stride(self) -> tuple[int, ...]: ...
+
+
+__all__ = ["Report", "SmokeResult", "collect", "main", "smoke_test"]
 
 
 _GET_POINTER = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
@@ -45,7 +63,47 @@ class SmokeResult:
     detail: str
 
 
-def _table(capsule: Any) -> DLPackExchangeAPI:
+class SmokeReport(TypedDict):
+    """The smoke test's outcome in the report."""
+
+    ok: bool
+    detail: str
+
+
+class _DecisionReport(TypedDict):
+    kind: str
+    selected: str | None
+    library: str | None
+    reason: str
+    remedy: str
+    warnings: list[str]
+
+
+class DecisionReport(_DecisionReport, total=False):
+    """What the import decided, in the report; ``cost`` only for the portable table."""
+
+    cost: dict[str, object]
+
+
+class Report(TypedDict, total=False):
+    """Everything the diagnosis prints (``--json`` writes it as it is)."""
+
+    package: dict[str, str]
+    python: str
+    python_abi: str
+    #: The running torch's :class:`~._torchinfo.TorchInfo` as JSON; None if not importable.
+    torch: dict[str, object] | None
+    #: The manifest's entries as JSON, or ``{"error": why}`` where it cannot be read.
+    bundled: list[dict[str, object]] | dict[str, str]
+    decision: DecisionReport
+    overrides: dict[str, str]
+    #: The loaded library's build info (JSON), ``{"unparsable": text}``, or None.
+    build_info: object
+    smoke_test: SmokeReport
+    ok: bool
+
+
+def _table(capsule: object) -> DLPackExchangeAPI:
     from ._torchinfo import check_table
 
     pointer = _GET_POINTER(capsule, CAPSULE_NAME)
@@ -53,7 +111,7 @@ def _table(capsule: Any) -> DLPackExchangeAPI:
     return DLPackExchangeAPI.from_address(pointer)
 
 
-def _check_fields(tensor: Any, dl: DLTensor) -> list[str]:
+def _check_fields(tensor: _Tensor, dl: DLTensor) -> list[str]:
     problems = []
     shape = [dl.shape[i] for i in range(dl.ndim)]
     if shape != list(tensor.shape):
@@ -72,7 +130,7 @@ def _check_fields(tensor: Any, dl: DLTensor) -> list[str]:
     return problems
 
 
-def _round_trip(torch: Any, device: str) -> str:
+def _round_trip(torch: ModuleType, device: str) -> str:
     from _torch_c_dlpack_ext_core.errors import LibraryLoadError
     from _torch_c_dlpack_ext_core.naming import CAPSULE_ATTR
 
@@ -105,7 +163,7 @@ def _round_trip(torch: Any, device: str) -> str:
     return f"round trip of a 2x3 float32 {device} tensor: metadata, deleter, to_py ok"
 
 
-def smoke_test(torch: Any, device: str = "cpu") -> SmokeResult:
+def smoke_test(torch: ModuleType, device: str = "cpu") -> SmokeResult:
     """Export a small float32 tensor through the published capsule, check its DLPack
     metadata (shape, dtype, strides, device, data pointer), release it through its
     deleter, then convert a second export back to a tensor that must share memory."""
@@ -115,7 +173,7 @@ def smoke_test(torch: Any, device: str = "cpu") -> SmokeResult:
         return SmokeResult(False, f"{type(exc).__name__}: {exc}")
 
 
-def collect(device: str = "cpu") -> dict[str, Any]:
+def collect(device: str = "cpu") -> Report:
     """Everything the diagnosis prints, as JSON-ready data."""
     import torch_c_dlpack_ext as package
     from _torch_c_dlpack_ext_core.errors import ManifestError
@@ -125,7 +183,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
     from ._library import loaded_library
 
     status = package.status()
-    report: dict[str, Any] = {
+    report: Report = {
         "package": {"version": package.__version__, "path": str(Path(package.__file__).parent)},
         "python": sys.version.split()[0],
         # The ABI as built (a 3.13t with PYTHON_GIL=1 is still cp313t), not the GIL state.
@@ -148,7 +206,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
         "warnings": list(status.warnings),
     }
     if status.portable:
-        from ._select import PORTABLE_COST, cost_line
+        from ._decide import PORTABLE_COST, cost_line
 
         report["decision"]["cost"] = {**PORTABLE_COST, "summary": cost_line()}
     report["overrides"] = dict(status.settings.in_force) if status.settings else {}
@@ -175,15 +233,15 @@ _VALUE_WIDTH = 400
 _FILE_WIDTH = 100
 
 
-def _clip(text: str, width: int = _VALUE_WIDTH) -> str:
+def _clip(text: object, width: int = _VALUE_WIDTH) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= width else text[: width - 3].rstrip() + "..."
 
 
-def _describe(item: dict[str, Any]) -> str:
+def _describe(item: dict[str, object]) -> str:
     if item["backend"] == "any":
         return f"portable table ({item['python']})"
-    abi = "" if item["cxx11_abi"] is None else f" cxx11abi{int(item['cxx11_abi'])}"
+    abi = "" if item["cxx11_abi"] is None else f" cxx11abi{item['cxx11_abi']:d}"
     return f"torch {item['torch']} {item['backend']}{abi}"
 
 
@@ -195,7 +253,7 @@ def _without_restatements(text: str, listed: Sequence[str]) -> str:
     return ". ".join(sentences)
 
 
-def _rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+def _rows(report: Report) -> list[tuple[str, str]]:
     """The table's rows: each fact once (the bundled list, the reason, the fix), long
     values clipped; ``--json`` has the unabridged report."""
     rows: list[tuple[str, str]] = [
@@ -252,7 +310,7 @@ _TABLE_WIDTH = 100
 _WRAPPED_ROWS = frozenset({"reason", "remedy", "warning"})
 
 
-def _print_table(report: dict[str, Any]) -> None:
+def _print_table(report: Report) -> None:
     import textwrap
 
     rows = _rows(report)

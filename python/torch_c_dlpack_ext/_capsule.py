@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ._loader import CAPSULE_NAME, pythonapi_function
 
+if TYPE_CHECKING:
+    from _ctypes import CFuncPtr, _CDataType
+
 __all__ = ["capsule_pointer", "image_of", "is_exchange_capsule"]
 
-_FUNCTIONS: dict[str, Any] = {}
+_FUNCTIONS: dict[str, CFuncPtr] = {}
 
 
-def _capsule_function(name: str, restype: Any) -> Any:
+def _capsule_function(name: str, restype: type[_CDataType]) -> CFuncPtr:
     """The private prototype of ``PyCapsule_<name>`` (object, name) -> ``restype``, made once."""
     function = _FUNCTIONS.get(name)
     if function is None:
@@ -41,10 +44,10 @@ def capsule_pointer(capsule: object) -> int:
     return int(_capsule_function("GetPointer", ctypes.c_void_p)(capsule, CAPSULE_NAME) or 0)
 
 
-_DLADDR: list[Any] = []
+_DLADDR: list[tuple[CFuncPtr, type[ctypes.Structure]]] = []
 
 
-def _dladdr() -> Any:
+def _dladdr() -> tuple[CFuncPtr, type[ctypes.Structure]]:
     """``(dladdr, Dl_info type)``, made on first use (only for a table from outside)."""
     if not _DLADDR:
 

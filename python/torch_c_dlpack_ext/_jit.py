@@ -32,7 +32,7 @@ from _torch_c_dlpack_ext_core.naming import Backend, env_var, library_filename, 
 from _torch_c_dlpack_ext_core.trust import TrustedOwners, read_trusted
 from _torch_c_dlpack_ext_core.version import __version__
 
-from ._select import Settings
+from ._decide import Settings
 from ._torchinfo import TorchInfo
 
 __all__ = ["build", "build_portable", "cache_key", "python_tag"]

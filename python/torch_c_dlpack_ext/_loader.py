@@ -4,8 +4,8 @@ steps every load takes: verify, dlopen, check the table, publish on ``torch.Tens
 # load_common handles the common case with this module alone: no TORCH_C_DLPACK_EXT_*
 # variable, neither attribute on torch.Tensor, a valid manifest and a matching library
 # that loads. Anything else (and any failure on the way) returns None before anything
-# changed, and the package's __init__ runs _selector, the full selector, which decides
-# with _select.decide, acts, and says why in one warning; it is imported only then.
+# changed, and the package's __init__ runs _apply, the full selector, which decides
+# with _decide.decide, acts, and says why in one warning; it is imported only then.
 #
 # Every check of the full path is kept: the manifest schema, the library's size and
 # sha256, its ELF extents, a sealed in-memory copy for dlopen (RTLD_NOW | RTLD_LOCAL),
@@ -36,11 +36,37 @@ import struct
 import sys
 import threading
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
+    # Types for the checker alone: at run time they would cost imports and class
+    # creations on the common path.
+    from _ctypes import CFuncPtr, _CDataType
+    from types import ModuleType
+    from typing import Literal, TypedDict
+
     #: What LIBRARIES keeps of a loaded library (see there).
     Record = tuple[str, int | ctypes.CDLL, int, tuple[int, int]]
+    #: What load_common published: `(kind, library)`, the decision's kind ("load": a
+    #: native library, "portable": the portable table) and the library's path.
+    CommonLoad = tuple[Literal["load", "portable"], str]
+
+    class Entry(TypedDict):
+        #: A manifest entry as JSON, once _valid_entries has checked it
+        #: (`_torch_c_dlpack_ext_core.manifest.ManifestEntry` is the core's model).
+        torch: str
+        torch_build: str
+        dlpack: str
+        toolchain: str
+        platform: str
+        python: str
+        gpu_toolkit: str | None
+        file: str
+        backend: str
+        cxx11_abi: bool | None
+        size: int
+        sha256: str
+
 
 # The exchange ABI's names (`_torch_c_dlpack_ext_core.naming` and the mirrors in
 # `dlpack_ctypes` are their sources; a unit test keeps them equal).
@@ -131,7 +157,7 @@ _DLOPEN_MODE = getattr(os, "RTLD_NOW", 2) | ctypes.RTLD_LOCAL
 # The running torch as the import reads it (the full path's TorchInfo too).
 
 
-def backend_of(torch: Any) -> str:
+def backend_of(torch: ModuleType) -> str:
     # The backend of a torch module, by its build flavour: `torch.version.hip` set ->
     # `"rocm"`, else `torch.version.xpu` set -> `"xpu"` (no native library serves it: the
     # portable table does), else `torch.version.cuda` set -> `"cuda"`, else `"cpu"`.
@@ -150,7 +176,7 @@ def backend_of(torch: Any) -> str:
     return "cpu" if getattr(version, "cuda", None) is None else "cuda"
 
 
-def cxx11_abi_of(torch: Any) -> bool | None:
+def cxx11_abi_of(torch: ModuleType) -> bool | None:
     # `torch.compiled_with_cxx11_abi()`; `None` where not applicable (Windows, macOS,
     # a torch without it). Raises what torch raises.
     if sys.platform.startswith(("win", "darwin")):
@@ -174,7 +200,9 @@ def torch_minor_of(version: str) -> tuple[int, int] | None:
 # The capsule and the table.
 
 
-def pythonapi_function(name: str, restype: Any, *argtypes: Any) -> Any:
+def pythonapi_function(
+    name: str, restype: type[_CDataType] | None, *argtypes: type[_CDataType]
+) -> CFuncPtr:
     # A private prototype of the C-API function `name`: an instance of the class ctypes
     # made for `pythonapi` (GIL held, Python errors checked) with its own `restype` and
     # `argtypes`. Never `ctypes.pythonapi.<name>` itself, whose types other packages may
@@ -185,7 +213,7 @@ def pythonapi_function(name: str, restype: Any, *argtypes: Any) -> Any:
     return function
 
 
-def make_capsule(pointer: int) -> Any:
+def make_capsule(pointer: int) -> object:
     # A PyCapsule named `dlpack_exchange_api` wrapping `pointer` (no destructor:
     # the table is static in a library that is never unloaded).
     # The capsule keeps the name's address, not a copy, and outlives this module (it sits
@@ -213,10 +241,11 @@ def check_table(pointer: int, origin: str) -> tuple[int, int]:
 # The common path.
 
 
-def load_common(package_dir: str) -> dict[str, Any] | None:
+def load_common(package_dir: str) -> CommonLoad | None:
     # Publish the bundled library matching the running torch, when nothing is unusual,
-    # and return the import's status fields (`_status.StatusFields`); `None` otherwise
-    # (before anything was changed), for the full selector to decide, act and explain.
+    # and return what was published (`CommonLoad`: a tuple, because a record class would
+    # be a class creation on every import); `None` otherwise (before anything was
+    # changed), for the full selector to decide, act and explain.
     # The same decision the selector would make (a unit test compares them): no
     # attribute to judge, the first matching manifest entry. The caller has checked
     # that no `TORCH_C_DLPACK_EXT_*` variable is set.
@@ -234,12 +263,12 @@ def load_common(package_dir: str) -> dict[str, Any] | None:
         except Exception:  # the full selector meets the same and reports it
             return None
         publish(torch, loaded[2])
-        return {"kind": kind, "library": loaded[0], "common_path": True}
+        return kind, loaded[0]
 
 
 def _matching_library(
-    torch: Any, package_dir: str
-) -> tuple[str, tuple[str, bytes, os.stat_result] | None]:
+    torch: ModuleType, package_dir: str
+) -> tuple[Literal["load", "portable"], tuple[str, bytes, os.stat_result] | None]:
     # `(kind, verified)`: the manifest entry the selector would load first for this
     # torch, verified as `(path, bytes, stat)`, or None (no valid manifest, no match, a
     # failed check); kind "load" for a native library, "portable" for the portable table.
@@ -333,7 +362,7 @@ def _read_regular(
     return (data, info) if len(data) == expected else None
 
 
-def _read_manifest(path: str) -> list[dict[str, Any]] | None:
+def _read_manifest(path: str) -> list[Entry] | None:
     # The entries of a manifest that passes every check of
     # `_torch_c_dlpack_ext_core.manifest.load_manifest`, as JSON objects; None for any
     # manifest it would refuse (it then says why).
@@ -353,7 +382,7 @@ def _read_manifest(path: str) -> list[dict[str, Any]] | None:
         return None
 
 
-def _valid_entries(entries: list[Any]) -> bool:
+def _valid_entries(entries: list[object]) -> bool:
     # Whether `ManifestEntry.from_json` accepts every entry (a non-empty list): the
     # same checks, made column by column over all the entries at once (a release's
     # combined wheel lists twenty, and every one is checked on every import), each a C
@@ -366,7 +395,7 @@ def _valid_entries(entries: list[Any]) -> bool:
     if {*map(type, entries)} != {dict}:
         return False
     try:
-        columns = [*zip(*map(_entry_values, entries))]
+        columns = [*zip(*map(_entry_values, cast("list[dict[str, object]]", entries)))]
     except KeyError:
         return False
     # Text as distinct values (a set: no text equals anything but text); cxx11_abi and
@@ -422,9 +451,7 @@ def _valid_entries(entries: list[Any]) -> bool:
     )
 
 
-def _read_verified(
-    entry: dict[str, Any], package_dir: str
-) -> tuple[str, bytes, os.stat_result] | None:
+def _read_verified(entry: Entry, package_dir: str) -> tuple[str, bytes, os.stat_result] | None:
     # `(path, bytes, stat)` of the entry's library if `manifest.read_verified` would
     # return them: a regular file inside the package of exactly the recorded size and
     # sha256. Inside is proven without resolving the path (realpath costs a system call
@@ -534,7 +561,7 @@ def dlopen(target: str) -> int | ctypes.CDLL:
     return handle
 
 
-def export(handle: int | ctypes.CDLL, name: str, restype: Any) -> Any:
+def export(handle: int | ctypes.CDLL, name: str, restype: type[_CDataType]) -> CFuncPtr | None:
     # The library's export `name`, a function of no argument returning `restype`, ready
     # to call; `None` if the library lacks it. A dlopen handle's export is called
     # through an instance of a class ctypes already has (no prototype class to create):
@@ -578,7 +605,7 @@ def _open(path: str, data: bytes, info: os.stat_result) -> Record:
     return record
 
 
-def publish(torch: Any, pointer: int) -> None:
+def publish(torch: ModuleType, pointer: int) -> None:
     # Set the capsule and the legacy int attribute on `torch.Tensor`.
     capsule = make_capsule(pointer)
     with LOCK:

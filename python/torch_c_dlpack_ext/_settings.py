@@ -7,26 +7,40 @@ raises: a bad value, an unknown name (with a "did you mean ...?" hint) or a
 turns any problem into "load nothing" and the caller announces it as a
 :class:`TorchCDLPackExtWarning`, because an exception out of ``import`` would break
 every package that imports this one.
+
+Each variable has one reader (``read_flag``, ``read_backend``, ``read_library``,
+``read_cache_dir``, ``read_trusted_owner``, ``read_lock_timeout``) that parses and checks
+its value and returns it with its problem, if any; :func:`read_settings` composes them.
 """
 
 from __future__ import annotations
 
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from _torch_c_dlpack_ext_core.errors import ConfigError, TorchCDLPackExtWarning
 from _torch_c_dlpack_ext_core.files import file_kind
 from _torch_c_dlpack_ext_core.naming import ENV_PREFIX, Backend, env_var, parse_backend
 
-from ._select import SettingProblem, Settings
+from ._decide import SettingProblem, Settings
 
 __all__ = [
     "BUILD_TIME_VARIABLES",
     "RUNTIME_VARIABLES",
+    "Reading",
     "TorchCDLPackExtWarning",
     "parse_bool",
+    "read_backend",
+    "read_cache_dir",
+    "read_flag",
+    "read_library",
+    "read_lock_timeout",
     "read_settings",
+    "read_trusted_owner",
+    "unknown_variables",
 ]
 
 
@@ -59,6 +73,7 @@ BUILD_TIME_VARIABLES: tuple[str, ...] = (
     "VARIANT_LABEL",
 )
 
+_Value = TypeVar("_Value")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
@@ -102,56 +117,49 @@ def _unknown_variable(name: str, short: str, known: tuple[str, ...]) -> str:
     return f"{name} is not a torch-c-dlpack-ext variable ({fix})"
 
 
-def _trusted_owner(raw: str | None, problems: list[SettingProblem]) -> int | None:
-    """The uid ``TRUSTED_OWNER`` names (a uid or a user name), or ``None``."""
-    if raw is None:
-        return None
-    from _torch_c_dlpack_ext_core.trust import parse_trusted_owner  # only when set
+#: Each reader's answer: the setting's value (its default where the variable is unset
+#: or invalid) and what is wrong with the variable's value, if anything.
+Reading = tuple[_Value, "SettingProblem | None"]
 
+
+def _shown(raw: str, limit: int) -> str:
+    """A value as a message quotes it: at most ``limit`` characters."""
+    return raw if len(raw) <= limit else raw[:limit] + "..."
+
+
+def read_flag(short: str, raw: str | None) -> Reading[bool]:
+    """The boolean variable ``short`` (DISABLE, FORCE, JIT, PORTABLE); unset: False."""
+    if raw is None:
+        return False, None
     try:
-        return parse_trusted_owner(raw)
+        return parse_bool(env_var(short), raw), None
     except ConfigError as exc:
-        problems.append(SettingProblem(env_var("TRUSTED_OWNER"), str(exc)))
-        return None
+        return False, SettingProblem(env_var(short), str(exc))
 
 
-def _lock_timeout(raw: str | None, problems: list[SettingProblem]) -> float | None:
-    """``LOCK_TIMEOUT`` in seconds, within :data:`LOCK_TIMEOUT_RANGE`, or ``None``."""
+def read_backend(raw: str | None) -> Reading[Backend | None]:
+    """``BACKEND``: the backend whose library to load instead of torch's own, or None."""
     if raw is None:
-        return None
-    low, high = LOCK_TIMEOUT_RANGE
+        return None, None
     try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = float("nan")
-    if low <= seconds <= high:  # False for nan and inf
-        return seconds
-    shown = raw if len(raw) <= 40 else raw[:40] + "..."
-    problems.append(
-        SettingProblem(
-            env_var("LOCK_TIMEOUT"),
-            f"{env_var('LOCK_TIMEOUT')}={shown!r} is not a number of seconds from {low:g} to "
-            f"{high:g}: give how long a JIT build waits for another process's build of the "
-            "same library, or unset it",
-        )
-    )
-    return None
+        return parse_backend(raw), None
+    except ConfigError as exc:
+        return None, SettingProblem(env_var("BACKEND"), f"{env_var('BACKEND')}: {exc}")
 
 
-def _library(raw: str | None, problems: list[SettingProblem]) -> Path | None:
-    """The file ``LIBRARY`` names (absolute), or ``None``: unset, or not a regular file
-    (then a problem names what it is: missing, a directory, a FIFO, a device...)."""
+def read_library(raw: str | None) -> Reading[Path | None]:
+    """``LIBRARY``: the file it names (absolute), or None: unset, or not a regular file
+    (then the problem names what it is: missing, a directory, a FIFO, a device...)."""
     if raw is None:
-        return None
+        return None, None
     candidate = _expand_user(raw)
-    shown = raw if len(raw) <= 200 else raw[:200] + "..."
-    library: Path | None = None
     try:
         # stat(), never open(): a FIFO would block an open. stat() may fail for reasons
         # other than absence (a name too long, a directory that cannot be searched),
         # absolute() with a deleted cwd.
         mode = candidate.stat().st_mode
-        library = candidate.absolute() if stat.S_ISREG(mode) else None
+        if stat.S_ISREG(mode):
+            return candidate.absolute(), None
         why = f"is {file_kind(mode)} (not a library file)"
     except FileNotFoundError:
         why = "is not an existing file"
@@ -159,83 +167,104 @@ def _library(raw: str | None, problems: list[SettingProblem]) -> Path | None:
         why = f"cannot be checked ({type(exc).__name__}: {exc.strerror or 'no detail'})"
     except ValueError as exc:
         why = f"cannot be checked ({str(exc)[:200]})"
-    if library is None:
-        problems.append(
-            SettingProblem(
-                env_var("LIBRARY"),
-                f"{env_var('LIBRARY')}={shown!r} {why}: point it at a built library or unset it",
-            )
-        )
-    return library
+    name = env_var("LIBRARY")
+    message = f"{name}={_shown(raw, 200)!r} {why}: point it at a built library or unset it"
+    return None, SettingProblem(name, message)
+
+
+def read_cache_dir(raw: str | None) -> Reading[Path | None]:
+    """``CACHE_DIR``: the JIT cache's directory, which must be absolute, or None."""
+    if raw is None:
+        return None, None
+    candidate = _expand_user(raw)
+    if candidate.is_absolute():
+        return candidate, None
+    # A relative cache follows the current directory: a build would land there, and a
+    # later import started there would load whatever that directory holds.
+    name = env_var("CACHE_DIR")
+    return None, SettingProblem(
+        name,
+        f"{name}={_shown(raw, 200)!r} is not an absolute path (a cache relative to the "
+        "current directory would be loaded from wherever a process starts): give an "
+        "absolute path or unset it",
+    )
+
+
+def read_trusted_owner(raw: str | None) -> Reading[int | None]:
+    """``TRUSTED_OWNER``: the uid it names (a uid or a user name), or None."""
+    if raw is None:
+        return None, None
+    from _torch_c_dlpack_ext_core.trust import parse_trusted_owner  # only when set
+
+    try:
+        return parse_trusted_owner(raw), None
+    except ConfigError as exc:
+        return None, SettingProblem(env_var("TRUSTED_OWNER"), str(exc))
+
+
+def read_lock_timeout(raw: str | None) -> Reading[float | None]:
+    """``LOCK_TIMEOUT`` in seconds, within :data:`LOCK_TIMEOUT_RANGE`, or None."""
+    if raw is None:
+        return None, None
+    low, high = LOCK_TIMEOUT_RANGE
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if low <= seconds <= high:  # False for nan and inf
+        return seconds, None
+    name = env_var("LOCK_TIMEOUT")
+    return None, SettingProblem(
+        name,
+        f"{name}={_shown(raw, 40)!r} is not a number of seconds from {low:g} to {high:g}: "
+        "give how long a JIT build waits for another process's build of the same library, "
+        "or unset it",
+    )
+
+
+def unknown_variables(in_force: Sequence[tuple[str, str]]) -> list[SettingProblem]:
+    """A problem for each prefixed variable in ``in_force`` that is not one of ours."""
+    known = RUNTIME_VARIABLES + BUILD_TIME_VARIABLES
+    return [
+        SettingProblem(name, _unknown_variable(name, name[len(ENV_PREFIX) :], known))
+        for name, _ in in_force
+        if name[len(ENV_PREFIX) :] not in known
+    ]
 
 
 def read_settings(environ: Mapping[str, str]) -> Settings:
-    """Read the prefixed variables of ``environ``; never raises.
+    """Read the prefixed variables of ``environ``, each with its reader; never raises.
 
-    Empty values count as unset, so ``VAR=`` in a shell script clears an override.
+    Empty values count as unset, so ``VAR=`` in a shell script clears an override. The
+    problems are listed unknown names first, then in the order the readers run.
     """
-    problems: list[SettingProblem] = []
     in_force = tuple(sorted((k, v) for k, v in environ.items() if k.startswith(ENV_PREFIX)))
-    known = RUNTIME_VARIABLES + BUILD_TIME_VARIABLES
-    for name, _ in in_force:
-        short = name[len(ENV_PREFIX) :]
-        if short not in known:
-            problems.append(SettingProblem(name, _unknown_variable(name, short, known)))
+    problems = unknown_variables(in_force)
 
-    def value_of(short: str) -> str | None:
-        value = environ.get(env_var(short), "").strip()
-        return value or None
+    def read(short: str, reader: Callable[[str | None], Reading[_Value]]) -> _Value:
+        value, problem = reader(environ.get(env_var(short), "").strip() or None)
+        if problem is not None:
+            problems.append(problem)
+        return value
 
-    def flag(short: str) -> bool:
-        raw = value_of(short)
-        if raw is None:
-            return False
-        try:
-            return parse_bool(env_var(short), raw)
-        except ConfigError as exc:
-            problems.append(SettingProblem(env_var(short), str(exc)))
-            return False
-
-    backend: Backend | None = None
-    raw_backend = value_of("BACKEND")
-    if raw_backend is not None:
-        try:
-            backend = parse_backend(raw_backend)
-        except ConfigError as exc:
-            problems.append(SettingProblem(env_var("BACKEND"), f"{env_var('BACKEND')}: {exc}"))
-
-    library = _library(value_of("LIBRARY"), problems)
-
-    cache_dir: Path | None = None
-    raw_cache = value_of("CACHE_DIR")
-    if raw_cache is not None:
-        candidate = _expand_user(raw_cache)
-        if candidate.is_absolute():
-            cache_dir = candidate
-        else:
-            # A relative cache follows the current directory: a build would land there,
-            # and a later import started there would load whatever that directory holds.
-            shown = raw_cache if len(raw_cache) <= 200 else raw_cache[:200] + "..."
-            problems.append(
-                SettingProblem(
-                    env_var("CACHE_DIR"),
-                    f"{env_var('CACHE_DIR')}={shown!r} is not an absolute path (a cache "
-                    "relative to the current directory would be loaded from wherever a "
-                    "process starts): give an absolute path or unset it",
-                )
-            )
-    trusted_owner = _trusted_owner(value_of("TRUSTED_OWNER"), problems)
-    lock_timeout = _lock_timeout(value_of("LOCK_TIMEOUT"), problems)
+    backend = read("BACKEND", read_backend)
+    library = read("LIBRARY", read_library)
+    cache_dir = read("CACHE_DIR", read_cache_dir)
+    trusted_owner = read("TRUSTED_OWNER", read_trusted_owner)
+    lock_timeout = read("LOCK_TIMEOUT", read_lock_timeout)
+    disable, force, jit, portable = (
+        read(short, partial(read_flag, short)) for short in ("DISABLE", "FORCE", "JIT", "PORTABLE")
+    )
     return Settings(
-        disable=flag("DISABLE"),
-        force=flag("FORCE"),
+        disable=disable,
+        force=force,
         library=library,
         backend=backend,
-        jit=flag("JIT"),
+        jit=jit,
         cache_dir=cache_dir,
         trusted_owner=trusted_owner,
         lock_timeout=lock_timeout,
-        portable=flag("PORTABLE"),
+        portable=portable,
         problems=tuple(problems),
         in_force=in_force,
     )

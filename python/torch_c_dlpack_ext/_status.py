@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import TypedDict
 
-from ._select import Decision, DecisionKind, Settings
+from ._decide import Decision, DecisionKind, Settings
 from ._torchinfo import TorchInfo
 
 __all__ = ["Status", "StatusFields"]
@@ -19,7 +19,7 @@ __all__ = ["Status", "StatusFields"]
 
 class StatusFields(TypedDict, total=False):
     """What the import keeps of its outcome, to make its :class:`Status` from later
-    (``_selector.status_of``). Only the common path's ``kind``, ``library`` and
+    (``_apply.status_of``). Only the common path's ``kind``, ``library`` and
     ``common_path`` are set by the import's hot path, which imports this module only for
     type checking."""
 
@@ -95,7 +95,7 @@ class Status:
         if self.library is not None:
             lines.append(f"  library: {clip(str(self.library))}")
         if self.portable:
-            from ._select import cost_line
+            from ._decide import cost_line
 
             lines.append(f"  cost:    {clip(cost_line(), 480)}")
         if self.reason:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from _torch_c_dlpack_ext_core.naming import (
     CAPSULE_ATTR,
@@ -36,6 +36,9 @@ from ._loader import (
     cxx11_abi_of,
 )
 
+if TYPE_CHECKING:
+    from types import ModuleType
+
 __all__ = [
     "CAPSULE_ATTR",
     "EXPORT_TABLE",
@@ -54,7 +57,7 @@ __all__ = [
 ]
 
 
-def detect_backend(torch: Any) -> Backend:
+def detect_backend(torch: ModuleType) -> Backend:
     """The backend of a torch module, by its build flavour (:func:`._loader.backend_of`:
     ``torch.version.hip`` -> rocm, else ``torch.version.xpu`` -> xpu, else
     ``torch.version.cuda`` -> cuda, else cpu). No
@@ -231,7 +234,7 @@ def table_origin(address: int, where: str) -> tuple[tuple[int, int], str]:
     return version, origin
 
 
-def check_legacy_pointer(value: Any) -> tuple[int, tuple[int, int]]:
+def check_legacy_pointer(value: object) -> tuple[int, tuple[int, int]]:
     """Validate a legacy ``__c_dlpack_exchange_api__`` value before anything reads it;
     return ``(address, DLPack version)``.
 
@@ -250,7 +253,7 @@ def check_legacy_pointer(value: Any) -> tuple[int, tuple[int, int]]:
     return address, check_table_pointer(address, where)
 
 
-def _judge_attributes(tensor: Any) -> tuple[bool, bool, tuple[str, ...], str]:
+def _judge_attributes(tensor: object) -> tuple[bool, bool, tuple[str, ...], str]:
     """``(valid capsule, valid legacy int, problems, origin of the valid capsule)`` of
     ``tensor``'s two attributes. A capsule is valid when ``PyCapsule_IsValid`` accepts
     it AND its pointer passes :func:`table_origin`, as strict as for the legacy int."""
@@ -330,7 +333,7 @@ class TorchInfo(NamedTuple):
         return torch_minor(self.version)
 
     @classmethod
-    def from_torch(cls, torch: Any) -> TorchInfo:
+    def from_torch(cls, torch: ModuleType) -> TorchInfo:
         """Describe an imported ``torch`` module.
 
         Asks no device anything (:func:`detect_backend`). Raises what torch raises (no

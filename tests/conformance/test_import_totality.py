@@ -735,7 +735,7 @@ def _single_fault_cases() -> list[tuple[str, dict[str, Any], str]]:
         ("library-tilde", {"env": {P + "FORCE": "1", P + "LIBRARY": "~nouser/x"}}, "LIBRARY"),
         (
             # BACKEND=cuda on this CPU torch: an override that conflicts with its build
-            # (issue 31, item 8; the GPU torch without its library is test_select's table).
+            # (issue 31, item 8; the GPU torch without its library is test_decide's table).
             "gpu-backend-on-cpu-torch",
             {"env": {P + "FORCE": "1", P + "BACKEND": "cuda"}},
             f"{P}BACKEND=cuda conflicts with the torch build",
@@ -898,14 +898,14 @@ for cls in classes + [CustomBase, Unprintable]:
     for name in [m for m in sys.modules if m.startswith("torch_c_dlpack_ext")]:
         del sys.modules[name]
     # With FORCE set, the selector is the import's first call into a submodule.
-    fake = types.ModuleType("torch_c_dlpack_ext._selector")
+    fake = types.ModuleType("torch_c_dlpack_ext._apply")
     def select_and_load(environ, package_dir, exc=exc):
         # Half-way through publishing, then the unexpected.
         torch.Tensor.__c_dlpack_exchange_api__ = 12345
         torch.Tensor.__dlpack_c_exchange_api__ = "half-published"
         raise exc
     fake.select_and_load = select_and_load
-    sys.modules["torch_c_dlpack_ext._selector"] = fake
+    sys.modules["torch_c_dlpack_ext._apply"] = fake
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -951,12 +951,12 @@ import torch
 for name in ("KeyboardInterrupt", "SystemExit"):
     for m in [m for m in sys.modules if m.startswith("torch_c_dlpack_ext")]:
         del sys.modules[m]
-    fake = types.ModuleType("torch_c_dlpack_ext._selector")
+    fake = types.ModuleType("torch_c_dlpack_ext._apply")
     def select_and_load(environ, package_dir, name=name):
         torch.Tensor.__c_dlpack_exchange_api__ = 1
         raise getattr(__builtins__, name)()
     fake.select_and_load = select_and_load
-    sys.modules["torch_c_dlpack_ext._selector"] = fake
+    sys.modules["torch_c_dlpack_ext._apply"] = fake
     try:
         import torch_c_dlpack_ext
         print(name, "swallowed")

@@ -258,10 +258,10 @@ fake.Tensor = Tensor
 fake.version = types.SimpleNamespace(cuda=None, hip="6.4")
 fake.compiled_with_cxx11_abi = lambda: True
 sys.modules["torch"] = fake
-from torch_c_dlpack_ext import _loader, _selector
+from torch_c_dlpack_ext import _loader, _apply
 def boom(path):
     raise AssertionError(f"manifest read: {path}")
-_selector.load_manifest = boom
+_apply.load_manifest = boom
 _loader._read_manifest = boom
 with warnings.catch_warnings():
     warnings.simplefilter("error")
@@ -269,7 +269,7 @@ with warnings.catch_warnings():
     import os
     from pathlib import Path
     for env in ({}, {"TORCH_C_DLPACK_EXT_BACKEND": "rocm"}):
-        fields = _selector.select_and_load(env, Path(pkg.__file__).parent)
+        fields = _apply.select_and_load(env, Path(pkg.__file__).parent)
         assert fields["kind"].value == "defer", fields
         assert fields["torch"].backend.value == "rocm", fields["torch"]
 print("ok")

@@ -173,10 +173,10 @@ threads = [threading.Thread(target=worker) for _ in range(8)]
 for t in threads: t.start()
 for t in threads: t.join()
 import torch_c_dlpack_ext as pkg
-from torch_c_dlpack_ext import _loader, _selector
+from torch_c_dlpack_ext import _loader, _apply
 first = torch.Tensor.__c_dlpack_exchange_api__
 assert len({id(s) for s in results}) == 1 and len(results) == 8
-fields = _selector.select_and_load(os.environ, Path(pkg.__file__).parent)
+fields = _apply.select_and_load(os.environ, Path(pkg.__file__).parent)
 assert fields["kind"].value == "load", fields
 assert torch.Tensor.__c_dlpack_exchange_api__ == first
 assert len(_loader.LIBRARIES) == 1, _loader.LIBRARIES
@@ -249,7 +249,7 @@ def hook(event, args):
 import torch
 sys.addaudithook(hook)
 import torch_c_dlpack_ext as pkg
-modules = ["torch_c_dlpack_ext._loader" in sys.modules, "torch_c_dlpack_ext._select" in sys.modules]
+modules = ["torch_c_dlpack_ext._loader" in sys.modules, "torch_c_dlpack_ext._decide" in sys.modules]
 print(pkg.status().kind.value, sorted(set(events)), *modules)
 """
 

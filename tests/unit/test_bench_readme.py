@@ -100,7 +100,7 @@ def test_the_runtimes_cost_figures_are_the_committed_benchmarks() -> None:
     """``PORTABLE_COST`` (what status() and the diagnostics print) is the medians of the
     committed results: the native library from exchange.json, the shipped abi3 portable
     build from portable.json. A benchmark run that moves them fails here until copied."""
-    from torch_c_dlpack_ext._select import PORTABLE_COST
+    from torch_c_dlpack_ext._decide import PORTABLE_COST
 
     results = ROOT / "benchmarks" / "results"
     native = read_result(results / "exchange.json")["data"]["current"]["providers"]["ours"]
@@ -116,5 +116,5 @@ def test_the_runtimes_cost_figures_are_the_committed_benchmarks() -> None:
     for name, value in measured.items():
         assert abs(PORTABLE_COST[name] - value) <= max(1.0, value / 100), (
             f"PORTABLE_COST[{name!r}] is {PORTABLE_COST[name]}, the benchmark says "
-            f"{value:.0f}: copy it from benchmarks/results into _select.py"
+            f"{value:.0f}: copy it from benchmarks/results into _decide.py"
         )

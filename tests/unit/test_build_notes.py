@@ -102,7 +102,7 @@ def test_the_jit_says_a_builds_notes_with_its_building_line(
     from types import SimpleNamespace
 
     from torch_c_dlpack_ext import _jit
-    from torch_c_dlpack_ext._select import Settings
+    from torch_c_dlpack_ext._decide import Settings
     from torch_c_dlpack_ext._torchinfo import TorchInfo
 
     info = TorchInfo(

@@ -24,7 +24,7 @@ from _torch_c_dlpack_ext_core.errors import ConfigError, ManifestError
 from _torch_c_dlpack_ext_core.files import write_manifest
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from torch_c_dlpack_ext import _loader
-from torch_c_dlpack_ext._select import DecisionKind, Settings, decide
+from torch_c_dlpack_ext._decide import DecisionKind, Settings, decide
 from torch_c_dlpack_ext._torchinfo import TorchInfo
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import torch_c_dlpack_ext
 from _torch_c_dlpack_ext_core.naming import Backend
-from torch_c_dlpack_ext._select import DecisionKind
+from torch_c_dlpack_ext._decide import DecisionKind
 from torch_c_dlpack_ext._torchinfo import TorchInfo
 
 

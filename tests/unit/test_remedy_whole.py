@@ -18,8 +18,8 @@ from _torch_c_dlpack_ext_core.headers import find_gpu_toolkit
 from _torch_c_dlpack_ext_core.naming import Backend
 from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 from torch_c_dlpack_ext import __main__ as diagnostics
-from torch_c_dlpack_ext import _jit, _selector
-from torch_c_dlpack_ext._select import Decision, DecisionKind, Settings, decide
+from torch_c_dlpack_ext import _apply, _jit
+from torch_c_dlpack_ext._decide import Decision, DecisionKind, Settings, decide
 from torch_c_dlpack_ext._status import Status
 from torch_c_dlpack_ext._torchinfo import TorchInfo
 
@@ -57,11 +57,11 @@ def jit_failure(monkeypatch: pytest.MonkeyPatch, message: str) -> Status:
 
     monkeypatch.setattr(_jit, "build", build)
     decision = Decision(kind=DecisionKind.JIT, backend=Backend.CUDA, reason="asked")
-    action = _selector._Action(None, CUDA_TORCH, decision, Settings(jit=True), Path("/nowhere"))
+    action = _apply._Action(None, CUDA_TORCH, decision, Settings(jit=True), Path("/nowhere"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fields = action.jit()
-    return _selector.status_of(fields)
+    return _apply.status_of(fields)
 
 
 def test_the_jit_failure_keeps_the_whole_fix(
@@ -95,7 +95,7 @@ def test_the_diagnostics_table_wraps_the_whole_remedy(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     message = headers_error(fake_torch, tmp_path, monkeypatch)
-    monkeypatch.setattr(_selector, "_run_as_diagnostics", lambda: True)
+    monkeypatch.setattr(_apply, "_run_as_diagnostics", lambda: True)
     status = jit_failure(monkeypatch, message)
     assert "python -m torch_c_dlpack_ext" not in status.remedy, status.remedy
     report = {
@@ -128,6 +128,6 @@ def test_outside_the_diagnostics_the_remedy_points_to_them(
     fake_torch: FakeTorch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     message = headers_error(fake_torch, tmp_path, monkeypatch)
-    monkeypatch.setattr(_selector, "_run_as_diagnostics", lambda: False)
+    monkeypatch.setattr(_apply, "_run_as_diagnostics", lambda: False)
     status = jit_failure(monkeypatch, message)
     assert "python -m torch_c_dlpack_ext shows details" in status.remedy, status.remedy

@@ -5,14 +5,26 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 from _torch_c_dlpack_ext_core.naming import Backend
-from torch_c_dlpack_ext._select import Settings
-from torch_c_dlpack_ext._settings import RUNTIME_VARIABLES, parse_bool, read_settings
+from torch_c_dlpack_ext._decide import Settings
+from torch_c_dlpack_ext._settings import (
+    RUNTIME_VARIABLES,
+    Reading,
+    parse_bool,
+    read_backend,
+    read_cache_dir,
+    read_flag,
+    read_library,
+    read_lock_timeout,
+    read_settings,
+    read_trusted_owner,
+)
 
 P = "TORCH_C_DLPACK_EXT_"
 
@@ -236,3 +248,136 @@ def test_portable_is_a_boolean_setting() -> None:
     bad = read_settings({P + "PORTABLE": "portable"})
     assert bad.portable is False
     assert [p.variable for p in bad.problems] == [P + "PORTABLE"]
+
+
+#: The end of every boolean's message, the start of LOCK_TIMEOUT's bounds.
+BOOLEAN = " is not a boolean: use 1/0, true/false, yes/no or on/off"
+SECONDS = " is not a number of seconds from 1 to 86400: give how long a JIT build waits for"
+RELATIVE = " is not an absolute path (a cache relative to the current directory would be"
+
+#: Per variable: unset, empty, blank, valid and invalid values; the field it sets, the
+#: value read (the default where unset or invalid) and the start of its problem's message
+#: after ``NAME=value`` (None: no problem). ``{tmp}`` is a temporary directory holding
+#: ``lib.so``.
+READINGS = [
+    *(
+        case
+        for short, field in [
+            ("DISABLE", "disable"),
+            ("FORCE", "force"),
+            ("JIT", "jit"),
+            ("PORTABLE", "portable"),
+        ]
+        for case in [
+            (short, None, field, False, None),
+            (short, "", field, False, None),
+            (short, "  ", field, False, None),
+            (short, " Yes ", field, True, None),
+            (short, "off", field, False, None),
+            (short, "2", field, False, "='2'" + BOOLEAN),
+            (short, "enable", field, False, "='enable'" + BOOLEAN),
+        ]
+    ),
+    ("BACKEND", None, "backend", None, None),
+    ("BACKEND", "", "backend", None, None),
+    ("BACKEND", " CUDA ", "backend", Backend.CUDA, None),
+    ("BACKEND", "rocm", "backend", Backend.ROCM, None),
+    ("BACKEND", "metal", "backend", None, ": unknown backend 'metal': expected one of cpu, "),
+    ("LIBRARY", None, "library", None, None),
+    ("LIBRARY", " ", "library", None, None),
+    ("LIBRARY", "{tmp}/lib.so", "library", "{tmp}/lib.so", None),
+    ("LIBRARY", "{tmp}/nope.so", "library", None, "='{tmp}/nope.so' is not an existing file"),
+    ("LIBRARY", "{tmp}", "library", None, "='{tmp}' is a directory (not a library file)"),
+    ("CACHE_DIR", None, "cache_dir", None, None),
+    ("CACHE_DIR", "", "cache_dir", None, None),
+    ("CACHE_DIR", "{tmp}/cache", "cache_dir", "{tmp}/cache", None),
+    ("CACHE_DIR", "rel/cache", "cache_dir", None, "='rel/cache'" + RELATIVE),
+    ("TRUSTED_OWNER", None, "trusted_owner", None, None),
+    ("TRUSTED_OWNER", "", "trusted_owner", None, None),
+    ("TRUSTED_OWNER", "0", "trusted_owner", 0, None),
+    ("TRUSTED_OWNER", "root", "trusted_owner", 0, None),
+    ("TRUSTED_OWNER", "-1", "trusted_owner", None, "='-1' names no account on this system"),
+    ("LOCK_TIMEOUT", None, "lock_timeout", None, None),
+    ("LOCK_TIMEOUT", "", "lock_timeout", None, None),
+    ("LOCK_TIMEOUT", "1", "lock_timeout", 1.0, None),
+    ("LOCK_TIMEOUT", " 2.5 ", "lock_timeout", 2.5, None),
+    ("LOCK_TIMEOUT", "86400", "lock_timeout", 86400.0, None),
+    ("LOCK_TIMEOUT", "0.5", "lock_timeout", None, "='0.5'" + SECONDS),
+    ("LOCK_TIMEOUT", "86401", "lock_timeout", None, "='86401'" + SECONDS),
+    ("LOCK_TIMEOUT", "nan", "lock_timeout", None, "='nan'" + SECONDS),
+    ("LOCK_TIMEOUT", "inf", "lock_timeout", None, "='inf'" + SECONDS),
+    ("LOCK_TIMEOUT", "abc", "lock_timeout", None, "='abc'" + SECONDS),
+    ("LOCK_TIMEOUT", "9" * 50, "lock_timeout", None, "='" + "9" * 40 + "...'" + SECONDS),
+]
+
+
+@pytest.mark.parametrize(
+    ("short", "raw", "field", "value", "problem"),
+    READINGS,
+    ids=[f"{case[0]}={case[1]!r}" for case in READINGS],
+)
+def test_each_variable_reads_as_the_table_says(
+    tmp_path: Path, short: str, raw: str | None, *, field: str, value: object, problem: str | None
+) -> None:
+    """Every variable alone: unset, empty or blank (unset), valid and invalid values, the
+    value it gives its setting and the exact start of its problem's message."""
+    (tmp_path / "lib.so").write_bytes(b"x")
+
+    def filled(text: str) -> str:
+        return text.replace("{tmp}", str(tmp_path))
+
+    environ = {} if raw is None else {P + short: filled(raw)}
+    settings = read_settings(environ)
+    expected = Path(filled(value)) if type(value) is str else value
+    assert getattr(settings, field) == expected
+    assert type(getattr(settings, field)) is type(expected)
+    if problem is None:
+        assert settings.problems == ()
+    else:
+        (found,) = settings.problems
+        assert found.variable == P + short
+        assert found.message.startswith(P + short + filled(problem)), found.message
+    # Every other setting keeps its default.
+    others = set(Settings._fields) - {field, "problems", "in_force"}
+    assert all(getattr(settings, name) == getattr(Settings(), name) for name in others)
+
+
+#: The reader of each variable, given its value (stripped; None where unset or empty).
+READERS: dict[str, Callable[[str | None], Reading[object]]] = {
+    **{short: partial(read_flag, short) for short in ("DISABLE", "FORCE", "JIT", "PORTABLE")},
+    "BACKEND": read_backend,
+    "LIBRARY": read_library,
+    "CACHE_DIR": read_cache_dir,
+    "TRUSTED_OWNER": read_trusted_owner,
+    "LOCK_TIMEOUT": read_lock_timeout,
+}
+
+
+@pytest.mark.parametrize(
+    ("short", "raw", "field", "value", "problem"),
+    READINGS,
+    ids=[f"{case[0]}={case[1]!r}" for case in READINGS],
+)
+def test_each_reader_gives_what_read_settings_gives(
+    tmp_path: Path, short: str, raw: str | None, *, field: str, value: object, problem: str | None
+) -> None:
+    """Each variable's reader alone: its value and its problem, never an exception; what
+    read_settings composes."""
+    (tmp_path / "lib.so").write_bytes(b"x")
+    text = None if raw is None else raw.replace("{tmp}", str(tmp_path)).strip() or None
+    read, found = READERS[short](text)
+    settings = read_settings({} if text is None else {P + short: text})
+    assert read == getattr(settings, field)
+    assert (found,) == settings.problems if problem else found is None
+
+
+def test_problems_come_unknown_names_first_then_in_the_readers_order() -> None:
+    """The order the warning lists them in: unknown names (sorted), then BACKEND,
+    LIBRARY, CACHE_DIR, TRUSTED_OWNER, LOCK_TIMEOUT, DISABLE, FORCE, JIT, PORTABLE."""
+    order = ["BACKEND", "LIBRARY", "CACHE_DIR", "TRUSTED_OWNER", "LOCK_TIMEOUT"]
+    order += ["DISABLE", "FORCE", "JIT", "PORTABLE"]
+    bad = dict.fromkeys(order, "x") | {"TRUSTED_OWNER": "-1", "LIBRARY": "/nonexistent"}
+    environ = {P + short: value for short, value in reversed(bad.items())}
+    environ |= {P + "ZZ": "1", P + "AAA": "1"}
+    problems = read_settings(environ).problems
+    assert [p.variable.removeprefix(P) for p in problems] == ["AAA", "ZZ", *order]

@@ -38,8 +38,8 @@ from _torch_c_dlpack_ext_core.trust import (
 )
 from _torch_c_dlpack_ext_core.version import __version__
 from torch_c_dlpack_ext import _jit
+from torch_c_dlpack_ext._decide import Settings
 from torch_c_dlpack_ext._library import read_library
-from torch_c_dlpack_ext._select import Settings
 from torch_c_dlpack_ext._settings import read_settings
 from torch_c_dlpack_ext._torchinfo import TorchInfo
 
@@ -435,9 +435,9 @@ def test_the_selector_checks_a_library_override_for_trust() -> None:
     """The LIBRARY override is read through the trust check (not a path-only read)."""
     import inspect
 
-    from torch_c_dlpack_ext import _selector
+    from torch_c_dlpack_ext import _apply
 
-    source = inspect.getsource(_selector._Action.load_override)
+    source = inspect.getsource(_apply._Action.load_override)
     assert "read_library(path, self.owners())" in source
 
 
@@ -481,7 +481,7 @@ def test_an_import_refuses_a_library_override_another_user_owns(tree: Path) -> N
 
 
 def test_a_file_loaded_because_of_trusted_owner_is_announced(tmp_path: Path) -> None:
-    from torch_c_dlpack_ext._selector import _Action
+    from torch_c_dlpack_ext._apply import _Action
 
     lib = tmp_path / "lib.so"
     lib.write_bytes(b"x")

@@ -1,4 +1,4 @@
-"""The selection policy: which library (if any) ``import torch_c_dlpack_ext`` loads.
+"""The selection policy (the pure decision): which library ``import torch_c_dlpack_ext`` loads.
 
 Pure: no I/O, no imports of torch. The caller reads the environment, the running
 torch and the manifest, and acts on the returned :class:`Decision`.

@@ -13,7 +13,7 @@ from _torch_c_dlpack_ext_core.errors import ManifestError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend, library_filename
 from _torch_c_dlpack_ext_core.version import __version__
-from torch_c_dlpack_ext._select import Decision, DecisionKind, Settings, decide, manifest_needed
+from torch_c_dlpack_ext._decide import Decision, DecisionKind, Settings, decide, manifest_needed
 from torch_c_dlpack_ext._settings import read_settings
 from torch_c_dlpack_ext._torchinfo import TorchInfo
 
@@ -871,7 +871,7 @@ def test_unparsable_huge_version_names_the_cause(version: str) -> None:
 
 
 def test_status_names_the_portable_table_its_cost_and_how_to_get_native_speed() -> None:
-    from torch_c_dlpack_ext._select import PORTABLE_COST, cost_line
+    from torch_c_dlpack_ext._decide import PORTABLE_COST, cost_line
     from torch_c_dlpack_ext._status import Status
 
     status = Status(kind=K.PORTABLE, library=Path("/x/libtorch_c_dlpack_ext-portable.so"))

@@ -1,10 +1,10 @@
-"""The full selector: everything the import does off its common path, and says why.
+"""The full selector's effects: everything the import does off its common path, and says why.
 
 :func:`._loader.load_common` handles the common case; this module runs when
 anything is unusual (a ``TORCH_C_DLPACK_EXT_*`` variable, an attribute on
 ``torch.Tensor`` to judge, no valid manifest, no matching library, a library that
 fails), and for :func:`torch_c_dlpack_ext.status`, the diagnostics and an explicit
-build. It reads settings, torch and the manifest, decides with :func:`._select.decide`
+build. It reads settings, torch and the manifest, decides with :func:`._decide.decide`
 and acts. Nothing here lets an expected failure escape :func:`select_and_load`: every
 one becomes the fields of a :class:`._status.Status` with the cause, and one
 :class:`TorchCDLPackExtWarning` (the package's ``__init__`` catches the unexpected).
@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from _torch_c_dlpack_ext_core.errors import (
     REINSTALL,
@@ -48,6 +48,15 @@ from _torch_c_dlpack_ext_core.naming import (
     running_python,
 )
 
+from ._decide import (
+    Decision,
+    DecisionKind,
+    Settings,
+    decide,
+    describe_entry,
+    gpu_library_remedy,
+    manifest_needed,
+)
 from ._library import LoadedLibrary, open_library, read_library
 from ._library import short_path as _short_path
 from ._loader import (
@@ -58,19 +67,12 @@ from ._loader import (
     make_capsule,
     publish,
 )
-from ._select import (
-    Decision,
-    DecisionKind,
-    Settings,
-    decide,
-    describe_entry,
-    gpu_library_remedy,
-    manifest_needed,
-)
 from ._status import Status, StatusFields
 from ._torchinfo import TorchInfo, check_legacy_pointer
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from _torch_c_dlpack_ext_core.trust import TrustedOwners
 
 __all__ = [
@@ -211,7 +213,7 @@ class _Action:
 
     def __init__(
         self,
-        torch: Any,
+        torch: ModuleType,
         info: TorchInfo,
         decision: Decision,
         settings: Settings,
@@ -443,14 +445,14 @@ _BUILD_INFO_IN_FILE = re.compile(
 )
 
 
-def build_info_in(data: bytes) -> dict[str, Any]:
+def build_info_in(data: bytes) -> dict[str, object]:
     """The build info a library's bytes hold (its ``TorchCDLPackExtBuildInfo`` string
     constant), read without loading it; ``{}`` when there is none."""
     match = _BUILD_INFO_IN_FILE.search(data)
     return _parse_build_info(match.group()[:-1].decode("utf-8", "replace") if match else None)
 
 
-def _parse_build_info(raw: str | None) -> dict[str, Any]:
+def _parse_build_info(raw: str | None) -> dict[str, object]:
     import json
 
     try:
@@ -461,7 +463,7 @@ def _parse_build_info(raw: str | None) -> dict[str, Any]:
 
 
 def _mismatch(
-    built: dict[str, Any], path: Path, info: TorchInfo, settings: Settings
+    built: dict[str, object], path: Path, info: TorchInfo, settings: Settings
 ) -> tuple[str, str] | None:
     """:func:`override_mismatch` on a build info already read (``{}``: nothing known)."""
     var = env_var("LIBRARY")
@@ -522,7 +524,9 @@ def _mismatch(
     return None
 
 
-def _python_mismatch(built: dict[str, Any], name: str, info: TorchInfo) -> tuple[str, str] | None:
+def _python_mismatch(
+    built: dict[str, object], name: str, info: TorchInfo
+) -> tuple[str, str] | None:
     """Why a library whose build info is ``built`` may not be loaded by this interpreter
     (its ``python``: an abi3 library on a free-threaded build, a 3.14t one elsewhere), or,
     for the portable table, by this torch (it calls ``torch._C._to_dlpack``)."""
