@@ -13,7 +13,7 @@ import ctypes
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -27,6 +27,8 @@ from _torch_c_dlpack_ext_core.dlpack_ctypes import (
 if TYPE_CHECKING:
     from types import ModuleType
     from typing import Protocol
+
+    from _torch_c_dlpack_ext_core.manifest import JSONField
 
     class _Device(Protocol):
         type: str
@@ -94,7 +96,7 @@ class Report(TypedDict, total=False):
     #: The running torch's :class:`~._torchinfo.TorchInfo` as JSON; None if not importable.
     torch: dict[str, object] | None
     #: The manifest's entries as JSON, or ``{"error": why}`` where it cannot be read.
-    bundled: list[dict[str, object]] | dict[str, str]
+    bundled: list[dict[str, JSONField]] | dict[str, str]
     decision: DecisionReport
     overrides: dict[str, str]
     #: The loaded library's build info (JSON), ``{"unparsable": text}``, or None.
@@ -238,7 +240,7 @@ def _clip(text: object, width: int = _VALUE_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 3].rstrip() + "..."
 
 
-def _describe(item: dict[str, object]) -> str:
+def _describe(item: Mapping[str, object]) -> str:
     if item["backend"] == "any":
         return f"portable table ({item['python']})"
     abi = "" if item["cxx11_abi"] is None else f" cxx11abi{item['cxx11_abi']:d}"

@@ -17,7 +17,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from _torch_c_dlpack_ext_core import naming
 from _torch_c_dlpack_ext_core.errors import (
@@ -25,6 +25,7 @@ from _torch_c_dlpack_ext_core.errors import (
     ConfigError,
     ManifestError,
     TorchCDLPackExtError,
+    TorchInstallError,
 )
 from _torch_c_dlpack_ext_core.files import read_verified
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
@@ -34,6 +35,9 @@ from _torch_c_dlpack_ext_core.version import __version__
 
 from ._decide import Settings
 from ._torchinfo import TorchInfo
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 __all__ = ["build", "build_portable", "cache_key", "python_tag"]
 
@@ -184,7 +188,9 @@ def build_portable(settings: Settings) -> tuple[Path, bytes]:
     return read_verified(entry, output_dir, owners=owners)
 
 
-def build(torch: Any, info: TorchInfo, backend: Backend, settings: Settings) -> tuple[Path, bytes]:
+def build(
+    torch: ModuleType, info: TorchInfo, backend: Backend, settings: Settings
+) -> tuple[Path, bytes]:
     """Build (or reuse) the library for the running torch; return its path and the
     bytes whose size and sha256 were verified (the loader loads exactly those).
 
@@ -192,6 +198,13 @@ def build(torch: Any, info: TorchInfo, backend: Backend, settings: Settings) -> 
     unusable cache directory, the driver's :class:`BuildError` subclasses for a
     missing compiler or DLPack header.
     """
+    if torch.__file__ is None:
+        raise TorchInstallError(
+            f"the running torch {info.version} has no __file__ (imported from something "
+            "other than its files), so the JIT cannot find its headers and libraries; "
+            "install torch from a wheel or a package"
+        )
+    torch_dir = Path(torch.__file__).parent
     root, fix = _cache_root(settings)
     output_dir = root / cache_key(info, backend, python_tag())
     owners = TrustedOwners(settings.trusted_owner)
@@ -222,9 +235,7 @@ def build(torch: Any, info: TorchInfo, backend: Backend, settings: Settings) -> 
 
     try:
         entry = driver.compile_library(
-            driver.BuildRequest(
-                torch=Path(torch.__file__).parent, backend=backend, output_dir=output_dir
-            ),
+            driver.BuildRequest(torch=torch_dir, backend=backend, output_dir=output_dir),
             driver.BuildPolicy(
                 echo=False,
                 # The library serves this interpreter only (the key holds its Python tag), so

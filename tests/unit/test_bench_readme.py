@@ -50,7 +50,7 @@ def test_committed_readme_costs_match_committed_results() -> None:
 
 def test_the_readme_costs_are_the_cost_figures_the_runtime_prints() -> None:
     """The native and portable figures README shows are PORTABLE_COST's, rounded alike."""
-    from torch_c_dlpack_ext._select import PORTABLE_COST
+    from torch_c_dlpack_ext._decide import PORTABLE_COST
 
     table = render_paths_table(_documents())
     assert table is not None

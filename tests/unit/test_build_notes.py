@@ -127,3 +127,34 @@ def test_the_jit_says_a_builds_notes_with_its_building_line(
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("torch-c-dlpack-ext: building libx.so for torch 2.8.0+cu128")
     assert lines[1:] == ["torch-c-dlpack-ext: note: CUDA 13.0 headers for torch ..."]
+
+
+def test_the_jit_refuses_a_torch_without_a_file_before_compiling(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A torch module with no ``__file__`` (a namespace or in-memory import) has no
+    installation directory to compile against: a typed error, and no compile."""
+    import types
+
+    from torch_c_dlpack_ext import _jit
+    from torch_c_dlpack_ext._decide import Settings
+    from torch_c_dlpack_ext._torchinfo import TorchInfo
+    from torch_c_dlpack_ext.errors import TorchInstallError
+
+    info = TorchInfo(
+        version="2.8.0+cpu",
+        backend=Backend.CPU,
+        cxx11_abi=True,
+        cuda_version=None,
+        hip_version=None,
+        has_capsule=False,
+        has_legacy_int=False,
+    )
+    compiled: list[object] = []
+    monkeypatch.setattr(driver, "compile_library", lambda *a, **k: compiled.append(a))
+    torch = types.ModuleType("torch")
+    torch.__file__ = None
+    with pytest.raises(TorchInstallError, match=r"torch 2\.8\.0\+cpu has no __file__"):
+        _jit.build(torch, info, Backend.CPU, Settings(cache_dir=tmp_path / "cache"))
+    assert compiled == []
+    assert not (tmp_path / "cache").exists()
