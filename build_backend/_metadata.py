@@ -12,7 +12,7 @@ import ast
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from _torch_c_dlpack_ext_core.errors import ConfigError
 
@@ -24,22 +24,38 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["ProjectMetadata", "load_pyproject", "project_metadata", "read_version"]
+__all__ = ["ProjectMetadata", "load_pyproject", "project_metadata", "read_version", "toml_table"]
 
 
-def load_pyproject(root: Path) -> dict[str, Any]:
+def load_pyproject(root: Path) -> dict[str, object]:
     """Parsed ``pyproject.toml`` of ``root``. Raises :class:`ConfigError`.
 
-    ``Any`` as :mod:`tomllib` gives it: a TOML document's tables hold any TOML value, and
-    the readers (this module, :mod:`._options`, the devtools) check what they take."""
+    Its values are ``object``: a TOML document's tables hold any TOML value, and the
+    readers (this module, :mod:`._options`, the devtools) check what they take."""
     path = root / "pyproject.toml"
     try:
-        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+        data: dict[str, object] = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
     return data
+
+
+def toml_table(document: Mapping[str, object], *keys: str) -> dict[str, object]:
+    """The table at ``keys`` (``"tool", "cibuildwheel"``) of a parsed pyproject.toml; an
+    absent key gives an empty table, and a value there that is not a table is a
+    :class:`ConfigError` naming it."""
+    table: Mapping[str, object] = document
+    for depth, key in enumerate(keys):
+        value = table.get(key, {})
+        if not isinstance(value, Mapping):
+            name = ".".join(keys[: depth + 1])
+            raise ConfigError(
+                f"pyproject.toml: [{name}] must be a table, not {type(value).__name__}"
+            )
+        table = value
+    return {str(key): value for key, value in table.items()}
 
 
 def read_version(version_file: Path) -> str:
@@ -101,10 +117,7 @@ def project_metadata(root: Path, pyproject: Mapping[str, object] | None = None) 
     from packaging.version import Version
 
     data = dict(load_pyproject(root) if pyproject is None else pyproject)
-    table = data.get("project", {})
-    if not isinstance(table, Mapping):
-        raise ConfigError("pyproject.toml: [project] must be a table")
-    project: dict[str, object] = {str(key): value for key, value in table.items()}
+    project = toml_table(data, "project")
     listed = project.get("dynamic", [])
     dynamic = list(listed) if isinstance(listed, (list, tuple)) else [listed]
     unsupported = [field for field in dynamic if field != "version"]

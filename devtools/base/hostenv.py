@@ -46,10 +46,10 @@ def requires_python(pyproject: Path = ROOT / "pyproject.toml") -> str | None:
     a value that is not a version specifier is a :class:`ConfigError`."""
     if not pyproject.is_file():
         return None
-    from build_backend._metadata import load_pyproject
+    from build_backend._metadata import load_pyproject, toml_table
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-    value = load_pyproject(pyproject.parent).get("project", {}).get("requires-python")
+    value = toml_table(load_pyproject(pyproject.parent), "project").get("requires-python")
     if value is None:
         return None
     try:

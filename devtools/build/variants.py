@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypedDict, Union
 
-from _torch_c_dlpack_ext_core.errors import BuildError
+from _torch_c_dlpack_ext_core.errors import BuildError, ConfigError
 from _torch_c_dlpack_ext_core.naming import Backend
 from devtools.base.paths import ROOT
 from devtools.matrix.cells import Cell
@@ -89,24 +89,36 @@ def _variant_dist_info_without_variantlib(cell: Cell) -> VariantMetadata:
     """What variantlib 0.2's ``make_variant_dist_info`` writes for ``cell``, for
     Python 3.9 where variantlib does not install: the schema, pyproject.toml's
     ``[variant]`` priorities and providers, and the cell's properties under its label."""
-    from build_backend._metadata import load_pyproject
+    from build_backend._metadata import load_pyproject, toml_table
 
-    table = load_pyproject(ROOT).get("variant", {})
+    document = load_pyproject(ROOT)
+    priorities = toml_table(document, "variant", "default-priorities").get("namespace", [])
+    providers = toml_table(document, "variant", "providers")
     variants: VariantProperties = {}
     for prop in variant_properties(cell):
         namespace, feature, value = (part.strip() for part in prop.split("::"))
         variants.setdefault(namespace, {}).setdefault(feature, []).append(value)
     return {
         "$schema": _VARIANT_SCHEMA,
-        "default-priorities": {
-            "namespace": list(table.get("default-priorities", {}).get("namespace", []))
-        },
+        "default-priorities": {"namespace": _strings(priorities, "namespace")},
         "providers": {
-            name: {"plugin-api": provider["plugin-api"], "requires": list(provider["requires"])}
-            for name, provider in table.get("providers", {}).items()
+            name: {
+                "plugin-api": str(provider["plugin-api"]),
+                "requires": _strings(provider["requires"], f"{name}.requires"),
+            }
+            for name in providers
+            for provider in [toml_table(providers, name)]
         },
         "variants": {cell.label: variants},
     }
+
+
+def _strings(value: object, what: str) -> list[str]:
+    """``value``, a TOML array of strings, as a list; anything else is a
+    :class:`ConfigError` naming ``[variant] what``."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ConfigError(f"pyproject.toml: [variant] {what} must be an array of strings")
+    return [str(item) for item in value]
 
 
 def _declare_abi_dependency(data: VariantMetadata) -> VariantMetadata:

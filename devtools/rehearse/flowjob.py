@@ -110,12 +110,12 @@ def read_job_build(pyproject: Path = ROOT / "pyproject.toml") -> tuple[tuple[str
     """The job's own build, from ``[tool.cibuildwheel]``: the ``python -m devtools build``
     arguments of ``before-build`` and the ``libs-dir`` the backend packs (which must be
     the folder that command fills, and the cells must be the job's ``TCDE_JOB_CELLS``)."""
-    from build_backend._metadata import load_pyproject
+    from build_backend._metadata import load_pyproject, toml_table
 
-    config = load_pyproject(pyproject.parent)["tool"]["cibuildwheel"]
+    config = toml_table(load_pyproject(pyproject.parent), "tool", "cibuildwheel")
     commands = [part.strip() for part in str(config.get("before-build", "")).split("&&")]
     builds = [c for c in commands if "-m devtools build" in c]
-    libs_dir = str(config.get("config-settings", {}).get("libs-dir", ""))
+    libs_dir = str(toml_table(config, "config-settings").get("libs-dir", ""))
     if len(builds) != 1 or not libs_dir:
         raise ConfigError(
             "pyproject.toml [tool.cibuildwheel]: expected one `python -m devtools build` in "
@@ -133,7 +133,8 @@ def read_job_build(pyproject: Path = ROOT / "pyproject.toml") -> tuple[tuple[str
                      f'--cells "${JOB_CELLS_VARIABLE}" and --no-assemble')  # fmt: skip
     if "--libs-dir" not in args or args[args.index("--libs-dir") + 1] != libs_dir:
         raise ConfigError(f"before-build's --libs-dir is not config-settings libs-dir {libs_dir!r}")
-    if JOB_CELLS_VARIABLE not in config.get("environment-pass", []):
+    passed = config.get("environment-pass", [])
+    if not isinstance(passed, list) or JOB_CELLS_VARIABLE not in passed:
         raise ConfigError(f"[tool.cibuildwheel] environment-pass lacks {JOB_CELLS_VARIABLE}")
     return args, libs_dir
 
@@ -175,10 +176,14 @@ def _real_libraries(
 
 
 def _repair_command() -> str:
-    from build_backend._metadata import load_pyproject
+    from build_backend._metadata import load_pyproject, toml_table
 
-    config = load_pyproject(ROOT)
-    command: str = config["tool"]["cibuildwheel"]["linux"]["repair-wheel-command"]
+    linux = toml_table(load_pyproject(ROOT), "tool", "cibuildwheel", "linux")
+    command = linux.get("repair-wheel-command")
+    if not isinstance(command, str):
+        raise ConfigError(
+            "pyproject.toml: [tool.cibuildwheel.linux] repair-wheel-command must be a string"
+        )
     return command
 
 

@@ -195,16 +195,10 @@ def build(
     bytes whose size and sha256 were verified (the loader loads exactly those).
 
     Raises a :class:`TorchCDLPackExtError` subclass: :class:`ConfigError` for an
-    unusable cache directory, the driver's :class:`BuildError` subclasses for a
-    missing compiler or DLPack header.
+    unusable cache directory, :class:`TorchInstallError` for a torch without a
+    ``__file__`` (nothing to compile against), the driver's :class:`BuildError`
+    subclasses for a missing compiler or DLPack header.
     """
-    if torch.__file__ is None:
-        raise TorchInstallError(
-            f"the running torch {info.version} has no __file__ (imported from something "
-            "other than its files), so the JIT cannot find its headers and libraries; "
-            "install torch from a wheel or a package"
-        )
-    torch_dir = Path(torch.__file__).parent
     root, fix = _cache_root(settings)
     output_dir = root / cache_key(info, backend, python_tag())
     owners = TrustedOwners(settings.trusted_owner)
@@ -218,6 +212,13 @@ def build(
             f"JIT cache directory {root} is not writable ({problem.strerror or problem}) and "
             f"holds no build for this torch; {fix}"
         )
+    if torch.__file__ is None:
+        raise TorchInstallError(
+            f"the running torch {info.version} has no __file__ (imported from something "
+            "other than its files), so the JIT cannot find its headers and libraries; "
+            "install torch from a wheel or a package"
+        )
+    torch_dir = Path(torch.__file__).parent
     from _torch_c_dlpack_ext_core import driver
 
     def say_building(plan: driver.BuildPlan) -> None:

@@ -76,3 +76,18 @@ def test_a_tool_table_that_is_not_a_table_is_a_config_error(tool: object) -> Non
 def test_a_project_that_is_not_a_table_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"\[project\] must be a table"):
         project_metadata(ROOT, {"project": "torch-c-dlpack-ext"})
+
+
+def test_toml_table_walks_tables_and_names_the_one_that_is_not() -> None:
+    from build_backend._metadata import toml_table
+
+    document: dict[str, object] = {"tool": {"cibuildwheel": {"linux": {"archs": "x86_64"}}}}
+    assert toml_table(document, "tool", "cibuildwheel", "linux") == {"archs": "x86_64"}
+    assert toml_table(document, "tool", "absent") == {}
+    assert toml_table({}, "project") == {}
+    with pytest.raises(
+        ConfigError, match=r"\[tool\.cibuildwheel\.linux\.archs\] must be a table, not str"
+    ):
+        toml_table(document, "tool", "cibuildwheel", "linux", "archs")
+    with pytest.raises(ConfigError, match=r"\[tool\] must be a table, not list"):
+        toml_table({"tool": []}, "tool", "cibuildwheel")
