@@ -175,9 +175,10 @@ def _import_torch() -> ModuleType:
                 "fix what torch's own import raises (python -c 'import torch' shows it), "
                 "then start a new process",
             )
-        import torch
+        import importlib  # loaded at interpreter start: a dict lookup
 
-        return torch
+        # import_module, typed as returning a module (torch has no stubs to say so).
+        return importlib.import_module("torch")
     if getattr(getattr(module, "__spec__", None), "_initializing", False):
         from _torch_c_dlpack_ext_core.errors import TorchHalfImportedError
 
