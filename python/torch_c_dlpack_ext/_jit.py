@@ -39,6 +39,8 @@ from ._torchinfo import TorchInfo
 if TYPE_CHECKING:
     from types import ModuleType
 
+    from _torch_c_dlpack_ext_core.driver import BuildPolicy
+
 __all__ = ["build", "build_portable", "cache_key", "python_tag"]
 
 #: The most a build record may be (they are about 2 kB).
@@ -149,6 +151,19 @@ def _not_writable(output_dir: Path) -> OSError | None:
     return None
 
 
+def _policy(owners: TrustedOwners, settings: Settings) -> BuildPolicy:
+    """How every JIT build runs: silent (a compile says only its one building line), no
+    stable ABI audit (the library serves this interpreter only: the cache key holds its
+    Python tag, so the audit the release runs on abi3 wheels has nothing to add), the
+    output checked against ``owners`` before it is loaded, and ``settings.lock_timeout``
+    to wait for another process's build of it."""
+    from _torch_c_dlpack_ext_core.driver import BuildPolicy
+
+    return BuildPolicy(
+        echo=False, stable_abi_audit=False, owners=owners, lock_timeout=settings.lock_timeout
+    )
+
+
 def build_portable(settings: Settings) -> tuple[Path, bytes]:
     """Build (or reuse) the portable table for this interpreter, with only a C compiler,
     ``Python.h`` and the DLPack header (no torch headers, no C++): where the universal
@@ -173,12 +188,7 @@ def build_portable(settings: Settings) -> tuple[Path, bytes]:
     try:
         entry = driver.compile_portable_library(
             driver.PortableRequest(output_dir=output_dir),
-            driver.BuildPolicy(
-                echo=False,
-                stable_abi_audit=False,
-                owners=owners,
-                lock_timeout=settings.lock_timeout,
-            ),
+            _policy(owners, settings),
             on_compile=say_building,
         )
     except OSError as exc:
@@ -237,14 +247,7 @@ def build(
     try:
         entry = driver.compile_library(
             driver.BuildRequest(torch=torch_dir, backend=backend, output_dir=output_dir),
-            driver.BuildPolicy(
-                echo=False,
-                # The library serves this interpreter only (the key holds its Python tag), so
-                # the stable ABI audit the release runs on abi3 wheels has nothing to add.
-                stable_abi_audit=False,
-                owners=owners,
-                lock_timeout=settings.lock_timeout,
-            ),
+            _policy(owners, settings),
             on_compile=say_building,
         )
     except TorchCDLPackExtError:
