@@ -154,8 +154,10 @@ def _rooms(root: Path) -> tuple[list[str], list[str]]:
             if path.name != "__init__.py":
                 where = path.relative_to(root).as_posix()
                 modules.append(f"| `{where}` | {_summary(path, root)} |")
-    for name in ("__main__.py", "docmap.py"):
-        modules.append(f"| `devtools/{name}` | {_summary(devtools / name, root)} |")
+    modules += [
+        f"| `devtools/{name}` | {_summary(devtools / name, root)} |"
+        for name in ("__main__.py", "docmap.py")
+    ]
     return rooms, modules
 
 
