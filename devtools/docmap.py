@@ -47,13 +47,14 @@ _LITERAL = re.compile(r"``([^`]+)``")
 
 
 def _markdown(text: str) -> str:
-    """reST roles and literals as Markdown code; ``~a.b.c`` keeps only ``c``."""
+    """reST roles and literals as Markdown code; ``~a.b.c`` keeps only ``c``, ``.a.b`` (a
+    relative name) is ``a.b``."""
 
     def role(match: re.Match[str]) -> str:
         target = match.group(1).strip()
         if match.group(0).split("`", 1)[1].startswith("~"):
             target = target.rpartition(".")[2]
-        return f"`{target}`"
+        return f"`{target.lstrip('.')}`"
 
     text = _ROLE.sub(role, text)
     return _LITERAL.sub(r"`\1`", text).replace("|", "\\|")

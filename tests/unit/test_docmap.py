@@ -79,7 +79,7 @@ def test_the_layers_are_the_import_graph_tests_table() -> None:
     [
         ("devtools/release/publish.py", '"""Publishing a release', '"""Shipping a release'),
         ("python/_torch_c_dlpack_ext_core/run.py", '"""The one helper', '"""The single helper'),
-        ("python/_torch_c_dlpack_ext_core/toolchains/__init__.py", "The toolchains", "Toolkits"),
+        ("python/_torch_c_dlpack_ext_core/toolchains/__init__.py", "Everything that", "All that"),
         ("python/torch_c_dlpack_ext/_decide.py", "The selection policy", "The choosing policy"),
         ("build_backend/_wheel.py", "Wheel writing:", "Wheel making:"),
         ("build_backend/__init__.py", "In-tree PEP 517", "In-tree PEP 999"),
@@ -151,6 +151,9 @@ def test_a_layers_table_that_is_not_literal_is_refused(tmp_path: Path) -> None:
 def test_rest_markup_becomes_markdown() -> None:
     text = "See :func:`~devtools.matrix.reader.load_matrix`, :mod:`devtools.base.cli` and ``a|b``."
     assert docmap._markdown(text) == "See `load_matrix`, `devtools.base.cli` and `a\\|b`."
+    assert docmap._markdown("In :mod:`.files` and :data:`..naming.ENV_PREFIX`.") == (
+        "In `files` and `naming.ENV_PREFIX`."
+    )
     assert docmap._paragraphs("One ``x. y`` here.\nTwo.\n\n  Three.\n") == [
         "One ``x. y`` here. Two.",
         "Three.",
