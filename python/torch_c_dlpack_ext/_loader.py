@@ -1,8 +1,6 @@
-"""The import's common path (:func:`load_common`: no override, no attribute to judge, a
-valid manifest, the matching library or else the portable table), the exchange ABI's names,
-and the steps every load takes: verify, ELF extents, a sealed memory copy, dlopen
-(``RTLD_NOW``), check the table, publish on ``torch.Tensor``. Written for the import's cost
-(CONTRIBUTING.md, "The import's common path")."""
+"""The import's common path (:func:`load_common`: a valid manifest, then the matching
+library or the portable table), the exchange ABI's names, and the steps every load takes:
+verify, ELF extents, sealed copy, dlopen, check the table, publish on ``torch.Tensor``."""
 
 # load_common handles the common case with this module alone: no TORCH_C_DLPACK_EXT_*
 # variable, neither attribute on torch.Tensor, a valid manifest and a matching library
