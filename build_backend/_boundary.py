@@ -1,4 +1,6 @@
-"""The backend's ONE error boundary: every hook runs inside :func:`error_boundary`.
+"""The backend's ONE error boundary: every hook runs inside :func:`error_boundary`, which
+turns an error of ours into one paragraph and the error's exit code, the traceback saved to
+a file (``TORCH_C_DLPACK_EXT_BUILD_TRACEBACK=1`` lets it through with its traceback).
 
 A frontend runs each hook in a child Python (pip, build and uv all do, through
 pyproject_hooks or their own script) and shows what it printed. An error of this

@@ -1,4 +1,5 @@
-"""The backend's settings: one frozen dataclass read through ONE precedence chain.
+"""The backend's settings: one frozen dataclass (:class:`BackendOptions`) read through ONE
+precedence chain, once per hook (:func:`hook_options`), and passed down.
 
 defaults -> ``[tool.torch-c-dlpack-ext]`` in pyproject.toml -> PEP 517
 ``config_settings`` -> environment variables ``TORCH_C_DLPACK_EXT_<KEY>``

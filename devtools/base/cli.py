@@ -77,7 +77,7 @@ COMMANDS: tuple[Command, ...] = (
     _command("split-variants", "move variant wheels and variants.json out of dist/"),
     _command("verify", "every cell is there; each wheel works with its torch"),
     _command("test-installed", "cibuildwheel's test command for one job's wheel", "cibw_test"),
-    _command("map", "CONTRIBUTING.md's map of devtools/, from the docstrings"),
+    _command("map", "CONTRIBUTING.md's code map, from the docstrings"),
 )
 _BY_NAME = {command.name: command for command in COMMANDS}
 

@@ -1,6 +1,7 @@
-"""``python -m devtools map [--check] [--file FILE]``: CONTRIBUTING.md's map of
-``devtools/`` (its rooms and modules), regenerated from their docstrings
-(:mod:`devtools.docmap`); ``--check`` changes nothing and exits 1 when the map is stale."""
+"""``python -m devtools map [--check] [--file FILE]``: CONTRIBUTING.md's map of the code
+(layers, the core, the face, the build backend, devtools' rooms and modules), regenerated
+from the docstrings (:mod:`devtools.docmap`); ``--check`` changes nothing and exits 1 when
+the map is stale."""
 
 from __future__ import annotations
 

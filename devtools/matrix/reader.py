@@ -1,7 +1,9 @@
 """THE reader of ``matrix.toml``: :func:`load_matrix` reads the file and
 :func:`parse_matrix` validates its data into a :class:`~devtools.matrix.model.Matrix`
 (whose cells, :class:`~devtools.matrix.cells.Cell` with their ids, job ids and labels, it
-derives). An unknown key, platform, backend or index raises
+derives).
+
+An unknown key, platform, backend or index raises
 :class:`~devtools.base.errors.MatrixError` with a "did you mean" hint, and so does a value
 of the wrong kind (a torch minor that is not ``X.Y``, a release of another minor, a
 flavour without its C++ ABI, a toolkit without a builder image); a selection that matches

@@ -1,4 +1,5 @@
-"""torch-c-dlpack-ext's building blocks, shipped beside the package; NOT a public API.
+"""torch-c-dlpack-ext's building blocks, shipped beside the package; NOT a public API, and
+free of import side effects (no torch import, no library selection, no subprocess).
 
 Importing this package or any module of it has no side effects: no torch import, no
 library selection, no subprocess. That is what lets the in-tree build backend, the

@@ -1,5 +1,7 @@
-"""The build lock of one library, with its owner written down, and what a killed build
-left behind.
+"""The build lock of one library with its owner written down (``<library>.lock.owner``: pid,
+host, start time), the one-line "waiting" message, the break of a dead owner's lock and
+:data:`LOCK_TIMEOUT_S`; and the removal of what killed builds left behind (their temporary
+files ``.<name>.<pid>-<hex>.tmp`` and scratch dirs).
 
 :func:`hold` takes ``<library>.lock`` (a :class:`filelock.FileLock`) and records who holds
 it in ``<library>.lock.owner`` (pid, host, the process's start time): a process that has

@@ -1,4 +1,7 @@
-"""What a caller asks of the compiler driver, as frozen records built once and passed down.
+"""What a caller asks of the compiler driver, as frozen records built once and passed down:
+:class:`BuildRequest` (the native library's target and inputs), :class:`PortableRequest`
+(the portable table's) and :class:`BuildPolicy` (which audits run, ``echo=False`` for a
+quiet caller such as the JIT, the trusted owners, the lock timeout).
 
 :class:`BuildRequest` (the native library) and :class:`PortableRequest` (the portable table)
 say what to build and from which inputs; :class:`BuildPolicy` says how: which audits run,

@@ -1,7 +1,9 @@
-"""ctypes mirrors of the DLPack 1.3 C structs and of the ``DLPackExchangeAPI`` table.
+"""THE ctypes mirrors of the DLPack 1.3 C structs and of the ``DLPackExchangeAPI`` table,
+the one definition of that layout (it imports only :mod:`ctypes`): the diagnostics, the
+exchange suite and the benchmarks load it, and the loader's restatement is pinned to it.
 
-The one definition of that layout in this project: the loader checks a library's
-table with it, ``python -m torch_c_dlpack_ext`` drives a round trip through it, and
+The loader's table check restates it (a unit test keeps the two equal),
+``python -m torch_c_dlpack_ext`` drives a round trip through it, and
 the conformance suite and the benchmarks load this file by path
 (``tests/exchange_suite/dlpack_ctypes.py``), so a consumer written in Python sees
 exactly what a C consumer (tvm-ffi) sees.

@@ -1,4 +1,11 @@
-"""The ONE compiler driver: compile ``csrc/`` against a given torch installation.
+"""The ONE compiler driver (``nox -s build``, the sdist build, the JIT): the native
+library's plan (:class:`BuildPlan`, :func:`compile_library`: ``csrc/`` against a given torch
+installation) and the portable table's torch-free C plan (:class:`PortablePlan`,
+:func:`compile_portable_library`: the toolchain's C compiler, ``csrc/portable/*.c``, no
+torch; audited by the toolchain's ``audit_torch_free`` and abi3audit), the torch checks, the
+cache key (what decides the library's bytes, by content; no install path, so every venv of
+one torch build shares a build) and the lock; it calls the toolchain for what differs per
+platform.
 
 ``nox -s build``, the sdist build and the opt-in JIT all call
 :func:`compile_library`. It follows the build contract in CONTRIBUTING.md

@@ -1,4 +1,11 @@
-"""Every error this package raises, one subclass per failure category.
+"""Every error this package raises, one subclass per failure category with a stable exit
+code (a :class:`BuildError` keeps a failed tool's last lines: ``summary``, ``details``,
+``tail``, ``output``), and the remedies their messages name: the commands for this version
+(:func:`reinstall_command`, :func:`build_from_source_command`), which depend on where the
+installation came from (:class:`InstallSource`, read by the selector from PEP 610's
+``direct_url.json`` only when a message names a command: a pinned version only for an index
+install), and the build requirements. :mod:`torch_c_dlpack_ext.errors` re-exports the errors
+a user catches.
 
 Each error carries a message that says what went wrong *and* how to fix it. The
 command-line entry points translate them at the boundary (``raise ... from None``

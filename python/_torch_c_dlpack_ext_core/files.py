@@ -1,4 +1,8 @@
-"""Verified reads and atomic writes: the core's file I/O.
+"""Verified reads and atomic writes, the core's file I/O: non-blocking reads of regular
+files only, :func:`read_verified` and :func:`verify_file` (size and sha256 checked on the
+bytes read), :func:`load_manifest` and :func:`write_manifest`, and atomic writes through
+temporary files that get the umask's mode (not :func:`tempfile.mkstemp`'s 0600: build caches
+and ``build/cells/`` are shared).
 
 Readers open without blocking (a FIFO planted where a file should be cannot hang an
 import), refuse anything but a regular file, and check a library's size and sha256 on the

@@ -1,4 +1,5 @@
-"""The headers a build compiles against, found and versioned: DLPack, CUDA / ROCm, Python.
+"""The headers a build compiles against, found and versioned: DLPack, CUDA / ROCm, Python,
+and what the Python headers build (``abi3``, or a free-threaded target such as ``3.14t``).
 
 Each finder takes an explicit override first, then the places a user's environment
 provides, and raises a typed error listing what it tried and how to fix it.

@@ -1,4 +1,10 @@
-"""The manifest: what libraries a wheel bundles, and how to verify them before dlopen.
+"""The manifest: what libraries a wheel bundles, and how to verify them before dlopen: its
+schema, parsed (:func:`parse_manifest`) and written as canonical bytes
+(:func:`dump_manifest`), with no file I/O (:mod:`.files` reads and writes it). Each
+:class:`ManifestEntry` (a ``NamedTuple``) records its library's torch, backend, C++ ABI,
+toolchain, target Python, size and sha256, and, written by ``nox -s build``, its matrix cell
+id (optional, never read by the selector); the portable table's entry is torch-agnostic:
+``"any"`` torch, torch_build and backend, null C++ ABI and GPU toolkit, all five or refused.
 
 ``manifest.json`` lives next to the package's ``__init__.py``::
 

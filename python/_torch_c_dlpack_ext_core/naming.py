@@ -1,4 +1,7 @@
-"""The ONE definition of names shared by the build, the wheels and the runtime.
+"""The ONE definition of names shared by the build, the wheels and the runtime: library file
+names and suffixes, the manifest's location, variant labels, the two environment variable
+prefixes (``TORCH_C_DLPACK_EXT_`` for users, ``TCDE_`` for the developer tools and the
+tests), the platform-to-toolchain map and the cache directory.
 
 Library file names, the manifest location, variant labels, the environment
 variable prefix and the cache directory are all derived here. Build code, CI

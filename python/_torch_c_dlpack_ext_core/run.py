@@ -1,4 +1,6 @@
-"""The one helper every subprocess of this project goes through."""
+"""The one helper every subprocess of this project goes through: it echoes the command,
+captures its output and raises :class:`~.errors.CommandError` (command, exit code, output)
+when it fails or times out."""
 
 from __future__ import annotations
 

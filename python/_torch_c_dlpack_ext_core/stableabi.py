@@ -1,5 +1,5 @@
-"""The stable ABI audit: an ``abi3`` library uses only what the limited C API of
-CPython 3.9 gives (``Py_LIMITED_API`` = :data:`.naming.LIMITED_API_VERSION`).
+"""The stable ABI audit (``abi3audit``): an ``abi3`` library uses only what the limited C
+API of CPython 3.9 gives (``Py_LIMITED_API`` = :data:`.naming.LIMITED_API_VERSION`).
 
 Compiling with ``Py_LIMITED_API`` hides most of what is outside the limited API, but not
 everything (torch's own headers include ``Python.h`` too, and a declaration written by

@@ -1,4 +1,5 @@
-"""A torch installation described from its files, without importing it.
+""":class:`TorchInstall`: a torch installation described from its files, without importing
+it.
 
 The build compiles against torch releases that cannot be imported here (another
 Python, a CUDA build on a machine without the NVIDIA wheels, a different C++ ABI),

@@ -1,4 +1,10 @@
 """Trust in a file before it is loaded: OpenSSH's ``StrictModes`` rule, in one place.
+:func:`open_trusted`, :func:`check_trusted` and :func:`read_trusted` walk from ``/`` with
+``O_NOFOLLOW`` and check each opened descriptor's owner (root, this user, or the account
+``TORCH_C_DLPACK_EXT_TRUSTED_OWNER`` names) and mode; a JIT cache, a ``LIBRARY`` override
+and any JIT build output (the portable library's too) are read through them, an
+:class:`~.errors.UntrustedPathError` otherwise. The build tools and the backend do not
+check: they package what they build from a tree they already trust.
 
 A JIT cache (``TORCH_C_DLPACK_EXT_CACHE_DIR``, the default user cache), a
 ``TORCH_C_DLPACK_EXT_LIBRARY`` override and any JIT build output hold code this process

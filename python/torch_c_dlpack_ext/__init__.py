@@ -1,4 +1,5 @@
-"""torch-c-dlpack-ext: the DLPack C exchange API for every PyTorch.
+"""torch-c-dlpack-ext: the DLPack C exchange API for every PyTorch. This module is the
+import boundary, the fast defer path, :func:`status` and :func:`build_for_current_torch`.
 
 Importing this package runs the selector once (the drop-in contract tvm-ffi relies
 on: it imports the package, then reads the attributes):

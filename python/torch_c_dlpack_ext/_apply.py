@@ -1,4 +1,8 @@
-"""The full selector's effects: everything the import does off its common path, and says why.
+"""The full selector, run only off the import's common path: it reads the settings, the
+running torch and the manifest, decides with :func:`._decide.decide` and acts on the
+decision (fallbacks, the legacy int, a ``LIBRARY`` override, the JIT), with the one warning
+and its wording; it also builds the status (:func:`status_of`) and runs
+:func:`build_for_current_torch`.
 
 :func:`._loader.load_common` handles the common case; this module runs when
 anything is unusual (a ``TORCH_C_DLPACK_EXT_*`` variable, an attribute on

@@ -1,4 +1,6 @@
-"""The import boundary's wording, imported only when it catches something.
+"""The import boundary's wording (the warning naming an unexpected exception, the
+``WarningAsImportError`` under warnings-as-errors), imported only when the boundary catches
+something.
 
 ``torch_c_dlpack_ext.__init__`` runs the selector inside one ``try``; when anything gets
 out of it, the boundary puts ``torch.Tensor`` back and calls these: one warning naming an

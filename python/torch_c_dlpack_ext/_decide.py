@@ -1,4 +1,8 @@
-"""The selection policy (the pure decision): which library ``import torch_c_dlpack_ext`` loads.
+"""The selection policy (the pure decision): which library ``import torch_c_dlpack_ext``
+loads, ``(TorchInfo, manifest, settings) -> Decision`` (:func:`decide`, whose docstring is
+the spec; table-tested): defer, native, JIT, the portable table (``DecisionKind.PORTABLE``,
+``Decision.portable`` as the last resort) or unavailable; and :data:`PORTABLE_COST`, the
+per-call figures the diagnostics print.
 
 Pure: no I/O, no imports of torch. The caller reads the environment, the running
 torch and the manifest, and acts on the returned :class:`Decision`.

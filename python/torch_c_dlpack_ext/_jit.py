@@ -1,5 +1,5 @@
 """Opt-in build of the library for the running torch (``TORCH_C_DLPACK_EXT_JIT=1`` or
-:func:`torch_c_dlpack_ext.build_for_current_torch`).
+:func:`torch_c_dlpack_ext.build_for_current_torch`), through the core's compiler driver.
 
 The one compiler driver (:mod:`_torch_c_dlpack_ext_core.driver`) does the work,
 with its build cache and file lock, so several processes asking at once produce one

@@ -1,4 +1,9 @@
-"""Loading a library off the import's common path, and the loaded libraries as objects.
+"""Loading a library off the import's common path (:func:`open_library`, the selector's
+load: it reads the file when no verified bytes are given, loads the file itself where a
+memory file may not be mapped executable or ``/proc`` is not mounted, and quotes a library's
+``TorchCDLPackExtLoadProblem()`` when its table export returns NULL), the loaded libraries
+as objects (:class:`LoadedLibrary`, :func:`loaded_library`), and the load steps' messages
+(:func:`load_error`, :func:`check_elf_image`, :func:`short_path`).
 
 :func:`open_library` is the selector's load (a ``LIBRARY`` override, a manifest entry
 the common path left to it, a JIT build): the same steps as :mod:`._loader`'s common path

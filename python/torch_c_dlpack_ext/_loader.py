@@ -1,5 +1,6 @@
-"""The import's common path (:func:`load_common`), the exchange ABI's names, and the
-steps every load takes: verify, dlopen, check the table, publish on ``torch.Tensor``."""
+"""The import's common path (:func:`load_common`: a valid manifest, then the matching
+library or the portable table), the exchange ABI's names, and the steps every load takes:
+verify, ELF extents, sealed copy, dlopen, check the table, publish on ``torch.Tensor``."""
 
 # load_common handles the common case with this module alone: no TORCH_C_DLPACK_EXT_*
 # variable, neither attribute on torch.Tensor, a valid manifest and a matching library

@@ -1,4 +1,5 @@
-"""Runtime overrides: the ``TORCH_C_DLPACK_EXT_*`` environment variables read at import.
+"""Runtime overrides: the ``TORCH_C_DLPACK_EXT_*`` environment variables, read at import
+only when one of them is set, and without ever raising.
 
 Every variable shares the one prefix of ``naming.env_var``; this module is imported only
 when one of them is set (without any, the loader uses ``Settings()``). Reading them never

@@ -1,4 +1,5 @@
-"""What ``import torch_c_dlpack_ext`` did, as a record a user can read: :class:`Status`.
+"""What ``import torch_c_dlpack_ext`` did, as a record a user can read: :class:`Status`,
+built on demand from the fields the import keeps (:class:`StatusFields`, a ``TypedDict``).
 
 Built on demand (by :func:`torch_c_dlpack_ext.status`, the diagnostics, an explicit
 build), never by the import itself: the import keeps the fields and this module turns

@@ -1,4 +1,7 @@
-"""A small frozen description of the running torch: built once, passed around, easy to fake.
+"""A small frozen description of the running torch (:class:`TorchInfo`): built once, passed
+around, easy to fake. Its backend is the build flavour (``torch.version.hip``, ``.xpu``,
+``.cuda``, else cpu), never a device query, which would initialise CUDA; it also judges an
+exchange table someone else put on ``torch.Tensor`` and where it comes from.
 
 It also judges the two attributes other code may have put on ``torch.Tensor`` before
 us: a capsule is trusted only if ``PyCapsule_IsValid`` accepts it under the name

@@ -1,4 +1,5 @@
-"""The errors a user of torch-c-dlpack-ext can catch, and its warning category.
+"""The errors a user of torch-c-dlpack-ext can catch, and its warning category: the core's
+classes re-exported, and the face's own :class:`WarningAsImportError`.
 
 ``import torch_c_dlpack_ext`` raises only :class:`WarningAsImportError`, and only where the
 user's warnings filter made its one warning an error (``python -W error``, pytest's

@@ -1,5 +1,7 @@
-"""CONTRIBUTING.md's map of devtools/ is generated from the docstrings (devtools/docmap.py,
-``python -m devtools map``): it must match them, and the check must notice a drift."""
+"""CONTRIBUTING.md's map of the code is generated from the docstrings (devtools/docmap.py,
+``python -m devtools map``): the layers table from the import-graph test's ``ALLOWED``,
+every other row from a module's first docstring paragraph. It must match them, and the
+check must notice a drift in any of its tables."""
 
 from __future__ import annotations
 
@@ -13,6 +15,18 @@ from devtools.base.errors import DevToolError
 from devtools.base.paths import ROOT
 
 CONTRIBUTING = ROOT / "CONTRIBUTING.md"
+TREES = [tree for tree, _ in docmap.TREES]
+
+
+def _checkout(tmp_path: Path) -> Path:
+    """A copy of what the map is read from."""
+    root = tmp_path / "checkout"
+    ignore = shutil.ignore_patterns("*.pyc", "__pycache__")
+    for tree in ("devtools", "python", "build_backend", "benchmarks"):
+        shutil.copytree(ROOT / tree, root / tree, ignore=ignore)
+    (root / docmap.LAYERS_SOURCE).parent.mkdir(parents=True)
+    shutil.copy(ROOT / docmap.LAYERS_SOURCE, root / docmap.LAYERS_SOURCE)
+    return root
 
 
 def test_contributing_map_matches_the_docstrings() -> None:
@@ -22,11 +36,24 @@ def test_contributing_map_matches_the_docstrings() -> None:
     assert docmap.replace_map(text, docmap.render()) == text, "run `nox -s map`"
 
 
-def test_every_room_and_module_is_on_the_map() -> None:
+def test_every_layer_room_and_module_is_on_the_map() -> None:
     generated = docmap.render()
+    for layer in ("_torch_c_dlpack_ext_core", "torch_c_dlpack_ext"):
+        assert f"| `python/{layer}/` |" in generated
+    for layer in ("build_backend", "devtools", "benchmarks"):
+        assert f"| `{layer}/` |" in generated
+    for tree in TREES:
+        rows = docmap.tree_rows(ROOT, tree)
+        assert "\n".join(rows) in generated
+        for path in (ROOT / tree).rglob("*.py"):
+            if "__pycache__" in path.parts or path == ROOT / tree / "__init__.py":
+                continue
+            where = path.relative_to(ROOT / tree).as_posix().removesuffix("__init__.py")
+            assert sum(row.startswith(f"| `{where}` |") for row in rows) == 1, where
+    assert "| `toolchains/` |" in "\n".join(docmap.tree_rows(ROOT, TREES[0]))
     for path in (ROOT / "devtools").rglob("*.py"):
         relative = path.relative_to(ROOT).as_posix()
-        if path == ROOT / "devtools" / "__init__.py":
+        if path == ROOT / "devtools" / "__init__.py" or "__pycache__" in path.parts:
             continue
         if path.name == "__init__.py":
             assert f"| `{path.parent.relative_to(ROOT).as_posix()}/` |" in generated
@@ -34,27 +61,103 @@ def test_every_room_and_module_is_on_the_map() -> None:
             assert f"| `{relative}` |" in generated, relative
 
 
-def test_a_changed_docstring_makes_the_check_fail(tmp_path: Path) -> None:
-    root = tmp_path / "checkout"
-    shutil.copytree(ROOT / "devtools", root / "devtools", ignore=shutil.ignore_patterns("*.pyc"))
-    module = root / "devtools" / "release" / "publish.py"
-    text = module.read_text(encoding="utf-8")
-    module.write_text(text.replace('"""Publishing a release', '"""Shipping a release', 1))
+def test_the_layers_are_the_import_graph_tests_table() -> None:
+    layers = docmap._allowed(ROOT)
+    assert list(layers) == [
+        "_torch_c_dlpack_ext_core", "torch_c_dlpack_ext", "build_backend", "devtools",
+        "benchmarks",
+    ]  # fmt: skip
+    assert layers["_torch_c_dlpack_ext_core"] == []
+    assert layers["devtools"] == ["_torch_c_dlpack_ext_core", "build_backend"]
+    generated = docmap.render()
+    assert "| `python/_torch_c_dlpack_ext_core/` | nothing of ours but itself |" in generated
+    assert "| `devtools/` | `_torch_c_dlpack_ext_core`, `build_backend` |" in generated
+
+
+@pytest.mark.parametrize(
+    ("module", "old", "new"),
+    [
+        ("devtools/release/publish.py", '"""Publishing a release', '"""Shipping a release'),
+        ("python/_torch_c_dlpack_ext_core/run.py", '"""The one helper', '"""The single helper'),
+        ("python/_torch_c_dlpack_ext_core/toolchains/__init__.py", "Everything that", "All that"),
+        ("python/torch_c_dlpack_ext/_decide.py", "The selection policy", "The choosing policy"),
+        ("build_backend/_wheel.py", "Wheel writing:", "Wheel making:"),
+        ("build_backend/__init__.py", "In-tree PEP 517", "In-tree PEP 999"),
+        (str(docmap.LAYERS_SOURCE), '"build_backend": {"_', '"build_backend": {"devtools", "_'),
+    ],
+)  # fmt: skip
+def test_a_changed_source_makes_the_check_fail(
+    tmp_path: Path, module: str, old: str, new: str
+) -> None:
+    """Any table drifts: a devtools module, a core module or sub-package, a face module,
+    a backend module, a layer's docstring and the import-graph test's ALLOWED table."""
+    root = _checkout(tmp_path)
+    source = root / module
+    text = source.read_text(encoding="utf-8")
+    assert old in text
+    source.write_text(text.replace(old, new, 1), encoding="utf-8")
     changed = docmap.render(root)
-    assert "| Shipping a release:" in changed
+    assert changed != docmap.render()
     stale = tmp_path / "CONTRIBUTING.md"
     stale.write_text(docmap.replace_map(CONTRIBUTING.read_text(encoding="utf-8"), changed))
     assert cli.main(["map", "--check", "--file", str(stale)]) == 1
-    assert "Shipping a release" in stale.read_text(encoding="utf-8")  # --check writes nothing
+    assert docmap.replace_map(stale.read_text(encoding="utf-8"), changed) == stale.read_text(
+        encoding="utf-8"
+    )  # --check writes nothing
     assert cli.main(["map", "--file", str(stale)]) == 0
     assert stale.read_text(encoding="utf-8") == CONTRIBUTING.read_text(encoding="utf-8")
     assert cli.main(["map", "--check", "--file", str(stale)]) == 0
 
 
+def test_a_hand_edited_row_makes_the_check_fail(tmp_path: Path) -> None:
+    text = CONTRIBUTING.read_text(encoding="utf-8")
+    row = next(r for r in docmap.tree_rows(ROOT, TREES[1]) if r.startswith("| `_loader.py` |"))
+    edited = tmp_path / "CONTRIBUTING.md"
+    edited.write_text(text.replace(row, "| `_loader.py` | the loader |"), encoding="utf-8")
+    assert edited.read_text(encoding="utf-8") != text
+    assert cli.main(["map", "--check", "--file", str(edited)]) == 1
+    assert cli.main(["map", "--file", str(edited)]) == 0
+    assert edited.read_text(encoding="utf-8") == text
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "python/_torch_c_dlpack_ext_core/newthing.py",
+        "python/_torch_c_dlpack_ext_core/toolchains/riscv.py",
+        "python/torch_c_dlpack_ext/_newthing.py",
+        "build_backend/_newthing.py",
+        "devtools/build/newthing.py",
+    ],
+)
+def test_a_module_without_a_docstring_is_refused(tmp_path: Path, module: str) -> None:
+    root = _checkout(tmp_path)
+    (root / module).write_text("from __future__ import annotations\n\nX = 1\n")
+    with pytest.raises(DevToolError, match=f"{module} has no docstring"):
+        docmap.render(root)
+    (root / module).write_text('"""A new module: what it does.\n\nMore."""\n')
+    assert "| A new module: what it does. |" in docmap.render(root)
+
+
+def test_a_layers_table_that_is_not_literal_is_refused(tmp_path: Path) -> None:
+    root = _checkout(tmp_path)
+    source = root / docmap.LAYERS_SOURCE
+    text = source.read_text(encoding="utf-8")
+    source.write_text(text.replace('"build_backend": {"_torch', '"build_backend": {NAME, "_torch'))
+    with pytest.raises(DevToolError, match="no literal ALLOWED table"):
+        docmap.render(root)
+
+
 def test_rest_markup_becomes_markdown() -> None:
     text = "See :func:`~devtools.matrix.reader.load_matrix`, :mod:`devtools.base.cli` and ``a|b``."
     assert docmap._markdown(text) == "See `load_matrix`, `devtools.base.cli` and `a\\|b`."
-    assert docmap._first_sentence("One ``x. y`` here. Two.") == "One ``x. y`` here."
+    assert docmap._markdown("In :mod:`.files` and :data:`..naming.ENV_PREFIX`.") == (
+        "In `files` and `naming.ENV_PREFIX`."
+    )
+    assert docmap._paragraphs("One ``x. y`` here.\nTwo.\n\n  Three.\n") == [
+        "One ``x. y`` here. Two.",
+        "Three.",
+    ]
 
 
 def test_a_file_without_markers_is_refused() -> None:

@@ -39,7 +39,8 @@ PACKAGES = {
     "devtools": ROOT / "devtools",
     "benchmarks": ROOT / "benchmarks",
 }
-#: What each layer may import (besides itself).
+#: What each layer may import (besides itself). devtools/docmap.py reads this table (with
+#: ast, so keep it a literal) for the layers table of CONTRIBUTING.md.
 ALLOWED = {
     "_torch_c_dlpack_ext_core": set(),
     "torch_c_dlpack_ext": {"_torch_c_dlpack_ext_core"},

@@ -1,5 +1,8 @@
-"""The toolchains (gnu, darwin, msvc, cross gnu-aarch64) behind one :class:`Toolchain`
-protocol, and their registry.
+"""Everything that differs per platform, behind one :class:`Toolchain` protocol
+(CONTRIBUTING.md, "Toolchains"), and the registry of the toolchains: gnu, darwin, msvc and
+the cross gnu-aarch64. Each also gives the portable table its C compiler
+(``find_c_compiler``, ``$CC``) and its torch-free audit (``audit_torch_free``: no torch
+library in ``DT_NEEDED``, every symbol from the C runtime or Python).
 
 :func:`toolchain_for` is the one place a platform string turns into behaviour:
 everything the build does differently per platform is a method or attribute of
