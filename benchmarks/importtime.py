@@ -12,7 +12,10 @@
 0.1.5's import is mostly the import of ``packaging.version`` (about three fifths of it:
 compiling its version regex, CPU-bound Python), ours mostly the dynamic loader, system
 calls and unmarshalling, so the ratio moves with the kind of machine: the same code
-measured 0.53-0.55 on an Intel Xeon machine and 0.42-0.46 on an AMD EPYC one (2026-12-02).
+measured 0.53-0.55 on an Intel Xeon machine and 0.42-0.46 on an AMD EPYC one (2026-12-02),
+then 0.53 on a faster AMD EPYC machine whose 0.1.5 run loaded packaging 26.4 (2026-12-03;
+every variant took about half the time, 0.1.5's a little more than half; our import's own
+code measured the same as the day before's, A/B in one interleaved run).
 Each variant records the ``packaging`` its import left loaded (newer releases import
 faster: 24.2 ~5.0 ms, 25.0 ~4.7 ms, 26.4 ~3.9 ms on the AMD machine without torch).
 
