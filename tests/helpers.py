@@ -71,6 +71,32 @@ class Bundled:
     sha256: str | None = None
 
 
+def torch_info(
+    version: str = "2.8.0+cpu",
+    backend: Backend = Backend.CPU,
+    *,
+    cxx11_abi: bool | None = True,
+    cuda_version: str | None = None,
+    hip_version: str | None = None,
+    has_capsule: bool = False,
+    has_legacy_int: bool = False,
+) -> Any:
+    """A ``TorchInfo`` (of a torch without the exchange API, by default a CPU 2.8 with
+    the cxx11 ABI). Imported here, not at the top: importing the face runs the selector,
+    which a test importing these helpers may not want."""
+    from torch_c_dlpack_ext._torchinfo import TorchInfo
+
+    return TorchInfo(
+        version=version,
+        backend=backend,
+        cxx11_abi=cxx11_abi,
+        cuda_version=cuda_version,
+        hip_version=hip_version,
+        has_capsule=has_capsule,
+        has_legacy_int=has_legacy_int,
+    )
+
+
 def build_fake_library(dest: Path, *defines: str, name: str = "libfake.so") -> Path:
     """Compile ``fixtures/fake_exchange.c`` with ``-D<define>`` for each define."""
     dest.mkdir(parents=True, exist_ok=True)

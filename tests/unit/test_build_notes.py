@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.helpers import torch_info
 
 from _torch_c_dlpack_ext_core import driver
 from _torch_c_dlpack_ext_core.naming import Backend
@@ -103,17 +104,8 @@ def test_the_jit_says_a_builds_notes_with_its_building_line(
 
     from torch_c_dlpack_ext import _jit
     from torch_c_dlpack_ext._decide import Settings
-    from torch_c_dlpack_ext._torchinfo import TorchInfo
 
-    info = TorchInfo(
-        version="2.8.0+cu128",
-        backend=Backend.CUDA,
-        cxx11_abi=True,
-        cuda_version="12.8",
-        hip_version=None,
-        has_capsule=False,
-        has_legacy_int=False,
-    )
+    info = torch_info("2.8.0+cu128", Backend.CUDA, cuda_version="12.8")
 
     def compile_library(*_: Any, on_compile: Any) -> Any:
         plan = SimpleNamespace(filename="libx.so", notes=("CUDA 13.0 headers for torch ...",))
@@ -138,18 +130,9 @@ def test_the_jit_refuses_a_torch_without_a_file_before_compiling(
 
     from torch_c_dlpack_ext import _jit
     from torch_c_dlpack_ext._decide import Settings
-    from torch_c_dlpack_ext._torchinfo import TorchInfo
     from torch_c_dlpack_ext.errors import TorchInstallError
 
-    info = TorchInfo(
-        version="2.8.0+cpu",
-        backend=Backend.CPU,
-        cxx11_abi=True,
-        cuda_version=None,
-        hip_version=None,
-        has_capsule=False,
-        has_legacy_int=False,
-    )
+    info = torch_info()
     compiled: list[object] = []
     monkeypatch.setattr(driver, "compile_library", lambda *a, **k: compiled.append(a))
     torch = types.ModuleType("torch")

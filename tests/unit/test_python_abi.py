@@ -13,11 +13,11 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from tests.helpers import torch_info
 
 from _torch_c_dlpack_ext_core import naming
 from _torch_c_dlpack_ext_core.naming import ABI3, Backend
 from torch_c_dlpack_ext import _jit
-from torch_c_dlpack_ext._torchinfo import TorchInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 MINOR = f"{sys.version_info[0]}{sys.version_info[1]}"
@@ -60,15 +60,7 @@ def test_a_gil_build_is_abi3_even_if_the_runtime_says_otherwise(
 def test_the_gil_flag_does_not_change_the_jit_cache_directory(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    info = TorchInfo(
-        version="2.8.0+cpu",
-        backend=Backend.CPU,
-        cxx11_abi=True,
-        cuda_version=None,
-        hip_version=None,
-        has_capsule=False,
-        has_legacy_int=False,
-    )
+    info = torch_info()
     keys = set()
     for gil_now in (True, False):
         fake_build(monkeypatch, gil_disabled=True, gil_now=gil_now)

@@ -23,6 +23,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from tests.helpers import torch_info
 
 from _torch_c_dlpack_ext_core import driver, naming, trust
 from _torch_c_dlpack_ext_core.errors import LibraryLoadError, UntrustedPathError
@@ -41,7 +42,6 @@ from torch_c_dlpack_ext import _jit
 from torch_c_dlpack_ext._decide import Settings
 from torch_c_dlpack_ext._library import read_library
 from torch_c_dlpack_ext._settings import read_settings
-from torch_c_dlpack_ext._torchinfo import TorchInfo
 
 ROOT_ONLY = pytest.mark.skipif(
     not hasattr(os, "geteuid") or os.geteuid() != 0,
@@ -53,15 +53,7 @@ POSIX_ONLY = pytest.mark.skipif(
 ATTACKER, VICTIM = 2001, 2002
 P = naming.ENV_PREFIX
 
-INFO = TorchInfo(
-    version="2.8.0+cpu",
-    backend=Backend.CPU,
-    cxx11_abi=True,
-    cuda_version=None,
-    hip_version=None,
-    has_capsule=False,
-    has_legacy_int=False,
-)
+INFO = torch_info()
 LIB_NAME = library_filename(2, 8, Backend.CPU, True)
 
 #: A "library" whose code, once loaded, leaves proof that it ran and as whom.
