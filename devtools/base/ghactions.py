@@ -74,6 +74,16 @@ def _group_open() -> bool:
 
 
 @contextmanager
+def _marked() -> Iterator[None]:
+    """:data:`GROUP_MARK` set for the block (and the processes it starts)."""
+    os.environ[GROUP_MARK] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(GROUP_MARK, None)
+
+
+@contextmanager
 def group(title: str, *, stream: TextIO | None = None) -> Iterator[None]:
     """Wrap the block's output in ``::group::<title>`` ... ``::endgroup::`` on GitHub
     (the closing line also when the block raises); elsewhere, or inside a group already
@@ -82,11 +92,10 @@ def group(title: str, *, stream: TextIO | None = None) -> Iterator[None]:
         yield
         return
     _emit(f"::group::{escape_data(title)}", stream)
-    os.environ[GROUP_MARK] = "1"
     try:
-        yield
+        with _marked():
+            yield
     finally:
-        os.environ.pop(GROUP_MARK, None)
         _emit("::endgroup::", stream)
 
 
@@ -97,11 +106,8 @@ def no_groups() -> Iterator[None]:
     if not on_github() or _group_open():
         yield
         return
-    os.environ[GROUP_MARK] = "1"
-    try:
+    with _marked():
         yield
-    finally:
-        os.environ.pop(GROUP_MARK, None)
 
 
 def _relative(file: str | os.PathLike[str]) -> str:
