@@ -95,7 +95,10 @@ static const char kLib[] = "torch-c-dlpack-ext (portable table)";
 enum {
   kDtypeComplex = 1,  /* can carry the conjugate bit */
   kDtypeByteView = 2, /* one byte per element; old torch may not exchange it itself */
-  kDtypeExportOnly = 4 /* exported as another type's code (sub-byte ints), never imported */
+  kDtypeExportOnly = 4, /* exported as another type's code (sub-byte ints), never imported */
+  /* torch < 2.10 refuses to export it (no DLPack code in its header), and its refusal
+   * leaks (docs/facts.md): such exports go straight to the uint8 view. */
+  kDtypeOldTorchRefuses = 8
 };
 
 typedef struct {
@@ -125,12 +128,12 @@ static const DtypeSpec kDtypeSpecs[] = {
     {"complex32", kDLComplex, 32, 1, kDtypeComplex},
     {"complex64", kDLComplex, 64, 1, kDtypeComplex},
     {"complex128", kDLComplex, 128, 1, kDtypeComplex},
-    {"float8_e5m2", kDLFloat8_e5m2, 8, 1, kDtypeByteView},
-    {"float8_e4m3fn", kDLFloat8_e4m3fn, 8, 1, kDtypeByteView},
-    {"float8_e5m2fnuz", kDLFloat8_e5m2fnuz, 8, 1, kDtypeByteView},
-    {"float8_e4m3fnuz", kDLFloat8_e4m3fnuz, 8, 1, kDtypeByteView},
-    {"float8_e8m0fnu", kDLFloat8_e8m0fnu, 8, 1, kDtypeByteView},
-    {"float4_e2m1fn_x2", kDLFloat4_e2m1fn, 4, 2, kDtypeByteView},
+    {"float8_e5m2", kDLFloat8_e5m2, 8, 1, kDtypeByteView | kDtypeOldTorchRefuses},
+    {"float8_e4m3fn", kDLFloat8_e4m3fn, 8, 1, kDtypeByteView | kDtypeOldTorchRefuses},
+    {"float8_e5m2fnuz", kDLFloat8_e5m2fnuz, 8, 1, kDtypeByteView | kDtypeOldTorchRefuses},
+    {"float8_e4m3fnuz", kDLFloat8_e4m3fnuz, 8, 1, kDtypeByteView | kDtypeOldTorchRefuses},
+    {"float8_e8m0fnu", kDLFloat8_e8m0fnu, 8, 1, kDtypeByteView | kDtypeOldTorchRefuses},
+    {"float4_e2m1fn_x2", kDLFloat4_e2m1fn, 4, 2, kDtypeByteView | kDtypeOldTorchRefuses},
     /* Sub-byte integers are stored one element per byte: exported as 8-bit
      * (u)ints, as torch 2.13 does. */
     {"uint1", kDLUInt, 8, 1, kDtypeByteView | kDtypeExportOnly},
@@ -182,9 +185,19 @@ typedef struct {
   PyObject* jagged;            /* torch.jagged, or NULL */
   PyObject* cpu_device;        /* torch.device("cpu") */
   PyObject* cuda_device_ctor;  /* torch.device */
-  PyObject* str_layout;
+  /* The __get__ of torch._C.TensorBase's own descriptors: a subclass's class
+   * attribute cannot stand in for them (its __torch_function__ still can, outside
+   * a TrustedScope). */
+  PyObject* get_layout;
+  PyObject* get_dtype;
+  PyObject* get_is_nested;
+  PyObject* get_device;
+  PyTypeObject* parameter_type; /* torch.nn.Parameter, or NULL */
+  PyObject* disable_torch_function; /* torch._C.DisableTorchFunction, or NULL */
+  PyObject* torch_function_mode_on; /* torch._C._is_torch_function_mode_enabled, or NULL */
+  PyObject* str_enter;
+  PyObject* str_exit;
   PyObject* str_dtype;
-  PyObject* str_is_nested;
   PyObject* dims_cache;        /* {id(tensor): (weakref, dims capsule)}: dltensor_from_py */
 #if TCDE_VECTORCALL
   PyObject* empty_kwnames;        /* ("dtype", "device") */
@@ -194,7 +207,7 @@ typedef struct {
   int versioned_export;        /* torch exports DLManagedTensorVersioned (2.9+) */
   int versioned_import;        /* torch._C._from_dlpack reads "dltensor_versioned" (2.9+) */
   int full_import;             /* ... and byte_offset and the float8/fp4 codes (2.10+) */
-  int normalizes_strides;      /* torch's export writes stride 1 for dims of size 0 or 1 */
+  int null_data_import_leaks;  /* torch < 2.3: a data-NULL import never runs its deleter */
   int32_t gpu_type;            /* kDLCUDA on a CUDA torch, kDLROCM on a ROCm torch, else 0 */
   int xpu;                     /* torch.version.xpu is set */
   int uint8_index;             /* index of torch.uint8 in dtypes */
@@ -232,9 +245,16 @@ static void FreeState(State* s) {
   Py_XDECREF(s->jagged);
   Py_XDECREF(s->cpu_device);
   Py_XDECREF(s->cuda_device_ctor);
-  Py_XDECREF(s->str_layout);
+  Py_XDECREF(s->get_layout);
+  Py_XDECREF(s->get_dtype);
+  Py_XDECREF(s->get_is_nested);
+  Py_XDECREF(s->get_device);
+  Py_XDECREF((PyObject*)s->parameter_type);
+  Py_XDECREF(s->disable_torch_function);
+  Py_XDECREF(s->torch_function_mode_on);
+  Py_XDECREF(s->str_enter);
+  Py_XDECREF(s->str_exit);
   Py_XDECREF(s->str_dtype);
-  Py_XDECREF(s->str_is_nested);
   Py_XDECREF(s->dims_cache);
 #if TCDE_VECTORCALL
   Py_XDECREF(s->empty_kwnames);
@@ -262,6 +282,17 @@ static int VersionFieldSet(PyObject* torch, const char* name) {
   const int set = value != Py_None;
   Py_DECREF(value);
   return set;
+}
+
+/* type.__dict__[name].__get__ (a new reference): the getter of a C type's own
+ * descriptor, which no attribute of a subclass can replace. */
+static PyObject* DescriptorGetter(PyObject* type, const char* name) {
+  PyObject* dict = GetAttr(type, "__dict__", 0);
+  PyObject* descriptor = dict == NULL ? NULL : PyMapping_GetItemString(dict, name);
+  Py_XDECREF(dict);
+  PyObject* getter = descriptor == NULL ? NULL : GetAttr(descriptor, "__get__", 0);
+  Py_XDECREF(descriptor);
+  return getter;
 }
 
 static State* BuildState(void) {
@@ -299,6 +330,9 @@ static State* BuildState(void) {
     if (sscanf(PyBytes_AsString(bytes), "%d.%d", &major, &minor) != 2) major = minor = 0;
     Py_DECREF(bytes);
     s->full_import = s->versioned_import && (major > 2 || (major == 2 && minor >= 10));
+    /* Measured (docs/facts.md): 2.2.2 never releases a data-NULL import, 2.3.1 and
+     * later do. An unparsable version is taken for a new one. */
+    s->null_data_import_leaks = major == 2 && minor < 3;
   }
   s->from_dlpack = GetAttr(c, "_from_dlpack", 0);
   if (s->from_dlpack == NULL) goto fail;
@@ -330,9 +364,28 @@ static State* BuildState(void) {
   if ((s->cuda_device_ctor = GetAttr(s->torch, "device", 0)) == NULL) goto fail;
   s->cpu_device = PyObject_CallFunction(s->cuda_device_ctor, "s", "cpu");
   if (s->cpu_device == NULL) goto fail;
-  if ((s->str_layout = PyUnicode_InternFromString("layout")) == NULL) goto fail;
+  if ((s->get_layout = DescriptorGetter(tensor_base, "layout")) == NULL) goto fail;
+  if ((s->get_dtype = DescriptorGetter(tensor_base, "dtype")) == NULL) goto fail;
+  if ((s->get_is_nested = DescriptorGetter(tensor_base, "is_nested")) == NULL) goto fail;
+  if ((s->get_device = DescriptorGetter(tensor_base, "device")) == NULL) goto fail;
+  {
+    PyObject* nn = GetAttr(s->torch, "nn", 1);
+    s->parameter_type = nn == NULL ? NULL : (PyTypeObject*)GetAttr(nn, "Parameter", 1);
+    Py_XDECREF(nn);
+    if (s->parameter_type == NULL && PyErr_Occurred()) goto fail;
+    if (s->parameter_type != NULL && !PyType_Check((PyObject*)s->parameter_type)) {
+      Py_CLEAR(s->parameter_type);
+    }
+  }
+  /* Both in every torch 2.x (docs/facts.md); without them every answer of a
+   * subclass or mode is refused rather than trusted (TrustedScope). */
+  s->disable_torch_function = GetAttr(c, "DisableTorchFunction", 1);
+  if (s->disable_torch_function == NULL && PyErr_Occurred()) goto fail;
+  s->torch_function_mode_on = GetAttr(c, "_is_torch_function_mode_enabled", 1);
+  if (s->torch_function_mode_on == NULL && PyErr_Occurred()) goto fail;
+  if ((s->str_enter = PyUnicode_InternFromString("__enter__")) == NULL) goto fail;
+  if ((s->str_exit = PyUnicode_InternFromString("__exit__")) == NULL) goto fail;
   if ((s->str_dtype = PyUnicode_InternFromString("dtype")) == NULL) goto fail;
-  if ((s->str_is_nested = PyUnicode_InternFromString("is_nested")) == NULL) goto fail;
   if ((s->dims_cache = PyDict_New()) == NULL) goto fail;
 #if TCDE_VECTORCALL
   s->empty_kwnames = Py_BuildValue("(ss)", "dtype", "device");
@@ -376,41 +429,14 @@ fail:
   return NULL;
 }
 
-static PyObject* Call1(PyObject* callable, PyObject* arg);
-static DLManagedTensorVersioned* TakeCapsule(const State* s, PyObject* capsule);
-static void DeleteManaged(DLManagedTensorVersioned* managed);
-
-/* Whether torch's exporter writes stride 1 for dimensions of size 0 or 1 (PyTorch
- * gh-83069: torch 2.4-2.9 do, for tensors that are not contiguous; 2.13 does
- * not); then exports ask the tensor for its own strides of those dimensions.
- * One export of a (2, 1, 2) view with strides (4, 4, 2), once. */
-static int ProbeStrideNormalization(State* s) {
-  PyObject* size = PyLong_FromLong(16);
-  PyObject* base = size == NULL ? NULL : Call1(s->empty, size);
-  Py_XDECREF(size);
-  PyObject* probe = base == NULL ? NULL
-                                 : PyObject_CallFunction(s->as_strided, "O(iii)(iii)", base, 2,
-                                                         1, 2, 4, 4, 2);
-  Py_XDECREF(base);
-  PyObject* capsule = probe == NULL ? NULL : Call1(s->to_dlpack, probe);
-  Py_XDECREF(probe);
-  DLManagedTensorVersioned* managed = capsule == NULL ? NULL : TakeCapsule(s, capsule);
-  if (managed == NULL) return -1;
-  s->normalizes_strides = managed->dl_tensor.strides[1] != 4;
-  DeleteManaged(managed);
-  return 0;
-}
-
 /* The cached entry points, or NULL with a Python error set. GIL held. */
 static State* GetState(void) {
   State* s = atomic_load_explicit(&g_state, memory_order_acquire);
   if (s != NULL) return s;
+  /* Builds no tensor and calls nothing that depends on the default device or
+   * dtype, or on a mode: the load runs under whatever the importer has set. */
   State* mine = BuildState();
   if (mine == NULL) return NULL;
-  if (ProbeStrideNormalization(mine) != 0) {
-    FreeState(mine);
-    return NULL;
-  }
   State* expected = NULL;
   if (atomic_compare_exchange_strong_explicit(&g_state, &expected, mine, memory_order_acq_rel,
                                               memory_order_acquire)) {
@@ -440,15 +466,6 @@ static PyObject* Call2(PyObject* callable, PyObject* arg0, PyObject* arg1) {
 #else
   return PyObject_CallFunctionObjArgs(callable, arg0, arg1, NULL);
 #endif
-}
-
-/* 1 if the unbound bool method `method` says so of `obj`, 0 if not, -1 on error. */
-static int CallPredicate(PyObject* method, PyObject* obj) {
-  PyObject* result = Call1(method, obj);
-  if (result == NULL) return -1;
-  const int truth = result == Py_True ? 1 : result == Py_False ? 0 : PyObject_IsTrue(result);
-  Py_DECREF(result);
-  return truth;
 }
 
 /* The pending exception as one object (a new reference), the indicator cleared. */
@@ -605,9 +622,96 @@ static void DeleteManaged(DLManagedTensorVersioned* managed) {
   if (managed != NULL && managed->deleter != NULL) managed->deleter(managed);
 }
 
-/* An export's strides of dimensions of size 0 or 1, as `obj` has them (torch
- * 2.4-2.9 write 1 there: ProbeStrideNormalization). 0, or -1 with a Python error. */
-static int FixNormalizedStrides(const State* s, PyObject* obj, DLTensor* dl) {
+/* ------------------------------------------------------------------------ */
+/* What a tensor says of itself                                             */
+/* ------------------------------------------------------------------------ */
+
+/* The object a consumer hands the table is untrusted: a Tensor subclass, or a
+ * torch function mode around the call, can answer dtype, shape, stride(),
+ * device, detach() or view() with anything (docs/facts.md). Two rules keep the
+ * table memory-safe whatever they answer:
+ *  - what memory an export describes (data, shape, strides, element size,
+ *    device) comes from torch's own export, which reads the C++ tensor; where
+ *    the table relabels a dtype the element sizes must agree;
+ *  - the questions the table asks the object itself (layout, dtype, conj and
+ *    neg bits, detach, the uint8 view, strides of short dimensions) go to
+ *    torch._C.TensorBase's own getters and methods, and for a subclass or
+ *    under a torch function mode they run with __torch_function__ off
+ *    (torch._C.DisableTorchFunction: a TrustedScope). A plain torch.Tensor
+ *    (or nn.Parameter) with no mode on needs no scope: nothing can stand in
+ *    for those answers. */
+
+static PyObject* CallNoArgs(PyObject* callable) {
+#if TCDE_VECTORCALL
+  return PyObject_Vectorcall(callable, NULL, 0, NULL);
+#else
+  return PyObject_CallObject(callable, NULL);
+#endif
+}
+
+static int IsPlainTensor(const State* s, PyObject* obj) {
+  PyTypeObject* type = Py_TYPE(obj);
+  return type == s->tensor_type || (s->parameter_type != NULL && type == s->parameter_type);
+}
+
+/* Enters torch._C.DisableTorchFunction where `obj`'s answers need it: *scope is
+ * the entered context, NULL where none was needed. 0, or -1 with a Python error. */
+static int EnterTrustedScope(const State* s, PyObject* obj, PyObject** scope) {
+  *scope = NULL;
+  int needed = !IsPlainTensor(s, obj);
+  if (!needed && s->torch_function_mode_on != NULL) {
+    PyObject* on = CallNoArgs(s->torch_function_mode_on);
+    if (on == NULL) return -1;
+    needed = PyObject_IsTrue(on);
+    Py_DECREF(on);
+    if (needed < 0) return -1;
+  }
+  if (!needed) return 0;
+  if (s->disable_torch_function == NULL) {
+    PyErr_Format(PyExc_BufferError,
+                 "%s: this torch has no torch._C.DisableTorchFunction, so what a tensor subclass "
+                 "or a torch function mode answers cannot be checked; export a plain "
+                 "torch.Tensor, outside any torch function mode",
+                 kLib);
+    return -1;
+  }
+  PyObject* context = CallNoArgs(s->disable_torch_function);
+  PyObject* entered =
+      context == NULL ? NULL : PyObject_CallMethodObjArgs(context, s->str_enter, NULL);
+  if (entered == NULL) {
+    Py_XDECREF(context);
+    return -1;
+  }
+  Py_DECREF(entered);
+  *scope = context;
+  return 0;
+}
+
+/* Leaves a TrustedScope (NULL: none), keeping a pending exception. 0, or -1 when
+ * an exception is pending afterwards (the caller's, or leaving failed). */
+static int ExitTrustedScope(const State* s, PyObject* scope) {
+  if (scope != NULL) {
+    PyObject* pending = TakeException();
+    PyObject* left =
+        PyObject_CallMethodObjArgs(scope, s->str_exit, Py_None, Py_None, Py_None, NULL);
+    Py_DECREF(scope);
+    if (left != NULL) {
+      Py_DECREF(left);
+    } else if (pending != NULL) {
+      PyErr_Clear(); /* the caller's exception says more */
+    }
+    RestoreException(pending);
+  }
+  return PyErr_Occurred() ? -1 : 0;
+}
+
+/* The strides of an export's dimensions of size 0 or 1 as the tensor has them:
+ * torch 2.4-2.9 write 1 there (PyTorch gh-83069), torch 2.13 and the native
+ * table the tensor's own. Such a stride addresses no memory, so asking the
+ * tensor is safe whatever it answers; only those dimensions are read. Written
+ * only where they differ (the non-owning export of a 2.10+ torch holds the
+ * tensor's own arrays). 0, or -1 with a Python error. */
+static int FixStridesOfShortDims(const State* s, PyObject* obj, DLTensor* dl) {
   int any = 0;
   for (int32_t i = 0; i < dl->ndim; ++i) any |= dl->shape[i] < 2;
   if (!any) return 0;
@@ -615,7 +719,10 @@ static int FixNormalizedStrides(const State* s, PyObject* obj, DLTensor* dl) {
   if (strides == NULL) return -1;
   if (!PyTuple_Check(strides) || PyTuple_Size(strides) != dl->ndim) {
     Py_DECREF(strides);
-    PyErr_Format(PyExc_RuntimeError, "%s: Tensor.stride() does not match the export", kLib);
+    PyErr_Format(PyExc_BufferError,
+                 "%s: Tensor.stride() of this tensor does not match torch's own export of it "
+                 "(a subclass or mode answering stride()?); export a plain torch.Tensor",
+                 kLib);
     return -1;
   }
   for (int32_t i = 0; i < dl->ndim; ++i) {
@@ -625,7 +732,7 @@ static int FixNormalizedStrides(const State* s, PyObject* obj, DLTensor* dl) {
       Py_DECREF(strides);
       return -1;
     }
-    dl->strides[i] = (int64_t)stride;
+    if (dl->strides[i] != (int64_t)stride) dl->strides[i] = (int64_t)stride;
   }
   Py_DECREF(strides);
   return 0;
@@ -676,8 +783,9 @@ static int ServesExportDevice(const State* s, int32_t device_type) {
 /* A self-contained export of a tensor without elements (data NULL, nothing
  * to own), for the tensors torch's exporter refuses although DLPack describes
  * them: torch 2.4-2.8 export through aten.as_strided, which a wrapper subclass
- * may not implement. NULL (no error set) when `obj` has elements or is on a
- * device the table does not serve. Error path only. */
+ * may not implement. It describes no memory, whatever the tensor answers. NULL
+ * (no error set) when `obj` has elements or is on a device the table does not
+ * serve. Error path only; inside the export's TrustedScope. */
 typedef struct {
   DLManagedTensorVersioned managed;
   int64_t dims[]; /* shape, then strides */
@@ -690,12 +798,13 @@ static void DeleteEmptyExport(DLManagedTensorVersioned* self) {
 static DLManagedTensorVersioned* ExportEmpty(const State* s, PyObject* obj, const Dtype* dtype) {
   PyObject* sizes = Call1(s->size, obj);
   PyObject* strides = sizes == NULL ? NULL : Call1(s->stride, obj);
-  PyObject* device = strides == NULL ? NULL : PyObject_GetAttrString(obj, "device");
+  PyObject* device = strides == NULL ? NULL : Call1(s->get_device, obj);
   PyObject* type = device == NULL ? NULL : PyObject_GetAttrString(device, "type");
   PyObject* index = type == NULL ? NULL : PyObject_GetAttrString(device, "index");
   EmptyExport* wrap = NULL;
   if (index == NULL || !PyTuple_Check(sizes) || !PyTuple_Check(strides) ||
-      PyTuple_Size(sizes) != PyTuple_Size(strides) || PyTuple_Size(sizes) > INT32_MAX) {
+      !PyUnicode_Check(type) || PyTuple_Size(sizes) != PyTuple_Size(strides) ||
+      PyTuple_Size(sizes) > INT32_MAX) {
     goto done;
   }
   const int32_t ndim = (int32_t)PyTuple_Size(sizes);
@@ -745,15 +854,20 @@ done:
   return wrap == NULL ? NULL : &wrap->managed;
 }
 
-/* The checks of the native table's Describe(), then torch's own export: an
- * owning DLManagedTensorVersioned (dtype, version and flags as the native
- * table writes them), or NULL with a Python error set. */
-static DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int owning) {
-  if (obj == NULL || !PyType_IsSubtype(Py_TYPE(obj), s->tensor_type)) {
-    RaiseNotATensor(obj);
-    return NULL;
-  }
-  PyObject* layout = PyObject_GetAttr(obj, s->str_layout);
+/* 1 if the unbound bool method `method` says so of `obj`, 0 if not, -1 on error. */
+static int AskFlag(PyObject* getter, PyObject* obj) {
+  PyObject* result = Call1(getter, obj);
+  if (result == NULL) return -1;
+  const int truth = result == Py_True ? 1 : result == Py_False ? 0 : PyObject_IsTrue(result);
+  Py_DECREF(result);
+  return truth;
+}
+
+/* The refusals of the native table's Describe() that torch's exporter does not
+ * make itself (layout, nesting, conjugate and negative bits), and the tensor's
+ * dtype; NULL with a Python error set when refused. */
+static const Dtype* CheckExportable(const State* s, PyObject* obj) {
+  PyObject* layout = Call1(s->get_layout, obj);
   if (layout == NULL) return NULL;
   const int strided = layout == s->strided;
   const int jagged = layout == s->jagged && layout != NULL;
@@ -774,10 +888,7 @@ static DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int
     return NULL;
   }
   Py_DECREF(layout);
-  PyObject* nested = PyObject_GetAttr(obj, s->str_is_nested);
-  if (nested == NULL) return NULL;
-  const int is_nested = nested == Py_True ? 1 : nested == Py_False ? 0 : PyObject_IsTrue(nested);
-  Py_DECREF(nested);
+  const int is_nested = AskFlag(s->get_is_nested, obj);
   if (is_nested != 0) {
     if (is_nested > 0) {
       PyErr_Format(PyExc_BufferError,
@@ -788,7 +899,7 @@ static DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int
     }
     return NULL;
   }
-  PyObject* dtype_obj = PyObject_GetAttr(obj, s->str_dtype);
+  PyObject* dtype_obj = Call1(s->get_dtype, obj);
   if (dtype_obj == NULL) return NULL;
   const Dtype* dtype = FindDtype(s, dtype_obj);
   if (dtype == NULL) {
@@ -803,7 +914,7 @@ static DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int
   /* DLPack has no conjugate/negative flags: exporting the raw memory would hand
    * out the wrong values. Only complex tensors carry the conjugate bit. */
   if (dtype->flags & kDtypeComplex) {
-    const int conj = CallPredicate(s->is_conj, obj);
+    const int conj = AskFlag(s->is_conj, obj);
     if (conj != 0) {
       if (conj > 0) {
         PyErr_Format(PyExc_BufferError,
@@ -814,7 +925,7 @@ static DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int
       return NULL;
     }
   }
-  const int neg = CallPredicate(s->is_neg, obj);
+  const int neg = AskFlag(s->is_neg, obj);
   if (neg != 0) {
     if (neg > 0) {
       PyErr_Format(PyExc_BufferError,
@@ -824,37 +935,84 @@ static DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int
     }
     return NULL;
   }
-  /* An owning export must not see later changes of the Python tensor: torch 2.13's
-   * versioned export holds the tensor's own TensorImpl (t.t_() would change the
-   * exported shape, t.set_() free the exported memory), where torch 2.4-2.8 export
-   * a fresh as_strided view. Export a detached alias there: a TensorImpl of its
-   * own on the same storage. The non-owning export copies the metadata it hands
-   * out and promises nothing across metadata changes: it needs no alias. */
-  PyObject* alias = NULL;
-  if (owning && s->versioned_export) {
-    alias = Call1(s->detach, obj);
-    /* A wrapper subclass may refuse aten.detach: it has no memory of its own
-     * (torch's export refuses it, or describes it with data NULL, which only an
-     * empty tensor passes below), so export it as it is. */
-    if (alias == NULL) PyErr_Clear();
+  return dtype;
+}
+
+/* torch's export of the same memory viewed as uint8, for the one-byte types
+ * torch < 2.10 cannot export (float8, fp4): a capsule, or NULL with an error. */
+static PyObject* ExportBytes(const State* s, PyObject* obj) {
+  if (s->uint8_index < 0) {
+    PyErr_Format(PyExc_BufferError, "%s: this torch has no uint8 dtype to export through", kLib);
+    return NULL;
   }
-  PyObject* capsule = Call1(s->to_dlpack, alias != NULL ? alias : obj);
-  Py_XDECREF(alias);
-  if (capsule == NULL && (dtype->flags & kDtypeByteView) && s->uint8_index >= 0) {
-    /* Old torch refuses the one-byte float8/fp4/sub-byte types: export the same
-     * memory viewed as uint8, and report the tensor's own dtype below. */
-    PyObject* first = TakeException();
-    PyObject* detached = Call1(s->detach, obj);
-    PyObject* bytes =
-        detached == NULL ? NULL : Call2(s->view, detached, s->dtypes[s->uint8_index].dtype);
-    Py_XDECREF(detached);
-    if (bytes != NULL) {
-      Py_XDECREF(first);
-      capsule = Call1(s->to_dlpack, bytes);
-      Py_DECREF(bytes);
-    } else {
-      PyErr_Clear();
-      RestoreException(first);
+  PyObject* detached = Call1(s->detach, obj);
+  PyObject* bytes =
+      detached == NULL ? NULL : Call2(s->view, detached, s->dtypes[s->uint8_index].dtype);
+  Py_XDECREF(detached);
+  PyObject* capsule = bytes == NULL ? NULL : Call1(s->to_dlpack, bytes);
+  Py_XDECREF(bytes);
+  return capsule;
+}
+
+/* The dtype of an export, as the table reports `dtype`: torch's own code kept
+ * unless it differs from the native table's; a relabelling only between types
+ * of one element size (a uint8 view relabelled float8, say). 0, or -1 with a
+ * BufferError: the export is not of the memory `dtype` describes. */
+static int RelabelDtype(const DLTensor* dl, const Dtype* dtype, int via_bytes) {
+  const DLDataType got = dl->dtype;
+  const DLDataType want = dtype->dl;
+  const int same_size = (uint32_t)got.bits * got.lanes == (uint32_t)want.bits * want.lanes;
+  const int bytes_ok = !via_bytes || (got.code == kDLUInt && got.bits == 8 && got.lanes == 1);
+  if (same_size && bytes_ok) return 0;
+  PyErr_Format(PyExc_BufferError,
+               "%s: torch exported elements of %u bits x %u lanes (DLPack code %u) for a tensor "
+               "whose dtype has %u x %u: a tensor subclass, or a mode, answered detach() or "
+               "view() with another tensor; export a plain torch.Tensor",
+               kLib, (unsigned)got.bits, (unsigned)got.lanes, (unsigned)got.code,
+               (unsigned)want.bits, (unsigned)want.lanes);
+  return -1;
+}
+
+/* The export proper, inside the caller's TrustedScope: an owning
+ * DLManagedTensorVersioned (dtype, version and flags as the native table writes
+ * them), or NULL with a Python error set. */
+static DLManagedTensorVersioned* ExportChecked(const State* s, PyObject* obj, int owning) {
+  const Dtype* dtype = CheckExportable(s, obj);
+  if (dtype == NULL) return NULL;
+  /* torch < 2.10 refuses float8/fp4 and leaks on the refusal (docs/facts.md):
+   * such a tensor goes straight to its uint8 view, never to torch's refusal. */
+  int via_bytes = !s->full_import && (dtype->flags & kDtypeOldTorchRefuses);
+  PyObject* capsule;
+  if (via_bytes) {
+    capsule = ExportBytes(s, obj);
+  } else {
+    /* An owning export must not see later changes of the Python tensor: torch
+     * 2.13's versioned export holds the tensor's own TensorImpl (t.t_() would
+     * change the exported shape, t.set_() free the exported memory), where torch
+     * 2.4-2.8 export a fresh as_strided view. Export a detached alias there: a
+     * TensorImpl of its own on the same storage. The non-owning export copies
+     * the metadata it hands out and promises nothing across metadata changes. */
+    PyObject* alias = NULL;
+    if (owning && s->versioned_export) {
+      alias = Call1(s->detach, obj);
+      /* A wrapper subclass may refuse aten.detach: it has no memory of its own
+       * (torch's export refuses it, or describes it with data NULL, which only an
+       * empty tensor passes below), so export it as it is. */
+      if (alias == NULL) PyErr_Clear();
+    }
+    capsule = Call1(s->to_dlpack, alias != NULL ? alias : obj);
+    Py_XDECREF(alias);
+    if (capsule == NULL && (dtype->flags & kDtypeByteView)) {
+      /* A torch that refuses another one-byte type (sub-byte ints): its uint8 view. */
+      PyObject* first = TakeException();
+      capsule = ExportBytes(s, obj);
+      if (capsule != NULL) {
+        Py_XDECREF(first);
+        via_bytes = 1;
+      } else {
+        PyErr_Clear();
+        RestoreException(first);
+      }
     }
   }
   if (capsule == NULL) {
@@ -882,7 +1040,7 @@ static DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int
   DLManagedTensorVersioned* managed = TakeCapsule(s, capsule);
   if (managed == NULL) return NULL;
   DLTensor* dl = &managed->dl_tensor;
-  if (s->normalizes_strides && FixNormalizedStrides(s, obj, dl) != 0) {
+  if (RelabelDtype(dl, dtype, via_bytes) != 0 || FixStridesOfShortDims(s, obj, dl) != 0) {
     DeleteManaged(managed);
     return NULL;
   }
@@ -908,6 +1066,22 @@ static DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int
   managed->version.minor = DLPACK_MINOR_VERSION;
   managed->flags = 0; /* shares the memory, writable: as torch 2.13 and the native table */
   dl->dtype = dtype->dl;
+  return managed;
+}
+
+/* Any torch.Tensor (subclasses included) exported: see ExportChecked. */
+static DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int owning) {
+  if (obj == NULL || !PyType_IsSubtype(Py_TYPE(obj), s->tensor_type)) {
+    RaiseNotATensor(obj);
+    return NULL;
+  }
+  PyObject* scope = NULL;
+  if (EnterTrustedScope(s, obj, &scope) != 0) return NULL;
+  DLManagedTensorVersioned* managed = ExportChecked(s, obj, owning);
+  if (ExitTrustedScope(s, scope) != 0 && managed != NULL) {
+    DeleteManaged(managed);
+    managed = NULL;
+  }
   return managed;
 }
 
@@ -1268,6 +1442,9 @@ static PyObject* ViewOf(const State* s, PyObject* flat, const DLTensor* dl, cons
   return result;
 }
 
+/* What a zero-element import points torch at where NULL would leak it (never read). */
+static const unsigned char kNoElements = 0;
+
 static int ServesImportDevice(const State* s, const DLDevice* device) {
   if (device->device_type == kDLCPU) return 1;
   if ((int32_t)device->device_type == s->gpu_type && s->gpu_type != 0) return device->device_id >= 0;
@@ -1353,12 +1530,17 @@ static int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** o
    * viewed back (they refuse the float8/fp4 DLPack codes). */
   const int byte_view = !s->full_import && (dtype->flags & kDtypeByteView);
   DLTensor copy = *dl;
-  copy.strides = ndim > 0 ? wrap->strides : NULL;
+  /* Never NULL, ndim 0 included: torch 2.13 reads NULL strides as "compact" and then
+   * refuses a byte_offset, which the native table (and torch 2.4-2.9) accept. */
+  copy.strides = wrap->strides;
   if (byte_view) copy.dtype = s->dtypes[s->uint8_index].dl;
   if (empty) {
     /* A view without elements addresses no memory: no storage offset (see the
-     * native table; deviation empty-view-storage). */
+     * native table; deviation empty-view-storage). torch 2.2 never releases an
+     * import whose data is NULL (docs/facts.md): it gets an address that is
+     * never read instead. */
     copy.byte_offset = 0;
+    if (copy.data == NULL && s->null_data_import_leaks) copy.data = (void*)&kNoElements;
   }
   if (!s->full_import && copy.byte_offset != 0) {
     /* torch 2.4-2.9 ignore byte_offset. As the native table (and torch 2.13) do,
@@ -1657,6 +1839,12 @@ static int ManagedTensorAllocator(DLTensor* prototype, DLManagedTensorVersioned*
                          "torch-c-dlpack-ext allocator: prototype and out must not be NULL");
   }
   *out = NULL;
+  if (!Py_IsInitialized()) {
+    /* After Py_Finalize (a C++ thread, an atexit hook): torch cannot allocate. */
+    return AllocatorFail(out, error_ctx, set_error, "RuntimeError",
+                         "torch-c-dlpack-ext allocator (portable table): the Python interpreter "
+                         "has shut down, so torch cannot allocate; allocate before it exits");
+  }
   const int need_gil = !TCDE_GIL_HELD();
   PyGILState_STATE gil = PyGILState_UNLOCKED;
   if (need_gil) gil = PyGILState_Ensure();
@@ -1816,9 +2004,28 @@ static int CurrentWorkStream(DLDeviceType device_type, int32_t device_id, void**
                       device_type == kDLROCMHost || device_type == kDLCUDAManaged)) {
     return 0;
   }
-  const int need_gil = !TCDE_GIL_HELD();
+  if (!Py_IsInitialized()) {
+    /* After Py_Finalize no Python may run. A CPU-only torch's answer needs none
+     * (the State of the load is never freed); any other is -1, with no error to
+     * set. A call racing with Py_Finalize itself cannot be made safe (PEP 788). */
+    const State* cached = atomic_load_explicit(&g_state, memory_order_acquire);
+    const int cpu_only = cached != NULL && cached->gpu_type == 0 && !cached->xpu;
+    return out != NULL && cpu_only && device_type != kDLCUDA && device_type != kDLROCM ? 0 : -1;
+  }
+  /* An error is left set only for a caller that held the GIL (PyGILState_Ensure
+   * says so; PyGILState_Check is not in the limited API): a thread that did not
+   * hold it has nowhere to see it, and a Python thread that had released it
+   * would find it later as an unrelated SystemError. */
+#if defined(Py_LIMITED_API)
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  const int caller_held = gil == PyGILState_LOCKED;
+  const int need_gil = 1;
+#else
+  const int caller_held = PyGILState_Check();
+  const int need_gil = !caller_held;
   PyGILState_STATE gil = PyGILState_UNLOCKED;
   if (need_gil) gil = PyGILState_Ensure();
+#endif
   int rc = -1;
   const State* s = NULL;
   if (out == NULL) {
@@ -1854,6 +2061,7 @@ static int CurrentWorkStream(DLDeviceType device_type, int32_t device_id, void**
   }
   rc = QueryStream(s, device_type == kDLOneAPI, device_id, out);
 done:
+  if (rc != 0 && !caller_held) PyErr_Clear();
   if (need_gil) PyGILState_Release(gil);
   return rc;
 }
