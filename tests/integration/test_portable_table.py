@@ -298,6 +298,103 @@ def test_deleters_after_finalize(
     assert "deleters ran after finalize: 5 (Py_IsInitialized=0)" in proc.stderr, proc.stderr
 
 
+#: The allocator and current_work_stream called after Py_FinalizeEx, from the exiting
+#: thread (a Py_AtExit hook) and from a new C thread: no crash; the allocator refuses
+#: through SetError, the stream getter answers a CPU-only torch's host and non-GPU types
+#: from what it cached, and -1 otherwise.
+LATE_CALLS = r"""
+import ctypes, sys
+import torch
+sys.path[:0] = [sys.argv[3], sys.argv[4]]
+from exchange_suite.dlpack_ctypes import ExchangeLibrary, export_managed
+from pathlib import Path
+library = ExchangeLibrary(Path(sys.argv[1]))
+managed = export_managed(library.api, torch.ones(3))  # the table is loaded and used
+managed.contents.deleter(managed)
+caller = ctypes.CDLL(sys.argv[2])
+caller.tcde_late_calls_after_finalize.argtypes = (ctypes.c_int64,)
+assert caller.tcde_late_calls_after_finalize(library.address) == 0
+print("cuda build" if torch.version.cuda else "cpu build")
+"""
+
+
+@pytest.mark.parametrize("torch_version", ["running", OLD_TORCH])
+def test_allocator_and_stream_after_finalize(
+    tmp_path: Path, portable_library: Path, torch_version: str
+) -> None:
+    python: Path | str = sys.executable
+    if torch_version != "running":
+        from devtools.envs.torchenv import torch_env
+
+        python = torch_env(torch_version, importable=True, extra=("pytest", "psutil")).python
+    proc = run_python(
+        LATE_CALLS,
+        args=[str(portable_library), str(_native_caller(tmp_path)), str(ROOT / "tests"),
+              str(ROOT / "python")],
+        env=clean_env(), python=python, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    cpu_only = "cpu build" in proc.stdout
+    # The vulkan stream: NULL from a CPU-only torch's cached answer; a GPU torch's
+    # answer needs Python, so -1.
+    vulkan = 0 if cpu_only else -1
+    for where in ("atexit", "thread"):
+        assert (
+            f"late {where}: initialized=0 alloc=-1 out_null=1 set_error=1 stream_cpu=0 "
+            f"stream_vulkan={vulkan} stream_cuda=-1"
+        ) in proc.stderr, proc.stderr[-3000:]
+
+
+#: current_work_stream refusing (kDLCUDA on a CPU torch) when called without the GIL:
+#: from a Python thread that released it (ctypes.CFUNCTYPE), the error must not stay
+#: pending (it would surface at the next C call as an unrelated SystemError); from a C
+#: thread with no thread state, -1 and nothing else. With the GIL held (PYFUNCTYPE) the
+#: caller still gets its ValueError.
+STREAM_ERRORS_WITHOUT_GIL = r"""
+import ctypes, sys
+import torch
+sys.path[:0] = [sys.argv[3], sys.argv[4]]
+from exchange_suite.dlpack_ctypes import ExchangeLibrary
+from pathlib import Path
+assert torch.version.cuda is None and torch.version.hip is None, "needs a CPU-only torch"
+library = ExchangeLibrary(Path(sys.argv[1]))
+pointer = ctypes.cast(library.api.current_work_stream, ctypes.c_void_p).value
+released = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int32,
+                            ctypes.POINTER(ctypes.c_void_p))(pointer)
+held = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int32,
+                         ctypes.POINTER(ctypes.c_void_p))(pointer)
+for _ in range(50):
+    out = ctypes.c_void_p(1)
+    assert released(2, 0, ctypes.byref(out)) == -1
+    assert len([1, 2]) == 2  # a C call: fails with SystemError if an error was left set
+    assert int("7") == 7
+caller = ctypes.CDLL(sys.argv[2])
+caller.tcde_stream_in_c_thread.argtypes = (ctypes.c_int64, ctypes.c_int)
+assert caller.tcde_stream_in_c_thread(library.address, 2) == -1
+assert caller.tcde_stream_in_c_thread(library.address, 1) == 0
+try:
+    held(2, 0, ctypes.byref(ctypes.c_void_p(1)))
+except ValueError as exc:
+    assert "current_work_stream" in str(exc), exc
+else:
+    raise AssertionError("no ValueError with the GIL held")
+print("stream errors ok")
+"""
+
+
+def test_stream_errors_without_the_gil_stay_with_no_one(
+    tmp_path: Path, portable_library: Path
+) -> None:
+    proc = run_python(
+        STREAM_ERRORS_WITHOUT_GIL,
+        args=[str(portable_library), str(_native_caller(tmp_path)), str(ROOT / "tests"),
+              str(ROOT / "python")],
+        env=clean_env(), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    assert "stream errors ok" in proc.stdout
+
+
 #: 10^6 non-owning exports of one tensor, then of 10^6 short-lived tensors: RSS stays flat.
 FLAT_MEMORY = r"""
 import ctypes, gc, json, sys

@@ -1,16 +1,18 @@
-"""The portable table against our native library, in one process, on legacy torch.
+"""The portable table against our native library, in one process, on torch 2.4, 2.8 and 2.13.
 
 Issue 30: on torch 2.4 and 2.8, which have no table of their own and export legacy
-capsules, the portable table (csrc/portable, abi3) is compared call by call with the
-native library built for that torch: the same input to both, and the same outcome (the
+capsules (and on 2.13, issue 36), the portable table (csrc/portable, abi3) is compared
+call by call with the native library built for that torch: the same input to both, and the same outcome (the
 same fields, or the same refusal type). Torch 2.13's own table is the reference of
 tests/conformance (test_conformance_suite.py); here the native library is, since it is
 the table these torches get where a bundled library fits.
 
 Inputs: every layout case of the exchange suite in every dtype the torch has, tensors
 the tables refuse (conjugate and negative bits, sparse and nested layouts, meta and
-wrapper tensors, non-tensors), imports of what each table exported, and allocations of
-every dtype in several shapes, and the streams of host memory.
+wrapper tensors, non-tensors), tensor subclasses whose Python-level answers lie
+(exchange_suite/liars.py), imports of what each table exported and a 0-d import with a
+byte_offset and NULL strides, and allocations of every dtype in several shapes, and the
+streams of host memory.
 """
 
 from __future__ import annotations
@@ -119,6 +121,34 @@ for case, obj in objects:
             compare(case, f"import of {exporter}'s export", results)
     gc.collect()
 
+# Tensors whose Python-level answers lie (exchange_suite/liars.py): the native table reads
+# the C++ tensor; the portable table must describe the same memory.
+from exchange_suite.liars import liars
+for name, liar, _plain in liars():
+    both(f"liar:{name}", "export", lambda api: export_fields(api, liar))
+    both(f"liar:{name}", "dltensor", lambda api: dltensor_fields(api, liar))
+
+# A 0-d import whose byte_offset points past the first element, with NULL strides: the
+# native table accepts it on every torch, so must the portable one (torch 2.13 itself
+# refuses NULL strides with a byte_offset).
+buffer = torch.arange(4, dtype=torch.float32)
+kept = []
+def zero_dim_import(api):
+    m = DLManagedTensorVersioned()
+    m.version.major, m.version.minor = 1, 3
+    dl = m.dl_tensor
+    dl.data, dl.ndim, dl.shape, dl.strides, dl.byte_offset = buffer.data_ptr(), 0, None, None, 8
+    dl.device.device_type = 1
+    dl.dtype.code, dl.dtype.bits, dl.dtype.lanes = 2, 32, 1
+    kept.append(m)
+    tensor = import_managed(api, ctypes.pointer(m))
+    return {**described(tensor), "value": float(tensor),
+            "at": tensor.data_ptr() - buffer.data_ptr()}
+both("0-d byte_offset", "import", zero_dim_import)
+assert all(r == ["ok", {**r[1], "value": 2.0}] for r in
+           [outcome(lambda api=api: zero_dim_import(api)) for api in tables.values()]), \
+    [outcome(lambda api=api: zero_dim_import(api)) for api in tables.values()]
+
 for name, (code, bits, lanes) in DLPACK_DTYPES.items():
     for shape in [(4,), (2, 3), (), (0, 5)]:
         def allocate(api, code=code, bits=bits, lanes=lanes, shape=shape):
@@ -154,23 +184,28 @@ print(json.dumps({"torch": torch.__version__, "cases": cases, "differences": dif
 """
 
 
-@pytest.mark.parametrize("version", ["2.4.1", "2.8.0"])
-def test_portable_table_matches_the_native_library_on_legacy_torch(
-    portable_library: Path, build_cache: Path, version: str
+@pytest.mark.parametrize("version", ["2.4.1", "2.8.0", "running"])
+def test_portable_table_matches_the_native_library(
+    request: pytest.FixtureRequest, portable_library: Path, build_cache: Path, version: str
 ) -> None:
-    env = torch_env(version, importable=True, extra=("pytest", "psutil"))
-    install = TorchInstall.from_path(env.root)
-    output_dir = build_cache / f"torch{version}-portable-vs-native"
-    entry = compile_library(BuildRequest(torch=install, backend="cpu", output_dir=output_dir))
+    """torch 2.4 and 2.8 (legacy capsules, no table of their own) and the running 2.13."""
+    if version == "running":
+        native, _ = request.getfixturevalue("torch213_library")
+        python: Path | str = sys.executable
+    else:
+        env = torch_env(version, importable=True, extra=("pytest", "psutil"))
+        install = TorchInstall.from_path(env.root)
+        output_dir = build_cache / f"torch{version}-portable-vs-native"
+        entry = compile_library(BuildRequest(torch=install, backend="cpu", output_dir=output_dir))
+        native, python = output_dir / entry.file, env.python
     proc = run_python(
         DIFFERENTIAL,
-        args=[str(output_dir / entry.file), str(portable_library), str(ROOT / "tests"),
-              str(ROOT / "python")],
-        env=clean_env(), python=env.python, timeout=900,
+        args=[str(native), str(portable_library), str(ROOT / "tests"), str(ROOT / "python")],
+        env=clean_env(), python=python, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["torch"].startswith(version)
+    assert version == "running" or report["torch"].startswith(version)
     print(f"torch {report['torch']}: {report['cases']} cases compared", file=sys.stderr)
     # Every layout in every dtype, the refusals, the imports, allocations and streams.
     assert report["cases"] >= 300, report["cases"]
