@@ -12,13 +12,21 @@
  *              torch.xpu.current_stream.
  *
  * The contract is the native table's (csrc/exchange_api.cc), member by member:
- * the same refusals with the same error types, the same ownership rules. The
- * deviations that are this table's own are listed, with reasons, in
- * tests/conformance/tables.py (DEVIATIONS, portable_only).
+ * the same refusals with the same error types, the same ownership rules. Its
+ * differences from torch's own table are tests/conformance/tables.py's
+ * DEVIATIONS, and tests/integration/test_portable_vs_native.py holds it equal to
+ * the native library call by call.
+ *
+ * Trust: the tensor handed in is untrusted (a subclass or a torch function mode
+ * may answer anything): what an export describes comes from torch's own export
+ * (see "What a tensor says of itself" below).
  *
  * Threads: from_py, to_py and dltensor_from_py are called with the GIL held.
  * The allocator and current_work_stream may come from threads that do not hold
- * it: they take it (PyGILState_Ensure) only when they must call into Python.
+ * it: they take it (PyGILState_Ensure) only when they must call into Python,
+ * and leave an error set only for a caller that held it. After Py_Finalize
+ * they return -1 (the allocator through SetError) without touching Python; a
+ * call racing with Py_Finalize itself cannot be made safe before PEP 788.
  * Deleters are plain C and touch no Python object: they may run anywhere, even
  * after the interpreter has finalised.
  *
@@ -377,8 +385,8 @@ static State* BuildState(void) {
       Py_CLEAR(s->parameter_type);
     }
   }
-  /* Both in every torch 2.x (docs/facts.md); without them every answer of a
-   * subclass or mode is refused rather than trusted (TrustedScope). */
+  /* Both in torch 2.2-2.13 (docs/facts.md); without DisableTorchFunction a subclass or
+   * a mode is refused rather than trusted (EnterTrustedScope). */
   s->disable_torch_function = GetAttr(c, "DisableTorchFunction", 1);
   if (s->disable_torch_function == NULL && PyErr_Occurred()) goto fail;
   s->torch_function_mode_on = GetAttr(c, "_is_torch_function_mode_enabled", 1);
@@ -658,8 +666,9 @@ static int IsPlainTensor(const State* s, PyObject* obj) {
  * the entered context, NULL where none was needed. 0, or -1 with a Python error. */
 static int EnterTrustedScope(const State* s, PyObject* obj, PyObject** scope) {
   *scope = NULL;
-  int needed = !IsPlainTensor(s, obj);
-  if (!needed && s->torch_function_mode_on != NULL) {
+  /* Without the mode query (not seen in any torch 2.2-2.13) a mode cannot be ruled out. */
+  int needed = !IsPlainTensor(s, obj) || s->torch_function_mode_on == NULL;
+  if (!needed) {
     PyObject* on = CallNoArgs(s->torch_function_mode_on);
     if (on == NULL) return -1;
     needed = PyObject_IsTrue(on);

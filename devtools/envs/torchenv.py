@@ -6,7 +6,8 @@ created once with uv and reused afterwards:
 * always: ``torch==<version>`` installed ``--no-deps`` (enough to compile against);
 * ``importable=True``: also torch's own runtime requirements, read from the
   installed torch's ``METADATA`` with their pins, minus the ones ``import torch``
-  does not need (cuSOLVER, NVRTC, NVTX, triton: see docs/facts.md), plus numpy; the
+  does not need (cuSOLVER, NVRTC, NVTX, triton: see docs/facts.md), plus numpy (< 2
+  for torch < 2.3: :func:`numpy_for`); the
   env is checked with ``import torch; torch.ones(2)`` and, if that fails, the
   skipped requirements are added after all;
 * ``extra``: more requirements (``pytest``, ``psutil``).
@@ -54,6 +55,7 @@ __all__ = [
     "NOT_NEEDED_TO_IMPORT",
     "TorchEnv",
     "TorchTree",
+    "numpy_for",
     "set_progress",
     "torch_env",
     "torch_tree",
@@ -161,6 +163,14 @@ def import_requirements(
     return needed, skipped
 
 
+def numpy_for(version: str) -> str:
+    """The numpy requirement of an importable env of torch ``version``: torch < 2.3 was
+    built against numpy 1.x and prints a page of warnings on import beside numpy 2
+    (checked: torch 2.2.2 with numpy 2.4)."""
+    release = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    return "numpy<2" if release < (2, 3) else "numpy"
+
+
 def _create(
     root: Path,
     uv: str,
@@ -186,7 +196,7 @@ def _create(
     if importable:
         needed, skipped = import_requirements(_site_packages(root), version, python)
         PROGRESS.log(f"installing what import torch needs: {' '.join(needed)} numpy")
-        _uv(uv, "pip", "install", "--python", env_py, *needed, "numpy", *extra)
+        _uv(uv, "pip", "install", "--python", env_py, *needed, numpy_for(version), *extra)
         checked = time.monotonic()
         try:
             run([env_py, "-c", _SMOKE])

@@ -139,3 +139,12 @@ def test_a_failed_creation_leaves_nothing_that_looks_ready(
     with pytest.raises(ProvisionError, match="simulated"):
         torchenv.torch_env("2.6.0", importable=False, python="3.11")
     assert not (tmp_path / "envs" / "py3.11-torch2.6.0").exists()
+
+
+@pytest.mark.parametrize(
+    ("version", "numpy"),
+    [("2.2.2", "numpy<2"), ("2.0.1", "numpy<2"), ("2.3.1", "numpy"), ("2.13.0", "numpy"),
+     ("2.8.0a0+abc", "numpy")],
+)
+def test_old_torch_gets_the_numpy_it_was_built_for(version: str, numpy: str) -> None:
+    assert torchenv.numpy_for(version) == numpy
