@@ -494,14 +494,16 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
       return RaiseBadImport("torch has no dtype for this DLPack dtype", dl);
     }
     if (const char* backend = tcde::BackendServing(dl.device.device_type)) {
+      // torch itself would make a tensor of it on a device none of its kernels run on
+      // ("cuda" in its CPU build, "hip" in a CUDA one) or refuse it (ROCm, kDLCUDA).
       PyErr_Format(PyExc_BufferError,
                    "%s: cannot import a DLPack tensor on device type %d id %d with its "
-                   TCDE_BACKEND_NAME " build, which serves no such device (it could not report "
-                   "its stream); use the %s build (install the wheel that carries it or set "
-                   "TORCH_C_DLPACK_EXT_JIT=1). The DLManagedTensorVersioned was not consumed "
-                   "and its deleter was not called",
+                   TCDE_BACKEND_NAME " build: it is %s memory, which this torch runs no "
+                   "kernels on; use the %s build on a %s torch (install the wheel that "
+                   "carries it or set TORCH_C_DLPACK_EXT_JIT=1). The DLManagedTensorVersioned "
+                   "was not consumed and its deleter was not called",
                    kLib, static_cast<int>(dl.device.device_type),
-                   static_cast<int>(dl.device.device_id), backend);
+                   static_cast<int>(dl.device.device_id), backend, backend, backend);
       return -1;
     }
     c10::Device device(c10::DeviceType::CPU);
@@ -828,62 +830,92 @@ int ManagedTensorAllocator(DLTensor* prototype, DLManagedTensorVersioned** out, 
   }
 }
 
-// Host memory has no stream. A GPU device type this build does not serve is
-// an error, never NULL (see tcde::BackendServing: torch 2.13's CPU build answers
-// NULL, which a consumer takes for the default stream). Otherwise a CPU build
-// answers NULL (as torch 2.13's does); a GPU build answers its own GPU's
-// current stream and refuses device types it cannot query.
-int CurrentWorkStream(DLDeviceType device_type, int32_t device_id, void** out) {
-  try {
-    if (out == nullptr) {
-      PyErr_Format(PyExc_ValueError, "%s: current_work_stream: out is NULL", kLib);
-      return -1;
-    }
-    *out = nullptr;
-    if (device_type == kDLCPU || device_type == kDLCUDAHost || device_type == kDLROCMHost ||
-        device_type == kDLCUDAManaged) {
-      return 0;
-    }
-    if (const char* backend = tcde::BackendServing(device_type)) {
-      PyErr_Format(PyExc_ValueError,
-                   "%s: current_work_stream: device type %d is a GPU its " TCDE_BACKEND_NAME
-                   " build does not serve, so it knows no stream for it; use the %s build "
-                   "(install the wheel that carries it or set TORCH_C_DLPACK_EXT_JIT=1)",
-                   kLib, static_cast<int>(device_type), backend);
-      return -1;
-    }
-#if defined(TCDE_BACKEND_CPU)
-    (void)device_id;
-    return 0;
-#else
+#if !defined(TCDE_BACKEND_CPU)
+// The backend's current stream on device `index` (-1: the current device).
+void* CurrentGpuStream(c10::DeviceIndex index) {
 #if defined(TCDE_BACKEND_CUDA)
-    const bool own_gpu = device_type == kDLCUDA;
+  return static_cast<void*>(c10::cuda::getCurrentCUDAStream(index).stream());
 #else
-    const bool own_gpu = device_type == kDLROCM;
+  return static_cast<void*>(c10::hip::getCurrentHIPStream(index).stream());
 #endif
-    if (!own_gpu) {
-      PyErr_Format(PyExc_ValueError,
-                   "%s: current_work_stream: device type %d is not a device this library was "
-                   "built for (a " TCDE_BACKEND_NAME " build)",
-                   kLib, static_cast<int>(device_type));
-      return -1;
-    }
-    if (device_id < -1 || device_id > std::numeric_limits<c10::DeviceIndex>::max()) {
-      PyErr_Format(PyExc_ValueError, "%s: current_work_stream: invalid device id %d", kLib,
-                   static_cast<int>(device_id));
-      return -1;
-    }
-    const auto index = static_cast<c10::DeviceIndex>(device_id);
-#if defined(TCDE_BACKEND_CUDA)
-    *out = static_cast<void*>(c10::cuda::getCurrentCUDAStream(index).stream());
-#else
-    *out = static_cast<void*>(c10::hip::getCurrentHIPStream(index).stream());
+}
 #endif
-    return 0;
-#endif
-  } catch (...) {
-    return RaiseCurrentException(PyExc_RuntimeError);
+
+// current_work_stream for everything but a GPU stream this build answers (see
+// CurrentWorkStream): NULL for host memory, which has no stream; an error for a GPU
+// device type whose stream this build does not answer (tcde::AnswersStream: torch's own
+// answer there is NULL, which a consumer takes for the default stream); NULL for other
+// device types in the CPU build (as torch's CPU build answers them) and an error in a
+// GPU build, which knows only its own GPU's streams; an error for a NULL `out` and for
+// device ids c10 cannot index (torch's own would write through NULL, or take the id
+// modulo 256: another device's stream). Out of line: the fast path stays small.
+C10_NOINLINE int CurrentWorkStreamOther(DLDeviceType device_type, int32_t device_id,
+                                        void** out) noexcept {
+  if (out == nullptr) {
+    PyErr_Format(PyExc_ValueError, "%s: current_work_stream: out is NULL", kLib);
+    return -1;
   }
+  *out = nullptr;
+  if (device_type == kDLCPU || device_type == kDLCUDAHost || device_type == kDLROCMHost ||
+      device_type == kDLCUDAManaged) {
+    return 0;
+  }
+  if (const char* backend = tcde::StreamBackendServing(device_type)) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s: current_work_stream: device type %d is a GPU whose stream its "
+                 TCDE_BACKEND_NAME " build (torch %d.%d) does not know (NULL would put the "
+                 "consumer on the default stream, unordered against torch's work); use the "
+                 "%s build on a %s torch (install the wheel that carries it or set "
+                 "TORCH_C_DLPACK_EXT_JIT=1)",
+                 kLib, static_cast<int>(device_type), TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR,
+                 backend, backend);
+    return -1;
+  }
+#if defined(TCDE_BACKEND_CPU)
+  (void)device_id;
+  return 0;
+#else
+  if (!tcde::AnswersStream(device_type)) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s: current_work_stream: device type %d is not a device this library was "
+                 "built for (a " TCDE_BACKEND_NAME " build)",
+                 kLib, static_cast<int>(device_type));
+    return -1;
+  }
+  PyErr_Format(PyExc_ValueError,
+               "%s: current_work_stream: invalid device id %d; pass -1 (the current device) "
+               "or a device index from 0 to %d",
+               kLib, static_cast<int>(device_id),
+               static_cast<int>(std::numeric_limits<c10::DeviceIndex>::max()));
+  return -1;
+#endif
+}
+
+// The call a consumer makes on every kernel launch. torch's own (CUDA build, 2.10-2.12)
+// compares the type and calls getCurrentCUDAStream() (2.13+: at::accelerator's lookups
+// first); ours makes three tests before the same call, each needed for safety: `out` not
+// NULL, a device type whose stream this build answers, an id c10 can index. All else is
+// CurrentWorkStreamOther's.
+int CurrentWorkStream(DLDeviceType device_type, int32_t device_id, void** out) {
+#if !defined(TCDE_BACKEND_CPU)
+  if (C10_LIKELY(out != nullptr && tcde::AnswersStream(device_type) &&
+                 tcde::FitsDeviceIndex(device_id))) {
+    try {
+      *out = CurrentGpuStream(static_cast<c10::DeviceIndex>(device_id));
+      return 0;
+    } catch (...) {
+      *out = nullptr;
+      return RaiseCurrentException(PyExc_RuntimeError);
+    }
+  }
+#else
+  // A CPU build's common call: host memory, no stream.
+  if (C10_LIKELY(out != nullptr && device_type == kDLCPU)) {
+    *out = nullptr;
+    return 0;
+  }
+#endif
+  return CurrentWorkStreamOther(device_type, device_id, out);
 }
 
 // Constant-initialized: no static constructor runs at load time.
