@@ -14,6 +14,8 @@
 #include <c10/core/CPUAllocator.h>
 
 #if defined(TCDE_BACKEND_CUDA)
+#include <c10/core/DeviceGuard.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 #elif defined(TCDE_BACKEND_ROCM)
 #include <c10/hip/HIPStream.h>
@@ -683,20 +685,47 @@ c10::DataPtr MemoryOf(const at::TensorBase& t, const c10::Device& device,
   return c10::DataPtr(data, new c10::Storage(storage), &DeleteStorageReference, device);
 }
 
+#if defined(TCDE_BACKEND_CUDA)
+// CUDA memory from the allocator at::empty takes it from, with at::detail::empty_cuda's
+// own steps (aten/src/ATen/cuda/EmptyTensor.cpp; the same in torch 2.6.0's and 2.9.1's
+// source and in 2.11's and 2.15's libtorch_cuda): the lazy CUDA init (which also
+// initializes the caching allocator), a device guard (the caching allocator serves the
+// current device, on its current stream), and the allocator at::cuda::getCUDADeviceAllocator()
+// returns, c10's caching allocator or the one torch.cuda.memory.change_current_allocator
+// installed. Without the dispatcher, a tensor and its storage, which at::empty made ours
+// cost what torch's own table costs (1,055 vs 1,029 ns for float32[16] on an H200,
+// docs/facts.md "What torch's own members do on CUDA"). Only libc10_cuda and libtorch_cpu,
+// both already linked (at::detail::empty_cuda itself would link libtorch_cuda, whose
+// NEEDED entry every load of the library paid for: docs/facts.md, "torch_python is
+// resolved at run time").
+c10::DataPtr AllocateCudaMemory(c10::DeviceIndex index, uint64_t nbytes) {
+#if TCDE_TORCH_AT_LEAST(2, 6)
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+#else
+  at::globalContext().lazyInitCUDA();  // lazyInitDevice() arrived in 2.6
+#endif
+  // c10's DeviceGuard (the registered CUDA guard, through its virtual interface), as
+  // empty_cuda uses it: c10::cuda::CUDAGuard's inline code would call libcudart.
+  const c10::DeviceGuard guard(c10::Device(c10::DeviceType::CUDA, index));
+  return c10::cuda::CUDACachingAllocator::get()->allocate(static_cast<size_t>(nbytes));
+}
+#endif
+
 // Memory for a contiguous tensor of `sizes`, from the allocator at::empty would
 // use. Host memory (the common case) comes from c10::GetCPUAllocator(), as in
-// at::detail::empty_cpu, without the dispatcher and without building a tensor
-// only to take its memory. GPU memory and the deterministic fill (see
-// FillsUninitializedMemory) go through at::empty: the dispatcher's CUDA (ROCm:
-// HIP-as-CUDA) kernel initializes the GPU lazily, sets the device and takes the
-// caching allocator's memory. Not at::detail::empty_cuda, which would link
-// libtorch_cuda, whose NEEDED entry every load of the library paid for
-// (docs/facts.md, "torch_python is resolved at run time"); a GPU allocation costs
-// microseconds, the dispatcher's few hundred nanoseconds do not show.
+// at::detail::empty_cpu, and CUDA memory from the caching allocator
+// (AllocateCudaMemory), without the dispatcher and without building a tensor only to
+// take its memory. The deterministic fill (see FillsUninitializedMemory) and ROCm
+// memory go through at::empty: its kernel fills, and the ROCm build's direct path
+// (HIP's caching allocator behind its CUDA masquerade) cannot be compiled here (no
+// ROCm torch's headers are published on PyPI).
 c10::DataPtr AllocateMemory(bool host, const c10::Device& device, c10::ScalarType scalar_type,
                             at::IntArrayRef sizes, uint64_t nbytes) {
-  if (C10_LIKELY(host && !FillsUninitializedMemory())) {
-    return c10::GetCPUAllocator()->allocate(nbytes);
+  if (C10_LIKELY(!FillsUninitializedMemory())) {
+    if (C10_LIKELY(host)) return c10::GetCPUAllocator()->allocate(nbytes);
+#if defined(TCDE_BACKEND_CUDA)
+    return AllocateCudaMemory(device.index(), nbytes);
+#endif
   }
   // The overload with explicit options: the same operator call as with
   // TensorOptions, without assembling and re-checking a TensorOptions first.
