@@ -14,6 +14,8 @@
 #include <c10/core/CPUAllocator.h>
 
 #if defined(TCDE_BACKEND_CUDA)
+#include <c10/core/DeviceGuard.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 #elif defined(TCDE_BACKEND_ROCM)
 #include <c10/hip/HIPStream.h>
@@ -494,14 +496,16 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
       return RaiseBadImport("torch has no dtype for this DLPack dtype", dl);
     }
     if (const char* backend = tcde::BackendServing(dl.device.device_type)) {
+      // torch itself would make a tensor of it on a device none of its kernels run on
+      // ("cuda" in its CPU build, "hip" in a CUDA one) or refuse it (ROCm, kDLCUDA).
       PyErr_Format(PyExc_BufferError,
                    "%s: cannot import a DLPack tensor on device type %d id %d with its "
-                   TCDE_BACKEND_NAME " build, which serves no such device (it could not report "
-                   "its stream); use the %s build (install the wheel that carries it or set "
-                   "TORCH_C_DLPACK_EXT_JIT=1). The DLManagedTensorVersioned was not consumed "
-                   "and its deleter was not called",
+                   TCDE_BACKEND_NAME " build: it is %s memory, which this torch runs no "
+                   "kernels on; use the %s build on a %s torch (install the wheel that "
+                   "carries it or set TORCH_C_DLPACK_EXT_JIT=1). The DLManagedTensorVersioned "
+                   "was not consumed and its deleter was not called",
                    kLib, static_cast<int>(dl.device.device_type),
-                   static_cast<int>(dl.device.device_id), backend);
+                   static_cast<int>(dl.device.device_id), backend, backend, backend);
       return -1;
     }
     c10::Device device(c10::DeviceType::CPU);
@@ -681,20 +685,47 @@ c10::DataPtr MemoryOf(const at::TensorBase& t, const c10::Device& device,
   return c10::DataPtr(data, new c10::Storage(storage), &DeleteStorageReference, device);
 }
 
+#if defined(TCDE_BACKEND_CUDA)
+// CUDA memory from the allocator at::empty takes it from, with at::detail::empty_cuda's
+// own steps (aten/src/ATen/cuda/EmptyTensor.cpp; the same in torch 2.6.0's and 2.9.1's
+// source and in 2.11's and 2.15's libtorch_cuda): the lazy CUDA init (which also
+// initializes the caching allocator), a device guard (the caching allocator serves the
+// current device, on its current stream), and the allocator at::cuda::getCUDADeviceAllocator()
+// returns, c10's caching allocator or the one torch.cuda.memory.change_current_allocator
+// installed. Without the dispatcher, a tensor and its storage, which at::empty made ours
+// cost what torch's own table costs (1,055 vs 1,029 ns for float32[16] on an H200,
+// docs/facts.md "What torch's own members do on CUDA"). Only libc10_cuda and libtorch_cpu,
+// both already linked (at::detail::empty_cuda itself would link libtorch_cuda, whose
+// NEEDED entry every load of the library paid for: docs/facts.md, "torch_python is
+// resolved at run time").
+c10::DataPtr AllocateCudaMemory(c10::DeviceIndex index, uint64_t nbytes) {
+#if TCDE_TORCH_AT_LEAST(2, 6)
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+#else
+  at::globalContext().lazyInitCUDA();  // lazyInitDevice() arrived in 2.6
+#endif
+  // c10's DeviceGuard (the registered CUDA guard, through its virtual interface), as
+  // empty_cuda uses it: c10::cuda::CUDAGuard's inline code would call libcudart.
+  const c10::DeviceGuard guard(c10::Device(c10::DeviceType::CUDA, index));
+  return c10::cuda::CUDACachingAllocator::get()->allocate(static_cast<size_t>(nbytes));
+}
+#endif
+
 // Memory for a contiguous tensor of `sizes`, from the allocator at::empty would
 // use. Host memory (the common case) comes from c10::GetCPUAllocator(), as in
-// at::detail::empty_cpu, without the dispatcher and without building a tensor
-// only to take its memory. GPU memory and the deterministic fill (see
-// FillsUninitializedMemory) go through at::empty: the dispatcher's CUDA (ROCm:
-// HIP-as-CUDA) kernel initializes the GPU lazily, sets the device and takes the
-// caching allocator's memory. Not at::detail::empty_cuda, which would link
-// libtorch_cuda, whose NEEDED entry every load of the library paid for
-// (docs/facts.md, "torch_python is resolved at run time"); a GPU allocation costs
-// microseconds, the dispatcher's few hundred nanoseconds do not show.
+// at::detail::empty_cpu, and CUDA memory from the caching allocator
+// (AllocateCudaMemory), without the dispatcher and without building a tensor only to
+// take its memory. The deterministic fill (see FillsUninitializedMemory) and ROCm
+// memory go through at::empty: its kernel fills, and the ROCm build's direct path
+// (HIP's caching allocator behind its CUDA masquerade) cannot be compiled here (no
+// ROCm torch's headers are published on PyPI).
 c10::DataPtr AllocateMemory(bool host, const c10::Device& device, c10::ScalarType scalar_type,
                             at::IntArrayRef sizes, uint64_t nbytes) {
-  if (C10_LIKELY(host && !FillsUninitializedMemory())) {
-    return c10::GetCPUAllocator()->allocate(nbytes);
+  if (C10_LIKELY(!FillsUninitializedMemory())) {
+    if (C10_LIKELY(host)) return c10::GetCPUAllocator()->allocate(nbytes);
+#if defined(TCDE_BACKEND_CUDA)
+    return AllocateCudaMemory(device.index(), nbytes);
+#endif
   }
   // The overload with explicit options: the same operator call as with
   // TensorOptions, without assembling and re-checking a TensorOptions first.
@@ -828,62 +859,92 @@ int ManagedTensorAllocator(DLTensor* prototype, DLManagedTensorVersioned** out, 
   }
 }
 
-// Host memory has no stream. A GPU device type this build does not serve is
-// an error, never NULL (see tcde::BackendServing: torch 2.13's CPU build answers
-// NULL, which a consumer takes for the default stream). Otherwise a CPU build
-// answers NULL (as torch 2.13's does); a GPU build answers its own GPU's
-// current stream and refuses device types it cannot query.
-int CurrentWorkStream(DLDeviceType device_type, int32_t device_id, void** out) {
-  try {
-    if (out == nullptr) {
-      PyErr_Format(PyExc_ValueError, "%s: current_work_stream: out is NULL", kLib);
-      return -1;
-    }
-    *out = nullptr;
-    if (device_type == kDLCPU || device_type == kDLCUDAHost || device_type == kDLROCMHost ||
-        device_type == kDLCUDAManaged) {
-      return 0;
-    }
-    if (const char* backend = tcde::BackendServing(device_type)) {
-      PyErr_Format(PyExc_ValueError,
-                   "%s: current_work_stream: device type %d is a GPU its " TCDE_BACKEND_NAME
-                   " build does not serve, so it knows no stream for it; use the %s build "
-                   "(install the wheel that carries it or set TORCH_C_DLPACK_EXT_JIT=1)",
-                   kLib, static_cast<int>(device_type), backend);
-      return -1;
-    }
-#if defined(TCDE_BACKEND_CPU)
-    (void)device_id;
-    return 0;
-#else
+#if !defined(TCDE_BACKEND_CPU)
+// The backend's current stream on device `index` (-1: the current device).
+void* CurrentGpuStream(c10::DeviceIndex index) {
 #if defined(TCDE_BACKEND_CUDA)
-    const bool own_gpu = device_type == kDLCUDA;
+  return static_cast<void*>(c10::cuda::getCurrentCUDAStream(index).stream());
 #else
-    const bool own_gpu = device_type == kDLROCM;
+  return static_cast<void*>(c10::hip::getCurrentHIPStream(index).stream());
 #endif
-    if (!own_gpu) {
-      PyErr_Format(PyExc_ValueError,
-                   "%s: current_work_stream: device type %d is not a device this library was "
-                   "built for (a " TCDE_BACKEND_NAME " build)",
-                   kLib, static_cast<int>(device_type));
-      return -1;
-    }
-    if (device_id < -1 || device_id > std::numeric_limits<c10::DeviceIndex>::max()) {
-      PyErr_Format(PyExc_ValueError, "%s: current_work_stream: invalid device id %d", kLib,
-                   static_cast<int>(device_id));
-      return -1;
-    }
-    const auto index = static_cast<c10::DeviceIndex>(device_id);
-#if defined(TCDE_BACKEND_CUDA)
-    *out = static_cast<void*>(c10::cuda::getCurrentCUDAStream(index).stream());
-#else
-    *out = static_cast<void*>(c10::hip::getCurrentHIPStream(index).stream());
+}
 #endif
-    return 0;
-#endif
-  } catch (...) {
-    return RaiseCurrentException(PyExc_RuntimeError);
+
+// current_work_stream for everything but a GPU stream this build answers (see
+// CurrentWorkStream): NULL for host memory, which has no stream; an error for a GPU
+// device type whose stream this build does not answer (tcde::AnswersStream: torch's own
+// answer there is NULL, which a consumer takes for the default stream); NULL for other
+// device types in the CPU build (as torch's CPU build answers them) and an error in a
+// GPU build, which knows only its own GPU's streams; an error for a NULL `out` and for
+// device ids c10 cannot index (torch's own would write through NULL, or take the id
+// modulo 256: another device's stream). Out of line: the fast path stays small.
+C10_NOINLINE int CurrentWorkStreamOther(DLDeviceType device_type, int32_t device_id,
+                                        void** out) noexcept {
+  if (out == nullptr) {
+    PyErr_Format(PyExc_ValueError, "%s: current_work_stream: out is NULL", kLib);
+    return -1;
   }
+  *out = nullptr;
+  if (device_type == kDLCPU || device_type == kDLCUDAHost || device_type == kDLROCMHost ||
+      device_type == kDLCUDAManaged) {
+    return 0;
+  }
+  if (const char* backend = tcde::StreamBackendServing(device_type)) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s: current_work_stream: device type %d is a GPU whose stream its "
+                 TCDE_BACKEND_NAME " build (torch %d.%d) does not know (NULL would put the "
+                 "consumer on the default stream, unordered against torch's work); use the "
+                 "%s build on a %s torch (install the wheel that carries it or set "
+                 "TORCH_C_DLPACK_EXT_JIT=1)",
+                 kLib, static_cast<int>(device_type), TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR,
+                 backend, backend);
+    return -1;
+  }
+#if defined(TCDE_BACKEND_CPU)
+  (void)device_id;
+  return 0;
+#else
+  if (!tcde::AnswersStream(device_type)) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s: current_work_stream: device type %d is not a device this library was "
+                 "built for (a " TCDE_BACKEND_NAME " build)",
+                 kLib, static_cast<int>(device_type));
+    return -1;
+  }
+  PyErr_Format(PyExc_ValueError,
+               "%s: current_work_stream: invalid device id %d; pass -1 (the current device) "
+               "or a device index from 0 to %d",
+               kLib, static_cast<int>(device_id),
+               static_cast<int>(std::numeric_limits<c10::DeviceIndex>::max()));
+  return -1;
+#endif
+}
+
+// The call a consumer makes on every kernel launch. torch's own (CUDA build, 2.10-2.12)
+// compares the type and calls getCurrentCUDAStream() (2.13+: at::accelerator's lookups
+// first); ours makes three tests before the same call, each needed for safety: `out` not
+// NULL, a device type whose stream this build answers, an id c10 can index. All else is
+// CurrentWorkStreamOther's.
+int CurrentWorkStream(DLDeviceType device_type, int32_t device_id, void** out) {
+#if !defined(TCDE_BACKEND_CPU)
+  if (C10_LIKELY(out != nullptr && tcde::AnswersStream(device_type) &&
+                 tcde::FitsDeviceIndex(device_id))) {
+    try {
+      *out = CurrentGpuStream(static_cast<c10::DeviceIndex>(device_id));
+      return 0;
+    } catch (...) {
+      *out = nullptr;
+      return RaiseCurrentException(PyExc_RuntimeError);
+    }
+  }
+#else
+  // A CPU build's common call: host memory, no stream.
+  if (C10_LIKELY(out != nullptr && device_type == kDLCPU)) {
+    *out = nullptr;
+    return 0;
+  }
+#endif
+  return CurrentWorkStreamOther(device_type, device_id, out);
 }
 
 // Constant-initialized: no static constructor runs at load time.

@@ -11,6 +11,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 
 namespace tcde {
@@ -176,23 +177,67 @@ inline bool FromDLDataType(DLDataType dtype, c10::ScalarType* out) noexcept {
   }
 }
 
-// Each build exchanges only the GPU memory whose streams its current_work_stream
-// can report: a consumer (tvm-ffi) launches its work on the stream that answer
-// names, and a NULL "no stream" for a GPU tensor would put it on the default
-// stream, unordered against torch's current one (a silent race). So a CPU build
-// serves no GPU, a CUDA build no ROCm device, a ROCm build no kDLCUDA device.
+// Device types follow torch's own answers, member by member and minor by minor
+// (docs/facts.md, "torch's device-type rules"; the same rules as data in
+// tests/conformance/tables.py, GPU_RULES), except where torch would hand a GPU caller
+// a NULL stream or a tensor on a wrong device: there a build refuses, naming the build
+// that serves the device type. A consumer (tvm-ffi) launches on the stream
+// current_work_stream names, and NULL is the default stream, unordered against torch's
+// current one (a silent race).
+//
+// Memory (export, import, allocator): a CUDA build serves kDLCUDA, a ROCm build kDLROCM
+// (a ROCm torch names its HIP devices "cuda"), a CPU build neither. torch's CPU and CUDA
+// builds import kDLROCM as a "hip" tensor no kernel of theirs runs on, its CPU build
+// kDLCUDA as a "cuda" one; its ROCm build refuses kDLCUDA; its allocator (2.10+) fails
+// on each of these.
 // CPU-accessible memory (host, pinned host, managed) is not a GPU device here.
 
-// The backend ("cuda", "rocm") whose build would serve a DLPack device type
-// this build refuses, or NULL when this build serves it (or it is no GPU type).
-constexpr const char* BackendServing(int32_t device_type) noexcept {
+// The GPU device type this build's memory is, or -1 (a CPU build).
 #if defined(TCDE_BACKEND_CUDA)
-  return device_type == kDLROCM ? "rocm" : nullptr;
+inline constexpr int32_t kOwnGpuType = kDLCUDA;
 #elif defined(TCDE_BACKEND_ROCM)
-  return device_type == kDLCUDA ? "cuda" : nullptr;
+inline constexpr int32_t kOwnGpuType = kDLROCM;
 #else
-  return device_type == kDLCUDA ? "cuda" : device_type == kDLROCM ? "rocm" : nullptr;
+inline constexpr int32_t kOwnGpuType = -1;
 #endif
+
+// The backend ("cuda", "rocm") whose build would serve GPU memory of a DLPack device
+// type this build refuses, or NULL when this build serves it (or it is no GPU type).
+constexpr const char* BackendServing(int32_t device_type) noexcept {
+  if (device_type == kOwnGpuType) return nullptr;
+  return device_type == kDLCUDA ? "cuda" : device_type == kDLROCM ? "rocm" : nullptr;
+}
+
+// Whether current_work_stream answers `device_type` with this build's current GPU stream
+// (CUDA's; HIP's on ROCm), by the rule of torch major.minor:
+//  - torch 2.4-2.9 have no table; their DLPack importer (torch.utils.dlpack.from_dlpack)
+//    asks a producer for torch.cuda.current_stream() of either GPU type;
+//  - torch 2.10-2.12's table answers either GPU type with getCurrentCUDAStream();
+//  - torch 2.13+ answers only its accelerator's own type (kDLCUDA on CUDA, kDLROCM on
+//    ROCm) and NULL for the other: that one is refused here.
+// A CPU build answers no GPU type (torch's: NULL, 2.10+).
+constexpr bool AnswersStream(int32_t device_type, int torch_major = TORCH_VERSION_MAJOR,
+                             int torch_minor = TORCH_VERSION_MINOR) noexcept {
+  if (kOwnGpuType < 0) return false;
+  if (device_type == kOwnGpuType) return true;
+  const bool own_only = torch_major > 2 || (torch_major == 2 && torch_minor >= 13);
+  return !own_only && (device_type == kDLCUDA || device_type == kDLROCM);
+}
+
+// The backend whose build would answer the stream of a GPU device type this build
+// refuses to answer, or NULL when it answers it (or it is no GPU type).
+constexpr const char* StreamBackendServing(int32_t device_type,
+                                           int torch_major = TORCH_VERSION_MAJOR,
+                                           int torch_minor = TORCH_VERSION_MINOR) noexcept {
+  if (AnswersStream(device_type, torch_major, torch_minor)) return nullptr;
+  return device_type == kDLCUDA ? "cuda" : device_type == kDLROCM ? "rocm" : nullptr;
+}
+
+// Whether a device id names a device c10 can index (-1: the current device). c10's
+// DeviceIndex is 8 bits: a larger id would wrap to another device's index.
+constexpr bool FitsDeviceIndex(int32_t device_id) noexcept {
+  return static_cast<uint32_t>(device_id) + 1u <=
+         static_cast<uint32_t>(std::numeric_limits<c10::DeviceIndex>::max()) + 1u;
 }
 
 // Whether a torch tensor on this ATen device type is GPU memory this build does
@@ -242,7 +287,8 @@ inline bool ToDLDevice(c10::Device device, DLDevice* out) noexcept {
 }
 
 // ATen device of a DLPack device; false for device types this build cannot
-// create tensors on (BackendServing() names the GPU ones another build serves).
+// create tensors on (BackendServing() names the GPU ones another build serves) and
+// for ids c10 cannot index.
 inline bool FromDLDevice(DLDevice device, c10::Device* out) {
   if (BackendServing(device.device_type) != nullptr) return false;
   switch (device.device_type) {

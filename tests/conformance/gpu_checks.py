@@ -1,11 +1,13 @@
-"""Checks that a build refuses the GPU memory it does not serve (issue 13), callable from a
-GPU suite with a real GPU tensor and from this suite without one.
+"""Checks that a table refuses the GPU work it does not serve (issues 13 and 37), callable
+from a GPU suite with a real GPU tensor and from this suite without one.
 
-A build serves only the GPUs whose streams its ``current_work_stream`` can report: the CPU
-build no GPU, a CUDA build no kDLROCM device, a ROCm build no kDLCUDA device. Without a GPU
-(here, and CI) the tensor-free half runs: current_work_stream, the allocator, and the import
-of a hand-built DLPack tensor of that device type. On a GPU machine pass a real tensor of
-the unserved kind (e.g. a CUDA tensor to a CPU build forced on a CUDA torch) to check the
+What a table refuses is THE rule table's (tables.py, GPU_RULES): the CPU build serves no
+GPU; a CUDA build no kDLROCM memory, a ROCm build no kDLCUDA memory; and on torch 2.13+,
+whose own table answers the other GPU's stream with NULL, a GPU build refuses that stream
+too (on 2.4-2.12 it answers it with its own current stream). Without a GPU (here, and CI)
+the tensor-free half runs: current_work_stream, the allocator, and the import of a
+hand-built DLPack tensor of that device type. On a GPU machine pass a real tensor of the
+unserved kind (e.g. a CUDA tensor to a CPU build forced on a CUDA torch) to check the
 export refusal too.
 """
 
@@ -25,25 +27,28 @@ from exchange_suite.dlpack_ctypes import (
     DLTensor,
 )
 
-#: The DLPack device types each build refuses, with the build that would serve them.
-UNSERVED: dict[str, tuple[tuple[int, str], ...]] = {
-    "cpu": ((DLDeviceType.kDLCUDA, "cuda"), (DLDeviceType.kDLROCM, "rocm")),
-    "cuda": ((DLDeviceType.kDLROCM, "rocm"),),
-    "rocm": ((DLDeviceType.kDLCUDA, "cuda"),),
-}
+GPU_NAMES = {DLDeviceType.kDLCUDA: "cuda", DLDeviceType.kDLROCM: "rocm"}
 
 
-def check_refuses_unserved_gpu(api: Any, backend: str, tensor: Any = None) -> int:
-    """Assert that table ``api`` (a ``backend`` build) refuses every GPU device type it does
-    not serve, naming the build that would. ``tensor``: optionally a real torch tensor on
-    such a device, whose export must be refused too. Returns the number of checks made."""
+def check_refuses_unserved_gpu(api: Any, backend: str, tensor: Any = None,
+                               minor: int | None = None) -> int:  # fmt: skip
+    """Assert that table ``api`` (a ``backend`` build, on torch 2.``minor``: the running
+    torch's by default) refuses every GPU device type it does not serve, member by member,
+    naming the build that would. ``tensor``: optionally a real torch tensor on such a
+    device, whose export must be refused too. Returns the number of checks made."""
+    from .tables import answers_gpu_stream, serves_gpu_memory, torch_minor
+
+    minor = torch_minor() if minor is None else minor
     checks = 0
-    for device_type, name in UNSERVED[backend]:
+    for device_type, name in GPU_NAMES.items():
         needle = f"use the {name} build"
-        _check_stream(api, device_type, needle)
-        _check_allocator(api, device_type, needle)
-        _check_import(api, device_type, needle)
-        checks += 3
+        if not answers_gpu_stream(backend, device_type, minor):
+            _check_stream(api, device_type, needle)
+            checks += 1
+        if not serves_gpu_memory(backend, device_type):
+            _check_allocator(api, device_type, needle)
+            _check_import(api, device_type, needle)
+            checks += 2
     if tensor is not None:
         _check_export(api, tensor)
         checks += 2

@@ -8,6 +8,12 @@ error, or the SetError kind of the allocator).
 comparison may only differ from torch through :func:`deviates`, which names an entry of
 that list; anything else must be identical. The list is restated, with reasons, in
 CONTRIBUTING.md ("What the exchange library does").
+
+``GPU_RULES`` is what torch answers for the two GPU device types (kDLCUDA, kDLROCM) member
+by member, per build flavour and minor 2.4-2.15, and what both tables (the native library
+and the portable one) do about it: follow torch where it gives the stream or device its
+work runs on, refuse where it would hand a GPU caller a NULL stream or a wrong device. Its
+sources are in docs/facts.md ("torch's device-type rules").
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 import torch
 
 from exchange_suite.dlpack_ctypes import (
+    DLDeviceType,
     DLPackExchangeAPI,
     ExchangeLibrary,
     api_from_capsule,
@@ -111,13 +118,35 @@ DEVIATIONS: dict[str, Deviation] = {
         "another major version may lay out the struct differently after `flags`",
     ),
     "unserved-gpu": Deviation(
-        "(CPU build) imports kDLCUDA/kDLROCM memory as cuda/hip tensors, and "
-        "current_work_stream answers NULL for every device type",
-        "a build serves only the GPUs whose streams it can report: the CPU build refuses "
-        "GPU tensors (export and import, BufferError; allocator ValueError) and "
-        "current_work_stream for kDLCUDA/kDLROCM (ValueError); a CUDA build refuses ROCm, a "
-        "ROCm build kDLCUDA",
+        "(CPU build) imports kDLCUDA/kDLROCM memory as cuda/hip tensors (none of its kernels "
+        "runs on them), exports such tensors, and current_work_stream answers NULL for "
+        "kDLCUDA/kDLROCM (2.10+)",
+        "the CPU build serves no GPU: it refuses GPU tensors (export and import, "
+        "BufferError; the allocator, as torch, ValueError) and current_work_stream for "
+        "kDLCUDA/kDLROCM (ValueError), naming the build that serves them",
+        "a NULL stream is the default stream: a consumer would race torch's current stream; "
+        "a tensor on a device without kernels fails at its first use, far from the cause",
+    ),
+    "other-gpu-memory": Deviation(
+        "(CUDA build) imports kDLROCM memory as a 'hip' tensor, which no kernel of a CUDA "
+        "build runs on, and exports such tensors as kDLROCM",
+        "BufferError naming the rocm build (the ROCm build refuses kDLCUDA, as torch's ROCm "
+        "build does)",
+        "a tensor on a wrong device: it fails at its first use, far from the cause",
+    ),
+    "other-gpu-stream": Deviation(
+        "(torch 2.13+, CUDA and ROCm builds) current_work_stream answers the other GPU's "
+        "device type (kDLROCM on CUDA, kDLCUDA on ROCm) with NULL, rc 0: only its "
+        "accelerator's own type gets the current stream (2.10-2.12 answered both)",
+        "ValueError naming the build that serves that device type; for torch 2.4-2.12 both "
+        "types get the build's current stream, as torch's rule of those releases",
         "a NULL stream is the default stream: a consumer would race torch's current stream",
+    ),
+    "gpu-build-other-device-stream": Deviation(
+        "(CUDA and ROCm builds) current_work_stream answers every device type but its GPU "
+        "ones with NULL, rc 0 (kDLOneAPI, kDLVulkan, kDLMetal, kDLExtDev, ...)",
+        "ValueError for every device type but its GPU ones and host memory (NULL)",
+        "those are accelerators with streams: NULL would be their default stream",
     ),
     "uncreatable-device": Deviation(
         "imports host memory tagged kDLMetal, kDLExtDev or kDLMAIA as an mps, "
@@ -139,6 +168,136 @@ DEVIATIONS: dict[str, Deviation] = {
         "the kind names the cause",
     ),
 }
+
+
+# --- torch's device-type rules for the two GPU types (issue 37) --------------------------
+
+#: What torch answers (``GpuRule.torch_answers``).
+STREAM = "the build's current GPU stream"
+NULL_STREAM = "NULL, rc 0"
+MEMORY = "memory or a tensor on the device its work runs on"
+WRONG_DEVICE = "a tensor on a device none of that build's kernels runs on"
+REFUSES = "an error"
+#: What both tables do (``GpuRule.we``).
+FOLLOW = "as torch"
+REFUSE = "refuse, naming the build that serves the device type"
+
+MEMBERS = ("stream", "allocator", "import", "export")
+BUILDS = ("cpu", "cuda", "rocm")
+#: Minors of torch 2.x the rules were read for (docs/facts.md, "torch's device-type rules").
+MINORS = (4, 15)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuRule:
+    """torch's answer for one member, build flavour, GPU device type and range of minors,
+    and what the tables do about it."""
+
+    member: str
+    #: torch's build flavour, and the table's (the native build; the portable table serves
+    #: the running torch's).
+    build: str
+    device_type: int
+    #: First and last minor of torch 2.x (inclusive).
+    minors: tuple[int, int]
+    torch_answers: str
+    we: str
+    #: The DEVIATIONS entry where we refuse and torch answers; None where both refuse.
+    deviation: str | None
+    #: Where torch's answer was read (details in docs/facts.md).
+    source: str
+
+
+_CUDA, _ROCM = int(DLDeviceType.kDLCUDA), int(DLDeviceType.kDLROCM)
+_SRC_FROM_DLPACK = "torch/utils/dlpack.py from_dlpack (2.6.0:104-105, 2.9.1:144-145)"
+_SRC_TABLE_210 = "Module.cpp CurrentWorkStream, (type & ~8) == 2 (2.10-2.12 CUDA wheels)"
+_SRC_TABLE_213 = "Module.cpp CurrentWorkStream, at::accelerator (2.13-2.15 wheels)"
+_SRC_CONVERT = (
+    "DLConvertor.cpp getATenDevice / dlDeviceToTorchDevice (2.6.0:133-161, 2.9.1:145-176; "
+    "2.4.1, 2.8.0, 2.9.1, 2.11.0, 2.13.0 run)"
+)
+_SRC_EXPORT = "DLConvertor.cpp getDLDevice / torchDeviceToDLDevice (2.6.0:101-109, 2.9.1:110-118)"
+
+
+def _rules() -> tuple[GpuRule, ...]:
+    rows: list[GpuRule] = []
+
+    def add(member: str, build: str, device_type: int, minors: tuple[int, int], *,
+            torch: str, we: str, source: str, deviation: str | None = None) -> None:  # fmt: skip
+        rows.append(GpuRule(member, build, device_type, minors, torch, we, deviation, source))
+
+    every = MINORS
+    for gpu in (_CUDA, _ROCM):
+        # The CPU build: no stream, no memory of either GPU.
+        add("stream", "cpu", gpu, (4, 9), torch=REFUSES, we=REFUSE, source=_SRC_FROM_DLPACK)
+        add("stream", "cpu", gpu, (10, 15), torch=NULL_STREAM, we=REFUSE,
+            deviation="unserved-gpu", source=_SRC_TABLE_210)  # fmt: skip
+        add("allocator", "cpu", gpu, every, torch=REFUSES, we=REFUSE, source=_SRC_CONVERT)
+        add("import", "cpu", gpu, every, torch=WRONG_DEVICE, we=REFUSE,
+            deviation="unserved-gpu", source=_SRC_CONVERT)  # fmt: skip
+        add("export", "cpu", gpu, every, torch=WRONG_DEVICE, we=REFUSE,
+            deviation="unserved-gpu", source=_SRC_EXPORT)  # fmt: skip
+    for build, own, other in (("cuda", _CUDA, _ROCM), ("rocm", _ROCM, _CUDA)):
+        for gpu in (own, other):
+            add("stream", build, gpu, (4, 9), torch=STREAM, we=FOLLOW, source=_SRC_FROM_DLPACK)
+            add("stream", build, gpu, (10, 12), torch=STREAM, we=FOLLOW, source=_SRC_TABLE_210)
+        add("stream", build, own, (13, 15), torch=STREAM, we=FOLLOW, source=_SRC_TABLE_213)
+        add("stream", build, other, (13, 15), torch=NULL_STREAM, we=REFUSE,
+            deviation="other-gpu-stream", source=_SRC_TABLE_213)  # fmt: skip
+        add("allocator", build, own, every, torch=MEMORY, we=FOLLOW, source=_SRC_CONVERT)
+        add("allocator", build, other, every, torch=REFUSES, we=REFUSE, source=_SRC_CONVERT)
+        add("import", build, own, every, torch=MEMORY, we=FOLLOW, source=_SRC_CONVERT)
+        add("export", build, own, every, torch=MEMORY, we=FOLLOW, source=_SRC_EXPORT)
+    add("import", "cuda", _ROCM, every, torch=WRONG_DEVICE, we=REFUSE,
+        deviation="other-gpu-memory", source=_SRC_CONVERT)  # fmt: skip
+    add("export", "cuda", _ROCM, every, torch=WRONG_DEVICE, we=REFUSE,
+        deviation="other-gpu-memory", source=_SRC_EXPORT)  # fmt: skip
+    add("import", "rocm", _CUDA, every, torch=REFUSES, we=REFUSE, source=_SRC_CONVERT)
+    # (A ROCm torch has no tensor that exports as kDLCUDA: its HIP devices are "cuda".)
+    return tuple(rows)
+
+
+#: THE device-type rules for kDLCUDA / kDLROCM (see the module docstring).
+GPU_RULES: tuple[GpuRule, ...] = _rules()
+
+
+def gpu_rule(member: str, build: str, device_type: int, minor: int) -> GpuRule:
+    """The rule of ``member`` for ``device_type`` (kDLCUDA / kDLROCM) in a ``build`` table
+    for torch 2.``minor``; LookupError where none is listed (e.g. export of kDLCUDA from a
+    ROCm torch, which has no such tensor)."""
+    found = [
+        rule
+        for rule in GPU_RULES
+        if (rule.member, rule.build, rule.device_type) == (member, build, device_type)
+        and rule.minors[0] <= minor <= rule.minors[1]
+    ]
+    if len(found) != 1:
+        raise LookupError(
+            f"tests/conformance/tables.py GPU_RULES has {len(found)} rules for {member} of "
+            f"device type {device_type} in a {build} build, torch 2.{minor}"
+        )
+    return found[0]
+
+
+def answers_gpu_stream(build: str, device_type: int, minor: int) -> bool:
+    """Whether a ``build`` table answers current_work_stream of GPU ``device_type`` with its
+    current stream on torch 2.``minor`` (else it refuses with ValueError)."""
+    return gpu_rule("stream", build, device_type, minor).we == FOLLOW
+
+
+def serves_gpu_memory(build: str, device_type: int) -> bool:
+    """Whether a ``build`` table exchanges GPU memory of ``device_type`` (export, import,
+    allocator; the same on every minor)."""
+    return gpu_rule("import", build, device_type, MINORS[0]).we == FOLLOW
+
+
+def torch_minor() -> int:
+    """The running torch's minor (torch 2.x), whose rules a table in this process follows."""
+    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    if major != 2:
+        raise LookupError(f"GPU_RULES cover torch 2.x, not {torch.__version__}")
+    return minor
+
 
 #: The device types of "uncreatable-device": torch 2.13's CPU build imports exactly these
 #: besides kDLCPU (kDLCUDA/kDLROCM are "unserved-gpu"); it refuses every other one too.

@@ -24,7 +24,7 @@ from exchange_suite.dlpack_ctypes import (
 from .checks import bits
 from .conftest import count_case
 from .gpu_checks import check_refuses_unserved_gpu
-from .tables import Tables, deviates
+from .tables import Tables, answers_gpu_stream, deviates, gpu_rule, torch_minor
 from .test_diff_import import (
     DEVICE_IDS,
     DEVICE_TYPES,
@@ -35,8 +35,6 @@ from .test_diff_import import (
 )
 
 GPU_TYPES = (DLDeviceType.kDLCUDA, DLDeviceType.kDLROCM)
-#: The GPU device type each GPU backend serves.
-SERVED = {"cuda": DLDeviceType.kDLCUDA, "rocm": DLDeviceType.kDLROCM}
 HOST_TYPES = (
     DLDeviceType.kDLCPU,
     DLDeviceType.kDLCUDAHost,
@@ -187,26 +185,27 @@ def test_current_work_stream(tables: Tables, device_type: int, device_id: int) -
     except (ValueError, RuntimeError) as exc:
         error = exc
     assert stream.value is None
+    answered = device_type in GPU_TYPES and answers_gpu_stream(
+        tables.backend, device_type, torch_minor()
+    )
+    if device_type in GPU_TYPES and not answered:
+        # Never NULL for a GPU whose stream it does not answer (GPU_RULES): an error naming
+        # the build that would.
+        name = "cuda" if device_type == DLDeviceType.kDLCUDA else "rocm"
+        assert isinstance(error, ValueError), error
+        assert f"use the {name} build" in str(error)
     if tables.backend != "cpu":
         # A GPU torch without a GPU (the portable table on PyPI's CUDA torch): never NULL for
-        # a GPU, ValueError for the other GPU and for device types no GPU build serves.
+        # a GPU (its own stream cannot be had without one), ValueError for device types no
+        # GPU build serves.
         assert error is not None or device_type in HOST_TYPES, (device_type, device_id)
         if device_type in HOST_TYPES:
             assert error is None, error
-        elif device_type in GPU_TYPES and device_type != SERVED[tables.backend]:
-            assert isinstance(error, ValueError)
-            assert (
-                f"use the {'cuda' if device_type == DLDeviceType.kDLCUDA else 'rocm'} build"
-                in str(error)
-            )
+        elif answered:
+            assert not isinstance(error, ValueError) or "device id" in str(error), error
         return
     assert error is None or isinstance(error, ValueError), error
-    if device_type in GPU_TYPES:
-        # Never NULL for a GPU it cannot know the stream of: an error naming the build.
-        name = "cuda" if device_type == DLDeviceType.kDLCUDA else "rocm"
-        assert error is not None
-        assert f"use the {name} build" in str(error)
-    else:
+    if device_type not in GPU_TYPES:
         assert error is None, error  # host memory (and other types): no stream, as torch
     if tables.torch is None:
         return
@@ -215,7 +214,9 @@ def test_current_work_stream(tables: Tables, device_type: int, device_id: int) -
     count_case("current_work_stream: differential")
     assert theirs.value is None
     if error is not None:
-        assert deviates("unserved-gpu")
+        rule = gpu_rule("stream", tables.backend, device_type, torch_minor())
+        assert rule.deviation is not None, rule
+        assert deviates(rule.deviation)
 
 
 def test_unserved_gpu_refused_without_a_gpu(tables: Tables) -> None:

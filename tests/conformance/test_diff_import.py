@@ -41,7 +41,14 @@ from .checks import (
     view_span,
 )
 from .conftest import count_case
-from .tables import UNCREATABLE_DEVICE_TYPES, Outcome, Tables, deviates
+from .tables import (
+    UNCREATABLE_DEVICE_TYPES,
+    Outcome,
+    Tables,
+    deviates,
+    gpu_rule,
+    torch_minor,
+)
 
 INT64_MAX = 2**63 - 1
 #: Inputs whose extent fits int64 but needs more memory than this are not generated
@@ -424,8 +431,12 @@ def compare_with_torch(
     if raw.malformed() and deviates("malformed-import"):
         return
     gpu = raw.device_type in (DLDeviceType.kDLCUDA, DLDeviceType.kDLROCM)
-    if reason == "device" and gpu and deviates("unserved-gpu"):
-        return  # (torch would make a "cuda" tensor over host memory)
+    if reason == "device" and gpu:
+        # torch would make a "cuda" or "hip" tensor over host memory: the rule's deviation
+        # (GPU_RULES), or the GPU a GPU-serving table without a GPU cannot reach.
+        deviation = gpu_rule("import", tables.backend, raw.device_type, torch_minor()).deviation
+        if deviates(deviation or "unserved-gpu"):
+            return
     theirs_built = Built(raw)
     theirs, their_tensor = call_import(tables.torch, theirs_built, ours=False)
     count_case("import: differential")

@@ -1,4 +1,9 @@
-"""managed_tensor_allocator and current_work_stream."""
+"""managed_tensor_allocator and current_work_stream.
+
+The GPU device types follow torch's rules per build flavour and minor, as
+tests/conformance/tables.py lists them (GPU_RULES; docs/facts.md, "torch's device-type
+rules"): the tests here ask that table what the library under test must do.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ from typing import Any
 
 import pytest
 import torch
+
+from conformance.tables import answers_gpu_stream, serves_gpu_memory, torch_minor
 
 from .dlpack_ctypes import (
     DLDataTypeCode,
@@ -174,38 +181,74 @@ def test_stream_cpu_is_null(api: DLPackExchangeAPI) -> None:
     assert stream.value is None
 
 
+GPU_NAMES = {DLDeviceType.kDLCUDA: "cuda", DLDeviceType.kDLROCM: "rocm"}
+
+
 def test_stream_by_build(api: DLPackExchangeAPI, exchange_library: ExchangeLibrary) -> None:
     stream = ctypes.c_void_p(0x1234)
     backend = exchange_library.backend
+    minor = torch_minor()
     # Host memory (also pinned and managed) has no stream in every build.
     for host in (DLDeviceType.kDLCUDAHost, DLDeviceType.kDLROCMHost, DLDeviceType.kDLCUDAManaged):
         assert api.current_work_stream(host, 0, ctypes.byref(stream)) == 0
         assert stream.value is None
-    # A GPU the build does not serve is an error naming the build that would, never NULL
-    # (a consumer would take NULL for the default stream).
-    unserved = {
-        "cpu": (("cuda", DLDeviceType.kDLCUDA), ("rocm", DLDeviceType.kDLROCM)),
-        "cuda": (("rocm", DLDeviceType.kDLROCM),),
-        "rocm": (("cuda", DLDeviceType.kDLCUDA),),
-    }[backend]
-    for name, device_type in unserved:
+    for device_type, name in GPU_NAMES.items():
         stream.value = 0x1234
-        with pytest.raises(ValueError, match=f"use the {name} build"):
-            api.current_work_stream(device_type, 0, ctypes.byref(stream))
-        assert stream.value is None
+        if not answers_gpu_stream(backend, device_type, minor):
+            # Where torch's own answer is NULL (or none): an error naming the build that
+            # would know the stream, never NULL (a consumer would take the default stream).
+            with pytest.raises(ValueError, match=f"use the {name} build"):
+                api.current_work_stream(device_type, 0, ctypes.byref(stream))
+            assert stream.value is None
+        elif torch.cuda.is_available():
+            assert api.current_work_stream(device_type, 0, ctypes.byref(stream)) == 0
+            assert stream.value == (torch.cuda.current_stream(0).cuda_stream or None)
+        else:
+            # The build's own GPU stream, asked of c10 (or torch.cuda): no GPU, so that fails,
+            # and the table says so rather than refusing the device type.
+            with pytest.raises(RuntimeError):
+                api.current_work_stream(device_type, 0, ctypes.byref(stream))
+            assert stream.value is None
     if backend != "cpu":
         with pytest.raises(ValueError, match="device type"):
             api.current_work_stream(DLDeviceType.kDLVulkan, 0, ctypes.byref(stream))
 
 
-def test_allocator_refuses_unserved_gpu(
-    api: DLPackExchangeAPI, exchange_library: ExchangeLibrary
+@pytest.mark.parametrize("device_id", [-2, 128, 256, 2**31 - 1, -(2**31)])
+def test_stream_refuses_device_ids_c10_cannot_index(
+    api: DLPackExchangeAPI, exchange_library: ExchangeLibrary, device_id: int
+) -> None:
+    """c10's device index is 8 bits: id 256 would wrap to device 0 and hand out device 0's
+    stream. torch's own table does that; ours refuses (the native one before asking c10,
+    with a ValueError; the portable one's torch call refuses it too)."""
+    backend = exchange_library.backend
+    if backend == "cpu":
+        pytest.skip("a CPU build answers no GPU stream, whatever the id")
+    own = DLDeviceType.kDLROCM if backend == "rocm" else DLDeviceType.kDLCUDA
+    stream = ctypes.c_void_p(0x1234)
+    expected = (ValueError, RuntimeError) if exchange_library.is_portable else ValueError
+    with pytest.raises(expected) as refused:
+        api.current_work_stream(own, device_id, ctypes.byref(stream))
+    assert stream.value is None
+    if not exchange_library.is_portable:
+        assert "device id" in str(refused.value)
+
+
+def test_stream_refuses_a_null_out(api: DLPackExchangeAPI) -> None:
+    for device_type in (DLDeviceType.kDLCPU, DLDeviceType.kDLCUDA, DLDeviceType.kDLROCM):
+        with pytest.raises(ValueError, match="out is NULL"):
+            api.current_work_stream(device_type, 0, None)
+
+
+@pytest.mark.parametrize(
+    ("device_type", "name"), list(GPU_NAMES.items()), ids=list(GPU_NAMES.values())
+)
+def test_allocator_refuses_gpu_memory_it_does_not_serve(
+    api: DLPackExchangeAPI, exchange_library: ExchangeLibrary, device_type: int, name: str
 ) -> None:
     backend = exchange_library.backend
-    other = {"cpu": ("cuda", DLDeviceType.kDLCUDA), "cuda": ("rocm", DLDeviceType.kDLROCM)}
-    if backend not in other:
-        pytest.skip(f"a {backend} build: its unserved device type needs another GPU")
-    name, device_type = other[backend]
+    if serves_gpu_memory(backend, device_type):
+        pytest.skip(f"a {backend} build serves {name} memory")
     status, out, sink = allocate(api, (2,), device_type=device_type)
     assert status == -1
     assert not out
