@@ -216,6 +216,7 @@ typedef struct {
   int versioned_import;        /* torch._C._from_dlpack reads "dltensor_versioned" (2.9+) */
   int full_import;             /* ... and byte_offset and the float8/fp4 codes (2.10+) */
   int null_data_import_leaks;  /* torch < 2.3: a data-NULL import never runs its deleter */
+  int other_gpu_stream;        /* a GPU torch < 2.13 answers kDLCUDA and kDLROCM alike */
   int32_t gpu_type;            /* kDLCUDA on a CUDA torch, kDLROCM on a ROCm torch, else 0 */
   int xpu;                     /* torch.version.xpu is set */
   int uint8_index;             /* index of torch.uint8 in dtypes */
@@ -341,6 +342,10 @@ static State* BuildState(void) {
     /* Measured (docs/facts.md): 2.2.2 never releases a data-NULL import, 2.3.1 and
      * later do. An unparsable version is taken for a new one. */
     s->null_data_import_leaks = major == 2 && minor < 3;
+    /* torch's own current_work_stream (2.10-2.12) and its Python DLPack protocol (2.0-2.9)
+     * hand a GPU caller the build's current stream for either GPU type; 2.13 answers
+     * the other type with NULL (docs/facts.md, "Device types"). */
+    s->other_gpu_stream = major == 2 && minor <= 12;
   }
   s->from_dlpack = GetAttr(c, "_from_dlpack", 0);
   if (s->from_dlpack == NULL) goto fail;
@@ -2002,9 +2007,11 @@ static int QueryStream(const State* s, int xpu, int32_t device_id, void** out) {
 }
 
 /* Host memory has no stream (NULL). kDLCUDA / kDLROCM: torch.cuda's current
- * stream, only on the torch build of that GPU (a CUDA torch refuses kDLROCM, a
- * ROCm torch kDLCUDA, a CPU torch both: NULL would be taken for the default
- * stream). kDLOneAPI: torch.xpu's current stream's SYCL queue on an XPU torch.
+ * stream (HIP's on a ROCm build) on a GPU torch, for the other GPU type too
+ * where torch answers it (< 2.13, as torch's own table; docs/facts.md); a CPU
+ * torch refuses both (NULL would be taken for the default stream), and so does a
+ * GPU torch >= 2.13 the other type. kDLOneAPI: torch.xpu's current stream's SYCL
+ * queue on an XPU torch.
  * device_id -1 means the current device of that backend. Other device types:
  * NULL on a CPU-only torch (as the native CPU build), ValueError on a GPU torch. */
 static int CurrentWorkStream(DLDeviceType device_type, int32_t device_id, void** out) {
@@ -2044,7 +2051,9 @@ static int CurrentWorkStream(DLDeviceType device_type, int32_t device_id, void**
   s = GetState();
   if (s == NULL) goto done;
   if (device_type == kDLCUDA || device_type == kDLROCM) {
-    if ((int32_t)device_type != s->gpu_type) {
+    /* The build's own GPU type, or the other one where torch answers it with the same
+     * stream; never a CPU torch (NULL would be taken for the default stream). */
+    if ((int32_t)device_type != s->gpu_type && !(s->gpu_type != 0 && s->other_gpu_stream)) {
       PyErr_Format(PyExc_ValueError,
                    "%s: current_work_stream: device type %d is a GPU this torch build does not "
                    "serve, so it knows no stream for it; use the %s build of torch",

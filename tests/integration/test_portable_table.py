@@ -615,6 +615,8 @@ STREAM_FLAVOUR = r"""
 import ctypes, json, sys, types
 import torch
 flavour = sys.argv[2]
+if sys.argv[3] != "running":
+    torch.__version__ = sys.argv[3]  # the table reads the minor once, on first use
 torch.version.cuda = "12.8" if flavour == "cuda" else None
 torch.version.hip = "6.2.41133" if flavour == "rocm" else None
 torch.version.xpu = "20250101" if flavour == "xpu" else None
@@ -650,19 +652,27 @@ print(json.dumps({"result": result, "asked": asked}))
 """
 
 
-def _stream_flavour(portable_library: Path, flavour: str) -> dict[str, list[object]]:
+def _stream_flavour(
+    portable_library: Path, flavour: str, version: str = "running"
+) -> dict[str, list[object]]:
     proc = run_python(
-        STREAM_FLAVOUR, args=[str(portable_library), flavour], env=clean_env(), timeout=120
-    )
+        STREAM_FLAVOUR, args=[str(portable_library), flavour, version], env=clean_env(),
+        timeout=120,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     data: dict[str, list[object]] = json.loads(proc.stdout.strip().splitlines()[-1])["result"]
     return data
 
 
+#: DLPack device type names of the stand-in results, and their codes.
+DEVICE_CODES = {"cpu": 1, "cuda": 2, "rocm": 10, "oneapi": 14}
+
+
+@pytest.mark.parametrize("version", ["2.11.0", "2.13.0"])
 @pytest.mark.parametrize(
     ("flavour", "served", "handle"),
     [
-        # ROCm torch: torch.cuda is HIP; kDLROCM gets its stream, kDLCUDA is refused.
+        # ROCm torch: torch.cuda is HIP; kDLROCM gets its stream.
         ("rocm", "rocm", 0x3000),
         ("cuda", "cuda", 0x3000),
         # XPU torch: kDLOneAPI gets torch.xpu's current stream's SYCL queue.
@@ -670,9 +680,15 @@ def _stream_flavour(portable_library: Path, flavour: str) -> dict[str, list[obje
     ],
 )
 def test_stream_mapping_follows_the_torch_build(
-    portable_library: Path, flavour: str, served: str, handle: int
+    portable_library: Path, flavour: str, served: str, handle: int, version: str
 ) -> None:
-    result = _stream_flavour(portable_library, flavour)
+    """torch's own rules (tests/conformance/tables.py GPU_RULES): a GPU build answers the
+    other GPU type with the same current stream up to torch 2.12 and refuses it (torch
+    answers NULL) from 2.13; XPU answers only kDLOneAPI."""
+    from tests.conformance.tables import answers_gpu_stream
+
+    minor = int(version.split(".")[1])
+    result = _stream_flavour(portable_library, flavour, version)
     assert result["cpu:0"] == [0, None]  # host memory has no stream
     assert result[f"{served}:0"] == [0, handle]
     assert result[f"{served}:3"] == [0, handle + 3]
@@ -681,8 +697,12 @@ def test_stream_mapping_follows_the_torch_build(
     assert rc == 0
     assert isinstance(current, int)
     for other in {"cuda", "rocm", "oneapi"} - {served}:
+        gpu = flavour in ("cuda", "rocm") and other != "oneapi"
+        if gpu and answers_gpu_stream(flavour, DEVICE_CODES[other], minor):
+            assert result[f"{other}:0"] == [0, handle], (other, version, result)
+            continue
         kind, message = result[f"{other}:0"]
-        assert kind == "ValueError", (other, result[f"{other}:0"])
+        assert kind == "ValueError", (other, version, result[f"{other}:0"])
         assert "this torch build" in str(message)
 
 
