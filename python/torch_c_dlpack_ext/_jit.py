@@ -195,7 +195,22 @@ def build_portable(settings: Settings) -> tuple[Path, bytes]:
         raise BuildError(f"JIT build of the portable table in {output_dir} failed: {exc}") from None
     # As for the native library: the verified bytes, from a descriptor whose owner and
     # mode were checked (trust.py).
-    return read_verified(entry, output_dir, owners=owners)
+    return _read_output(entry, output_dir, owners)
+
+
+def _read_output(
+    entry: ManifestEntry, output_dir: Path, owners: TrustedOwners
+) -> tuple[Path, bytes]:
+    """The verified bytes of a library this JIT just built or reused. A file that no longer
+    matches its record (changed or removed meanwhile) is a build problem, fixed by
+    building again; never "reinstall", which repairs the installation, not this cache."""
+    try:
+        return read_verified(entry, output_dir, owners=owners)
+    except ManifestError as exc:
+        raise BuildError(
+            f"the JIT build in {output_dir} does not match its record: {exc.cause}; remove "
+            f"{output_dir} and import again to build it anew"
+        ) from None
 
 
 def build(
@@ -256,4 +271,4 @@ def build(
         raise BuildError(f"JIT build in {output_dir} failed: {exc}") from None
     # The bytes that were hashed are the bytes loaded (no window for a swapped file), read
     # from a descriptor whose owner and mode were checked.
-    return read_verified(entry, output_dir, owners=owners)
+    return _read_output(entry, output_dir, owners)
