@@ -61,7 +61,7 @@ PATH_ROWS = (
         cost_text="as native",
     ),
     PathRow(
-        torch="any other torch with `torch._C._to_dlpack` (2.0-2.3, Debian's or NVIDIA's "
+        torch="any other torch with `torch._C._to_dlpack` (such as 2.2-2.3, Debian's or NVIDIA's "
         "builds, ROCm or XPU builds, a GPU torch whose library is missing)",
         path="**portable table**: one torch-agnostic library that calls torch's "
         "Python-level DLPack functions",

@@ -194,11 +194,18 @@ def collect(device: str = "cpu") -> Report:
     }
     if report["torch"] is not None:
         report["torch"]["backend"] = str(report["torch"]["backend"])
+    package_dir = Path(package.__file__).parent
     try:
-        entries = load_manifest(Path(package.__file__).parent / MANIFEST_NAME)
+        entries = load_manifest(package_dir / MANIFEST_NAME)
         report["bundled"] = [e.to_json() for e in entries]
     except ManifestError as exc:
-        report["bundled"] = {"error": str(exc)}
+        # The fix for how this copy was installed (the core's check cannot know it).
+        from _torch_c_dlpack_ext_core.errors import reinstall_remedy
+
+        from ._apply import install_source
+
+        remedy = reinstall_remedy(install_source(package_dir))
+        report["bundled"] = {"error": f"{exc.cause}; {remedy}"}
     report["decision"] = {
         "kind": status.kind.value,
         "selected": status.decision.kind.value if status.decision else None,
@@ -210,7 +217,12 @@ def collect(device: str = "cpu") -> Report:
     if status.portable:
         from ._decide import PORTABLE_COST, cost_line
 
-        report["decision"]["cost"] = {**PORTABLE_COST, "summary": cost_line()}
+        native = status.native_speed
+        report["decision"]["cost"] = {
+            **PORTABLE_COST,
+            "native_speed": native,
+            "summary": cost_line(native),
+        }
     report["overrides"] = dict(status.settings.in_force) if status.settings else {}
     loaded = loaded_library(status.library) if status.library else None
     info = loaded.build_info() if loaded else None
@@ -294,7 +306,8 @@ def _rows(report: Report) -> list[tuple[str, str]]:
     if decision["library"]:
         rows.append(("library", _clip(decision["library"])))
     if decision.get("cost"):
-        rows.append(("cost", _clip(decision["cost"]["summary"])))
+        # Whole (wrapped): it ends in how to get native speed, or why it is out of reach.
+        rows.append(("cost", str(decision["cost"]["summary"])))
     # The last warning of a failed selection restates the reason and the remedy.
     said = decision["reason"].casefold()
     rows.extend(("warning", w) for w in decision["warnings"] if not (said and said in w.casefold()))
@@ -306,10 +319,11 @@ def _rows(report: Report) -> list[tuple[str, str]]:
     return rows
 
 
-#: The table's width: the reason, the remedy and the warnings are wrapped to it at word
-#: boundaries, never cut (they end in a fix, often a command); other rows are clipped.
+#: The table's width: the reason, the remedy, the warnings and the cost are wrapped to it
+#: at word boundaries, never cut (they end in a fix, often a command); other rows are
+#: clipped.
 _TABLE_WIDTH = 100
-_WRAPPED_ROWS = frozenset({"reason", "remedy", "warning"})
+_WRAPPED_ROWS = frozenset({"reason", "remedy", "warning", "cost"})
 
 
 def _print_table(report: Report) -> None:

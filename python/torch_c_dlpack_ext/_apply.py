@@ -26,7 +26,6 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from _torch_c_dlpack_ext_core.errors import (
-    REINSTALL,
     BuildError,
     ConfigError,
     InstallSource,
@@ -38,7 +37,7 @@ from _torch_c_dlpack_ext_core.errors import (
     TorchHalfImportedError,
     TorchInstallError,
     install_source_of,
-    reinstall_command,
+    reinstall_remedy,
 )
 from _torch_c_dlpack_ext_core.files import load_manifest, read_verified
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
@@ -56,10 +55,12 @@ from ._decide import (
     Decision,
     DecisionKind,
     Settings,
+    compiled_wheel_remedy,
     decide,
     describe_entry,
     gpu_library_remedy,
     manifest_needed,
+    native_out_of_reach,
 )
 from ._library import LoadedLibrary, open_library, read_library
 from ._library import short_path as _short_path
@@ -229,6 +230,13 @@ class _Action:
         self.settings = settings
         self.package_dir = package_dir
         self.messages: list[str] = list(decision.warnings)
+        self._source: InstallSource | None = None
+
+    def source(self) -> InstallSource:
+        """How this copy was installed (read once, and only when a remedy names a command)."""
+        if self._source is None:
+            self._source = install_source(self.package_dir)
+        return self._source
 
     def finish(
         self, kind: DecisionKind, library: Path | None = None, reason: str = "", remedy: str = ""
@@ -279,17 +287,19 @@ class _Action:
                 return self.finish(DecisionKind.PORTABLE, loaded.path, why)
             return self.unavailable(
                 "the portable table failed its load check: " + "; ".join(failures),
-                REINSTALL,
+                reinstall_remedy(self.source()),
             )
         from . import _jit
 
         try:
             loaded = open_library(*_jit.build_portable(self.settings))
         except TorchCDLPackExtError as exc:
+            # Unsetting JIT helps only where PORTABLE did not ask for this table.
+            chose = env_var("PORTABLE" if self.settings.portable else "JIT")
             return self.unavailable(
                 f"the JIT build of the portable table failed: {_with_tool_tail(exc)}",
-                f"install a C compiler and the Python headers (python3-dev), install a "
-                f"compiled torch-c-dlpack-ext wheel ({REINSTALL}), or unset {env_var('JIT')}",
+                f"install a C compiler and the Python headers (python3-dev), "
+                f"{compiled_wheel_remedy(self.source())}, or unset {chose}",
             )
         mismatch = override_mismatch(loaded, self.info, self.settings)
         if mismatch is not None:
@@ -328,12 +338,15 @@ class _Action:
         if self.decision.portable is not None:
             return self.portable("no native library could be loaded: " + "; ".join(failures))
         backend = self.decision.backend
-        source = install_source(self.package_dir)
+        source = self.source()
+        # The JIT only where it could build for this torch (a bundled library may serve a
+        # torch outside the range the driver checks).
+        jit = native_out_of_reach(self.info, backend or self.info.backend) is None
         remedy = (
             gpu_library_remedy(backend, source)
             if backend is not None and backend is not Backend.CPU
-            else f"reinstall torch-c-dlpack-ext: {reinstall_command(source)}; or set "
-            f"{env_var('JIT')}=1 to build a library for this torch"
+            else reinstall_remedy(source)
+            + (f"; or set {env_var('JIT')}=1 to build a library for this torch" if jit else "")
         )
         return self.unavailable("no library could be loaded: " + "; ".join(failures), remedy)
 
@@ -722,18 +735,23 @@ def _in_archive(package_dir: Path) -> PackageInArchiveError | None:
 
 
 def install_source(package_dir: Path) -> InstallSource:
-    """Where the installation holding ``package_dir`` came from: PEP 610's
-    ``direct_url.json`` in its dist-info, beside the package (read with
-    ``importlib.metadata``, only when a message names a command); an index install (the
-    version pinned) where there is none or it cannot be read."""
+    """Where the installation holding ``package_dir`` came from, as its installation
+    record says: the dist-info beside the package, its PEP 610 ``direct_url.json`` and its
+    ``INSTALLER`` (read with ``importlib.metadata``, only when a message names a command).
+    An index install (the version pinned) only where an installer's record says so; no
+    dist-info (a source tree on ``sys.path``), one no installer wrote (an unpacked wheel)
+    or one that cannot be read is ``"unrecorded"``: nothing says what it came from."""
     from importlib import metadata
 
+    where = str(package_dir.parent)
     try:
-        for dist in metadata.distributions(name=DIST_NAME, path=[str(package_dir.parent)]):
-            return install_source_of(dist.read_text("direct_url.json"))
-    except (OSError, ValueError):  # an unreadable dist-info: as if from an index
+        for dist in metadata.distributions(name=DIST_NAME, path=[where]):
+            return install_source_of(
+                dist.read_text("direct_url.json"), dist.read_text("INSTALLER"), location=where
+            )
+    except (OSError, ValueError):  # an unreadable dist-info says nothing
         pass
-    return InstallSource()
+    return InstallSource("unrecorded", where)
 
 
 def settings_of(environ: Mapping[str, str]) -> Settings:

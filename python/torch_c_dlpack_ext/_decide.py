@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from _torch_c_dlpack_ext_core.errors import (
-    REINSTALL,
     ConfigError,
     InstallSource,
     ManifestError,
     PackageInArchiveError,
+    brief,
     build_from_source_command,
     reinstall_command,
+    reinstall_remedy,
 )
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import (
@@ -37,8 +38,6 @@ from _torch_c_dlpack_ext_core.version import __version__
 
 from ._torchinfo import OWN_LIBRARY, TorchInfo
 
-REINSTALL_COMMAND = REINSTALL.partition(": ")[2]
-
 __all__ = [
     "PORTABLE_COST",
     "Decision",
@@ -49,6 +48,8 @@ __all__ = [
     "describe_entry",
     "gpu_library_remedy",
     "manifest_needed",
+    "native_out_of_reach",
+    "native_speed",
 ]
 
 
@@ -149,17 +150,80 @@ PORTABLE_COST = {
 }
 
 
-def cost_line() -> str:
+def cost_line(native: str = "") -> str:
     """The portable table's per-call cost beside the native one, for status and the
-    diagnostics, and how to get native speed."""
+    diagnostics, then ``native``: how to get native speed here, or why it is out of
+    reach (:func:`native_speed`)."""
     c = PORTABLE_COST
     return (
         f"portable table: ~{c['portable_export_ns']} ns per export and "
         f"~{c['portable_allocator_ns']} ns per allocation, against ~{c['native_export_ns']} "
         f"and ~{c['native_allocator_ns']} ns for the native library (nox -s bench, torch 2.13 "
-        f"CPU); for native speed "
-        f"set {env_var('JIT')}=1, which builds the native library once where a C++ compiler "
-        "and torch's headers exist"
+        "CPU)" + (f"; {native}" if native else "")
+    )
+
+
+def _range_text() -> str:
+    (lo, hi) = TORCH_RANGE
+    return f"{lo[0]}.{lo[1]}-{hi[0]}.{hi[1]}"
+
+
+def native_out_of_reach(info: TorchInfo, backend: Backend) -> str | None:
+    """Why no native library can be built for this torch, JIT or not (``None``: the JIT
+    could build one where a C++ compiler and torch's headers exist): no native library
+    exists for its backend (XPU), its version names no release, or it lies outside
+    :data:`TORCH_RANGE`, the ``THPVariable`` layouts the driver checks (the one source of
+    the range: the decision's reason and the status's native-speed line both read it)."""
+    if backend not in NATIVE_BACKENDS:
+        return f"no native library exists for {backend.value} torches"
+    try:
+        version = info.major_minor
+    except ConfigError:
+        return (
+            f"torch's version {brief(info.version)} names no release (a dev build?), so no "
+            "native library can be matched to it or built for it"
+        )
+    (lo, hi) = TORCH_RANGE
+    if version < lo:
+        return (
+            f"torch {info.version} is older than any native build (torch-c-dlpack-ext "
+            f"{__version__} builds for torch {_range_text()}; torch 2.10 and later provide "
+            "__dlpack_c_exchange_api__ themselves)"
+        )
+    if version > hi:
+        return (
+            f"torch {info.version} is newer than any native build of torch-c-dlpack-ext "
+            f"{__version__} (torch {_range_text()}): a later release may build for it"
+        )
+    return None
+
+
+def native_speed(
+    info: TorchInfo | None, settings: Settings | None = None, *, headers: str = ""
+) -> str:
+    """Where the portable table serves: how to get the native library's speed instead, or
+    why it is out of reach here. The JIT is offered only where it could build a native
+    library for this torch (:func:`native_out_of_reach`; ``headers``: why torch's C++
+    headers cannot be compiled against, ``""`` where they can or nobody looked) and is not
+    set already; ``PORTABLE`` and ``LIBRARY`` chose the portable table themselves."""
+    settings = settings or Settings()
+    if settings.portable:
+        return f"for native speed unset {env_var('PORTABLE')}, which asks for the portable table"
+    if settings.library is not None:
+        return f"for native speed point {env_var('LIBRARY')} at a native library, or unset it"
+    if info is None:
+        return ""
+    jit = env_var("JIT")
+    beyond = native_out_of_reach(info, settings.backend or info.backend) or headers
+    if beyond:
+        return f"native speed is out of reach: {beyond}"
+    if settings.jit:
+        # JIT was set and a native library was in reach: its build failed, and the
+        # import's warning (status().warnings) said why.
+        return f"{jit} is set, but its build of the native library failed (the warning says why)"
+    return (
+        f"for native speed set {jit}=1, which builds the native library once where a C++ "
+        "compiler and torch's headers exist"
     )
 
 
@@ -181,7 +245,9 @@ def gpu_library_remedy(backend: Backend, source: InstallSource | None = None) ->
     """What to do when a GPU torch has no usable library of its backend (``source``: where
     this installation came from; a pinned version only for an index install)."""
     if source is None or source.kind == "index":
-        install = f"install a torch-c-dlpack-ext wheel that bundles it ({REINSTALL_COMMAND})"
+        install = (
+            f"install a torch-c-dlpack-ext wheel that bundles it ({reinstall_command(source)})"
+        )
     else:
         install = (
             f"build it from this installation's source ({build_from_source_command(source=source)})"
@@ -210,8 +276,22 @@ def _build_remedy(manifest: Sequence[ManifestEntry], source: InstallSource | Non
 
 def _broken_manifest_remedy(source: InstallSource | None = None) -> str:
     return (
-        f"reinstall torch-c-dlpack-ext: {reinstall_command(source)}; or set {env_var('JIT')}=1 "
-        "to build a library for this torch"
+        f"{reinstall_remedy(source)}; or set {env_var('JIT')}=1 to build a library for this torch"
+    )
+
+
+def compiled_wheel_remedy(source: InstallSource | None = None) -> str:
+    """How to get an installation that bundles the portable table: a compiled wheel from
+    the index where this copy came from one (the version pinned), else a build from this
+    installation's source, which compiles it where a C compiler exists."""
+    if source is None or source.kind == "index":
+        return (
+            "install a compiled torch-c-dlpack-ext wheel, which bundles the portable table "
+            f"({reinstall_command(source)})"
+        )
+    return (
+        "build torch-c-dlpack-ext from source, which compiles the portable table where a C "
+        f"compiler exists ({build_from_source_command(source=source)})"
     )
 
 
@@ -366,10 +446,15 @@ def decide(
        the rules below run, and the one warning names it (a library published by
        them replaces it).
     5. ``LIBRARY`` -> ``LOAD`` that file (no manifest, so no size/sha256 check).
-    6. The manifest is unusable -> ``JIT`` if opted in, else ``UNAVAILABLE`` naming
-       the cause and the reinstall command. The package imported from a zip archive
-       (:class:`PackageInArchiveError`) -> ``UNAVAILABLE`` saying so, JIT or not: no
-       library can be loaded from inside a zip, nor built from its zipped sources.
+    6. The package imported from a zip archive (:class:`PackageInArchiveError`) ->
+       ``UNAVAILABLE`` saying so, whatever ``JIT`` and ``PORTABLE`` say: no library can be
+       loaded from inside a zip, nor built from its zipped sources.
+    6b. ``PORTABLE`` (below) is decided next, before the manifest's state: with no
+        usable manifest it still asks for the portable table.
+    6c. The manifest is unusable -> ``JIT`` if opted in, else ``UNAVAILABLE`` naming
+        the cause and the reinstall command (for how this copy was installed). For a
+        torch no native library can be built for (rules 8b and 9), rule 11 instead:
+        the JIT builds the portable table when opted in, and the remedy offers that.
     7. The backend is ``BACKEND`` if set, else ``info.backend``: the build flavour of
        torch (``torch.version.hip`` -> rocm, else ``torch.version.cuda`` -> cuda, else
        cpu; ``_torchinfo.detect_backend``), never a device query, so a CUDA torch on a
@@ -388,8 +473,8 @@ def decide(
        GPU tensors' consumers no stream of torch's, so consumers must use their own
        path. ``BACKEND=cpu`` is the explicit way to use the CPU library on a GPU torch.
     9. Nothing matches and torch is outside ``naming.TORCH_RANGE`` (2.4-2.15, the
-       layouts the driver checks) -> ``UNAVAILABLE`` saying so with the range, JIT or
-       not: no library can be built for it.
+       layouts the driver checks), or its version names no release -> ``UNAVAILABLE``
+       saying so with the range, JIT or not: no library can be built for it.
     10. Nothing matches -> ``JIT`` if opted in, else ``UNAVAILABLE`` listing the
         bundled libraries, the build-from-source command and the JIT variable.
 
@@ -400,10 +485,13 @@ def decide(
         BUILD: ``info.python``, from ``Py_GIL_DISABLED``, never the runtime GIL flag).
     6b. ``PORTABLE`` -> ``PORTABLE`` with the bundled portable library, over a native
         one and over torch's own table (rule 3 and 4 skip it: differential tests); none
-        bundled -> the JIT builds it when ``JIT`` is set, else ``UNAVAILABLE``.
+        bundled, or no usable manifest -> the JIT builds it when ``JIT`` is set and torch
+        has ``torch._C._to_dlpack``, else ``UNAVAILABLE`` naming ``PORTABLE`` and why
+        (never the native library in its place).
     8b. An XPU torch (``torch.version.xpu``; never taken for CPU) has no native
         library: rule 11.
-    9.  (torch 2.0-2.3 and other torches outside the range: no native library, rule 11.)
+    9.  (torch older than the range, such as 2.2-2.3, and other torches outside it: no
+        native library, rule 11.)
     11. Where rules 7-10 end in ``UNAVAILABLE`` and torch has ``torch._C._to_dlpack``,
         the bundled portable library -> ``PORTABLE`` (silent: the import succeeded);
         none bundled (a universal wheel) and ``JIT`` set -> ``PORTABLE`` without an
@@ -417,7 +505,9 @@ def decide(
         serve).
 
     The commands of a remedy install from ``source``, where this installation came from
-    (PEP 610; default: an index, so the version is pinned).
+    (its installation record; default: an index, so the version is pinned). A remedy
+    offers the JIT only where it could serve (rules 8b, 9 and 11: the portable table
+    where no native library can be built).
     """
     decision = _decide(info, manifest, settings, source)
     if info.bogus_attributes and decision.kind not in (DecisionKind.DEFER, DecisionKind.DISABLED):
@@ -438,6 +528,42 @@ def _decide(
         if decision is not None:
             return decision
     backend = settings.backend or info.backend
+    if isinstance(manifest, ManifestError):
+        return _unusable_manifest(info, settings, backend, manifest, source)
+    version_info, freethreaded = info.python or running_python()
+    # Only libraries this interpreter may load (rule 6a).
+    usable = [e for e in manifest if python_serves(e.python, version_info, freethreaded)]
+    portable = _portable_entry(info, usable)
+    if settings.portable:
+        return _forced_portable(info, settings, backend, portable, source)
+    try:
+        version = info.major_minor
+    except ConfigError as exc:
+        # No native library can be matched or built (rule 9): the portable table, if any.
+        decision = Decision(
+            kind=DecisionKind.UNAVAILABLE,
+            backend=backend,
+            reason=str(exc),
+            remedy="use a torch whose __version__ names its release (such as 2.6.0)",
+        )
+        return _or_portable(decision, info, settings, portable)
+    native = [e for e in usable if e.backend is not None]
+    decision = _match_manifest(
+        info, native, settings, backend, version, listed=manifest, source=source
+    )
+    return _or_portable(decision, info, settings, portable)
+
+
+def _unusable_manifest(
+    info: TorchInfo,
+    settings: Settings,
+    backend: Backend,
+    manifest: ManifestError,
+    source: InstallSource | None,
+) -> Decision:
+    """Rules 6, 6b and 6c: no manifest this package can use. A zip archive first (nothing
+    can be loaded or built from inside it), then ``PORTABLE`` (never the native library
+    in its place), then the manifest's own rule."""
     if isinstance(manifest, PackageInArchiveError):  # no JIT either: its sources are zipped
         return Decision(
             kind=DecisionKind.UNAVAILABLE,
@@ -445,29 +571,10 @@ def _decide(
             reason=manifest.cause,
             remedy=manifest.remedy,
         )
-    if isinstance(manifest, ManifestError):
-        return _nothing_matches(
-            settings,
-            backend,
-            f"no usable manifest: {getattr(manifest, 'cause', manifest)}",
-            _broken_manifest_remedy(source),
-        )
-    version_info, freethreaded = info.python or running_python()
-    # Only libraries this interpreter may load (rule 6b).
-    usable = [e for e in manifest if python_serves(e.python, version_info, freethreaded)]
-    portable = _portable_entry(info, usable)
+    broken = f"no usable manifest: {manifest.cause}"
     if settings.portable:
-        return _forced_portable(info, settings, backend, portable)
-    try:
-        version = info.major_minor
-    except ConfigError as exc:
-        decision = _nothing_matches(settings, backend, str(exc), _build_remedy(manifest, source))
-        return _or_portable(decision, info, settings, portable)
-    native = [e for e in usable if e.backend is not None]
-    decision = _match_manifest(
-        info, native, settings, backend, version, listed=manifest, source=source
-    )
-    return _or_portable(decision, info, settings, portable)
+        return _forced_portable(info, settings, backend, None, source, broken=broken)
+    return _broken_manifest(info, settings, backend, broken, source)
 
 
 def _portable_entry(info: TorchInfo, usable: Sequence[ManifestEntry]) -> ManifestEntry | None:
@@ -488,11 +595,19 @@ def _no_portable_why(info: TorchInfo) -> str:
 
 
 def _forced_portable(
-    info: TorchInfo, settings: Settings, backend: Backend, portable: ManifestEntry | None
+    info: TorchInfo,
+    settings: Settings,
+    backend: Backend,
+    portable: ManifestEntry | None,
+    source: InstallSource | None,
+    *,
+    broken: str = "",
 ) -> Decision:
-    """Rule 6a: ``PORTABLE`` asks for the portable table, over a native library and over
-    torch's own table (for tests and comparisons)."""
-    var = env_var("PORTABLE")
+    """Rule 6b: ``PORTABLE`` asks for the portable table, over a native library and over
+    torch's own table (for tests and comparisons); ``broken``: why the manifest is
+    unusable (then nothing is bundled that could be loaded). Without a bundled one the
+    JIT builds it, where opted in; it is never replaced by a native library."""
+    var, jit = env_var("PORTABLE"), env_var("JIT")
     if portable is not None:
         return Decision(
             kind=DecisionKind.PORTABLE,
@@ -500,20 +615,48 @@ def _forced_portable(
             entry=portable,
             reason=f"{var} asks for the portable table",
         )
-    if settings.jit and info.has_to_dlpack:
+    if not info.has_to_dlpack:
+        # Nothing can make the portable table serve this torch: no reinstall, no JIT.
+        return Decision(
+            kind=DecisionKind.UNAVAILABLE,
+            backend=backend,
+            reason=f"{var} asks for the portable table, but torch {info.version} has no "
+            "torch._C._to_dlpack, which the portable table calls",
+            remedy=f"unset {var}",
+        )
+    if settings.jit:
+        missing = f"there is {broken}" if broken else "none is bundled"
         return Decision(
             kind=DecisionKind.PORTABLE,
             backend=backend,
-            reason=f"{var} asks for the portable table and none is bundled: "
-            f"{env_var('JIT')} builds it",
+            reason=f"{var} asks for the portable table and {missing}; {jit} builds it",
         )
+    install = reinstall_remedy(source) if broken else compiled_wheel_remedy(source)
     return Decision(
         kind=DecisionKind.UNAVAILABLE,
         backend=backend,
-        reason=f"{var} asks for the portable table, but {_no_portable_why(info)}",
-        remedy=f"install a compiled torch-c-dlpack-ext wheel ({REINSTALL_COMMAND}), set "
-        f"{env_var('JIT')}=1 to build the portable table, or unset {var}",
+        reason=f"{var} asks for the portable table, but "
+        + (f"there is {broken}" if broken else _no_portable_why(info)),
+        remedy=f"{install}; or set {jit}=1 to build the portable table, or unset {var}",
     )
+
+
+def _broken_manifest(
+    info: TorchInfo, settings: Settings, backend: Backend, broken: str, source: InstallSource | None
+) -> Decision:
+    """Rule 6c: no usable manifest. ``JIT`` builds the native library where one can be
+    built for this torch; elsewhere the portable table (rule 11: built by the JIT when
+    opted in), and the remedy offers the JIT only for that."""
+    beyond = native_out_of_reach(info, backend)
+    if beyond is None:
+        return _nothing_matches(settings, backend, broken, _broken_manifest_remedy(source))
+    remedy = reinstall_remedy(source)
+    if info.has_to_dlpack:
+        remedy += f"; or set {env_var('JIT')}=1 to build the portable table"
+    decision = Decision(
+        kind=DecisionKind.UNAVAILABLE, backend=backend, reason=f"{broken}; {beyond}", remedy=remedy
+    )
+    return _or_portable(decision, info, settings, None)
 
 
 def _or_portable(
@@ -597,8 +740,7 @@ def _match_manifest(
             backend=backend,
             reason=f"no native library serves a {backend.value} torch "
             f"({_describe_torch(info, backend)})",
-            remedy=f"install a compiled torch-c-dlpack-ext wheel, which bundles the portable "
-            f"table ({REINSTALL_COMMAND})",
+            remedy=compiled_wheel_remedy(source),
         )
     cpu = matching(Backend.CPU) if backend is not Backend.CPU else []
     if cpu:

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from _torch_c_dlpack_ext_core.driver import BuildPolicy
 
-__all__ = ["build", "build_portable", "cache_key", "python_tag"]
+__all__ = ["build", "build_portable", "cache_key", "headers_problem", "python_tag"]
 
 #: The most a build record may be (they are about 2 kB).
 _MAX_RECORD_BYTES = 1 << 20
@@ -64,6 +64,27 @@ def cache_key(info: TorchInfo, backend: Backend, pytag: str) -> str:
     digest = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:16]
     readable = re.sub(r"[^0-9A-Za-z.]+", "_", info.version)
     return f"torch{readable}-{backend.value}-{pytag}-{digest}"
+
+
+def headers_problem(torch: ModuleType | None) -> str:
+    """Why a build cannot compile against this torch's C++ headers, as a message says it
+    (``""``: it can, as far as files tell, or no torch is imported): torch has no
+    ``__file__``, or no ``include/`` directory beside it, which every torch wheel ships and
+    the driver compiles against (:class:`~_torch_c_dlpack_ext_core.torchinstall.TorchInstall`).
+    Read only for messages (the status's native-speed line), never on the import's path."""
+    if torch is None:
+        return ""
+    version = getattr(torch, "__version__", "?")
+    where = getattr(torch, "__file__", None)
+    if not isinstance(where, str):
+        return f"torch {version} has no __file__, so no C++ headers can be found for it"
+    include = Path(where).parent / "include"
+    if not include.is_dir():
+        return (
+            f"torch {version} has no C++ headers ({include} does not exist), which a native "
+            "build compiles against"
+        )
+    return ""
 
 
 def _cache_root(settings: Settings) -> tuple[Path, str]:
@@ -195,7 +216,22 @@ def build_portable(settings: Settings) -> tuple[Path, bytes]:
         raise BuildError(f"JIT build of the portable table in {output_dir} failed: {exc}") from None
     # As for the native library: the verified bytes, from a descriptor whose owner and
     # mode were checked (trust.py).
-    return read_verified(entry, output_dir, owners=owners)
+    return _read_output(entry, output_dir, owners)
+
+
+def _read_output(
+    entry: ManifestEntry, output_dir: Path, owners: TrustedOwners
+) -> tuple[Path, bytes]:
+    """The verified bytes of a library this JIT just built or reused. A file that no longer
+    matches its record (changed or removed meanwhile) is a build problem, fixed by
+    building again; never "reinstall", which repairs the installation, not this cache."""
+    try:
+        return read_verified(entry, output_dir, owners=owners)
+    except ManifestError as exc:
+        raise BuildError(
+            f"the JIT build in {output_dir} does not match its record: {exc.cause}; remove "
+            f"{output_dir} and import again to build it anew"
+        ) from None
 
 
 def build(
@@ -256,4 +292,4 @@ def build(
         raise BuildError(f"JIT build in {output_dir} failed: {exc}") from None
     # The bytes that were hashed are the bytes loaded (no window for a swapped file), read
     # from a descriptor whose owner and mode were checked.
-    return read_verified(entry, output_dir, owners=owners)
+    return _read_output(entry, output_dir, owners)

@@ -65,12 +65,12 @@ def load_error(message: str, remedy: str = "") -> Exception:
 
 def check_elf_image(data: bytes | memoryview, path: Path | str) -> None:
     """Refuse an ELF image whose headers point past its end (:func:`._loader.elf_problem`
-    says why; ``path`` names it in the error)."""
+    says why; ``path`` names it in the error). The error names no remedy, as none of
+    :func:`open_library`'s do: its caller knows where the file came from (a bundled
+    library, a JIT build, a ``LIBRARY`` override) and names the fix for that."""
     problem = elf_problem(data)
     if problem is not None:
-        from _torch_c_dlpack_ext_core.errors import REINSTALL
-
-        raise load_error(f"{short_path(path)}: {problem}", REINSTALL)
+        raise load_error(f"{short_path(path)}: {problem}")
 
 
 class LoadedLibrary:

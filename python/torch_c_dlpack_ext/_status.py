@@ -74,6 +74,22 @@ class Status:
         functions, called from C): slower per call than a native library."""
         return self.kind is DecisionKind.PORTABLE
 
+    @property
+    def native_speed(self) -> str:
+        """Where the portable table serves, how to get the native library's speed instead,
+        or why it is out of reach for this torch (``_decide.native_speed``: the JIT only
+        where it could build for this torch, whose headers are looked for now); ``""``
+        elsewhere."""
+        if not self.portable or self.torch is None:
+            return ""
+        import sys
+
+        from ._decide import native_speed
+        from ._jit import headers_problem
+
+        headers = headers_problem(sys.modules.get("torch"))
+        return native_speed(self.torch, self.settings, headers=headers)
+
     def __str__(self) -> str:
         """A few lines for people (``print(status())``): the outcome, the library, the
         reason, the fix, and each warning that does not just restate the reason. The
@@ -98,7 +114,7 @@ class Status:
         if self.portable:
             from ._decide import cost_line
 
-            lines.append(f"  cost:    {clip(cost_line(), 480)}")
+            lines.append(f"  cost:    {whole(cost_line(self.native_speed))}")
         if self.reason:
             lines.append(f"  reason:  {whole(self.reason)}")
         if self.remedy:

@@ -201,7 +201,7 @@ def run(case):
             package = pkg.__file__
             status = pkg.status()
         except BaseException as exc:
-            raised = f"{type(exc).__name__}: {exc}"[:1000]
+            raised = f"{type(exc).__name__}: {exc}"[:2000]
             as_import_error = isinstance(exc, ImportError)
             cause = exc.__cause__
     calls = list(CUDA_CALLS) if MODE == "batch" else []  # tvm-ffi asks torch.cuda itself

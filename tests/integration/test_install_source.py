@@ -2,8 +2,11 @@
 universal wheel's warning suggested ``pip install torch-c-dlpack-ext==0.2.0``, a release
 not on PyPI. PEP 610's ``direct_url.json`` in the dist-info says where it came from: a
 local directory, wheel or sdist (``file://``), a VCS checkout, or, without the file, an
-index (then, and only then, the version is pinned). Real dist-info directories beside a
-real package, imported in a fresh process."""
+index (then, and only then, the version is pinned). That takes an installer's record
+(``INSTALLER``, which pip and uv write): a copy with none, a source tree on ``sys.path`` or
+an unpacked wheel, was pinned as if from an index (issue 36, deliverable 5) and is now told
+that nothing records where it came from. Real dist-info directories beside a real
+package, imported in a fresh process."""
 
 from __future__ import annotations
 
@@ -48,17 +51,24 @@ DIRECT_URLS: dict[str, dict[str, Any] | None] = {
     "wheel": {"url": f"file://{WHEEL}", "archive_info": {"hashes": {"sha256": "0" * 64}}},
     "sdist": {"url": f"file://{SDIST}", "archive_info": {}},
     "vcs": {"url": REPO, "vcs_info": {"vcs": "git", "commit_id": COMMIT}},
+    # No installation record: a wheel's own dist-info without INSTALLER, or none at all.
+    "unpacked wheel": None,
+    "source tree": None,
 }
 
 
 def _installed(tmp_path: Path, kind: str, *, manifest: bool = True) -> Path:
     root = make_package(tmp_path / "site", manifest=manifest)
+    if kind == "source tree":
+        return root
     info = root / f"torch_c_dlpack_ext-{__version__}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(
         f"Metadata-Version: 2.1\nName: torch-c-dlpack-ext\nVersion: {__version__}\n",
         encoding="utf-8",
     )
+    if kind != "unpacked wheel":
+        (info / "INSTALLER").write_text("pip\n", encoding="utf-8")  # as pip writes it
     direct_url = DIRECT_URLS[kind]
     if direct_url is not None:
         (info / "direct_url.json").write_text(json.dumps(direct_url), encoding="utf-8")
@@ -80,6 +90,10 @@ EXPECTED_BUILD = {
     "wheel": f"the sources of {WHEEL}>",
     "sdist": f"--no-build-isolation {SDIST}",
     "vcs": f"--no-build-isolation git+{REPO}@{COMMIT}",
+    "unpacked wheel": f"--no-build-isolation <a checkout or the sdist of torch-c-dlpack-ext "
+    f"{__version__}>",
+    "source tree": f"--no-build-isolation <a checkout or the sdist of torch-c-dlpack-ext "
+    f"{__version__}>",
 }
 
 
@@ -102,6 +116,27 @@ def test_a_broken_installation_is_reinstalled_from_where_it_came_from(
     result = _probe(_installed(tmp_path, kind, manifest=False))
     location = {"index": PINNED, "wheel": WHEEL, "vcs": f"git+{REPO}@{COMMIT}"}[kind]
     assert f"pip install --force-reinstall --no-deps {location}" in result["remedy"], result
+    said = {
+        "index": "installed by pip from a package index",
+        "wheel": f"installed by pip from {WHEEL}",
+        "vcs": f"installed by pip from the checkout git+{REPO}@{COMMIT}",
+    }[kind]
+    assert said in result["remedy"], result
+
+
+@pytest.mark.parametrize("kind", ["unpacked wheel", "source tree"])
+def test_a_broken_copy_without_a_record_is_not_told_a_pinned_version(
+    tmp_path: Path, kind: str
+) -> None:
+    """Issue 36 deliverable 5: no record, no index: the remedy says where the copy is, that
+    nothing records its origin, and how to reinstall it, with no version pinned."""
+    root = _installed(tmp_path, kind, manifest=False)
+    result = _probe(root)
+    (warning,) = result["warnings"]
+    for text in (result["remedy"], warning):
+        assert PINNED not in text, text
+        assert f"no installation record for this copy at {root}" in text, text
+        assert "pip install --force-reinstall --no-deps <its wheel, sdist or checkout>" in text
 
 
 def test_the_commands_by_source() -> None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 from devtools.base.wheelnames import is_variant_name
 from devtools.build import cellbuild as build
 from devtools.build import wheels
+from devtools.envs.torchenv import TorchEnv
 from devtools.matrix.cells import group_dir, portable_cells
 from tests.helpers import CSRC, ROOT, make_package, run_python
 from tests.unit.test_cells import MATRIX, _cell, fake_compile  # noqa: F401 (a fixture)
@@ -97,7 +100,10 @@ def test_portable_forced_on_torch_2_13_round_trips_a_tensor(portable_package: Pa
     assert result["same"] is True
     assert result["legacy"] is True
     assert "portable table" in str(result["text"])
-    assert "JIT=1" in str(result["text"])
+    # PORTABLE chose it: unsetting it is the way to native speed, not the JIT (issue 36).
+    text = " ".join(str(result["text"]).split())
+    assert "for native speed unset TORCH_C_DLPACK_EXT_PORTABLE" in text, text
+    assert "JIT=1" not in text, text
 
 
 def test_torch_2_13_without_the_setting_defers(portable_package: Path) -> None:
@@ -376,3 +382,193 @@ print(json.dumps({"kind": status.kind.value, "reason": status.reason,
     assert "the portable table failed its load check" in result["reason"]
     assert "_from_dlpack" in result["reason"]
     assert len(result["warned"]) == 1, result["warned"]
+
+
+def _dlpack_header_path(folder: Path) -> Path:
+    """A folder holding only a link to this environment's apache-tvm-ffi, whose DLPack
+    header a JIT build compiles with (the driver locates the package, never imports it):
+    on another environment's ``PYTHONPATH`` it brings that header and nothing else."""
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tvm_ffi").symlink_to(Path(tvm_ffi.__file__).parent, target_is_directory=True)
+    return folder
+
+
+#: Imports the package, then round-trips a tensor through what it published, and lists
+#: the JIT cache.
+REAL_TORCH_PROBE = r"""
+import json, sys, warnings
+from pathlib import Path
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch
+    import torch_c_dlpack_ext
+from tests.exchange_suite.dlpack_ctypes import api_from_capsule, export_managed, import_managed
+
+status = torch_c_dlpack_ext.status()
+published = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None) is not None
+same = False
+if published:
+    api = api_from_capsule(torch.Tensor.__dlpack_c_exchange_api__)
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    y = import_managed(api, export_managed(api, x))
+    same = bool(torch.equal(x, y)) and y.data_ptr() == x.data_ptr()
+cache = Path(sys.argv[1])
+print(json.dumps({
+    "torch": torch.__version__, "kind": status.kind.value, "library": str(status.library),
+    "reason": status.reason, "same": same, "text": str(status),
+    "warnings": [str(w.message) for w in caught
+                 if type(w.message).__name__ == "TorchCDLPackExtWarning"],
+    "cache": sorted(p.name for p in cache.iterdir()) if cache.is_dir() else [],
+}))
+"""
+
+
+@pytest.mark.slow
+def test_portable_and_jit_without_a_manifest_build_the_portable_table_on_real_torch_2_8(
+    tmp_path: Path, old_torch_env: Callable[[str], TorchEnv]
+) -> None:
+    """Issue 36 item 6, on PyPI's torch 2.8.0 (no API of its own; a native library can be
+    built for it): with PORTABLE=1 and JIT=1 and no manifest, the JIT builds and publishes
+    the portable table, silently. PORTABLE used to be read only after the manifest, so the
+    JIT built and published the native library instead (kind "jit")."""
+    from tests.helpers import clean_env
+
+    env = old_torch_env("2.8.0")
+    root = make_package(tmp_path / "pkg", manifest=False)
+    cache = tmp_path / "cache"
+    proc = run_python(
+        REAL_TORCH_PROBE,
+        python=env.python,
+        pythonpath=[root, ROOT, _dlpack_header_path(tmp_path / "dlpack")],
+        env=clean_env(
+            TORCH_C_DLPACK_EXT_PORTABLE="1",
+            TORCH_C_DLPACK_EXT_JIT="1",
+            TORCH_C_DLPACK_EXT_CACHE_DIR=str(cache),
+        ),
+        args=[str(cache)],
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["torch"].startswith("2.8.0"), result
+    assert result["kind"] == "portable", result
+    assert Path(result["library"]).name == "libtorch_c_dlpack_ext-portable.so", result
+    assert Path(result["library"]).parent.parent == cache, result
+    assert "TORCH_C_DLPACK_EXT_PORTABLE asks for the portable table" in result["reason"]
+    assert "no manifest at" in result["reason"], result
+    assert result["warnings"] == [], result
+    assert result["same"] is True, result
+    # Only the portable table was built: no native library's cache directory.
+    assert [name for name in result["cache"] if not name.startswith("portable-")] == [], result
+    # Chosen by PORTABLE: the way to native speed is to unset it.
+    assert "for native speed unset TORCH_C_DLPACK_EXT_PORTABLE" in " ".join(result["text"].split())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("jit", [False, True], ids=["plain", "jit"])
+def test_torch_2_2_is_told_why_native_speed_is_out_of_reach(
+    portable_package: Path, old_torch_env: Callable[[str], TorchEnv], jit: bool
+) -> None:
+    """Issue 36 item 9, on PyPI's torch 2.2.2: the status and the diagnostics said "for
+    native speed set TORCH_C_DLPACK_EXT_JIT=1", also with JIT=1 set, although no native
+    library can be built for torch 2.2 (the reason on the same screen says so). They say
+    why native speed is out of reach, with the range the decision names."""
+    from tests.helpers import clean_env
+
+    from _torch_c_dlpack_ext_core.naming import TORCH_RANGE
+
+    (lo, hi) = TORCH_RANGE
+    env = old_torch_env("2.2.2")
+    settings = {"TORCH_C_DLPACK_EXT_JIT": "1"} if jit else {}
+    environ = clean_env(PYTHONPATH=str(portable_package), **settings)
+    proc = subprocess.run(
+        [str(env.python), "-m", "torch_c_dlpack_ext", "--json"],
+        env=environ, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["torch"]["version"].startswith("2.2.2"), report["torch"]
+    assert report["decision"]["kind"] == "portable", report["decision"]
+    cost = report["decision"]["cost"]
+    assert "JIT" not in cost["summary"], cost
+    assert "native speed is out of reach: torch 2.2.2" in cost["summary"], cost
+    assert f"builds for torch {lo[0]}.{lo[1]}-{hi[0]}.{hi[1]}" in cost["summary"], cost
+    assert cost["native_speed"] in cost["summary"], cost
+    table = subprocess.run(
+        [str(env.python), "-c", "import torch_c_dlpack_ext as t; print(t.status())"],
+        env=environ, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert table.returncode == 0, table.stderr[-3000:]
+    text = " ".join(table.stdout.split())
+    assert "native speed is out of reach: torch 2.2.2" in text, text
+    assert "_JIT" not in text, text
+
+
+#: Imports the package under the caller's warning filters, in a fresh process; prints what
+#: the import raised (or the status) as JSON.
+HOSTILE_PROBE = r"""
+import json, sys, warnings
+import torch
+if sys.argv[1:] == ["-W", "error"]:  # after torch's own import, which warns (no numpy)
+    warnings.simplefilter("error")
+own = torch.Tensor.__dlpack_c_exchange_api__
+try:
+    import torch_c_dlpack_ext
+except ImportError as exc:
+    print(json.dumps({"raised": f"{type(exc).__name__}: {exc}",
+                      "unchanged": torch.Tensor.__dlpack_c_exchange_api__ is own}))
+else:
+    status = torch_c_dlpack_ext.status()
+    print(json.dumps({"raised": None, "kind": status.kind.value, "reason": status.reason,
+                      "remedy": status.remedy, "warnings": list(status.warnings),
+                      "unchanged": torch.Tensor.__dlpack_c_exchange_api__ is own}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("case", "env", "werror"),
+    [
+        ("no JIT, -W error", {"TORCH_C_DLPACK_EXT_PORTABLE": "1"}, True),
+        (
+            "JIT without a C compiler",
+            {"TORCH_C_DLPACK_EXT_PORTABLE": "1", "TORCH_C_DLPACK_EXT_JIT": "1"},
+            False,
+        ),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_portable_without_a_manifest_names_portable_when_it_cannot_serve(
+    tmp_path: Path, case: str, env: dict[str, str], werror: bool
+) -> None:
+    """Issue 36 item 6, hostile inputs on the running torch (its own table; PORTABLE
+    passes over it): with no manifest, PORTABLE=1 alone is unavailable and says PORTABLE
+    asked (under -W error as the ImportError the boundary raises); with JIT=1 and no C
+    compiler, the portable table's build fails and the fix names PORTABLE, not the JIT.
+    torch's own table is left in place."""
+    from tests.helpers import clean_env
+
+    root = make_package(tmp_path / "pkg", manifest=False)
+    environ = clean_env(
+        **env,
+        TORCH_C_DLPACK_EXT_CACHE_DIR=str(tmp_path / "cache"),
+        CC=str(tmp_path / "no-such-cc"),
+        CXX=str(tmp_path / "no-such-c++"),
+    )
+    proc = run_python(
+        HOSTILE_PROBE, pythonpath=[root], env=environ, args=["-W", "error"] if werror else []
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["unchanged"] is True, result
+    if werror:
+        assert result["raised"] is not None, result
+        assert "TORCH_C_DLPACK_EXT_PORTABLE asks for the portable table" in result["raised"]
+        assert "no manifest at" in result["raised"], result
+        return
+    assert result["raised"] is None, result
+    assert result["kind"] == "unavailable", result
+    assert "the JIT build of the portable table failed" in result["reason"], result
+    assert result["remedy"].endswith("or unset TORCH_C_DLPACK_EXT_PORTABLE"), result
+    (warning,) = result["warnings"]
+    assert "native" not in warning, warning

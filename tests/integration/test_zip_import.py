@@ -26,8 +26,14 @@ print(json.dumps({"file": pkg.__file__, "kind": status.kind.value, "reason": sta
 """
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["plain", "jit"])
-def test_a_zipped_package_names_the_zip_and_the_fix(tmp_path: Path, jit: bool) -> None:
+@pytest.mark.parametrize(
+    ("jit", "portable"),
+    [(False, False), (True, False), (True, True)],
+    ids=["plain", "jit", "portable+jit"],
+)
+def test_a_zipped_package_names_the_zip_and_the_fix(
+    tmp_path: Path, jit: bool, portable: bool
+) -> None:
     root = make_package(tmp_path / "pkg")
     archive = tmp_path / "site.zip"
     with zipfile.ZipFile(archive, "w") as zipped:
@@ -37,6 +43,8 @@ def test_a_zipped_package_names_the_zip_and_the_fix(tmp_path: Path, jit: bool) -
     env = {P + "FORCE": "1", P + "CACHE_DIR": str(tmp_path / "cache")}
     if jit:
         env[P + "JIT"] = "1"
+    if portable:  # issue 36 item 6: PORTABLE is read before the manifest, the zip first
+        env[P + "PORTABLE"] = "1"
     proc = run_python(PROBE, pythonpath=[archive], env=clean_env(**env), timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from _torch_c_dlpack_ext_core.errors import ManifestError
+from _torch_c_dlpack_ext_core.errors import InstallSource, ManifestError, PackageInArchiveError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend, library_filename
 from _torch_c_dlpack_ext_core.version import __version__
@@ -86,6 +86,10 @@ ROCM28 = entry("2.8", "rocm", True, "2.8.0+rocm6.3")
 CPU26_NOABI = entry("2.6", "cpu", None)
 FULL = (CUDA26, CPU26, CUDA28, CPU28, ROCM28)
 BROKEN = ManifestError("manifest /x/manifest.json is not valid JSON")
+MISSING = ManifestError("no manifest at /x/manifest.json")
+ZIPPED = PackageInArchiveError(
+    "this torch-c-dlpack-ext is inside the zip archive /x/site.zip", "install it unzipped"
+)
 
 
 @dataclasses.dataclass
@@ -100,6 +104,8 @@ class Case:
     #: Substrings that must appear in reason + remedy + warnings.
     says: tuple[str, ...] = ()
     warns: bool = False
+    #: Substrings that must not appear there.
+    never: tuple[str, ...] = ()
 
 
 CASES = [
@@ -411,6 +417,132 @@ CASES = [
         ),
     ),
     Case("manifest corrupt with jit", torch_info(), BROKEN, {P + "JIT": "1"}, K.JIT),
+    # Issue 36 item 6: PORTABLE is honoured with no usable manifest. It used to be read
+    # only after the manifest: JIT=1 built and published the NATIVE library instead, and
+    # without JIT the warning named only the manifest.
+    Case(
+        "manifest corrupt with PORTABLE and JIT builds the portable table",
+        torch_info(),
+        BROKEN,
+        {P + "PORTABLE": "1", P + "JIT": "1"},
+        K.PORTABLE,
+        says=(
+            f"{P}PORTABLE asks for the portable table",
+            "no usable manifest",
+            f"{P}JIT builds it",
+        ),
+    ),
+    Case(
+        "manifest missing with PORTABLE and JIT builds the portable table",
+        torch_info("2.8.0+cpu", Backend.CPU, True),
+        MISSING,
+        {P + "PORTABLE": "yes", P + "JIT": "on"},
+        K.PORTABLE,
+        says=("no manifest at /x/manifest.json",),
+    ),
+    Case(
+        "manifest corrupt with PORTABLE and JIT on a torch with its own table",
+        torch_info("2.13.0", Backend.CPU, True, has_capsule=True),
+        BROKEN,
+        {P + "PORTABLE": "1", P + "JIT": "1"},
+        K.PORTABLE,
+    ),
+    Case(
+        "manifest corrupt with PORTABLE: unavailable naming PORTABLE",
+        torch_info(),
+        BROKEN,
+        {P + "PORTABLE": "1"},
+        K.UNAVAILABLE,
+        says=(
+            f"{P}PORTABLE asks for the portable table, but there is no usable manifest",
+            "not valid JSON",
+            f"pip install --force-reinstall --no-deps torch-c-dlpack-ext=={__version__};",
+            f"{P}JIT=1 to build the portable table",
+            f"unset {P}PORTABLE",
+        ),
+        never=("build a library for this torch",),
+    ),
+    Case(
+        "manifest corrupt with PORTABLE and JIT, torch without _to_dlpack",
+        torch_info(has_to_dlpack=False),
+        BROKEN,
+        {P + "PORTABLE": "1", P + "JIT": "1"},
+        K.UNAVAILABLE,
+        says=("has no torch._C._to_dlpack", f"unset {P}PORTABLE"),
+        never=(f"{P}JIT=1", "pip install"),
+    ),
+    Case(
+        "manifest corrupt with PORTABLE=0 and JIT builds the native library",
+        torch_info(),
+        BROKEN,
+        {P + "PORTABLE": "0", P + "JIT": "1"},
+        K.JIT,
+    ),
+    # An empty or blank value counts as unset (VAR= in a script clears an override).
+    Case(
+        "manifest corrupt with an empty PORTABLE and JIT builds the native library",
+        torch_info(),
+        BROKEN,
+        {P + "PORTABLE": "", P + "JIT": "1"},
+        K.JIT,
+    ),
+    Case(
+        "manifest corrupt with a blank PORTABLE is unavailable naming the manifest only",
+        torch_info(),
+        BROKEN,
+        {P + "PORTABLE": " \t"},
+        K.UNAVAILABLE,
+        says=("no usable manifest",),
+        never=("PORTABLE",),
+    ),
+    Case(
+        "manifest corrupt with PORTABLE=maybe is a bad setting",
+        torch_info(),
+        BROKEN,
+        {P + "PORTABLE": "maybe", P + "JIT": "1"},
+        K.UNAVAILABLE,
+        says=(f"{P}PORTABLE='maybe' is not a boolean", f"fix or unset {P}PORTABLE"),
+    ),
+    Case(
+        "a zipped package with PORTABLE and JIT stays unavailable",
+        torch_info(),
+        ZIPPED,
+        {P + "PORTABLE": "1", P + "JIT": "1"},
+        K.UNAVAILABLE,
+        says=("inside the zip archive /x/site.zip", "install it unzipped"),
+        never=("JIT builds",),
+    ),
+    # Issue 36 item 9: the JIT is offered only where it can serve. A torch no native
+    # library can be built for gets the portable table from the JIT (rule 11), silently,
+    # and is never told that JIT=1 builds "a library for this torch".
+    Case(
+        "manifest corrupt on a torch older than the range with JIT builds the portable table",
+        torch_info("2.2.2+cu121"),
+        BROKEN,
+        {P + "JIT": "1"},
+        K.PORTABLE,
+        says=("no usable manifest", "torch 2.2.2+cu121 is older than any native build"),
+    ),
+    Case(
+        "manifest corrupt on a torch older than the range offers the portable JIT",
+        torch_info("2.2.2+cu121"),
+        BROKEN,
+        {},
+        K.UNAVAILABLE,
+        says=(
+            "no usable manifest",
+            "builds for torch 2.4-2.15",
+            f"{P}JIT=1 to build the portable table",
+        ),
+        never=("build a library for this torch",),
+    ),
+    Case(
+        "manifest corrupt on an XPU torch with JIT builds the portable table",
+        torch_info("2.8.0+xpu", Backend.XPU, True),
+        BROKEN,
+        {P + "JIT": "1"},
+        K.PORTABLE,
+    ),
     Case("no match with jit", torch_info("2.5.0"), FULL, {P + "JIT": "yes"}, K.JIT),
     Case(
         "unparsable torch version",
@@ -419,6 +551,15 @@ CASES = [
         {},
         K.UNAVAILABLE,
         says=("not a torch version",),
+        never=(f"{P}JIT=1", "--no-build-isolation"),
+    ),
+    Case(
+        "unparsable torch version with JIT builds the portable table, not the native one",
+        torch_info("nightly"),
+        FULL,
+        {P + "JIT": "1"},
+        K.PORTABLE,
+        says=("not a torch version", "builds the portable table"),
     ),
 ]
 
@@ -554,6 +695,15 @@ PORTABLE_CASES = [
         says=(f"{P}PORTABLE asks for the portable table", "no portable table is bundled"),
     ),
     Case(
+        "portable: PORTABLE=1 on a torch without _to_dlpack offers nothing that cannot serve",
+        torch_info(has_to_dlpack=False),
+        WITH_PORT,
+        {P + "PORTABLE": "1"},
+        K.UNAVAILABLE,
+        says=("has no torch._C._to_dlpack",),
+        never=("pip install", f"{P}JIT=1"),
+    ),
+    Case(
         "portable: PORTABLE=1 with JIT and none bundled builds it",
         torch_info(),
         FULL,
@@ -640,6 +790,8 @@ def test_decide(case: Case, tmp_path: Path) -> None:
     text = " | ".join((decision.reason, decision.remedy, *decision.warnings))
     for fragment in case.says:
         assert fragment in text, f"{fragment!r} not in {text!r}"
+    for fragment in case.never:
+        assert fragment not in text, f"{fragment!r} in {text!r}"
     assert bool(decision.warnings) is case.warns, decision.warnings
     if case.kind is K.UNAVAILABLE:
         assert decision.reason
@@ -874,13 +1026,209 @@ def test_status_names_the_portable_table_its_cost_and_how_to_get_native_speed() 
     from torch_c_dlpack_ext._decide import PORTABLE_COST, cost_line
     from torch_c_dlpack_ext._status import Status
 
-    status = Status(kind=K.PORTABLE, library=Path("/x/libtorch_c_dlpack_ext-portable.so"))
+    status = Status(
+        kind=K.PORTABLE,
+        library=Path("/x/libtorch_c_dlpack_ext-portable.so"),
+        torch=torch_info("2.6.0+cu124", abi=True),
+        settings=Settings(),
+    )
     assert status.published
     assert status.portable
-    text = str(status)
+    text = " ".join(str(status).split())
     assert "portable table" in text
     assert f"{PORTABLE_COST['portable_export_ns']} ns per export" in text
-    assert f"{P}JIT=1" in text
+    # The running torch (the test environment's) has its headers: the JIT is offered.
+    assert f"for native speed set {P}JIT=1" in text, text
     assert f"~{PORTABLE_COST['native_export_ns']} and" in cost_line()
     assert "nox -s bench" in cost_line()
     assert "cost" not in str(Status(kind=K.LOAD, library=Path("/x/lib.so")))
+    assert Status(kind=K.LOAD, torch=torch_info()).native_speed == ""
+
+
+def _range() -> str:
+    from _torch_c_dlpack_ext_core.naming import TORCH_RANGE
+
+    (lo, hi) = TORCH_RANGE
+    return f"{lo[0]}.{lo[1]}-{hi[0]}.{hi[1]}"
+
+
+NO_HEADERS = "torch 2.6.0 has no C++ headers (/usr/lib/torch/include does not exist)"
+
+#: Issue 36 item 9: the portable table's "for native speed" line, by (torch, settings, why
+#: torch's headers cannot be used): the JIT only where it could build a native library for
+#: this torch and is not set already; otherwise why native speed is out of reach.
+NATIVE_SPEED = [
+    ("in range", torch_info(), {}, "", (f"for native speed set {P}JIT=1",), ()),
+    (
+        "JIT already set",
+        torch_info(),
+        {P + "JIT": "1"},
+        "",
+        (f"{P}JIT is set, but its build of the native library failed",),
+        (f"set {P}JIT=1",),
+    ),
+    (
+        "older than the range",
+        torch_info("2.2.2+cu121"),
+        {},
+        "",
+        ("native speed is out of reach: torch 2.2.2+cu121 is older than any native build",),
+        (f"{P}JIT",),
+    ),
+    (
+        "older than the range, JIT set",
+        torch_info("2.2.2+cu121"),
+        {P + "JIT": "1"},
+        "",
+        ("older than any native build",),
+        (f"{P}JIT",),
+    ),
+    (
+        "newer than the range",
+        torch_info("2.16.0", Backend.CPU, True),
+        {},
+        "",
+        ("torch 2.16.0 is newer than any native build",),
+        (f"{P}JIT",),
+    ),
+    (
+        "a version that names no release",
+        torch_info("nightly", Backend.CPU, True),
+        {},
+        "",
+        ("names no release (a dev build?)",),
+        (f"{P}JIT",),
+    ),
+    (
+        "an XPU torch",
+        torch_info("2.8.0+xpu", Backend.XPU, True),
+        {},
+        "",
+        ("no native library exists for xpu torches",),
+        (f"{P}JIT",),
+    ),
+    (
+        "no headers",
+        torch_info(),
+        {},
+        NO_HEADERS,
+        (f"native speed is out of reach: {NO_HEADERS}",),
+        (f"{P}JIT",),
+    ),
+    (
+        "PORTABLE chose it",
+        torch_info(),
+        {P + "PORTABLE": "1", P + "JIT": "1"},
+        "",
+        (f"for native speed unset {P}PORTABLE",),
+        (f"{P}JIT",),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("info", "env", "headers", "says", "never"),
+    [case[1:] for case in NATIVE_SPEED],
+    ids=[case[0] for case in NATIVE_SPEED],
+)
+def test_native_speed_offers_the_jit_only_where_it_can_serve(
+    info: TorchInfo,
+    env: dict[str, str],
+    headers: str,
+    says: tuple[str, ...],
+    never: tuple[str, ...],
+) -> None:
+    from torch_c_dlpack_ext._decide import native_speed
+
+    text = native_speed(info, read_settings(env), headers=headers)
+    for fragment in says:
+        assert fragment in text, f"{fragment!r} not in {text!r}"
+    for fragment in never:
+        assert fragment not in text, f"{fragment!r} in {text!r}"
+
+
+def test_the_range_native_speed_names_is_the_one_the_decision_names() -> None:
+    """One source for the range (naming.TORCH_RANGE): the reason on the same screen and
+    the native-speed line say the same numbers."""
+    from torch_c_dlpack_ext._decide import native_speed
+
+    info = torch_info("2.2.2+cu121")
+    reason = decide(info, FULL, Settings()).reason
+    assert f"builds for torch {_range()}" in reason
+    assert f"builds for torch {_range()}" in native_speed(info, Settings())
+
+
+def test_native_speed_of_a_library_override() -> None:
+    from torch_c_dlpack_ext._decide import native_speed
+
+    text = native_speed(torch_info(), Settings(library=Path("/x/portable.so"), jit=True))
+    assert text == f"for native speed point {P}LIBRARY at a native library, or unset it"
+
+
+def test_the_status_looks_for_the_running_torchs_headers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The status's native-speed line reads torch's headers where the JIT would (beside
+    torch/__init__.py): a torch without them is not offered the JIT."""
+    import sys
+    import types
+
+    from torch_c_dlpack_ext._jit import headers_problem
+    from torch_c_dlpack_ext._status import Status
+
+    fake = types.ModuleType("torch")
+    fake.__file__ = str(tmp_path / "torch" / "__init__.py")
+    fake.__version__ = "2.6.0"
+    assert "has no C++ headers" in headers_problem(fake)
+    (tmp_path / "torch" / "include").mkdir(parents=True)
+    assert headers_problem(fake) == ""
+    fake.__file__ = None
+    assert "has no __file__" in headers_problem(fake)
+    assert headers_problem(None) == ""
+
+    fake.__file__ = str(tmp_path / "elsewhere" / "__init__.py")
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    status = Status(kind=K.PORTABLE, torch=torch_info("2.6.0", abi=True), settings=Settings())
+    text = " ".join(str(status).split())
+    assert "native speed is out of reach: torch 2.6.0 has no C++ headers" in text, text
+    assert f"{P}JIT" not in text, text
+
+
+#: Where a copy came from (its installation record), and what its remedies may pin.
+SOURCES = {
+    "index": InstallSource(installer="pip"),
+    "dir": InstallSource("dir", "/home/me/src/torch-c-dlpack-ext"),
+    "unrecorded": InstallSource("unrecorded", "/home/me/src/torch-c-dlpack-ext/python"),
+}
+#: Decisions whose remedy names an installation command.
+REMEDIES = {
+    "broken manifest": (torch_info(), BROKEN, {}),
+    "universal wheel": (torch_info(), (), {}),
+    "gpu library missing": (torch_info("2.8.0+cu128", Backend.CUDA, True), (CPU28,), {}),
+    "PORTABLE none bundled": (torch_info(), FULL, {P + "PORTABLE": "1"}),
+    "PORTABLE broken manifest": (torch_info(), BROKEN, {P + "PORTABLE": "1"}),
+    "xpu": (torch_info("2.8.0+xpu", Backend.XPU, True), (CPU28,), {}),
+}
+
+
+@pytest.mark.parametrize("where", list(SOURCES))
+@pytest.mark.parametrize("remedy", list(REMEDIES))
+def test_a_remedy_pins_a_version_only_for_an_index_install(remedy: str, where: str) -> None:
+    """Issue 36 deliverable 5: the remedies that used the pinned REINSTALL constant
+    whatever the source (PORTABLE's, the XPU torch's) install from where this copy came
+    from, and a copy with no installation record is never told to install a pinned
+    version from an index."""
+    info, manifest, env = REMEDIES[remedy]
+    decision = decide(info, manifest, read_settings(env), source=SOURCES[where])
+    assert decision.kind is K.UNAVAILABLE, decision
+    pinned = f"torch-c-dlpack-ext=={__version__}"
+    if where == "index":
+        assert pinned in decision.remedy, decision.remedy
+        return
+    assert pinned not in decision.remedy, decision.remedy
+    if where == "dir":
+        assert "/home/me/src/torch-c-dlpack-ext" in decision.remedy, decision.remedy
+    else:
+        assert "<a checkout or the sdist" in decision.remedy or (
+            "no installation record for this copy" in decision.remedy
+        ), decision.remedy

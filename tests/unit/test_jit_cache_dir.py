@@ -105,3 +105,40 @@ def test_windows_and_macos_user_cache_dirs(home: Path, tmp_path: Path) -> None:
         home / "Library" / "Caches" / "torch-c-dlpack-ext",
         None,
     )
+
+
+def test_a_jit_output_that_no_longer_matches_its_record_says_rebuild_not_reinstall(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36 deliverable 5: the JIT cache is not the installation. A build whose file
+    changed after it was recorded was reported with the core's "reinstall
+    torch-c-dlpack-ext" (a pinned index command, before): the fix is to build it anew."""
+    from _torch_c_dlpack_ext_core import driver
+    from _torch_c_dlpack_ext_core.errors import BuildError
+    from _torch_c_dlpack_ext_core.manifest import ManifestEntry
+    from torch_c_dlpack_ext import _jit
+
+    def compiled(request: driver.PortableRequest, *args: object, **kwargs: object) -> ManifestEntry:
+        (request.output_dir / "lib.so").write_bytes(b"changed")
+        return ManifestEntry(
+            file="lib.so",
+            torch="any",
+            torch_build="any",
+            backend=None,
+            cxx11_abi=None,
+            dlpack="1.3",
+            toolchain="test",
+            gpu_toolkit=None,
+            platform="linux_x86_64",
+            python="abi3",
+            size=3,
+            sha256="0" * 64,
+        )
+
+    monkeypatch.setattr(driver, "compile_portable_library", compiled)
+    settings = read_settings({P + "CACHE_DIR": str(tmp_path / "cache")})
+    with pytest.raises(BuildError, match="does not match its record") as caught:
+        _jit.build_portable(settings)
+    message = str(caught.value)
+    assert "and import again to build it anew" in message, message
+    assert "reinstall" not in message, message

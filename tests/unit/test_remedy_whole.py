@@ -131,3 +131,38 @@ def test_outside_the_diagnostics_the_remedy_points_to_them(
     monkeypatch.setattr(_apply, "_run_as_diagnostics", lambda: False)
     status = jit_failure(monkeypatch, message)
     assert "python -m torch_c_dlpack_ext shows details" in status.remedy, status.remedy
+
+
+@pytest.mark.parametrize(("version", "offered"), [("2.3.1", False), ("2.8.0", True)])
+def test_a_failed_bundled_library_offers_the_jit_only_where_it_can_build(
+    tmp_path: Path, version: str, offered: bool
+) -> None:
+    """Issue 36 item 9: a bundled library that fails to load (here: its file is missing)
+    was answered "or set JIT=1 to build a library for this torch" also where no native
+    library can be built (a library bundled for torch 2.3, outside the driver's range)."""
+    from _torch_c_dlpack_ext_core.manifest import ManifestEntry
+
+    entry = ManifestEntry(
+        file="libs/missing.so",
+        torch=version.rsplit(".", 1)[0],
+        torch_build=version,
+        backend=Backend.CPU,
+        cxx11_abi=False,
+        dlpack="1.3",
+        toolchain="test",
+        gpu_toolkit=None,
+        platform="linux_x86_64",
+        python="abi3",
+        size=1,
+        sha256="0" * 64,
+    )
+    info = CUDA_TORCH._replace(version=version, backend=Backend.CPU, cxx11_abi=False)
+    decision = Decision(kind=DecisionKind.LOAD, backend=Backend.CPU, entry=entry, reason="x")
+    action = _apply._Action(None, info, decision, Settings(), tmp_path / "torch_c_dlpack_ext")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        status = _apply.status_of(action.load())
+    assert status.kind is DecisionKind.UNAVAILABLE, status
+    assert "no library could be loaded" in status.reason, status.reason
+    assert "no installation record for this copy" in status.remedy, status.remedy
+    assert (f"{P}JIT=1" in status.remedy) is offered, status.remedy
