@@ -137,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     if args.device == "cuda" or args.dry_run:
-        from .gpu import run_cuda_mode
+        from .gpu_report import run_cuda_mode
 
         return run_cuda_mode(args)
     kinds = parse_only(args.only)

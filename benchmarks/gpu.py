@@ -16,8 +16,9 @@ member timed for every table in turn, the tables' order rotated per round):
   device=...))``), with timeit, once per round.
 
 The medians of at least :data:`MIN_ROUNDS` rounds go to ``<results>/exchange-cuda.json``
-with the device (name, driver), torch and date; :mod:`benchmarks.gpu_pages` renders them
-into docs/benchmarks.md's GPU section and README's GPU costs, from a real run only.
+with the device (name, driver), torch and date; :mod:`benchmarks.gpu_report` (the command)
+writes that file and renders it into docs/benchmarks.md's GPU section and README's GPU
+costs, from a real run only.
 
 Without a CUDA (or ROCm) device it refuses with :class:`DeviceUnavailableError`.
 ``--dry-run`` runs every step on CPU tensors with a few calls instead, so a host without a
@@ -26,7 +27,6 @@ GPU (the test suite) checks the plumbing; its result says so and is never render
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import dataclasses
 import shutil
@@ -41,16 +41,14 @@ from typing import Any
 from _torch_c_dlpack_ext_core.errors import (
     BackendUnavailableError,
     CommandError,
-    ConfigError,
     TorchCDLPackExtError,
 )
 from _torch_c_dlpack_ext_core.naming import Backend
 from _torch_c_dlpack_ext_core.run import run
 
 from .harness import build_harness
-from .report import Table, format_ns, format_ratio
-from .stats import ratio, summarize
-from .subjects import ROOT, BenchContext, build_our_library, running_torch_dir
+from .stats import summarize
+from .subjects import BenchContext, build_our_library, running_torch_dir
 
 __all__ = [
     "KIND",
@@ -63,7 +61,6 @@ __all__ = [
     "build_libraries",
     "build_native",
     "build_portable",
-    "run_cuda_mode",
     "run_gpu",
 ]
 
@@ -104,12 +101,6 @@ PYTHON_PATHS = {
         "for t in ts: to_dlpack(torch.empty(16, dtype=f32, device=dev))",
         "pass",
     ),
-}
-#: For each member, the Python calls a user makes for the same job.
-PYTHON_EQUIVALENTS = {
-    "from_py_object": ("__dlpack__()", "to_dlpack()"),
-    "to_py_object": ("from_dlpack(capsule)",),
-    "allocator": ("to_dlpack(torch.empty(16))",),
 }
 
 
@@ -364,8 +355,9 @@ def measure(
     return samples, python, unsupported
 
 
-def run_gpu(ctx: BenchContext, *, dry_run: bool) -> tuple[dict[str, Any], list[Table]]:
-    """Build, measure and tabulate (the summary, the tables). Raises
+def run_gpu(ctx: BenchContext, *, dry_run: bool) -> dict[str, Any]:
+    """Build and measure: the result's data (medians and spread per table and member, the
+    Python path, the device, torch, what could not be measured and why). Raises
     :class:`DeviceUnavailableError` without a GPU unless ``dry_run``."""
     torch = _torch()
     device, device_type, index = _device(torch, dry_run=dry_run)
@@ -420,115 +412,4 @@ def run_gpu(ctx: BenchContext, *, dry_run: bool) -> tuple[dict[str, Any], list[T
         "unsupported": unsupported,
         "errors": errors,
     }
-    return data, tables_of(data)
-
-
-def _median(data: dict[str, Any], table: str, member: str) -> float | None:
-    value = data["providers"].get(table, {}).get(member, {}).get("median")
-    return None if value is None else float(value)
-
-
-def tables_of(data: dict[str, Any]) -> list[Table]:
-    """The per-member table and the Python-path table of a result's data."""
-    settings, device = data["settings"], data["device"]
-    where = "CPU tensors (a dry run)" if data["dry_run"] else f"CUDA tensors on {device['name']}"
-    rows = []
-    for member in MEMBERS:
-        own, native, portable = (_median(data, table, member) for table in TABLES)
-        if own is None and native is None and portable is None:
-            continue
-        rows.append(
-            (member, format_ns(own), format_ns(native), format_ns(portable),
-             format_ratio(ratio(native, own)), format_ratio(ratio(portable, own)))
-        )  # fmt: skip
-    members = Table(
-        title=f"Exchange overhead, {where}: torch {data['torch']}'s own table, our "
-        f"{data['native_backend']} library and the portable table (ns per call, medians of "
-        f"{settings['rounds']} interleaved rounds x {settings['calls']:,} calls)",
-        headers=("member", "torch's own", "native", "portable", "native / own",
-                 "portable / own"),
-        rows=tuple(rows),
-    )  # fmt: skip
-    python_rows = []
-    for member, equivalents in PYTHON_EQUIVALENTS.items():
-        native, portable = _median(data, NATIVE, member), _median(data, PORTABLE, member)
-        for equivalent in equivalents:
-            value = data["python_path"].get(equivalent, {}).get("median")
-            python_rows.append(
-                (f"{member} vs {equivalent}", format_ns(value), format_ns(native),
-                 format_ns(portable), format_ratio(ratio(value, native)),
-                 format_ratio(ratio(value, portable)))
-            )  # fmt: skip
-    python_table = Table(
-        title=f"C API vs Python path, {where}",
-        headers=("C call vs Python call", "Python ns", "native ns", "portable ns",
-                 "native speedup", "portable speedup"),
-        rows=tuple(python_rows),
-    )  # fmt: skip
-    return [members, python_table]
-
-
-def _context(args: argparse.Namespace) -> tuple[BenchContext, bool]:
-    """The run's context from ``python -m benchmarks``'s options, and whether its results
-    folder is the committed one; raises :class:`ConfigError` for options the CUDA mode
-    does not take."""
-    from .report import Progress
-
-    if args.device != "cuda":
-        raise ConfigError("--dry-run belongs to --device cuda (the CPU benchmarks need no GPU)")
-    for option, given in (("--only", args.only), ("--full", args.full)):
-        if given:
-            raise ConfigError(f"--device cuda runs the exchange benchmark only; drop {option}")
-    work_dir: Path = args.work_dir.resolve()
-    scratch = "results-dry-run" if args.dry_run else "results-quick" if args.quick else None
-    committed_dir = (ROOT / "benchmarks" / "results").resolve()
-    results_dir: Path = (
-        args.results_dir.resolve()
-        if args.results_dir is not None
-        else work_dir / scratch
-        if scratch
-        else committed_dir
-    )
-    committed = results_dir == committed_dir
-    if committed and scratch:
-        raise ConfigError(
-            f"--{scratch.removeprefix('results-')} results never go to benchmarks/results: "
-            "give another --results-dir, or leave it out"
-        )
-    ctx = BenchContext(
-        quick=args.quick, full=False, work_dir=work_dir, results_dir=results_dir,
-        progress=Progress(),
-    )  # fmt: skip
-    return ctx, committed
-
-
-def run_cuda_mode(args: argparse.Namespace) -> int:
-    """``python -m benchmarks --device cuda [--dry-run] [--quick]``: measure, print the
-    tables, write ``<results>/exchange-cuda.json``; then, for a real run into the committed
-    folder (or with ``--write-readme``), the pages' GPU figures
-    (:func:`benchmarks.gpu_pages.write_gpu_pages`). ``--readme-only`` only re-renders them."""
-    from .gpu_pages import write_gpu_pages
-    from .report import describe_machine, write_result
-
-    ctx, committed = _context(args)
-    if not args.readme_only:
-        data, tables = run_gpu(ctx, dry_run=args.dry_run)
-        path = write_result(
-            ctx.results_dir,
-            KIND,
-            machine=describe_machine(),
-            options={"quick": ctx.quick, "dry_run": args.dry_run, "device": "cuda"},
-            data=data,
-            tables=tables,
-            targets=[],
-        )
-        print()
-        for table in tables:
-            print(table.to_text(), end="\n\n")
-        for name, error in data["errors"].items():
-            print(f"{name}: not measured: {error}", file=sys.stderr)
-        ctx.progress(f"{KIND}: wrote {path}")
-    if (committed or args.write_readme or args.readme_only) and not args.dry_run:
-        for page in write_gpu_pages(ctx.results_dir, ROOT, committed=committed):
-            ctx.progress(f"{page.relative_to(ROOT)}: GPU figures rewritten from {ctx.results_dir}")
-    return 0
+    return data

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from benchmarks import gpu, gpu_pages
+from benchmarks import gpu, gpu_report
 from benchmarks.harness import build_harness
 from tests.exchange_suite import dlpack_ctypes as dl
 
@@ -140,9 +140,7 @@ def dry_run(build_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     """One dry run (its libraries cached with the test builds); its result document."""
     pages = [(ROOT / "docs" / "benchmarks.md").read_bytes(), (ROOT / "README.md").read_bytes()]
     results = tmp_path_factory.mktemp("results")
-    proc = _bench(
-        "--dry-run", "--work-dir", str(build_cache / "bench-gpu"), "--results-dir", str(results)
-    )
+    proc = _bench("--dry-run", "--work-dir", str(build_cache), "--results-dir", str(results))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert [(ROOT / "docs" / "benchmarks.md").read_bytes(), (ROOT / "README.md").read_bytes()] == (
         pages
@@ -179,10 +177,10 @@ def test_dry_run_times_every_member_of_the_three_tables(dry_run: dict[str, Any])
 @pytest.mark.slow
 def test_the_pages_refuse_a_dry_run(dry_run: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match=r"is a dry run \(CPU tensors\)"):
-        gpu_pages.check_real_run(dry_run, "exchange-cuda.json")
+        gpu_report.check_real_run(dry_run, "exchange-cuda.json")
     short = {**dry_run, "data": {**dry_run["data"], "dry_run": False}}
     with pytest.raises(ConfigError, match=r"has 3 rounds; the pages show medians of at least 15"):
-        gpu_pages.check_real_run(short, "exchange-cuda.json")
+        gpu_report.check_real_run(short, "exchange-cuda.json")
 
 
 @pytest.mark.slow
@@ -197,12 +195,12 @@ def test_a_real_runs_figures_are_what_the_pages_show(dry_run: dict[str, Any]) ->
                    "runtime": "13.0"},
     }  # fmt: skip
     document = {**dry_run, "data": data}
-    gpu_pages.check_real_run(document, "exchange-cuda.json")
-    section = gpu_pages.render_gpu_section(document)
-    assert section.startswith(gpu_pages.GPU_START)
-    assert section.endswith(gpu_pages.GPU_END)
+    gpu_report.check_real_run(document, "exchange-cuda.json")
+    section = gpu_report.render_gpu_section(document)
+    assert section.startswith(gpu_report.GPU_START)
+    assert section.endswith(gpu_report.GPU_END)
     assert "NVIDIA X (compute capability 9.0, 1 device(s)), driver 580.1, CUDA 13.0" in section
-    readme = gpu_pages.render_readme_costs(document)
+    readme = gpu_report.render_readme_costs(document)
     own = data["providers"][gpu.TORCH_OWN]
     expected = f"{own['from_py_object']['median']:,.0f} ns / {own['allocator']['median']:,.0f} ns"
     assert f"| **defer**: torch's own table | {expected} |" in readme
@@ -215,10 +213,10 @@ def test_the_committed_pages_show_the_committed_gpu_result() -> None:
     (``python -m benchmarks --device cuda --readme-only`` rewrites them.)"""
     document = json.loads(COMMITTED.read_text()) if COMMITTED.is_file() else None
     if document is not None:
-        gpu_pages.check_real_run(document, str(COMMITTED))
+        gpu_report.check_real_run(document, str(COMMITTED))
     page = (ROOT / "docs" / "benchmarks.md").read_text()
-    assert gpu_pages.render_gpu_section(document) in page
+    assert gpu_report.render_gpu_section(document) in page
     readme = (ROOT / "README.md").read_text()
-    assert gpu_pages.render_readme_costs(document) in readme
+    assert gpu_report.render_readme_costs(document) in readme
     if document is None:
-        assert gpu_pages.NOT_MEASURED in page
+        assert gpu_report.NOT_MEASURED in page
