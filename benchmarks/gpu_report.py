@@ -83,7 +83,7 @@ def tables_of(data: dict[str, Any]) -> list[Table]:
         )  # fmt: skip
     members = Table(
         title=f"Exchange overhead, {where}: torch {data['torch']}'s own table, our "
-        f"{data['native_backend']} library and the portable table (ns per call, medians of "
+        f"{data['native_backend'].upper()} library and the portable table (ns per call, medians of "
         f"{settings['rounds']} interleaved rounds x {settings['calls']:,} calls)",
         headers=("member", "torch's own", "native", "portable", "native / own",
                  "portable / own"),
