@@ -106,6 +106,20 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run nothing; rewrite the generated tables from the result files",
     )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cuda: only the exchange benchmark, on CUDA tensors, with this machine's own torch "
+        "and libraries built here, offline (benchmarks/gpu.py); --readme-only with it "
+        "re-renders only the GPU figures",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --device cuda: every step on CPU tensors with a few calls, where no GPU is; "
+        "the result goes to <work dir>/results-dry-run and is never rendered",
+    )
     parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
     return parser
 
@@ -122,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.device == "cuda" or args.dry_run:
+        from .gpu_report import run_cuda_mode
+
+        return run_cuda_mode(args)
     kinds = parse_only(args.only)
     work_dir: Path = args.work_dir.resolve()
     results_dir: Path = (

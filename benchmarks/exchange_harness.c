@@ -12,6 +12,11 @@
  *
  * It makes `calls` calls cycling over the Python list `tensors` and returns the elapsed
  * CLOCK_MONOTONIC nanoseconds, or -1 with a Python exception set (ctypes.PyDLL raises it).
+ *
+ * The allocator and the stream getter take no tensor, so the device is theirs to say:
+ * `tcde_bench_allocator_on` and `tcde_bench_current_work_stream_on` take two more arguments,
+ * `int32_t device_type, int32_t device_id` (a DLDeviceType such as kDLCUDA, and its index);
+ * `tcde_bench_allocator` and `tcde_bench_current_work_stream` are those on (kDLCPU, 0).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -181,15 +186,17 @@ static void set_python_error(void* error_ctx, const char* kind, const char* mess
   PyErr_Format(PyExc_RuntimeError, "%s: %s", kind, message);
 }
 
-/* A small float32 CPU tensor: the allocation a consumer asks for a kernel output. */
-TCDE_BENCH_EXPORT int64_t tcde_bench_allocator(const DLPackExchangeAPI* api, PyObject* tensors,
-                                               int64_t calls) {
+/* A small float32 tensor on (device_type, device_id): the allocation a consumer asks for a
+ * kernel output. */
+TCDE_BENCH_EXPORT int64_t tcde_bench_allocator_on(const DLPackExchangeAPI* api, PyObject* tensors,
+                                                  int64_t calls, int32_t device_type,
+                                                  int32_t device_id) {
   if (check_args(api, tensors, calls) != 0) return -1;
   int64_t shape[1] = {16};
   DLTensor prototype;
   prototype.data = NULL;
-  prototype.device.device_type = kDLCPU;
-  prototype.device.device_id = 0;
+  prototype.device.device_type = (DLDeviceType)device_type;
+  prototype.device.device_id = device_id;
   prototype.ndim = 1;
   prototype.dtype.code = kDLFloat;
   prototype.dtype.bits = 32;
@@ -208,14 +215,24 @@ TCDE_BENCH_EXPORT int64_t tcde_bench_allocator(const DLPackExchangeAPI* api, PyO
   return now_ns() - start;
 }
 
-TCDE_BENCH_EXPORT int64_t tcde_bench_current_work_stream(const DLPackExchangeAPI* api,
-                                                         PyObject* tensors, int64_t calls) {
+/* The CPU allocation (the shape every entry point shares: the CPU benchmarks call this). */
+TCDE_BENCH_EXPORT int64_t tcde_bench_allocator(const DLPackExchangeAPI* api, PyObject* tensors,
+                                               int64_t calls) {
+  return tcde_bench_allocator_on(api, tensors, calls, kDLCPU, 0);
+}
+
+/* The current stream of (device_type, device_id): a CUDA device's is what a consumer asks
+ * before each kernel launch. */
+TCDE_BENCH_EXPORT int64_t tcde_bench_current_work_stream_on(const DLPackExchangeAPI* api,
+                                                            PyObject* tensors, int64_t calls,
+                                                            int32_t device_type,
+                                                            int32_t device_id) {
   if (check_args(api, tensors, calls) != 0) return -1;
   volatile uintptr_t sink = 0;
   int64_t start = now_ns();
   for (int64_t i = 0; i < calls; ++i) {
     void* stream = NULL;
-    if (api->current_work_stream(kDLCPU, 0, &stream) != 0) {
+    if (api->current_work_stream((DLDeviceType)device_type, device_id, &stream) != 0) {
       return fail("current_work_stream");
     }
     sink ^= (uintptr_t)stream;
@@ -223,4 +240,9 @@ TCDE_BENCH_EXPORT int64_t tcde_bench_current_work_stream(const DLPackExchangeAPI
   int64_t elapsed = now_ns() - start;
   (void)sink;
   return elapsed;
+}
+
+TCDE_BENCH_EXPORT int64_t tcde_bench_current_work_stream(const DLPackExchangeAPI* api,
+                                                         PyObject* tensors, int64_t calls) {
+  return tcde_bench_current_work_stream_on(api, tensors, calls, kDLCPU, 0);
 }

@@ -1,7 +1,7 @@
 """``python -m devtools gpu-carry [--dest DIR]``: gather the wheels the offline GPU machine
-lacks for ``tests/gpu/gpu_check.py`` into one folder (what and why:
-:mod:`devtools.envs.gpu_carry`), then print the one line that installs them there and runs the
-check."""
+lacks for the GPU check (``tests/gpu/gpu_run.py``) and apache-tvm-ffi's sdist for its tests
+into one folder (what and why: :mod:`devtools.envs.gpu_carry`), then print the one line that
+installs them there and runs the check."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""Gather what the offline GPU machine lacks for ``tests/gpu/gpu_check.py``, into one folder.
+"""Gather what the offline GPU machine lacks for the GPU check (``tests/gpu/gpu_run.py``),
+into one folder; and the GPU machine's twin without a GPU, where the check is dry-run.
 
 The GPU machine (docs/gpu-check.md) has an NVIDIA GPU, CUDA 13 with nvcc, Python
 3.12 with torch 2.11.0+cu130, pytest, numpy, hypothesis and ninja, the checkout, and no
-network; whatever else the check needs travels with the checkout as wheels, 64 MiB in all.
+network; whatever else the check needs travels with the checkout, 64 MiB in all.
 The check imports this project from the checkout (never installed) and needs, besides
 torch and the compiler:
 
@@ -10,20 +11,31 @@ torch and the compiler:
   ``tvm_ffi.testing.echo`` for the seed test (cp312 manylinux x86_64 wheel, ~3.3 MB);
 * ``typing-extensions >= 4.13``: apache-tvm-ffi's only requirement (torch's own pin is
   older, so the preinstalled copy may be too old);
-* ``filelock``: the build driver's lock (torch requires it, carried in case).
+* ``filelock``: the build driver's lock (torch requires it, carried in case);
+* apache-tvm-ffi's sdist (~3.3 MB), for its own GPU tests (:data:`TVM_FFI_TESTS`, under
+  ``tests/python``), which the check runs with our tables forced in
+  (:func:`extract_consumer_tests` unpacks them there).
 
 ``python -m devtools gpu-carry`` (also spelled ``python -m devtools.envs.gpu_carry``) downloads
 exactly those (no dependencies resolved beyond them: the list above is checked against
-each wheel's ``Requires-Dist``) into ``.gpu-carry/`` (git-ignored) through a temporary
-folder renamed into place, checks the total stays under the limit, and prints the one line
-that installs them offline and runs the check there.
+each wheel's ``Requires-Dist``, the sdist for the test files) into ``.gpu-carry/``
+(git-ignored) through a temporary folder renamed into place, checks the total stays under
+the limit, and prints the one line that installs them offline and runs the check there.
+
+:func:`twin_env` is that machine without its GPU: an importable torch 2.11.0+cu130 on
+CPython 3.12 with what the GPU machine has and what is carried, and NVIDIA's CUDA header
+wheels in place of its nvcc (its cost: docs/facts.md), in which the test suite runs
+``tests/gpu`` and the check's command.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
+import sysconfig
+import tarfile
 import tempfile
 import zipfile
 from collections.abc import Sequence
@@ -33,12 +45,25 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from _torch_c_dlpack_ext_core.headers import cuda_header_wheels
 from _torch_c_dlpack_ext_core.naming import python_target_tags
 from _torch_c_dlpack_ext_core.run import run
 from devtools.base.errors import ProvisionError
 from devtools.base.wheelnames import parse_wheel_name
+from devtools.envs.torchenv import TorchEnv, torch_env
 
-__all__ = ["CARRY_DIR", "LIMIT_BYTES", "PREINSTALLED", "WHEELS", "gather", "install_line"]
+__all__ = [
+    "CARRY_DIR",
+    "LIMIT_BYTES",
+    "PREINSTALLED",
+    "SDIST",
+    "TVM_FFI_TESTS",
+    "WHEELS",
+    "extract_consumer_tests",
+    "gather",
+    "install_line",
+    "twin_env",
+]
 
 #: The carry folder, relative to the checkout (ignored by .gitignore).
 CARRY_DIR = ".gpu-carry"
@@ -46,15 +71,31 @@ CARRY_DIR = ".gpu-carry"
 LIMIT_BYTES = 64 * 1024 * 1024
 #: What the check needs that the GPU machine lacks (pinned: the versions checked here).
 WHEELS = ("apache-tvm-ffi==0.1.15.post2", "typing-extensions>=4.13", "filelock>=3.12")
+#: The sdist whose tests the check runs (the carried wheel's version).
+SDIST = "apache-tvm-ffi==0.1.15.post2"
+#: apache-tvm-ffi's GPU tests the check runs, in the sdist's ``tests/python``: the stream
+#: (``current_work_stream`` of a torch stream, inline extensions that need ninja), the
+#: exchange table's members, tensors and containers through DLPack.
+TVM_FFI_TESTS = (
+    "test_current_work_stream_gpu.py",
+    "test_stream.py",
+    "test_dlpack_exchange_api.py",
+    "test_tensor.py",
+    "test_container_dlpack_conversion.py",
+)
+TVM_FFI_TESTS_DIR = "tests/python"
 #: What the GPU machine has already (its torch's own requirements included).
 PREINSTALLED = frozenset(
     {"torch", "pytest", "numpy", "hypothesis", "ninja", "sympy", "networkx", "jinja2", "fsspec"}
 )
-#: The GPU machine's interpreter and platform.
+#: The GPU machine's interpreter and platform, and its torch.
 PYTHON = "3.12"
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
-#: The check, as the GPU machine runs it from the checkout's root.
-CHECK = "python tests/gpu/gpu_check.py --require-gpu"
+TORCH = "2.11.0"
+TORCH_CUDA = "13.0"
+#: The check, as the GPU machine runs it from the checkout's root ($OUT: the folder whose
+#: files come back from the device).
+CHECK = 'python tests/gpu/gpu_run.py --out "$OUT" --require-gpu'
 
 
 def _log(message: str) -> None:
@@ -90,12 +131,64 @@ def _requirements_of(wheel: Path) -> list[Requirement]:
     return found
 
 
+def _download_sdist(requirement: str, dest: Path) -> None:
+    """pip download of ``requirement``'s sdist, no deps. pip prepares its metadata, which
+    installs the build backend: as wheels (``--only-binary :all:`` for everything else),
+    never compiled from source."""
+    name = Requirement(requirement).name
+    command = [
+        sys.executable, "-m", "pip", "--isolated", "download", "--no-deps",
+        "--only-binary", ":all:", "--no-binary", name, "--dest", str(dest), requirement,
+    ]  # fmt: skip
+    run(command)
+
+
+def _consumer_tests_in(sdist: Path) -> dict[str, tarfile.TarInfo]:
+    """The regular files under the sdist's ``tests/python`` by their path there."""
+    found: dict[str, tarfile.TarInfo] = {}
+    with tarfile.open(sdist, "r:gz") as archive:
+        for member in archive.getmembers():
+            top, _, inner = member.name.partition("/")
+            if member.isfile() and top and inner.startswith(TVM_FFI_TESTS_DIR + "/"):
+                found[inner[len(TVM_FFI_TESTS_DIR) + 1 :]] = member
+    return found
+
+
+def _check_wheels(wheels: list[Path]) -> None:
+    carried = {parse_wheel_name(w.name).name for w in wheels}
+    wanted = {canonicalize_name(Requirement(r).name) for r in WHEELS}
+    if carried != wanted:
+        raise ProvisionError(f"pip downloaded {sorted(carried)}, expected {sorted(wanted)}")
+    for wheel in wheels:
+        for req in _requirements_of(wheel):
+            name = canonicalize_name(req.name)
+            if name not in carried and name not in PREINSTALLED:
+                raise ProvisionError(
+                    f"{wheel.name} requires {req}, which the GPU machine lacks and "
+                    "devtools/envs/gpu_carry.py does not carry; add it to WHEELS"
+                )
+
+
+def _check_sdist(found: list[Path]) -> None:
+    if len(found) != 1:
+        names = [p.name for p in found]
+        raise ProvisionError(f"pip downloaded {names} for {SDIST}, expected one sdist")
+    tests = _consumer_tests_in(found[0])
+    missing = [name for name in TVM_FFI_TESTS if name not in tests]
+    if missing:
+        raise ProvisionError(
+            f"{found[0].name} has no {TVM_FFI_TESTS_DIR}/{', '.join(missing)}: the check runs "
+            "those tests; pin SDIST to a release that has them, or update TVM_FFI_TESTS"
+        )
+
+
 def gather(dest: Path, *, limit: int = LIMIT_BYTES) -> list[Path]:
-    """Download :data:`WHEELS` into ``dest`` (replaced as a whole) and return the wheels.
+    """Download :data:`WHEELS` and the :data:`SDIST` into ``dest`` (replaced as a whole)
+    and return the files.
 
     Raises :class:`~devtools.base.errors.ProvisionError` when a wheel needs something
-    neither carried nor preinstalled on the GPU machine, or when the total exceeds
-    ``limit``.
+    neither carried nor preinstalled on the GPU machine, when the sdist lacks one of
+    :data:`TVM_FFI_TESTS`, or when the total exceeds ``limit``.
     """
     dest = dest.resolve()
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -103,24 +196,16 @@ def gather(dest: Path, *, limit: int = LIMIT_BYTES) -> list[Path]:
     try:
         _log(f"downloading {' '.join(WHEELS)} ({python_target_tags(PYTHON)[1]}, manylinux x86_64)")
         _download(WHEELS, staging)
-        wheels = sorted(staging.glob("*.whl"))
-        carried = {parse_wheel_name(w.name).name for w in wheels}
-        wanted = {canonicalize_name(Requirement(r).name) for r in WHEELS}
-        if carried != wanted:
-            raise ProvisionError(f"pip downloaded {sorted(carried)}, expected {sorted(wanted)}")
-        for wheel in wheels:
-            for req in _requirements_of(wheel):
-                name = canonicalize_name(req.name)
-                if name not in carried and name not in PREINSTALLED:
-                    raise ProvisionError(
-                        f"{wheel.name} requires {req}, which the GPU machine lacks and "
-                        "devtools/envs/gpu_carry.py does not carry; add it to WHEELS"
-                    )
-        total = sum(w.stat().st_size for w in wheels)
+        _check_wheels(sorted(staging.glob("*.whl")))
+        _log(f"downloading the sdist of {SDIST} (its tests)")
+        _download_sdist(SDIST, staging)
+        _check_sdist(sorted(staging.glob("*.tar.gz")))
+        files = sorted(p for p in staging.iterdir() if p.is_file())
+        total = sum(p.stat().st_size for p in files)
         if total > limit:
             raise ProvisionError(
-                f"the carried wheels take {total / 2**20:.1f} MiB, over the "
-                f"{limit / 2**20:.0f} MiB the GPU machine accepts; carry fewer or smaller wheels"
+                f"the carried files take {total / 2**20:.1f} MiB, over the "
+                f"{limit / 2**20:.0f} MiB the GPU machine accepts; carry fewer or smaller ones"
             )
         if dest.exists():
             shutil.rmtree(dest)
@@ -128,17 +213,92 @@ def gather(dest: Path, *, limit: int = LIMIT_BYTES) -> list[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    result = sorted(dest.glob("*.whl"))
-    for wheel in result:
-        _log(f"  {wheel.name}: {wheel.stat().st_size / 2**20:.2f} MiB")
-    _log(f"total {sum(w.stat().st_size for w in result) / 2**20:.2f} MiB in {dest}")
+    result = sorted(p for p in dest.iterdir() if p.is_file())
+    for path in result:
+        _log(f"  {path.name}: {path.stat().st_size / 2**20:.2f} MiB")
+    _log(f"total {sum(p.stat().st_size for p in result) / 2**20:.2f} MiB in {dest}")
     return result
 
 
 def install_line(folder: str = CARRY_DIR) -> str:
-    """The GPU machine's one line: install the carried wheels offline, then run the check."""
+    """The GPU machine's one line: install the carried wheels offline (wheels only: the
+    sdist is there for its tests), then run the check."""
     names = " ".join(Requirement(r).name for r in WHEELS)
-    return f"python -m pip install --no-index --find-links {folder} {names} && {CHECK}"
+    check = CHECK if folder == CARRY_DIR else CHECK.replace(" --out", f" --carry {folder} --out")
+    return (
+        f"python -m pip install --no-index --only-binary :all: --find-links {folder} {names} "
+        f"&& {check}"
+    )
+
+
+def extract_consumer_tests(carry: Path, dest: Path) -> Path:
+    """Unpack :data:`TVM_FFI_TESTS_DIR` of the carried sdist (``carry``) into ``dest``
+    (regular files only, each path checked to stay inside) and return ``dest``.
+
+    Raises :class:`~devtools.base.errors.ProvisionError` without exactly one sdist of
+    apache-tvm-ffi in ``carry``, or when it lacks one of :data:`TVM_FFI_TESTS`.
+    """
+    prefix = canonicalize_name(Requirement(SDIST).name).replace("-", "_")
+    found = sorted(carry.glob(f"{prefix}-*.tar.gz"))
+    if not found:
+        raise ProvisionError(
+            f"no {prefix}-*.tar.gz in {carry}: run `python -m devtools gpu-carry` on a machine "
+            "with network and carry its folder with the checkout"
+        )
+    _check_sdist(found)
+    dest = dest.resolve()
+    with tarfile.open(found[0], "r:gz") as archive:
+        for inner, member in _consumer_tests_in(found[0]).items():
+            target = (dest / inner).resolve()
+            if not target.is_relative_to(dest):
+                raise ProvisionError(f"{found[0].name}: {member.name} points outside its folder")
+            source = archive.extractfile(member)
+            if source is None:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(source.read())
+    return dest
+
+
+#: The twin's requirements besides torch's: what the GPU machine has, what is carried to
+#: it, and the CUDA headers its nvcc provides there.
+TWIN_EXTRA = ("pytest", "hypothesis", "ninja", *WHEELS, *cuda_header_wheels(TORCH_CUDA).split())
+
+
+def find_cpython(version: str) -> Path | None:
+    """A CPython ``version`` (``"3.12"``) of this host: this one, one uv finds without
+    downloading, or one pyenv installed (its shims hide the others from uv)."""
+    running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if running == version and not sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return Path(sys.executable)
+    uv = shutil.which("uv")
+    if uv is not None:
+        found = subprocess.run(
+            [uv, "python", "find", "--no-python-downloads", version],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        if found.returncode == 0 and found.stdout.strip():
+            return Path(found.stdout.strip())
+    pyenv = shutil.which("pyenv")
+    if pyenv is not None:
+        root = subprocess.run(
+            [pyenv, "root"], capture_output=True, text=True, timeout=60, check=False
+        )
+        installed = sorted(
+            Path(root.stdout.strip()).glob(f"versions/{version}.*/bin/python{version}")
+        )
+        if root.returncode == 0 and installed:
+            return installed[-1]
+    return None
+
+
+def twin_env() -> TorchEnv:
+    """The GPU machine without its GPU (created once, cached): PyPI's torch 2.11.0+cu130,
+    importable, on CPython 3.12 (this host's, else one uv provides), with
+    :data:`TWIN_EXTRA`."""
+    return torch_env(
+        TORCH, importable=True, python=PYTHON, interpreter=find_cpython(PYTHON), extra=TWIN_EXTRA
+    )
 
 
 if __name__ == "__main__":  # the older spelling of `python -m devtools gpu-carry`

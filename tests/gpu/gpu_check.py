@@ -11,12 +11,14 @@ library come from ``$CUDA_HOME``, ``nvcc`` on PATH or ``/usr/local/cuda``. No ne
 
 What it does, in one process:
 
-1. builds our CPU library and, where torch has CUDA, our CUDA library for the running
-   torch through the one driver (``_torch_c_dlpack_ext_core.driver``) into a temporary cache
-   (``--cache-dir`` keeps it), each ABI-audited;
+1. builds our CPU library, where torch has CUDA our CUDA library, and the portable table
+   for the running torch through the one driver (``_torch_c_dlpack_ext_core.driver``, as
+   :mod:`benchmarks.gpu` builds them) into ``<cache>/{cpu,cuda,portable}`` (a temporary
+   folder; ``--cache-dir`` keeps it), each audited;
 2. forces ours (``TORCH_C_DLPACK_EXT_FORCE=1``, ``TORCH_C_DLPACK_EXT_LIBRARY``) after
    keeping torch's own capsule, and checks ``torch.Tensor.__dlpack_c_exchange_api__`` is
-   then our table;
+   then our table: the CUDA library where a GPU runs it, else the CPU library, which a GPU
+   torch publishes only when ``TORCH_C_DLPACK_EXT_BACKEND=cpu`` asks for it;
 3. compares ours with torch's table field by field: export (owning and non-owning) and
    import round trips for every dtype torch supports on the device, the allocator
    (memory torch kernels then use; a bad request fails cleanly), ``current_work_stream``
@@ -24,8 +26,12 @@ What it does, in one process:
    every visible GPU, and the CPU library refusing CUDA tensors;
 4. runs the seed's "GPU tensor metadata through DLPack" test through real tvm-ffi
    (float16 (512,), (512, 512), (2, 3, 4) round-tripped by ``tvm_ffi.testing.echo``);
-5. times ns per call of ours and torch's in a C loop (benchmarks/exchange_harness.c);
+5. compares the portable table with torch's the same way (``portable ...`` cases);
 6. prints one table (case, ours, torch, verdict) and exits 1 on any mismatch.
+
+What each table costs per call is the benchmark's job (``python -m benchmarks --device
+cuda``); ``tests/gpu/gpu_run.py`` runs both, and apache-tvm-ffi's own GPU tests, in one
+command.
 
 Without a GPU (CI) the CPU cases run and every GPU case is reported "not run", never
 passed; ``--require-gpu`` then exits 2, so a GPU run that silently found no GPU fails.
@@ -39,13 +45,11 @@ import dataclasses
 import gc
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +59,7 @@ for _path in (ROOT / "python", ROOT):
         sys.path.insert(0, str(_path))
 
 import torch  # noqa: E402
+from benchmarks.gpu import build_native, build_portable  # noqa: E402
 from tests.exchange_suite.dlpack_ctypes import (  # noqa: E402
     DLDeviceType,
     DLManagedTensorVersioned,
@@ -71,18 +76,17 @@ from tests.exchange_suite.dlpack_ctypes import (  # noqa: E402
     managed_fields,
 )
 
+from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtError  # noqa: E402
+from _torch_c_dlpack_ext_core.naming import Backend  # noqa: E402
+
 OK = "ok"
 MISMATCH = "MISMATCH"
 NOT_RUN = "not run"
-INFO = "measured"
 #: Exit codes: 1 a mismatch (or a case that crashed), 2 GPU cases not run under --require-gpu.
 EXIT_MISMATCH = 1
 EXIT_NO_GPU = 2
 #: The seed's GPU test (tests/exchange_suite/test_gpu.py, "GPU tensor metadata through DLPack").
 SEED_SHAPES = ((512,), (512, 512), (2, 3, 4))
-BENCH_FUNCTIONS = ("dltensor_from_py_object", "from_py_object", "to_py_object")
-#: Where GPU toolkits usually live when neither CUDA_HOME nor nvcc on PATH says.
-DEFAULT_CUDA_HOMES = (Path("/usr/local/cuda"), Path("/opt/cuda"))
 
 
 @dataclasses.dataclass
@@ -125,10 +129,7 @@ class Report:
             for r in notes:
                 print(f"  {r.case} [{r.verdict}]: {r.detail}")
         counts = {v: sum(r.verdict == v for r in self.rows) for v in (OK, MISMATCH, NOT_RUN)}
-        print(
-            f"\n{counts[OK]} ok, {counts[MISMATCH]} mismatch, {counts[NOT_RUN]} not run, "
-            f"{sum(r.verdict == INFO for r in self.rows)} measured"
-        )
+        print(f"\n{counts[OK]} ok, {counts[MISMATCH]} mismatch, {counts[NOT_RUN]} not run")
 
 
 # --- the two tables ---------------------------------------------------------------------
@@ -286,48 +287,24 @@ def stream_of(api: DLPackExchangeAPI, device_type: int, device_id: int) -> tuple
     )
 
 
-# --- builds and forcing --------------------------------------------------------------------
+# --- forcing -------------------------------------------------------------------------
 
 
-def cuda_home() -> Path | None:
-    """None when the driver finds CUDA by itself ($CUDA_HOME, nvcc on PATH); else a default."""
-    if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or shutil.which("nvcc"):
-        return None
-    return next(
-        (h for h in DEFAULT_CUDA_HOMES if (h / "include" / "cuda_runtime_api.h").is_file()), None
-    )
-
-
-def build(backend: str, cache: Path) -> tuple[Path, str]:
-    """Compile our library for the running torch; (path, one-line description).
-
-    The driver runs in a child process (``python -m _torch_c_dlpack_ext_core.driver``): importing
-    the package here would run its selector before :func:`force` has set the variables.
-    """
-    command = [
-        sys.executable, "-m", "_torch_c_dlpack_ext_core.driver", "--torch",
-        str(Path(torch.__file__).parent), "--backend", backend, "--output-dir",
-        str(cache / backend),
-    ]  # fmt: skip
-    home = cuda_home() if backend == "cuda" else None
-    if home is not None:
-        command += ["--gpu-home", str(home)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), str(ROOT)])}
-    env["TORCH_C_DLPACK_EXT_DISABLE"] = "1"
-    started = time.monotonic()
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    seconds = time.monotonic() - started
-    if proc.returncode != 0:
-        raise RuntimeError(f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-1500:]}")
-    entry = json.loads(proc.stdout)
-    toolkit = f", CUDA {entry['gpu_toolkit']}" if entry.get("gpu_toolkit") else ""
-    return cache / backend / entry["file"], f"{entry['size']} B, {seconds:.1f} s{toolkit}, audited"
+def gpu_torch() -> bool:
+    """A CUDA or ROCm build of torch (a device need not be present)."""
+    return torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None
 
 
 def force(library: Path) -> tuple[bool, str]:
-    """Import the package forced onto ``library``; (our table is published, what it says)."""
+    """Import the package forced onto ``library``; (our table is published, what it says).
+
+    The CPU library on a GPU torch (no GPU to run the CUDA one) is asked for with
+    ``BACKEND=cpu``: without it the selector rightly refuses a library of another backend
+    than torch's build."""
     os.environ["TORCH_C_DLPACK_EXT_FORCE"] = "1"
     os.environ["TORCH_C_DLPACK_EXT_LIBRARY"] = str(library)
+    if ExchangeLibrary(library).build_info["backend"] == "cpu" and gpu_torch():
+        os.environ["TORCH_C_DLPACK_EXT_BACKEND"] = "cpu"
     import torch_c_dlpack_ext
     from torch_c_dlpack_ext import _library
 
@@ -344,28 +321,6 @@ def force(library: Path) -> tuple[bool, str]:
     decision = getattr(status, "decision", None)
     kind = getattr(getattr(decision, "kind", None), "value", "?")
     return same, f"decision {kind}, {library.name}"
-
-
-# --- benchmark -----------------------------------------------------------------------------
-
-
-def bench(tables: Tables, device: str, cache: Path) -> Iterator[tuple[str, float, float]]:
-    """(function, ours ns/call, torch ns/call), best of 5 runs of 20000 calls each."""
-    from benchmarks.harness import build_harness
-
-    harness = ctypes.PyDLL(str(build_harness(Path(sys.executable), cache / "harness")))
-    tensors = [torch.zeros((4, 8), device=device), torch.zeros((16,), device=device)]
-    for name in BENCH_FUNCTIONS:
-        function = getattr(harness, f"tcde_bench_{name}")
-        function.restype = ctypes.c_int64
-        function.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.c_int64]
-        results = []
-        for api in (tables.ours, tables.torch):
-            calls = 20000
-            function(ctypes.addressof(api), tensors, 1000)  # warm up
-            best = min(function(ctypes.addressof(api), tensors, calls) for _ in range(5))
-            results.append(best / calls)
-        yield name, results[0], results[1]
 
 
 # --- the check -----------------------------------------------------------------------------
@@ -463,7 +418,6 @@ GPU_CASES = [
     "cuda: current_work_stream, per device",
     "cuda: cpu library refuses CUDA tensors",
     "cuda: tvm-ffi echo float16 (seed test)",
-    "cuda: ns/call",
     "cuda: import leaves CUDA uninitialised",
     "cuda: a forked child uses CUDA after the import",
 ]
@@ -472,9 +426,9 @@ GPU_CASES = [
 def _check(report: Report, torch_api: DLPackExchangeAPI, cache: Path, own_capsule: Any) -> int:
     # Builds first: the CPU library always, the CUDA one where this torch has CUDA.
     try:
-        cpu_path, text = build("cpu", cache)
+        cpu_path, text = build_native(cache, Backend.CPU)
         report.add("build: cpu library", text, "-", OK, gpu=False)
-    except Exception as exc:
+    except (TorchCDLPackExtError, OSError) as exc:
         report.add("build: cpu library", "failed", "-", MISMATCH, f"{exc}", gpu=False)
         report.not_run(GPU_CASES, "no CPU library")
         return 0
@@ -486,10 +440,10 @@ def _check(report: Report, torch_api: DLPackExchangeAPI, cache: Path, own_capsul
         gpu_reason = f"torch {torch.__version__} has no CUDA libraries"
     else:
         try:
-            cuda_path, text = build("cuda", cache)
+            cuda_path, text = build_native(cache, Backend.CUDA)
             report.add("build: cuda library", text, "-", OK, gpu=True)
             cuda_lib = ExchangeLibrary(cuda_path)
-        except Exception as exc:
+        except (TorchCDLPackExtError, OSError) as exc:
             report.add("build: cuda library", "failed", "-", MISMATCH, f"{exc}"[-400:], gpu=True)
             gpu_reason = "the CUDA library did not build"
     if cuda_lib is not None and not torch.cuda.is_available():
@@ -524,7 +478,6 @@ def _check(report: Report, torch_api: DLPackExchangeAPI, cache: Path, own_capsul
         lambda: _same(str(stream_of(tables.ours, cpu, 0)), str(stream_of(tables.torch, cpu, 0))),
     )
     run_case(report, "cpu: tvm-ffi echo float16", False, lambda: _seed(tables, "cpu"))
-    _bench_rows(report, tables, "cpu", cache, gpu=False)
     _portable_half(report, torch_api, cache, gpu_reason)
 
     if gpu_reason:
@@ -536,7 +489,6 @@ def _check(report: Report, torch_api: DLPackExchangeAPI, cache: Path, own_capsul
             report.not_run(["force: published table is ours (cuda)"], gpu_reason)
         return 0
     _gpu_half(report, tables)
-    _bench_rows(report, tables, "cuda", cache, gpu=True)
     assert cuda_lib is not None  # no gpu_reason: it was built
     _import_checks(report, cuda_lib.path)
     return 0
@@ -650,14 +602,6 @@ def _seed(tables: Tables, device: str) -> tuple[str, str, bool]:
     return f"{kept}/{len(SEED_SHAPES)} kept", "-", kept == len(SEED_SHAPES)
 
 
-def _bench_rows(report: Report, tables: Tables, device: str, cache: Path, *, gpu: bool) -> None:
-    try:
-        for name, ours, theirs in bench(tables, device, cache):
-            report.add(f"{device}: ns/call {name}", f"{ours:.1f}", f"{theirs:.1f}", INFO, gpu=gpu)
-    except Exception as exc:
-        report.add(f"{device}: ns/call", "failed", "-", MISMATCH, f"{exc}", gpu=gpu)
-
-
 def _gpu_half(report: Report, tables: Tables) -> None:
     kind = gpu_device_type()
     count = torch.cuda.device_count()
@@ -758,12 +702,11 @@ def _portable_half(
 ) -> None:
     """The portable table (csrc/portable, built as shipped: abi3) beside torch's own table:
     the CPU cases everywhere, the CUDA ones where a GPU runs them."""
-    from tests.helpers import build_portable_library
-
     try:
-        library = ExchangeLibrary(build_portable_library(cache / "portable"))
-        report.add("build: portable library", library.build_info["python"], "-", OK, gpu=False)
-    except Exception as exc:
+        path, text = build_portable(cache)
+        library = ExchangeLibrary(path)
+        report.add("build: portable library", text, "-", OK, gpu=False)
+    except (TorchCDLPackExtError, OSError) as exc:
         report.add("build: portable library", "failed", "-", MISMATCH, f"{exc}"[-400:], gpu=False)
         report.not_run(PORTABLE_GPU_CASES, "no portable library")
         return

@@ -1,7 +1,11 @@
 """The GPU check (``gpu_check.py``) as CI runs it: on a machine without a GPU its CPU half
 runs (a real build for the running torch, forced, compared with torch's own table, tvm-ffi's
-echo, the C timing loop) and every GPU case says "not run", never "ok". Where a GPU is
-present the same test demands that every case ran."""
+echo) and every GPU case says "not run", never "ok"; on a CUDA torch without a GPU too
+(``test_cuda_torch_without_gpu.py`` runs this file under one). Where a GPU is present the
+same test demands that every case ran.
+
+The check builds into ``<build cache>/libs``, the folder ``gpu_run.py`` builds into (it
+points the build cache there), so that its run of this file compiles nothing again."""
 
 from __future__ import annotations
 
@@ -61,7 +65,7 @@ def gpu_present() -> bool:
 def test_cpu_half_passes_and_gpu_cases_are_never_passed_without_a_gpu(
     tmp_path: Path, build_cache: Path, gpu_present: bool
 ) -> None:
-    code, output, rows = _run_check(tmp_path, build_cache / "gpu-check")
+    code, output, rows = _run_check(tmp_path, build_cache / "libs")
     assert code == 0, output[-6000:]
     verdicts = {row["case"]: row["verdict"] for row in rows}
     for case in CPU_CASES:
@@ -69,14 +73,10 @@ def test_cpu_half_passes_and_gpu_cases_are_never_passed_without_a_gpu(
     # Forced: the CUDA library where a GPU runs it, else the CPU one.
     forced = "cuda" if gpu_present else "cpu"
     assert verdicts[f"force: published table is ours ({forced})"] == "ok", verdicts
-    timed = [row for row in rows if row["case"].startswith("cpu: ns/call")]
-    assert len(timed) == 3
-    assert all(float(row["ours"]) > 0 and float(row["torch"]) > 0 for row in timed)
     gpu_rows = [
         row
         for row in rows
         if row["case"] not in CPU_CASES
-        and row not in timed
         and row["case"] != f"force: published table is ours ({forced})"
     ]
     assert len(gpu_rows) >= 12, "every GPU case appears in the table"
@@ -84,7 +84,7 @@ def test_cpu_half_passes_and_gpu_cases_are_never_passed_without_a_gpu(
     assert verdicts["build: cuda library"] in ("ok", "not run")
     gpu_rows = [row for row in gpu_rows if row["case"] != "build: cuda library"]
     if gpu_present:
-        assert all(row["verdict"] in ("ok", "measured") for row in gpu_rows), gpu_rows
+        assert all(row["verdict"] == "ok" for row in gpu_rows), gpu_rows
     else:
         assert {row["verdict"] for row in gpu_rows} == {"not run"}, gpu_rows
         assert all(row["detail"] for row in gpu_rows), "each 'not run' says why"
@@ -96,7 +96,7 @@ def test_require_gpu_fails_where_no_gpu_case_ran(
 ) -> None:
     if gpu_present:
         pytest.skip("a GPU is present: --require-gpu is satisfied here")
-    code, output, _ = _run_check(tmp_path, build_cache / "gpu-check", "--require-gpu")
+    code, output, _ = _run_check(tmp_path, build_cache / "libs", "--require-gpu")
     assert code == 2, output[-4000:]
     assert "--require-gpu: GPU cases were not run" in output
 
