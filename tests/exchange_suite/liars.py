@@ -110,31 +110,33 @@ class LyingDetach(torch.Tensor):
         return _bigger(self)
 
 
+#: What a lying ``__torch_function__`` answers for a property getter, by property name.
+_PROPERTY_LIES: dict[str, Callable[[], Any]] = {
+    "dtype": lambda: torch.float64,
+    "layout": lambda: torch.sparse_coo,
+    "is_nested": lambda: True,
+    "device": lambda: torch.device("cuda", 1),
+    "shape": lambda: torch.Size([1 << 20]),
+}
+
+#: ... and for a method, by name, given the tensor it was called on.
+_METHOD_LIES: dict[str, Callable[[torch.Tensor], Any]] = {
+    **dict.fromkeys(("detach", "view", "contiguous", "as_strided"), _bigger),
+    **dict.fromkeys(("size", "stride"), lambda t: torch.Size([1 << 30] * TENSOR_BASE.dim(t))),
+    **dict.fromkeys(("is_neg", "is_conj"), lambda t: False),
+    "data_ptr": lambda t: 4096,
+}
+
+
 def _lie(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """What a lying ``__torch_function__`` answers for ``func``, or ``NotImplemented``."""
     name = getattr(func, "__name__", "")
     owner = getattr(func, "__self__", None)
     if name == "__get__" and owner is not None:
-        prop = getattr(owner, "__name__", "")
-        if prop == "dtype":
-            return torch.float64
-        if prop == "layout":
-            return torch.sparse_coo
-        if prop == "is_nested":
-            return True
-        if prop == "device":
-            return torch.device("cuda", 1)
-        if prop == "shape":
-            return torch.Size([1 << 20])
-    if name in ("detach", "view", "contiguous", "as_strided"):
-        return _bigger(args[0])
-    if name in ("size", "stride"):
-        return torch.Size([1 << 30] * TENSOR_BASE.dim(args[0]))
-    if name in ("is_neg", "is_conj"):
-        return False
-    if name == "data_ptr":
-        return 4096
-    return NotImplemented
+        prop = _PROPERTY_LIES.get(getattr(owner, "__name__", ""))
+        return NotImplemented if prop is None else prop()
+    method = _METHOD_LIES.get(name)
+    return NotImplemented if method is None or not args else method(args[0])
 
 
 class LyingTorchFunction(torch.Tensor):
@@ -218,14 +220,14 @@ def storage_bytes(tensor: torch.Tensor) -> tuple[int, int]:
         return int(storage.data_ptr()), int(storage.nbytes())
 
 
-def described_extent(data: int, shape: tuple[int, ...], strides: tuple[int, ...],
-                     byte_offset: int, bits: int, lanes: int) -> tuple[int, int]:
-    """[first, last) byte addresses an export describes (empty: first == last)."""
-    if any(size == 0 for size in shape):
-        return data, data
-    item = (bits * lanes + 7) // 8
-    low = high = data + byte_offset
-    for size, stride in zip(shape, strides):
+def described_extent(fields: Any) -> tuple[int, int]:
+    """[first, last) byte addresses an export's fields (``TensorFields``) describe (empty:
+    first == last)."""
+    if any(size == 0 for size in fields.shape):
+        return fields.data, fields.data
+    item = (fields.bits * fields.lanes + 7) // 8
+    low = high = fields.data + fields.byte_offset
+    for size, stride in zip(fields.shape, fields.strides):
         step = (size - 1) * stride * item
         if step < 0:
             low += step

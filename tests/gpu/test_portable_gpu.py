@@ -112,9 +112,7 @@ def test_current_stream(portable: ExchangeLibrary) -> None:
         assert stream(portable.api, other_gpu_kind(), 0) == torch.cuda.current_stream(0).cuda_stream
     else:
         with pytest.raises(ValueError, match="build of torch"):
-            portable.api.current_work_stream(
-                other_gpu_kind(), 0, ctypes.byref(ctypes.c_void_p())
-            )
+            portable.api.current_work_stream(other_gpu_kind(), 0, ctypes.byref(ctypes.c_void_p()))
 
 
 def test_allocator_gives_memory_torch_kernels_use(portable: ExchangeLibrary) -> None:

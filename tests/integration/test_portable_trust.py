@@ -97,8 +97,7 @@ def check(name, how, fields, plain, twin):
     if fields == "BufferError":
         return
     start, size = storage_bytes(plain)
-    low, high = described_extent(fields.data, fields.shape, fields.strides,
-                                 fields.byte_offset, fields.bits, fields.lanes)
+    low, high = described_extent(fields)
     if low != high and (low < start or high > start + size):
         report["problems"].append([name, how, "describes memory outside the storage",
                                    [low, high], [start, start + size]])

@@ -2,10 +2,10 @@
 
 Issue 30: on torch 2.4 and 2.8, which have no table of their own and export legacy
 capsules (and on 2.13, issue 36), the portable table (csrc/portable, abi3) is compared
-call by call with the native library built for that torch: the same input to both, and the same outcome (the
-same fields, or the same refusal type). Torch 2.13's own table is the reference of
-tests/conformance (test_conformance_suite.py); here the native library is, since it is
-the table these torches get where a bundled library fits.
+call by call with the native library built for that torch: the same input to both, and
+the same outcome (the same fields, or the same refusal type). Torch 2.13's own table is
+the reference of tests/conformance (test_conformance_suite.py); here the native library
+is, since it is the table these torches get where a bundled library fits.
 
 Inputs: every layout case of the exchange suite in every dtype the torch has, tensors
 the tables refuse (conjugate and negative bits, sparse and nested layouts, meta and

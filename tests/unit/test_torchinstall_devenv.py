@@ -143,8 +143,13 @@ def test_a_failed_creation_leaves_nothing_that_looks_ready(
 
 @pytest.mark.parametrize(
     ("version", "numpy"),
-    [("2.2.2", "numpy<2"), ("2.0.1", "numpy<2"), ("2.3.1", "numpy"), ("2.13.0", "numpy"),
-     ("2.8.0a0+abc", "numpy")],
+    [
+        ("2.2.2", "numpy<2"),
+        ("2.0.1", "numpy<2"),
+        ("2.3.1", "numpy"),
+        ("2.13.0", "numpy"),
+        ("2.8.0a0+abc", "numpy"),
+    ],
 )
 def test_old_torch_gets_the_numpy_it_was_built_for(version: str, numpy: str) -> None:
     assert torchenv.numpy_for(version) == numpy
