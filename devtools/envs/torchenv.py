@@ -6,15 +6,21 @@ created once with uv and reused afterwards:
 * always: ``torch==<version>`` installed ``--no-deps`` (enough to compile against);
 * ``importable=True``: also torch's own runtime requirements, read from the
   installed torch's ``METADATA`` with their pins, minus the ones ``import torch``
-  does not need (cuSOLVER, NVRTC, NVTX, triton: see docs/facts.md), plus numpy (< 2
-  for torch < 2.3: :func:`numpy_for`); the
-  env is checked with ``import torch; torch.ones(2)`` and, if that fails, the
-  skipped requirements are added after all;
+  does not need (:data:`NOT_NEEDED_TO_IMPORT`: NVTX, NVRTC, cuSOLVER, triton; see
+  docs/facts.md), plus numpy (< 2 for torch < 2.3: :func:`numpy_for`); the env is
+  checked with ``import torch; torch.ones(2)`` and, while that fails, the skipped
+  requirements are added back one at a time in that order (torch 2.2-2.4 need NVTX,
+  and nothing more: their triton alone is 0.4-0.55 GB);
+* ``compile_only=True`` (not importable): only what a build reads. torch is installed
+  without uv's cache and its GPU kernels (:data:`COMPILE_ONLY_DROPPED`,
+  ``libtorch_cuda*.so``: 0.5-1.1 GB a release, never linked by a build) are deleted, so
+  the env costs ~0.6 GB and uv's cache keeps nothing of it: for releases the suite only
+  compiles against;
 * ``extra``: more requirements (``pytest``, ``psutil``).
 
 Environments live under ``$TCDE_DEV_CACHE/envs`` (default
 ``~/.cache/torch-c-dlpack-ext-dev/envs``), one directory per (Python, torch,
-importable, extra). Creation holds a file lock, and a marker file written last
+importable or compile-only, extra). Creation holds a file lock, and a marker file written last
 says the env is complete: an env a killed run left half-built has no marker and
 is rebuilt. Packages come through uv's cache, which this module never deletes,
 so several envs share one copy of the multi-GB NVIDIA wheels (hard links).
@@ -22,7 +28,10 @@ so several envs share one copy of the multi-GB NVIDIA wheels (hard links).
 Creating an env takes minutes on a cold cache, so it reports progress: which env,
 what is being installed, the elapsed time, and a line every 30 s while uv runs. The
 lines go to stderr, or to :func:`set_progress`'s sink (``tests/conftest.py`` sends them
-to pytest's terminal, past its output capture).
+to pytest's terminal, past its output capture). Observers (:func:`add_observer`) hear of
+every env and tree before it is used or made and after it is ready: the test suite's
+shard check refuses an env its shard does not provide, and its footprint report measures
+what each env added to the disk.
 
 Command line: ``python -m devtools torchenv 2.6.0 --importable [--extra pytest]``
 prints the env's path (:mod:`devtools.commands.torchenv`).
@@ -39,6 +48,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
@@ -52,20 +62,36 @@ from devtools.base.hostenv import dev_cache_root, venv_python
 from devtools.base.steps import Progress, find_uv
 
 __all__ = [
+    "COMPILE_ONLY_DROPPED",
+    "MARKER",
     "NOT_NEEDED_TO_IMPORT",
+    "EnvObserver",
     "TorchEnv",
     "TorchTree",
+    "add_observer",
     "numpy_for",
+    "remove_observer",
     "set_progress",
     "torch_env",
     "torch_tree",
 ]
 
-#: Requirements of torch that ``import torch`` does not load (checked, see docs/facts.md).
-NOT_NEEDED_TO_IMPORT = frozenset(
-    {"nvidia-cusolver-cu12", "nvidia-cuda-nvrtc-cu12", "nvidia-nvtx-cu12", "triton"}
+#: Requirements of torch that ``import torch`` of a torch >= 2.5 does not load (checked,
+#: see docs/facts.md), in the order an env whose smoke import fails adds them back, one
+#: at a time: smallest first (torch 2.2-2.4 link libnvToolsExt, so NVTX is enough there;
+#: triton, 0.4-0.55 GB, has never been needed).
+NOT_NEEDED_TO_IMPORT = (
+    "nvidia-nvtx-cu12",
+    "nvidia-cuda-nvrtc-cu12",
+    "nvidia-cusolver-cu12",
+    "triton",
 )
-_MARKER = ".torchenv-complete.json"
+#: What a compile-only env deletes from torch's ``lib/``: the GPU kernels, which a build
+#: never links (the gnu toolchain links libc10, libtorch_cpu and libc10_cuda/_hip) and
+#: the ABI audit does not need (it reads the libraries that are there, smallest first).
+COMPILE_ONLY_DROPPED = ("libtorch_cuda*.so*", "libtorch_hip*.so*")
+#: The file a complete env or tree holds, written last: its creation record (JSON).
+MARKER = ".torchenv-complete.json"
 _VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?([a-z0-9.+]*)$")
 #: ``3.12``, or a free-threaded ``3.14t`` (then ``interpreter`` must be given).
 _PYTHON_RE = re.compile(r"^3\.\d+t?$")
@@ -103,10 +129,52 @@ def set_progress(sink: Callable[[str], None] | None) -> None:
     PROGRESS.set_sink(sink)
 
 
+class EnvObserver(Protocol):
+    """Told of every env and tree this module hands out."""
+
+    def before(self, root: Path) -> None:
+        """``root`` is about to be used, and made first if it is not complete; raising
+        here stops the call before anything is downloaded."""
+
+    def after(self, root: Path, created: bool) -> None:
+        """``root`` is complete; ``created``: this call made it (its marker holds the
+        creation record)."""
+
+
+_OBSERVERS: list[EnvObserver] = []
+
+
+def add_observer(observer: EnvObserver) -> None:
+    """Tell ``observer`` of every env and tree from now on."""
+    _OBSERVERS.append(observer)
+
+
+def remove_observer(observer: EnvObserver) -> None:
+    """Stop telling ``observer`` (one that is not there: nothing happens)."""
+    if observer in _OBSERVERS:
+        _OBSERVERS.remove(observer)
+
+
+def _observed(root: Path, create: Callable[[], dict[str, object]]) -> None:
+    for observer in tuple(_OBSERVERS):
+        observer.before(root)
+    created = _create_once(root, create)
+    for observer in tuple(_OBSERVERS):
+        observer.after(root, created)
+
+
 def _env_name(
-    version: str, python: str, importable: bool, extra: Sequence[str], index_url: str | None = None
+    version: str,
+    python: str,
+    importable: bool,
+    extra: Sequence[str],
+    index_url: str | None = None,
+    *,
+    compile_only: bool = False,
 ) -> str:
     name = f"py{python}-torch{version}" + ("-import" if importable else "")
+    if compile_only:
+        name += "-build"
     if index_url:
         name += "-i" + hashlib.sha256(index_url.encode()).hexdigest()[:8]
     if extra:
@@ -136,7 +204,8 @@ def _uv(uv: str, *args: str) -> None:
 def import_requirements(
     site_packages: Path, version: str, python: str
 ) -> tuple[list[str], list[str]]:
-    """torch's requirements from its METADATA, split into (needed to import, not needed).
+    """torch's requirements from its METADATA, split into (needed to import, not needed:
+    in :data:`NOT_NEEDED_TO_IMPORT`'s order).
 
     Markers are evaluated for this machine and the env's Python; torch's own extras
     are not requested, but a requirement's extras are kept (torch >= 2.11 needs
@@ -160,6 +229,10 @@ def import_requirements(
         extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
         spec = f"{req.name}{extras}{req.specifier}"
         (skipped if canonicalize_name(req.name) in NOT_NEEDED_TO_IMPORT else needed).append(spec)
+    # In the order they are added back when the smoke import fails.
+    skipped.sort(
+        key=lambda spec: NOT_NEEDED_TO_IMPORT.index(canonicalize_name(Requirement(spec).name))
+    )
     return needed, skipped
 
 
@@ -169,6 +242,45 @@ def numpy_for(version: str) -> str:
     (checked: torch 2.2.2 with numpy 2.4)."""
     release = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
     return "numpy<2" if release < (2, 3) else "numpy"
+
+
+def _last_line(exc: CommandError) -> str:
+    lines = exc.stderr.strip().splitlines()
+    return lines[-1] if lines else f"exit code {exc.returncode}"
+
+
+def _add_until_import_works(
+    uv: str, env_py: str, version: str, skipped: Sequence[str], failure: CommandError
+) -> list[str]:
+    """Add the ``skipped`` requirements back one at a time, in their order, until the
+    smoke import works; the ones it took. A torch that still fails with all of them is a
+    :class:`ProvisionError` saying why."""
+    added: list[str] = []
+    for requirement in skipped:
+        PROGRESS.log(f"import torch failed ({_last_line(failure)}); adding {requirement}")
+        _uv(uv, "pip", "install", "--python", env_py, requirement)
+        added.append(requirement)
+        try:
+            run([env_py, "-c", _SMOKE])
+        except CommandError as exc:
+            failure = exc
+            continue
+        PROGRESS.log(f"  import torch works with {', '.join(added)} added back")
+        return added
+    raise ProvisionError(
+        f"import torch {version} fails even with {', '.join(skipped) or 'all its requirements'}"
+        f" installed: {_last_line(failure)}"
+    )
+
+
+def _drop_gpu_kernels(torch_dir: Path) -> dict[str, int]:
+    """Delete :data:`COMPILE_ONLY_DROPPED` from ``torch_dir/lib``; their sizes by name."""
+    dropped: dict[str, int] = {}
+    for pattern in COMPILE_ONLY_DROPPED:
+        for path in sorted((torch_dir / "lib").glob(pattern)):
+            dropped[path.name] = path.stat().st_size
+            path.unlink()
+    return dropped
 
 
 def _create(
@@ -181,6 +293,7 @@ def _create(
     extra: Sequence[str],
     index_url: str | None = None,
     interpreter: Path | None = None,
+    compile_only: bool = False,
 ) -> dict[str, object]:
     if interpreter is None:
         running = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -189,10 +302,24 @@ def _create(
     PROGRESS.log(f"creating {root} (Python {python})")
     _uv(uv, "venv", "--quiet", "--python", str(interpreter or python), str(root))
     env_py = str(venv_python(root))
-    PROGRESS.log(f"installing torch=={version} --no-deps from PyPI (~1 GB on a cold uv cache)")
     index = ["--index-url", index_url] if index_url else []
-    _uv(uv, "pip", "install", "--python", env_py, "--no-deps", *index, f"torch=={version}")
     record: dict[str, object] = {"torch": version, "python": python, "importable": importable}
+    if compile_only:
+        # Through a temporary cache: what stays is the env's own copy, without the GPU
+        # kernels, and uv's cache (a CI runner's disk) holds nothing of this torch.
+        PROGRESS.log(
+            f"installing torch=={version} --no-deps, compile-only (not kept in uv's cache)"
+        )
+        _uv(uv, "pip", "install", "--no-cache", "--python", env_py, "--no-deps", *index,
+            f"torch=={version}")  # fmt: skip
+        dropped = _drop_gpu_kernels(_site_packages(root) / "torch")
+        PROGRESS.log(
+            f"  dropped {', '.join(dropped) or 'nothing'} ({sum(dropped.values()) >> 20} MiB)"
+        )
+        record.update(compile_only=True, dropped=dropped)
+    else:
+        PROGRESS.log(f"installing torch=={version} --no-deps from PyPI (~1 GB on a cold uv cache)")
+        _uv(uv, "pip", "install", "--python", env_py, "--no-deps", *index, f"torch=={version}")
     if importable:
         needed, skipped = import_requirements(_site_packages(root), version, python)
         PROGRESS.log(f"installing what import torch needs: {' '.join(needed)} numpy")
@@ -202,12 +329,9 @@ def _create(
             run([env_py, "-c", _SMOKE])
             PROGRESS.log(f"  import torch works ({time.monotonic() - checked:.1f} s)")
         except CommandError as exc:
-            PROGRESS.log(
-                f"import torch failed ({exc.stderr.strip().splitlines()[-1:]}); adding {skipped}"
-            )
-            _uv(uv, "pip", "install", "--python", env_py, *skipped)
-            run([env_py, "-c", _SMOKE])
-            needed += skipped
+            added = _add_until_import_works(uv, env_py, version, skipped, exc)
+            needed += added
+            record["added_for_import"] = added
         record["requirements"] = needed
     elif extra:
         _uv(uv, "pip", "install", "--python", env_py, *extra)
@@ -216,18 +340,19 @@ def _create(
     return record
 
 
-def _create_once(root: Path, create: Callable[[], dict[str, object]]) -> None:
+def _create_once(root: Path, create: Callable[[], dict[str, object]]) -> bool:
     """Create ``root`` with ``create`` (which returns its record) unless its marker says
-    it is complete; the lock makes concurrent callers create it once, and a creation that
-    fails or was killed leaves nothing that looks ready."""
+    it is complete; whether this call created it. The lock makes concurrent callers
+    create it once, and a creation that fails or was killed leaves nothing that looks
+    ready."""
     from filelock import FileLock
 
     with FileLock(str(root) + ".lock", timeout=_LOCK_TIMEOUT_S):
-        if (root / _MARKER).is_file():
-            return
+        if (root / MARKER).is_file():
+            return False
         with PROGRESS.making(root.name):
             if root.exists():
-                PROGRESS.log(f"removing incomplete {root} (no {_MARKER}: an interrupted creation)")
+                PROGRESS.log(f"removing incomplete {root} (no {MARKER}: an interrupted creation)")
                 shutil.rmtree(root)
             try:
                 record = create()
@@ -235,8 +360,9 @@ def _create_once(root: Path, create: Callable[[], dict[str, object]]) -> None:
                 shutil.rmtree(root, ignore_errors=True)
                 raise
             # Written last: its presence means everything above succeeded.
-            atomic_write_bytes(root / _MARKER, (json.dumps(record, indent=2) + "\n").encode())
+            atomic_write_bytes(root / MARKER, (json.dumps(record, indent=2) + "\n").encode())
             PROGRESS.log(f"{root} ready in {record['seconds']} s")
+    return True
 
 
 def torch_env(
@@ -247,15 +373,18 @@ def torch_env(
     extra: Sequence[str] = (),
     index_url: str | None = None,
     interpreter: Path | None = None,
+    compile_only: bool = False,
 ) -> TorchEnv:
     """The cached env with PyPI's ``torch==version`` (created on first use).
 
     ``python``: ``"3.11"`` style (default: this interpreter's). ``interpreter``: the
     CPython ``python`` names, where uv cannot find it by version (pyenv's shims hide
     theirs). ``importable``: also install what ``import torch`` needs (verified).
-    ``extra``: more requirements. ``index_url``: take torch from this index instead of
-    PyPI (PyTorch's per-backend indexes; the env name records it). Raises
-    :class:`ConfigError` for a malformed version and :class:`CommandError` when
+    ``compile_only``: only what a build reads (torch's GPU kernels deleted, nothing kept
+    in uv's cache; not with ``importable``). ``extra``: more requirements.
+    ``index_url``: take torch from this index instead of PyPI (PyTorch's per-backend
+    indexes; the env name records it). Raises :class:`ConfigError` for a malformed
+    version or both ``importable`` and ``compile_only``, and :class:`CommandError` when
     uv fails (e.g. no such torch release).
     """
     python = python or f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -265,11 +394,18 @@ def torch_env(
         raise ConfigError(f"python {python!r} is not a version like '3.11' or '3.14t'")
     if python.endswith("t") and interpreter is None:
         raise ConfigError(f"an environment of free-threaded {python} needs that interpreter")
+    if importable and compile_only:
+        raise ConfigError(
+            f"torch {version}: a compile-only env has no GPU kernels and cannot be importable;"
+            " ask for one or the other"
+        )
     extra = tuple(extra)
     envs = dev_cache_root() / "envs"
     envs.mkdir(parents=True, exist_ok=True)
-    root = envs / _env_name(version, python, importable, extra, index_url)
-    _create_once(
+    root = envs / _env_name(
+        version, python, importable, extra, index_url, compile_only=compile_only
+    )
+    _observed(
         root,
         lambda: _create(
             root,
@@ -280,6 +416,7 @@ def torch_env(
             extra=extra,
             index_url=index_url,
             interpreter=interpreter,
+            compile_only=compile_only,
         ),
     )
     site = _site_packages(root)
@@ -373,7 +510,7 @@ def torch_tree(
             "seconds": round(time.monotonic() - started, 1),
         }
 
-    _create_once(root, create)
+    _observed(root, create)
     return TorchTree(
         root=root, site_packages=root, torch_dir=root / "torch", version=version, python=python
     )

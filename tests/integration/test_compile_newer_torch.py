@@ -3,9 +3,9 @@
 Torch >= 2.10 has its own exchange API, so nothing here is shipped by default; but users
 force ours for A/B tests (``TORCH_C_DLPACK_EXT_FORCE=1``) and the GPU check
 (``tests/gpu/gpu_check.py``) builds for the GPU machine's torch 2.11. Each release is a
-cached no-deps env (``devtools.envs.torchenv``: ~900 MB download per torch wheel on a cold
-uv cache, ~1.5 GB on disk, shared with the other envs through uv's hard links) plus the
-CUDA header wheels of that torch's CUDA major (``_compile.cuda_header_wheels``: CUDA 12:
+cached compile-only env (``devtools.envs.torchenv``: ~0.9 GB download per torch wheel, not
+kept in uv's cache; ~0.6 GB on disk once torch's GPU kernels, libtorch_cuda*.so, which
+no build links, are dropped) plus the CUDA header wheels of that torch's CUDA major (``_compile.cuda_header_wheels``: CUDA 12:
 nvidia-cuda-runtime-cu12 + nvidia-cuda-nvcc-cu12; CUDA 13: nvidia-cuda-runtime +
 nvidia-cuda-crt). Nothing is imported from those envs: the build reads their files.
 
@@ -57,7 +57,9 @@ NEWER_TORCH = [
 
 
 def _install(version: str, cuda: str) -> TorchInstall:
-    env = torch_env(version, importable=False, extra=cuda_header_wheels(cuda).split())
+    env = torch_env(
+        version, importable=False, compile_only=True, extra=cuda_header_wheels(cuda).split()
+    )
     return TorchInstall.from_path(env.torch_dir)
 
 
