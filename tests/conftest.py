@@ -186,30 +186,26 @@ def portable_library(build_cache: Path) -> Path:
     return build_portable_library(build_cache / "portable-abi3")
 
 
-#: What the exchange suite needs inside an old-torch env besides torch itself.
-OLD_ENV_EXTRAS = ("pytest", "psutil")
-
-
 @pytest.fixture(scope="session")
 def old_torch_env() -> Callable[[str], TorchEnv]:
-    """Factory: ``old_torch_env("2.6.0")`` -> an importable env with PyPI's torch 2.6.0,
-    pytest and psutil (created once under the dev cache, then reused)."""
-    from devtools.envs.torchenv import torch_env
+    """Factory: ``old_torch_env("2.6.0")`` -> the suite's importable env with PyPI's torch
+    2.6.0 (``tests.helpers.suite_env``: created once under the dev cache, then reused)."""
+    from tests.helpers import suite_env
 
     def make(version: str) -> TorchEnv:
-        return torch_env(version, importable=True, extra=OLD_ENV_EXTRAS)
+        env: TorchEnv = suite_env(version)
+        return env
 
     return make
 
 
 @pytest.fixture(scope="session")
 def torch23_env() -> TorchEnv:
-    """PyPI's torch 2.3.1 (older than the matrix) for CPython 3.11, importable, with
-    apache-tvm-ffi (created once under the dev cache; skips on another CPython)."""
-    from tests.helpers import OLD_TORCH, TVM_FFI
+    """PyPI's torch 2.3.1 (older than the matrix) for CPython 3.11, the suite's importable
+    env, with apache-tvm-ffi (created once under the dev cache; skips on another CPython)."""
+    from tests.helpers import OLD_TORCH, suite_env
 
     if sys.version_info[:2] != (3, 11):
         pytest.skip(f"the torch {OLD_TORCH} env is made for CPython 3.11; this is {sys.version}")
-    from devtools.envs.torchenv import torch_env
-
-    return torch_env(OLD_TORCH, importable=True, python="3.11", extra=[TVM_FFI])
+    env: TorchEnv = suite_env(OLD_TORCH, python="3.11")
+    return env

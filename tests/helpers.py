@@ -54,6 +54,7 @@ __all__ = [
     "make_package",
     "probe_import",
     "run_python",
+    "suite_env",
 ]
 
 
@@ -331,6 +332,30 @@ OLD_TORCH = "2.3.1"
 #: The apache-tvm-ffi of the portable table's proofs (docs/facts.md checked this release);
 #: pinned, so the cached envs and the Debian root's wheelhouse hold the same one.
 TVM_FFI = "apache-tvm-ffi==0.1.15.post2"
+#: The extras of the suite's importable env of each old torch release (CPython 3.11 unless
+#: a test needs another): one set for every test, so the tests of a release share one env
+#: instead of making one per extras set (2.8.0 had seven; each took 15-60 s to make). The
+#: exchange suite's pytest and psutil, the conformance suite's hypothesis, the drop-in
+#: tests' apache-tvm-ffi.
+SUITE_EXTRAS = ("pytest", "psutil", "hypothesis", TVM_FFI)
+#: The releases whose suite env also holds CUDA header wheels, and their CUDA: the CUDA
+#: library compiles against 2.8.0's (``cuda_header_wheels``: nvidia-cuda-runtime-cu12 and
+#: nvidia-cuda-nvcc-cu12 12.8.*, ~0.1 GB).
+SUITE_CUDA_HEADERS = {"2.8.0": "12.8"}
+
+
+def suite_env(version: str, *, python: str | None = None) -> Any:
+    """The suite's importable env of PyPI's torch ``version`` (a
+    ``devtools.envs.torchenv.TorchEnv``; made once, then cached): :data:`SUITE_EXTRAS`
+    and, for :data:`SUITE_CUDA_HEADERS`, the CUDA header wheels. ``python``: default this
+    interpreter's."""
+    from devtools.envs.torchenv import torch_env
+
+    from _torch_c_dlpack_ext_core.headers import cuda_header_wheels
+
+    cuda = SUITE_CUDA_HEADERS.get(version)
+    headers = tuple(cuda_header_wheels(cuda).split()) if cuda else ()
+    return torch_env(version, importable=True, python=python, extra=SUITE_EXTRAS + headers)
 
 
 def bundle_portable(root: Path, library: Path, *, python: str = "abi3") -> Path:

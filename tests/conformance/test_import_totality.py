@@ -990,9 +990,9 @@ TVM_TORCH = "2.8.0"
 
 @pytest.fixture(scope="module")
 def tvm_env() -> Any:
-    from devtools.envs.torchenv import torch_env
+    from tests.helpers import suite_env
 
-    return torch_env(TVM_TORCH, importable=True, extra=["apache-tvm-ffi"])
+    return suite_env(TVM_TORCH)
 
 
 @pytest.mark.slow

@@ -5,9 +5,10 @@ force ours for A/B tests (``TORCH_C_DLPACK_EXT_FORCE=1``) and the GPU check
 (``tests/gpu/gpu_check.py``) builds for the GPU machine's torch 2.11. Each release is a
 cached compile-only env (``devtools.envs.torchenv``: ~0.9 GB download per torch wheel, not
 kept in uv's cache; ~0.6 GB on disk once torch's GPU kernels, libtorch_cuda*.so, which
-no build links, are dropped) plus the CUDA header wheels of that torch's CUDA major (``_compile.cuda_header_wheels``: CUDA 12:
-nvidia-cuda-runtime-cu12 + nvidia-cuda-nvcc-cu12; CUDA 13: nvidia-cuda-runtime +
-nvidia-cuda-crt). Nothing is imported from those envs: the build reads their files.
+no build links, are dropped) plus the CUDA header wheels of that torch's CUDA major
+(``_compile.cuda_header_wheels``: CUDA 12: nvidia-cuda-runtime-cu12 +
+nvidia-cuda-nvcc-cu12; CUDA 13: nvidia-cuda-runtime + nvidia-cuda-crt). Nothing is
+imported from those envs: the build reads their files.
 
 Per release: the driver's C++ standard equals what torch's CMake config asks for, its
 THPVariable check accepts the installation's header, and the CPU and CUDA libraries

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devtools.envs.torchenv import TorchEnv, torch_env
+from devtools.envs.torchenv import TorchEnv
+from tests.helpers import SUITE_CUDA_HEADERS
 
 from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library, plan_build
 from _torch_c_dlpack_ext_core.errors import ABIAuditError, BuildError
@@ -218,11 +219,11 @@ def test_cuda_variant_compiles_against_pypi_torch_2_8(
     nvidia-cuda-runtime-cu12 alone is not enough: its cuda_runtime_api.h includes
     crt/host_defines.h, which only nvidia-cuda-nvcc-cu12 ships.
     """
-    cuda = TorchInstall.from_path(old_torch_env("2.8.0").torch_dir).cuda_version
-    assert cuda == "12.8"
-    headers = (f"nvidia-cuda-runtime-cu12=={cuda}.*", f"nvidia-cuda-nvcc-cu12=={cuda}.*")
-    env = torch_env("2.8.0", importable=False, extra=headers)
+    env = old_torch_env("2.8.0")
     install = TorchInstall.from_path(env.torch_dir)
+    # The suite's 2.8.0 env holds the header wheels of torch's own CUDA
+    # (nvidia-cuda-runtime-cu12 and nvidia-cuda-nvcc-cu12 12.8.*).
+    assert install.cuda_version == SUITE_CUDA_HEADERS["2.8.0"] == "12.8"
     assert Backend.CUDA in install.backends_available
     # Found without help in the target env (no CUDA_HOME, no nvcc on PATH) ...
     for var in ("CUDA_HOME", "CUDA_PATH"):

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from devtools.envs.torchenv import torch_env
+from tests.helpers import suite_env
 
 from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
@@ -42,9 +42,8 @@ SUITE = sorted(
 MIN_CASES_213 = 1200
 MIN_CASES_28 = 700
 MIN_DIFFERENTIAL_CASES = 500
-#: The env the 2.8 half runs in: the exchange suite's extras plus hypothesis.
+#: The torch of the 2.8 half, in the suite's env (with hypothesis: ``tests.helpers.SUITE_EXTRAS``).
 OLD_TORCH = "2.8.0"
-OLD_ENV_EXTRAS = ("pytest", "psutil", "hypothesis")
 
 
 def run_conformance_suite(python: Path | str, library: Path) -> dict[str, int]:
@@ -84,7 +83,7 @@ def test_conformance_torch213(torch213_library: tuple[Path, ManifestEntry]) -> N
 
 
 def test_conformance_invariants_on_torch28(build_cache: Path) -> None:
-    env = torch_env(OLD_TORCH, importable=True, extra=OLD_ENV_EXTRAS)
+    env = suite_env(OLD_TORCH)
     install = TorchInstall.from_path(env.root)
     # Its own output dir: this env's torch path is another cache key than the exchange
     # suite's 2.8 env, and one dir for both would rebuild each on every run.
@@ -110,7 +109,7 @@ def test_conformance_portable_invariants_on_older_torch(
     """The portable table on torch 2.8 (legacy capsules both ways) and 2.9 (versioned, but
     no byte_offset or float8 import); CUDA torches without a GPU here, so the suite's
     host-only half applies (tables.Tables.runs_as_host_only)."""
-    env = torch_env(version, importable=True, extra=OLD_ENV_EXTRAS)
+    env = suite_env(version)
     counts = run_conformance_suite(env.python, portable_library)
     assert counts["total"] >= MIN_CASES_28, counts
     assert not any(name.endswith("differential") for name in counts), counts

@@ -29,7 +29,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from tests.helpers import CSRC, ROOT, build_portable_library, clean_env, run_python
+from tests.helpers import CSRC, ROOT, build_portable_library, clean_env, run_python, suite_env
 from tests.integration.test_compile_real_torch import run_exchange_suite
 
 pytestmark = pytest.mark.slow
@@ -152,9 +152,7 @@ def test_exchange_suite_on_older_torch(portable_library: Path, version: str) -> 
     """torch 2.2-2.8 export and import legacy DLManagedTensor capsules only (2.2, older
     than any native build, is served by this table alone); 2.9 has versioned capsules but
     imports neither byte_offset nor the float8/fp4 codes."""
-    from devtools.envs.torchenv import torch_env
-
-    env = torch_env(version, importable=True, extra=("pytest", "psutil"))
+    env = suite_env(version)
     assert run_exchange_suite(env.python, portable_library) >= MIN_SUITE_PASSED_OLD
 
 
@@ -287,9 +285,7 @@ def test_deleters_after_finalize(
 ) -> None:
     python: Path | str = sys.executable
     if torch_version != "running":
-        from devtools.envs.torchenv import torch_env
-
-        python = torch_env(torch_version, importable=True, extra=("pytest", "psutil")).python
+        python = suite_env(torch_version).python
     caller = _native_caller(tmp_path)
     proc = run_python(
         AFTER_FINALIZE,
@@ -327,9 +323,7 @@ def test_allocator_and_stream_after_finalize(
 ) -> None:
     python: Path | str = sys.executable
     if torch_version != "running":
-        from devtools.envs.torchenv import torch_env
-
-        python = torch_env(torch_version, importable=True, extra=("pytest", "psutil")).python
+        python = suite_env(torch_version).python
     proc = run_python(
         LATE_CALLS,
         args=[str(portable_library), str(_native_caller(tmp_path)), str(ROOT / "tests"),
@@ -539,9 +533,7 @@ print("initialized", torch.cuda.is_initialized())
 
 
 def test_cpu_exchanges_leave_cuda_uninitialised(portable_library: Path) -> None:
-    from devtools.envs.torchenv import torch_env
-
-    env = torch_env(OLD_TORCH, importable=True, extra=("pytest", "psutil"))
+    env = suite_env(OLD_TORCH)
     proc = run_python(
         NO_CUDA_INIT,
         args=[str(portable_library), str(ROOT / "tests"), str(ROOT / "python")],

@@ -25,7 +25,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.helpers import CUDA_SPY, ROOT, bundle_portable, clean_env, make_package, run_python
+from tests.helpers import (
+    CUDA_SPY,
+    ROOT,
+    bundle_portable,
+    clean_env,
+    make_package,
+    run_python,
+    suite_env,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -38,9 +46,7 @@ TORCHES = ["2.2.2", "2.8.0", "running"]
 def _python(version: str) -> Path | str:
     if version == "running":
         return sys.executable
-    from devtools.envs.torchenv import torch_env
-
-    return torch_env(version, importable=True, extra=("pytest", "psutil")).python
+    return suite_env(version).python
 
 
 def _run(code: str, library: Path, version: str, *args: str, timeout: float = 600) -> str:
@@ -263,9 +269,7 @@ def test_package_publishes_the_table_under_a_default_device(
     tmp_path: Path, portable_library: Path, device: str
 ) -> None:
     root = bundle_portable(make_package(tmp_path / "pkg"), portable_library)
-    from devtools.envs.torchenv import torch_env
-
-    env = torch_env("2.8.0", importable=True, extra=("pytest", "psutil"))
+    env = suite_env("2.8.0")
     code = PACKAGE_UNDER.replace("{spy}", CUDA_SPY)
     proc = run_python(
         code, pythonpath=[root], env=clean_env(), python=env.python, args=[device], timeout=300

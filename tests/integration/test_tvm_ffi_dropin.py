@@ -22,6 +22,7 @@ from tests.helpers import (
     clean_env,
     make_package,
     run_python,
+    suite_env,
 )
 
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
@@ -33,11 +34,9 @@ TORCH = "2.8.0"
 
 @pytest.fixture(scope="module")
 def tvm_env() -> Any:
-    from devtools.envs.torchenv import torch_env
-
-    # The CUDA headers the CUDA library compiles against (torch 2.8 is a CUDA 12.8 build).
-    headers = ["nvidia-cuda-runtime-cu12==12.8.*", "nvidia-cuda-nvcc-cu12==12.8.*"]
-    return torch_env(TORCH, importable=True, extra=["apache-tvm-ffi", *headers])
+    # The suite's env: apache-tvm-ffi, and the CUDA headers the CUDA library compiles
+    # against (torch 2.8 is a CUDA 12.8 build).
+    return suite_env(TORCH)
 
 
 @pytest.fixture(scope="module")

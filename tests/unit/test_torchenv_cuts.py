@@ -133,7 +133,7 @@ def test_a_compile_only_env_has_its_own_name_and_is_never_importable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(DEV_CACHE_VAR, str(tmp_path))
-    with pytest.raises(ConfigError, match="compile-only env .* cannot be importable"):
+    with pytest.raises(ConfigError, match=r"compile-only env .* cannot be importable"):
         torchenv.torch_env("2.15.0", importable=True, compile_only=True)
     assert torchenv._env_name("2.15.0", "3.11", False, (), compile_only=True) == (
         "py3.11-torch2.15.0-build"
@@ -193,7 +193,7 @@ def test_an_observer_that_refuses_stops_the_env_before_any_work(
     refuser = Refuses()
     torchenv.add_observer(refuser)
     try:
-        with pytest.raises(ConfigError, match="not here: py3.11-torch2.6.0-import"):
+        with pytest.raises(ConfigError, match=r"not here: py3\.11-torch2\.6\.0-import"):
             torchenv.torch_env("2.6.0", importable=True, python="3.11")
     finally:
         torchenv.remove_observer(refuser)
