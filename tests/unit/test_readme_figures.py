@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from benchmarks.pages import PATHS_END, PATHS_START
 from benchmarks.report import SECTION_END, SECTION_START
+from devtools.envs.footprint import BEGIN as FOOTPRINT_START
+from devtools.envs.footprint import END as FOOTPRINT_END
 from devtools.matrix.reader import load_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +38,12 @@ def _generated() -> str:
 
 
 def _prose(text: str) -> str:
-    for start, end in ((SECTION_START, SECTION_END), (PATHS_START, PATHS_END)):
+    generated = (
+        (SECTION_START, SECTION_END),
+        (PATHS_START, PATHS_END),
+        (FOOTPRINT_START, FOOTPRINT_END),
+    )
+    for start, end in generated:
         if start in text:
             text = text[: text.index(start)] + text[text.index(end) + len(end) :]
     if "\n## Layout" in text:  # CONTRIBUTING: only the top (Quick start, Runbooks)
