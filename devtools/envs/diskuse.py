@@ -166,7 +166,8 @@ def wheel_label(entry: Path) -> str:
     except OSError:
         pass
     label = f"{name.replace('_', '-').lower()} {version}"
-    return f"{label} {tag}" if tag and tag not in ("py3", "py2.py3") else label
+    # A CPython tag (cp311, cp314t) tells one torch wheel from another; py2/py3 does not.
+    return f"{label} {tag}" if tag.startswith("cp") else label
 
 
 def filesystem_used(path: Path) -> int:

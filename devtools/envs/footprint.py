@@ -113,7 +113,10 @@ class RunRecord:
     #: filesystem (else the disk figures miss what lives elsewhere).
     one_filesystem: bool
     filesystem_size: int
+    #: The filesystem's used bytes when the tests started (on a rehearsal's own image:
+    #: the checkout, the test session's venv, pip's and uv's caches so far).
     disk_start: int
+    #: The highest used bytes during the run, and at its end, minus ``disk_start``.
     disk_peak: int
     disk_end: int
     #: Bytes per area at the end, each inode counted once, in this order.
@@ -333,28 +336,33 @@ def _distinct_wheels(runs: Sequence[RunRecord]) -> dict[str, int]:
     return sizes
 
 
-def _envs(runs: Sequence[RunRecord]) -> dict[str, tuple[EnvRecord, list[str]]]:
-    envs: dict[str, tuple[EnvRecord, list[str]]] = {}
+def _envs(runs: Sequence[RunRecord]) -> dict[str, tuple[EnvRecord, list[str], bool]]:
+    """Each env of ``runs``: its first record, the shards that made it, and whether the
+    test process made it (a subprocess's envs are seen afterwards, their wheels counted
+    in their module's row)."""
+    envs: dict[str, tuple[EnvRecord, list[str], bool]] = {}
     for run in runs:
+        in_process = {name for module in run.modules for name in module.envs_used}
         for env in run.envs:
             if env.name in envs:
                 envs[env.name][1].append(run.shard)
             else:
-                envs[env.name] = (env, [run.shard])
+                envs[env.name] = (env, [run.shard], env.name in in_process)
     return envs
 
 
 def _shard_row(run: RunRecord) -> str:
-    sizes = [gib(run.disk_peak), gib(run.disk_end)]
+    used = f"{gib(run.disk_start + run.disk_peak)} of {gib(run.filesystem_size)}"
+    sizes = [used, gib(run.disk_peak), gib(run.disk_end)]
     sizes += [gib(run.areas.get("uv cache", 0)), gib(run.areas.get("torch envs", 0))]
     measured = f"{run.started[:10]}, Python {run.python}"
     return _row([f"`{run.shard}`", _counts(run.outcomes()), _minutes(run.seconds), *sizes,
                  measured])  # fmt: skip
 
 
-def _env_row(env: EnvRecord, shards: Sequence[str]) -> str:
+def _env_row(env: EnvRecord, shards: Sequence[str], in_process: bool) -> str:
     seconds = "" if env.seconds is None else _minutes(env.seconds)
-    added = gib(sum(w.size for w in env.wheels)) if env.wheels else "(in a subprocess)"
+    added = gib(sum(w.size for w in env.wheels)) if in_process else "(made by a subprocess)"
     return _row([f"`{env.name}`", env.kind, env.cuda or "", f"`{env.module}`", seconds, added,
                  gib(env.own), ", ".join(shards)])  # fmt: skip
 
@@ -363,13 +371,13 @@ def render_docs(runs: Sequence[RunRecord]) -> str:
     """docs/test-footprint.md's generated section, from the shard runs (in shard order)."""
     wheels = _distinct_wheels(runs)
     envs = _envs(runs)
-    env_own = sum(env.own for env, _ in envs.values())
+    env_own = sum(env.own for env, _, _ in envs.values())
     lines = [
         "### Shards",
         "",
-        "| shard | tests | time | peak disk (GiB) | at the end (GiB) | uv cache (GiB) "
-        "| torch envs (GiB) | measured |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
+        "| shard | tests | time | filesystem's peak (GiB used) | peak above the tests' start "
+        "(GiB) | at the end (GiB) | uv cache (GiB) | torch envs (GiB) | measured |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
         *(_shard_row(run) for run in runs),
         "",
         f"All shards together: {len(wheels)} distinct wheels unpacked in uv's cache "

@@ -150,7 +150,7 @@ def test_a_damaged_record_is_refused_naming_the_field(
 def test_the_tables_name_the_heavy_module_the_env_and_the_cuda_set() -> None:
     page = footprint.render_docs([_run()])
     assert (
-        "| `main` | 12 passed, 1 skipped | 5.0 min | 5.0 | 4.0 | 4.0 | 0.0 "
+        "| `main` | 12 passed, 1 skipped | 5.0 min | 6.0 of 20.0 | 5.0 | 4.0 | 4.0 | 0.0 "
         "| 2026-12-04, Python 3.11.7 |" in page
     )
     assert (
