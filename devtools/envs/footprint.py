@@ -32,6 +32,7 @@ __all__ = [
     "render_docs",
     "render_run",
     "replace_generated",
+    "whole_suite",
     "write_run",
 ]
 
@@ -367,6 +368,24 @@ def _env_row(env: EnvRecord, shards: Sequence[str], in_process: bool) -> str:
                  gib(env.own), ", ".join(shards)])  # fmt: skip
 
 
+#: The areas every shard run fills anew (the test session's venv, pip's cache): a whole
+#: run on one machine holds the largest of them once.
+SHARED_AREAS = ("nox envs", "pip cache")
+#: The area of the dev cache beyond the torch envs (built CPythons, Debian roots).
+OTHER_DEV_CACHE = "dev cache (CPythons, Debian roots)"
+
+
+def whole_suite(runs: Sequence[RunRecord]) -> int:
+    """About what one run of every shard on one machine leaves on its disk: each distinct
+    wheel and env once, each shard's CPythons and Debian roots, the test session's venv
+    and pip's cache once."""
+    envs = _envs(runs)
+    total = sum(_distinct_wheels(runs).values()) + sum(env.own for env, _, _ in envs.values())
+    total += sum(run.areas.get(OTHER_DEV_CACHE, 0) for run in runs)
+    total += sum(max((run.areas.get(area, 0) for run in runs), default=0) for area in SHARED_AREAS)
+    return total
+
+
 def render_docs(runs: Sequence[RunRecord]) -> str:
     """docs/test-footprint.md's generated section, from the shard runs (in shard order)."""
     wheels = _distinct_wheels(runs)
@@ -382,7 +401,10 @@ def render_docs(runs: Sequence[RunRecord]) -> str:
         "",
         f"All shards together: {len(wheels)} distinct wheels unpacked in uv's cache "
         f"({gib(sum(wheels.values()))} GiB), {len(envs)} torch environments with "
-        f"{gib(env_own)} GiB of their own (beyond their hard links into uv's cache).",
+        f"{gib(env_own)} GiB of their own (beyond their hard links into uv's cache). One "
+        f"machine that runs them all (`nox -s tests`) keeps about {gib(whole_suite(runs))} "
+        "GiB: those, each shard's built CPythons and Debian roots, and the test session's "
+        "venv and pip's cache once.",
         "",
         "### Torch environments",
         "",

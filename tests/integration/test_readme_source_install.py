@@ -201,9 +201,11 @@ def prepared(tmp_path_factory: pytest.TempPathFactory, progress: Progress) -> tu
     made = subprocess.run([python3, "-m", "venv", "venv"], cwd=user, env=env, check=False)
     assert made.returncode == 0
     progress("[readme source] putting torch 2.8.0 and its requirements into venv/ with uv")
+    # PyPI by uv's own spelling of it: with a trailing slash uv keeps the wheels under
+    # another index and unpacks torch 2.8.0 and its CUDA wheels a second time (6.3 GiB).
     uv = subprocess.run(
         [find_uv(), "pip", "install", "--python", str(user / "venv" / "bin" / "python"),
-         "--index-url", "https://pypi.org/simple/", "torch==2.8.0"],
+         "--default-index", "https://pypi.org/simple", "torch==2.8.0"],
         env=env, capture_output=True, text=True, timeout=3600, check=False,
     )  # fmt: skip
     assert uv.returncode == 0, uv.stderr

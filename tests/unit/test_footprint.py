@@ -160,6 +160,9 @@ def test_the_tables_name_the_heavy_module_the_env_and_the_cuda_set() -> None:
     assert "| 1 other modules | 9 tests | 1 s | 0.0 | 0.0 |  |  |" in page
     assert "| 12.8 | 2.8.0 | nvidia-cudnn-cu12 9.10.2.21 | 1.0 |" in page
     assert "2 distinct wheels unpacked in uv's cache (4.0 GiB)" in page
+    # The wheels, the env's own bytes (no nox venv or pip cache in this record).
+    assert footprint.whole_suite([_run()]) == (4 << 30) + (7 << 20)
+    assert "keeps about 4.0 GiB" in page
     summary = footprint.render_run(_run())
     assert summary.startswith("### Footprint of shard `main`")
     assert "disk peak 5.0 GiB above the start" in summary
