@@ -77,6 +77,10 @@ HEAP_SLACK = 64 * 1024
 #: Python allocator blocks tolerated to grow over a loop (measured noise: 0-7); a Python
 #: object left per call adds as many blocks as there are calls.
 BLOCKS_SLACK = 200
+#: Calls of the float32 export loops (100,000 when RSS was the only measure): a leak of
+#: more than HEAP_SLACK / FLOAT32_CALLS = 3.3 bytes per call fails, or without mallinfo2
+#: one of more than RSS_SLACK / FLOAT32_CALLS = 420 bytes.
+FLOAT32_CALLS = 20_000
 #: Calls of the float8 / fp4 / sub-byte loops: torch 2.2.2's refusal of a float8 export
 #: costs ~2 ms (it builds a C++ exception with its backtrace), so these loops are the
 #: shortest; a leak of more than HEAP_SLACK / BYTE_VIEW_CALLS = 66 bytes per call fails.
@@ -201,8 +205,8 @@ def test_from_py_object_and_deleter(api: DLPackExchangeAPI) -> None:
         convert(tensor, out_ref)
         out.contents.deleter(out)
     refs = sys.getrefcount(tensor)
-    with no_growth(100_000, "float32 owning exports"):
-        for _ in range(100_000):
+    with no_growth(FLOAT32_CALLS, "float32 owning exports"):
+        for _ in range(FLOAT32_CALLS):
             convert(tensor, out_ref)
             out.contents.deleter(out)
     assert sys.getrefcount(tensor) == refs
@@ -214,8 +218,8 @@ def test_dltensor_from_py_object(api: DLPackExchangeAPI) -> None:
     out = ctypes.byref(DLTensor())
     convert(tensor, out)
     refs = sys.getrefcount(tensor)
-    with no_growth(100_000, "float32 non-owning exports"):
-        for _ in range(100_000):
+    with no_growth(FLOAT32_CALLS, "float32 non-owning exports"):
+        for _ in range(FLOAT32_CALLS):
             convert(tensor, out)
     assert sys.getrefcount(tensor) == refs
 
