@@ -54,7 +54,7 @@ def test_sanitizers_are_read_into_one_order(value: object, expected: tuple[Sanit
         ("address,ubsan", r"unknown sanitizer 'ubsan' \(did you mean 'undefined'\?\)"),
         ("thread", r"unknown sanitizer 'thread': expected 'address' or 'undefined' \(comma"),
         (["address", ""], r"unknown sanitizer ''"),
-        ([1], r"sanitizers: 1 is a int, expected a sanitizer name"),
+        ([1], r"sanitizers: 1 \(int\) is not a sanitizer name; expected 'address'"),
     ],
 )  # fmt: skip
 def test_a_bad_sanitizer_is_a_config_error_naming_it(value: object, message: str) -> None:

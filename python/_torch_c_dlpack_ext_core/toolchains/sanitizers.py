@@ -88,8 +88,8 @@ def parse_sanitizers(value: str | Iterable[str | Sanitizer] | None) -> tuple[San
             continue
         if not isinstance(name, str):
             raise ConfigError(
-                f"sanitizers: {name!r} is a {type(name).__name__}, expected a sanitizer name "
-                f"({_choices()})"
+                f"sanitizers: {name!r} ({type(name).__name__}) is not a sanitizer name; "
+                f"expected {_choices()}"
             )
         word = name.strip().lower()
         if not word and isinstance(value, str):
