@@ -218,6 +218,28 @@ def distro(session: nox.Session) -> None:
     )  # fmt: skip
 
 
+@nox.session(venv_backend="virtualenv", python=python_for_tests(), default=False)
+def sanitizers(session: nox.Session) -> None:
+    """The memory checks of both tables: AddressSanitizer + UBSan builds and the leak loops.
+
+    Runs ``tests/integration/test_sanitizers.py`` (the driver builds the portable table
+    and the native library for torch 2.13 CPU with ``sanitizers=("address",
+    "undefined")``; the exchange and conformance suites run against each with GCC's
+    runtimes preloaded, and the audits are checked both ways) and
+    ``tests/integration/test_leak_loops.py`` (tests/exchange_suite/test_leaks.py on torch
+    2.2.2, 2.8.0 and 2.13 against the portable table). Needs GCC's ``libasan`` and
+    ``libubsan`` (Debian: ``libasan8``, ``libubsan1``, which ``gcc`` pulls in). Also part
+    of ``nox -s tests``; this session runs only these, in the tests session's environment.
+    Pass pytest arguments after ``--`` (``-k portable``).
+    """
+    _on_a_python_for_torch(session)
+    session.install(TESTS_TORCH, "packaging", "filelock", *_group("test"))
+    session.run(
+        "pytest", "-p", "no:cacheprovider", "tests/integration/test_sanitizers.py",
+        "tests/integration/test_leak_loops.py", *session.posargs,
+    )  # fmt: skip
+
+
 @nox.session(name="map", default=False)
 def code_map(session: nox.Session) -> None:
     """Regenerate CONTRIBUTING.md's map of the code (layers, the core, the face, the
