@@ -1801,13 +1801,15 @@ retry:
               dl->byte_offset == 0 &&
               dl->device.device_type == (host ? kDLCPU : prototype->device.device_type) &&
               (host || dl->device.device_id == prototype->device.device_id);
-  int64_t expected_stride = 1;
+  /* Unsigned: past the outermost dimension the product may leave int64 (a shape with a
+   * zero elsewhere is checked only for its element count); it is never used there. */
+  uint64_t expected_stride = 1;
   int has_elements = 1;
   for (int32_t i = ndim - 1; plain && i >= 0; --i) {
     plain = dl->shape[i] == prototype->shape[i] &&
-            (prototype->shape[i] < 2 || dl->strides[i] == expected_stride);
+            (prototype->shape[i] < 2 || (uint64_t)dl->strides[i] == expected_stride);
     has_elements &= prototype->shape[i] != 0;
-    expected_stride *= prototype->shape[i] > 1 ? prototype->shape[i] : 1;
+    expected_stride *= prototype->shape[i] > 1 ? (uint64_t)prototype->shape[i] : 1;
   }
   if (plain && has_elements && dl->data == NULL) plain = 0;
   if (!plain && !explicit_call) {
@@ -1827,10 +1829,10 @@ retry:
   }
   /* Row-major strides for every dimension (torch may report any stride for a
    * dimension of size 0 or 1), as the native allocator writes them. */
-  int64_t stride = 1;
+  uint64_t stride = 1; /* checked within int64 for every dimension it is written to */
   for (int32_t i = ndim - 1; i >= 0; --i) {
-    dl->strides[i] = stride;
-    stride *= prototype->shape[i] > 1 ? prototype->shape[i] : 1;
+    dl->strides[i] = (int64_t)stride;
+    stride *= prototype->shape[i] > 1 ? (uint64_t)prototype->shape[i] : 1;
   }
   if (!has_elements) dl->data = NULL;
   dl->dtype = prototype->dtype;
