@@ -319,13 +319,15 @@ def rehearse_dataflow(session: nox.Session) -> None:
 
 @nox.session(venv_backend="virtualenv", default=False, python=python_for_tests())
 def bench(session: nox.Session) -> None:
-    """Benchmarks: exchange and import overhead, build cost, size (docs/benchmarks.md).
+    """Benchmarks: exchange and import overhead, the portable table, build cost, size
+    (docs/benchmarks.md).
 
-    ``nox -s bench -- [--only exchange,import,build,size] [--quick] [--full]
+    ``nox -s bench -- [--only exchange,portable,import,build,size] [--quick] [--full]
     [--write-readme | --readme-only]``. pip (not uv) installs torch 2.13 here, like the tests
-    session; torch 2.8 and torch-c-dlpack-ext 0.1.5 are fetched into cached
-    environments by the benchmarks themselves (from Python 3.9, the session runs under a
-    newer one, as ``tests`` does). Full runs write
+    session; torch 2.8, torch-c-dlpack-ext 0.1.5 and, for the portable table, PyPI's torch
+    2.11.0 (its CUDA build, on a CPython 3.12 that uv or pyenv finds) are fetched into
+    cached environments by the benchmarks themselves (from Python 3.9, the session runs
+    under a newer one, as ``tests`` does). Full runs write
     benchmarks/results/*.json and re-render the generated tables from them
     (docs/benchmarks.md, and README's per-call costs);
     ``--quick`` runs write under build/bench/.

@@ -206,12 +206,8 @@ typedef struct {
   PyObject* str_enter;
   PyObject* str_exit;
   PyObject* str_dtype;
+  PyObject* str_device;        /* "device": torch.empty's keyword */
   PyObject* dims_cache;        /* {id(tensor): (weakref, dims capsule)}: dltensor_from_py */
-#if TCDE_VECTORCALL
-  PyObject* empty_kwnames;        /* ("dtype", "device") */
-  PyObject* empty_kwnames_dtype;  /* ("dtype",) */
-  PyObject* empty_kwnames_device; /* ("device",) */
-#endif
   int versioned_export;        /* torch exports DLManagedTensorVersioned (2.9+) */
   int versioned_import;        /* torch._C._from_dlpack reads "dltensor_versioned" (2.9+) */
   int full_import;             /* ... and byte_offset and the float8/fp4 codes (2.10+) */
@@ -264,12 +260,8 @@ static void FreeState(State* s) {
   Py_XDECREF(s->str_enter);
   Py_XDECREF(s->str_exit);
   Py_XDECREF(s->str_dtype);
+  Py_XDECREF(s->str_device);
   Py_XDECREF(s->dims_cache);
-#if TCDE_VECTORCALL
-  Py_XDECREF(s->empty_kwnames);
-  Py_XDECREF(s->empty_kwnames_dtype);
-  Py_XDECREF(s->empty_kwnames_device);
-#endif
   for (int i = 0; i < TCDE_NUM_DTYPES; ++i) Py_XDECREF(s->dtypes[i].dtype);
   free(s);
 }
@@ -399,16 +391,8 @@ static State* BuildState(void) {
   if ((s->str_enter = PyUnicode_InternFromString("__enter__")) == NULL) goto fail;
   if ((s->str_exit = PyUnicode_InternFromString("__exit__")) == NULL) goto fail;
   if ((s->str_dtype = PyUnicode_InternFromString("dtype")) == NULL) goto fail;
+  if ((s->str_device = PyUnicode_InternFromString("device")) == NULL) goto fail;
   if ((s->dims_cache = PyDict_New()) == NULL) goto fail;
-#if TCDE_VECTORCALL
-  s->empty_kwnames = Py_BuildValue("(ss)", "dtype", "device");
-  s->empty_kwnames_dtype = Py_BuildValue("(s)", "dtype");
-  s->empty_kwnames_device = Py_BuildValue("(s)", "device");
-  if (s->empty_kwnames == NULL || s->empty_kwnames_dtype == NULL ||
-      s->empty_kwnames_device == NULL) {
-    goto fail;
-  }
-#endif
   /* The build flavour from torch.version, never from a device query: no CUDA
    * initialisation here (docs/facts.md). */
   {
@@ -1679,43 +1663,64 @@ static PyObject* TorchDevice(const State* s, const DLDevice* device) {
   return PyObject_CallFunction(s->cuda_device_ctor, "si", kind, (int)device->device_id);
 }
 
-/* torch.empty(shape[, dtype=dtype][, device=device]): a keyword is left out
- * where its argument is NULL. */
-static PyObject* CallEmpty(const State* s, PyObject* shape, PyObject* dtype, PyObject* device) {
-#if TCDE_VECTORCALL
-  PyObject* args[4] = {NULL, shape, NULL, NULL};
-  size_t n = 1;
-  PyObject* kwnames = NULL;
-  if (dtype != NULL && device != NULL) {
-    args[2] = dtype;
-    args[3] = device;
-    kwnames = s->empty_kwnames;
-  } else if (dtype != NULL) {
-    args[2] = dtype;
-    kwnames = s->empty_kwnames_dtype;
-  } else if (device != NULL) {
-    args[2] = device;
-    kwnames = s->empty_kwnames_device;
+/* The positional arguments of torch.empty for a prototype: its sizes as separate
+ * ints, torch.empty(2, 3) (a 0-d tensor: torch.empty(())). One tuple of sizes,
+ * torch.empty((2, 3)), costs torch's argument parser a raised and cleared
+ * TypeError on every call: it tries the tuple as an int first (docs/facts.md). */
+static PyObject* EmptyArgs(const DLTensor* prototype) {
+  const int32_t ndim = prototype->ndim;
+  if (ndim == 0) {
+    PyObject* no_sizes = PyTuple_New(0);
+    PyObject* args = no_sizes == NULL ? NULL : PyTuple_Pack(1, no_sizes);
+    Py_XDECREF(no_sizes);
+    return args;
   }
-  return PyObject_Vectorcall(s->empty, args + 1, n | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
-#else
-  PyObject* args = PyTuple_Pack(1, shape);
+  PyObject* args = PyTuple_New(ndim);
   if (args == NULL) return NULL;
-  PyObject* kwargs = NULL;
-  if (dtype != NULL || device != NULL) {
-    kwargs = PyDict_New();
-    if (kwargs == NULL || (dtype != NULL && PyDict_SetItem(kwargs, s->str_dtype, dtype) != 0) ||
-        (device != NULL && PyDict_SetItemString(kwargs, "device", device) != 0)) {
-      Py_XDECREF(kwargs);
+  for (int32_t i = 0; i < ndim; ++i) {
+    PyObject* size = PyLong_FromLongLong((long long)prototype->shape[i]);
+    /* PyTuple_SetItem steals `size`; on a new tuple it cannot fail. */
+    if (size == NULL || PyTuple_SetItem(args, i, size) != 0) {
       Py_DECREF(args);
       return NULL;
     }
   }
+  return args;
+}
+
+/* torch.empty(*args[, dtype=dtype][, device=device]): a keyword is left out
+ * where its argument is NULL. torch's functions take an argument tuple
+ * (METH_VARARGS): PyObject_Call hands them `args` as it is, where a vectorcall
+ * would first copy its arguments into a new tuple. */
+static PyObject* CallEmpty(const State* s, PyObject* args, PyObject* dtype, PyObject* device) {
+  if (dtype == NULL && device == NULL) return PyObject_Call(s->empty, args, NULL);
+  PyObject* kwargs = PyDict_New();
+  if (kwargs == NULL || (dtype != NULL && PyDict_SetItem(kwargs, s->str_dtype, dtype) != 0) ||
+      (device != NULL && PyDict_SetItem(kwargs, s->str_device, device) != 0)) {
+    Py_XDECREF(kwargs);
+    return NULL;
+  }
   PyObject* result = PyObject_Call(s->empty, args, kwargs);
-  Py_XDECREF(kwargs);
-  Py_DECREF(args);
+  Py_DECREF(kwargs);
   return result;
+}
+
+/* torch._C._to_dlpack*(tensor). torch 2.11 and 2.13 take an argument tuple
+ * (METH_VARARGS), which the abi3 build's Call1 would make only after a
+ * vectorcall's argument array; torch 2.2-2.8 take the tensor alone (METH_O),
+ * which Call1 passes without a tuple. The vectorcall builds' Call1 is as cheap
+ * as either. */
+static PyObject* ExportNew(const State* s, PyObject* tensor) {
+#if !TCDE_VECTORCALL
+  if (!PyCFunction_Check(s->to_dlpack) || !(PyCFunction_GetFlags(s->to_dlpack) & METH_O)) {
+    PyObject* args = PyTuple_Pack(1, tensor);
+    if (args == NULL) return NULL;
+    PyObject* capsule = PyObject_Call(s->to_dlpack, args, NULL);
+    Py_DECREF(args);
+    return capsule;
+  }
 #endif
+  return Call1(s->to_dlpack, tensor);
 }
 
 /* torch.empty(shape, dtype=..., device=...) exported; checked to be plain
@@ -1730,33 +1735,25 @@ static DLManagedTensorVersioned* AllocateWithTorch(const State* s, const DLTenso
   const Dtype* alloc_dtype =
       (!s->full_import && (dtype->flags & kDtypeByteView)) ? &s->dtypes[s->uint8_index]
                                                                : dtype;
-  PyObject* shape = PyTuple_New(ndim);
-  if (shape == NULL) goto python_error;
-  for (int32_t i = 0; i < ndim; ++i) {
-    PyObject* size = PyLong_FromLongLong((long long)prototype->shape[i]);
-    if (size == NULL) {
-      Py_DECREF(shape);
-      goto python_error;
-    }
-    PyTuple_SetItem(shape, i, size);
-  }
+  PyObject* args = EmptyArgs(prototype);
+  if (args == NULL) goto python_error;
   PyObject* device = TorchDevice(s, &prototype->device);
   if (device == NULL) {
-    Py_DECREF(shape);
+    Py_DECREF(args);
     goto python_error;
   }
   /* First try: host memory of the default float32 without the keywords, which
-   * cost torch's argument parser about as much as the allocation (measured:
-   * torch.empty((16,)) ~1.0 us, with dtype= and device= ~1.6 us). A changed
-   * default dtype or device shows in the export below: then ask again, explicitly. */
+   * cost torch's argument parser a third of torch.empty(16) again (docs/facts.md).
+   * A changed default dtype or device shows in the export below: then ask again,
+   * explicitly. */
   int explicit_call = !host;
   PyObject* tensor;
 retry:
-  tensor = CallEmpty(s, shape, explicit_call || alloc_dtype != &s->dtypes[0] ? alloc_dtype->dtype
-                                                                             : NULL,
+  tensor = CallEmpty(s, args, explicit_call || alloc_dtype != &s->dtypes[0] ? alloc_dtype->dtype
+                                                                            : NULL,
                      explicit_call ? device : NULL);
   if (tensor == NULL) {
-    Py_DECREF(shape);
+    Py_DECREF(args);
     Py_DECREF(device);
     PyObject* exc = TakeException();
     /* The sizes were checked: on host memory a failure is the allocator's. */
@@ -1769,14 +1766,14 @@ retry:
    * subclasses), of the dtype asked for; the export checks the rest. */
   if (Py_TYPE(tensor) != s->tensor_type) {
     Py_DECREF(tensor);
-    Py_DECREF(shape);
+    Py_DECREF(args);
     Py_DECREF(device);
     AllocatorFail(out, error_ctx, set_error, "RuntimeError",
                   "torch-c-dlpack-ext allocator (portable table): torch.empty returned a tensor "
                   "subclass, not plain memory (is a fake-tensor or Python dispatch mode active?)");
     return NULL;
   }
-  PyObject* capsule = Call1(s->to_dlpack, tensor);
+  PyObject* capsule = ExportNew(s, tensor);
   Py_DECREF(tensor);
   DLManagedTensorVersioned* managed = capsule == NULL ? NULL : TakeCapsule(s, capsule);
   if (managed == NULL && !explicit_call) {
@@ -1786,7 +1783,7 @@ retry:
     goto retry;
   }
   if (managed == NULL) {
-    Py_DECREF(shape);
+    Py_DECREF(args);
     Py_DECREF(device);
     AllocatorFailFromPython(out, error_ctx, set_error, "RuntimeError",
                             "torch.empty returned a tensor without exportable memory (is a "
@@ -1817,7 +1814,7 @@ retry:
     explicit_call = 1;
     goto retry;
   }
-  Py_DECREF(shape);
+  Py_DECREF(args);
   Py_DECREF(device);
   if (!plain) {
     DeleteManaged(managed);
