@@ -465,6 +465,24 @@ static PyObject* Call2(PyObject* callable, PyObject* arg0, PyObject* arg1) {
 #endif
 }
 
+/* torch._C._to_dlpack*(tensor). torch 2.11 and 2.13 take an argument tuple
+ * (METH_VARARGS), which the abi3 build's Call1 would make only after a
+ * vectorcall's argument array; torch 2.2-2.8 take the tensor alone (METH_O),
+ * which Call1 passes without a tuple. The vectorcall builds' Call1 is as cheap
+ * as either. */
+static PyObject* CallToDlpack(const State* s, PyObject* tensor) {
+#if !TCDE_VECTORCALL
+  if (!PyCFunction_Check(s->to_dlpack) || !(PyCFunction_GetFlags(s->to_dlpack) & METH_O)) {
+    PyObject* args = PyTuple_Pack(1, tensor);
+    if (args == NULL) return NULL;
+    PyObject* capsule = PyObject_Call(s->to_dlpack, args, NULL);
+    Py_DECREF(args);
+    return capsule;
+  }
+#endif
+  return Call1(s->to_dlpack, tensor);
+}
+
 /* The pending exception as one object (a new reference), the indicator cleared. */
 static PyObject* TakeException(void) {
 #if TCDE_RAISED_EXCEPTION_API
@@ -947,7 +965,7 @@ static PyObject* ExportBytes(const State* s, PyObject* obj) {
   PyObject* bytes =
       detached == NULL ? NULL : Call2(s->view, detached, s->dtypes[s->uint8_index].dtype);
   Py_XDECREF(detached);
-  PyObject* capsule = bytes == NULL ? NULL : Call1(s->to_dlpack, bytes);
+  PyObject* capsule = bytes == NULL ? NULL : CallToDlpack(s, bytes);
   Py_XDECREF(bytes);
   return capsule;
 }
@@ -998,7 +1016,7 @@ static DLManagedTensorVersioned* ExportChecked(const State* s, PyObject* obj, in
        * empty tensor passes below), so export it as it is. */
       if (alias == NULL) PyErr_Clear();
     }
-    capsule = Call1(s->to_dlpack, alias != NULL ? alias : obj);
+    capsule = CallToDlpack(s, alias != NULL ? alias : obj);
     Py_XDECREF(alias);
     if (capsule == NULL && (dtype->flags & kDtypeByteView)) {
       /* A torch that refuses another one-byte type (sub-byte ints): its uint8 view. */
@@ -1705,24 +1723,6 @@ static PyObject* CallEmpty(const State* s, PyObject* args, PyObject* dtype, PyOb
   return result;
 }
 
-/* torch._C._to_dlpack*(tensor). torch 2.11 and 2.13 take an argument tuple
- * (METH_VARARGS), which the abi3 build's Call1 would make only after a
- * vectorcall's argument array; torch 2.2-2.8 take the tensor alone (METH_O),
- * which Call1 passes without a tuple. The vectorcall builds' Call1 is as cheap
- * as either. */
-static PyObject* ExportNew(const State* s, PyObject* tensor) {
-#if !TCDE_VECTORCALL
-  if (!PyCFunction_Check(s->to_dlpack) || !(PyCFunction_GetFlags(s->to_dlpack) & METH_O)) {
-    PyObject* args = PyTuple_Pack(1, tensor);
-    if (args == NULL) return NULL;
-    PyObject* capsule = PyObject_Call(s->to_dlpack, args, NULL);
-    Py_DECREF(args);
-    return capsule;
-  }
-#endif
-  return Call1(s->to_dlpack, tensor);
-}
-
 /* torch.empty(shape, dtype=..., device=...) exported; checked to be plain
  * memory of what was asked (a dispatch mode or fake-tensor mode may answer
  * torch.empty with anything). GIL held. Returns NULL after SetError. */
@@ -1773,7 +1773,7 @@ retry:
                   "subclass, not plain memory (is a fake-tensor or Python dispatch mode active?)");
     return NULL;
   }
-  PyObject* capsule = ExportNew(s, tensor);
+  PyObject* capsule = CallToDlpack(s, tensor);
   Py_DECREF(tensor);
   DLManagedTensorVersioned* managed = capsule == NULL ? NULL : TakeCapsule(s, capsule);
   if (managed == NULL && !explicit_call) {
