@@ -206,6 +206,8 @@ typedef struct {
   PyObject* str_enter;
   PyObject* str_exit;
   PyObject* str_dtype;
+  PyObject* str_layout;
+  PyObject* str_is_nested;
   PyObject* str_device;        /* "device": torch.empty's keyword */
   PyObject* dims_cache;        /* {id(tensor): (weakref, dims capsule)}: dltensor_from_py */
   int versioned_export;        /* torch exports DLManagedTensorVersioned (2.9+) */
@@ -260,6 +262,8 @@ static void FreeState(State* s) {
   Py_XDECREF(s->str_enter);
   Py_XDECREF(s->str_exit);
   Py_XDECREF(s->str_dtype);
+  Py_XDECREF(s->str_layout);
+  Py_XDECREF(s->str_is_nested);
   Py_XDECREF(s->str_device);
   Py_XDECREF(s->dims_cache);
   for (int i = 0; i < TCDE_NUM_DTYPES; ++i) Py_XDECREF(s->dtypes[i].dtype);
@@ -391,6 +395,8 @@ static State* BuildState(void) {
   if ((s->str_enter = PyUnicode_InternFromString("__enter__")) == NULL) goto fail;
   if ((s->str_exit = PyUnicode_InternFromString("__exit__")) == NULL) goto fail;
   if ((s->str_dtype = PyUnicode_InternFromString("dtype")) == NULL) goto fail;
+  if ((s->str_layout = PyUnicode_InternFromString("layout")) == NULL) goto fail;
+  if ((s->str_is_nested = PyUnicode_InternFromString("is_nested")) == NULL) goto fail;
   if ((s->str_device = PyUnicode_InternFromString("device")) == NULL) goto fail;
   if ((s->dims_cache = PyDict_New()) == NULL) goto fail;
   /* The build flavour from torch.version, never from a device query: no CUDA
@@ -653,8 +659,8 @@ static void DeleteManaged(DLManagedTensorVersioned* managed) {
  *    torch._C.TensorBase's own getters and methods, and for a subclass or
  *    under a torch function mode they run with __torch_function__ off
  *    (torch._C.DisableTorchFunction: a TrustedScope). A plain torch.Tensor
- *    (or nn.Parameter) with no mode on needs no scope: nothing can stand in
- *    for those answers. */
+ *    (or nn.Parameter) with no mode on needs no scope, and its attributes are
+ *    looked up the plain way: they reach the same descriptors. */
 
 static PyObject* CallNoArgs(PyObject* callable) {
 #if TCDE_VECTORCALL
@@ -870,9 +876,16 @@ done:
   return wrap == NULL ? NULL : &wrap->managed;
 }
 
-/* 1 if the unbound bool method `method` says so of `obj`, 0 if not, -1 on error. */
-static int AskFlag(PyObject* getter, PyObject* obj) {
-  PyObject* result = Call1(getter, obj);
+/* What `obj` says its attribute `name` is (a new reference, or NULL with an error):
+ * through TensorBase's own descriptor `getter` when it is not a plain tensor outside
+ * any mode (`plain` 0), else through the plain lookup, which for an exact torch.Tensor
+ * reaches the same descriptor, faster. */
+static PyObject* Answer(PyObject* getter, PyObject* name, PyObject* obj, int plain) {
+  return plain ? PyObject_GetAttr(obj, name) : Call1(getter, obj);
+}
+
+/* 1 if `result` (a new reference, stolen; NULL: an error) is true, 0 if not, -1 on error. */
+static int Truth(PyObject* result) {
   if (result == NULL) return -1;
   const int truth = result == Py_True ? 1 : result == Py_False ? 0 : PyObject_IsTrue(result);
   Py_DECREF(result);
@@ -882,8 +895,8 @@ static int AskFlag(PyObject* getter, PyObject* obj) {
 /* The refusals of the native table's Describe() that torch's exporter does not
  * make itself (layout, nesting, conjugate and negative bits), and the tensor's
  * dtype; NULL with a Python error set when refused. */
-static const Dtype* CheckExportable(const State* s, PyObject* obj) {
-  PyObject* layout = Call1(s->get_layout, obj);
+static const Dtype* CheckExportable(const State* s, PyObject* obj, int plain) {
+  PyObject* layout = Answer(s->get_layout, s->str_layout, obj, plain);
   if (layout == NULL) return NULL;
   const int strided = layout == s->strided;
   const int jagged = layout == s->jagged && layout != NULL;
@@ -904,7 +917,7 @@ static const Dtype* CheckExportable(const State* s, PyObject* obj) {
     return NULL;
   }
   Py_DECREF(layout);
-  const int is_nested = AskFlag(s->get_is_nested, obj);
+  const int is_nested = Truth(Answer(s->get_is_nested, s->str_is_nested, obj, plain));
   if (is_nested != 0) {
     if (is_nested > 0) {
       PyErr_Format(PyExc_BufferError,
@@ -915,7 +928,7 @@ static const Dtype* CheckExportable(const State* s, PyObject* obj) {
     }
     return NULL;
   }
-  PyObject* dtype_obj = Call1(s->get_dtype, obj);
+  PyObject* dtype_obj = Answer(s->get_dtype, s->str_dtype, obj, plain);
   if (dtype_obj == NULL) return NULL;
   const Dtype* dtype = FindDtype(s, dtype_obj);
   if (dtype == NULL) {
@@ -930,7 +943,7 @@ static const Dtype* CheckExportable(const State* s, PyObject* obj) {
   /* DLPack has no conjugate/negative flags: exporting the raw memory would hand
    * out the wrong values. Only complex tensors carry the conjugate bit. */
   if (dtype->flags & kDtypeComplex) {
-    const int conj = AskFlag(s->is_conj, obj);
+    const int conj = Truth(Call1(s->is_conj, obj));
     if (conj != 0) {
       if (conj > 0) {
         PyErr_Format(PyExc_BufferError,
@@ -941,7 +954,7 @@ static const Dtype* CheckExportable(const State* s, PyObject* obj) {
       return NULL;
     }
   }
-  const int neg = AskFlag(s->is_neg, obj);
+  const int neg = Truth(Call1(s->is_neg, obj));
   if (neg != 0) {
     if (neg > 0) {
       PyErr_Format(PyExc_BufferError,
@@ -992,8 +1005,9 @@ static int RelabelDtype(const DLTensor* dl, const Dtype* dtype, int via_bytes) {
 /* The export proper, inside the caller's TrustedScope: an owning
  * DLManagedTensorVersioned (dtype, version and flags as the native table writes
  * them), or NULL with a Python error set. */
-static DLManagedTensorVersioned* ExportChecked(const State* s, PyObject* obj, int owning) {
-  const Dtype* dtype = CheckExportable(s, obj);
+static DLManagedTensorVersioned* ExportChecked(const State* s, PyObject* obj, int owning,
+                                               int plain) {
+  const Dtype* dtype = CheckExportable(s, obj, plain);
   if (dtype == NULL) return NULL;
   /* torch < 2.10 refuses float8/fp4 and leaks on the refusal (docs/facts.md):
    * such a tensor goes straight to its uint8 view, never to torch's refusal. */
@@ -1093,7 +1107,7 @@ static DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int
   }
   PyObject* scope = NULL;
   if (EnterTrustedScope(s, obj, &scope) != 0) return NULL;
-  DLManagedTensorVersioned* managed = ExportChecked(s, obj, owning);
+  DLManagedTensorVersioned* managed = ExportChecked(s, obj, owning, scope == NULL);
   if (ExitTrustedScope(s, scope) != 0 && managed != NULL) {
     DeleteManaged(managed);
     managed = NULL;
