@@ -71,9 +71,9 @@ _LAZY = {
 }
 
 
-def _torch_defers() -> bool:
-    # The fast path: torch provides its own valid API capsule, so the selector would
-    # DEFER (the caller has checked that no override is set).
+def _torch_defers(torch: ModuleType) -> bool:
+    # The fast path: `torch` (the running one) provides its own valid API capsule, so the
+    # selector would DEFER (the caller has checked that no override is set).
     #
     # Answered in this module alone: importing any submodule costs more than the whole
     # question (the first import from the package's directory was measured at ~0.3 ms, an
@@ -81,8 +81,6 @@ def _torch_defers() -> bool:
     # else's capsule, an odd value) goes to the selector, whose `_capsule` and
     # `_torchinfo` check and report it fully.
     try:
-        import torch
-
         # Only a torch that has the API itself (2.10+): on an older one the capsule was
         # set by someone else, and the selector validates its pointer before deferring.
         major, minor = torch.__version__.split(".")[:2]
@@ -107,25 +105,26 @@ def _torch_defers() -> bool:
             return False
         torchs = pointer(torch._C._dlpack_exchange_api(), _CAPSULE_NAME)
         return torchs is not None and pointer(capsule, _CAPSULE_NAME) == torchs
-    except Exception:  # no torch, no attribute, an odd value: the selector says why
+    except Exception:  # no attribute, an odd value: the selector says why
         return False
 
 
-def _run_selector(torch_failure: Exception | None) -> StatusFields | None:
-    # torch's own import failed (`torch_failure`): say so; nothing below imports it again.
-    if torch_failure is not None:
+def _run_selector(torch: ModuleType | Exception) -> StatusFields | None:
+    # `torch`: the running torch, or the exception its own import raised: say so; nothing
+    # below imports it again.
+    if isinstance(torch, Exception):
         from ._apply import torch_import_failed
 
-        return torch_import_failed(torch_failure)
+        return torch_import_failed(torch)
     # No TORCH_C_DLPACK_EXT_* variable (one look at the environment for both fast paths):
     # a torch with its own API is deferred to, else the common path loads.
     # ("\0" is in no variable's name: each name is looked at from its start.)
     if ("\0" + "\0".join(os.environ)).find("\0" + _ENV_PREFIX) < 0:
-        if _torch_defers():
+        if _torch_defers(torch):
             return None
         from ._loader import load_common
 
-        loaded = load_common(_PACKAGE_DIR)
+        loaded = load_common(torch, _PACKAGE_DIR)
         if loaded is not None:
             return {"kind": loaded[0], "library": loaded[1], "common_path": True}
     # Anything unusual: the full selector decides, acts and says why.
@@ -206,21 +205,22 @@ def _import_boundary() -> StatusFields | None:
     # `except ImportError` only.
     tensor: object = None
     saved: dict[str, object] = {}
-    torch_failure: Exception | None = None
+    torch: ModuleType | Exception
     try:
         try:
-            torch = _import_torch()  # the selector's first step; here to snapshot too
+            module = _import_torch()  # the selector's first step; here to snapshot too
         except Exception as exc:  # torch's own import failed: the selector says why
-            torch_failure = exc
+            torch = exc
         else:
+            torch = module
             try:
-                tensor = torch.Tensor
+                tensor = module.Tensor
                 own = vars(tensor)
                 saved = {_CAPSULE_ATTR: own.get(_CAPSULE_ATTR, _MISSING)}
                 saved[_LEGACY_INT_ATTR] = own.get(_LEGACY_INT_ATTR, _MISSING)
             except Exception:  # an odd torch: the selector reports why
                 tensor = None
-        return _run_selector(torch_failure)
+        return _run_selector(torch)
     except BaseException as exc:
         _restore(tensor, saved)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
