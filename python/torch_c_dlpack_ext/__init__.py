@@ -86,25 +86,25 @@ def _torch_defers(torch: ModuleType) -> bool:
         major, minor = torch.__version__.split(".")[:2]
         if (int(major), int(minor)) < (2, 10):
             return False
-        capsule = getattr(torch.Tensor, _CAPSULE_ATTR)
-        # Whether `capsule` is a valid `dlpack_exchange_api` capsule holding exactly the
-        # table torch itself publishes (`torch._C._dlpack_exchange_api()`, torch
-        # 2.10-2.15). `PyCapsule_IsValid` checks the exact type and the name first, so
-        # any object is safe. Private prototypes (`_loader.pythonapi_function`, restated
-        # to keep this path to this module): instances of the class ctypes made for
-        # `pythonapi`, whose shared functions other packages may configure. A torch
-        # without that function goes to the selector.
+        # Whether the capsule on torch.Tensor is a valid `dlpack_exchange_api` capsule
+        # holding exactly the table torch itself publishes (`torch._C._dlpack_exchange_api()`,
+        # torch 2.10-2.15). `PyCapsule_GetPointer` checks the exact type and the name
+        # first, so any object is safe: for anything but such a capsule it raises (a
+        # `pythonapi` function turns the error it sets into an exception). A private
+        # prototype (`_loader.pythonapi_function`, restated to keep this path to this
+        # module): an instance of the class ctypes made for `pythonapi`, whose shared
+        # functions other packages may configure. A torch without that function goes to
+        # the selector.
         import ctypes  # torch has imported it
 
         api = ctypes.pythonapi
-        valid = api._FuncPtr(("PyCapsule_IsValid", api))
         pointer = api._FuncPtr(("PyCapsule_GetPointer", api))
-        valid.restype, pointer.restype = ctypes.c_int, ctypes.c_void_p
-        valid.argtypes = pointer.argtypes = (ctypes.py_object, ctypes.c_char_p)
-        if not valid(capsule, _CAPSULE_NAME):
-            return False
-        torchs = pointer(torch._C._dlpack_exchange_api(), _CAPSULE_NAME)
-        return torchs is not None and pointer(capsule, _CAPSULE_NAME) == torchs
+        pointer.restype = ctypes.c_void_p
+        pointer.argtypes = (ctypes.py_object, ctypes.c_char_p)
+        return bool(
+            pointer(getattr(torch.Tensor, _CAPSULE_ATTR), _CAPSULE_NAME)
+            == pointer(torch._C._dlpack_exchange_api(), _CAPSULE_NAME)
+        )
     except Exception:  # no attribute, an odd value: the selector says why
         return False
 
