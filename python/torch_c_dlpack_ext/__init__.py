@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from . import errors
     from ._decide import DecisionKind
+    from ._loader import CommonLoad
     from ._status import Status, StatusFields
 
     class _State(TypedDict, total=False):
@@ -109,6 +110,34 @@ def _torch_defers(torch: ModuleType) -> bool:
         return False
 
 
+def _loader_module() -> ModuleType:
+    # torch_c_dlpack_ext._loader, imported. The import system's first import from the
+    # package's directory builds that directory's finder (zipimport's attempt, stats, a
+    # listing): ~60 us, more than any check of the load (docs/facts.md, "What the
+    # import's Python costs"). So the load path loads _loader from its file the way
+    # importlib's documentation imports a source file directly (its cached bytecode is
+    # used as usual), and leaves it to the import system where that does not apply:
+    # imported already, or no plain file (a zip, a frozen application).
+    name = __name__ + "._loader"
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    import importlib.util  # torch has imported it: a dict lookup
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(_PACKAGE_DIR, "_loader.py"))
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except OSError:  # no such file to read (the module's own code does no I/O)
+            del sys.modules[name]
+        else:
+            globals()["_loader"] = module  # as the import system sets it on its package
+            return module
+    return importlib.import_module(name)
+
+
 def _run_selector(torch: ModuleType | Exception) -> StatusFields | None:
     # `torch`: the running torch, or the exception its own import raised: say so; nothing
     # below imports it again.
@@ -122,9 +151,7 @@ def _run_selector(torch: ModuleType | Exception) -> StatusFields | None:
     if ("\0" + "\0".join(os.environ)).find("\0" + _ENV_PREFIX) < 0:
         if _torch_defers(torch):
             return None
-        from ._loader import load_common
-
-        loaded = load_common(torch, _PACKAGE_DIR)
+        loaded: CommonLoad | None = _loader_module().load_common(torch, _PACKAGE_DIR)
         if loaded is not None:
             return {"kind": loaded[0], "library": loaded[1], "common_path": True}
     # Anything unusual: the full selector decides, acts and says why.
