@@ -243,6 +243,28 @@ def distro(session: nox.Session) -> None:
     )  # fmt: skip
 
 
+@nox.session(venv_backend="virtualenv", python=python_for_tests(), default=False)
+def sanitizers(session: nox.Session) -> None:
+    """The memory checks of both tables: AddressSanitizer + UBSan builds and the leak loops.
+
+    Runs ``tests/integration/test_sanitizers.py`` (the driver builds the portable table
+    and the native library for torch 2.13 CPU with ``sanitizers=("address",
+    "undefined")``; the exchange and conformance suites run against each with GCC's
+    runtimes preloaded, and the audits are checked both ways) and
+    ``tests/integration/test_leak_loops.py`` (tests/exchange_suite/test_leaks.py on torch
+    2.2.2, 2.8.0 and 2.13 against the portable table). Needs GCC's ``libasan`` and
+    ``libubsan`` (Debian: ``libasan8``, ``libubsan1``, which ``gcc`` pulls in). Also part
+    of ``nox -s tests``; this session runs only these, in the tests session's environment.
+    Pass pytest arguments after ``--`` (``-k portable``).
+    """
+    _on_a_python_for_torch(session)
+    session.install(TESTS_TORCH, "packaging", "filelock", *_group("test"))
+    session.run(
+        "pytest", "-p", "no:cacheprovider", "tests/integration/test_sanitizers.py",
+        "tests/integration/test_leak_loops.py", *session.posargs,
+    )  # fmt: skip
+
+
 @nox.session(name="map", default=False)
 def code_map(session: nox.Session) -> None:
     """Regenerate CONTRIBUTING.md's map of the code (layers, the core, the face, the
@@ -322,13 +344,15 @@ def rehearse_dataflow(session: nox.Session) -> None:
 
 @nox.session(venv_backend="virtualenv", default=False, python=python_for_tests())
 def bench(session: nox.Session) -> None:
-    """Benchmarks: exchange and import overhead, build cost, size (docs/benchmarks.md).
+    """Benchmarks: exchange and import overhead, the portable table, build cost, size
+    (docs/benchmarks.md).
 
-    ``nox -s bench -- [--only exchange,import,build,size] [--quick] [--full]
+    ``nox -s bench -- [--only exchange,portable,import,build,size] [--quick] [--full]
     [--write-readme | --readme-only]``. pip (not uv) installs torch 2.13 here, like the tests
-    session; torch 2.8 and torch-c-dlpack-ext 0.1.5 are fetched into cached
-    environments by the benchmarks themselves (from Python 3.9, the session runs under a
-    newer one, as ``tests`` does). Full runs write
+    session; torch 2.8, torch-c-dlpack-ext 0.1.5 and, for the portable table, PyPI's torch
+    2.11.0 (its CUDA build, on a CPython 3.12 that uv or pyenv finds) are fetched into
+    cached environments by the benchmarks themselves (from Python 3.9, the session runs
+    under a newer one, as ``tests`` does). Full runs write
     benchmarks/results/*.json and re-render the generated tables from them
     (docs/benchmarks.md, and README's per-call costs);
     ``--quick`` runs write under build/bench/.

@@ -10,7 +10,8 @@ repeat at a time (each repeat of one right after the same repeat of the other), 
 inside each repeat every function is timed for every provider in turn.
 
 Both also time the Python-level equivalents (``__dlpack__()``, ``to_dlpack``,
-``from_dlpack``) with timeit, to show what the C API saves.
+``from_dlpack``, ``to_dlpack(torch.empty(16))``) with timeit in every repeat, to show what
+the C API saves.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import CommandError, TorchCDLPackExtError
 
-from .exchange_worker import HARNESS_FUNCTIONS
+from .exchange_worker import HARNESS_FUNCTIONS, add_repeat
 from .harness import build_harness
 from .report import Table, format_ns, format_ratio
 from .stats import Target, ratio, summarize
@@ -40,14 +41,21 @@ from .subjects import (
     subprocess_env,
 )
 
-__all__ = ["PYTHON_EQUIVALENTS", "ExchangeSettings", "run_exchange", "summarize_worker_output"]
+__all__ = [
+    "PYTHON_EQUIVALENTS",
+    "Comparison",
+    "ExchangeSettings",
+    "run_exchange",
+    "run_interleaved",
+    "summarize_worker_output",
+]
 
 #: For each C function, the Python-level call a user makes for the same job.
 PYTHON_EQUIVALENTS = {
     "from_py_object": ("__dlpack__()", "to_dlpack()"),
     "dltensor_from_py_object": ("__dlpack__()", "to_dlpack()"),
     "to_py_object": ("from_dlpack(capsule)",),
-    "allocator": ("torch.empty(16)",),
+    "allocator": ("torch.empty(16)", "to_dlpack(torch.empty(16))"),
 }
 
 FUNCTION_ORDER = HARNESS_FUNCTIONS
@@ -55,21 +63,26 @@ FUNCTION_ORDER = HARNESS_FUNCTIONS
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ExchangeSettings:
+    """Calls per repeat (C loop and Python loop), repeats, untimed warm-up calls, and the
+    parts each repeat is timed in (``exchange_worker.Session.repeat``)."""
+
     calls: int
     repeats: int
     warmup: int
     python_calls: int
+    chunks: int
 
     @classmethod
     def for_run(cls, *, quick: bool) -> ExchangeSettings:
         if quick:
-            return cls(calls=20_000, repeats=5, warmup=2_000, python_calls=4_000)
-        return cls(calls=100_000, repeats=15, warmup=10_000, python_calls=40_000)
+            return cls(calls=20_000, repeats=5, warmup=2_000, python_calls=4_000, chunks=4)
+        return cls(calls=100_000, repeats=15, warmup=10_000, python_calls=40_000, chunks=20)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class _Comparison:
-    """One torch environment to time: its interpreter, harness and providers."""
+class Comparison:
+    """One torch environment to time: its interpreter, harness and providers (``extra``:
+    fields copied into its summary)."""
 
     key: str
     python: Path
@@ -83,7 +96,7 @@ class _Worker:
     """A ``benchmarks.exchange_worker --serve`` process in one torch environment."""
 
     def __init__(
-        self, comparison: _Comparison, config_dir: Path, settings: ExchangeSettings
+        self, comparison: Comparison, config_dir: Path, settings: ExchangeSettings
     ) -> None:
         name = comparison.key
         config = {
@@ -92,6 +105,7 @@ class _Worker:
             "repeats": settings.repeats,
             "warmup": settings.warmup,
             "python_calls": settings.python_calls,
+            "chunks": settings.chunks,
             "providers": comparison.providers,
         }
         config_path = config_dir / f"{name}.json"
@@ -142,13 +156,18 @@ class _Worker:
         self._stderr.close()
 
 
-def _run_interleaved(
-    comparisons: list[_Comparison], settings: ExchangeSettings, ctx: BenchContext
+def run_interleaved(
+    comparisons: list[Comparison],
+    settings: ExchangeSettings,
+    ctx: BenchContext,
+    *,
+    label: str = "exchange",
 ) -> dict[str, dict[str, Any]]:
-    """Time every comparison's providers in one run: repeat ``i`` of each worker runs right
-    after repeat ``i`` of the one before it, so a load spike on the shared machine hits
-    both comparisons (and, inside each, every provider) alike. Returns the raw worker output
-    by comparison key."""
+    """Time every comparison's providers and Python-path loops in one run: repeat ``i`` of
+    each worker runs right after repeat ``i`` of the one before it, so a load spike on the
+    shared machine hits every comparison (and, inside each, every provider) alike. Returns
+    the raw worker output by comparison key (``exchange_worker.measure``'s shape);
+    ``label`` starts the progress lines."""
     with tempfile.TemporaryDirectory(prefix="tcde-bench-") as tmp:
         workers: dict[str, _Worker] = {}
         try:
@@ -157,20 +176,17 @@ def _run_interleaved(
             for worker in workers.values():
                 if worker.read().get("op") != "ready":
                     raise worker.fail()
-            samples: dict[str, dict[str, dict[str, list[float]]]] = {k: {} for k in workers}
+            samples: dict[str, dict[str, Any]] = {
+                key: {"samples": {}, "python_path": {}} for key in workers
+            }
             for index in range(settings.repeats):
                 ctx.progress(
-                    f"exchange: repeat {index + 1}/{settings.repeats} of {', '.join(workers)}"
+                    f"{label}: repeat {index + 1}/{settings.repeats} of {', '.join(workers)}"
                 )
                 for key, worker in workers.items():
-                    reply = worker.request(op="repeat", index=index)
-                    for name, functions in reply["samples"].items():
-                        per_provider = samples[key].setdefault(name, {})
-                        for function, value in functions.items():
-                            per_provider.setdefault(function, []).append(value)
-            ctx.progress("exchange: timing the Python-path equivalents")
+                    add_repeat(samples[key], worker.request(op="repeat", index=index)["repeat"])
             return {
-                key: {"samples": samples[key], **worker.request(op="finish")}
+                key: {**samples[key], **worker.request(op="finish")}
                 for key, worker in workers.items()
             }
         finally:
@@ -191,6 +207,7 @@ def summarize_worker_output(output: dict[str, Any]) -> dict[str, Any]:
         "tensors": output["tensors"],
         "providers": providers,
         "unsupported": output.get("unsupported", {}),
+        "python_unsupported": output.get("python_unsupported", {}),
         "errors": output.get("errors", {}),
         "python_path": python_path,
     }
@@ -260,7 +277,7 @@ def _python_table(title: str, summary: dict[str, Any]) -> Table:
     )
 
 
-def _prepare_current(ctx: BenchContext) -> _Comparison:
+def _prepare_current(ctx: BenchContext) -> Comparison:
     python = Path(sys.executable)
     ctx.progress(f"exchange: building the C harness for {python}")
     harness = build_harness(python, ctx.work_dir / "harness")
@@ -275,13 +292,13 @@ def _prepare_current(ctx: BenchContext) -> _Comparison:
     except (TorchCDLPackExtError, ImportError) as exc:
         errors["ours"] = f"{type(exc).__name__}: {exc}"
         ctx.progress(f"exchange: our library is unavailable: {errors['ours']}")
-    return _Comparison(
+    return Comparison(
         key="current", python=python, harness=harness, providers=providers, errors=errors,
         extra={},
     )  # fmt: skip
 
 
-def _prepare_old(ctx: BenchContext) -> _Comparison:
+def _prepare_old(ctx: BenchContext) -> Comparison:
     ctx.progress(f"exchange: provisioning an importable torch {OLD_TORCH} environment (cached)")
     env = old_torch_env(OLD_TORCH)
     legacy = fetch_legacy_release(ctx.work_dir)
@@ -299,7 +316,7 @@ def _prepare_old(ctx: BenchContext) -> _Comparison:
     except (TorchCDLPackExtError, ImportError) as exc:
         errors["ours"] = f"{type(exc).__name__}: {exc}"
         ctx.progress(f"exchange: our library is unavailable: {errors['ours']}")
-    return _Comparison(
+    return Comparison(
         key="old", python=env.python, harness=harness, providers=providers, errors=errors,
         extra={"legacy_version": legacy.version},
     )  # fmt: skip
@@ -356,7 +373,7 @@ def run_exchange(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[T
         f"exchange: timing {names} ({settings.repeats} interleaved repeats x "
         f"{settings.calls:,} calls per function)"
     )
-    outputs = _run_interleaved(comparisons, settings, ctx)
+    outputs = run_interleaved(comparisons, settings, ctx)
     summaries: dict[str, dict[str, Any]] = {}
     for comparison in comparisons:
         summary = summarize_worker_output(outputs[comparison.key])

@@ -3,7 +3,8 @@
 * defer path: the running torch 2.13 already has the API, so the package loads nothing;
   against an EMPTY package of the same name (what any import costs at all);
 * load path: torch 2.8 with our library packaged (package dir + the manifest of the
-  release's combined wheel, twenty entries on Linux x86_64, all checked on every import), against
+  release's combined wheel, twenty native entries and the portable table's on Linux
+  x86_64, all checked on every import), against
   torch-c-dlpack-ext 0.1.5 on the same torch. PyPI's torch 2.8.0 is a CUDA 12.8 build, so
   ours loads its CUDA library (the backend is the build flavour; no device is asked);
   0.1.5 asks ``torch.cuda.is_available()`` and, on a host without a GPU, loads its CPU
@@ -129,14 +130,28 @@ def package_with_library(library: BuiltLibrary, destination: Path) -> Path:
 
 def release_neighbours(entry: ManifestEntry) -> list[ManifestEntry]:
     """The other entries of the combined wheel that would carry ``entry`` (the release's
-    cells of its platform and Python ABI, from matrix.toml), so the import reads and
-    checks a manifest of the size users install: every entry is validated on every
-    import, and the release's abi3 wheel for Linux x86_64 lists twenty. Their files are
-    not bundled (only the matching entry's library is ever read)."""
+    cells of its platform and Python ABI, from matrix.toml, and the group's portable
+    table), so the import reads and checks a manifest of the size users install: every
+    entry is validated on every import, and the release's abi3 wheel for Linux x86_64
+    lists twenty native libraries and the portable one. Their files are not bundled (only
+    the matching entry's library is ever read)."""
+    from devtools.matrix.cells import library_entry, portable_cells
     from devtools.matrix.reader import load_matrix
 
-    neighbours = []
-    for cell in load_matrix().cells():
+    cells = load_matrix().cells()
+    neighbours = [
+        library_entry(
+            portable,
+            file=f"{LIBS_DIR}/{portable.library}",
+            size=entry.size,
+            sha256=entry.sha256,
+            toolchain=entry.toolchain,
+            dlpack=entry.dlpack,
+        )
+        for portable in portable_cells(cells)
+        if (portable.platform.name, portable.python) == (entry.platform, entry.python)
+    ]
+    for cell in cells:
         if cell.platform.name != entry.platform or cell.python != entry.python:
             continue
         if (cell.torch.minor, cell.backend, cell.cxx11_abi) == (

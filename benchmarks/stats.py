@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["Summary", "Target", "ratio", "summarize"]
+__all__ = ["Summary", "Target", "paired_ratios", "ratio", "summarize"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -56,6 +56,22 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     if numerator is None or denominator is None or denominator <= 0:
         return None
     return numerator / denominator
+
+
+def paired_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> Summary | None:
+    """The ratio of two measurements repeat by repeat (``numerators[i] / denominators[i]``,
+    both timed in repeat ``i``), summarized: on a shared machine a load spike slows both
+    sides of one repeat, so their ratio moves less than either. None when the two have no
+    repeat in common or a denominator is not positive. Raises ``ValueError`` for samples of
+    different lengths: they were not taken in the same repeats."""
+    if len(numerators) != len(denominators):
+        raise ValueError(
+            f"paired samples differ in length ({len(numerators)} vs {len(denominators)}): "
+            "they were not taken in the same repeats"
+        )
+    if not numerators or any(d <= 0 for d in denominators):
+        return None
+    return summarize([n / d for n, d in zip(numerators, denominators)])
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

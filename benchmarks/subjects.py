@@ -24,6 +24,7 @@ from _torch_c_dlpack_ext_core.run import run
 from .report import Progress
 
 __all__ = [
+    "CUDA_TORCH",
     "LEGACY_VERSION",
     "OLD_TORCH",
     "ROOT",
@@ -32,7 +33,10 @@ __all__ = [
     "LegacyRelease",
     "OldTorchEnv",
     "build_our_library",
+    "build_portable",
+    "cuda_torch_env",
     "fetch_legacy_release",
+    "find_python",
     "old_torch_env",
     "running_torch_dir",
     "subprocess_env",
@@ -43,6 +47,24 @@ ROOT = Path(__file__).resolve().parent.parent
 LEGACY_VERSION = "0.1.5"
 #: The old torch both libraries are compared on (0.1.5 ships a CPU library for it).
 OLD_TORCH = "2.8.0"
+#: PyPI's CUDA build of torch that the GPU machine runs (docs/facts.md), timed here without
+#: a GPU, on CPU tensors: its Python level costs more than the CPU build's. On the GPU
+#: machine's CPython.
+CUDA_TORCH = "2.11.0"
+CUDA_TORCH_PYTHON = "3.12"
+#: The extras of the GPU work's local environment of that torch (the CUDA headers it
+#: compiles against, apache-tvm-ffi, pytest), so that both use one cached environment
+#: instead of two copies of its CUDA wheels.
+CUDA_TORCH_EXTRAS = (
+    "pytest",
+    "hypothesis",
+    "ninja",
+    "apache-tvm-ffi==0.1.15.post2",
+    "typing-extensions>=4.13",
+    "filelock>=3.12",
+    "nvidia-cuda-runtime==13.0.*",
+    "nvidia-cuda-crt==13.0.*",
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -142,6 +164,71 @@ def old_torch_env(version: str = OLD_TORCH) -> OldTorchEnv:
 
     env = torch_env(version, importable=True, extra=("packaging", "filelock"))
     return OldTorchEnv(python=Path(env.python), torch_dir=Path(env.torch_dir), version=env.version)
+
+
+def find_python(version: str) -> Path | None:
+    """A CPython ``version`` (``"3.12"``) of this machine: this interpreter, one uv finds,
+    or one pyenv installed (its shims hide the others from uv); None when there is none."""
+    if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
+        return Path(sys.executable)
+    uv = shutil.which("uv")
+    if uv:
+        found = run([uv, "python", "find", "--no-python-downloads", version], echo=False,
+                    timeout=60, check=False)  # fmt: skip
+        if found.returncode == 0 and found.stdout.strip():
+            return Path(found.stdout.strip())
+    pyenv = shutil.which("pyenv")
+    if pyenv:
+        root = run([pyenv, "root"], echo=False, timeout=60, check=False)
+        versions = Path(root.stdout.strip()) / "versions"
+        candidates = sorted(versions.glob(f"{version}.*/bin/python{version}"))
+        if root.returncode == 0 and candidates:
+            return candidates[-1]
+    return None
+
+
+def cuda_torch_env() -> OldTorchEnv:
+    """The cached environment with PyPI's torch :data:`CUDA_TORCH` (its CUDA build, with
+    the CUDA wheels ``import torch`` needs) on CPython :data:`CUDA_TORCH_PYTHON`; a
+    :class:`ConfigError` when this machine has no such CPython."""
+    from devtools.envs.torchenv import torch_env
+
+    python = find_python(CUDA_TORCH_PYTHON)
+    if python is None:
+        raise ConfigError(
+            f"no CPython {CUDA_TORCH_PYTHON} found (uv python find, pyenv) for the torch "
+            f"{CUDA_TORCH} comparison; install one (e.g. `uv python install "
+            f"{CUDA_TORCH_PYTHON}`)"
+        )
+    env = torch_env(
+        CUDA_TORCH,
+        importable=True,
+        python=CUDA_TORCH_PYTHON,
+        interpreter=python,
+        extra=CUDA_TORCH_EXTRAS,
+    )
+    return OldTorchEnv(python=Path(env.python), torch_dir=Path(env.torch_dir), version=env.version)
+
+
+def build_portable(output_dir: Path, *, python: Path, target: str) -> Path:
+    """The portable table as the release builds it (the project's driver, its audits):
+    ``target`` ``"abi3"`` or ``"abi3.12"``, against the headers of the interpreter
+    ``python`` (an abi3.12 build needs a CPython >= 3.12); cached by the driver.
+
+    abi3.12 is not in the release matrix: its library skips the stable ABI audit, which
+    holds every abi3 library to CPython 3.9's stable ABI (``stableabi.ABI3_FLOOR``)."""
+    from _torch_c_dlpack_ext_core.buildrequest import BuildPolicy, PortableRequest
+    from _torch_c_dlpack_ext_core.driver import compile_portable_library
+
+    from .harness import python_include_dir
+
+    entry = compile_portable_library(
+        PortableRequest(
+            output_dir=output_dir, python_include=python_include_dir(python), python=target
+        ),
+        BuildPolicy(stable_abi_audit=False if target != "abi3" else None),
+    )
+    return output_dir / entry.file
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -206,12 +206,10 @@ typedef struct {
   PyObject* str_enter;
   PyObject* str_exit;
   PyObject* str_dtype;
+  PyObject* str_layout;
+  PyObject* str_is_nested;
+  PyObject* str_device;        /* "device": torch.empty's keyword */
   PyObject* dims_cache;        /* {id(tensor): (weakref, dims capsule)}: dltensor_from_py */
-#if TCDE_VECTORCALL
-  PyObject* empty_kwnames;        /* ("dtype", "device") */
-  PyObject* empty_kwnames_dtype;  /* ("dtype",) */
-  PyObject* empty_kwnames_device; /* ("device",) */
-#endif
   int versioned_export;        /* torch exports DLManagedTensorVersioned (2.9+) */
   int versioned_import;        /* torch._C._from_dlpack reads "dltensor_versioned" (2.9+) */
   int full_import;             /* ... and byte_offset and the float8/fp4 codes (2.10+) */
@@ -264,12 +262,10 @@ static void FreeState(State* s) {
   Py_XDECREF(s->str_enter);
   Py_XDECREF(s->str_exit);
   Py_XDECREF(s->str_dtype);
+  Py_XDECREF(s->str_layout);
+  Py_XDECREF(s->str_is_nested);
+  Py_XDECREF(s->str_device);
   Py_XDECREF(s->dims_cache);
-#if TCDE_VECTORCALL
-  Py_XDECREF(s->empty_kwnames);
-  Py_XDECREF(s->empty_kwnames_dtype);
-  Py_XDECREF(s->empty_kwnames_device);
-#endif
   for (int i = 0; i < TCDE_NUM_DTYPES; ++i) Py_XDECREF(s->dtypes[i].dtype);
   free(s);
 }
@@ -399,16 +395,10 @@ static State* BuildState(void) {
   if ((s->str_enter = PyUnicode_InternFromString("__enter__")) == NULL) goto fail;
   if ((s->str_exit = PyUnicode_InternFromString("__exit__")) == NULL) goto fail;
   if ((s->str_dtype = PyUnicode_InternFromString("dtype")) == NULL) goto fail;
+  if ((s->str_layout = PyUnicode_InternFromString("layout")) == NULL) goto fail;
+  if ((s->str_is_nested = PyUnicode_InternFromString("is_nested")) == NULL) goto fail;
+  if ((s->str_device = PyUnicode_InternFromString("device")) == NULL) goto fail;
   if ((s->dims_cache = PyDict_New()) == NULL) goto fail;
-#if TCDE_VECTORCALL
-  s->empty_kwnames = Py_BuildValue("(ss)", "dtype", "device");
-  s->empty_kwnames_dtype = Py_BuildValue("(s)", "dtype");
-  s->empty_kwnames_device = Py_BuildValue("(s)", "device");
-  if (s->empty_kwnames == NULL || s->empty_kwnames_dtype == NULL ||
-      s->empty_kwnames_device == NULL) {
-    goto fail;
-  }
-#endif
   /* The build flavour from torch.version, never from a device query: no CUDA
    * initialisation here (docs/facts.md). */
   {
@@ -479,6 +469,24 @@ static PyObject* Call2(PyObject* callable, PyObject* arg0, PyObject* arg1) {
 #else
   return PyObject_CallFunctionObjArgs(callable, arg0, arg1, NULL);
 #endif
+}
+
+/* torch._C._to_dlpack*(tensor). torch 2.11 and 2.13 take an argument tuple
+ * (METH_VARARGS), which the abi3 build's Call1 would make only after a
+ * vectorcall's argument array; torch 2.2-2.8 take the tensor alone (METH_O),
+ * which Call1 passes without a tuple. The vectorcall builds' Call1 is as cheap
+ * as either. */
+static PyObject* CallToDlpack(const State* s, PyObject* tensor) {
+#if !TCDE_VECTORCALL
+  if (!PyCFunction_Check(s->to_dlpack) || !(PyCFunction_GetFlags(s->to_dlpack) & METH_O)) {
+    PyObject* args = PyTuple_Pack(1, tensor);
+    if (args == NULL) return NULL;
+    PyObject* capsule = PyObject_Call(s->to_dlpack, args, NULL);
+    Py_DECREF(args);
+    return capsule;
+  }
+#endif
+  return Call1(s->to_dlpack, tensor);
 }
 
 /* The pending exception as one object (a new reference), the indicator cleared. */
@@ -651,8 +659,8 @@ static void DeleteManaged(DLManagedTensorVersioned* managed) {
  *    torch._C.TensorBase's own getters and methods, and for a subclass or
  *    under a torch function mode they run with __torch_function__ off
  *    (torch._C.DisableTorchFunction: a TrustedScope). A plain torch.Tensor
- *    (or nn.Parameter) with no mode on needs no scope: nothing can stand in
- *    for those answers. */
+ *    (or nn.Parameter) with no mode on needs no scope, and its attributes are
+ *    looked up the plain way: they reach the same descriptors. */
 
 static PyObject* CallNoArgs(PyObject* callable) {
 #if TCDE_VECTORCALL
@@ -868,9 +876,16 @@ done:
   return wrap == NULL ? NULL : &wrap->managed;
 }
 
-/* 1 if the unbound bool method `method` says so of `obj`, 0 if not, -1 on error. */
-static int AskFlag(PyObject* getter, PyObject* obj) {
-  PyObject* result = Call1(getter, obj);
+/* What `obj` says its attribute `name` is (a new reference, or NULL with an error):
+ * through TensorBase's own descriptor `getter` when it is not a plain tensor outside
+ * any mode (`plain` 0), else through the plain lookup, which for an exact torch.Tensor
+ * reaches the same descriptor, faster. */
+static PyObject* Answer(PyObject* getter, PyObject* name, PyObject* obj, int plain) {
+  return plain ? PyObject_GetAttr(obj, name) : Call1(getter, obj);
+}
+
+/* 1 if `result` (a new reference, stolen; NULL: an error) is true, 0 if not, -1 on error. */
+static int Truth(PyObject* result) {
   if (result == NULL) return -1;
   const int truth = result == Py_True ? 1 : result == Py_False ? 0 : PyObject_IsTrue(result);
   Py_DECREF(result);
@@ -880,8 +895,8 @@ static int AskFlag(PyObject* getter, PyObject* obj) {
 /* The refusals of the native table's Describe() that torch's exporter does not
  * make itself (layout, nesting, conjugate and negative bits), and the tensor's
  * dtype; NULL with a Python error set when refused. */
-static const Dtype* CheckExportable(const State* s, PyObject* obj) {
-  PyObject* layout = Call1(s->get_layout, obj);
+static const Dtype* CheckExportable(const State* s, PyObject* obj, int plain) {
+  PyObject* layout = Answer(s->get_layout, s->str_layout, obj, plain);
   if (layout == NULL) return NULL;
   const int strided = layout == s->strided;
   const int jagged = layout == s->jagged && layout != NULL;
@@ -902,7 +917,7 @@ static const Dtype* CheckExportable(const State* s, PyObject* obj) {
     return NULL;
   }
   Py_DECREF(layout);
-  const int is_nested = AskFlag(s->get_is_nested, obj);
+  const int is_nested = Truth(Answer(s->get_is_nested, s->str_is_nested, obj, plain));
   if (is_nested != 0) {
     if (is_nested > 0) {
       PyErr_Format(PyExc_BufferError,
@@ -913,7 +928,7 @@ static const Dtype* CheckExportable(const State* s, PyObject* obj) {
     }
     return NULL;
   }
-  PyObject* dtype_obj = Call1(s->get_dtype, obj);
+  PyObject* dtype_obj = Answer(s->get_dtype, s->str_dtype, obj, plain);
   if (dtype_obj == NULL) return NULL;
   const Dtype* dtype = FindDtype(s, dtype_obj);
   if (dtype == NULL) {
@@ -928,7 +943,7 @@ static const Dtype* CheckExportable(const State* s, PyObject* obj) {
   /* DLPack has no conjugate/negative flags: exporting the raw memory would hand
    * out the wrong values. Only complex tensors carry the conjugate bit. */
   if (dtype->flags & kDtypeComplex) {
-    const int conj = AskFlag(s->is_conj, obj);
+    const int conj = Truth(Call1(s->is_conj, obj));
     if (conj != 0) {
       if (conj > 0) {
         PyErr_Format(PyExc_BufferError,
@@ -939,7 +954,7 @@ static const Dtype* CheckExportable(const State* s, PyObject* obj) {
       return NULL;
     }
   }
-  const int neg = AskFlag(s->is_neg, obj);
+  const int neg = Truth(Call1(s->is_neg, obj));
   if (neg != 0) {
     if (neg > 0) {
       PyErr_Format(PyExc_BufferError,
@@ -963,7 +978,7 @@ static PyObject* ExportBytes(const State* s, PyObject* obj) {
   PyObject* bytes =
       detached == NULL ? NULL : Call2(s->view, detached, s->dtypes[s->uint8_index].dtype);
   Py_XDECREF(detached);
-  PyObject* capsule = bytes == NULL ? NULL : Call1(s->to_dlpack, bytes);
+  PyObject* capsule = bytes == NULL ? NULL : CallToDlpack(s, bytes);
   Py_XDECREF(bytes);
   return capsule;
 }
@@ -990,8 +1005,9 @@ static int RelabelDtype(const DLTensor* dl, const Dtype* dtype, int via_bytes) {
 /* The export proper, inside the caller's TrustedScope: an owning
  * DLManagedTensorVersioned (dtype, version and flags as the native table writes
  * them), or NULL with a Python error set. */
-static DLManagedTensorVersioned* ExportChecked(const State* s, PyObject* obj, int owning) {
-  const Dtype* dtype = CheckExportable(s, obj);
+static DLManagedTensorVersioned* ExportChecked(const State* s, PyObject* obj, int owning,
+                                               int plain) {
+  const Dtype* dtype = CheckExportable(s, obj, plain);
   if (dtype == NULL) return NULL;
   /* torch < 2.10 refuses float8/fp4 and leaks on the refusal (docs/facts.md):
    * such a tensor goes straight to its uint8 view, never to torch's refusal. */
@@ -1014,7 +1030,7 @@ static DLManagedTensorVersioned* ExportChecked(const State* s, PyObject* obj, in
        * empty tensor passes below), so export it as it is. */
       if (alias == NULL) PyErr_Clear();
     }
-    capsule = Call1(s->to_dlpack, alias != NULL ? alias : obj);
+    capsule = CallToDlpack(s, alias != NULL ? alias : obj);
     Py_XDECREF(alias);
     if (capsule == NULL && (dtype->flags & kDtypeByteView)) {
       /* A torch that refuses another one-byte type (sub-byte ints): its uint8 view. */
@@ -1091,7 +1107,7 @@ static DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int
   }
   PyObject* scope = NULL;
   if (EnterTrustedScope(s, obj, &scope) != 0) return NULL;
-  DLManagedTensorVersioned* managed = ExportChecked(s, obj, owning);
+  DLManagedTensorVersioned* managed = ExportChecked(s, obj, owning, scope == NULL);
   if (ExitTrustedScope(s, scope) != 0 && managed != NULL) {
     DeleteManaged(managed);
     managed = NULL;
@@ -1679,43 +1695,46 @@ static PyObject* TorchDevice(const State* s, const DLDevice* device) {
   return PyObject_CallFunction(s->cuda_device_ctor, "si", kind, (int)device->device_id);
 }
 
-/* torch.empty(shape[, dtype=dtype][, device=device]): a keyword is left out
- * where its argument is NULL. */
-static PyObject* CallEmpty(const State* s, PyObject* shape, PyObject* dtype, PyObject* device) {
-#if TCDE_VECTORCALL
-  PyObject* args[4] = {NULL, shape, NULL, NULL};
-  size_t n = 1;
-  PyObject* kwnames = NULL;
-  if (dtype != NULL && device != NULL) {
-    args[2] = dtype;
-    args[3] = device;
-    kwnames = s->empty_kwnames;
-  } else if (dtype != NULL) {
-    args[2] = dtype;
-    kwnames = s->empty_kwnames_dtype;
-  } else if (device != NULL) {
-    args[2] = device;
-    kwnames = s->empty_kwnames_device;
+/* The positional arguments of torch.empty for a prototype: its sizes as separate
+ * ints, torch.empty(2, 3) (a 0-d tensor: torch.empty(())). One tuple of sizes,
+ * torch.empty((2, 3)), costs torch's argument parser a raised and cleared
+ * TypeError on every call: it tries the tuple as an int first (docs/facts.md). */
+static PyObject* EmptyArgs(const DLTensor* prototype) {
+  const int32_t ndim = prototype->ndim;
+  if (ndim == 0) {
+    PyObject* no_sizes = PyTuple_New(0);
+    PyObject* args = no_sizes == NULL ? NULL : PyTuple_Pack(1, no_sizes);
+    Py_XDECREF(no_sizes);
+    return args;
   }
-  return PyObject_Vectorcall(s->empty, args + 1, n | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
-#else
-  PyObject* args = PyTuple_Pack(1, shape);
+  PyObject* args = PyTuple_New(ndim);
   if (args == NULL) return NULL;
-  PyObject* kwargs = NULL;
-  if (dtype != NULL || device != NULL) {
-    kwargs = PyDict_New();
-    if (kwargs == NULL || (dtype != NULL && PyDict_SetItem(kwargs, s->str_dtype, dtype) != 0) ||
-        (device != NULL && PyDict_SetItemString(kwargs, "device", device) != 0)) {
-      Py_XDECREF(kwargs);
+  for (int32_t i = 0; i < ndim; ++i) {
+    PyObject* size = PyLong_FromLongLong((long long)prototype->shape[i]);
+    /* PyTuple_SetItem steals `size`; on a new tuple it cannot fail. */
+    if (size == NULL || PyTuple_SetItem(args, i, size) != 0) {
       Py_DECREF(args);
       return NULL;
     }
   }
+  return args;
+}
+
+/* torch.empty(*args[, dtype=dtype][, device=device]): a keyword is left out
+ * where its argument is NULL. torch's functions take an argument tuple
+ * (METH_VARARGS): PyObject_Call hands them `args` as it is, where a vectorcall
+ * would first copy its arguments into a new tuple. */
+static PyObject* CallEmpty(const State* s, PyObject* args, PyObject* dtype, PyObject* device) {
+  if (dtype == NULL && device == NULL) return PyObject_Call(s->empty, args, NULL);
+  PyObject* kwargs = PyDict_New();
+  if (kwargs == NULL || (dtype != NULL && PyDict_SetItem(kwargs, s->str_dtype, dtype) != 0) ||
+      (device != NULL && PyDict_SetItem(kwargs, s->str_device, device) != 0)) {
+    Py_XDECREF(kwargs);
+    return NULL;
+  }
   PyObject* result = PyObject_Call(s->empty, args, kwargs);
-  Py_XDECREF(kwargs);
-  Py_DECREF(args);
+  Py_DECREF(kwargs);
   return result;
-#endif
 }
 
 /* torch.empty(shape, dtype=..., device=...) exported; checked to be plain
@@ -1730,33 +1749,25 @@ static DLManagedTensorVersioned* AllocateWithTorch(const State* s, const DLTenso
   const Dtype* alloc_dtype =
       (!s->full_import && (dtype->flags & kDtypeByteView)) ? &s->dtypes[s->uint8_index]
                                                                : dtype;
-  PyObject* shape = PyTuple_New(ndim);
-  if (shape == NULL) goto python_error;
-  for (int32_t i = 0; i < ndim; ++i) {
-    PyObject* size = PyLong_FromLongLong((long long)prototype->shape[i]);
-    if (size == NULL) {
-      Py_DECREF(shape);
-      goto python_error;
-    }
-    PyTuple_SetItem(shape, i, size);
-  }
+  PyObject* args = EmptyArgs(prototype);
+  if (args == NULL) goto python_error;
   PyObject* device = TorchDevice(s, &prototype->device);
   if (device == NULL) {
-    Py_DECREF(shape);
+    Py_DECREF(args);
     goto python_error;
   }
   /* First try: host memory of the default float32 without the keywords, which
-   * cost torch's argument parser about as much as the allocation (measured:
-   * torch.empty((16,)) ~1.0 us, with dtype= and device= ~1.6 us). A changed
-   * default dtype or device shows in the export below: then ask again, explicitly. */
+   * cost torch's argument parser a third of torch.empty(16) again (docs/facts.md).
+   * A changed default dtype or device shows in the export below: then ask again,
+   * explicitly. */
   int explicit_call = !host;
   PyObject* tensor;
 retry:
-  tensor = CallEmpty(s, shape, explicit_call || alloc_dtype != &s->dtypes[0] ? alloc_dtype->dtype
-                                                                             : NULL,
+  tensor = CallEmpty(s, args, explicit_call || alloc_dtype != &s->dtypes[0] ? alloc_dtype->dtype
+                                                                            : NULL,
                      explicit_call ? device : NULL);
   if (tensor == NULL) {
-    Py_DECREF(shape);
+    Py_DECREF(args);
     Py_DECREF(device);
     PyObject* exc = TakeException();
     /* The sizes were checked: on host memory a failure is the allocator's. */
@@ -1769,14 +1780,14 @@ retry:
    * subclasses), of the dtype asked for; the export checks the rest. */
   if (Py_TYPE(tensor) != s->tensor_type) {
     Py_DECREF(tensor);
-    Py_DECREF(shape);
+    Py_DECREF(args);
     Py_DECREF(device);
     AllocatorFail(out, error_ctx, set_error, "RuntimeError",
                   "torch-c-dlpack-ext allocator (portable table): torch.empty returned a tensor "
                   "subclass, not plain memory (is a fake-tensor or Python dispatch mode active?)");
     return NULL;
   }
-  PyObject* capsule = Call1(s->to_dlpack, tensor);
+  PyObject* capsule = CallToDlpack(s, tensor);
   Py_DECREF(tensor);
   DLManagedTensorVersioned* managed = capsule == NULL ? NULL : TakeCapsule(s, capsule);
   if (managed == NULL && !explicit_call) {
@@ -1786,7 +1797,7 @@ retry:
     goto retry;
   }
   if (managed == NULL) {
-    Py_DECREF(shape);
+    Py_DECREF(args);
     Py_DECREF(device);
     AllocatorFailFromPython(out, error_ctx, set_error, "RuntimeError",
                             "torch.empty returned a tensor without exportable memory (is a "
@@ -1801,13 +1812,15 @@ retry:
               dl->byte_offset == 0 &&
               dl->device.device_type == (host ? kDLCPU : prototype->device.device_type) &&
               (host || dl->device.device_id == prototype->device.device_id);
-  int64_t expected_stride = 1;
+  /* Unsigned: past the outermost dimension the product may leave int64 (a shape with a
+   * zero elsewhere is checked only for its element count); it is never used there. */
+  uint64_t expected_stride = 1;
   int has_elements = 1;
   for (int32_t i = ndim - 1; plain && i >= 0; --i) {
     plain = dl->shape[i] == prototype->shape[i] &&
-            (prototype->shape[i] < 2 || dl->strides[i] == expected_stride);
+            (prototype->shape[i] < 2 || (uint64_t)dl->strides[i] == expected_stride);
     has_elements &= prototype->shape[i] != 0;
-    expected_stride *= prototype->shape[i] > 1 ? prototype->shape[i] : 1;
+    expected_stride *= prototype->shape[i] > 1 ? (uint64_t)prototype->shape[i] : 1;
   }
   if (plain && has_elements && dl->data == NULL) plain = 0;
   if (!plain && !explicit_call) {
@@ -1815,7 +1828,7 @@ retry:
     explicit_call = 1;
     goto retry;
   }
-  Py_DECREF(shape);
+  Py_DECREF(args);
   Py_DECREF(device);
   if (!plain) {
     DeleteManaged(managed);
@@ -1827,10 +1840,10 @@ retry:
   }
   /* Row-major strides for every dimension (torch may report any stride for a
    * dimension of size 0 or 1), as the native allocator writes them. */
-  int64_t stride = 1;
+  uint64_t stride = 1; /* checked within int64 for every dimension it is written to */
   for (int32_t i = ndim - 1; i >= 0; --i) {
-    dl->strides[i] = stride;
-    stride *= prototype->shape[i] > 1 ? prototype->shape[i] : 1;
+    dl->strides[i] = (int64_t)stride;
+    stride *= prototype->shape[i] > 1 ? (uint64_t)prototype->shape[i] : 1;
   }
   if (!has_elements) dl->data = NULL;
   dl->dtype = prototype->dtype;

@@ -15,7 +15,10 @@ is a :class:`TypeError`; a field cannot be changed once built
 (:class:`dataclasses.FrozenInstanceError`; ``dataclasses.replace`` makes a changed copy).
 A path given as a ``str`` is stored as a :class:`~pathlib.Path`, a backend given by name
 as its :class:`~.naming.Backend` (an unknown name raises
-:class:`~.errors.InvalidBackendError` here, before anything is planned).
+:class:`~.errors.InvalidBackendError` here, before anything is planned), and
+``sanitizers`` given by name (``"address,undefined"``) as a tuple of
+:class:`~.toolchains.sanitizers.Sanitizer` (an unknown name raises
+:class:`~.errors.ConfigError` here).
 """
 
 from __future__ import annotations
@@ -27,12 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .naming import Backend, parse_backend
+from .toolchains.sanitizers import Sanitizer, parse_sanitizers
 from .torchinstall import TorchInstall
 
 if TYPE_CHECKING:
     from .trust import TrustedOwners
 
-__all__ = ["BuildPolicy", "BuildRequest", "PortableRequest"]
+__all__ = ["BuildPolicy", "BuildRequest", "PortableRequest", "Sanitizer"]
 
 #: The optional path fields the records coerce from ``str``.
 _PATH_FIELDS = (
@@ -45,9 +49,11 @@ _PATH_FIELDS = (
 )
 
 
-def _coerce_paths(record: BuildRequest | PortableRequest) -> None:
-    """Store each path field given as a ``str`` as a :class:`Path` (frozen: through
+def _coerce_fields(record: BuildRequest | PortableRequest) -> None:
+    """Store each path field given as a ``str`` as a :class:`Path`, and the sanitizers as
+    :func:`~.toolchains.sanitizers.parse_sanitizers` reads them (frozen: through
     ``object.__setattr__``, in ``__post_init__`` only)."""
+    object.__setattr__(record, "sanitizers", parse_sanitizers(record.sanitizers))
     object.__setattr__(record, "output_dir", Path(record.output_dir))
     for name in _PATH_FIELDS:
         value = getattr(record, name, None)
@@ -71,7 +77,9 @@ class BuildRequest:
     audit. ``python_lib``: Windows only, the Python import library to link.
     ``platform`` (default ``sys.platform``) selects the toolchain (a cross target such as
     ``linux_aarch64`` its cross toolchain). ``environ`` (default ``os.environ``): where
-    ``$CXX`` and the GPU homes are read.
+    ``$CXX`` and the GPU homes are read. ``sanitizers``: a sanitizer build for the tests
+    (``"address,undefined"``; :mod:`.toolchains.sanitizers`), never one to ship: its file
+    name carries a tag (``-asan-ubsan``), and the audits accept its runtime's symbols.
     """
 
     torch: TorchInstall | Path
@@ -88,12 +96,13 @@ class BuildRequest:
     python_lib: Path | None = None
     platform: str | None = None
     environ: Mapping[str, str] | None = None
+    sanitizers: tuple[Sanitizer, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "backend", parse_backend(self.backend))
         if not isinstance(self.torch, TorchInstall):
             object.__setattr__(self, "torch", Path(self.torch))
-        _coerce_paths(self)
+        _coerce_fields(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,9 +123,10 @@ class PortableRequest:
     python_lib: Path | None = None
     platform: str | None = None
     environ: Mapping[str, str] | None = None
+    sanitizers: tuple[Sanitizer, ...] = ()
 
     def __post_init__(self) -> None:
-        _coerce_paths(self)
+        _coerce_fields(self)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -64,6 +64,7 @@ from .errors import (
     BackendUnavailableError,
     BuildError,
     CommandError,
+    ConfigError,
     ManifestError,
     TorchCDLPackExtError,
     TorchInstallError,
@@ -90,8 +91,9 @@ from .naming import (
 )
 from .run import run
 from .stableabi import audit_stable_abi
-from .toolchains import AuditOutcome, CompileJob, Toolchain, toolchain_for
+from .toolchains import TOOLCHAINS, AuditOutcome, CompileJob, Toolchain, toolchain_for
 from .toolchains.protocol import SCRATCH_PLACEHOLDER
+from .toolchains.sanitizers import Sanitizer, parse_sanitizers, tagged_filename
 from .torchinstall import TorchInstall
 from .trust import TrustedOwners, check_trusted, read_trusted
 from .version import __version__
@@ -238,6 +240,8 @@ class BuildPlan(_Outputs):
     #: What a user should know about this build (CUDA headers of another major than
     #: torch's): said when it compiles, never on a cache hit.
     notes: tuple[str, ...] = ()
+    #: A sanitizer build's instrumentation (tests only; ``()`` for a library to ship).
+    sanitizers: tuple[Sanitizer, ...] = ()
 
     @property
     def limited_api(self) -> bool:
@@ -246,13 +250,14 @@ class BuildPlan(_Outputs):
 
     @property
     def filename(self) -> str:
-        return library_filename(
+        name = library_filename(
             self.torch.major,
             self.torch.minor,
             self.backend,
             self.cxx11_abi,
             platform=self.platform,
         )
+        return tagged_filename(name, self.sanitizers)
 
     def _defines(self) -> tuple[str, ...]:
         torch = self.torch
@@ -294,6 +299,7 @@ class BuildPlan(_Outputs):
             filename=self.filename,
             python_import_lib=self.python_import_lib,
             cxx_args=self.cxx_args,
+            sanitizers=self.sanitizers,
         )
 
     def _input_locations(self) -> dict[str, Path]:
@@ -472,6 +478,7 @@ def plan_build(request: BuildRequest) -> BuildPlan:
     """
     platform = sys.platform if request.platform is None else request.platform
     toolchain = toolchain_for(platform)
+    _check_sanitizers(toolchain, request.sanitizers)
     environ = os.environ if request.environ is None else request.environ
     backend, torch, python = request.backend, request.torch, request.python
     if backend not in NATIVE_BACKENDS:
@@ -542,6 +549,21 @@ def plan_build(request: BuildRequest) -> BuildPlan:
         cxx_args=compiler.args,
         python_exports=exports,
         notes=tuple(filter(None, [cuda_mismatch_note(install, gpu_toolkit)])),
+        sanitizers=request.sanitizers,
+    )
+
+
+def _check_sanitizers(toolchain: Toolchain, sanitizers: tuple[Sanitizer, ...]) -> None:
+    """Raise :class:`~.errors.ConfigError` when ``toolchain`` builds no library with one of
+    ``sanitizers`` (:attr:`.toolchains.Toolchain.sanitizers`)."""
+    unsupported = [member.value for member in sanitizers if member not in toolchain.sanitizers]
+    if not unsupported:
+        return
+    able = [name for name, other in TOOLCHAINS.items() if set(sanitizers) <= other.sanitizers]
+    raise ConfigError(
+        f"the {toolchain.name} toolchain builds no {','.join(unsupported)} sanitizer build; "
+        f"leave sanitizers unset, or build on a platform whose toolchain does "
+        f"({', '.join(able) or 'none'})"
     )
 
 
@@ -688,7 +710,12 @@ def _build(plan: BuildPlan, key: str, policy: BuildPolicy) -> ManifestEntry:
         if (
             audit
             and toolchain.audit(
-                tmp, plan.torch, plan.backend, cxx=compiler, python_exports=plan.python_exports
+                tmp,
+                plan.torch,
+                plan.backend,
+                cxx=compiler,
+                python_exports=plan.python_exports,
+                sanitizers=plan.sanitizers,
             )
             is (AuditOutcome.NOT_APPLICABLE)
             and echo
@@ -836,6 +863,7 @@ class PortablePlan(_Outputs):
     python_import_lib: Path | None = None
     cc_args: tuple[str, ...] = ()
     python_exports: Path | None = None
+    sanitizers: tuple[Sanitizer, ...] = ()
 
     @property
     def limited_api(self) -> int | None:
@@ -851,7 +879,8 @@ class PortablePlan(_Outputs):
     def filename(self) -> str:
         from .naming import portable_library_filename
 
-        return portable_library_filename(self.python, platform=self.platform)
+        name = portable_library_filename(self.python, platform=self.platform)
+        return tagged_filename(name, self.sanitizers)
 
     def job(self) -> CompileJob:
         defines = [] if self.limited_api is None else [f"Py_LIMITED_API=0x{self.limited_api:08x}"]
@@ -869,6 +898,7 @@ class PortablePlan(_Outputs):
             cxx_args=self.cc_args,
             language="c",
             version_script=self.version_script,
+            sanitizers=self.sanitizers,
         )
 
     def cache_key(self) -> str:
@@ -907,6 +937,7 @@ def plan_portable(request: PortableRequest) -> PortablePlan:
     environ = os.environ if request.environ is None else request.environ
     python = request.python
     toolchain = toolchain_for(platform)
+    _check_sanitizers(toolchain, request.sanitizers)
     csrc = request.source_dir if request.source_dir is not None else find_sources()[0]
     portable_dir = csrc / PORTABLE_DIR
     sources = tuple(sorted(portable_dir.glob("*.c")))
@@ -950,6 +981,7 @@ def plan_portable(request: PortableRequest) -> PortablePlan:
         python_import_lib=python_import_lib,
         cc_args=compiler.args,
         python_exports=_python_exports(py_include, target, request.python_exports),
+        sanitizers=request.sanitizers,
     )
 
 
@@ -993,7 +1025,10 @@ def _build_portable(plan: PortablePlan, key: str, policy: BuildPolicy) -> Manife
     def check(tmp: Path) -> None:
         if policy.audit:
             plan.platform_toolchain.audit_torch_free(
-                tmp, cc=(plan.cc, *plan.cc_args), python_exports=plan.python_exports
+                tmp,
+                cc=(plan.cc, *plan.cc_args),
+                python_exports=plan.python_exports,
+                sanitizers=plan.sanitizers,
             )
             if plan.limited_api is not None:
                 audit_stable_abi(tmp, name=plan.filename, required=policy.stable_abi_audit)
@@ -1047,6 +1082,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dlpack-include", type=Path, default=None)
     parser.add_argument("--source-dir", type=Path, default=None)
     parser.add_argument("--no-audit", dest="audit", action="store_false")
+    parser.add_argument(
+        "--sanitize",
+        default=None,
+        metavar="NAMES",
+        help="a sanitizer build for tests: address, undefined or address,undefined "
+        "(load it with the runtime preloaded: LD_PRELOAD)",
+    )
     parser.add_argument("--traceback", action="store_true", help="show tracebacks on errors")
     args = parser.parse_args(argv)
     try:
@@ -1059,6 +1101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gpu_home=args.gpu_home,
             dlpack_include=args.dlpack_include,
             source_dir=args.source_dir,
+            sanitizers=parse_sanitizers(args.sanitize),
         )
         entry = compile_library(request, BuildPolicy(audit=args.audit))
     except TorchCDLPackExtError as exc:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from . import errors
     from ._decide import DecisionKind
+    from ._loader import CommonLoad
     from ._status import Status, StatusFields
 
     class _State(TypedDict, total=False):
@@ -71,9 +72,9 @@ _LAZY = {
 }
 
 
-def _torch_defers() -> bool:
-    # The fast path: torch provides its own valid API capsule, so the selector would
-    # DEFER (the caller has checked that no override is set).
+def _torch_defers(torch: ModuleType) -> bool:
+    # The fast path: `torch` (the running one) provides its own valid API capsule, so the
+    # selector would DEFER (the caller has checked that no override is set).
     #
     # Answered in this module alone: importing any submodule costs more than the whole
     # question (the first import from the package's directory was measured at ~0.3 ms, an
@@ -81,51 +82,76 @@ def _torch_defers() -> bool:
     # else's capsule, an odd value) goes to the selector, whose `_capsule` and
     # `_torchinfo` check and report it fully.
     try:
-        import torch
-
         # Only a torch that has the API itself (2.10+): on an older one the capsule was
         # set by someone else, and the selector validates its pointer before deferring.
         major, minor = torch.__version__.split(".")[:2]
         if (int(major), int(minor)) < (2, 10):
             return False
-        capsule = getattr(torch.Tensor, _CAPSULE_ATTR)
-        # Whether `capsule` is a valid `dlpack_exchange_api` capsule holding exactly the
-        # table torch itself publishes (`torch._C._dlpack_exchange_api()`, torch
-        # 2.10-2.15). `PyCapsule_IsValid` checks the exact type and the name first, so
-        # any object is safe. Private prototypes (`_loader.pythonapi_function`, restated
-        # to keep this path to this module): instances of the class ctypes made for
-        # `pythonapi`, whose shared functions other packages may configure. A torch
-        # without that function goes to the selector.
+        # Whether the capsule on torch.Tensor is a valid `dlpack_exchange_api` capsule
+        # holding exactly the table torch itself publishes (`torch._C._dlpack_exchange_api()`,
+        # torch 2.10-2.15). `PyCapsule_GetPointer` checks the exact type and the name
+        # first, so any object is safe: for anything but such a capsule it raises (a
+        # `pythonapi` function turns the error it sets into an exception). A private
+        # prototype (`_loader.pythonapi_function`, restated to keep this path to this
+        # module): an instance of the class ctypes made for `pythonapi`, whose shared
+        # functions other packages may configure. A torch without that function goes to
+        # the selector.
         import ctypes  # torch has imported it
 
         api = ctypes.pythonapi
-        valid = api._FuncPtr(("PyCapsule_IsValid", api))
         pointer = api._FuncPtr(("PyCapsule_GetPointer", api))
-        valid.restype, pointer.restype = ctypes.c_int, ctypes.c_void_p
-        valid.argtypes = pointer.argtypes = (ctypes.py_object, ctypes.c_char_p)
-        if not valid(capsule, _CAPSULE_NAME):
-            return False
-        torchs = pointer(torch._C._dlpack_exchange_api(), _CAPSULE_NAME)
-        return torchs is not None and pointer(capsule, _CAPSULE_NAME) == torchs
-    except Exception:  # no torch, no attribute, an odd value: the selector says why
+        pointer.restype = ctypes.c_void_p
+        pointer.argtypes = (ctypes.py_object, ctypes.c_char_p)
+        return bool(
+            pointer(getattr(torch.Tensor, _CAPSULE_ATTR), _CAPSULE_NAME)
+            == pointer(torch._C._dlpack_exchange_api(), _CAPSULE_NAME)
+        )
+    except Exception:  # no attribute, an odd value: the selector says why
         return False
 
 
-def _run_selector(torch_failure: Exception | None) -> StatusFields | None:
-    # torch's own import failed (`torch_failure`): say so; nothing below imports it again.
-    if torch_failure is not None:
+def _loader_module() -> ModuleType:
+    # torch_c_dlpack_ext._loader, imported. The import system's first import from the
+    # package's directory builds that directory's finder (zipimport's attempt, stats, a
+    # listing): ~60 us, more than any check of the load (docs/facts.md, "What the
+    # import's Python costs"). So the load path loads _loader from its file the way
+    # importlib's documentation imports a source file directly (its cached bytecode is
+    # used as usual), and leaves it to the import system where that does not apply:
+    # imported already, or no plain file (a zip, a frozen application).
+    name = __name__ + "._loader"
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    import importlib.util  # torch has imported it: a dict lookup
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(_PACKAGE_DIR, "_loader.py"))
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except OSError:  # no such file to read (the module's own code does no I/O)
+            del sys.modules[name]
+        else:
+            globals()["_loader"] = module  # as the import system sets it on its package
+            return module
+    return importlib.import_module(name)
+
+
+def _run_selector(torch: ModuleType | Exception) -> StatusFields | None:
+    # `torch`: the running torch, or the exception its own import raised: say so; nothing
+    # below imports it again.
+    if isinstance(torch, Exception):
         from ._apply import torch_import_failed
 
-        return torch_import_failed(torch_failure)
+        return torch_import_failed(torch)
     # No TORCH_C_DLPACK_EXT_* variable (one look at the environment for both fast paths):
     # a torch with its own API is deferred to, else the common path loads.
     # ("\0" is in no variable's name: each name is looked at from its start.)
     if ("\0" + "\0".join(os.environ)).find("\0" + _ENV_PREFIX) < 0:
-        if _torch_defers():
+        if _torch_defers(torch):
             return None
-        from ._loader import load_common
-
-        loaded = load_common(_PACKAGE_DIR)
+        loaded: CommonLoad | None = _loader_module().load_common(torch, _PACKAGE_DIR)
         if loaded is not None:
             return {"kind": loaded[0], "library": loaded[1], "common_path": True}
     # Anything unusual: the full selector decides, acts and says why.
@@ -206,21 +232,22 @@ def _import_boundary() -> StatusFields | None:
     # `except ImportError` only.
     tensor: object = None
     saved: dict[str, object] = {}
-    torch_failure: Exception | None = None
+    torch: ModuleType | Exception
     try:
         try:
-            torch = _import_torch()  # the selector's first step; here to snapshot too
+            module = _import_torch()  # the selector's first step; here to snapshot too
         except Exception as exc:  # torch's own import failed: the selector says why
-            torch_failure = exc
+            torch = exc
         else:
+            torch = module
             try:
-                tensor = torch.Tensor
+                tensor = module.Tensor
                 own = vars(tensor)
                 saved = {_CAPSULE_ATTR: own.get(_CAPSULE_ATTR, _MISSING)}
                 saved[_LEGACY_INT_ATTR] = own.get(_LEGACY_INT_ATTR, _MISSING)
             except Exception:  # an odd torch: the selector reports why
                 tensor = None
-        return _run_selector(torch_failure)
+        return _run_selector(torch)
     except BaseException as exc:
         _restore(tensor, saved)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):

@@ -15,15 +15,18 @@ verify, ELF extents, sealed copy, dlopen, check the table, publish on ``torch.Te
 #
 # This module is what every `import tvm_ffi` on torch < 2.10 executes, so it holds only
 # what that path runs, written for its cost (CONTRIBUTING "The import's common path"):
-# the first unmarshal in a process costs about 7 us per KiB of bytecode, so no
-# docstrings, no message formatting (a failure here returns None, and _library and the
-# full selector, which redo the step, say why), no function the path does not call;
-# string paths rather than pathlib; no class created at import or on the path (a ctypes
-# prototype or array type is a class: the calls below use instances of classes ctypes
-# already has); no realpath (a system call per path component). It restates the core's
-# names, the manifest schema's checks and bounds and the torch version's reading as
-# plain functions over the JSON; unit tests pin each to the core's (naming, manifest.py,
-# dlpack_ctypes): the common path accepts only what the core accepts.
+# unmarshalling it is mostly interning its identifiers (~0.45 us each the first time in a
+# process that imported torch, whose interned table is large; line tables and plain
+# strings cost next to nothing), so no docstrings, no message formatting (a failure
+# here returns None, and _library and the full selector, which redo the step, say why),
+# no function the path does not call, no Python call per manifest entry on the native
+# path (a unit test pins it); string paths rather than pathlib; no class created at
+# import or on the path (a ctypes prototype or array type is a class: the calls below
+# use instances of classes ctypes already has); no realpath (a system call per path
+# component). It restates the core's names, the manifest schema's checks and bounds and
+# the torch version's reading as plain functions over the JSON; unit tests pin each to
+# the core's (naming, manifest.py, dlpack_ctypes): the common path accepts only what the
+# core accepts.
 
 from __future__ import annotations
 
@@ -242,18 +245,16 @@ def check_table(pointer: int, origin: str) -> tuple[int, int]:
 # The common path.
 
 
-def load_common(package_dir: str) -> CommonLoad | None:
-    # Publish the bundled library matching the running torch, when nothing is unusual,
-    # and return what was published (`CommonLoad`: a tuple, because a record class would
-    # be a class creation on every import); `None` otherwise (before anything was
-    # changed), for the full selector to decide, act and explain.
-    # The same decision the selector would make (a unit test compares them): no
-    # attribute to judge, the first matching manifest entry. The caller has checked
-    # that no `TORCH_C_DLPACK_EXT_*` variable is set.
+def load_common(torch: ModuleType, package_dir: str) -> CommonLoad | None:
+    # Publish the bundled library matching `torch` (the running one, which the caller
+    # imported), when nothing is unusual, and return what was published (`CommonLoad`: a
+    # tuple, because a record class would be a class creation on every import); `None`
+    # otherwise (before anything was changed), for the full selector to decide, act and
+    # explain. The same decision the selector would make (a unit test compares them): no
+    # attribute to judge, the first matching manifest entry. The caller has checked that
+    # no `TORCH_C_DLPACK_EXT_*` variable is set.
     with LOCK:
         try:
-            import torch
-
             tensor = torch.Tensor
             if hasattr(tensor, CAPSULE_ATTR) or hasattr(tensor, LEGACY_INT_ATTR):
                 return None
@@ -283,20 +284,22 @@ def _matching_library(
     if not entries:
         return "load", None
     backend, abi, best, portable = backend_of(torch), cxx11_abi_of(torch), None, None
-    running = interpreter()
+    running, freethreaded = interpreter()
     for entry in entries:
-        if not python_serves(entry["python"], *running):
+        # "abi3" serves every CPython with the GIL from 3.9, the oldest this module runs
+        # on: the entries of a release's abi3 wheel say it, and cost no call.
+        python = entry["python"]
+        if (freethreaded or python != _ABI3) and not python_serves(python, running, freethreaded):
             continue
-        if entry["torch"] == _ANY:
-            if portable is None or entry["file"] < portable["file"]:
-                portable = entry
-            continue
-        major, minor = entry["torch"].split(".")
-        # Both are True, False or None here: `is` is the selector's equality.
+        # Both are True, False or None here: `is` is the selector's equality. No native
+        # backend is "any", so the portable entry is never taken for a native one.
         if entry["backend"] == backend and entry["cxx11_abi"] is abi:
+            major, minor = entry["torch"].split(".")
             order = (entry["torch_build"] != version, entry["file"])
             if (int(major), int(minor)) == wanted and (best is None or order < best[0]):
                 best = order, entry
+        elif entry["torch"] == _ANY and (portable is None or entry["file"] < portable["file"]):
+            portable = entry
     if best is not None:
         return "load", _read_verified(best[1], package_dir)
     # No native library: the portable table, which calls torch._C._to_dlpack.
@@ -405,12 +408,10 @@ def _valid_entries(entries: list[object]) -> bool:
     abi, size = columns[9:11]
     texts = set().union(*columns[:6], gpu - {None})  # gpu_toolkit may be null
     # An "any" in torch, torch_build or backend only in an entry that is torch-agnostic
-    # in all five fields (then torch's "any" is the only text of that column not a number).
-    agnostic = {
-        fields
-        for fields in zip(columns[0], columns[1], columns[8], columns[9], columns[6])
-        if _ANY in fields[:3]
-    }
+    # in all five fields (then torch's "any" is the only text of that column not a
+    # number): each of the three columns holds "any" exactly as often as there are such
+    # entries. Counted in C: the portable entry costs the native path no loop of ours.
+    agnostic = [*zip(columns[0], columns[1], columns[8], columns[9], columns[6])].count(_AGNOSTIC)
     # The torch 'major.minor' and the Python ('abi3', 'abi3.12', '3.11', '3.14t') as
     # numbers: exactly one dot each, between two runs of 1-6 ASCII digits.
     numbers = (torch - {_ANY}) | {
@@ -425,7 +426,7 @@ def _valid_entries(entries: list[object]) -> bool:
     digits = "\0".join(numbers).replace(".", "\0").split("\0") if numbers else ["0"]
     parts = files.split("/")
     return (
-        agnostic <= {_AGNOSTIC}
+        columns[0].count(_ANY) == columns[1].count(_ANY) == columns[8].count(_ANY) == agnostic
         and min(map(len, texts)) > 0
         and max(map(len, texts)) <= _MAX_TEXT
         and {text.count(".") for text in numbers} <= {1}
@@ -473,7 +474,12 @@ def _read_verified(entry: Entry, package_dir: str) -> tuple[str, bytes, os.stat_
     except (OSError, ValueError):
         return None
     read = _read_regular(path, entry["size"], entry["size"], _NOFOLLOW)
-    if read is None or hashlib.sha256(read[0]).hexdigest() != entry["sha256"]:
+    if read is None:
+        return None
+    # usedforsecurity=False: the digest that `import hashlib` already fetched from
+    # OpenSSL (fetching the other costs ~18 us on first use); the sha256 finds a damaged
+    # or replaced file, and whoever could forge a file could rewrite the manifest too.
+    if hashlib.sha256(read[0], usedforsecurity=False).hexdigest() != entry["sha256"]:
         return None
     return path, read[0], read[1]
 

@@ -210,6 +210,9 @@ class GpuRule:
 
 _CUDA, _ROCM = int(DLDeviceType.kDLCUDA), int(DLDeviceType.kDLROCM)
 _SRC_FROM_DLPACK = "torch/utils/dlpack.py from_dlpack (2.6.0:104-105, 2.9.1:144-145)"
+#: torch 2.2 and 2.3 (served by the portable table alone): the same stream rule, read from
+#: the wheels' own torch/utils/dlpack.py.
+_SRC_FROM_DLPACK_OLD = "torch/utils/dlpack.py from_dlpack (2.2.2:104-105, 2.3.1:104-105 wheels)"
 _SRC_TABLE_210 = "Module.cpp CurrentWorkStream, (type & ~8) == 2 (2.10-2.12 CUDA wheels)"
 _SRC_TABLE_213 = "Module.cpp CurrentWorkStream, at::accelerator (2.13-2.15 wheels)"
 _SRC_CONVERT = (
@@ -229,6 +232,7 @@ def _rules() -> tuple[GpuRule, ...]:
     every = MINORS
     for gpu in (_CUDA, _ROCM):
         # The CPU build: no stream, no memory of either GPU.
+        add("stream", "cpu", gpu, (2, 3), torch=REFUSES, we=REFUSE, source=_SRC_FROM_DLPACK_OLD)
         add("stream", "cpu", gpu, (4, 9), torch=REFUSES, we=REFUSE, source=_SRC_FROM_DLPACK)
         add("stream", "cpu", gpu, (10, 15), torch=NULL_STREAM, we=REFUSE,
             deviation="unserved-gpu", source=_SRC_TABLE_210)  # fmt: skip
@@ -239,6 +243,8 @@ def _rules() -> tuple[GpuRule, ...]:
             deviation="unserved-gpu", source=_SRC_EXPORT)  # fmt: skip
     for build, own, other in (("cuda", _CUDA, _ROCM), ("rocm", _ROCM, _CUDA)):
         for gpu in (own, other):
+            add("stream", build, gpu, (2, 3), torch=STREAM, we=FOLLOW,
+                source=_SRC_FROM_DLPACK_OLD)  # fmt: skip
             add("stream", build, gpu, (4, 9), torch=STREAM, we=FOLLOW, source=_SRC_FROM_DLPACK)
             add("stream", build, gpu, (10, 12), torch=STREAM, we=FOLLOW, source=_SRC_TABLE_210)
         add("stream", build, own, (13, 15), torch=STREAM, we=FOLLOW, source=_SRC_TABLE_213)

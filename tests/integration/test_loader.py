@@ -363,3 +363,64 @@ def test_the_common_imports_load_few_modules(
     assert report["modules"] == expected
     assert report["set"] is True
     assert report["kind"] == path
+
+
+#: The load path, simulated as above; reports how `_loader` was loaded.
+LOADER_PROBE = r"""
+import json, os, sys
+import torch
+del torch.Tensor.__dlpack_c_exchange_api__
+import torch_c_dlpack_ext
+loader = sys.modules["torch_c_dlpack_ext._loader"]
+package_dir = os.path.dirname(torch_c_dlpack_ext.__file__)
+print(json.dumps({
+    "finder": package_dir in sys.path_importer_cache,
+    "attribute": getattr(torch_c_dlpack_ext, "_loader", None) is loader,
+    "origin": loader.__spec__.origin,
+    "common_path": torch_c_dlpack_ext._STATE["fields"].get("common_path"),
+    "set": "__dlpack_c_exchange_api__" in vars(torch.Tensor),
+}))
+"""
+
+
+def test_the_load_path_builds_no_finder_for_the_package_directory(
+    tmp_path: Path, fake_libs: dict[str, Path]
+) -> None:
+    """Issue 36: the import system's first import from the package's directory builds
+    that directory's finder (~60 us, more than any check of the load); the load path
+    loads `_loader` from its file instead, as a submodule of the package all the same."""
+    root = make_package(tmp_path, [cell(fake_libs["good"])])
+    proc = run_python(LOADER_PROBE, pythonpath=[root], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report == {
+        "finder": False,
+        "attribute": True,
+        "origin": str(root / "torch_c_dlpack_ext" / "_loader.py"),
+        "common_path": True,
+        "set": True,
+    }
+
+
+def test_a_loader_without_its_source_is_imported_by_the_import_system(
+    tmp_path: Path, fake_libs: dict[str, Path]
+) -> None:
+    """Where `_loader.py` is not a file to load (here only its bytecode is installed, as
+    some deployments strip sources; or a zip), the import system imports `_loader`, and
+    the load path publishes as before."""
+    import py_compile
+
+    root = make_package(tmp_path, [cell(fake_libs["good"])])
+    source = root / "torch_c_dlpack_ext" / "_loader.py"
+    py_compile.compile(str(source), cfile=str(source.with_suffix(".pyc")), doraise=True)
+    source.unlink()
+    proc = run_python(LOADER_PROBE, pythonpath=[root], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report == {
+        "finder": True,
+        "attribute": True,
+        "origin": str(source.with_suffix(".pyc")),
+        "common_path": True,
+        "set": True,
+    }

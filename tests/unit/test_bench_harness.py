@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from benchmarks.exchange_worker import PYTHON_LOOPS
 from benchmarks.harness import FUNCTIONS, build_harness
 from tests.exchange_suite import dlpack_ctypes as dl
 
@@ -221,6 +222,7 @@ def worker_config(tmp_path: Path, harness: ctypes.PyDLL) -> Path:
         "repeats": 3,
         "warmup": 200,
         "python_calls": 400,
+        "chunks": 2,
         "providers": [{"name": "torch", "kind": "capsule"}],
     }
     path = tmp_path / "config.json"
@@ -229,7 +231,8 @@ def worker_config(tmp_path: Path, harness: ctypes.PyDLL) -> Path:
 
 
 def test_served_worker_answers_repeats_one_at_a_time(worker_config: Path) -> None:
-    """``--serve``: ready, then one repeat per request (providers rotated), then the rest."""
+    """``--serve``: ready, then one repeat per request (providers rotated, the Python path
+    timed in the same repeat), then the rest."""
     proc = subprocess.Popen(
         [sys.executable, "-W", "ignore", "-m", "benchmarks.exchange_worker", str(worker_config),
          "--serve"],
@@ -244,11 +247,15 @@ def test_served_worker_answers_repeats_one_at_a_time(worker_config: Path) -> Non
     assert replies[0] == {"op": "ready"}
     assert len(replies) == 4
     for reply in replies[1:3]:
-        assert set(reply["samples"]) == {"torch"}
-        assert set(reply["samples"]["torch"]) == set(FUNCTIONS)
-        assert all(value > 0 for value in reply["samples"]["torch"].values())
+        providers = reply["repeat"]["providers"]
+        assert set(providers) == {"torch"}
+        assert set(providers["torch"]) == set(FUNCTIONS)
+        assert all(value > 0 for value in providers["torch"].values())
+        # torch 2.13 takes every form, max_version included.
+        assert set(reply["repeat"]["python_path"]) == set(PYTHON_LOOPS)
+        assert all(value > 0 for value in reply["repeat"]["python_path"].values())
     assert replies[3]["errors"] == {}
-    assert "from_dlpack(capsule)" in replies[3]["python_path"]
+    assert replies[3]["python_unsupported"] == {}
 
 
 def test_worker_times_torchs_own_table(worker_config: Path) -> None:
@@ -271,10 +278,68 @@ def test_worker_times_torchs_own_table(worker_config: Path) -> None:
         assert all(value > 0 for value in values), name
     # An owning export cannot be cheaper than the empty loop around it.
     assert min(samples["from_py_object"]) > min(samples["loop_overhead"])
-    assert set(result["python_path"]) == {
-        "__dlpack__()",
-        "to_dlpack()",
-        "from_dlpack(capsule)",
-        "torch.empty(16)",
-        "to_dlpack(torch.empty(16))",
-    }
+    assert set(result["python_path"]) == set(PYTHON_LOOPS)
+    # One sample per repeat: a C call's ratio to its Python equivalent pairs them.
+    assert all(len(values) == 3 for values in result["python_path"].values())
+
+
+@pytest.mark.parametrize(
+    "name", [name for name in PYTHON_LOOPS if name not in ("to_dlpack()", "from_dlpack(capsule)")]
+)
+def test_each_python_loop_runs_the_call_its_name_says(name: str) -> None:
+    """The allocator's anchor once ran ``to_dlpack(torch.empty((16,), dtype=f32,
+    device=cpu))`` under the name ``to_dlpack(torch.empty(16))``."""
+    statement, _ = PYTHON_LOOPS[name]
+    loop, call = statement.split(": ", 1)
+    assert loop == "for t in ts"
+    assert call in (name, f"t.{name}")
+
+
+def test_a_keyword_this_torch_refuses_leaves_its_loop_out() -> None:
+    import torch
+    from benchmarks.exchange_worker import _PythonPath
+
+    class Before29(torch.Tensor):
+        """``Tensor.__dlpack__`` as torch 2.8 has it: no ``max_version``."""
+
+        def __dlpack__(self, stream: object = None) -> object:  # type: ignore[override]
+            return super().__dlpack__(stream=stream)
+
+    path = _PythonPath(torch, [torch.zeros(4).as_subclass(Before29)], 8)
+    assert set(path.unsupported) == {"__dlpack__(max_version=(1, 0))"}
+    assert "max_version" in path.unsupported["__dlpack__(max_version=(1, 0))"]
+    timed = path.chunk()
+    assert set(timed) == set(PYTHON_LOOPS) - {"__dlpack__(max_version=(1, 0))"}
+    assert all(value > 0 for value in timed.values())
+
+
+def test_a_repeat_alternates_c_calls_and_the_python_path_part_by_part(
+    worker_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each part times the C functions and the Python loops moments apart, the loops first
+    in every other part, so both sides of a ratio see the same load; the repeat's figure
+    is the mean over its parts."""
+    from benchmarks.exchange_worker import Session
+
+    config = json.loads(worker_config.read_text())
+    session = Session({**config, "chunks": 4, "calls": 400})
+    assert session.python_path is not None
+    order: list[str] = []
+    c_values = iter([10.0, 20.0, 30.0, 40.0])
+    py_values = iter([1.0, 2.0, 3.0, 4.0])
+
+    def providers(index: int, calls: int) -> dict[str, dict[str, float]]:
+        assert calls == 100  # 400 calls in 4 parts
+        order.append("C")
+        return {"torch": {"allocator": next(c_values)}}
+
+    def python() -> dict[str, float]:
+        order.append("Python")
+        return {"to_dlpack(torch.empty(16))": next(py_values)}
+
+    monkeypatch.setattr(session, "_time_providers", providers)
+    monkeypatch.setattr(session.python_path, "chunk", python)
+    repeat = session.repeat(1)
+    assert order == ["C", "Python", "Python", "C", "C", "Python", "Python", "C"]
+    assert repeat["providers"]["torch"]["allocator"] == pytest.approx(25.0)
+    assert repeat["python_path"]["to_dlpack(torch.empty(16))"] == pytest.approx(2.5)

@@ -9,6 +9,7 @@ from typing import Any
 
 from benchmarks.cli import KINDS
 from benchmarks.pages import PATHS_END, PATHS_START, render_paths_table, write_pages
+from benchmarks.portable import PYTHON_ALLOCATION, SHIPPED, TORCH213
 from benchmarks.report import SECTION_END, SECTION_START, read_result, render_results_section
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,13 +100,14 @@ def test_a_run_without_the_exchange_result_leaves_readme_alone(tmp_path: Path) -
 def test_the_runtimes_cost_figures_are_the_committed_benchmarks() -> None:
     """``PORTABLE_COST`` (what status() and the diagnostics print) is the medians of the
     committed results: the native library from exchange.json, the shipped abi3 portable
-    build from portable.json. A benchmark run that moves them fails here until copied."""
+    build on the same torch 2.13 from portable.json. A benchmark run that moves them fails
+    here until copied."""
     from torch_c_dlpack_ext._decide import PORTABLE_COST
 
     results = ROOT / "benchmarks" / "results"
     native = read_result(results / "exchange.json")["data"]["current"]["providers"]["ours"]
-    portable = read_result(results / "portable.json")["data"]["providers"]
-    shipped = portable["portable abi3 (3.9, as shipped)"]
+    portable = read_result(results / "portable.json")["data"]["comparisons"][TORCH213]
+    shipped = portable["providers"][SHIPPED]
     measured = {
         "native_export_ns": native["from_py_object"]["median"],
         "native_allocator_ns": native["allocator"]["median"],
@@ -118,3 +120,20 @@ def test_the_runtimes_cost_figures_are_the_committed_benchmarks() -> None:
             f"PORTABLE_COST[{name!r}] is {PORTABLE_COST[name]}, the benchmark says "
             f"{value:.0f}: copy it from benchmarks/results into _decide.py"
         )
+
+
+def test_the_readme_figures_come_from_one_run_and_the_bare_python_calls() -> None:
+    """Native and portable figures measured on one machine on one day (they once came from
+    two), with the machine's load; the last row is the bare Python path, the footnote says so."""
+    documents = _documents()
+    table = render_paths_table(documents)
+    assert table is not None
+    footnote = next(line for line in table.splitlines() if line.startswith("Medians"))
+    assert "(one run: " in footnote
+    assert ", load " in footnote
+    assert "the bare `x.__dlpack__()` and `to_dlpack(torch.empty(16))`" in footnote
+    portable = next(d for d in documents if d["kind"] == "portable")
+    python = portable["data"]["comparisons"][TORCH213]["python_path"]
+    export, allocation = (python[name]["median"] for name in ("__dlpack__()", PYTHON_ALLOCATION))
+    last = next(line for line in table.splitlines() if "**unavailable**" in line)
+    assert last.endswith(f"instead: {export:,.0f} ns / {allocation:,.0f} ns |")

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import types
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -313,11 +314,17 @@ TORCHES = [
 PORTABLE_CELLS = [("abi3", "portable"), ("3.14t", "portable-cp314t"), ("abi3.12", "p312")]
 
 
-def _write_package(tmp_path: Path, *, portable: bool) -> Path:
+def _write_package(
+    tmp_path: Path,
+    *,
+    portable: bool,
+    native: list[tuple[str, str, bool, str, str]] = CELLS,
+    portable_cells: list[tuple[str, str]] = PORTABLE_CELLS,
+) -> Path:
     entries = []
-    cells = [(*cell, "abi3") for cell in CELLS]
+    cells = [(*cell, "abi3") for cell in native]
     if portable:
-        cells += [("any", "any", None, "any", name, python) for python, name in PORTABLE_CELLS]
+        cells += [("any", "any", None, "any", name, python) for python, name in portable_cells]
     for torch, backend, abi, build, name, python in cells:
         data = name.encode() * 10
         (tmp_path / "libs").mkdir(exist_ok=True)
@@ -398,6 +405,39 @@ def test_the_common_path_picks_what_the_selector_picks(
         assert Path(found[0]) == package_dir / decision.entry.file
     else:
         assert found is None, (decision, found)
+
+
+def _loader_calls(torch: types.SimpleNamespace, package_dir: Path) -> Counter[str]:
+    """How many times each function of ``_loader`` runs while the common path picks and
+    verifies ``package_dir``'s library for ``torch``."""
+    calls: Counter[str] = Counter()
+    source = Path(_loader.__file__)
+
+    def profile(frame: types.FrameType, event: str, arg: object) -> None:
+        if event == "call" and Path(frame.f_code.co_filename) == source:
+            calls[frame.f_code.co_name] += 1
+
+    sys.setprofile(profile)
+    try:
+        kind, found = _loader._matching_library(torch, str(package_dir))
+    finally:
+        sys.setprofile(None)
+    assert (kind, found is not None) == ("load", True)
+    return calls
+
+
+def test_the_native_paths_python_calls_do_not_grow_with_the_manifest(tmp_path: Path) -> None:
+    """Issue 36: each step of the native load path runs once, however many entries the
+    manifest lists (a release's lists twenty-one, all checked on every import): the work
+    per entry is done in C or in one loop, and the portable entry costs the native path
+    no call (no Python-ABI parsing for "abi3" entries, no per-entry check of its own)."""
+    torch = _fake_torch("2.8.0+cu128", "12.8", None, True)
+    (tmp_path / "one").mkdir()
+    (tmp_path / "release").mkdir()
+    one = _write_package(tmp_path / "one", portable=False, native=CELLS[:1])
+    # A combined abi3 wheel's manifest: its native libraries and the portable one.
+    release = _write_package(tmp_path / "release", portable=True, portable_cells=PORTABLE_CELLS[:1])
+    assert _loader_calls(torch, release) == _loader_calls(torch, one)
 
 
 def test_an_xpu_torch_is_xpu_never_cpu() -> None:

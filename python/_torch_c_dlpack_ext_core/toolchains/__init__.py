@@ -13,8 +13,9 @@ that the runtime also reads.
 
 Modules: :mod:`.protocol` (the protocol and its data types), :mod:`.unix` (what
 gnu and darwin share), :mod:`.gnu`, :mod:`.cross` (gnu with a target-prefixed
-compiler), :mod:`.darwin`, :mod:`.msvc`, and :mod:`.elf`
-(``nm``-based symbol reading and the ELF ABI audit the gnu toolchain runs).
+compiler), :mod:`.darwin`, :mod:`.msvc`, :mod:`.elf` (``nm``-based symbol reading and
+the ELF ABI audit the gnu toolchain runs) and :mod:`.sanitizers` (the sanitizer builds
+the tests make: flags, names, the runtime symbols the audits accept from them).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from ..naming import Backend
 from ..run import run
 from .gnu import GnuToolchain
 from .protocol import AuditOutcome, Compiler, TorchFiles, compiler_argv, locate_compiler
+from .sanitizers import Sanitizer
 from .unix import find_gcc_style_compiler
 
 __all__ = ["GNU_AARCH64", "CrossGnuToolchain", "elf_machine"]
@@ -48,6 +49,9 @@ def elf_machine(path: Path) -> int | None:
 class CrossGnuToolchain(GnuToolchain):
     """Linux on another architecture: ``<triplet>-g++``, ``lib*.so``, the ELF audit plus a
     check of the ELF machine."""
+
+    #: No sanitizer build for another architecture has been tried (:mod:`.sanitizers`).
+    sanitizers: frozenset[Sanitizer] = frozenset()
 
     def __init__(self, *, name: str, triplet: str, target_platform: str, package: str) -> None:
         self.name = name
@@ -117,6 +121,7 @@ class CrossGnuToolchain(GnuToolchain):
         *,
         cxx: str | Sequence[str] | None = None,
         python_exports: Path | None = None,
+        sanitizers: Sequence[Sanitizer] = (),
     ) -> AuditOutcome:
         """The target machine's ELF, then the gnu audit with the cross compiler's runtime."""
         expected = ELF_MACHINES[self.machine]
@@ -130,7 +135,12 @@ class CrossGnuToolchain(GnuToolchain):
             )
         compiler = cxx if cxx is not None else self.find_compiler(None, os.environ).command
         return super().audit(
-            library, torch, backend, cxx=compiler_argv(compiler), python_exports=python_exports
+            library,
+            torch,
+            backend,
+            cxx=compiler_argv(compiler),
+            python_exports=python_exports,
+            sanitizers=sanitizers,
         )
 
 

@@ -22,6 +22,7 @@ from .protocol import (
     LinksLibraryFiles,
     WithoutBinaryAudit,
 )
+from .sanitizers import Sanitizer
 from .unix import find_gcc_style_compiler, gcc_style_command
 
 __all__ = ["DARWIN", "DarwinToolchain", "exported_symbols"]
@@ -52,6 +53,8 @@ class DarwinToolchain(WithoutBinaryAudit, LinksLibraryFiles):
     links_torch_python = True
     dual_abi = False
     target_platform: str | None = None  # native: the host's platform
+    #: No sanitizer build has been tried with it (:mod:`.sanitizers`).
+    sanitizers: frozenset[Sanitizer] = frozenset()
     #: delocate's ``--exclude`` list (CPU builds only: no CUDA / ROCm on macOS);
     #: ``[tool.cibuildwheel.macos] repair-wheel-command`` in pyproject.toml repeats it.
     repair_excludes = (

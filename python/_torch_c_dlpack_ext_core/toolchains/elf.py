@@ -34,6 +34,7 @@ from ..errors import ABIAuditError, BuildError, CommandError, CompilerNotFoundEr
 from ..naming import Backend, parse_backend
 from ..run import run
 from .protocol import TorchFiles, compiler_argv
+from .sanitizers import Sanitizer, accepted_runtime_symbol
 
 __all__ = [
     "audit_elf_library",
@@ -167,6 +168,7 @@ def undefined_symbols_not_provided(
     *,
     cxx: str | Sequence[str],
     python_exports: Path | None = None,
+    sanitizers: Sequence[Sanitizer] = (),
 ) -> tuple[str, ...]:
     """Sorted undefined dynamic symbols of ``library`` that nothing at load time provides,
     and the names it looks up at run time (:func:`run_time_symbols`) that torch's
@@ -175,11 +177,13 @@ def undefined_symbols_not_provided(
     "Provided" means exported by a library in ``torch/lib`` other than libtorch_python
     (GPU libraries only for a GPU ``backend``), by the C/C++ runtime the compiler ``cxx``
     links against, or by the target Python (``python_exports``, default this
-    interpreter). Raises :class:`CommandError` when ``nm`` fails.
+    interpreter); for a sanitizer build (``sanitizers``), also the runtime symbols of
+    those sanitizers (:func:`.sanitizers.accepted_runtime_symbol`), which the preloaded
+    runtime provides. Raises :class:`CommandError` when ``nm`` fails.
     """
     backend = parse_backend(backend)
     missing_at_run_time = _run_time_symbols_not_provided(library, torch)
-    needed = dynamic_symbols(library, defined=False)
+    needed = _without_runtime_symbols(dynamic_symbols(library, defined=False), sanitizers)
     if not needed:
         return missing_at_run_time
     providers = [*_torch_libraries(torch, backend), *runtime_libraries(cxx, python_exports)]
@@ -191,6 +195,16 @@ def undefined_symbols_not_provided(
         if not missing:
             break
     return tuple(sorted(missing.union(missing_at_run_time)))
+
+
+def _without_runtime_symbols(
+    names: frozenset[str], sanitizers: Sequence[Sanitizer]
+) -> frozenset[str]:
+    """``names`` less those a sanitizer build's runtime provides (none are, without
+    ``sanitizers``: then a ``__asan_*`` import is missing like any other)."""
+    if not sanitizers:
+        return names
+    return frozenset(name for name in names if not accepted_runtime_symbol(name, sanitizers))
 
 
 def _run_time_symbols_not_provided(library: Path, torch: TorchFiles) -> tuple[str, ...]:
@@ -217,7 +231,28 @@ def _demangle(names: Iterable[str]) -> list[str]:
     return lines if len(lines) == len(names) else names
 
 
+def _sanitizer_cause(missing: Iterable[str]) -> str | None:
+    """The likely cause when a library imports sanitizer runtime symbols but was audited
+    as a library to ship."""
+    found = [
+        member
+        for member in Sanitizer
+        if any(accepted_runtime_symbol(n, (member,)) for n in missing)
+    ]
+    if not found:
+        return None
+    names = ",".join(member.value for member in found)
+    return (
+        f"it was compiled with -fsanitize={names} (its runtime's symbols are imported), "
+        "which no library to ship is; for a sanitizer build pass sanitizers="
+        f"{names!r} to the build request, which also names the file for it"
+    )
+
+
 def _likely_cause(missing: tuple[str, ...], torch: TorchFiles) -> str:
+    sanitized = _sanitizer_cause(missing)
+    if sanitized is not None:
+        return sanitized
     version = torch.version
     if torch.cxx11_abi is False and any("B5cxx11" in name for name in missing):
         return (
@@ -245,9 +280,11 @@ def audit_elf_library(
     *,
     cxx: str | Sequence[str],
     python_exports: Path | None = None,
+    sanitizers: Sequence[Sanitizer] = (),
 ) -> None:
     """Check that every symbol ``library`` needs is provided at load time
-    (``python_exports``: the target interpreter's libpython or executable).
+    (``python_exports``: the target interpreter's libpython or executable; ``sanitizers``:
+    a sanitizer build's, whose runtime symbols are accepted then and only then).
 
     Raises :class:`ABIAuditError` listing the missing symbols (demangled when
     ``c++filt`` is available) and the likely cause, or :class:`BuildError` when
@@ -255,7 +292,12 @@ def audit_elf_library(
     """
     try:
         missing = undefined_symbols_not_provided(
-            library, torch, backend, cxx=cxx, python_exports=python_exports
+            library,
+            torch,
+            backend,
+            cxx=cxx,
+            python_exports=python_exports,
+            sanitizers=sanitizers,
         )
     except CommandError as exc:
         what = f"the ABI audit of {library.name} could not read dynamic symbols"
@@ -291,19 +333,25 @@ def needed_libraries(library: Path) -> tuple[str, ...]:
 
 
 def audit_torch_free_library(
-    library: Path, *, cc: str | Sequence[str], python_exports: Path | None = None
+    library: Path,
+    *,
+    cc: str | Sequence[str],
+    python_exports: Path | None = None,
+    sanitizers: Sequence[Sanitizer] = (),
 ) -> None:
     """The portable library's audit: it needs no torch library (``DT_NEEDED``) and every
     undefined symbol it has is provided by the C runtime (``cc``'s) or the target Python
-    (``python_exports``, default this interpreter), so it imports no torch symbol. Raises
-    :class:`ABIAuditError`, or :class:`BuildError` when the symbols cannot be read."""
+    (``python_exports``, default this interpreter), so it imports no torch symbol; in a
+    sanitizer build (``sanitizers``) the runtime symbols of those sanitizers are accepted
+    too, and only there. Raises :class:`ABIAuditError`, or :class:`BuildError` when the
+    symbols cannot be read."""
     try:
         torch_needed = [
             name
             for name in needed_libraries(library)
             if name.encode().startswith(_TORCH_LIBRARY_STEMS)
         ]
-        needed = dynamic_symbols(library, defined=False)
+        needed = _without_runtime_symbols(dynamic_symbols(library, defined=False), sanitizers)
         missing = set(needed)
         for provider in runtime_libraries(cc, python_exports):
             missing -= dynamic_symbols(provider, defined=True)
@@ -325,7 +373,11 @@ def audit_torch_free_library(
             if missing
             else ""
         )
-        + "\nlikely cause: a torch header or library in its build; it may include only "
-        "Python.h and dlpack/dlpack.h",
+        + "\nlikely cause: "
+        + (
+            _sanitizer_cause(missing)
+            or "a torch header or library in its build; it may include only Python.h and "
+            "dlpack/dlpack.h"
+        ),
         tuple(sorted(missing)),
     )

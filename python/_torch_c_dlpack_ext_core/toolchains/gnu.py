@@ -14,6 +14,7 @@ from pathlib import Path
 from ..naming import SHARED_LIBRARY_NAMING, Backend
 from .elf import audit_elf_library, audit_torch_free_library
 from .protocol import AuditOutcome, CompileJob, Compiler, TorchFiles
+from .sanitizers import Sanitizer
 from .unix import find_gcc_style_compiler, gcc_style_command
 
 __all__ = ["GNU", "GnuToolchain"]
@@ -27,6 +28,9 @@ class GnuToolchain:
     links_torch_python = False  # csrc/tcde_python.h: resolved at run time
     dual_abi = True
     target_platform: str | None = None  # native: the host's platform
+    #: GCC's (and clang's) ASan and UBSan; checked with GCC 12 on Linux x86_64
+    #: (tests/integration/test_sanitizers.py).
+    sanitizers = frozenset(Sanitizer)
     #: auditwheel's ``--exclude`` list; ``[tool.cibuildwheel.linux] repair-wheel-command``
     #: in pyproject.toml repeats it (TOML cannot import it) and a unit test keeps them equal.
     repair_excludes = (
@@ -71,8 +75,9 @@ class GnuToolchain:
     def command(self, job: CompileJob, output: Path | str, scratch: Path | str) -> list[str]:
         del scratch  # GNU ld writes nothing besides the library
         # The symbol table is not needed to load or call the library: a fifth of its
-        # compressed size, at no cost in speed (measured, see CONTRIBUTING.md).
-        link = ["-Wl,--strip-all"]
+        # compressed size, at no cost in speed (measured, see CONTRIBUTING.md). A sanitizer
+        # build keeps it, and its line tables, for its reports to name functions and lines.
+        link = [] if job.sanitizers else ["-Wl,--strip-all"]
         # One read-only and one writable load segment instead of four (code apart from
         # data by page): a library ~10% smaller to read, hash and copy on every import,
         # and two fewer mappings for dlopen (docs/facts.md, "What one import pays for").
@@ -98,19 +103,34 @@ class GnuToolchain:
         *,
         cxx: str | Sequence[str] | None = None,
         python_exports: Path | None = None,
+        sanitizers: Sequence[Sanitizer] = (),
     ) -> AuditOutcome:
         """The ELF audit (:func:`.elf.audit_elf_library`); ``cxx`` (default: the one
         :meth:`find_compiler` finds) locates the C/C++ runtime the library links."""
         compiler = cxx if cxx is not None else self.find_compiler(None, os.environ).command
-        audit_elf_library(library, torch, backend, cxx=compiler, python_exports=python_exports)
+        audit_elf_library(
+            library,
+            torch,
+            backend,
+            cxx=compiler,
+            python_exports=python_exports,
+            sanitizers=sanitizers,
+        )
         return AuditOutcome.PASSED
 
     def audit_torch_free(
-        self, library: Path, *, cc: str | Sequence[str], python_exports: Path | None = None
+        self,
+        library: Path,
+        *,
+        cc: str | Sequence[str],
+        python_exports: Path | None = None,
+        sanitizers: Sequence[Sanitizer] = (),
     ) -> AuditOutcome:
         """:func:`.elf.audit_torch_free_library`: no torch library needed, every symbol
-        provided by the C runtime or the target Python."""
-        audit_torch_free_library(library, cc=cc, python_exports=python_exports)
+        provided by the C runtime or the target Python (or a sanitizer build's runtime)."""
+        audit_torch_free_library(
+            library, cc=cc, python_exports=python_exports, sanitizers=sanitizers
+        )
         return AuditOutcome.PASSED
 
 

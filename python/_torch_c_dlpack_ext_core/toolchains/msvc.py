@@ -25,6 +25,7 @@ from .protocol import (
     WithoutBinaryAudit,
     locate_compiler,
 )
+from .sanitizers import Sanitizer
 
 __all__ = ["MSVC", "MsvcToolchain"]
 
@@ -45,6 +46,8 @@ class MsvcToolchain(WithoutBinaryAudit, LinksLibraryFiles):
     links_torch_python = True
     dual_abi = False
     target_platform: str | None = None  # native: the host's platform
+    #: No sanitizer build has been tried with it (:mod:`.sanitizers`).
+    sanitizers: frozenset[Sanitizer] = frozenset()
     #: No repair tool runs on Windows wheels (``repair-wheel-command = ""``).
     repair_excludes: tuple[str, ...] = ()
 

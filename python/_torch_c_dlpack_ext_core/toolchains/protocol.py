@@ -7,7 +7,7 @@ post-link audit, and what the wheel repair tool must leave out. The driver holds
 the platform-independent plan and calls one toolchain; the registry in
 :mod:`._torch_c_dlpack_ext_core.toolchains` picks it from ``sys.platform``.
 
-Imports only the standard library, :mod:`..errors` and :mod:`..naming`.
+Imports only the standard library, :mod:`..errors`, :mod:`..naming` and :mod:`.sanitizers`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Protocol
 
 from ..errors import CompilerNotFoundError
 from ..naming import Backend
+from .sanitizers import Sanitizer
 
 __all__ = [
     "SCRATCH_PLACEHOLDER",
@@ -102,6 +103,9 @@ class CompileJob:
     language: str = "c++"
     #: The linker version script (default: ``source_dir/exports.map``, where present).
     version_script: Path | None = None
+    #: A sanitizer build's instrumentation (:mod:`.sanitizers`; tests only): ``()`` for a
+    #: library to ship.
+    sanitizers: tuple[Sanitizer, ...] = ()
 
     @property
     def exports_map(self) -> Path:
@@ -162,6 +166,12 @@ class Toolchain(Protocol):
         ...
 
     @property
+    def sanitizers(self) -> frozenset[Sanitizer]:
+        """The sanitizers it can build a library with (:mod:`.sanitizers`), whose runtime
+        symbols its audits then accept; empty where no such build has been tried."""
+        ...
+
+    @property
     def repair_excludes(self) -> tuple[str, ...]:
         """File names (shell patterns) the wheel repair tool (auditwheel, delocate) must
         never graft into a wheel: torch's libraries and the GPU runtimes torch brings."""
@@ -216,19 +226,27 @@ class Toolchain(Protocol):
         *,
         cxx: str | Sequence[str] | None = None,
         python_exports: Path | None = None,
+        sanitizers: Sequence[Sanitizer] = (),
     ) -> AuditOutcome:
         """Check the linked ``library`` before it is published (``cxx``: the compiler that
         built it, a path or :attr:`Compiler.command`; ``python_exports``: the file exporting
-        the target Python's C API, default the running interpreter's). Raises
+        the target Python's C API, default the running interpreter's; ``sanitizers``: a
+        sanitizer build's, whose runtime symbols are then accepted, and only then). Raises
         :class:`..errors.ABIAuditError` (or another :class:`BuildError`)."""
         ...
 
     def audit_torch_free(
-        self, library: Path, *, cc: str | Sequence[str], python_exports: Path | None = None
+        self,
+        library: Path,
+        *,
+        cc: str | Sequence[str],
+        python_exports: Path | None = None,
+        sanitizers: Sequence[Sanitizer] = (),
     ) -> AuditOutcome:
         """Check the linked portable ``library`` before it is published: it imports no
         torch symbol and nothing the C runtime and the target Python (``python_exports``)
-        do not provide. Raises :class:`..errors.ABIAuditError`."""
+        do not provide (nor, for a build with ``sanitizers``, their runtime). Raises
+        :class:`..errors.ABIAuditError`."""
         ...
 
 
@@ -311,14 +329,20 @@ class WithoutBinaryAudit:
         *,
         cxx: str | Sequence[str] | None = None,
         python_exports: Path | None = None,
+        sanitizers: Sequence[Sanitizer] = (),
     ) -> AuditOutcome:
-        del library, torch, backend, cxx, python_exports
+        del library, torch, backend, cxx, python_exports, sanitizers
         return AuditOutcome.NOT_APPLICABLE
 
     def audit_torch_free(
-        self, library: Path, *, cc: str | Sequence[str], python_exports: Path | None = None
+        self,
+        library: Path,
+        *,
+        cc: str | Sequence[str],
+        python_exports: Path | None = None,
+        sanitizers: Sequence[Sanitizer] = (),
     ) -> AuditOutcome:
-        del library, cc, python_exports
+        del library, cc, python_exports, sanitizers
         return AuditOutcome.NOT_APPLICABLE
 
 

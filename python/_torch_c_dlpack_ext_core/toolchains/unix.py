@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import CommandError, CompilerNotFoundError
 from ..run import run
 from .protocol import CompileJob, Compiler, locate_compiler
+from .sanitizers import compile_flags
 
 __all__ = [
     "FLAGS",
@@ -122,13 +123,15 @@ def gcc_style_command(
     link: Sequence[str] = (),
 ) -> list[str]:
     """The argv of one compile-and-link call; ``link`` options follow ``-o <output>``,
-    before the libraries they apply to."""
+    before the libraries they apply to. A sanitizer build (``job.sanitizers``) adds
+    :func:`.sanitizers.compile_flags` after the common flags."""
     # -fvisibility-inlines-hidden is C++'s (a C compile warns about it).
     flags = FLAGS if job.language == "c++" else FLAGS[:-1]
     return [
         job.cxx,
         *job.cxx_args,
         *flags,
+        *compile_flags(job.sanitizers),
         *extra_flags,
         f"-std={job.std}",
         *(f"-D{d}" for d in job.defines),
