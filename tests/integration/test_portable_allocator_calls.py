@@ -93,9 +93,9 @@ def _row_major(shape: list[int]) -> list[int]:
 def recorded(request: pytest.FixtureRequest, portable_library: Path) -> dict[str, dict]:
     python: Path | str = sys.executable
     if request.param != "running":
-        from devtools.envs.torchenv import torch_env
+        from tests.helpers import suite_env
 
-        python = torch_env(request.param, importable=True, extra=("pytest", "psutil")).python
+        python = suite_env(request.param).python
     proc = run_python(
         RECORD,
         args=[str(portable_library), str(ROOT / "tests"), str(ROOT / "python")],
