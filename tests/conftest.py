@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -72,7 +73,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     name = config.getoption("shard", default=None)
     shard = None
-    if name:
+    if name is not None:
         from tests.shards import shard_named
 
         try:
@@ -81,11 +82,31 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--shard: {exc.args[0]}") from None
         config.pluginmanager.register(ShardGuard(shard), "tcde-shard")
     out = config.getoption("footprint", default=None)
-    if out:
+    if out is not None:
         from tests.footprint import FootprintPlugin
 
-        plugin = FootprintPlugin(config, Path(out).resolve(), name or "all")
+        plugin = FootprintPlugin(config, _writable_record(out), name or "all")
         config.pluginmanager.register(plugin, "tcde-footprint")
+
+
+def _writable_record(value: str) -> Path:
+    """``--footprint``'s FILE, checked before any test runs: its folder made and writable
+    (the record is written when the run ends, which a bad path would otherwise lose)."""
+    if not value.strip():
+        raise pytest.UsageError("--footprint: an empty FILE; name the JSON file to write")
+    path = Path(value).resolve()
+    if path.is_dir():
+        raise pytest.UsageError(f"--footprint: {path} is a folder; name a file in it")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}."):
+            pass
+    except OSError as exc:
+        raise pytest.UsageError(
+            f"--footprint: cannot write {path} ({exc.strerror or exc}); name a file in a "
+            "folder you can write"
+        ) from None
+    return path
 
 
 class ShardGuard:

@@ -134,10 +134,12 @@ class RunRecord:
 
 
 def write_run(path: Path, run: RunRecord) -> None:
-    """Write ``run`` as JSON (keys in a fixed order, one module a line)."""
+    """Write ``run`` as JSON (keys in a fixed order, one module a line), atomically: a
+    reader sees the previous record or this one, never half of it."""
+    from _torch_c_dlpack_ext_core.files import atomic_write_bytes
+
     data = {"schema": SCHEMA, **dataclasses.asdict(run)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    atomic_write_bytes(path, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
 
 
 def _fail(path: Path, what: str) -> ProvisionError:

@@ -194,3 +194,27 @@ def test_the_guard_refuses_an_env_of_another_shard_before_it_is_made(tmp_path: P
         "py3.11-torch2.8.0-import-x81b65af2, which shard 'old' does not provide"
     )
     assert message.endswith("list the test under the shard that has it in tests/shards.py (main)")
+
+
+def test_an_empty_shard_name_is_refused_not_read_as_every_test() -> None:
+    proc = _collect("--shard", "")
+    assert proc.returncode == 4, proc.stdout[-2000:]
+    assert "--shard: no shard ''; the shards: freethreaded, abi3, old" in proc.stderr
+
+
+@pytest.mark.parametrize("case", ["empty", "folder", "under a file"])
+def test_a_footprint_file_that_cannot_be_written_is_refused_before_any_test(
+    tmp_path: Path, case: str
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("", encoding="utf-8")
+    value, expected = {
+        "empty": ("", "--footprint: an empty FILE"),
+        "folder": (str(tmp_path), f"--footprint: {tmp_path} is a folder"),
+        "under a file": (str(blocker / "run.json"), f"--footprint: cannot write {blocker}"),
+    }[case]
+    proc = _collect("tests/unit/test_cli.py", "--footprint", value)
+    assert proc.returncode == 4, proc.stdout[-2000:]
+    assert expected in proc.stderr, proc.stderr[-2000:]
+    assert "test_cli.py::" not in proc.stdout
+    assert blocker.read_text(encoding="utf-8") == ""
