@@ -46,6 +46,7 @@ from _torch_c_dlpack_ext_core.errors import (
 from _torch_c_dlpack_ext_core.naming import Backend
 from _torch_c_dlpack_ext_core.run import run
 
+from .exchange_worker import HARNESS_FUNCTIONS
 from .harness import build_harness
 from .stats import summarize
 from .subjects import BenchContext, build_our_library, running_torch_dir
@@ -72,16 +73,8 @@ TORCH_OWN = "torch's own"
 NATIVE = "native"
 PORTABLE = "portable"
 TABLES = (TORCH_OWN, NATIVE, PORTABLE)
-#: Harness entry points, in the order the tables show them.
-MEMBERS = (
-    "from_py_object",
-    "dltensor_from_py_object",
-    "to_py_object",
-    "round_trip",
-    "allocator",
-    "current_work_stream",
-    "loop_overhead",
-)
+#: Harness entry points, in the order the tables show them (the CPU worker's own list).
+MEMBERS = HARNESS_FUNCTIONS
 #: Members that take the device instead of a tensor (``tcde_bench_<name>_on``).
 ON_DEVICE = ("allocator", "current_work_stream")
 #: DLPack device types (dlpack.h).
