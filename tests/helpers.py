@@ -358,6 +358,15 @@ def suite_env(version: str, *, python: str | None = None) -> Any:
     return torch_env(version, importable=True, python=python, extra=SUITE_EXTRAS + headers)
 
 
+def suite_python(version: str) -> Path | str:
+    """The interpreter of torch ``version`` for a test parametrized over releases:
+    ``"running"`` is this one (the test session's torch), any other the Python of its
+    :func:`suite_env`."""
+    if version == "running":
+        return sys.executable
+    return Path(suite_env(version).python)
+
+
 def bundle_portable(root: Path, library: Path, *, python: str = "abi3") -> Path:
     """Add the portable library (the torch-agnostic table) to the package
     :func:`make_package` made at ``root``, with the manifest entry the build writes for

@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from devtools.envs.torchenv import TorchEnv
-from tests.helpers import ROOT, clean_env
+from tests.helpers import ROOT, clean_env, suite_python
 
 pytestmark = pytest.mark.slow
 
@@ -47,10 +44,8 @@ def run_leak_loops(python: Path | str, library: Path) -> str:
 
 
 @pytest.mark.parametrize("version", ["2.2.2", "2.8.0", "running"])
-def test_leak_loops_portable(
-    portable_library: Path, old_torch_env: Callable[[str], TorchEnv], version: str
-) -> None:
-    python = sys.executable if version == "running" else old_torch_env(version).python
+def test_leak_loops_portable(portable_library: Path, version: str) -> None:
+    python = suite_python(version)
     summary = run_leak_loops(python, portable_library)
     passed = re.search(r"(\d+) passed", summary)
     assert passed is not None, summary

@@ -17,11 +17,10 @@ and every allocation still describes the prototype (shape, row-major strides, dt
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-from tests.helpers import ROOT, clean_env, run_python
+from tests.helpers import ROOT, clean_env, run_python, suite_python
 
 pytestmark = pytest.mark.slow
 
@@ -91,11 +90,7 @@ def _row_major(shape: list[int]) -> list[int]:
 
 @pytest.fixture(scope="module", params=["running", "2.8.0", "2.2.2"])
 def recorded(request: pytest.FixtureRequest, portable_library: Path) -> dict[str, dict]:
-    python: Path | str = sys.executable
-    if request.param != "running":
-        from tests.helpers import suite_env
-
-        python = suite_env(request.param).python
+    python = suite_python(request.param)
     proc = run_python(
         RECORD,
         args=[str(portable_library), str(ROOT / "tests"), str(ROOT / "python")],

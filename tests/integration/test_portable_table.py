@@ -29,7 +29,15 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from tests.helpers import CSRC, ROOT, build_portable_library, clean_env, run_python, suite_env
+from tests.helpers import (
+    CSRC,
+    ROOT,
+    build_portable_library,
+    clean_env,
+    run_python,
+    suite_env,
+    suite_python,
+)
 from tests.integration.test_compile_real_torch import run_exchange_suite
 
 pytestmark = pytest.mark.slow
@@ -283,9 +291,7 @@ print("scheduled")
 def test_deleters_after_finalize(
     tmp_path: Path, portable_library: Path, torch_version: str
 ) -> None:
-    python: Path | str = sys.executable
-    if torch_version != "running":
-        python = suite_env(torch_version).python
+    python = suite_python(torch_version)
     caller = _native_caller(tmp_path)
     proc = run_python(
         AFTER_FINALIZE,
@@ -321,9 +327,7 @@ print("cuda build" if torch.version.cuda else "cpu build")
 def test_allocator_and_stream_after_finalize(
     tmp_path: Path, portable_library: Path, torch_version: str
 ) -> None:
-    python: Path | str = sys.executable
-    if torch_version != "running":
-        python = suite_env(torch_version).python
+    python = suite_python(torch_version)
     proc = run_python(
         LATE_CALLS,
         args=[str(portable_library), str(_native_caller(tmp_path)), str(ROOT / "tests"),

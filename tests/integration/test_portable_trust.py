@@ -33,6 +33,7 @@ from tests.helpers import (
     make_package,
     run_python,
     suite_env,
+    suite_python,
 )
 
 pytestmark = pytest.mark.slow
@@ -43,17 +44,11 @@ pytestmark = pytest.mark.slow
 TORCHES = ["2.2.2", "2.8.0", "running"]
 
 
-def _python(version: str) -> Path | str:
-    if version == "running":
-        return sys.executable
-    return suite_env(version).python
-
-
 def _run(code: str, library: Path, version: str, *args: str, timeout: float = 600) -> str:
     proc = run_python(
         code,
         args=[str(library), str(ROOT / "tests"), str(ROOT / "python"), *args],
-        env=clean_env(), python=_python(version), timeout=timeout,
+        env=clean_env(), python=suite_python(version), timeout=timeout,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return proc.stdout.strip().splitlines()[-1]
