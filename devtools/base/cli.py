@@ -75,6 +75,7 @@ COMMANDS: tuple[Command, ...] = (
     _command("assemble", "the assemble job: job wheels to dist/, notes, checks"),
     _command("contents", "the release cell by cell, and its release notes"),
     _command("split-variants", "move variant wheels and variants.json out of dist/"),
+    _command("variant-index", "the release's own PEP 503 index, variants included"),
     _command("verify", "every cell is there; each wheel works with its torch"),
     _command("test-installed", "cibuildwheel's test command for one job's wheel", "cibw_test"),
     _command("map", "CONTRIBUTING.md's code map, from the docstrings"),

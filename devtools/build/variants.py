@@ -1,156 +1,210 @@
-"""PEP 825 variant metadata: a cell's properties, its wheel's ``*.dist-info/variant.json``
-(written by variantlib, or on Python 3.9 the same document written here) and the
-index's ``{name}-{version}-variants.json`` merged from the variant wheels.
+"""PEP 825 variant metadata (PEP 850 providers) of the variant wheels: one variant per
+torch minor, its wheel's ``*.dist-info/variant.json``, and the index's
+``{name}-{version}-variants.json`` merged from the variant wheels.
+
+The layout (docs/building.md, "Variant wheels"): a variant is a torch minor, label
+``t28``, whose one property is ``abi_dependency :: torch :: 2.8``, and its wheel carries
+every library of that minor the combined wheel carries (each backend, each C++ ABI) and
+the portable table. No installer-checkable property describes torch's *build* (its
+backend, its C++ ABI): ``nvidia`` and ``amd`` describe the machine's driver. So only the
+runtime selector, which reads the running torch, can choose among those libraries, and a
+variant wheel gives it everything the combined wheel would for that minor.
+
+The metadata is written here, not by variantlib: variantlib 0.2 writes a ``$schema`` id
+uv 0.13.10 does not know and leaves ``abi_dependency`` without a provider. What is
+written is what uv's strict parser accepts (:data:`UV_KEYS`, read from uv 0.13.10's
+``variants_json.rs``; checked by :func:`check_metadata`).
 """
 
 from __future__ import annotations
 
 import json
-import sys
+import re
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypedDict, Union
 
-from _torch_c_dlpack_ext_core.errors import BuildError, ConfigError
-from _torch_c_dlpack_ext_core.naming import Backend
-from devtools.base.paths import ROOT
-from devtools.matrix.cells import Cell
+from _torch_c_dlpack_ext_core.errors import BuildError
 
-__all__ = ["VariantMetadata", "variant_json", "variant_properties", "variants_index"]
+__all__ = [
+    "ABI_DEPENDENCY",
+    "SCHEMA",
+    "VariantMetadata",
+    "check_metadata",
+    "emulate_abi_dependency",
+    "minor_of_label",
+    "variant_json",
+    "variant_label",
+    "variant_metadata",
+    "variant_properties",
+    "variants_index",
+]
 
 #: One label's properties: ``{namespace: {feature: [values]}}``.
 VariantProperties = dict[str, dict[str, list[str]]]
 
-#: PEP 825's variant metadata: a variant wheel's ``variant.json`` and the index's
-#: ``variants.json`` (keys that are no Python names, hence the call form). A document
-#: variantlib wrote, or one read back from a wheel this project assembled, is taken as
-#: this shape unchecked (variantlib checks it: ``VariantsJson``, in the unit tests).
+#: PEP 825's variant metadata as PEP 850 extends it: a variant wheel's ``variant.json``
+#: and the index's ``variants.json`` (keys that are no Python names, hence the call form).
 VariantMetadata = TypedDict(
     "VariantMetadata",
     {
         "$schema": str,
         "default-priorities": dict[str, list[str]],
-        #: A plugin provider (``plugin-api``, ``requires``) or a ``builtin`` one.
-        "providers": dict[str, dict[str, Union[str, list[str]]]],
+        #: ``{"builtin": name}``, ``{"static-properties": {...}}`` or a plugin.
+        "providers": dict[str, dict[str, Union[str, dict[str, list[str]]]]],
         "variants": dict[str, VariantProperties],
     },
-    total=False,
 )
 
+#: The PEP 850 draft schema id uv 0.13.10 knows (``PEP_850_SCHEMA``); variantlib 0.2.2
+#: writes ``https://variants-schema.wheelnext.dev/v0.2.0.json``, which uv reports as
+#: "Unknown variant metadata schema" and ignores.
+SCHEMA = "https://variants-schema.wheelnext.dev/peps/850/v0.2.0.json"
+#: The namespace whose properties name the torch a variant was built against
+#: (``abi_dependency :: torch :: 2.8``: torch==2.8.*), an installer-implemented provider.
 ABI_DEPENDENCY = "abi_dependency"
 
+#: The keys uv 0.13.10's parser accepts (it denies unknown fields): the document's, a
+#: ``default-priorities`` table's, and each kind of provider's (``optional`` besides).
+UV_KEYS = {
+    "document": frozenset({"$schema", "default-priorities", "variants", "providers"}),
+    "default-priorities": frozenset({"namespace"}),
+    "builtin": frozenset({"builtin", "optional"}),
+    "static": frozenset({"static-properties", "feature-order", "optional"}),
+    "plugin": frozenset({"requires", "plugin-api", "optional"}),
+}
 
-def variant_properties(cell: Cell) -> list[str]:
-    """PEP 825 properties of a cell's variant wheel (``namespace :: feature :: value``)."""
-    props = [f"abi_dependency :: torch :: {cell.torch.minor}"]
-    if cell.backend is Backend.CUDA and cell.toolkit:
-        props.append(f"nvidia :: cuda_version_lower_bound :: {cell.toolkit}")
-    elif cell.backend is Backend.ROCM and cell.toolkit:
-        props.append(f"amd :: rocm_version :: {cell.toolkit}")
-    return props
-
-
-def _variant_info() -> object:
-    """pyproject.toml's ``[variant]`` table (providers, priorities), read by variantlib
-    (an object only variantlib reads)."""
-    from variantlib.pyproject_toml import VariantPyProjectToml
-
-    return VariantPyProjectToml.from_path(ROOT / "pyproject.toml")
+_LABEL = re.compile(r"t(?P<major>[0-9])(?P<minor>[0-9]+)")
 
 
-def variant_json(cell: Cell) -> bytes:
-    """``*.dist-info/variant.json`` of a cell's variant wheel, produced by variantlib
-    (which needs Python >= 3.10; on 3.9 :func:`_variant_dist_info_without_variantlib`
-    writes the same document, a unit test keeps the two equal)."""
-    data: VariantMetadata
-    try:
-        from variantlib.api import VariantDescription, VariantProperty, make_variant_dist_info
-    except ImportError:
-        if sys.version_info >= (3, 10):
-            raise
-        data = _variant_dist_info_without_variantlib(cell)
-    else:
-        description = VariantDescription(
-            properties=[VariantProperty.from_str(p) for p in variant_properties(cell)],
-            label=cell.label,
+def variant_label(minor: str) -> str:
+    """The label of torch minor ``"2.8"``'s variant: ``t28`` (PEP 825: ``[0-9a-z_.]{1,16}``)."""
+    major, _, rest = minor.partition(".")
+    if not (major.isdigit() and len(major) == 1 and rest.isdigit()):
+        raise BuildError(f"torch minor {minor!r} is not major.minor (such as 2.8)")
+    return f"t{major}{rest}"
+
+
+def minor_of_label(label: str) -> str:
+    """The torch minor of a variant label: ``t28`` -> ``"2.8"``; anything else (an old
+    per-cell label such as ``t28_cpu``) is a :class:`BuildError`."""
+    match = _LABEL.fullmatch(label)
+    if match is None:
+        raise BuildError(
+            f"variant label {label!r} is not a torch minor's (t<major><minor>, such as t28)"
         )
-        data = json.loads(make_variant_dist_info(description, variant_info=_variant_info()))
-    data = _declare_abi_dependency(data)
-    # Canonical form (sorted keys) so equal inputs give byte-identical wheels.
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+    return f"{match['major']}.{match['minor']}"
 
 
-#: The PEP 825 schema variantlib 0.2 names in the variant metadata it writes.
-_VARIANT_SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"
+def variant_properties(minor: str) -> list[str]:
+    """PEP 825 properties of torch minor ``minor``'s variant: its torch only."""
+    return [f"{ABI_DEPENDENCY} :: torch :: {minor}"]
 
 
-def _variant_dist_info_without_variantlib(cell: Cell) -> VariantMetadata:
-    """What variantlib 0.2's ``make_variant_dist_info`` writes for ``cell``, for
-    Python 3.9 where variantlib does not install: the schema, pyproject.toml's
-    ``[variant]`` priorities and providers, and the cell's properties under its label."""
-    from build_backend._metadata import load_pyproject, toml_table
-
-    document = load_pyproject(ROOT)
-    priorities = toml_table(document, "variant", "default-priorities").get("namespace", [])
-    providers = toml_table(document, "variant", "providers")
-    variants: VariantProperties = {}
-    for prop in variant_properties(cell):
-        namespace, feature, value = (part.strip() for part in prop.split("::"))
-        variants.setdefault(namespace, {}).setdefault(feature, []).append(value)
+def variant_metadata(minors: Sequence[str]) -> VariantMetadata:
+    """The metadata listing the variants of ``minors`` (one for a wheel's ``variant.json``,
+    all of a release's for the index)."""
     return {
-        "$schema": _VARIANT_SCHEMA,
-        "default-priorities": {"namespace": _strings(priorities, "namespace")},
-        "providers": {
-            name: {
-                "plugin-api": str(provider["plugin-api"]),
-                "requires": _strings(provider["requires"], f"{name}.requires"),
-            }
-            for name in providers
-            for provider in [toml_table(providers, name)]
+        "$schema": SCHEMA,
+        "default-priorities": {"namespace": [ABI_DEPENDENCY]},
+        "providers": {ABI_DEPENDENCY: {"builtin": ABI_DEPENDENCY}},
+        "variants": {
+            variant_label(minor): {ABI_DEPENDENCY: {"torch": [minor]}}
+            for minor in sorted(set(minors))
         },
-        "variants": {cell.label: variants},
     }
 
 
-def _strings(value: object, what: str) -> list[str]:
-    """``value``, a TOML array of strings, as a list; anything else is a
-    :class:`ConfigError` naming ``[variant] what``."""
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ConfigError(f"pyproject.toml: [variant] {what} must be an array of strings")
-    return [str(item) for item in value]
+def variant_json(minor: str) -> bytes:
+    """``*.dist-info/variant.json`` of torch minor ``minor``'s variant wheel, in canonical
+    form (sorted keys) so equal inputs give byte-identical wheels."""
+    return _dump(variant_metadata([minor]))
 
 
-def _declare_abi_dependency(data: VariantMetadata) -> VariantMetadata:
-    """Fix up what variantlib 0.2 emits for the ``abi_dependency`` namespace.
+def _dump(data: VariantMetadata) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
-    variantlib writes ``abi_dependency :: torch :: X.Y`` into ``variants`` but
-    declares no provider for it (its pyproject reader refuses a provider without
-    a plugin, and raises on ``builtin`` ones), and its own ``variants.json``
-    reader then rejects the file ("providers must list providers for all
-    variants"). PEP 850 defines ``abi_dependency`` as an installer-implemented
-    provider, so it is declared here as ``builtin`` and ranked last (the torch
-    version is a hard constraint, not a preference among GPU builds).
-    """
-    used = {ns for props in data.get("variants", {}).values() for ns in props}
-    if ABI_DEPENDENCY in used:
-        namespaces = data.setdefault("default-priorities", {}).setdefault("namespace", [])
-        if ABI_DEPENDENCY not in namespaces:
-            namespaces.append(ABI_DEPENDENCY)
-        data.setdefault("providers", {})[ABI_DEPENDENCY] = {"builtin": ABI_DEPENDENCY}
-    return data
+
+def check_metadata(data: object, where: str) -> VariantMetadata:
+    """``data`` (parsed JSON) as variant metadata uv 0.13.10 reads without complaint, or a
+    :class:`BuildError` naming ``where`` and the fault: the PEP 850 schema id, only the
+    keys uv accepts, a provider for exactly the namespaces ``default-priorities`` ranks,
+    and no ``null`` variant (its fallback role belongs to the combined wheel)."""
+    if not isinstance(data, dict):
+        raise BuildError(f"{where}: variant metadata must be a JSON object")
+    if data.get("$schema") != SCHEMA:
+        raise BuildError(f"{where}: $schema is {data.get('$schema')!r}, not {SCHEMA!r}")
+    _only(data, UV_KEYS["document"], where)
+    priorities = data.get("default-priorities")
+    if not isinstance(priorities, dict):
+        raise BuildError(f"{where}: default-priorities must be an object")
+    _only(priorities, UV_KEYS["default-priorities"], f"{where}: default-priorities")
+    namespaces = priorities.get("namespace")
+    if not isinstance(namespaces, list) or not namespaces or len(set(namespaces)) != len(
+        namespaces
+    ):
+        raise BuildError(f"{where}: default-priorities.namespace must be unique names")
+    providers = data.get("providers")
+    if not isinstance(providers, dict) or set(providers) != set(namespaces):
+        raise BuildError(
+            f"{where}: providers must be declared for exactly {sorted(namespaces)}, "
+            f"found {sorted(providers) if isinstance(providers, dict) else providers!r}"
+        )
+    for name, provider in providers.items():
+        kind = (
+            "builtin"
+            if "builtin" in provider
+            else "static"
+            if "static-properties" in provider
+            else "plugin"
+        )
+        _only(provider, UV_KEYS[kind], f"{where}: provider {name}")
+    variants = data.get("variants")
+    if not isinstance(variants, dict) or not variants:
+        raise BuildError(f"{where}: variants must list at least one label")
+    if "null" in variants:
+        raise BuildError(f"{where}: a null variant would beat the combined wheel everywhere")
+    for label, props in variants.items():
+        for namespace, features in props.items():
+            if namespace not in namespaces:
+                raise BuildError(f"{where}: {label} uses {namespace}, which has no priority")
+            if not all(isinstance(v, list) and v for v in features.values()):
+                raise BuildError(f"{where}: {label}'s {namespace} features need values")
+    checked: VariantMetadata = data  # type: ignore[assignment]  # checked above
+    return checked
+
+
+def _only(table: Mapping[str, object], allowed: frozenset[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise BuildError(
+            f"{where}: {', '.join(unknown)} not accepted by uv's variant metadata parser "
+            f"(allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+def emulate_abi_dependency(data: VariantMetadata, minor: str) -> VariantMetadata:
+    """``data`` as an installer that applies ``abi_dependency`` sees it for a user whose
+    torch is minor ``minor``: the builtin provider rewritten as a static list of that
+    minor (how the tests and the rehearsal stand in for a uv that implements it; uv
+    0.13.10 ranks static providers as PEP 850 says)."""
+    emulated: VariantMetadata = json.loads(_dump(data))
+    emulated["providers"][ABI_DEPENDENCY] = {"static-properties": {"torch": [minor]}}
+    return emulated
 
 
 def variants_index(wheels: Sequence[Path]) -> VariantMetadata:
-    """The ``{name}-{version}-variants.json`` content: every variant.json merged."""
-    merged: VariantMetadata = {}
+    """The ``{name}-{version}-variants.json`` content: every variant.json merged (one
+    label, one set of properties: the abi3 and free-threaded wheels of a minor share it)."""
+    merged: VariantMetadata | None = None
     for path in sorted(wheels):
         with zipfile.ZipFile(path) as archive:
             name = next(n for n in archive.namelist() if n.endswith(".dist-info/variant.json"))
-            data: VariantMetadata = json.loads(archive.read(name))
-        if not merged:
+            data = check_metadata(json.loads(archive.read(name)), f"{path.name}: {name}")
+        if merged is None:
             merged = {**data, "variants": {}}
-        for label, props in data.get("variants", {}).items():
+        for label, props in data["variants"].items():
             known = merged["variants"].get(label)
             if known is not None and known != props:
                 raise BuildError(
@@ -158,26 +212,8 @@ def variants_index(wheels: Sequence[Path]) -> VariantMetadata:
                     f"{props} vs {known}"
                 )
             merged["variants"][label] = props
-        for key, value in data.get("providers", {}).items():
-            merged.setdefault("providers", {})[key] = value
-    _warn_indistinct(merged.get("variants", {}))
-    return merged
-
-
-def _warn_indistinct(variants: Mapping[str, VariantProperties]) -> None:
-    """Say loudly when labels carry the same properties: no PEP 825 namespace expresses
-    the C++ ABI, so the CPU variants of a torch minor built with both ABIs (2.6 on
-    Linux x86_64) look alike to an installer. The selector still checks the ABI
-    before loading (it explains instead of crashing), and plain pip / uv today
-    install the combined wheel, which carries both."""
-    seen: dict[str, str] = {}
-    for label, props in sorted(variants.items()):
-        key = json.dumps(props, sort_keys=True)
-        if key in seen:
-            print(
-                f"warning: variant labels {seen[key]!r} and {label!r} declare the same "
-                f"properties {key}; an installer cannot tell them apart",
-                file=sys.stderr,
-            )
-        else:
-            seen[key] = label
+        if data["providers"] != merged["providers"]:
+            raise BuildError(f"{path.name}: its providers differ from the other variant wheels'")
+    if merged is None:
+        raise BuildError("no variant wheels to index")
+    return check_metadata(merged, "the variants index")

@@ -11,13 +11,13 @@ place.
   included; on Linux ``auditwheel repair``
   gives it its manylinux tag with torch's and the GPU runtimes' libraries excluded
   (:mod:`devtools.build.repair`; they come from the user's torch install);
-- **variant** (PEP 825, one per cell): the cell's library alone, found by the cell id
-  its manifest entry carries (:func:`devtools.matrix.cells.cell_for_entry`), with
-  ``*.dist-info/variant.json`` (:mod:`devtools.build.variants`) declaring
-  ``abi_dependency :: torch :: X.Y`` and the backend's properties; the platform tag is
-  the combined wheel's (same libraries, same policy). A CUDA or ROCm variant carries no
-  CPU library: the selector gives a GPU torch its own backend's library (which serves
-  CPU tensors too), never the CPU one;
+- **variant** (PEP 825, one per torch minor, label ``t28``): every library of that minor
+  the combined wheel carries (each backend, each C++ ABI) and the group's portable table,
+  with ``*.dist-info/variant.json`` (:mod:`devtools.build.variants`) declaring only
+  ``abi_dependency :: torch :: X.Y``; the platform tag is the combined wheel's (same
+  libraries, same policy). Whatever an installer selects for a torch of that minor, the
+  selector then decides what it would decide with the combined wheel
+  (:mod:`devtools.release.variantcheck` checks it; docs/building.md says why);
 - **universal** ``py3-none-any``: no library (defers on torch >= 2.10, explains
   or JIT-compiles elsewhere);
 - ``torch_c_dlpack_ext-<version>-variants.json`` for the index;
@@ -41,6 +41,7 @@ from build_backend._wheel import assemble_wheel
 
 from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.files import atomic_write_bytes, load_manifest
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME
 from devtools.base import ghactions
 from devtools.base.errors import ReleaseError
@@ -48,7 +49,7 @@ from devtools.base.paths import ROOT
 from devtools.base.wheelnames import combined_platform, is_variant_name, platform_tag
 from devtools.build.jobwheels import gather
 from devtools.build.repair import auditwheel_repair
-from devtools.build.variants import variant_json, variants_index
+from devtools.build.variants import variant_json, variant_label, variants_index
 from devtools.matrix.cells import cell_for_entry, portable_cell_for_entry
 from devtools.matrix.model import Matrix
 from devtools.matrix.reader import load_matrix
@@ -82,14 +83,16 @@ def assemble_group(
     if not entries:
         return []
     # Every library's cell before anything is packed: an entry without a cell id fails
-    # here, naming the manifest, not after half the wheels are written. The portable
-    # table goes into the combined wheel only (a variant wheel is one native cell's).
+    # here, naming the manifest, not after half the wheels are written.
     all_cells = matrix.cells()
+    portable = [e for e in entries if e.portable]
+    for entry in portable:
+        portable_cell_for_entry(all_cells, entry, libs / MANIFEST_NAME)
+    by_minor: dict[str, list[ManifestEntry]] = {}
     for entry in entries:
-        if entry.portable:
-            portable_cell_for_entry(all_cells, entry, libs / MANIFEST_NAME)
-    native = [e for e in entries if not e.portable]
-    cells = [cell_for_entry(all_cells, e, libs / MANIFEST_NAME) for e in native]
+        if not entry.portable:
+            cell = cell_for_entry(all_cells, entry, libs / MANIFEST_NAME)
+            by_minor.setdefault(cell.torch.minor, []).append(entry)
     made: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="tcde-wheels-") as tmp:
         work = Path(tmp)
@@ -106,15 +109,15 @@ def assemble_group(
             combined = out / plain.name
             _atomic_move(plain, combined)
         made.append(combined)
-        for entry, cell in zip(native, cells):
+        for minor, native in sorted(by_minor.items()):
             made.append(
                 assemble_wheel(
                     out,
                     meta=meta,
-                    libraries=[(entry, libs / entry.file)],
+                    libraries=[(e, libs / e.file) for e in [*native, *portable]],
                     platform=platform,
-                    label=cell.label,
-                    variant_json=variant_json(cell),
+                    label=variant_label(minor),
+                    variant_json=variant_json(minor),
                 )
             )
     return made

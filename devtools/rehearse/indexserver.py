@@ -5,14 +5,21 @@ what it serves, read from its PEP 503 pages with their sha256 (:func:`served_has
 
 The server's ``Popen`` is the one subprocess of the developer tools that does not go
 through ``run()``: it must outlive the call that starts it.
+
+:class:`StaticIndexServer` serves a folder of static PEP 503 pages (the release's own
+variant index, :mod:`devtools.release.variantindex`) from a thread of this process on
+127.0.0.1: pypiserver lists no variants file, and a static host is what a release uses.
 """
 
 from __future__ import annotations
 
+import functools
 import html.parser
+import http.server
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -21,7 +28,7 @@ from pathlib import Path
 from _torch_c_dlpack_ext_core.naming import DIST_NAME
 from devtools.base.errors import ReleaseError
 
-__all__ = ["IndexServer", "log", "served_hashes"]
+__all__ = ["IndexServer", "StaticIndexServer", "log", "served_hashes"]
 
 SERVER_START_TIMEOUT = 30.0
 HTTP_TIMEOUT = 30.0
@@ -106,6 +113,46 @@ class IndexServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # one line per request would drown the installs' own logs
+
+
+class StaticIndexServer:
+    """``directory`` served over HTTP on a free port of 127.0.0.1 by a thread of this
+    process (``http.server``), as a static host serves the release's variant index.
+
+    Use as a context manager: the server is shut down on every exit path.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._server: http.server.ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise ReleaseError("the static index server is not running")
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> StaticIndexServer:
+        handler = functools.partial(_QuietHandler, directory=str(self.directory))
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        log(f"static index up at {self.url}/ serving {self.directory}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
 
 
 class _Links(html.parser.HTMLParser):

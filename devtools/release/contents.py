@@ -14,6 +14,7 @@ from _torch_c_dlpack_ext_core.files import atomic_write_bytes
 from _torch_c_dlpack_ext_core.naming import DIST_NAME
 from _torch_c_dlpack_ext_core.version import __version__
 from devtools.base.errors import MatrixError, ReleaseError
+from devtools.build.variants import variant_label
 from devtools.matrix.cells import cell_for_entry, portable_cell_for_entry
 from devtools.matrix.jobs import JobRecord, job_str, job_strings
 from devtools.matrix.model import Matrix
@@ -69,7 +70,9 @@ def _cells_in_wheels(
         if wheel.universal:
             continue
         for entry in wheel.libraries:
-            if entry.portable:  # the group's portable table: combined wheels only
+            if entry.portable:  # the group's portable table: counted in combined wheels
+                if wheel.variant:  # (each variant wheel carries a copy)
+                    continue
                 try:
                     cell_id = portable_cell_for_entry(cells, entry, wheel.path.name).id
                 except MatrixError:
@@ -82,8 +85,8 @@ def _cells_in_wheels(
                 cell_id = f"{wheel.path.name}:{entry.file}"
             else:
                 cell_id = cell.id
-                if wheel.variant and cell.label != wheel.label:
-                    continue  # the CPU fallback a GPU variant wheel carries
+                if wheel.variant and variant_label(cell.torch.minor) != wheel.label:
+                    continue  # another minor's library: the variant check refuses it
             (variants if wheel.variant else combined).setdefault(cell_id, []).append(
                 wheel.path.name
             )
@@ -99,13 +102,13 @@ def release_contents(
 ) -> list[CellStatus]:
     """Cell by cell, what the release holds of the cells ``jobs`` (``nox -s matrix``
     entries) promise: a cell is present when exactly one combined wheel carries its
-    library and exactly one variant wheel is labelled for it. ``arrived``: ids of the
+    library and exactly one variant wheel (its minor's, ``t28``) carries it. ``arrived``: ids of the
     jobs whose artifact reached the assemble job, to say why a cell is absent. ``matrix``
     (the caller reads it: :func:`devtools.matrix.reader.load_matrix`) names the cells
     the wheels' libraries belong to."""
     combined, variants = _cells_in_wheels(matrix, wheels)
     expected = {cell: job for job in jobs for cell in job_strings(job, "cells")}
-    # A group's portable table: in its combined wheel only (variant wheels carry one cell).
+    # A group's portable table: counted in its combined wheel (variant wheels carry copies).
     portable = {cell: job for job in jobs for cell in job_strings(job, "portable")}
     statuses: list[CellStatus] = []
     for cell_id, job in {**expected, **portable}.items():

@@ -4,7 +4,8 @@ wheel that fits this interpreter is installed with each torch it serves into a f
 environment, and ``python -m torch_c_dlpack_ext --json`` must decide what the
 bundled manifest says (``python -m devtools verify``; cibuildwheel's test command uses the
 same check for one job's wheel, from :mod:`devtools.release.diagnose`). On GitHub Actions
-each wheel's check is a group of the log and its failure an annotation on the wheel."""
+each wheel's check is a group of the log and its failure an annotation on the wheel.
+Variant wheels are held to the variant invariant (:mod:`devtools.release.variantcheck`)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from devtools.release.diagnose import (
     diagnose,
 )
 from devtools.release.distfiles import WheelInfo, installs_here, read_wheel
+from devtools.release.variantcheck import check_variants
 
 __all__ = ["verify"]
 
@@ -40,17 +42,6 @@ def _venv(root: Path) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     run([find_uv(), "venv", "--python", sys.executable, root], timeout=INSTALL_TIMEOUT)
     return venv_python(root)
-
-
-def _same_libraries(variant: WheelInfo, combined: Sequence[WheelInfo]) -> None:
-    # A variant wheel carries one cell; its bytes must be the combined wheel's.
-    known = {(e.file, e.sha256) for w in combined for e in w.libraries}
-    for entry in variant.libraries:
-        if (entry.file, entry.sha256) not in known:
-            raise ReleaseError(
-                f"{variant.path.name}: {entry.file} (sha256 {entry.sha256[:12]}...) is in "
-                "no combined wheel; variant and combined wheels must come from one build"
-            )
 
 
 def _verify_contents(expect: Sequence[JobRecord], wheels: Sequence[WheelInfo]) -> list[str]:
@@ -86,8 +77,7 @@ def _install_and_diagnose(
     wheels: Sequence[WheelInfo], combined: Sequence[WheelInfo], torch_minors: Sequence[str] | None
 ) -> list[str]:
     """verify's installing part: each fitting combined wheel with each torch it serves
-    (only ``torch_minors`` when given), the universal wheel without torch, variant
-    wheels against the combined ones."""
+    (only ``torch_minors`` when given), and the universal wheel without torch."""
     results: list[str] = []
     with tempfile.TemporaryDirectory(prefix="tcde-verify-") as tmp:
         for wheel in combined:
@@ -125,10 +115,6 @@ def _install_and_diagnose(
                     if kind != "unavailable":
                         raise ReleaseError(f"{wheel.path.name} without torch: decided {kind}")
                     results.append(f"{wheel.path.name}: no torch -> {kind}")
-            elif wheel.variant:
-                with ghactions.annotate_failure(file=wheel.path, title="verify failed"):
-                    _same_libraries(wheel, combined)
-                results.append(f"{wheel.path.name}: libraries match the combined wheels")
     return results
 
 
@@ -151,10 +137,12 @@ def verify(
     and check the selector's decision; the universal wheel must explain without
     torch (``install=False`` skips this).
 
-    Variant wheels are not installable by pip; their libraries are checked to be
-    byte-identical to the combined wheels' (which were just exercised). GPU
-    libraries cannot be selected on a GPU-less runner; the runtime checks their
-    size and sha256 before any load.
+    Variant wheels (which pip ignores) are checked with or without ``install``: each
+    holds its torch minor's libraries of the combined wheel of its tags, byte for byte,
+    and the selector decides with it what it decides with that combined wheel, for
+    every torch build of that minor (:func:`devtools.release.variantcheck.check_variants`:
+    the variant invariant). GPU libraries cannot be selected on a GPU-less runner; the
+    runtime checks their size and sha256 before any load.
     """
     results: list[str] = []
     wheels = [read_wheel(path) for path in sorted(dist.glob("*.whl"))]
@@ -162,12 +150,9 @@ def verify(
     if expect is not None:
         with ghactions.group("the release's contents, cell by cell"):
             results += _verify_contents(expect, wheels)
+    with ghactions.group("the variant invariant"):
+        results += check_variants(dist)
     if not install:
-        for wheel in wheels:
-            if wheel.variant:
-                with ghactions.annotate_failure(file=wheel.path, title="verify failed"):
-                    _same_libraries(wheel, combined)
-        results.append(f"{sum(w.variant for w in wheels)} variant wheel(s) match the combined")
         for line in results:
             print(line)
         return results

@@ -1,0 +1,434 @@
+"""The variant invariant with a real variant-aware installer: uv with
+``--preview-features wheel-variants`` installs ``torch-c-dlpack-ext`` from a dist, and
+the selector of what it installed must decide as the combined wheel would (the same
+library, or the same defer), for every case of :func:`variant_cases`:
+
+- every torch minor the dist's variants cover, and one past them (2.10: torch's own API);
+- a CPU and a CUDA torch build, both C++ ABIs where the matrix has both (2.6);
+- an NVIDIA driver present or absent (forced through the nvidia provider's variables,
+  which uv's built-in copy of that provider reads);
+- uv as it is (it skips ``abi_dependency``), and uv as it will be once it applies
+  ``abi_dependency`` (emulated: the variants file's ``abi_dependency`` provider rewritten
+  as a static list of the user's torch minor, :func:`~devtools.build.variants.emulate_abi_dependency`);
+- from a PEP 503 index on 127.0.0.1 (:class:`~devtools.rehearse.indexserver.StaticIndexServer`)
+  and from a ``--find-links`` folder.
+
+The torch is a stand-in (:func:`write_fake_torch`): what the selector reads (its
+version, ``torch.version``, ``compiled_with_cxx11_abi``, ``torch._C._to_dlpack``, the
+capsule of a torch with the API) and its distribution metadata, so every build of every
+minor can be tried on one machine; a real torch is passed as a ``python`` where one
+exists. uv's log must name no unknown metadata schema and skip no provider but
+``abi_dependency``. tests/integration/test_variants.py and ``nox -s rehearse`` run it.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import sys
+import zipfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from _torch_c_dlpack_ext_core.naming import ENV_PREFIX, PACKAGE
+from _torch_c_dlpack_ext_core.run import run
+from devtools.base.errors import ReleaseError
+from devtools.base.steps import find_uv
+from devtools.build.variants import emulate_abi_dependency, minor_of_label
+from devtools.rehearse.indexserver import StaticIndexServer
+from devtools.release.distfiles import ReleaseFiles, WheelInfo, collect
+from devtools.release.variantindex import write_simple_pages
+
+__all__ = [
+    "FORCE_DRIVER",
+    "Outcome",
+    "VariantCase",
+    "run_variant_cases",
+    "variant_cases",
+    "write_fake_torch",
+]
+
+#: The nvidia provider's variables that make uv see a CUDA 12.8 driver on a Hopper GPU.
+FORCE_DRIVER = {
+    "NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION": "12.8",
+    "NV_VARIANT_PROVIDER_FORCE_SM_ARCH": "9.0",
+}
+#: The two uv modes: as it is, and with ``abi_dependency`` applied (emulated).
+MODES = ("uv", "abi_dependency")
+SOURCES = ("index", "find-links")
+INSTALL_TIMEOUT = 300.0
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantCase:
+    """One install and import: the user's torch, the machine, the installer, the source."""
+
+    #: ``torch.__version__`` of the stand-in (``2.8.0``; ``+cu128`` for a CUDA build).
+    torch: str
+    backend: str
+    cxx11_abi: bool
+    driver: bool
+    mode: str
+    source: str
+
+    @property
+    def minor(self) -> str:
+        return ".".join(self.torch.split("+")[0].split(".")[:2])
+
+    def __str__(self) -> str:
+        return (
+            f"torch {self.torch} ({self.backend}, cxx11abi{int(self.cxx11_abi)}), "
+            f"{'a' if self.driver else 'no'} driver, {self.mode}, {self.source}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What one case gave: the wheel uv installed and the two decisions."""
+
+    case: VariantCase
+    #: The installed wheel's variant label (``None``: the combined wheel).
+    label: str | None
+    #: ``(kind, library file name)`` with what uv installed, and with the combined wheel.
+    decided: tuple[str, str | None]
+    combined: tuple[str, str | None]
+
+
+def _abis(files: ReleaseFiles, minor: str) -> list[bool]:
+    found = {e.cxx11_abi for w in files.wheels for e in w.libraries if e.torch == minor}
+    both = sorted(a for a in found if a is not None)
+    # PyPI's 2.4-2.6 use the old ABI, 2.7+ the cxx11 one; a minor with both is tried both ways.
+    return both or [tuple(int(x) for x in minor.split(".")) >= (2, 7)]
+
+
+def variant_cases(files: ReleaseFiles) -> list[VariantCase]:
+    """Every case for the variants ``files`` holds (see the module's docstring)."""
+    minors = sorted(
+        {minor_of_label(w.label) for w in files.wheels if w.variant and w.label},
+        key=lambda m: tuple(int(x) for x in m.split(".")),
+    )
+    if not minors:
+        raise ReleaseError("the dist holds no variant wheels")
+    cases = []
+    for minor in [*minors, "2.10"]:
+        for backend in ("cpu", "cuda"):
+            for abi in _abis(files, minor):
+                local = "+cpu" if backend == "cpu" else "+cu128"
+                for driver in (False, True):
+                    for mode in MODES:
+                        for source in SOURCES:
+                            cases.append(
+                                VariantCase(f"{minor}.0{local}", backend, abi, driver, mode, source)
+                            )
+    return cases
+
+
+# --- the stand-in torch ---------------------------------------------------------------
+
+_FAKE_TORCH = '''"""A stand-in torch for variant install tests: what torch-c-dlpack-ext's selector reads."""
+import ctypes
+import types
+
+__version__ = {version!r}
+version = types.ModuleType("torch.version")
+version.__version__ = __version__
+version.cuda = {cuda!r}
+version.hip = None
+version.xpu = None
+
+
+def compiled_with_cxx11_abi():
+    return {abi!r}
+
+
+class Tensor:
+    pass
+
+
+_C = types.ModuleType("torch._C")
+
+
+def _to_dlpack(tensor):
+    raise RuntimeError("a stand-in torch has no tensors")
+
+
+_C._to_dlpack = _to_dlpack
+if {has_api!r}:
+    # torch >= 2.10 publishes its own exchange table as a capsule on Tensor.
+    # Only its identity matters: the selector defers to torch's own capsule on sight.
+    _TABLE = (ctypes.c_char * 64)()
+    _NAME = ctypes.create_string_buffer(b"dlpack_exchange_api")  # lives as the capsule
+    _new = ctypes.pythonapi.PyCapsule_New
+    _new.restype = ctypes.py_object
+    _new.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+    _CAPSULE = _new(ctypes.addressof(_TABLE), ctypes.addressof(_NAME), None)
+    Tensor.__dlpack_c_exchange_api__ = _CAPSULE
+    _C._dlpack_exchange_api = lambda: _CAPSULE
+'''
+
+
+def write_fake_torch(root: Path, version: str, *, backend: str, cxx11_abi: bool) -> Path:
+    """A stand-in torch ``version`` (a ``backend`` build, ``cxx11_abi``) under ``root``:
+    the ``torch`` package and its ``.dist-info`` (an installer sees torch installed).
+    Returns ``root``, for ``PYTHONPATH``."""
+    if backend not in ("cpu", "cuda"):
+        raise ReleaseError(f"a stand-in torch is a cpu or cuda build, not {backend!r}")
+    major, minor = (int(x) for x in version.split("+")[0].split(".")[:2])
+    package = root / "torch"
+    package.mkdir(parents=True, exist_ok=True)
+    source = _FAKE_TORCH.format(
+        version=version,
+        cuda="12.8" if backend == "cuda" else None,
+        abi=cxx11_abi,
+        has_api=(major, minor) >= (2, 10),
+    )
+    (package / "__init__.py").write_text(source, "utf-8")
+    info = root / f"torch-{version.split('+')[0]}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n", "utf-8"
+    )
+    (info / "INSTALLER").write_text("stand-in\n", "utf-8")
+    (info / "RECORD").write_text("", "utf-8")
+    return root
+
+
+#: Imports torch, then the package; prints the decision and the loaded library's name.
+_PROBE = r"""
+import json, os, warnings
+import torch
+warnings.simplefilter("ignore")
+import torch_c_dlpack_ext as pkg
+status = pkg.status()
+library = os.path.basename(str(status.library)) if status.library else None
+print(json.dumps([status.kind.value, library, pkg.__file__]))
+"""
+
+
+def _decision(python: Path | str, paths: Sequence[Path]) -> tuple[str, str | None]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in paths)
+    proc = run([python, "-c", _PROBE], env=env, echo=False, timeout=120)
+    kind, library, where = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not str(where).startswith(str(paths[0])):
+        raise ReleaseError(f"the probe imported {where}, not the package under {paths[0]}")
+    return str(kind), library
+
+
+# --- the two sources ------------------------------------------------------------------
+
+
+def _source_folder(files: ReleaseFiles, root: Path, minor: str | None) -> Path:
+    """A find-links folder of the dist: every file, the variant metadata as uv sees it
+    today (``minor`` None) or, in the variants file and in each variant wheel's
+    ``variant.json`` (uv checks both), rewritten for a user of torch ``minor``."""
+    root.mkdir(parents=True, exist_ok=True)
+    for wheel in files.wheels:
+        if minor is not None and wheel.variant:
+            _emulated_wheel(wheel.path, root / wheel.path.name, minor)
+        else:
+            shutil.copyfile(wheel.path, root / wheel.path.name)
+    for sdist in files.sdists:
+        shutil.copyfile(sdist, root / sdist.name)
+    if files.variants_index is not None:
+        data = json.loads(files.variants_index.read_bytes())
+        if minor is not None:
+            data = emulate_abi_dependency(data, minor)
+        (root / files.variants_index.name).write_text(json.dumps(data, indent=2), "utf-8")
+    return root
+
+
+def _emulated_wheel(source: Path, target: Path, minor: str) -> None:
+    """``source`` with its ``variant.json`` rewritten by :func:`emulate_abi_dependency`
+    for torch ``minor``, and its RECORD line for that file updated."""
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
+        names = old.namelist()
+        variant = next(n for n in names if n.endswith(".dist-info/variant.json"))
+        data = json.dumps(emulate_abi_dependency(json.loads(old.read(variant)), minor)).encode()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        for info in old.infolist():
+            body = old.read(info)
+            if info.filename == variant:
+                body = data
+            elif info.filename.endswith(".dist-info/RECORD"):
+                lines = [
+                    f"{variant},sha256={digest},{len(data)}" if line.startswith(f"{variant},")
+                    else line
+                    for line in body.decode().splitlines()
+                ]
+                body = ("\n".join(lines) + "\n").encode()
+            new.writestr(info, body)
+
+
+@dataclasses.dataclass
+class _Sources:
+    """Per variants-file flavour (``None``: as published; a minor: emulated for it), a
+    find-links folder and an index URL (one static server serves every flavour)."""
+
+    files: ReleaseFiles
+    work: Path
+    server: StaticIndexServer
+    _made: dict[str | None, Path] = dataclasses.field(default_factory=dict)
+
+    def folder(self, minor: str | None) -> Path:
+        if minor not in self._made:
+            name = "published" if minor is None else f"torch{minor}"
+            folder = _source_folder(self.files, self.work / "links" / name, minor)
+            write_simple_pages(sorted(folder.iterdir()), self.server.directory / name)
+            self._made[minor] = folder
+        return self._made[minor]
+
+    def url(self, minor: str | None) -> str:
+        self.folder(minor)
+        name = "published" if minor is None else f"torch{minor}"
+        return f"{self.server.url}/{name}/simple"
+
+
+# --- one case -------------------------------------------------------------------------
+
+
+def _uv_env(driver: bool, cache: Path) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("UV_", ENV_PREFIX, "NV_VARIANT_PROVIDER_"))
+    }
+    env["UV_CACHE_DIR"] = str(cache)
+    if driver:
+        env.update(FORCE_DRIVER)
+    return env
+
+
+def _check_log(log: str, case: VariantCase) -> None:
+    """uv read our metadata without complaint: no unknown schema, no skipped provider
+    but ``abi_dependency`` (which uv 0.13.10 does not implement)."""
+    bad = [
+        line.strip()
+        for line in log.splitlines()
+        if "Unknown variant metadata schema" in line
+        or ("Skipping" in line and "variant" in line and "abi_dependency" not in line)
+        or "Failed to parse" in line
+    ]
+    if bad:
+        raise ReleaseError(f"{case}: uv complained about the variant metadata: {bad[:3]}")
+
+
+def _install(case: VariantCase, sources: _Sources, target: Path, python: Path | str) -> str:
+    emulated = case.minor if case.mode == "abi_dependency" else None
+    where = (
+        ["--index-url", sources.url(emulated)]
+        if case.source == "index"
+        else ["--no-index", "--find-links", str(sources.folder(emulated))]
+    )
+    proc = run(
+        [find_uv(), "pip", "install", "-v", "--no-config", "--preview-features",
+         "wheel-variants", "--python", python, "--target", target, "--no-deps", *where,
+         "torch-c-dlpack-ext"],
+        env=_uv_env(case.driver, sources.work / "uv-cache"),
+        echo=False,
+        timeout=INSTALL_TIMEOUT,
+    )  # fmt: skip
+    log = proc.stdout + proc.stderr
+    if "wheel-variants" not in log and "variant" not in log:
+        raise ReleaseError(f"{case}: uv's log says nothing of variants (preview off?)")
+    _check_log(log, case)
+    return log
+
+
+def _installed_label(target: Path) -> str | None:
+    found = list(target.glob(f"{PACKAGE}-*.dist-info/variant.json"))
+    if not found:
+        return None
+    labels = list(json.loads(found[0].read_text("utf-8"))["variants"])
+    return str(labels[0])
+
+
+def _combined_for(files: ReleaseFiles) -> WheelInfo:
+    """The abi3 combined wheel (what a GIL CPython installs where no variant is chosen)."""
+    for wheel in files.wheels:
+        if not wheel.variant and not wheel.universal and any("-abi3-" in t for t in wheel.tags):
+            return wheel
+    raise ReleaseError("the dist has no abi3 combined wheel")
+
+
+def _expected_label(files: ReleaseFiles, case: VariantCase) -> set[str | None]:
+    minors = {minor_of_label(w.label) for w in files.wheels if w.variant and w.label}
+    if case.mode == "abi_dependency" and case.minor in minors:
+        return {f"t{case.minor.replace('.', '')}"}
+    if case.mode == "abi_dependency":
+        return {None}
+    # uv as it is: the combined wheel (uv 0.13.10), or this minor's variant once it
+    # applies abi_dependency; never another minor's.
+    return {None, f"t{case.minor.replace('.', '')}"}
+
+
+def run_variant_cases(
+    dist: Path,
+    work: Path,
+    *,
+    cases: Sequence[VariantCase] | None = None,
+    python: Path | str = sys.executable,
+) -> list[Outcome]:
+    """Run ``cases`` (default: :func:`variant_cases`) against ``dist`` under ``work``:
+    serve it, install with uv per case, import with a stand-in torch, and compare with
+    the combined wheel's decision. Raises :class:`ReleaseError` on the first case that
+    breaks the invariant, or where uv picked a wheel of another minor, or complained."""
+    files = collect(dist)
+    cases = variant_cases(files) if cases is None else cases
+    combined_wheel = _combined_for(files)
+    reference_root = work / "combined"
+    with zipfile.ZipFile(combined_wheel.path) as archive:
+        archive.extractall(reference_root)
+    outcomes: list[Outcome] = []
+    reference: dict[tuple[str, str, bool], tuple[str, str | None]] = {}
+    seen: dict[tuple[str | None, str, str, bool], tuple[str, str | None]] = {}
+    with _served(work) as server:
+        sources = _Sources(files, work, server)
+        for number, case in enumerate(cases):
+            torch_root = write_fake_torch(
+                work / "torch" / f"{case.torch}-{case.backend}-{int(case.cxx11_abi)}",
+                case.torch,
+                backend=case.backend,
+                cxx11_abi=case.cxx11_abi,
+            )
+            target = work / "installs" / str(number)
+            _install(case, sources, target, python)
+            label = _installed_label(target)
+            if label not in _expected_label(files, case):
+                raise ReleaseError(
+                    f"{case}: uv installed {label or 'the combined wheel'}, expected "
+                    f"{sorted(str(x) for x in _expected_label(files, case))}"
+                )
+            key = (case.torch, case.backend, case.cxx11_abi)
+            if key not in reference:
+                reference[key] = _decision(python, [reference_root, torch_root])
+            seen_key = (label, *key)
+            if seen_key not in seen:
+                seen[seen_key] = _decision(python, [target, torch_root])
+            decided, combined = seen[seen_key], reference[key]
+            if decided != combined or decided[0] == "unavailable" and combined[0] != "unavailable":
+                raise ReleaseError(
+                    f"{case}: with {label or 'the combined wheel'} the selector decided "
+                    f"{decided}, with {combined_wheel.path.name} {combined}"
+                )
+            outcomes.append(Outcome(case, label, decided, combined))
+            shutil.rmtree(target, ignore_errors=True)
+    return outcomes
+
+
+def _served(work: Path) -> StaticIndexServer:
+    root = work / "served"
+    root.mkdir(parents=True, exist_ok=True)
+    return StaticIndexServer(root)
+
+
+def outcome_lines(outcomes: Sequence[Outcome]) -> Iterator[str]:
+    """One line per case, for logs and the rehearsal's table."""
+    for o in outcomes:
+        yield (
+            f"{o.case}: {o.label or 'combined'} -> {o.decided[0]} {o.decided[1] or ''}".rstrip()
+        )
