@@ -161,10 +161,13 @@ def check_variants(dist: Path) -> list[str]:
         want = {(e.file, e.sha256) for e in partner.libraries if e.portable or e.torch == minor}
         have = {(e.file, e.sha256) for e in variant.libraries}
         if have != want:
+            extra, lacking = sorted(f for f, _ in have - want), sorted(f for f, _ in want - have)
+            faults = ([f"carries {', '.join(extra)} beyond"] if extra else []) + (
+                [f"lacks {', '.join(lacking)} of"] if lacking else []
+            )
             raise ReleaseError(
-                f"{variant.path.name}: carries {sorted(f for f, _ in have - want)} beyond and "
-                f"lacks {sorted(f for f, _ in want - have)} of what {partner.path.name} "
-                f"holds for torch {minor} (its libraries of that minor and its portable table)"
+                f"{variant.path.name}: {' and '.join(faults)} what {partner.path.name} holds "
+                f"for torch {minor} (its libraries of that minor and its portable table)"
             )
         # Linux torches come with either C++ ABI; elsewhere the manifest says None.
         linux = any(e.cxx11_abi is not None for e in partner.libraries)

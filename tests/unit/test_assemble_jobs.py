@@ -15,13 +15,14 @@ from build_backend._metadata import project_metadata
 from build_backend._wheel import assemble_wheel
 from devtools.base import wheelnames
 from devtools.base.errors import ReleaseError
-from devtools.build import repair, wheels
+from devtools.build import repair, variants, wheels
 from devtools.matrix.cells import Cell
 from devtools.matrix.reader import load_matrix
 from devtools.rehearse import flowjob
 from devtools.release import cisteps, contents, distfiles, verify
 
 from _torch_c_dlpack_ext_core.files import sha256_of
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.version import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,7 +138,8 @@ def test_assemble_keeps_every_jobs_libraries(
         c.library for c in cells if c.platform.name == "linux_x86_64"
     )
     for cell in cells:
-        assert any(n.endswith(f"-{cell.label}.whl") and cell.platform.name[:5] in n
+        label = variants.variant_label(cell.torch.minor)
+        assert any(n.endswith(f"-{label}.whl") and cell.platform.name[:5] in n
                    for n in names), cell.id  # fmt: skip
     # The release contents: each cell once, nothing unexpected.
     jobs = [
@@ -155,9 +157,12 @@ def test_assemble_keeps_every_jobs_libraries(
     )
     assert [(s.cell, s.state) for s in statuses] == [(c.id, "present") for c in cells]
     contents.check_contents(statuses)
-    # A CUDA variant wheel carries its own library only (no CPU copy any more).
-    (cuda_variant,) = [i for i in infos if i.path.name.endswith("-t28_cuda.whl")]
-    assert [e.backend.value for e in cuda_variant.libraries] == ["cuda"]
+    # The torch 2.8 variant of linux carries every library of 2.8 the combined wheel does.
+    (t28,) = [i for i in infos if i.path.name.endswith("manylinux_2_28_x86_64-t28.whl")]
+    linux_combined = next(i for i in infos if i.path.name == combined[1])
+    assert sorted(e.file for e in t28.libraries) == sorted(
+        e.file for e in linux_combined.libraries if e.portable or e.torch == "2.8"
+    )
 
 
 def test_contents_name_what_is_missing_and_whether_that_is_allowed(
@@ -302,7 +307,7 @@ def test_abi3_and_free_threaded_job_wheels_make_separate_combined_wheels(tmp_pat
     names = sorted(p.name for p in made if p.suffix == ".whl")
     assert f"torch_c_dlpack_ext-{V}-cp39-abi3-manylinux_2_28_x86_64.whl" in names
     assert f"torch_c_dlpack_ext-{V}-cp314-cp314t-manylinux_2_28_x86_64.whl" in names
-    assert f"torch_c_dlpack_ext-{V}-cp314-cp314t-manylinux_2_28_x86_64-t29_cuda.whl" in names
+    assert f"torch_c_dlpack_ext-{V}-cp314-cp314t-manylinux_2_28_x86_64-t29.whl" in names
     jobs = [
         {"id": "linux_x86_64-cuda", "cells": [c.id for c in abi3], "allow_failure": ""},
         {"id": "linux_x86_64-cuda-cp314t", "cells": [c.id for c in free], "allow_failure": ""},
@@ -312,26 +317,32 @@ def test_abi3_and_free_threaded_job_wheels_make_separate_combined_wheels(tmp_pat
     assert [(s.cell, s.state) for s in statuses] == [(c.id, "present") for c in [*abi3, *free]]
 
 
-def test_a_variant_wheel_counts_only_for_the_cell_its_label_names(tmp_path: Path) -> None:
-    # An older GPU variant wheel also carried the CPU library as a fallback: that copy
-    # must not make the CPU cell present in a variant wheel.
+def test_a_variant_wheel_counts_only_for_the_cells_of_its_torch_minor(tmp_path: Path) -> None:
+    # The variant of torch 2.8 (t28) carries both backends' libraries: both cells are in
+    # it. A 2.8 library in another minor's variant counts for nothing (the variant check
+    # refuses such a wheel).
     cuda, cpu = _cells("linux_x86_64-t28_cuda", "linux_x86_64-t28_cpu")
     entries = tuple(flowjob.stand_in_library(c, tmp_path, elf=False)[0] for c in (cuda, cpu))
     name = f"torch_c_dlpack_ext-{V}-cp39-abi3-manylinux_2_28_x86_64"
     combined = distfiles.WheelInfo(
         path=tmp_path / f"{name}.whl", tags=frozenset(), variant=False, libraries=entries
     )
-    variant = distfiles.WheelInfo(
-        path=tmp_path / f"{name}-{cuda.label}.whl",
-        tags=frozenset(),
-        variant=True,
-        libraries=entries,
-        label=cuda.label,
-    )
+
+    def variant(label: str, *libraries: ManifestEntry) -> distfiles.WheelInfo:
+        return distfiles.WheelInfo(
+            path=tmp_path / f"{name}-{label}.whl",
+            tags=frozenset(),
+            variant=True,
+            libraries=libraries,
+            label=label,
+        )
+
     jobs = [{"id": "linux_x86_64-cuda", "cells": [cuda.id, cpu.id]}]
-    statuses = {
-        s.cell: s for s in contents.release_contents(load_matrix(), jobs, [combined, variant])
-    }
+    wheels_ = [combined, variant("t28", *entries)]
+    statuses = {s.cell: s for s in contents.release_contents(load_matrix(), jobs, wheels_)}
+    assert statuses[cuda.id].state == statuses[cpu.id].state == "present"
+    wheels_ = [combined, variant("t28", entries[0]), variant("t29", entries[1])]
+    statuses = {s.cell: s for s in contents.release_contents(load_matrix(), jobs, wheels_)}
     assert statuses[cuda.id].state == "present"
     assert statuses[cpu.id].state == "absent"
     assert statuses[cpu.id].reason == "no variant wheel holds it"
@@ -438,7 +449,8 @@ def test_the_assemble_jobs_one_call(
     assert len([w for w in left.wheels if not w.universal]) == 2
     moved = sorted(p.name for p in (tmp_path / "variants").iterdir())
     assert distfiles.variants_index_name() in moved
-    assert len([n for n in moved if wheelnames.is_variant_name(n)]) == len(cells)
+    minors = {(c.platform.name, c.python, c.torch.minor) for c in cells}  # one variant each
+    assert len([n for n in moved if wheelnames.is_variant_name(n)]) == len(minors)
 
 
 def test_the_assemble_job_reports_absent_cells_and_leaves_the_verdict_to_verify(
@@ -475,7 +487,7 @@ def test_release_expects_the_portable_table_in_one_combined_wheel(tmp_path: Path
     def wheel(name: str, *libraries: Any, label: str | None = None) -> WheelInfo:
         return WheelInfo(tmp_path / name, frozenset(), label is not None, libraries, label)
 
-    variant = wheel("v.whl", native, label=cell.label)
+    variant = wheel("v.whl", native, label=variants.variant_label(cell.torch.minor))
     with_table = release_contents(load_matrix(), [job], [wheel("c.whl", native, portable), variant])
     assert {s.cell: s.state for s in with_table} == {cell.id: "present", table.id: "present"}
     without = release_contents(load_matrix(), [job], [wheel("c.whl", native), variant])

@@ -1,8 +1,10 @@
-"""Variant metadata (PEP 825) of the wheels devtools/build/wheels.py assembles
-(devtools/build/variants.py writes it), checked with variantlib.
+"""Variant wheels (PEP 825, PEP 850 metadata) as devtools/build/wheels.py assembles them
+(one per torch minor; devtools/build/variants.py writes the metadata), and the variant
+invariant checked on a dist (devtools/release/variantcheck.py).
 
-No compiler here: libraries are stand-in bytes; what is under test is the
-metadata, the labels, the index file and how variantlib ranks the labels.
+No compiler here: libraries are stand-in bytes; what is under test is the layout, the
+metadata as uv 0.13.10's parser takes it, the index file and the selector's decisions
+(the invariant check runs the selector's pure policy on the manifests, loads nothing).
 """
 
 from __future__ import annotations
@@ -11,21 +13,26 @@ import json
 import re
 import zipfile
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from devtools.matrix.cells import Cell, cell_for_entry
+from devtools.matrix.cells import Cell, cell_for_entry, portable_cells
 from devtools.matrix.reader import load_matrix
 
 from _torch_c_dlpack_ext_core.errors import BuildError
-from _torch_c_dlpack_ext_core.files import sha256_of, write_manifest
+from _torch_c_dlpack_ext_core.files import load_manifest, sha256_of, write_manifest
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
+from _torch_c_dlpack_ext_core.naming import ANY, portable_library_filename
 
 variantlib = pytest.importorskip("variantlib", reason="variantlib is in the test dependency group")
 
 from devtools.base import wheelnames  # noqa: E402
-from devtools.base.errors import MatrixError  # noqa: E402
+from devtools.base.errors import MatrixError, ReleaseError  # noqa: E402
+from devtools.base.paths import ROOT  # noqa: E402
 from devtools.build import variants, wheels  # noqa: E402
+from devtools.release.distfiles import read_wheel  # noqa: E402
+from devtools.release.variantcheck import check_variants, decisions, torch_cases  # noqa: E402
 
 MATRIX = load_matrix()
 PROPERTY_RE = re.compile(r"^[a-z0-9_]+ :: [a-z0-9_]+ :: [a-z0-9_.]+$")
@@ -36,66 +43,77 @@ def _cell(cell_id: str) -> Cell:
     return cell
 
 
-@pytest.mark.parametrize(
-    ("cell_id", "expected"),
-    [
-        ("linux_x86_64-t28_cpu", ["abi_dependency :: torch :: 2.8"]),
-        (
-            "linux_x86_64-t26_cuda_abi0",
-            ["abi_dependency :: torch :: 2.6", "nvidia :: cuda_version_lower_bound :: 12.4"],
-        ),
-        (
-            "linux_x86_64-t29_rocm",
-            ["abi_dependency :: torch :: 2.9", "amd :: rocm_version :: 6.4"],
-        ),
-    ],
-)
-def test_variant_properties(cell_id: str, expected: list[str]) -> None:
-    props = variants.variant_properties(_cell(cell_id))
-    assert props == expected
-    assert all(PROPERTY_RE.match(p) for p in props)
+def test_labels_and_properties_name_the_torch_minor_only() -> None:
+    assert variants.variant_label("2.8") == "t28"
+    assert variants.variant_label("2.10") == "t210"
+    assert variants.minor_of_label("t210") == "2.10"
+    assert variants.variant_properties("2.6") == ["abi_dependency :: torch :: 2.6"]
+    assert all(PROPERTY_RE.match(p) for p in variants.variant_properties("2.6"))
+    for bad in ("t28_cpu", "null", "t2"):
+        with pytest.raises(BuildError, match="not a torch minor"):
+            variants.minor_of_label(bad)
+    with pytest.raises(BuildError, match="major.minor"):
+        variants.variant_label("2")
 
 
-def test_variant_json_is_variantlib_valid() -> None:
-    from variantlib.variants_json import VariantsJson
-
-    data = json.loads(variants.variant_json(_cell("linux_x86_64-t26_cuda_abi0")))
-    assert data["variants"] == {
-        "t26_cuda_abi0": {
-            "abi_dependency": {"torch": ["2.6"]},
-            "nvidia": {"cuda_version_lower_bound": ["12.4"]},
-        }
+def test_variant_json_is_pep850_as_uv_reads_it() -> None:
+    data = json.loads(variants.variant_json("2.6"))
+    assert data == {
+        "$schema": "https://variants-schema.wheelnext.dev/peps/850/v0.2.0.json",
+        "default-priorities": {"namespace": ["abi_dependency"]},
+        "providers": {"abi_dependency": {"builtin": "abi_dependency"}},
+        "variants": {"t26": {"abi_dependency": {"torch": ["2.6"]}}},
     }
-    assert data["providers"]["nvidia"]["plugin-api"].startswith("nvidia_variant_provider")
-    # variantlib leaves abi_dependency undeclared (and then rejects its own file): fixed up.
-    assert data["providers"]["abi_dependency"] == {"builtin": "abi_dependency"}
-    assert data["default-priorities"]["namespace"][-1] == "abi_dependency"
-    parsed = VariantsJson(data)  # raises on anything variantlib considers invalid
-    assert list(parsed.variants) == ["t26_cuda_abi0"]
+    assert variants.check_metadata(data, "t26") == data
     _check_pep825(data)
 
 
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        # What variantlib 0.2.2 writes: uv says "Unknown variant metadata schema".
+        ({"$schema": "https://variants-schema.wheelnext.dev/v0.2.0.json"}, r"\$schema is"),
+        # Keys uv's parser denies (variantlib writes feature/property priorities).
+        ({"default-priorities": {"namespace": ["abi_dependency"], "feature": {}}}, "feature"),
+        ({"extra": 1}, "extra not accepted"),
+        ({"providers": {"abi_dependency": {"builtin": "abi_dependency", "enable-if": "x"}}},
+         "enable-if"),
+        # A namespace ranked without a provider, and the reverse.
+        ({"providers": {}}, "providers must be declared"),
+        ({"variants": {"null": {}}}, "null variant"),
+        ({"variants": {"t28": {"nvidia": {"cuda_version_lower_bound": ["12.8"]}}}},
+         "nvidia, which has no priority"),
+    ],
+)  # fmt: skip
+def test_metadata_uv_would_refuse_is_refused(change: dict[str, Any], error: str) -> None:
+    data = {**json.loads(variants.variant_json("2.8")), **change}
+    with pytest.raises(BuildError, match=error):
+        variants.check_metadata(data, "x")
+
+
+def test_emulated_abi_dependency_is_a_static_list_of_the_users_minor() -> None:
+    index = variants.variant_metadata(["2.6", "2.8"])
+    emulated = variants.emulate_abi_dependency(index, "2.8")
+    assert emulated["providers"] == {"abi_dependency": {"static-properties": {"torch": ["2.8"]}}}
+    assert index["providers"]["abi_dependency"] == {"builtin": "abi_dependency"}  # a copy
+    assert variants.check_metadata(emulated, "emulated") == emulated
+
+
 def _check_pep825(data: dict[str, Any]) -> None:
-    """The rules PEP 825 states for variant metadata (variantlib does not ship the schema)."""
-    assert data["$schema"].startswith("https://")
+    """The rules PEP 825 states for variant metadata."""
     namespaces = data["default-priorities"]["namespace"]
-    assert namespaces
-    assert len(set(namespaces)) == len(namespaces)
-    assert all(re.fullmatch(r"[a-z0-9_]+", ns) for ns in namespaces)
     for label, props in data["variants"].items():
         assert re.fullmatch(r"[0-9a-z._]{1,16}", label)
         assert label != "null"
         for namespace, features in props.items():
-            assert re.fullmatch(r"[a-z0-9_]+", namespace)
-            # Every namespace but the installer-derived abi_dependency names its provider.
-            assert namespace == "abi_dependency" or namespace in data["providers"]
+            assert namespace in namespaces
             for feature, values in features.items():
                 assert re.fullmatch(r"[a-z0-9_]+", feature)
                 assert values
                 assert all(re.fullmatch(r"[a-z0-9_.]+", v) for v in values)
 
 
-def _group(tmp_path: Path, cells: list[Cell]) -> Path:
+def _group(tmp_path: Path, cells: list[Cell], *, portable_table: bool = True) -> Path:
     libs = tmp_path / "group"
     libs.mkdir()
     entries = []
@@ -111,41 +129,64 @@ def _group(tmp_path: Path, cells: list[Cell]) -> Path:
                 size=path.stat().st_size, sha256=sha256_of(path), cell=cell.id,
             )
         )  # fmt: skip
+    for portable in portable_cells(cells) if portable_table else ():
+        name = portable_library_filename(portable.python)
+        path = libs / name
+        path.write_bytes(b"stand-in for " + portable.id.encode())
+        entries.append(
+            ManifestEntry(
+                file=name, torch=ANY, torch_build=ANY, backend=None, cxx11_abi=None,
+                dlpack="1.3", toolchain="gcc 12.2.0", gpu_toolkit=None,
+                platform=portable.platform.name, python=portable.python,
+                size=path.stat().st_size, sha256=sha256_of(path), cell=portable.id,
+            )
+        )  # fmt: skip
     write_manifest(libs / "manifest.json", entries)
     return libs
 
 
-def test_assemble_group_combined_and_variant_wheels(tmp_path: Path) -> None:
+def _libraries(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
+    return sorted(e["file"].rsplit("/", 1)[-1] for e in manifest["libraries"])
+
+
+def test_assemble_group_makes_one_variant_per_torch_minor(tmp_path: Path) -> None:
     cells = [
-        _cell(f"linux_x86_64-{label}") for label in ("t26_cuda_abi0", "t26_cpu_abi0", "t28_cpu")
+        _cell(f"linux_x86_64-{label}")
+        for label in ("t26_cuda_abi0", "t26_cpu_abi0", "t26_cpu_abi1", "t28_cpu", "t28_cuda")
     ]
     libs = _group(tmp_path, cells)
     out = tmp_path / "dist"
     out.mkdir()
     made = wheels.assemble_group(libs, out, matrix=MATRIX, repair=False)
     names = sorted(p.name for p in made)
-    # One abi3 wheel for every CPython >= 3.9 with the GIL, and a variant wheel per cell.
+    # One abi3 wheel for every CPython >= 3.9 with the GIL, and a variant per torch minor.
     assert names == [
-        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t26_cpu_abi0.whl",
-        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t26_cuda_abi0.whl",
-        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t28_cpu.whl",
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t26.whl",
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t28.whl",
         "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64.whl",
     ]
-    with zipfile.ZipFile(out / names[1]) as archive:
-        manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
-        # The CUDA variant carries its own library only: a CUDA torch gets the CUDA
-        # library (which serves CPU tensors too), never a CPU copy.
-        assert [e["file"] for e in manifest["libraries"]] == [
-            "libs/libtorch_c_dlpack_ext-torch2.6-cuda-cxx11abi0.so",
-        ]
+    # Each variant: every backend and C++ ABI of its minor, and the portable table.
+    assert _libraries(out / names[0]) == [
+        "libtorch_c_dlpack_ext-portable.so",
+        "libtorch_c_dlpack_ext-torch2.6-cpu-cxx11abi0.so",
+        "libtorch_c_dlpack_ext-torch2.6-cpu-cxx11abi1.so",
+        "libtorch_c_dlpack_ext-torch2.6-cuda-cxx11abi0.so",
+    ]
+    assert _libraries(out / names[1]) == [
+        "libtorch_c_dlpack_ext-portable.so",
+        "libtorch_c_dlpack_ext-torch2.8-cpu-cxx11abi1.so",
+        "libtorch_c_dlpack_ext-torch2.8-cuda-cxx11abi1.so",
+    ]
+    with zipfile.ZipFile(out / names[0]) as archive:
         variant = json.loads(archive.read("torch_c_dlpack_ext-0.2.0.dist-info/variant.json"))
-        assert list(variant["variants"]) == ["t26_cuda_abi0"]
-    with zipfile.ZipFile(out / names[3]) as archive:
+        assert variant["variants"] == {"t26": {"abi_dependency": {"torch": ["2.6"]}}}
+    with zipfile.ZipFile(out / names[2]) as archive:
         assert not [n for n in archive.namelist() if n.endswith("variant.json")]
-        manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
-        assert len(manifest["libraries"]) == 3
-    index = variants.variants_index([p for p in made if p.name != names[3]])
-    assert sorted(index["variants"]) == ["t26_cpu_abi0", "t26_cuda_abi0", "t28_cpu"]
+    assert len(_libraries(out / names[2])) == 6
+    index = variants.variants_index([p for p in made if p.name != names[2]])
+    assert sorted(index["variants"]) == ["t26", "t28"]
     _check_pep825(index)
 
 
@@ -153,24 +194,23 @@ def test_dist_holds_the_selected_cells_only(tmp_path: Path) -> None:
     """The group directory is a cache: a library an earlier run built there (torch 2.4
     here) stays out of a dist/ assembled for other cells."""
     cells = [_cell(f"linux_x86_64-{label}") for label in ("t24_cpu", "t28_cpu", "t28_cuda")]
-    libs = _group(tmp_path, cells)
+    libs = _group(tmp_path, cells, portable_table=False)
     out = tmp_path / "dist"
     selected = {cells[1].library, cells[2].library}
     made = wheels.assemble_dist({libs: selected}, out, matrix=MATRIX, repair=False)
     names = sorted(p.name for p in made if p.name.endswith(".whl"))
     assert names == [
-        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t28_cpu.whl",
-        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t28_cuda.whl",
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t28.whl",
         "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64.whl",
         "torch_c_dlpack_ext-0.2.0-py3-none-any.whl",
     ]
-    with zipfile.ZipFile(out / names[2]) as archive:
+    with zipfile.ZipFile(out / names[1]) as archive:
         manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
         packed = sorted(e["file"].rsplit("/", 1)[-1] for e in manifest["libraries"])
-        assert packed == sorted(selected)
+        assert packed == sorted(selected)  # no portable table: the group's was not selected
         assert cells[0].library not in {n.rsplit("/", 1)[-1] for n in archive.namelist()}
     index = json.loads((out / "torch_c_dlpack_ext-0.2.0-variants.json").read_text("utf-8"))
-    assert sorted(index["variants"]) == ["t28_cpu", "t28_cuda"]
+    assert sorted(index["variants"]) == ["t28"]
 
 
 def test_a_selected_library_missing_from_the_group_is_an_error(tmp_path: Path) -> None:
@@ -192,10 +232,13 @@ def test_free_threaded_group_makes_cp314t_wheels_with_the_same_labels(tmp_path: 
     out.mkdir()
     made = wheels.assemble_group(libs, out, matrix=MATRIX, repair=False)
     assert sorted(p.name for p in made) == [
-        "torch_c_dlpack_ext-0.2.0-cp314-cp314t-linux_x86_64-t29_cpu.whl",
-        "torch_c_dlpack_ext-0.2.0-cp314-cp314t-linux_x86_64-t29_cuda.whl",
+        "torch_c_dlpack_ext-0.2.0-cp314-cp314t-linux_x86_64-t29.whl",
         "torch_c_dlpack_ext-0.2.0-cp314-cp314t-linux_x86_64.whl",
     ]
+    # The label and properties of the abi3 t29 variant: one entry in the variants file.
+    with zipfile.ZipFile(out / sorted(p.name for p in made)[0]) as archive:
+        variant = archive.read("torch_c_dlpack_ext-0.2.0.dist-info/variant.json")
+    assert variant == variants.variant_json("2.9")
     # Its entries map back to the free-threaded cells, not the abi3 ones (by their ids).
     entry = ManifestEntry(
         file=cells[1].library, torch="2.9", torch_build="2.9.1", backend=cells[1].backend,
@@ -212,14 +255,13 @@ def test_variants_index_rejects_conflicting_labels(tmp_path: Path) -> None:
     def wheel(name: str, props: dict[str, Any]) -> Path:
         path = tmp_path / name
         with zipfile.ZipFile(path, "w") as archive:
-            archive.writestr(
-                "x-1.dist-info/variant.json", json.dumps({"variants": {"t28_cpu": props}})
-            )
+            data = {**variants.variant_metadata(["2.8"]), "variants": {"t28": props}}
+            archive.writestr("x-1.dist-info/variant.json", json.dumps(data))
         return path
 
     first = wheel("a.whl", {"abi_dependency": {"torch": ["2.8"]}})
     second = wheel("b.whl", {"abi_dependency": {"torch": ["2.9"]}})
-    with pytest.raises(BuildError, match="t28_cpu"):
+    with pytest.raises(BuildError, match="t28"):
         variants.variants_index([first, second])
 
 
@@ -239,72 +281,12 @@ def test_entry_outside_the_matrix_is_an_error() -> None:
         cell_for_entry(MATRIX.cells(), old, "m.json")
 
 
-def _rank(
-    index: dict[str, Any], supported: list[str], monkeypatch: pytest.MonkeyPatch, torch: str
-) -> list[str]:
-    from variantlib.models.variant import VariantProperty
-    from variantlib.resolver.lib import sort_and_filter_supported_variants
-    from variantlib.variants_json import VariantsJson
-
-    # variantlib's documented override of the installed packages' versions.
-    monkeypatch.setenv("VARIANT_ABI_DEPENDENCY", f"torch=={torch}")
-    parsed = VariantsJson(index)
-    ranked = sort_and_filter_supported_variants(
-        list(parsed.variants.values()),
-        [VariantProperty.from_str(p) for p in supported],
-        namespace_priorities=list(parsed.namespace_priorities),
-        filter_values=True,
-    )
-    return [v.label for v in ranked]
-
-
-def _index_for(labels: list[str]) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
-    for label in labels:
-        data = json.loads(variants.variant_json(_cell(f"linux_x86_64-{label}")))
-        merged.setdefault("variants", {}).update(data.pop("variants"))
-        merged.update(data)
-    return merged
-
-
-def test_variantlib_ranks_the_label_of_the_installed_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    index = _index_for(["t26_cuda_abi0", "t26_cpu_abi0", "t28_cuda", "t28_cpu", "t29_cpu"])
-    # No GPU provider answers: only CPU variants of the installed torch qualify.
-    assert _rank(index, [], monkeypatch, "2.8.0")[:1] == ["t28_cpu"]
-    # A CUDA 12.8-capable driver (what the nvidia provider would report): the CUDA
-    # variant of torch 2.8 first, then its CPU variant; nothing built for 2.6 or 2.9.
-    cuda = [f"nvidia :: cuda_version_lower_bound :: 12.{m}" for m in range(9)]
-    ranked = _rank(index, cuda, monkeypatch, "2.8.0")
-    assert ranked[:2] == ["t28_cuda", "t28_cpu"]
-    assert not [label for label in ranked if label.startswith(("t26", "t29"))]
-    assert _rank(index, cuda, monkeypatch, "2.6.0")[:2] == ["t26_cuda_abi0", "t26_cpu_abi0"]
-    # A driver too old for CUDA 12.4 (lower bounds up to 12.2 supported): CPU only.
-    old = [f"nvidia :: cuda_version_lower_bound :: 12.{m}" for m in range(3)]
-    assert _rank(index, old, monkeypatch, "2.6.0")[:1] == ["t26_cpu_abi0"]
-
-
-def test_indistinct_labels_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
-    index = _index_for(["t26_cpu_abi0", "t26_cpu_abi1", "t28_cpu"])
-    variants._warn_indistinct(index["variants"])
-    err = capsys.readouterr().err
-    assert "'t26_cpu_abi0' and 't26_cpu_abi1' declare the same properties" in err
-    assert "t28_cpu" not in err
-
-
-def test_variant_json_without_variantlib_is_what_variantlib_writes() -> None:
-    # Python 3.9 (variantlib needs 3.10) writes variant.json itself: the same document.
-    for cell in MATRIX.cells():
-        written = variants._variant_dist_info_without_variantlib(cell)
-        data = variants._declare_abi_dependency(written)
-        assert data == json.loads(variants.variant_json(cell)), cell.id
-
-
 @pytest.mark.parametrize(
     "name",
     [
         "torch_c_dlpack_ext-0.2.0-cp39-abi3-manylinux_2_28_x86_64.whl",
-        "torch_c_dlpack_ext-0.2.0-cp39-abi3-manylinux_2_28_x86_64-t28_cpu.whl",
-        "torch_c_dlpack_ext-0.2.0-cp314-cp314t-win_amd64-t29_cpu.whl",
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-manylinux_2_28_x86_64-t28.whl",
+        "torch_c_dlpack_ext-0.2.0-cp314-cp314t-win_amd64-t29.whl",
         "torch_c_dlpack_ext-0.2.0-1-cp39-abi3-win_amd64.whl",
         "torch_c_dlpack_ext-0.2.0-1-cp39-abi3-win_amd64-t26_cpu_abi0.whl",
         "torch_c_dlpack_ext-0.2.0-py3-none-any.whl",
@@ -315,3 +297,104 @@ def test_variant_names_are_told_apart_as_variantlib_does(name: str) -> None:
 
     match = VALIDATION_WHEEL_NAME_REGEX.fullmatch(name)
     assert wheelnames.is_variant_name(name) is bool(match and match.group("variant_label"))
+
+
+def _standin_dist(tmp_path: Path, labels: tuple[str, ...]) -> tuple[Path, Path]:
+    """dist/ of stand-in libraries for these linux_x86_64 cells (and their portable
+    table), and the group folder it was packed from."""
+    libs = _group(tmp_path, [_cell(f"linux_x86_64-{label}") for label in labels])
+    files = {e.file for e in load_manifest(libs / "manifest.json")}
+    dist = tmp_path / "dist"
+    wheels.assemble_dist({libs: files}, dist, matrix=MATRIX, repair=False)
+    return dist, libs
+
+
+def _repack_variant(dist: Path, libs: Path, minor: str, keep: Callable[[str], bool]) -> None:
+    """Replace ``minor``'s variant wheel with one holding the group's libraries ``keep``
+    accepts (a seeded defect of the layout)."""
+    from build_backend._metadata import project_metadata
+    from build_backend._wheel import assemble_wheel
+
+    label = variants.variant_label(minor)
+    (old,) = dist.glob(f"*-{label}.whl")
+    old.unlink()
+    entries = [e for e in load_manifest(libs / "manifest.json") if keep(e.file)]
+    assemble_wheel(
+        dist,
+        meta=project_metadata(ROOT),
+        libraries=[(e, libs / e.file) for e in entries],
+        label=label,
+        variant_json=variants.variant_json(minor),
+    )
+
+
+STANDIN = ("t26_cuda_abi0", "t26_cpu_abi0", "t26_cpu_abi1", "t28_cpu", "t28_cuda")
+
+
+def test_the_variant_invariant_holds_on_the_layout(tmp_path: Path) -> None:
+    dist, _ = _standin_dist(tmp_path, STANDIN)
+    lines = check_variants(dist)
+    assert [line.split(":")[0] for line in lines] == [
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t26.whl",
+        "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t28.whl",
+    ]
+    # Every build of the minor was tried: loads (CPU/CUDA), the portable table (ROCm,
+    # XPU), unavailable (a torch without _to_dlpack and no library of its own).
+    assert "(load, portable, unavailable)" in lines[1]
+
+
+@pytest.mark.parametrize(
+    ("keep", "error"),
+    [
+        # The old per-cell layout: t28 holding the CPU library alone. A CUDA torch 2.8
+        # would get "no bundled cuda library" where the combined wheel loads its own.
+        (lambda f: "torch2.8-cpu" in f, r"lacks libs/libtorch_c_dlpack_ext-portable\.so, "
+         r"libs/libtorch_c_dlpack_ext-torch2\.8-cuda"),
+        # No portable table: a ROCm torch 2.8 would get nothing where the combined wheel
+        # serves it the portable table.
+        (lambda f: "torch2.8" in f, r"lacks libs/libtorch_c_dlpack_ext-portable\.so of"),
+        # Another minor's library in t28.
+        (lambda f: "torch2.8" in f or "portable" in f or "torch2.6-cpu-cxx11abi0" in f,
+         r"carries libs/libtorch_c_dlpack_ext-torch2\.6-cpu-cxx11abi0\.so beyond what"),
+    ],
+)  # fmt: skip
+def test_a_variant_that_breaks_the_invariant_is_refused(
+    tmp_path: Path, keep: Callable[[str], bool], error: str
+) -> None:
+    dist, libs = _standin_dist(tmp_path, STANDIN)
+    _repack_variant(dist, libs, "2.8", keep)
+    with pytest.raises(ReleaseError, match=error):
+        check_variants(dist)
+
+
+def test_the_decisions_themselves_are_compared(tmp_path: Path) -> None:
+    """Same files, different decision: a variant whose manifest hides the CUDA library
+    from a CUDA torch (it claims cpu) is refused by the selector's answer, not by a
+    file list."""
+    dist, libs = _standin_dist(tmp_path, ("t28_cpu", "t28_cuda"))
+    (variant,) = dist.glob("*-t28.whl")
+    combined = next(p for p in dist.glob("*abi3-linux_x86_64.whl"))
+    ref = {e.file: e for e in read_wheel(combined).libraries}
+    assert ref  # the combined wheel's manifest, read back
+    tmp = tmp_path / "unpacked"
+    with zipfile.ZipFile(variant) as archive:
+        archive.extractall(tmp)
+    manifest = tmp / "torch_c_dlpack_ext" / "manifest.json"
+    data = json.loads(manifest.read_text("utf-8"))
+    for entry in data["libraries"]:
+        if entry["backend"] == "cuda":
+            entry["backend"] = "rocm"
+    got, want = decisions(tmp, [manifest, _combined_manifest(combined, tmp_path)],
+                          torch_cases("2.8", [((3, 11), False)], abis=[True]))  # fmt: skip
+    assert got == want  # the manifest on disk is still the original: same decisions
+    manifest.write_text(json.dumps(data), "utf-8")
+    got, want = decisions(tmp, [manifest, _combined_manifest(combined, tmp_path)],
+                          torch_cases("2.8", [((3, 11), False)], abis=[True]))  # fmt: skip
+    assert got != want
+
+
+def _combined_manifest(wheel: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "combined"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(target)
+    return target / "torch_c_dlpack_ext" / "manifest.json"

@@ -349,21 +349,6 @@ def test_verify_torch_option(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "--torch ' , ' names no torch minor" in capsys.readouterr().err
 
 
-def test_variant_libraries_must_come_from_the_combined_build(tmp_path: Path) -> None:
-    cpu = _entry("2.8", Backend.CPU)
-    combined = distfiles.read_wheel(make_wheel(tmp_path, "cp39-abi3-linux_x86_64", entries=(cpu,)))
-    same = distfiles.read_wheel(
-        make_wheel(tmp_path, "cp39-abi3-linux_x86_64", entries=(cpu,), label="t28_cpu")
-    )
-    verify._same_libraries(same, [combined])
-    rebuilt = cpu._replace(sha256="1" * 64)
-    other = distfiles.read_wheel(
-        make_wheel(tmp_path, "cp39-abi3-linux_x86_64", entries=(rebuilt,), label="t28_cpu")
-    )
-    with pytest.raises(ReleaseError, match="in no combined wheel"):
-        verify._same_libraries(other, [combined])
-
-
 def _subcommands() -> set[str]:
     return {command.name for command in cli.COMMANDS}
 
