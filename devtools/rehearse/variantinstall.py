@@ -372,10 +372,12 @@ def run_variant_cases(
     *,
     cases: Sequence[VariantCase] | None = None,
     python: Path | str = sys.executable,
+    fake_torch: bool = True,
 ) -> list[Outcome]:
     """Run ``cases`` (default: :func:`variant_cases`) against ``dist`` under ``work``:
-    serve it, install with uv per case, import with a stand-in torch, and compare with
-    the combined wheel's decision. Raises :class:`ReleaseError` on the first case that
+    serve it, install with uv per case, import with a stand-in torch (``fake_torch``;
+    else ``python``'s own torch, which the cases must describe), and compare with the
+    combined wheel's decision. Raises :class:`ReleaseError` on the first case that
     breaks the invariant, or where uv picked a wheel of another minor, or complained."""
     files = collect(dist)
     cases = variant_cases(files) if cases is None else cases
@@ -389,12 +391,14 @@ def run_variant_cases(
     with _served(work) as server:
         sources = _Sources(files, work, server)
         for number, case in enumerate(cases):
-            torch_root = write_fake_torch(
-                work / "torch" / f"{case.torch}-{case.backend}-{int(case.cxx11_abi)}",
-                case.torch,
-                backend=case.backend,
-                cxx11_abi=case.cxx11_abi,
-            )
+            torch_paths = [
+                write_fake_torch(
+                    work / "torch" / f"{case.torch}-{case.backend}-{int(case.cxx11_abi)}",
+                    case.torch,
+                    backend=case.backend,
+                    cxx11_abi=case.cxx11_abi,
+                )
+            ] if fake_torch else []
             target = work / "installs" / str(number)
             _install(case, sources, target, python)
             label = _installed_label(target)
@@ -405,10 +409,10 @@ def run_variant_cases(
                 )
             key = (case.torch, case.backend, case.cxx11_abi)
             if key not in reference:
-                reference[key] = _decision(python, [reference_root, torch_root])
+                reference[key] = _decision(python, [reference_root, *torch_paths])
             seen_key = (label, *key)
             if seen_key not in seen:
-                seen[seen_key] = _decision(python, [target, torch_root])
+                seen[seen_key] = _decision(python, [target, *torch_paths])
             decided, combined = seen[seen_key], reference[key]
             if decided != combined or decided[0] == "unavailable" and combined[0] != "unavailable":
                 raise ReleaseError(

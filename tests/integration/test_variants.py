@@ -1,124 +1,228 @@
-"""Variant-aware installs: uv with ``--preview-features wheel-variants`` must install a
-wheel that serves the environment, never one built for another torch.
+"""The variant invariant with real uv (``--preview-features wheel-variants``): whatever
+variant uv selects, the selector of what it installed decides as the combined wheel would
+(loads the same library, or defers on torch >= 2.10); never "unavailable" where the
+combined wheel serves.
 
-What uv 0.13.9 does with our metadata (checked): it reads the variants index, skips
-the ``abi_dependency`` provider ("unsupported wheel variant provider") and the
-``amd`` plugin, so no variant qualifies and it installs the non-variant combined
-wheel, which carries every library. Had the variants declared only ``nvidia``
-properties, uv would pick a CUDA variant of *any* torch version; the
-``abi_dependency :: torch :: X.Y`` property is what keeps it safe. The assertions
-below check that safety property, not uv's current choice, so they keep holding
-when uv learns ``abi_dependency`` and starts choosing the matching variant.
+- **Stand-ins** (:func:`test_uv_installs_keep_the_invariant`): a dist of every
+  linux_x86_64 cell of matrix.toml assembled by ``devtools.build.wheels`` from placeholder
+  libraries (the fixture library, which loads without torch), and stand-in torches
+  (``devtools.rehearse.variantinstall.write_fake_torch``): every minor x CPU/CUDA build x
+  driver present/absent x 2.6's C++ ABIs x uv as it is / with ``abi_dependency``
+  emulated x a PEP 503 index on 127.0.0.1 / a ``--find-links`` folder.
+- **The old layout fails it** (:func:`test_the_per_cell_layout_breaks_the_invariant`):
+  a ``t28`` variant holding the CPU library alone, as the per-cell ``t28_cpu`` was.
+- **uv reads our metadata** and would not read variantlib's.
+- **One real build** (slow): the t28 cells compiled against PyPI's torch 2.8.0, installed
+  by uv with ``abi_dependency`` emulated into that real torch's environment.
 """
 
 from __future__ import annotations
 
 import json
 import platform
+import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import clean_env, devtools_env
+from tests.helpers import build_fake_library, clean_env, devtools_env
 
-pytestmark = pytest.mark.slow
+from _torch_c_dlpack_ext_core.files import load_manifest, sha256_of, write_manifest
+from _torch_c_dlpack_ext_core.manifest import ManifestEntry
+from _torch_c_dlpack_ext_core.naming import ANY, portable_library_filename
 
 if not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):
-    pytest.skip("the test cells are linux_x86_64 cells", allow_module_level=True)
+    pytest.skip("the stand-in cells are linux_x86_64 cells", allow_module_level=True)
 
-CELLS = ("linux_x86_64-t28_cpu", "linux_x86_64-t26_cpu_abi0", "linux_x86_64-t28_cuda")
-FORCE_CUDA = {
-    "NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION": "12.8",
-    "NV_VARIANT_PROVIDER_FORCE_SM_ARCH": "9.0",
-}
+from devtools.base.errors import ReleaseError  # noqa: E402
+from devtools.build import variants, wheels  # noqa: E402
+from devtools.matrix.cells import Cell, PortableCell, group_dir, portable_cells  # noqa: E402
+from devtools.matrix.reader import load_matrix  # noqa: E402
+from devtools.rehearse.variantinstall import (  # noqa: E402
+    VariantCase,
+    run_variant_cases,
+    variant_cases,
+)
+from devtools.release.distfiles import collect  # noqa: E402
+
+MATRIX = load_matrix()
 
 
-def _run(cmd: list[str], env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(
-        cmd, env=env or clean_env(), capture_output=True, text=True, timeout=1800, check=False
-    )
-    assert proc.returncode == 0, f"{cmd}:\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout + proc.stderr
-
-
-@pytest.fixture(scope="module")
-def links(tmp_path_factory: pytest.TempPathFactory, build_cache: Path) -> Path:
-    """A find-links directory: variant wheels, the combined wheel and the variants index."""
-    dist = tmp_path_factory.mktemp("dist")
-    _run(
-        [sys.executable, "-m", "devtools", "build", "--cells", ",".join(CELLS), "--out", str(dist),
-         "--build-dir", str(build_cache / "cells")],
-        env=devtools_env(),
-    )  # fmt: skip
-    assert len(list(dist.glob("*-cp39-abi3-*-t2*.whl"))) == 3
+def standin_dist(work: Path, *, platform_name: str = "linux_x86_64") -> Path:
+    """dist/ of every cell of ``platform_name`` (abi3 and free-threaded groups, each with
+    its portable table), assembled as ``nox -s build`` does, from copies of the fixture
+    library (each with its cell id appended, so no two libraries share a sha256)."""
+    library = build_fake_library(work / "fake").read_bytes()
+    groups: dict[Path, list[ManifestEntry]] = {}
+    cells = [c for c in MATRIX.cells() if c.platform.name == platform_name]
+    every: list[Cell | PortableCell] = [*cells, *portable_cells(cells)]
+    for cell in every:
+        folder = group_dir(work / "cells", cell)
+        folder.mkdir(parents=True, exist_ok=True)
+        described: dict[str, Any]
+        if isinstance(cell, Cell):
+            name = cell.library
+            described = {
+                "torch": cell.torch.minor, "torch_build": cell.torch.release,
+                "backend": cell.backend, "cxx11_abi": cell.cxx11_abi, "gpu_toolkit": cell.toolkit,
+            }  # fmt: skip
+        else:
+            name = portable_library_filename(cell.python)
+            described = {"torch": ANY, "torch_build": ANY, "backend": None, "cxx11_abi": None,
+                         "gpu_toolkit": None}  # fmt: skip
+        path = folder / name
+        path.write_bytes(library + cell.id.encode())
+        groups.setdefault(folder, []).append(
+            ManifestEntry(
+                file=name, dlpack="1.3", toolchain="stand-in", platform=platform_name,
+                python=cell.python, size=path.stat().st_size, sha256=sha256_of(path),
+                cell=cell.id, **described,
+            )
+        )  # fmt: skip
+    for folder, entries in groups.items():
+        write_manifest(folder / "manifest.json", entries)
+    dist = work / "dist"
+    spec = {folder: {e.file for e in entries} for folder, entries in groups.items()}
+    wheels.assemble_dist(spec, dist, matrix=MATRIX, repair=False)
     return dist
 
 
-@pytest.mark.parametrize("forced", [True, False], ids=["cuda-driver-forced", "no-gpu"])
-def test_uv_wheel_variants_installs_a_wheel_that_serves_torch_28(
-    links: Path, tmp_path: Path, old_torch_env: Callable[[str], Any], forced: bool
-) -> None:
+@pytest.fixture(scope="module")
+def standins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return standin_dist(tmp_path_factory.mktemp("standins"))
+
+
+def test_the_stand_in_dist_has_one_variant_per_minor(standins: Path) -> None:
+    names = sorted(p.name for p in standins.glob("*-cp39-abi3-*.whl"))
+    assert [n.rsplit("-", 1)[-1] for n in names] == [
+        "t24.whl", "t25.whl", "t26.whl", "t27.whl", "t28.whl", "t29.whl", "linux_x86_64.whl",
+    ]  # fmt: skip
+    # Free-threaded variants share the abi3 labels.
+    assert sorted(p.name.rsplit("-", 1)[-1] for p in standins.glob("*cp313t*-t*.whl")) == [
+        "t27.whl", "t28.whl", "t29.whl",
+    ]  # fmt: skip
+
+
+def test_uv_installs_keep_the_invariant(standins: Path, tmp_path: Path) -> None:
+    """Every case of ``variant_cases``: each runs uv once and imports the package with the
+    stand-in torch; ``run_variant_cases`` raises on the first broken case."""
+    cases = variant_cases(collect(standins))
+    # 6 minors + 2.10, cpu and cuda, 2.6 with both ABIs, 2 drivers, 2 modes, 2 sources.
+    assert len(cases) == (7 + 1) * 2 * 2 * 2 * 2
+    outcomes = run_variant_cases(standins, tmp_path, cases=cases)
+    assert len(outcomes) == len(cases)
+    by_mode: dict[str, set[str | None]] = {}
+    for outcome in outcomes:
+        by_mode.setdefault(outcome.case.mode, set()).add(outcome.label)
+        kind, library = outcome.decided
+        assert outcome.decided == outcome.combined, outcome
+        if outcome.case.minor == "2.10":
+            assert kind == "defer", outcome  # torch's own API
+        else:
+            # The library of the torch's own build and ABI, from the variant uv chose.
+            abi = int(outcome.case.cxx11_abi)
+            want = f"torch{outcome.case.minor}-{outcome.case.backend}-cxx11abi{abi}.so"
+            assert kind == "load" and str(library).endswith(want), outcome
+    # uv 0.13.10 skips abi_dependency: the combined wheel; emulated: the minor's variant.
+    assert by_mode["uv"] <= {None, "t24", "t25", "t26", "t27", "t28", "t29"}
+    assert by_mode["abi_dependency"] == {None, "t24", "t25", "t26", "t27", "t28", "t29"}
+
+
+def _repack(dist: Path, minor: str, keep: Callable[[str], bool], work: Path) -> None:
+    """Replace ``minor``'s abi3 variant with one holding only the libraries ``keep``
+    accepts (unpack, drop, re-pack through the backend's one writer)."""
+    from build_backend._metadata import project_metadata
+    from build_backend._wheel import assemble_wheel
+    from devtools.base.paths import ROOT
+
+    (old,) = dist.glob(f"*-cp39-abi3-*-{variants.variant_label(minor)}.whl")
+    unpacked = work / "unpacked"
+    with zipfile.ZipFile(old) as archive:
+        archive.extractall(unpacked)
+    package = unpacked / "torch_c_dlpack_ext"
+    entries = [e for e in load_manifest(package / "manifest.json") if keep(e.file)]
+    old.unlink()
+    assemble_wheel(
+        dist,
+        meta=project_metadata(ROOT),
+        libraries=[(e, package / e.file) for e in entries],
+        label=variants.variant_label(minor),
+        variant_json=variants.variant_json(minor),
+    )
+
+
+def test_the_per_cell_layout_breaks_the_invariant(tmp_path: Path) -> None:
+    """The seeded defect: the layout before issue 44 gave torch 2.8 a ``t28_cpu`` variant
+    with the CPU library alone. Labelled ``t28`` so uv can select it with
+    ``abi_dependency`` applied, a CUDA torch 2.8 gets "unavailable" (no bundled CUDA
+    library) where the combined wheel loads the CUDA library: the run must say so."""
+    dist = standin_dist(tmp_path / "work")
+    _repack(dist, "2.8", lambda f: "torch2.8-cpu" in f, tmp_path)
+    case = VariantCase("2.8.0+cu128", "cuda", True, False, "abi_dependency", "find-links")
+    with pytest.raises(ReleaseError, match=r"with t28 the selector decided \('unavailable'"):
+        run_variant_cases(dist, tmp_path / "cases", cases=[case])
+    # uv as it is installs the combined wheel: the defect stays hidden there.
+    hidden = VariantCase("2.8.0+cu128", "cuda", True, False, "uv", "find-links")
+    (outcome,) = run_variant_cases(dist, tmp_path / "hidden", cases=[hidden])
+    assert outcome.label is None and outcome.decided[0] == "load"
+
+
+def _uv_dry_run(links: Path, venv_python: Path) -> str:
     from devtools.base.steps import find_uv
 
-    env = old_torch_env("2.8.0")
-    target = tmp_path / "site"
-    environ = clean_env(**(FORCE_CUDA if forced else {}))
-    log = _run(
-        [find_uv(), "pip", "install", "-v", "--preview-features", "wheel-variants",
-         "--python", str(env.python), "--target", str(target), "--no-index",
-         "--find-links", str(links), "--no-deps", "torch-c-dlpack-ext"],
-        env=environ,
-    )  # fmt: skip
-    assert "wheel-variants" in log  # the preview feature was on
-    manifest = json.loads((target / "torch_c_dlpack_ext" / "manifest.json").read_text())
-    served = {(e["torch"], e["backend"]) for e in manifest["libraries"]}
-    assert {torch for torch, _ in served} == {"2.8"} or ("2.8", "cpu") in served, (
-        f"uv installed a wheel without torch 2.8's library: {served}"
-    )
-    variant = list(target.glob("*.dist-info/variant.json"))
-    if variant:  # a variant was chosen: it must be torch 2.8's, holding its one library
-        labels = json.loads(variant[0].read_text())["variants"]
-        assert list(labels) in (["t28_cpu"], ["t28_cuda"])
-        assert len(manifest["libraries"]) == 1
     proc = subprocess.run(
-        [str(env.python), "-m", "torch_c_dlpack_ext", "--json"],
-        env=clean_env(PYTHONPATH=str(target)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    report = json.loads(proc.stdout)
-    decision = report["decision"]
-    # The selector serves this torch with the library of the backend it describes it
-    # with; the installed wheel either has it (load) or must say what is missing.
-    backend = report["torch"]["backend"]
-    if ("2.8", backend) in served:
-        assert decision["kind"] == "load", decision
-        want = f"libtorch_c_dlpack_ext-torch2.8-{backend}-cxx11abi1.so"
-        assert Path(decision["library"]).name == want
-    else:
-        assert decision["kind"] == "unavailable", decision
-        assert decision["remedy"], decision
-
-
-def test_uv_reads_our_variants_index(links: Path, tmp_path: Path) -> None:
-    """uv parses the index and names the providers it skips (so the metadata reached it)."""
-    from devtools.base.steps import find_uv
-
-    venv = tmp_path / "venv"
-    _run([find_uv(), "venv", "--quiet", "--python", sys.executable, str(venv)])
-    log = _run(
-        [find_uv(), "pip", "install", "-v", "--preview-features", "wheel-variants",
-         "--python", str(venv / "bin" / "python"), "--no-index", "--find-links", str(links),
-         "--no-deps", "--dry-run", "torch-c-dlpack-ext"],
-        env=clean_env(**FORCE_CUDA),
+        [find_uv(), "pip", "install", "-v", "--no-config", "--preview-features",
+         "wheel-variants", "--python", str(venv_python), "--no-index", "--find-links",
+         str(links), "--no-deps", "--dry-run", "torch-c-dlpack-ext"],
+        env=clean_env(), capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
-    assert "abi_dependency" in log
-    chosen = [line for line in log.splitlines() if "Selecting: torch-c-dlpack-ext" in line]
-    assert chosen, log[-3000:]
-    # No torch installed at all: only a non-variant wheel may be chosen.
-    assert chosen[-1].rstrip(")").endswith("x86_64.whl"), chosen[-1]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def test_uv_reads_our_metadata_and_not_variantlibs(standins: Path, tmp_path: Path) -> None:
+    """Our variants file: fetched and parsed (uv names the provider it skips), no unknown
+    schema. The same file with variantlib 0.2.2's ``$schema``: uv says it does not know
+    it (what every install logged before issue 44)."""
+    links = tmp_path / "links"
+    shutil.copytree(standins, links)
+    index = next(links.glob("*-variants.json"))
+    log = _uv_dry_run(links, Path(sys.executable))
+    assert "Unknown variant metadata schema" not in log
+    assert "Skipping unsupported wheel variant provider `abi_dependency`" in log
+    data = json.loads(index.read_text("utf-8"))
+    data["$schema"] = "https://variants-schema.wheelnext.dev/v0.2.0.json"
+    index.write_text(json.dumps(data), "utf-8")
+    assert "Unknown variant metadata schema" in _uv_dry_run(links, Path(sys.executable))
+
+
+@pytest.mark.slow
+def test_real_build_real_torch_28(
+    tmp_path: Path, old_torch_env: Callable[[str], Any], build_cache: Path
+) -> None:
+    """The t28 cells compiled for real against PyPI's torch 2.8.0 (a CUDA 12.8 build),
+    installed by uv into that torch's environment as it is and with ``abi_dependency``
+    emulated, with and without a driver: the CUDA library loads from the variant."""
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "devtools", "build", "--cells",
+         "linux_x86_64-t28_cpu,linux_x86_64-t28_cuda", "--no-freethreaded", "--out",
+         str(dist), "--build-dir", str(build_cache / "cells")],
+        env=devtools_env(), check=True, timeout=3600,
+    )  # fmt: skip
+    env = old_torch_env("2.8.0")
+    cases = [
+        VariantCase("2.8.0", "cuda", True, driver, mode, source)
+        for driver in (False, True)
+        for mode in ("uv", "abi_dependency")
+        for source in ("index", "find-links")
+    ]
+    outcomes = run_variant_cases(dist, tmp_path / "cases", cases=cases, python=env.python,
+                                 fake_torch=False)  # fmt: skip
+    for outcome in outcomes:
+        assert outcome.decided == ("load", "libtorch_c_dlpack_ext-torch2.8-cuda-cxx11abi1.so")
+    assert {o.label for o in outcomes if o.case.mode == "abi_dependency"} == {"t28"}
