@@ -76,6 +76,7 @@ COMMANDS: tuple[Command, ...] = (
     _command("contents", "the release cell by cell, and its release notes"),
     _command("split-variants", "move variant wheels and variants.json out of dist/"),
     _command("variant-index", "the release's own PEP 503 index, variants included"),
+    _command("variant-sizes", "the variant sizes table of docs/building.md"),
     _command("verify", "every cell is there; each wheel works with its torch"),
     _command("test-installed", "cibuildwheel's test command for one job's wheel", "cibw_test"),
     _command("map", "CONTRIBUTING.md's code map, from the docstrings"),

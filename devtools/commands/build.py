@@ -288,6 +288,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"copied {len(entries)} librar(y/ies) and their manifest to {args.libs_dir}")
     if not args.no_assemble:
         from devtools.build import wheels
+        from devtools.build.sizes import variant_sizes
 
         # Exactly the selected cells this run built or found cached: the group
         # directories also keep libraries of cells an earlier run selected.
@@ -299,6 +300,8 @@ def run(args: argparse.Namespace) -> int:
         report["artifacts"] = [
             {"file": p.name, "size": p.stat().st_size} for p in artifacts if p.is_file()
         ]
+        # What a variant saves against the combined wheel per install (docs/building.md).
+        report["variant_sizes"] = variant_sizes(artifacts)
         for path in artifacts:
             print(f"wrote {path} ({path.stat().st_size} bytes)")
     _write_report(report_file, report)

@@ -398,3 +398,31 @@ def _combined_manifest(wheel: Path, tmp_path: Path) -> Path:
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(target)
     return target / "torch_c_dlpack_ext" / "manifest.json"
+
+
+def test_the_sizes_table_is_generated_from_its_record() -> None:
+    """docs/building.md's sizes table is docs/variant-sizes.json rendered (edit the record
+    through ``python -m devtools variant-sizes``, never the table)."""
+    from devtools.build import sizes
+
+    record = json.loads((ROOT / "docs" / "variant-sizes.json").read_text("utf-8"))
+    page = (ROOT / "docs" / "building.md").read_text("utf-8")
+    section = sizes.render_table(record)
+    assert section in page
+    assert sizes.replace_table(page, section) == page
+    for row in record["rows"]:
+        assert row["wheel"] < row["combined_wheel"], row  # what the layout is for
+
+
+def test_variant_sizes_of_a_dist(tmp_path: Path) -> None:
+    from devtools.build import sizes
+
+    dist, _ = _standin_dist(tmp_path, STANDIN)
+    rows = sizes.variant_sizes(sorted(dist.iterdir()))
+    assert [(r["variant"].rsplit("-", 1)[-1], r["libraries"], r["combined_libraries"])
+            for r in rows] == [("t26.whl", 4, 6), ("t28.whl", 3, 6)]  # fmt: skip
+    for row in rows:
+        assert row["wheel"] == (dist / row["variant"]).stat().st_size
+        assert row["installed"] < row["combined_installed"]
+    table = sizes.render_table({"measured": "d", "machine": "m", "cells": "c", "rows": rows})
+    assert "| `t26` (cp39-abi3) | 4 of 6 |" in table
