@@ -12,7 +12,12 @@
    (torch 2.13, a real old torch, a Python no combined wheel serves:
    :mod:`devtools.rehearse.indexinstall`);
 5. upload a different file under an existing name: the index must refuse it and
-   keep serving the original bytes.
+   keep serving the original bytes;
+6. write the release's own variant index (every file, the variants file included), serve
+   it on 127.0.0.1 and install from it with uv's ``--preview-features wheel-variants``,
+   as uv is and with ``abi_dependency`` emulated, for every case of
+   :func:`devtools.rehearse.variantinstall.variant_cases` and with the real old torch:
+   the selector must decide as with the combined wheel (the variant invariant).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from devtools.base.paths import ROOT
 from devtools.base.steps import work_folder
 from devtools.rehearse.indexinstall import Check, Deadline, install_scenarios
 from devtools.rehearse.indexserver import IndexServer, log, served_hashes
+from devtools.rehearse.variantinstall import variant_rehearsal
 from devtools.release import publish
 from devtools.release.distfiles import ReleaseFiles
 
@@ -205,4 +211,7 @@ def rehearse(options: RehearsalOptions) -> list[Check]:
             with ghactions.group("rehearsal: second upload"):
                 log("second upload of an existing file name")
                 checks.append(_second_upload(files, server, work))
+        if files.variants_index is not None:
+            with ghactions.group("rehearsal: the variant index, installs with uv's preview"):
+                checks += variant_rehearsal(dist, work / "variants", old_torch=options.old_torch)
         return checks

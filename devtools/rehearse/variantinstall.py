@@ -31,14 +31,17 @@ import os
 import shutil
 import sys
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from _torch_c_dlpack_ext_core.naming import ENV_PREFIX, PACKAGE
+from _torch_c_dlpack_ext_core.files import sha256_of
+from _torch_c_dlpack_ext_core.naming import DIST_NAME, ENV_PREFIX, PACKAGE
 from _torch_c_dlpack_ext_core.run import run
 from devtools.base.errors import ReleaseError
 from devtools.base.steps import find_uv
 from devtools.build.variants import emulate_abi_dependency, minor_of_label
+from devtools.envs.torchenv import TorchEnv
+from devtools.rehearse.indexinstall import Check
 from devtools.rehearse.indexserver import StaticIndexServer
 from devtools.release.distfiles import ReleaseFiles, WheelInfo, collect
 from devtools.release.variantindex import write_simple_pages
@@ -47,8 +50,10 @@ __all__ = [
     "FORCE_DRIVER",
     "Outcome",
     "VariantCase",
+    "outcome_lines",
     "run_variant_cases",
     "variant_cases",
+    "variant_rehearsal",
     "write_fake_torch",
 ]
 
@@ -436,3 +441,71 @@ def outcome_lines(outcomes: Sequence[Outcome]) -> Iterator[str]:
         yield (
             f"{o.case}: {o.label or 'combined'} -> {o.decided[0]} {o.decided[1] or ''}".rstrip()
         )
+
+
+def variant_rehearsal(dist: Path, work: Path, *, old_torch: str) -> list[Check]:
+    """The rehearsal's variant steps (``nox -s rehearse``): the release's own index
+    (:func:`~devtools.release.variantindex.write_index`) served on 127.0.0.1 serves every
+    file of the dist with its sha256; every case of :func:`variant_cases` holds with
+    stand-in torches; and with the real ``old_torch`` (PyPI's, a CUDA build, cached env)
+    where the dist has its minor's variant: uv installs it (as it is, and with
+    ``abi_dependency`` emulated) and the selector loads the same library as from the
+    combined wheel."""
+    from devtools.envs.torchenv import torch_env
+    from devtools.rehearse.indexserver import served_hashes
+    from devtools.release.variantindex import write_index
+
+    files = collect(dist)
+    checks = []
+    simple = write_index(dist, work / "variant-index")
+    expected = {p.name: sha256_of(p) for p in simple.joinpath(DIST_NAME).iterdir()}
+    expected.pop("index.html")
+    with StaticIndexServer(simple.parent) as server:
+        served = served_hashes(f"{server.url}/simple")
+    checks.append(
+        Check(
+            name="variant index",
+            expected=f"{len(expected)} files (wheels, sdist, variants file) with sha256",
+            observed=f"{len(served)} files served",
+            ok=served == expected,
+            detail="" if served == expected else f"expected {expected}, served {served}",
+        )
+    )
+    for number, (name, cases, python, fake) in enumerate(
+        _rehearsal_sets(files, old_torch, torch_env)
+    ):
+        try:
+            # (uv reads a comma in a --find-links path as a list: plain folder names)
+            outcomes = run_variant_cases(
+                dist, work / f"set{number}", cases=cases, python=python, fake_torch=fake
+            )
+        except ReleaseError as exc:
+            checks.append(Check(name, "every case decides as the combined wheel", "FAILED",
+                                False, str(exc)))  # fmt: skip
+            continue
+        chosen = sorted({o.label or "combined" for o in outcomes})
+        checks.append(
+            Check(
+                name=name,
+                expected="every case decides as the combined wheel",
+                observed=f"{len(outcomes)} cases hold (uv installed {', '.join(chosen)})",
+                ok=True,
+            )
+        )
+    return checks
+
+
+def _rehearsal_sets(
+    files: ReleaseFiles, old_torch: str, torch_env: Callable[..., TorchEnv]
+) -> Iterator[tuple[str, list[VariantCase], Path | str, bool]]:
+    yield "variants, stand-in torches", variant_cases(files), sys.executable, True
+    minor = ".".join(old_torch.split(".")[:2])
+    if any(w.label == f"t{minor.replace('.', '')}" for w in files.wheels if w.variant):
+        env = torch_env(old_torch, importable=True)
+        cases = [
+            VariantCase(old_torch, "cuda", tuple(int(x) for x in minor.split(".")) >= (2, 7), driver, mode, source)
+            for driver in (False, True)
+            for mode in MODES
+            for source in SOURCES
+        ]
+        yield f"variants, real torch {old_torch}", cases, env.python, False
