@@ -141,8 +141,10 @@ def check_metadata(data: object, where: str) -> VariantMetadata:
         raise BuildError(f"{where}: default-priorities must be an object")
     _only(priorities, UV_KEYS["default-priorities"], f"{where}: default-priorities")
     namespaces = priorities.get("namespace")
-    if not isinstance(namespaces, list) or not namespaces or len(set(namespaces)) != len(
-        namespaces
+    if (
+        not isinstance(namespaces, list)
+        or not namespaces
+        or len(set(namespaces)) != len(namespaces)
     ):
         raise BuildError(f"{where}: default-priorities.namespace must be unique names")
     providers = data.get("providers")

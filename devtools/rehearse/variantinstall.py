@@ -9,7 +9,8 @@ library, or the same defer), for every case of :func:`variant_cases`:
   which uv's built-in copy of that provider reads);
 - uv as it is (it skips ``abi_dependency``), and uv as it will be once it applies
   ``abi_dependency`` (emulated: the variants file's ``abi_dependency`` provider rewritten
-  as a static list of the user's torch minor, :func:`~devtools.build.variants.emulate_abi_dependency`);
+  as a static list of the user's torch minor:
+  :func:`~devtools.build.variants.emulate_abi_dependency`);
 - from a PEP 503 index on 127.0.0.1 (:class:`~devtools.rehearse.indexserver.StaticIndexServer`)
   and from a ``--find-links`` folder.
 
@@ -31,7 +32,7 @@ import os
 import shutil
 import sys
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from _torch_c_dlpack_ext_core.files import sha256_of
@@ -40,7 +41,6 @@ from _torch_c_dlpack_ext_core.run import run
 from devtools.base.errors import ReleaseError
 from devtools.base.steps import find_uv
 from devtools.build.variants import emulate_abi_dependency, minor_of_label
-from devtools.envs.torchenv import TorchEnv
 from devtools.rehearse.indexinstall import Check
 from devtools.rehearse.indexserver import StaticIndexServer
 from devtools.release.distfiles import ReleaseFiles, WheelInfo, collect
@@ -118,23 +118,21 @@ def variant_cases(files: ReleaseFiles) -> list[VariantCase]:
     )
     if not minors:
         raise ReleaseError("the dist holds no variant wheels")
-    cases = []
-    for minor in [*minors, "2.10"]:
-        for backend in ("cpu", "cuda"):
-            for abi in _abis(files, minor):
-                local = "+cpu" if backend == "cpu" else "+cu128"
-                for driver in (False, True):
-                    for mode in MODES:
-                        for source in SOURCES:
-                            cases.append(
-                                VariantCase(f"{minor}.0{local}", backend, abi, driver, mode, source)
-                            )
-    return cases
+    local = {"cpu": "+cpu", "cuda": "+cu128"}
+    return [
+        VariantCase(f"{minor}.0{local[backend]}", backend, abi, driver, mode, source)
+        for minor in [*minors, "2.10"]
+        for backend in ("cpu", "cuda")
+        for abi in _abis(files, minor)
+        for driver in (False, True)
+        for mode in MODES
+        for source in SOURCES
+    ]
 
 
 # --- the stand-in torch ---------------------------------------------------------------
 
-_FAKE_TORCH = '''"""A stand-in torch for variant install tests: what torch-c-dlpack-ext's selector reads."""
+_FAKE_TORCH = '''"""A stand-in torch: what torch-c-dlpack-ext's selector reads."""
 import ctypes
 import types
 
@@ -182,7 +180,7 @@ def write_fake_torch(root: Path, version: str, *, backend: str, cxx11_abi: bool)
     Returns ``root``, for ``PYTHONPATH``."""
     if backend not in ("cpu", "cuda"):
         raise ReleaseError(f"a stand-in torch is a cpu or cuda build, not {backend!r}")
-    major, minor = (int(x) for x in version.split("+")[0].split(".")[:2])
+    major, minor = (int(x) for x in version.split("+", maxsplit=1)[0].split(".")[:2])
     package = root / "torch"
     package.mkdir(parents=True, exist_ok=True)
     source = _FAKE_TORCH.format(
@@ -192,7 +190,7 @@ def write_fake_torch(root: Path, version: str, *, backend: str, cxx11_abi: bool)
         has_api=(major, minor) >= (2, 10),
     )
     (package / "__init__.py").write_text(source, "utf-8")
-    info = root / f"torch-{version.split('+')[0]}.dist-info"
+    info = root / f"torch-{version.split('+', maxsplit=1)[0]}.dist-info"
     info.mkdir(exist_ok=True)
     (info / "METADATA").write_text(
         f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n", "utf-8"
@@ -261,7 +259,8 @@ def _emulated_wheel(source: Path, target: Path, minor: str) -> None:
                 body = data
             elif info.filename.endswith(".dist-info/RECORD"):
                 lines = [
-                    f"{variant},sha256={digest},{len(data)}" if line.startswith(f"{variant},")
+                    f"{variant},sha256={digest},{len(data)}"
+                    if line.startswith(f"{variant},")
                     else line
                     for line in body.decode().splitlines()
                 ]
@@ -396,14 +395,18 @@ def run_variant_cases(
     with _served(work) as server:
         sources = _Sources(files, work, server)
         for number, case in enumerate(cases):
-            torch_paths = [
-                write_fake_torch(
-                    work / "torch" / f"{case.torch}-{case.backend}-{int(case.cxx11_abi)}",
-                    case.torch,
-                    backend=case.backend,
-                    cxx11_abi=case.cxx11_abi,
-                )
-            ] if fake_torch else []
+            torch_paths = (
+                [
+                    write_fake_torch(
+                        work / "torch" / f"{case.torch}-{case.backend}-{int(case.cxx11_abi)}",
+                        case.torch,
+                        backend=case.backend,
+                        cxx11_abi=case.cxx11_abi,
+                    )
+                ]
+                if fake_torch
+                else []
+            )
             target = work / "installs" / str(number)
             _install(case, sources, target, python)
             label = _installed_label(target)
@@ -419,7 +422,9 @@ def run_variant_cases(
             if seen_key not in seen:
                 seen[seen_key] = _decision(python, [target, *torch_paths])
             decided, combined = seen[seen_key], reference[key]
-            if decided != combined or decided[0] == "unavailable" and combined[0] != "unavailable":
+            if decided != combined or (
+                decided[0] == "unavailable" and combined[0] != "unavailable"
+            ):
                 raise ReleaseError(
                     f"{case}: with {label or 'the combined wheel'} the selector decided "
                     f"{decided}, with {combined_wheel.path.name} {combined}"
@@ -438,9 +443,7 @@ def _served(work: Path) -> StaticIndexServer:
 def outcome_lines(outcomes: Sequence[Outcome]) -> Iterator[str]:
     """One line per case, for logs and the rehearsal's table."""
     for o in outcomes:
-        yield (
-            f"{o.case}: {o.label or 'combined'} -> {o.decided[0]} {o.decided[1] or ''}".rstrip()
-        )
+        yield (f"{o.case}: {o.label or 'combined'} -> {o.decided[0]} {o.decided[1] or ''}".rstrip())
 
 
 def variant_rehearsal(dist: Path, work: Path, *, old_torch: str) -> list[Check]:
@@ -451,7 +454,6 @@ def variant_rehearsal(dist: Path, work: Path, *, old_torch: str) -> list[Check]:
     where the dist has its minor's variant: uv installs it (as it is, and with
     ``abi_dependency`` emulated) and the selector loads the same library as from the
     combined wheel."""
-    from devtools.envs.torchenv import torch_env
     from devtools.rehearse.indexserver import served_hashes
     from devtools.release.variantindex import write_index
 
@@ -471,9 +473,7 @@ def variant_rehearsal(dist: Path, work: Path, *, old_torch: str) -> list[Check]:
             detail="" if served == expected else f"expected {expected}, served {served}",
         )
     )
-    for number, (name, cases, python, fake) in enumerate(
-        _rehearsal_sets(files, old_torch, torch_env)
-    ):
+    for number, (name, cases, python, fake) in enumerate(_rehearsal_sets(files, old_torch)):
         try:
             # (uv reads a comma in a --find-links path as a list: plain folder names)
             outcomes = run_variant_cases(
@@ -496,14 +496,23 @@ def variant_rehearsal(dist: Path, work: Path, *, old_torch: str) -> list[Check]:
 
 
 def _rehearsal_sets(
-    files: ReleaseFiles, old_torch: str, torch_env: Callable[..., TorchEnv]
+    files: ReleaseFiles, old_torch: str
 ) -> Iterator[tuple[str, list[VariantCase], Path | str, bool]]:
+    from devtools.envs.torchenv import torch_env
+
     yield "variants, stand-in torches", variant_cases(files), sys.executable, True
     minor = ".".join(old_torch.split(".")[:2])
     if any(w.label == f"t{minor.replace('.', '')}" for w in files.wheels if w.variant):
         env = torch_env(old_torch, importable=True)
         cases = [
-            VariantCase(old_torch, "cuda", tuple(int(x) for x in minor.split(".")) >= (2, 7), driver, mode, source)
+            VariantCase(
+                old_torch,
+                "cuda",
+                tuple(int(x) for x in minor.split(".")) >= (2, 7),
+                driver,
+                mode,
+                source,
+            )
             for driver in (False, True)
             for mode in MODES
             for source in SOURCES

@@ -103,20 +103,18 @@ def torch_cases(
     with and without ``torch._C._to_dlpack``, on each of ``pythons``."""
     major, minor_number = (int(x) for x in minor.split("."))
     has_api = (major, minor_number) >= (2, 10)
-    cases: list[dict[str, object]] = []
-    for backend, cuda, hip in TORCH_BUILDS:
-        for abi in abis:
-            for version in (f"{minor}.0", f"{minor}.0a0+gitabc"):
-                for to_dlpack in (True, False):
-                    for python in pythons:
-                        cases.append(
-                            {
-                                "version": version, "backend": backend, "cxx11_abi": abi,
-                                "cuda": cuda, "hip": hip, "has_capsule": has_api,
-                                "has_to_dlpack": to_dlpack, "python": [list(python[0]), python[1]],
-                            }
-                        )  # fmt: skip
-    return cases
+    return [
+        {
+            "version": version, "backend": backend, "cxx11_abi": abi, "cuda": cuda,
+            "hip": hip, "has_capsule": has_api, "has_to_dlpack": to_dlpack,
+            "python": [list(python[0]), python[1]],
+        }
+        for backend, cuda, hip in TORCH_BUILDS
+        for abi in abis
+        for version in (f"{minor}.0", f"{minor}.0a0+gitabc")
+        for to_dlpack in (True, False)
+        for python in pythons
+    ]  # fmt: skip
 
 
 def decisions(

@@ -47,8 +47,7 @@ def write_simple_pages(files: Sequence[Path], root: Path, project: str = DIST_NA
     )
     atomic_write_bytes(folder / "index.html", page.encode())
     root_page = (
-        "<!DOCTYPE html>\n<html><body>\n"
-        f'<a href="{project}/">{project}</a>\n</body></html>\n'
+        f'<!DOCTYPE html>\n<html><body>\n<a href="{project}/">{project}</a>\n</body></html>\n'
     )
     atomic_write_bytes(simple / "index.html", root_page.encode())
     return simple

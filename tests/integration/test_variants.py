@@ -38,16 +38,16 @@ from _torch_c_dlpack_ext_core.naming import ANY, portable_library_filename
 if not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):
     pytest.skip("the stand-in cells are linux_x86_64 cells", allow_module_level=True)
 
-from devtools.base.errors import ReleaseError  # noqa: E402
-from devtools.build import variants, wheels  # noqa: E402
-from devtools.matrix.cells import Cell, PortableCell, group_dir, portable_cells  # noqa: E402
-from devtools.matrix.reader import load_matrix  # noqa: E402
-from devtools.rehearse.variantinstall import (  # noqa: E402
+from devtools.base.errors import ReleaseError
+from devtools.build import variants, wheels
+from devtools.matrix.cells import Cell, PortableCell, group_dir, portable_cells
+from devtools.matrix.reader import load_matrix
+from devtools.rehearse.variantinstall import (
     VariantCase,
     run_variant_cases,
     variant_cases,
 )
-from devtools.release.distfiles import collect  # noqa: E402
+from devtools.release.distfiles import collect
 
 MATRIX = load_matrix()
 
@@ -126,7 +126,8 @@ def test_uv_installs_keep_the_invariant(standins: Path, tmp_path: Path) -> None:
             # The library of the torch's own build and ABI, from the variant uv chose.
             abi = int(outcome.case.cxx11_abi)
             want = f"torch{outcome.case.minor}-{outcome.case.backend}-cxx11abi{abi}.so"
-            assert kind == "load" and str(library).endswith(want), outcome
+            assert kind == "load", outcome
+            assert str(library).endswith(want), outcome
     # uv 0.13.10 skips abi_dependency: the combined wheel; emulated: the minor's variant.
     assert by_mode["uv"] <= {None, "t24", "t25", "t26", "t27", "t28", "t29"}
     assert by_mode["abi_dependency"] == {None, "t24", "t25", "t26", "t27", "t28", "t29"}
@@ -168,7 +169,8 @@ def test_the_per_cell_layout_breaks_the_invariant(tmp_path: Path) -> None:
     # uv as it is installs the combined wheel: the defect stays hidden there.
     hidden = VariantCase("2.8.0+cu128", "cuda", True, False, "uv", "find-links")
     (outcome,) = run_variant_cases(dist, tmp_path / "hidden", cases=[hidden])
-    assert outcome.label is None and outcome.decided[0] == "load"
+    assert outcome.label is None
+    assert outcome.decided[0] == "load"
 
 
 def _uv_dry_run(links: Path, venv_python: Path) -> str:

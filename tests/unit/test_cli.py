@@ -56,7 +56,8 @@ def test_the_table_names_every_command_module_once() -> None:
         *("build", "matrix", "emulated", "rehearse", "rehearse-dataflow", "torchenv"),
         *("freethreaded", "gpu-carry", "upload", "check-tag", "publish-target"),
         *("check-repaired", "assemble", "contents", "split-variants", "verify"),
-        "variant-index", "variant-sizes",
+        "variant-index",
+        "variant-sizes",
         *("test-installed", "map", "footprint"),
     }
     modules = {f"devtools.commands.{p.stem}" for p in COMMANDS.glob("*.py")} - {

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import re
 import zipfile
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,7 +52,7 @@ def test_labels_and_properties_name_the_torch_minor_only() -> None:
     for bad in ("t28_cpu", "null", "t2"):
         with pytest.raises(BuildError, match="not a torch minor"):
             variants.minor_of_label(bad)
-    with pytest.raises(BuildError, match="major.minor"):
+    with pytest.raises(BuildError, match=r"major\.minor"):
         variants.variant_label("2")
 
 
@@ -371,7 +371,7 @@ def test_the_decisions_themselves_are_compared(tmp_path: Path) -> None:
     """Same files, different decision: a variant whose manifest hides the CUDA library
     from a CUDA torch (it claims cpu) is refused by the selector's answer, not by a
     file list."""
-    dist, libs = _standin_dist(tmp_path, ("t28_cpu", "t28_cuda"))
+    dist, _ = _standin_dist(tmp_path, ("t28_cpu", "t28_cuda"))
     (variant,) = dist.glob("*-t28.whl")
     combined = next(p for p in dist.glob("*abi3-linux_x86_64.whl"))
     ref = {e.file: e for e in read_wheel(combined).libraries}
