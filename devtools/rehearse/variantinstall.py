@@ -1,7 +1,9 @@
 """The variant invariant with a real variant-aware installer: uv with
 ``--preview-features wheel-variants`` installs ``torch-c-dlpack-ext`` from a dist, and
 the selector of what it installed must decide as the combined wheel would (the same
-library, or the same defer), for every case of :func:`variant_cases`:
+library, or the same defer), for every case of :func:`variant_cases`.
+
+The cases:
 
 - every torch minor the dist's variants cover, and one past them (2.10: torch's own API);
 - a CPU and a CUDA torch build, both C++ ABIs where the matrix has both (2.6);
