@@ -6,6 +6,7 @@ the release contents computed from the result."""
 from __future__ import annotations
 
 import json
+import shutil
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from devtools.matrix.reader import load_matrix
 from devtools.rehearse import flowjob
 from devtools.release import cisteps, contents, distfiles, verify
 
-from _torch_c_dlpack_ext_core.files import sha256_of
+from _torch_c_dlpack_ext_core.files import sha256_of, write_manifest
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.version import __version__
 
@@ -498,3 +499,38 @@ def test_release_expects_the_portable_table_in_one_combined_wheel(tmp_path: Path
         load_matrix(), [job], [wheel("c.whl", native, portable), wheel("d.whl", portable), variant]
     )
     assert {s.cell: s.state for s in twice}[table.id] == "duplicate"
+
+
+def test_assemble_from_writes_the_variant_layout_nox_build_writes(tmp_path: Path) -> None:
+    """Issue 44: ``--assemble-from`` (CI's job wheels) and ``nox -s build`` (the group
+    folders) give the same variants: one per torch minor, the same libraries in each, the
+    same variants file (only the platform tag differs: the jobs' repaired one)."""
+    cells = _cells("linux_x86_64-t26_cpu_abi0", "linux_x86_64-t26_cuda_abi0",
+                   "linux_x86_64-t28_cpu", "linux_x86_64-t28_cuda")  # fmt: skip
+    job_wheel(tmp_path, "linux_x86_64-cuda", cells, "manylinux_2_28_x86_64")
+    from_jobs = wheels.assemble_from_wheels(tmp_path / "cells", tmp_path / "from-jobs")
+    group = tmp_path / "group"
+    group.mkdir()
+    entries = []
+    for cell in cells:
+        entry, path = flowjob.stand_in_library(cell, tmp_path / "again", elf=False)
+        shutil.copyfile(path, group / entry.file)
+        entries.append(entry)
+    write_manifest(group / "manifest.json", entries)
+    from_build = wheels.assemble_dist(
+        {group: {e.file for e in entries}}, tmp_path / "from-build", matrix=MATRIX, repair=False
+    )
+
+    def variants_of(made: list[Path]) -> dict[str, list[str]]:
+        return {
+            p.name.rsplit("-", 1)[-1]: sorted(e["file"] for e in _manifest(p))
+            for p in made
+            if wheelnames.is_variant_name(p.name)
+        }
+
+    assert variants_of(from_jobs) == variants_of(from_build)
+    assert sorted(variants_of(from_build)) == ["t26.whl", "t28.whl"]
+    index = distfiles.variants_index_name()
+    assert (tmp_path / "from-jobs" / index).read_bytes() == (
+        tmp_path / "from-build" / index
+    ).read_bytes()
