@@ -115,8 +115,9 @@ def test_dist_holds_every_artifact(dist: Path) -> None:
     assert f"torch_c_dlpack_ext-{version}-py3-none-any.whl" in names
     assert f"torch_c_dlpack_ext-{version}.tar.gz" in names
     assert f"torch_c_dlpack_ext-{version}-variants.json" in names
-    variants = sorted(n for n in names if n.endswith(tuple(f"-{label}.whl" for label in LABELS)))
-    assert len(variants) == 4
+    # One variant per torch minor (issue 44), each with all of its minor's libraries.
+    variants = sorted(n for n in names if n.endswith(("-t26.whl", "-t28.whl")))
+    assert len(variants) == 2
     # One wheel for every CPython >= 3.9: abi3, never one CPython's tag.
     assert all("-cp39-abi3-manylinux_" in n for n in variants), variants
     with zipfile.ZipFile(_combined(dist)) as archive:
@@ -170,16 +171,21 @@ def test_twine_and_check_wheel_contents(dist: Path) -> None:
     _run([sys.executable, "-m", "check_wheel_contents", *plain], cwd=ROOT)
 
 
-def test_variant_wheels_validated_by_variantlib(dist: Path, tmp_path: Path) -> None:
+def test_variant_wheels_hold_the_invariant(dist: Path) -> None:
+    """Real libraries: each variant is its minor's part of the combined wheel, and the
+    selector decides with it as with the combined wheel (``verify``'s variant check)."""
+    from devtools.build.variants import check_metadata
+    from devtools.release.variantcheck import check_variants
+
+    lines = check_variants(dist)
+    assert len(lines) == 2, lines
     for wheel in dist.glob("*-t2*.whl"):
-        out = _run([*VARIANTLIB, "analyze-wheel", "-i", str(wheel)])
-        torch = "2.8" if "-t28_" in wheel.name else "2.6"
-        assert f"abi_dependency :: torch :: {torch}" in out
-        (tmp_path / wheel.name).symlink_to(wheel)
-    _run([*VARIANTLIB, "generate-index-json", "-d", str(tmp_path)])
-    generated = json.loads((tmp_path / "torch_c_dlpack_ext-0.2.0-variants.json").read_text())
-    ours = json.loads((dist / "torch_c_dlpack_ext-0.2.0-variants.json").read_text())
-    assert generated == ours
+        with zipfile.ZipFile(wheel) as archive:
+            name = next(n for n in archive.namelist() if n.endswith("variant.json"))
+            data = check_metadata(json.loads(archive.read(name)), wheel.name)
+        torch = "2.8" if wheel.name.endswith("-t28.whl") else "2.6"
+        assert data["variants"] == {f"t{torch.replace('.', '')}": {
+            "abi_dependency": {"torch": [torch]}}}  # fmt: skip
 
 
 def test_pip_ignores_variant_wheels(dist: Path, tmp_path: Path) -> None:
@@ -259,17 +265,14 @@ def test_assemble_from_job_wheels_reproduces_dist(dist: Path, tmp_path: Path) ->
     the same artifacts `nox -s build` writes locally."""
     jobs = tmp_path / "cells"
     jobs.mkdir()
-    # Two job wheels (as two cibuildwheel jobs would upload), one library each.
+    # One job wheel per torch minor (as cibuildwheel jobs would upload): a variant's
+    # libraries (both backends and the portable table; the two jobs' copies of the
+    # portable table are byte-identical, as the assemble step requires).
     combined = _combined(dist)
-    for index, label in enumerate(LABELS):
-        (variant,) = dist.glob(f"*-{label}.whl")
-        job_dir = jobs / label
+    for variant in sorted(dist.glob("*-t2*.whl")):
+        job_dir = jobs / variant.name.rsplit("-", 1)[-1].removesuffix(".whl")
         job_dir.mkdir()
-        job_wheel = _strip_variant(variant)
-        if index == 0:
-            # The group's first job also packs its portable table (variant wheels do not).
-            job_wheel = _with_portable_table(job_wheel, combined)
-        (job_dir / combined.name).write_bytes(job_wheel)
+        (job_dir / combined.name).write_bytes(_strip_variant(variant))
     out = tmp_path / "out"
     assemble = [sys.executable, "-m", "devtools", "build", "--assemble-from", str(jobs)]
     _run(
@@ -279,50 +282,6 @@ def test_assemble_from_job_wheels_reproduces_dist(dist: Path, tmp_path: Path) ->
     )
     for name in [p.name for p in dist.iterdir()]:
         assert (out / name).read_bytes() == (dist / name).read_bytes(), name
-
-
-def _with_portable_table(job_wheel: bytes, combined: Path) -> bytes:
-    """``job_wheel`` with the combined wheel's portable library added: the file, its
-    manifest entry and its RECORD line."""
-    import base64
-    import io
-
-    from _torch_c_dlpack_ext_core.manifest import ManifestEntry, dump_manifest
-
-    manifest_name = "torch_c_dlpack_ext/manifest.json"
-    with zipfile.ZipFile(combined) as archive:
-        libraries = json.loads(archive.read(manifest_name))["libraries"]
-        (portable,) = [e for e in libraries if e["torch"] == "any"]
-        library_name = f"torch_c_dlpack_ext/{portable['file']}"
-        library = archive.read(library_name)
-        library_info = archive.getinfo(library_name)
-
-    def record_line(name: str, data: bytes) -> bytes:
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-        return f"{name},sha256={digest.decode()},{len(data)}".encode()
-
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(job_wheel)) as source, zipfile.ZipFile(buffer, "w") as target:
-        entries = [ManifestEntry.from_json(e) for e in json.loads(source.read(manifest_name))[
-            "libraries"
-        ]]  # fmt: skip
-        manifest = dump_manifest([*entries, ManifestEntry.from_json(portable)])
-        for info in source.infolist():
-            data = source.read(info)
-            if info.filename == manifest_name:
-                data = manifest
-            elif info.filename.endswith(".dist-info/RECORD"):
-                target.writestr(library_info, library)
-                lines = [
-                    record_line(manifest_name, manifest)
-                    if line.startswith(manifest_name.encode() + b",")
-                    else line
-                    for line in data.splitlines()
-                ]
-                lines.insert(0, record_line(library_name, library))
-                data = b"".join(line + b"\n" for line in lines)
-            target.writestr(info, data)
-    return buffer.getvalue()
 
 
 def _strip_variant(wheel: Path) -> bytes:
