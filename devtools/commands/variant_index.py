@@ -14,7 +14,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from devtools.release.variantindex import write_index
+    from devtools.release.distfiles import collect
+    from devtools.release.variantindex import release_files, write_simple_pages
 
-    print(write_index(args.dist, args.out))
+    # collect: one version, this project's files only (a stale file is refused).
+    files = collect(args.dist)
+    print(
+        write_simple_pages(
+            release_files([w.path for w in files.wheels], files.sdists, files.variants_index),
+            args.out,
+        )
+    )
     return 0

@@ -213,5 +213,6 @@ def rehearse(options: RehearsalOptions) -> list[Check]:
                 checks.append(_second_upload(files, server, work))
         if files.variants_index is not None:
             with ghactions.group("rehearsal: the variant index, installs with uv's preview"):
-                checks += variant_rehearsal(dist, work / "variants", old_torch=options.old_torch)
+                rows = variant_rehearsal(dist, work / "variants", old_torch=options.old_torch)
+                checks += [Check(*row) for row in rows]
         return checks

@@ -43,7 +43,6 @@ from _torch_c_dlpack_ext_core.run import run
 from devtools.base.errors import ReleaseError
 from devtools.base.steps import find_uv
 from devtools.build.variants import emulate_abi_dependency, minor_of_label
-from devtools.rehearse.indexinstall import Check
 from devtools.rehearse.indexserver import StaticIndexServer
 from devtools.release.distfiles import ReleaseFiles, WheelInfo, collect
 from devtools.release.variantindex import write_simple_pages
@@ -448,31 +447,39 @@ def outcome_lines(outcomes: Sequence[Outcome]) -> Iterator[str]:
         yield (f"{o.case}: {o.label or 'combined'} -> {o.decided[0]} {o.decided[1] or ''}".rstrip())
 
 
-def variant_rehearsal(dist: Path, work: Path, *, old_torch: str) -> list[Check]:
+#: One row of the rehearsal's table: (name, expected, observed, ok, detail), the fields
+#: of :class:`devtools.rehearse.indexinstall.Check`.
+CheckRow = tuple[str, str, str, bool, str]
+
+
+def variant_rehearsal(dist: Path, work: Path, *, old_torch: str) -> list[CheckRow]:
     """The rehearsal's variant steps (``nox -s rehearse``): the release's own index
-    (:func:`~devtools.release.variantindex.write_index`) served on 127.0.0.1 serves every
+    (``python -m devtools variant-index``) served on 127.0.0.1 serves every
     file of the dist with its sha256; every case of :func:`variant_cases` holds with
     stand-in torches; and with the real ``old_torch`` (PyPI's, a CUDA build, cached env)
     where the dist has its minor's variant: uv installs it (as it is, and with
     ``abi_dependency`` emulated) and the selector loads the same library as from the
     combined wheel."""
     from devtools.rehearse.indexserver import served_hashes
-    from devtools.release.variantindex import write_index
+    from devtools.release.variantindex import release_files
 
     files = collect(dist)
-    checks = []
-    simple = write_index(dist, work / "variant-index")
+    checks: list[CheckRow] = []
+    simple = write_simple_pages(
+        release_files([w.path for w in files.wheels], files.sdists, files.variants_index),
+        work / "variant-index",
+    )
     expected = {p.name: sha256_of(p) for p in simple.joinpath(DIST_NAME).iterdir()}
     expected.pop("index.html")
     with StaticIndexServer(simple.parent) as server:
         served = served_hashes(f"{server.url}/simple")
     checks.append(
-        Check(
-            name="variant index",
-            expected=f"{len(expected)} files (wheels, sdist, variants file) with sha256",
-            observed=f"{len(served)} files served",
-            ok=served == expected,
-            detail="" if served == expected else f"expected {expected}, served {served}",
+        (
+            "variant index",
+            f"{len(expected)} files (wheels, sdist, variants file) with sha256",
+            f"{len(served)} files served",
+            served == expected,
+            "" if served == expected else f"expected {expected}, served {served}",
         )
     )
     for number, (name, cases, python, fake) in enumerate(_rehearsal_sets(files, old_torch)):
@@ -482,16 +489,17 @@ def variant_rehearsal(dist: Path, work: Path, *, old_torch: str) -> list[Check]:
                 dist, work / f"set{number}", cases=cases, python=python, fake_torch=fake
             )
         except ReleaseError as exc:
-            checks.append(Check(name, "every case decides as the combined wheel", "FAILED",
-                                False, str(exc)))  # fmt: skip
+            checks.append((name, "every case decides as the combined wheel", "FAILED", False,
+                           str(exc)))  # fmt: skip
             continue
         chosen = sorted({o.label or "combined" for o in outcomes})
         checks.append(
-            Check(
-                name=name,
-                expected="every case decides as the combined wheel",
-                observed=f"{len(outcomes)} cases hold (uv installed {', '.join(chosen)})",
-                ok=True,
+            (
+                name,
+                "every case decides as the combined wheel",
+                f"{len(outcomes)} cases hold (uv installed {', '.join(chosen)})",
+                True,
+                "",
             )
         )
     return checks

@@ -3,10 +3,10 @@ wheels and no variants file).
 
 uv uses the first index that has a package, so this index carries everything of the
 version: the combined, free-threaded and universal wheels, the variant wheels, the sdist
-and ``{name}-{version}-variants.json``. :func:`write_index` writes it as static files
+and ``{name}-{version}-variants.json``. :func:`write_simple_pages` writes it as static files
 (``simple/index.html``, ``simple/<project>/index.html`` with sha256 fragments, the files
 beside it) that any static host serves: GitHub Pages, an object store, ``python -m
-http.server``. ``python -m devtools variant-index DIST OUT`` runs it (docs/releasing.md).
+http.server``. ``python -m devtools variant-index DIST OUT`` writes it (docs/releasing.md).
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from pathlib import Path
 from _torch_c_dlpack_ext_core.files import atomic_write_bytes, sha256_of
 from _torch_c_dlpack_ext_core.naming import DIST_NAME
 from devtools.base.errors import ReleaseError
-from devtools.release.distfiles import collect
 
-__all__ = ["write_index", "write_simple_pages"]
+__all__ = ["release_files", "write_simple_pages"]
 
 
 def write_simple_pages(files: Sequence[Path], root: Path, project: str = DIST_NAME) -> Path:
@@ -53,14 +52,13 @@ def write_simple_pages(files: Sequence[Path], root: Path, project: str = DIST_NA
     return simple
 
 
-def write_index(dist: Path, root: Path) -> Path:
-    """The release's variant index of ``dist`` (checked by
-    :func:`devtools.release.distfiles.collect`: one version, this project) under
-    ``root``: every wheel, the sdist and the variants file. Refuses a dist without the
-    variants file (a variant-aware installer would then see variant wheels it cannot
-    rank). Returns the ``simple`` folder."""
-    files = collect(dist)
-    if files.variants_index is None:
-        raise ReleaseError(f"{dist}: no variants file; the variant index needs one")
-    everything = [w.path for w in files.wheels] + list(files.sdists) + [files.variants_index]
-    return write_simple_pages(everything, root)
+def release_files(
+    wheels: Sequence[Path], sdists: Sequence[Path], variants_file: Path | None
+) -> list[Path]:
+    """What the variant index of a release carries (the parts of a
+    :class:`devtools.release.distfiles.ReleaseFiles`): every wheel, the sdist and the
+    variants file. Refuses a release without the variants file: a variant-aware installer
+    would then see variant wheels it cannot rank."""
+    if variants_file is None:
+        raise ReleaseError("no variants file in the dist; the variant index needs one")
+    return [*wheels, *sdists, variants_file]

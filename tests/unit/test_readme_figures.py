@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from benchmarks.pages import PATHS_END, PATHS_START
 from benchmarks.report import SECTION_END, SECTION_START
+from devtools.build.sizes import BEGIN as SIZES_START
+from devtools.build.sizes import END as SIZES_END
 from devtools.envs.footprint import BEGIN as FOOTPRINT_START
 from devtools.envs.footprint import END as FOOTPRINT_END
 from devtools.matrix.reader import load_matrix
@@ -42,6 +44,7 @@ def _prose(text: str) -> str:
         (SECTION_START, SECTION_END),
         (PATHS_START, PATHS_END),
         (FOOTPRINT_START, FOOTPRINT_END),
+        (SIZES_START, SIZES_END),
     )
     for start, end in generated:
         if start in text:

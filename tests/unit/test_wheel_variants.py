@@ -426,3 +426,19 @@ def test_variant_sizes_of_a_dist(tmp_path: Path) -> None:
         assert row["installed"] < row["combined_installed"]
     table = sizes.render_table({"measured": "d", "machine": "m", "cells": "c", "rows": rows})
     assert "| `t26` (cp39-abi3) | 4 of 6 |" in table
+
+
+def test_the_variant_index_serves_every_file_of_the_release(tmp_path: Path) -> None:
+    """``python -m devtools variant-index``: a static PEP 503 index of everything (uv
+    uses the first index that has the package), served here on 127.0.0.1."""
+    from devtools.base import cli
+    from devtools.rehearse.indexserver import StaticIndexServer, served_hashes
+
+    dist, _ = _standin_dist(tmp_path, ("t28_cpu", "t28_cuda"))
+    assert cli.main(["variant-index", str(dist), str(tmp_path / "site")]) == 0
+    with StaticIndexServer(tmp_path / "site") as server:
+        served = served_hashes(f"{server.url}/simple")
+    assert served == {p.name: sha256_of(p) for p in dist.iterdir()}
+    assert "torch_c_dlpack_ext-0.2.0-variants.json" in served
+    (dist / "torch_c_dlpack_ext-0.2.0-variants.json").unlink()
+    assert cli.main(["variant-index", str(dist), str(tmp_path / "again")]) == ReleaseError.exit_code
