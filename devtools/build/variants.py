@@ -154,6 +154,8 @@ def check_metadata(data: object, where: str) -> VariantMetadata:
             f"found {sorted(providers) if isinstance(providers, dict) else providers!r}"
         )
     for name, provider in providers.items():
+        if not isinstance(provider, dict):
+            raise BuildError(f"{where}: provider {name} must be an object")
         kind = (
             "builtin"
             if "builtin" in provider
@@ -168,11 +170,16 @@ def check_metadata(data: object, where: str) -> VariantMetadata:
     if "null" in variants:
         raise BuildError(f"{where}: a null variant would beat the combined wheel everywhere")
     for label, props in variants.items():
+        if not isinstance(props, dict):
+            raise BuildError(f"{where}: variant {label} must map namespaces to features")
         for namespace, features in props.items():
             if namespace not in namespaces:
                 raise BuildError(f"{where}: {label} uses {namespace}, which has no priority")
-            if not all(isinstance(v, list) and v for v in features.values()):
-                raise BuildError(f"{where}: {label}'s {namespace} features need values")
+            if not isinstance(features, dict) or not all(
+                isinstance(v, list) and v and all(isinstance(x, str) for x in v)
+                for v in features.values()
+            ):
+                raise BuildError(f"{where}: {label}'s {namespace} features need string values")
     checked: VariantMetadata = data  # type: ignore[assignment]  # checked above
     return checked
 

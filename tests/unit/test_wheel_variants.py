@@ -83,6 +83,12 @@ def test_variant_json_is_pep850_as_uv_reads_it() -> None:
         ({"variants": {"null": {}}}, "null variant"),
         ({"variants": {"t28": {"nvidia": {"cuda_version_lower_bound": ["12.8"]}}}},
          "nvidia, which has no priority"),
+        # Malformed documents: a clear error, never a traceback.
+        ({"providers": {"abi_dependency": "builtin"}}, "must be an object"),
+        ({"variants": {"t28": ["abi_dependency"]}}, "must map namespaces"),
+        ({"variants": {"t28": {"abi_dependency": {"torch": [2.8]}}}}, "string values"),
+        ({"variants": {"t28": {"abi_dependency": {"torch": []}}}}, "string values"),
+        ({"variants": {}}, "at least one label"),
     ],
 )  # fmt: skip
 def test_metadata_uv_would_refuse_is_refused(change: dict[str, Any], error: str) -> None:
