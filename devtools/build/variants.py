@@ -147,7 +147,15 @@ def check_metadata(data: object, where: str) -> VariantMetadata:
         or len(set(namespaces)) != len(namespaces)
     ):
         raise BuildError(f"{where}: default-priorities.namespace must be unique names")
-    providers = data.get("providers")
+    _check_providers(data.get("providers"), namespaces, where)
+    _check_variants(data.get("variants"), namespaces, where)
+    checked: VariantMetadata = data  # type: ignore[assignment]  # checked above
+    return checked
+
+
+def _check_providers(providers: object, namespaces: list[str], where: str) -> None:
+    """A provider for exactly the ranked namespaces, each of a kind uv knows, with only
+    that kind's keys."""
     if not isinstance(providers, dict) or set(providers) != set(namespaces):
         raise BuildError(
             f"{where}: providers must be declared for exactly {sorted(namespaces)}, "
@@ -164,7 +172,10 @@ def check_metadata(data: object, where: str) -> VariantMetadata:
             else "plugin"
         )
         _only(provider, UV_KEYS[kind], f"{where}: provider {name}")
-    variants = data.get("variants")
+
+
+def _check_variants(variants: object, namespaces: list[str], where: str) -> None:
+    """At least one label, no ``null``, every namespace ranked, string values."""
     if not isinstance(variants, dict) or not variants:
         raise BuildError(f"{where}: variants must list at least one label")
     if "null" in variants:
@@ -180,8 +191,6 @@ def check_metadata(data: object, where: str) -> VariantMetadata:
                 for v in features.values()
             ):
                 raise BuildError(f"{where}: {label}'s {namespace} features need string values")
-    checked: VariantMetadata = data  # type: ignore[assignment]  # checked above
-    return checked
 
 
 def _only(table: Mapping[str, object], allowed: frozenset[str], where: str) -> None:
