@@ -25,13 +25,26 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.naming import ENV_PREFIX
 from _torch_c_dlpack_ext_core.run import run
 from devtools.base.errors import ReleaseError
-from devtools.build.variants import minor_of_label
+from devtools.build.variants import (
+    check_metadata,
+    minor_of_label,
+    variant_label,
+    variant_metadata,
+    variants_index,
+)
 from devtools.release.distfiles import WheelInfo, read_wheel
 
-__all__ = ["TORCH_BUILDS", "check_variants", "decisions", "torch_cases"]
+__all__ = [
+    "TORCH_BUILDS",
+    "check_variant_metadata",
+    "check_variants",
+    "decisions",
+    "torch_cases",
+]
 
 #: The torch builds a variant's torch minor can come in: (backend, torch.version.cuda,
 #: torch.version.hip). An XPU torch is told by ``torch.version.xpu``: the probe sets it.
@@ -140,15 +153,105 @@ def _unpack(wheel: Path, into: Path) -> Path:
     return into
 
 
+def _labels_text(labels: set[str]) -> str:
+    return ", ".join(sorted(labels)) or "none"
+
+
+def _check_own_metadata(wheel: WheelInfo) -> None:
+    """``wheel``'s ``variant.json`` is the variant its file name labels."""
+    if wheel.label is None:
+        raise ReleaseError(f"{wheel.path.name}: a variant wheel without a label")
+    minor = minor_of_label(wheel.label)
+    with zipfile.ZipFile(wheel.path) as archive:
+        name = next((n for n in archive.namelist() if n.endswith(".dist-info/variant.json")), None)
+        if name is None:
+            raise ReleaseError(f"{wheel.path.name}: no *.dist-info/variant.json")
+        own = check_metadata(json.loads(archive.read(name)), f"{wheel.path.name}: {name}")
+    if own != variant_metadata([minor]):
+        raise ReleaseError(
+            f"{wheel.path.name}: its {name} describes {dict(own['variants'])}, "
+            f"not the variant its file name labels ({wheel.label}: torch {minor} only)"
+        )
+
+
+def _check_complete(wheels: Sequence[WheelInfo]) -> None:
+    """Every torch minor a combined wheel holds a library of has its variant of the
+    same tags."""
+    variant_tags = {(w.tags, w.label) for w in wheels if w.variant}
+    for wheel in wheels:
+        if wheel.variant or wheel.universal:
+            continue
+        for minor in sorted({e.torch for e in wheel.libraries if not e.portable}):
+            if (wheel.tags, variant_label(minor)) not in variant_tags:
+                raise ReleaseError(
+                    f"{wheel.path.name} holds libraries of torch {minor} but the dist has "
+                    f"no {variant_label(minor)} variant of its tags; rebuild the dist "
+                    "(nox -s build, or nox -s assemble) rather than dropping wheels"
+                )
+
+
+def check_variant_metadata(dist: Path, wheels: Sequence[WheelInfo]) -> list[str]:
+    """What an installer reads before it picks a variant, checked against the wheels:
+
+    - each variant wheel's ``variant.json`` describes exactly the variant its file name
+      labels (``t28``: only ``abi_dependency :: torch :: 2.8``);
+    - the dist's ``{name}-{version}-variants.json`` lists exactly the labels of the
+      variant wheels, with their properties (uv 0.13.10 installs the combined wheel, with
+      no word, for a label the file lacks or describes otherwise, and for every label
+      when the file is missing);
+    - every torch minor a combined wheel holds a library of has its variant of the same
+      tags (a missing one would fall back to the combined wheel: no harm, but not the
+      release that was built).
+
+    Returns one line; raises :class:`ReleaseError` naming the file and the fault."""
+    variant_wheels = [w for w in wheels if w.variant]
+    files = sorted(dist.glob("*-variants.json"))
+    if not variant_wheels and not files:
+        return [f"{dist}: no variant wheels and no variants file"]
+    if len(files) != 1:
+        raise ReleaseError(
+            f"{dist}: {len(files)} variants files ({', '.join(f.name for f in files)}) "
+            "beside variant wheels; a release has exactly one, written by nox -s build"
+        )
+    (variants_file,) = files
+    try:
+        for wheel in variant_wheels:
+            _check_own_metadata(wheel)
+        want = variants_index([w.path for w in variant_wheels]) if variant_wheels else None
+        published = check_metadata(json.loads(variants_file.read_bytes()), variants_file.name)
+    except (BuildError, ValueError) as exc:
+        raise ReleaseError(f"{dist}: variant metadata: {exc}") from exc
+    have = set(published["variants"])
+    wanted = set() if want is None else set(want["variants"])
+    if have != wanted:
+        raise ReleaseError(
+            f"{variants_file.name} lists {_labels_text(have)} but the variant wheels are "
+            f"{_labels_text(wanted)} (extra: {_labels_text(have - wanted)}; missing: "
+            f"{_labels_text(wanted - have)}); an installer never picks a variant the file "
+            "lacks: write it again from the wheels (nox -s build, or assemble)"
+        )
+    if want is not None and published != want:
+        raise ReleaseError(
+            f"{variants_file.name} differs from the variant wheels' variant.json "
+            f"(file: {json.dumps(published, sort_keys=True)}; wheels: "
+            f"{json.dumps(want, sort_keys=True)})"
+        )
+    _check_complete(wheels)
+    return [
+        f"{variants_file.name}: lists exactly the {len(wanted)} variant labels, as the wheels do"
+    ]
+
+
 def check_variants(dist: Path) -> list[str]:
     """Check every variant wheel of ``dist`` against the combined wheel of its tags:
     the same bytes for each library of its minor and the portable table, no library of
     another minor, and the same decision for every torch of its minor
-    (:func:`torch_cases`). Returns one line per variant; raises :class:`ReleaseError`
+    (:func:`torch_cases`); first the variant metadata (:func:`check_variant_metadata`).
+    Returns one line per variant; raises :class:`ReleaseError`
     naming the wheel, the torch and both decisions on the first difference."""
     wheels = [read_wheel(p) for p in sorted(dist.glob("*.whl"))]
     combined = {w.tags: w for w in wheels if not w.variant and not w.universal}
-    lines: list[str] = []
+    lines: list[str] = check_variant_metadata(dist, wheels)
     for variant in (w for w in wheels if w.variant):
         if variant.label is None:
             raise ReleaseError(f"{variant.path.name}: a variant wheel without a label")

@@ -341,12 +341,13 @@ def test_the_variant_invariant_holds_on_the_layout(tmp_path: Path) -> None:
     dist, _ = _standin_dist(tmp_path, STANDIN)
     lines = check_variants(dist)
     assert [line.split(":")[0] for line in lines] == [
+        "torch_c_dlpack_ext-0.2.0-variants.json",
         "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t26.whl",
         "torch_c_dlpack_ext-0.2.0-cp39-abi3-linux_x86_64-t28.whl",
     ]
     # Every build of the minor was tried: loads (CPU/CUDA), the portable table (ROCm,
     # XPU), unavailable (a torch without _to_dlpack and no library of its own).
-    assert "(load, portable, unavailable)" in lines[1]
+    assert "(load, portable, unavailable)" in lines[2]
 
 
 @pytest.mark.parametrize(
@@ -448,3 +449,76 @@ def test_the_variant_index_serves_every_file_of_the_release(tmp_path: Path) -> N
     assert "torch_c_dlpack_ext-0.2.0-variants.json" in served
     (dist / "torch_c_dlpack_ext-0.2.0-variants.json").unlink()
     assert cli.main(["variant-index", str(dist), str(tmp_path / "again")]) == ReleaseError.exit_code
+
+
+def _rewrite_variant_json(wheel: Path, data: object) -> None:
+    """``wheel`` with its ``*.dist-info/variant.json`` replaced by ``data``."""
+    old = wheel.read_bytes()
+    staged = wheel.with_suffix(".old")
+    staged.write_bytes(old)
+    with zipfile.ZipFile(staged) as source, zipfile.ZipFile(wheel, "w") as target:
+        for info in source.infolist():
+            body = source.read(info)
+            if info.filename.endswith(".dist-info/variant.json"):
+                body = json.dumps(data).encode()
+            target.writestr(info, body)
+    staged.unlink()
+
+
+def _edit_variants_file(dist: Path, edit: Callable[[dict[str, Any]], object]) -> None:
+    (path,) = dist.glob("*-variants.json")
+    data = json.loads(path.read_text("utf-8"))
+    edit(data)
+    path.write_text(json.dumps(data), "utf-8")
+
+
+@pytest.mark.parametrize(
+    ("seed", "error"),
+    [
+        # uv installs the combined wheel, silently, for a label the file lacks ...
+        (lambda d: _edit_variants_file(d, lambda v: v["variants"].pop("t28")),
+         r"lists t26 but the variant wheels are t26, t28 \(extra: none; missing: t28\)"),
+        # ... lists a label no wheel has ...
+        (lambda d: _edit_variants_file(
+            d, lambda v: v["variants"].update(t30={"abi_dependency": {"torch": ["3.0"]}})),
+         r"extra: t30; missing: none"),
+        # ... or describes otherwise (t28 as torch 2.9: never chosen for a torch 2.8).
+        (lambda d: _edit_variants_file(
+            d, lambda v: v["variants"].update(t28={"abi_dependency": {"torch": ["2.9"]}})),
+         r"differs from the variant wheels' variant\.json"),
+        # No variants file: uv ranks no variant at all.
+        (lambda d: next(d.glob("*-variants.json")).unlink(), r"0 variants files"),
+        # A malformed one: uv's install fails ("Failed to parse variant metadata").
+        (lambda d: next(d.glob("*-variants.json")).write_text("{not json", "utf-8"),
+         r"variant metadata: .*Expecting property name"),
+        # A variant dropped from the dist (and from the file): not the release built.
+        (lambda d: (next(d.glob("*-t28.whl")).unlink(),
+                    _edit_variants_file(d, lambda v: v["variants"].pop("t28"))),
+         r"holds libraries of torch 2\.8 but the dist has no t28 variant of its tags"),
+        # A wheel labelled t28 whose variant.json says torch 2.9.
+        (lambda d: _rewrite_variant_json(next(d.glob("*-t28.whl")), {
+            **variants.variant_metadata(["2.9"])}),
+         r"-t28\.whl: its .*variant\.json describes \{'t29'.*not the variant its file name"),
+    ],
+)  # fmt: skip
+def test_variant_metadata_that_disagrees_with_the_wheels_is_refused(
+    tmp_path: Path, seed: Callable[[Path], object], error: str
+) -> None:
+    """Each seeded dist passed verify before (the invariant held wheel by wheel), yet
+    uv (0.13.10, emulated abi_dependency, run by hand) installed the combined wheel
+    for torch 2.8 from the first three, and failed the install on the malformed file."""
+    dist, _ = _standin_dist(tmp_path, ("t26_cpu_abi0", "t28_cpu"))
+    seed(dist)
+    with pytest.raises(ReleaseError, match=error):
+        check_variants(dist)
+
+
+def test_the_variants_file_of_the_build_matches_its_wheels(tmp_path: Path) -> None:
+    dist, _ = _standin_dist(tmp_path, ("t26_cpu_abi0", "t28_cpu"))
+    wheels_read = [read_wheel(p) for p in sorted(dist.glob("*.whl"))]
+    from devtools.release.variantcheck import check_variant_metadata
+
+    assert check_variant_metadata(dist, wheels_read) == [
+        "torch_c_dlpack_ext-0.2.0-variants.json: lists exactly the 2 variant labels, "
+        "as the wheels do"
+    ]
