@@ -102,6 +102,10 @@ class Outcome:
     #: ``(kind, library file name)`` with what uv installed, and with the combined wheel.
     decided: tuple[str, str | None]
     combined: tuple[str, str | None]
+    #: The selector's plan (:data:`Plan`) with what uv installed, and with the combined
+    #: wheel: equal too, even where the outcome is "unavailable" on both sides.
+    plan: Plan | None = None
+    combined_plan: Plan | None = None
 
 
 def _abis(files: ReleaseFiles, minor: str) -> list[bool]:
@@ -201,7 +205,11 @@ def write_fake_torch(root: Path, version: str, *, backend: str, cxx11_abi: bool)
     return root
 
 
-#: Imports torch, then the package; prints the decision and the loaded library's name.
+#: Imports torch, then the package; prints the outcome (its kind and the loaded
+#: library's name), the selector's plan (the decision's kind and the libraries it names:
+#: entry, fallbacks, portable table) and where the package was imported from. The plan
+#: is what tells two wheels apart when nothing can load (a real library beside a
+#: stand-in torch that has no libc10): "unavailable" on both sides proves nothing.
 _PROBE = r"""
 import json, os, warnings
 import torch
@@ -209,18 +217,27 @@ warnings.simplefilter("ignore")
 import torch_c_dlpack_ext as pkg
 status = pkg.status()
 library = os.path.basename(str(status.library)) if status.library else None
-print(json.dumps([status.kind.value, library, pkg.__file__]))
+d = status.decision
+name = lambda entry: None if entry is None else entry.file
+plan = None if d is None else [d.kind.value, name(d.entry), [name(e) for e in d.fallbacks],
+                               name(d.portable)]
+print(json.dumps([status.kind.value, library, plan, pkg.__file__]))
 """
 
+#: The selector's plan: ``[kind, entry, fallbacks, portable]`` (library file names).
+Plan = list[object]
 
-def _decision(python: Path | str, paths: Sequence[Path]) -> tuple[str, str | None]:
+
+def _decision(
+    python: Path | str, paths: Sequence[Path]
+) -> tuple[tuple[str, str | None], Plan | None]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in paths)
     proc = run([python, "-c", _PROBE], env=env, echo=False, timeout=120)
-    kind, library, where = json.loads(proc.stdout.strip().splitlines()[-1])
+    kind, library, plan, where = json.loads(proc.stdout.strip().splitlines()[-1])
     if not str(where).startswith(str(paths[0])):
         raise ReleaseError(f"the probe imported {where}, not the package under {paths[0]}")
-    return str(kind), library
+    return (str(kind), library), plan
 
 
 # --- the two sources ------------------------------------------------------------------
@@ -396,8 +413,9 @@ def run_variant_cases(
     with zipfile.ZipFile(combined_wheel.path) as archive:
         archive.extractall(reference_root)
     outcomes: list[Outcome] = []
-    reference: dict[tuple[str, str, bool], tuple[str, str | None]] = {}
-    seen: dict[tuple[str | None, str, str, bool], tuple[str, str | None]] = {}
+    Probed = tuple[tuple[str, str | None], Plan | None]
+    reference: dict[tuple[str, str, bool], Probed] = {}
+    seen: dict[tuple[str | None, str, str, bool], Probed] = {}
     with _served(work) as server:
         sources = _Sources(files, work, server)
         for number, case in enumerate(cases):
@@ -434,15 +452,14 @@ def run_variant_cases(
             seen_key = (label, *key)
             if seen_key not in seen:
                 seen[seen_key] = _decision(python, [target, *torch_paths])
-            decided, combined = seen[seen_key], reference[key]
-            if decided != combined or (
-                decided[0] == "unavailable" and combined[0] != "unavailable"
-            ):
+            (decided, plan), (combined, combined_plan) = seen[seen_key], reference[key]
+            if decided != combined or plan != combined_plan or plan is None:
                 raise ReleaseError(
                     f"{case}: with {label or 'the combined wheel'} the selector decided "
-                    f"{decided}, with {combined_wheel.path.name} {combined}"
+                    f"{decided} (plan {plan}), with {combined_wheel.path.name} {combined} "
+                    f"(plan {combined_plan})"
                 )
-            outcomes.append(Outcome(case, label, decided, combined))
+            outcomes.append(Outcome(case, label, decided, combined, plan, combined_plan))
             shutil.rmtree(target, ignore_errors=True)
     return outcomes
 

@@ -52,11 +52,15 @@ from devtools.release.distfiles import collect
 MATRIX = load_matrix()
 
 
-def standin_dist(work: Path, *, platform_name: str = "linux_x86_64") -> Path:
+def standin_dist(
+    work: Path, *, platform_name: str = "linux_x86_64", library: bytes | None = None
+) -> Path:
     """dist/ of every cell of ``platform_name`` (abi3 and free-threaded groups, each with
     its portable table), assembled as ``nox -s build`` does, from copies of the fixture
-    library (each with its cell id appended, so no two libraries share a sha256)."""
-    library = build_fake_library(work / "fake").read_bytes()
+    library (each with its cell id appended, so no two libraries share a sha256), or of
+    ``library``'s bytes."""
+    if library is None:
+        library = build_fake_library(work / "fake").read_bytes()
     groups: dict[Path, list[ManifestEntry]] = {}
     cells = [c for c in MATRIX.cells() if c.platform.name == platform_name]
     every: list[Cell | PortableCell] = [*cells, *portable_cells(cells)]
@@ -173,6 +177,23 @@ def test_the_per_cell_layout_breaks_the_invariant(tmp_path: Path) -> None:
     assert outcome.decided[0] == "load"
 
 
+def test_libraries_that_cannot_load_here_still_tell_variants_apart(tmp_path: Path) -> None:
+    """The seeded defect of the per-cell layout again, in a dist whose libraries cannot
+    load beside a stand-in torch (as a real build's cannot: no libc10 there, which is
+    what the rehearsal's stand-in cases run on). Both wheels end "unavailable"; the
+    selector's plans differ (the combined wheel's names the CUDA library, the variant's
+    none), and the run must say so rather than count "unavailable" equal to itself."""
+    dist = standin_dist(tmp_path / "work", library=b"\x7fELF cannot be loaded")
+    _repack(dist, "2.8", lambda f: "torch2.8-cpu" in f, tmp_path)
+    case = VariantCase("2.8.0+cu128", "cuda", True, False, "abi_dependency", "find-links")
+    with pytest.raises(
+        ReleaseError,
+        match=r"with t28 the selector decided \('unavailable', None\) \(plan \['unavailable'.*"
+        r"\('unavailable', None\) \(plan \['load', 'libs/libtorch_c_dlpack_ext-torch2\.8-cuda",
+    ):
+        run_variant_cases(dist, tmp_path / "cases", cases=[case])
+
+
 def _uv_dry_run(links: Path, venv_python: Path) -> str:
     from devtools.base.steps import find_uv
 
@@ -228,3 +249,66 @@ def test_real_build_real_torch_28(
     for outcome in outcomes:
         assert outcome.decided == ("load", "libtorch_c_dlpack_ext-torch2.8-cuda-cxx11abi1.so")
     assert {o.label for o in outcomes if o.case.mode == "abi_dependency"} == {"t28"}
+
+
+def _documented_install() -> list[str]:
+    """The uv command docs/releasing.md gives users of the release's own index."""
+    import re
+    import shlex
+
+    from devtools.base.paths import ROOT
+
+    text = (ROOT / "docs" / "releasing.md").read_text("utf-8")
+    (line,) = re.findall(r"^uv pip install --preview-features wheel-variants .+$", text, re.M)
+    return shlex.split(line)
+
+
+def test_the_documented_install_command_reaches_the_variants(
+    standins: Path, tmp_path: Path
+) -> None:
+    """docs/releasing.md's command, with the release's index on 127.0.0.1 (its variant
+    metadata emulated for torch 2.8) and a PyPI stand-in holding the package's plain
+    wheels, installs t28 however the user also reaches PyPI: as the default index, as
+    an ``--extra-index-url`` for torch, or as the ``--index-url``. uv takes the package
+    from the first index that has it and tries ``--extra-index-url`` first: the command
+    once said ``--index-url <host>/simple`` (torch via ``--extra-index-url``), which gets
+    PyPI's combined wheel (checked below too)."""
+    from devtools.base.steps import find_uv
+    from devtools.rehearse.indexserver import StaticIndexServer
+    from devtools.rehearse.variantinstall import _source_folder
+    from devtools.release.variantindex import write_simple_pages
+
+    files = collect(standins)
+    ours = _source_folder(files, tmp_path / "ours", "2.8")
+    pypi = [w.path for w in files.wheels if not w.variant] + list(files.sdists)
+    write_simple_pages(sorted(ours.iterdir()), tmp_path / "served" / "ours")
+    write_simple_pages(pypi, tmp_path / "served" / "pypi")
+    command = _documented_install()
+    assert command[:3] == ["uv", "pip", "install"], command
+    assert "<host>/simple" in command, command
+
+    def label(default: str, *args: str) -> str | None:
+        target = tmp_path / f"t{len(list(tmp_path.glob('t*')))}"
+        proc = subprocess.run(
+            [find_uv(), "pip", "install", "-v", "--no-config", "--python", sys.executable,
+             "--target", str(target), "--no-deps", *args],
+            env={**{k: v for k, v in clean_env().items() if not k.startswith("UV_")},
+                 "UV_CACHE_DIR": str(tmp_path / "cache"), "UV_DEFAULT_INDEX": default},
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "preview features are enabled: wheel-variants" in proc.stderr
+        found = list(target.glob("*.dist-info/variant.json"))
+        return next(iter(json.loads(found[0].read_text("utf-8"))["variants"])) if found else None
+
+    with StaticIndexServer(tmp_path / "served") as server:
+        url, index = f"{server.url}/ours/simple", f"{server.url}/pypi/simple"
+        documented = [url if a == "<host>/simple" else a for a in command[3:]]
+        assert label(index, *documented) == "t28"  # PyPI as the default index
+        # torch's index added after the documented command's options ...
+        assert label(index, *documented, "--extra-index-url", index) == "t28"
+        assert label(index, *documented, "--index-url", index) == "t28"
+        # ... and what the old advice gave: PyPI's combined wheel, no variant read.
+        old = ["--preview-features", "wheel-variants", "--index-url", url,
+               "--extra-index-url", index, "torch-c-dlpack-ext"]  # fmt: skip
+        assert label(index, *old) is None

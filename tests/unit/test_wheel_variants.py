@@ -451,6 +451,17 @@ def test_the_variant_index_serves_every_file_of_the_release(tmp_path: Path) -> N
     assert cli.main(["variant-index", str(dist), str(tmp_path / "again")]) == ReleaseError.exit_code
 
 
+def test_the_variant_index_refuses_a_variants_file_that_lacks_a_label(tmp_path: Path) -> None:
+    """Published, such an index makes uv install the combined wheel for torch 2.8,
+    silently (uv 0.13.10)."""
+    from devtools.base import cli
+
+    dist, _ = _standin_dist(tmp_path, ("t26_cpu_abi0", "t28_cpu"))
+    _edit_variants_file(dist, lambda v: v["variants"].pop("t28"))
+    assert cli.main(["variant-index", str(dist), str(tmp_path / "site")]) == ReleaseError.exit_code
+    assert not (tmp_path / "site").exists()
+
+
 def _rewrite_variant_json(wheel: Path, data: object) -> None:
     """``wheel`` with its ``*.dist-info/variant.json`` replaced by ``data``."""
     old = wheel.read_bytes()
