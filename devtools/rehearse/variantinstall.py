@@ -145,8 +145,8 @@ __version__ = {version!r}
 version = types.ModuleType("torch.version")
 version.__version__ = __version__
 version.cuda = {cuda!r}
-version.hip = None
-version.xpu = None
+version.hip = {hip!r}
+version.xpu = {xpu!r}
 
 
 def compiled_with_cxx11_abi():
@@ -179,18 +179,33 @@ if {has_api!r}:
 '''
 
 
+#: ``torch.version``'s (cuda, hip, xpu) of each stand-in build.
+_STANDIN_VERSIONS: dict[str, tuple[str | None, str | None, str | None]] = {
+    "cpu": (None, None, None),
+    "cuda": ("12.8", None, None),
+    "rocm": (None, "6.4.43482", None),
+    "xpu": (None, None, "20250101"),
+}
+
+
 def write_fake_torch(root: Path, version: str, *, backend: str, cxx11_abi: bool) -> Path:
-    """A stand-in torch ``version`` (a ``backend`` build, ``cxx11_abi``) under ``root``:
-    the ``torch`` package and its ``.dist-info`` (an installer sees torch installed).
-    Returns ``root``, for ``PYTHONPATH``."""
-    if backend not in ("cpu", "cuda"):
-        raise ReleaseError(f"a stand-in torch is a cpu or cuda build, not {backend!r}")
+    """A stand-in torch ``version`` (a ``backend`` build: cpu, cuda, rocm or xpu, told
+    apart as torch tells them, by ``torch.version.cuda``/``.hip``/``.xpu``; ``cxx11_abi``)
+    under ``root``: the ``torch`` package and its ``.dist-info`` (an installer sees torch
+    installed). Returns ``root``, for ``PYTHONPATH``."""
+    if backend not in _STANDIN_VERSIONS:
+        raise ReleaseError(
+            f"a stand-in torch is a {', '.join(_STANDIN_VERSIONS)} build, not {backend!r}"
+        )
     major, minor = (int(x) for x in version.split("+", maxsplit=1)[0].split(".")[:2])
     package = root / "torch"
     package.mkdir(parents=True, exist_ok=True)
+    cuda, hip, xpu = _STANDIN_VERSIONS[backend]
     source = _FAKE_TORCH.format(
         version=version,
-        cuda="12.8" if backend == "cuda" else None,
+        cuda=cuda,
+        hip=hip,
+        xpu=xpu,
         abi=cxx11_abi,
         has_api=(major, minor) >= (2, 10),
     )

@@ -312,3 +312,38 @@ def test_the_documented_install_command_reaches_the_variants(
         old = ["--preview-features", "wheel-variants", "--index-url", url,
                "--extra-index-url", index, "torch-c-dlpack-ext"]  # fmt: skip
         assert label(index, *old) is None
+
+
+def test_torches_users_have_keep_the_invariant(standins: Path, tmp_path: Path) -> None:
+    """Torches outside the CPU/CUDA release grid, as uv users have them: ROCm and XPU
+    builds (told apart by ``torch.version.hip``/``.xpu``), local and dev versions
+    (NVIDIA's containers, Debian, nightlies), minors outside the matrix (2.3, 2.12).
+    Each is installed by uv as it is and with ``abi_dependency`` emulated; a matrix
+    minor gets its variant, any other the combined wheel; the same decision either way."""
+    torches = [
+        ("2.9.1+rocm6.4", "rocm", True), ("2.6.0+rocm6.2.4", "rocm", False),
+        ("2.8.0+xpu", "xpu", True), ("2.8.0a0+5228986c39.nv25.05", "cuda", True),
+        ("2.8.0.dev20250601+cu128", "cuda", True), ("2.6.0+debian", "cpu", True),
+        ("2.3.1+cu121", "cuda", False), ("2.12.0+cpu", "cpu", True),
+    ]  # fmt: skip
+    cases = [
+        VariantCase(torch, backend, abi, False, mode, "find-links")
+        for torch, backend, abi in torches
+        for mode in ("uv", "abi_dependency")
+    ]
+    outcomes = {(o.case.torch, o.case.mode): o for o in run_variant_cases(
+        standins, tmp_path, cases=cases)}  # fmt: skip
+    emulated = {torch: outcomes[torch, "abi_dependency"] for torch, _, _ in torches}
+    assert {t: o.label for t, o in emulated.items()} == {
+        "2.9.1+rocm6.4": "t29", "2.6.0+rocm6.2.4": "t26", "2.8.0+xpu": "t28",
+        "2.8.0a0+5228986c39.nv25.05": "t28", "2.8.0.dev20250601+cu128": "t28",
+        "2.6.0+debian": "t26", "2.3.1+cu121": None, "2.12.0+cpu": None,
+    }  # fmt: skip
+    # A ROCm torch loads its minor's ROCm library from the variant, as from the
+    # combined wheel; 2.12 defers to torch's own API.
+    assert emulated["2.9.1+rocm6.4"].decided[0] == "load"
+    assert str(emulated["2.9.1+rocm6.4"].decided[1]).endswith("torch2.9-rocm-cxx11abi1.so")
+    assert emulated["2.12.0+cpu"].decided == ("defer", None)
+    for outcome in outcomes.values():
+        assert outcome.decided == outcome.combined, outcome
+        assert outcome.plan == outcome.combined_plan, outcome
