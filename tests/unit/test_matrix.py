@@ -350,7 +350,7 @@ def test_no_cell_for_a_python_outside_requires_python() -> None:
 
 def test_rocm_builder_image_per_declared_rocm_version() -> None:
     # D9: each ROCm library is built in an image of the ROCm version it is labelled
-    # with (matrix toolkit -> variant property amd :: rocm_version), one job per image.
+    # with (matrix toolkit -> the manifest's gpu_toolkit), one job per image.
     rocm = [c for c in MATRIX.cells() if c.backend is Backend.ROCM]
     assert rocm
     for cell in rocm:
