@@ -1,6 +1,7 @@
 """``python -m devtools variant-index DIST OUT``: write the release's own PEP 503 index
 (every wheel, the sdist and the variants file of DIST, which must list exactly the
-variant wheels' labels) as static files under OUT, for a static host (:mod:`devtools.release.variantindex`; docs/releasing.md)."""
+variant wheels' labels) as static files under OUT, for a static host
+(:mod:`devtools.release.variantindex`; docs/releasing.md)."""
 
 from __future__ import annotations
 

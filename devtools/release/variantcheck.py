@@ -29,6 +29,7 @@ from _torch_c_dlpack_ext_core.errors import BuildError
 from _torch_c_dlpack_ext_core.naming import ENV_PREFIX
 from _torch_c_dlpack_ext_core.run import run
 from devtools.base.errors import ReleaseError
+from devtools.base.wheelnames import dist_name_version
 from devtools.build.variants import (
     check_metadata,
     minor_of_label,
@@ -36,7 +37,7 @@ from devtools.build.variants import (
     variant_metadata,
     variants_index,
 )
-from devtools.release.distfiles import WheelInfo, read_wheel
+from devtools.release.distfiles import WheelInfo, read_wheel, variants_index_name
 
 __all__ = [
     "TORCH_BUILDS",
@@ -203,7 +204,16 @@ def check_variant_metadata(dist: Path, wheels: Sequence[WheelInfo]) -> list[str]
       tags (a missing one would fall back to the combined wheel: no harm, but not the
       release that was built).
 
-    Returns one line; raises :class:`ReleaseError` naming the file and the fault."""
+    All of one version (a stale wheel of another would be paired with a variant, and
+    served beside it). Returns one line; raises :class:`ReleaseError` naming the file and
+    the fault."""
+    versions = sorted({str(dist_name_version(w.path.name)[1]) for w in wheels})
+    if len(versions) > 1:
+        # A variant would be held to (and an installer would pick from) another version.
+        raise ReleaseError(
+            f"{dist}: wheels of versions {', '.join(versions)}; a release is one version "
+            "(remove the stale wheels)"
+        )
     variant_wheels = [w for w in wheels if w.variant]
     files = sorted(dist.glob("*-variants.json"))
     if not variant_wheels and not files:
@@ -214,6 +224,11 @@ def check_variant_metadata(dist: Path, wheels: Sequence[WheelInfo]) -> list[str]
             "beside variant wheels; a release has exactly one, written by nox -s build"
         )
     (variants_file,) = files
+    if versions and variants_file.name != variants_index_name(versions[0]):
+        raise ReleaseError(
+            f"{variants_file.name} beside wheels of {versions[0]}: an installer reads "
+            f"{variants_index_name(versions[0])} only; write it again from the wheels"
+        )
     try:
         for wheel in variant_wheels:
             _check_own_metadata(wheel)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -499,6 +500,14 @@ def _edit_variants_file(dist: Path, edit: Callable[[dict[str, Any]], object]) ->
          r"differs from the variant wheels' variant\.json"),
         # No variants file: uv ranks no variant at all.
         (lambda d: next(d.glob("*-variants.json")).unlink(), r"0 variants files"),
+        # A variants file of another version: uv reads none for this one.
+        (lambda d: next(d.glob("*-variants.json")).rename(
+            d / "torch_c_dlpack_ext-0.1.9-variants.json"),
+         r"0\.1\.9-variants\.json beside wheels of 0\.2\.0"),
+        # A stale combined wheel of a newer version: the variants would be held to it.
+        (lambda d: shutil.copyfile(next(d.glob("*-cp39-abi3-linux_x86_64.whl")),
+                                   d / "torch_c_dlpack_ext-0.2.1-cp39-abi3-linux_x86_64.whl"),
+         r"wheels of versions 0\.2\.0, 0\.2\.1; a release is one version"),
         # A malformed one: uv's install fails ("Failed to parse variant metadata").
         (lambda d: next(d.glob("*-variants.json")).write_text("{not json", "utf-8"),
          r"variant metadata: .*Expecting property name"),
