@@ -542,3 +542,51 @@ def test_the_variants_file_of_the_build_matches_its_wheels(tmp_path: Path) -> No
         "torch_c_dlpack_ext-0.2.0-variants.json: lists exactly the 2 variant labels, "
         "as the wheels do"
     ]
+
+
+@pytest.mark.parametrize(
+    "torch",
+    ["2.8.0", "2.8.0+cpu", "2.8.0a0+5228986c39.nv25.05", "2.8.0.dev20250601+cu128",
+     "2.6.0+debian", "2.9.1+rocm6.4", "2.3.1+cu121", "2.12.0", "2.15.0+xpu"],
+)  # fmt: skip
+def test_the_emulation_picks_what_variantlibs_resolver_picks(
+    torch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The install cases emulate an installer that applies ``abi_dependency`` by the
+    user's torch minor (``VariantCase.minor``). variantlib 0.2's reference resolver
+    derives the values from the installed torch's version (major, major.minor,
+    major.minor.micro; local and pre-release parts dropped): over our variants it picks
+    the same variant for every torch users have, and none outside the matrix."""
+    from devtools.rehearse.variantinstall import VariantCase
+    from variantlib.models.variant import VariantDescription, VariantProperty
+    from variantlib.resolver import lib
+
+    data = variants.variant_metadata(["2.4", "2.5", "2.6", "2.7", "2.8", "2.9"])
+    described = {
+        label: VariantDescription(properties=[
+            VariantProperty(namespace=ns, feature=feature, value=value)
+            for ns, features in props.items()
+            for feature, values in features.items()
+            for value in values
+        ])
+        for label, props in data["variants"].items()
+    }  # fmt: skip
+    monkeypatch.setenv("VARIANT_ABI_DEPENDENCY", f"torch=={torch}")
+    supported: list[Any] = []
+    priorities: list[str] = []
+    lib.inject_abi_dependency(supported, priorities)
+    torch_only = [p for p in supported if p.feature == "torch"]
+    ranked = lib.sort_and_filter_supported_variants(
+        list(described.values()), torch_only, priorities
+    )
+    picked = [label for r in ranked for label, d in described.items() if d == r]
+    minor = VariantCase(torch, "cpu", True, False, "abi_dependency", "index").minor
+    emulated = variants.emulate_abi_dependency(data, minor)
+    expected = [
+        label
+        for label, props in emulated["variants"].items()
+        if props["abi_dependency"]["torch"]
+        == emulated["providers"]["abi_dependency"]["static-properties"]["torch"]
+    ]
+    assert picked == expected
+    assert picked == ([f"t{minor.replace('.', '')}"] if minor in ("2.6", "2.8", "2.9") else [])
