@@ -590,3 +590,25 @@ def test_the_emulation_picks_what_variantlibs_resolver_picks(
     ]
     assert picked == expected
     assert picked == ([f"t{minor.replace('.', '')}"] if minor in ("2.6", "2.8", "2.9") else [])
+
+
+def test_a_variant_beside_another_minors_torch_falls_back_to_the_portable_table(
+    tmp_path: Path,
+) -> None:
+    """A variant is chosen for the torch installed at that moment; torch may change minor
+    later (``uv pip install -U torch``), or within the same command for an installer that
+    reads the environment before it resolves (variantlib's reference resolver does). The
+    t28 variant beside a torch 2.9 then serves the portable table for every build that
+    has torch's Python DLPack functions, where the combined wheel loads 2.9's library:
+    slower, never "unavailable" (docs/building.md says to reinstall)."""
+    dist, _ = _standin_dist(tmp_path, ("t28_cpu", "t28_cuda", "t29_cpu", "t29_cuda"))
+    (variant,) = dist.glob("*-t28.whl")
+    root = tmp_path / "t28"
+    with zipfile.ZipFile(variant) as archive:
+        archive.extractall(root)
+    cases = torch_cases("2.9", [((3, 11), False)], abis=[True, False])
+    (got,) = decisions(root, [root / "torch_c_dlpack_ext" / "manifest.json"], cases)
+    for case, row in zip(cases, got):
+        if case["has_to_dlpack"]:
+            assert row[0] == "portable", (case, row)
+            assert row[2] == "libs/libtorch_c_dlpack_ext-portable.so", (case, row)
