@@ -206,7 +206,7 @@ def test_the_combined_wheel_carries_the_portable_table_and_no_variant_does(
         "python": "abi3",
     }
     assert "torch_c_dlpack_ext/libs/libtorch_c_dlpack_ext-portable.so" in names
-    assert "torch_c_dlpack_ext/csrc/portable/portable_api.c" in names  # for the JIT
+    assert "torch_c_dlpack_ext/csrc/portable/export.c" in names  # for the JIT
     for variant in (p for p in made if is_variant_name(p.name)):
         with zipfile.ZipFile(variant) as archive:
             listed = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))["libraries"]
