@@ -5,45 +5,31 @@ described byte is read (a sanitizer build sees any read past the storage)."""
 
 from __future__ import annotations
 
-import ctypes
 import re
 from typing import Any
 
 import pytest
 import torch
 
-from .dlpack_ctypes import (
-    DLPackExchangeAPI,
-    TensorFields,
-    export_dltensor,
-    export_managed,
-    fields_of,
-    managed_fields,
+from .dlpack_ctypes import DLPackExchangeAPI
+from .zoo import (
+    CASES,
+    CannotMake,
+    Made,
+    check_export,
+    check_refusal,
+    export_non_owning,
+    export_owning,
+    make,
 )
-from .liars import described_extent
-from .zoo import CASES, HOST, CannotMake, Made, make
-
-#: The library's name, which every refusal of the table names (both tables' messages
-#: start with it: "torch-c-dlpack-ext" or "torch-c-dlpack-ext (portable table)").
-LIBRARY_NAME = "torch-c-dlpack-ext"
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
-def _owning(api: DLPackExchangeAPI, obj: object) -> TensorFields:
-    managed = export_managed(api, obj)
-    try:
-        fields = managed_fields(managed)
-    finally:
-        managed.contents.deleter(managed)
-    return fields
-
-
-def _non_owning(api: DLPackExchangeAPI, obj: object) -> TensorFields:
-    return fields_of(export_dltensor(api, obj))
-
-
-EXPORTS = [pytest.param(_owning, id="owning"), pytest.param(_non_owning, id="non-owning")]
+EXPORTS = [
+    pytest.param(export_owning, id="owning"),
+    pytest.param(export_non_owning, id="non-owning"),
+]
 
 
 def _made(name: str) -> Made:
@@ -53,42 +39,13 @@ def _made(name: str) -> Made:
         pytest.skip(str(exc))
 
 
-def check_export(fields: TensorFields, storage: tuple[int, int] | None, what: str) -> None:
-    """``fields`` describe bytes of ``storage`` (first address, byte size; None: none) in
-    host memory; then every described byte is read."""
-    low, high = described_extent(fields)
-    if low == high:
-        return  # nothing described: zero-element exports keep torch's behaviour
-    assert storage is not None, (
-        f"{what}: a tensor without memory of its own was exported as [{low:#x}, {high:#x}) "
-        f"({high - low} bytes): {fields}"
-    )
-    start, size = storage
-    assert start <= low, (
-        f"{what}: describes [{low:#x}, {high:#x}) ({high - low} bytes) outside its storage "
-        f"[{start:#x}, {start + size:#x}) ({size} bytes): {fields}"
-    )
-    assert high <= start + size, (
-        f"{what}: describes [{low:#x}, {high:#x}) ({high - low} bytes) outside its storage "
-        f"[{start:#x}, {start + size:#x}) ({size} bytes): {fields}"
-    )
-    assert (fields.device_type, fields.device_id) == HOST, (
-        f"{what}: host memory labelled as device {(fields.device_type, fields.device_id)}"
-    )
-    ctypes.string_at(low, high - low)
-
-
-def check_refusal(error: BufferError, what: str) -> None:
-    assert LIBRARY_NAME in str(error), f"{what}: a refusal that names no library: {error!r}"
-
-
 @pytest.mark.parametrize("export", EXPORTS)
 @pytest.mark.parametrize("name", list(CASES))
 def test_zoo_exports_only_the_storage_it_holds(
     api: DLPackExchangeAPI, export: Any, name: str
 ) -> None:
     made = _made(name)
-    what = f"{name} ({export.__name__.strip('_')})"
+    what = f"{name} ({export.__name__.removeprefix('export_')})"
     try:
         with made.scope():
             fields = export(api, made.obj)
@@ -118,7 +75,7 @@ def test_zoo_truth_comes_from_the_storage() -> None:
 def test_zoo_refusals_say_what_to_do(api: DLPackExchangeAPI) -> None:
     """A refusal of a tensor without memory names what would export."""
     made = _made("wrapper-subclass")
-    for export in (_owning, _non_owning):
+    for export in (export_owning, export_non_owning):
         with pytest.raises(BufferError) as refused:
             export(api, made.obj)
         check_refusal(refused.value, "wrapper-subclass")

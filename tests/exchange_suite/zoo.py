@@ -27,6 +27,7 @@ Built from APIs torch 2.2 already has; a case this torch cannot make is skipped,
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -34,7 +35,19 @@ from typing import Any
 
 import torch
 
-from .liars import storage_bytes
+from .dlpack_ctypes import (
+    DLPackExchangeAPI,
+    TensorFields,
+    export_dltensor,
+    export_managed,
+    fields_of,
+    managed_fields,
+)
+from .liars import described_extent, storage_bytes
+
+#: The library's name, which every refusal of the table names (both tables' messages
+#: start with it: "torch-c-dlpack-ext" or "torch-c-dlpack-ext (portable table)").
+LIBRARY_NAME = "torch-c-dlpack-ext"
 
 #: DLPack's kDLCPU, 0: where every storage of the zoo lives.
 HOST = (1, 0)
@@ -165,7 +178,9 @@ def dispatch_liar(
     return liar
 
 
-def _storage(tensor: torch.Tensor) -> tuple[int, int]:
+def storage_of(tensor: torch.Tensor) -> tuple[int, int]:
+    """(first address, byte size) of a plain tensor's storage, read with torch function
+    and dispatch disabled (no mode or subclass can answer)."""
     with torch._C._DisableTorchDispatch():
         return storage_bytes(tensor)
 
@@ -196,7 +211,7 @@ def _over(
     lie: Lie = Lie(),
     answers: dict[str, Callable[[tuple[Any, ...]], Any]] | None = None,
 ) -> Made:
-    storage = _storage(real)
+    storage = storage_of(real)
     return Made(dispatch_liar(real, lie, answers), contextlib.nullcontext, storage, (real,))
 
 
@@ -243,7 +258,7 @@ def _mode(answers: dict[str, Callable[[tuple[Any, ...]], Any]]) -> Any:
 
 
 def _in_mode(real: torch.Tensor, answers: dict[str, Callable[[tuple[Any, ...]], Any]]) -> Made:
-    return Made(real, _mode(answers), _storage(real), (real,))
+    return Made(real, _mode(answers), storage_of(real), (real,))
 
 
 def _aliases(
@@ -270,7 +285,7 @@ def _real_under_fake_mode() -> Made:
     except ImportError as exc:
         raise CannotMake(f"no FakeTensorMode: {exc}") from None
     real = _small()
-    return Made(real, FakeTensorMode, _storage(real), (real,))
+    return Made(real, FakeTensorMode, storage_of(real), (real,))
 
 
 def _functional() -> Made:
@@ -295,7 +310,7 @@ def _functional_wrapper() -> Made:
     if make is None:
         raise CannotMake(f"torch {torch.__version__} has no torch._to_functional_tensor")
     real = _small()
-    return Made(make(real), contextlib.nullcontext, _storage(real), (real,))
+    return Made(make(real), contextlib.nullcontext, storage_of(real), (real,))
 
 
 def _dtensor() -> Made:
@@ -388,3 +403,49 @@ def exported_under(made: Made) -> Iterator[None]:
     """The case's scope (a mode, or nothing)."""
     with made.scope():
         yield
+
+
+def export_owning(api: DLPackExchangeAPI, obj: object) -> TensorFields:
+    """The fields of an owning export (``managed_tensor_from_py_object_no_sync``), its
+    deleter called."""
+    managed = export_managed(api, obj)
+    try:
+        fields = managed_fields(managed)
+    finally:
+        managed.contents.deleter(managed)
+    return fields
+
+
+def export_non_owning(api: DLPackExchangeAPI, obj: object) -> TensorFields:
+    """The fields of a non-owning export (``dltensor_from_py_object_no_sync``)."""
+    return fields_of(export_dltensor(api, obj))
+
+
+def check_export(fields: TensorFields, storage: tuple[int, int] | None, what: str) -> None:
+    """``fields`` describe bytes of ``storage`` (first address, byte size; None: none) in
+    host memory; then every described byte is read."""
+    low, high = described_extent(fields)
+    if low == high:
+        return  # nothing described: zero-element exports keep torch's behaviour
+    assert storage is not None, (
+        f"{what}: a tensor without memory of its own was exported as [{low:#x}, {high:#x}) "
+        f"({high - low} bytes): {fields}"
+    )
+    start, size = storage
+    assert start <= low, (
+        f"{what}: describes [{low:#x}, {high:#x}) ({high - low} bytes) outside its storage "
+        f"[{start:#x}, {start + size:#x}) ({size} bytes): {fields}"
+    )
+    assert high <= start + size, (
+        f"{what}: describes [{low:#x}, {high:#x}) ({high - low} bytes) outside its storage "
+        f"[{start:#x}, {start + size:#x}) ({size} bytes): {fields}"
+    )
+    assert (fields.device_type, fields.device_id) == HOST, (
+        f"{what}: host memory labelled as device {(fields.device_type, fields.device_id)}"
+    )
+    ctypes.string_at(low, high - low)
+
+
+def check_refusal(error: BufferError, what: str) -> None:
+    """A refusal names the library that refused."""
+    assert LIBRARY_NAME in str(error), f"{what}: a refusal that names no library: {error!r}"
