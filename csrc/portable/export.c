@@ -531,9 +531,10 @@ static DLManagedTensorVersioned* ExportChecked(const State* s, PyObject* obj, in
   TcdeStorageFacts storage = {0, 0, 0, {kDLCPU, 0}};
   if (!cpp_answers) {
     ReadStorageFacts(s, obj, &storage);
-    if (!storage.known && !s->caps.torch_has_dlpack13) {
-      /* No memory: only a tensor without elements is exported, never by torch < 2.10
-       * (its refusal leaks). */
+    if (!storage.known) {
+      /* No data-bearing storage: only a tensor without elements is exported, by the
+       * table itself (torch < 2.10 leaks on its refusals; later ones export wrapper
+       * subclasses with data NULL and refuse fake tensors without naming the library). */
       DLManagedTensorVersioned* empty = ExportEmpty(s, obj, dtype);
       if (empty != NULL) return empty;
       PyErr_Format(PyExc_BufferError, TcdeDescribedMessage(kTcdeDescribedNoStorage), kLib);
