@@ -2,12 +2,16 @@
 // tensor API shared by torch 2.4-2.9 and 2.13 (not at::toDLPack*, whose output
 // differs between versions), so every torch gets the same behaviour.
 //
-// Every entry point is called by a C consumer with the GIL held and must not let
-// a C++ exception escape: each one catches everything and reports it as a Python
-// exception (or through SetError for the allocator).
+// The export and import members are called by a C consumer with the GIL held; the
+// allocator and current_work_stream may be called without it (docs/import.md), and keep a
+// Python error only for a caller that held the GIL (tcde_contract.h), as the portable table
+// does. No member lets a C++ exception escape: each one catches everything and reports it
+// as a Python exception (or through SetError for the allocator).
 #include "tcde_dlpack.h"  // must precede ATen: see the comment in that header
 #include "tcde_convert.h"
 #include "tcde_python.h"
+#include "tcde_contract.h"  // again, after Python.h: its part that calls Python
+#include "tcde_borrowed_dims.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -126,8 +130,42 @@ enum class ExportProblem {
   kNeg,
   kUnservedGpu,
   kDevice,
-  kNoStorage
+  kNoStorage,
+  kWrongDevice,
+  kOutsideStorage
 };
+
+// The contract's rule (tcde_contract.h) for a tensor whose sizes, strides, offset or
+// device Python may have answered (the Python dispatch key: a subclass's
+// __torch_dispatch__ with a sizes/strides policy or dispatch_device): `described` lies
+// within the C++ storage and on its device. Out of line: the common tensor never gets here.
+C10_NOINLINE ExportProblem CheckAgainstStorage(const at::Tensor& t,
+                                               const DLTensor& described) noexcept {
+  TcdeStorageFacts facts{};
+  try {
+    const c10::Storage& storage = t.unsafeGetTensorImpl()->unsafe_storage();
+    DLDevice storage_device{};
+    if (storage && tcde::ToDLDevice(storage.device(), &storage_device)) {
+      facts.data = reinterpret_cast<uintptr_t>(storage.data_ptr().get());
+      facts.nbytes = static_cast<uint64_t>(storage.nbytes());
+      facts.device = storage_device;
+      facts.known = facts.data != 0;
+    }
+  } catch (...) {
+    facts.known = 0;  // a storage that refuses to be read has no memory to export
+  }
+  switch (TcdeCheckDescribed(&described, TcdeItemSize(described.dtype), &facts)) {
+    case kTcdeDescribedOk:
+      return ExportProblem::kNone;
+    case kTcdeDescribedNoStorage:
+      return ExportProblem::kNoStorage;
+    case kTcdeDescribedWrongDevice:
+      return ExportProblem::kWrongDevice;
+    case kTcdeDescribedOutside:
+      break;
+  }
+  return ExportProblem::kOutsideStorage;
+}
 
 // Fills `out`, with shape and strides borrowed from the tensor (valid while it
 // lives and keeps its metadata), or says why DLPack cannot describe the tensor.
@@ -157,7 +195,13 @@ ExportProblem Describe(const at::Tensor& t, DLTensor* out) {
   // 0, and NULL for tensors without elements.
   void* data = nullptr;
   if (t.numel() != 0) {
-    data = t.data_ptr();
+    // Fake and functional tensors refuse data_ptr() (a c10::Error naming neither this
+    // library nor a remedy): they have no memory to export.
+    try {
+      data = t.data_ptr();
+    } catch (const c10::Error&) {
+      return ExportProblem::kNoStorage;
+    }
     // Wrapper subclasses and fake tensors have elements but no memory. torch
     // 2.13 exports them with data == NULL, which a consumer would dereference;
     // we refuse instead.
@@ -165,6 +209,13 @@ ExportProblem Describe(const at::Tensor& t, DLTensor* out) {
   }
   int64_t* shape = const_cast<int64_t*>(t.sizes().data());
   int64_t* strides = const_cast<int64_t*>(t.strides().data());
+  // Python may have answered the sizes, strides, offset or device (the cost of the
+  // check is one bit test for every other tensor, whose answers are the TensorImpl's).
+  if (C10_UNLIKELY(t.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::Python))) {
+    const DLTensor described{data, device, ndim, dtype, shape, strides, 0};
+    const ExportProblem problem = CheckAgainstStorage(t, described);
+    if (problem != ExportProblem::kNone) return problem;
+  }
   out->data = data;
   out->device = device;
   out->ndim = ndim;
@@ -243,6 +294,12 @@ int RaiseExportProblem(ExportProblem problem, const at::Tensor& t) {
                    "%s: the tensor has no memory to export (a fake, meta-like or "
                    "wrapper-subclass tensor?); export a tensor backed by real storage",
                    kLib);
+      break;
+    case ExportProblem::kWrongDevice:
+      PyErr_Format(PyExc_BufferError, TcdeDescribedMessage(kTcdeDescribedWrongDevice), kLib);
+      break;
+    case ExportProblem::kOutsideStorage:
+      PyErr_Format(PyExc_BufferError, TcdeDescribedMessage(kTcdeDescribedOutside), kLib);
       break;
     case ExportProblem::kNone:
       break;
@@ -343,6 +400,30 @@ int ManagedTensorFromPyObjectNoSync(void* py_obj, DLManagedTensorVersioned** out
   }
 }
 
+// The non-owning export of a tensor Python answers for (the Python dispatch key: a
+// subclass's __torch_dispatch__ may answer its sizes and strides): the arrays such an
+// answer lives in are rewritten by the next one, so a consumer converting f(x, x) would
+// find the first DLTensor changed. It gets copies that live as long as the object
+// (tcde_borrowed_dims.h, shared with the portable table). Out of line: plain tensors
+// never get here.
+C10_NOINLINE int DescribeAnsweredByPython(PyObject* obj, const at::Tensor& t, DLTensor* out) {
+  DLTensor described{};
+  const ExportProblem problem = Describe(t, &described);
+  if (problem != ExportProblem::kNone) return RaiseExportProblem(problem, t);
+  // One dict for the process, made on first use (the GIL is held here); never freed.
+  static PyObject* const cache = PyDict_New();
+  if (cache == nullptr) {
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+    return -1;
+  }
+  const int64_t* dims = TcdeBorrowedDims(cache, obj, &described);
+  if (dims == nullptr) return -1;
+  described.shape = const_cast<int64_t*>(dims);
+  described.strides = const_cast<int64_t*>(dims) + described.ndim;
+  *out = described;
+  return 0;
+}
+
 int DLTensorFromPyObjectNoSync(void* py_obj, DLTensor* out) {
   try {
     if (out == nullptr) {
@@ -354,9 +435,12 @@ int DLTensorFromPyObjectNoSync(void* py_obj, DLTensor* out) {
     const at::Tensor& t = *tensor;
     // Non-owning: shape and strides stay valid while the caller holds the
     // object and does not change its metadata, the contract of this entry point.
-    const ExportProblem problem = Describe(t, out);
-    if (problem != ExportProblem::kNone) return RaiseExportProblem(problem, t);
-    return 0;
+    if (C10_LIKELY(!t.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::Python))) {
+      const ExportProblem problem = Describe(t, out);
+      if (problem != ExportProblem::kNone) return RaiseExportProblem(problem, t);
+      return 0;
+    }
+    return DescribeAnsweredByPython(static_cast<PyObject*>(py_obj), t, out);
   } catch (...) {
     return RaiseCurrentException(PyExc_BufferError);
   }
@@ -375,89 +459,6 @@ void DeleteImported(void* ctx) noexcept {
   if (managed->deleter != nullptr) managed->deleter(managed);
 }
 
-bool AddOverflows(uint64_t a, uint64_t b, uint64_t* sum) noexcept {
-  *sum = a + b;
-  return *sum < a;
-}
-
-bool MulOverflows(uint64_t a, uint64_t b, uint64_t* product) noexcept {
-  if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) return true;
-  *product = a * b;
-  return false;
-}
-
-int RaiseBadImport(const char* what, const DLTensor& dl) {
-  PyErr_Format(PyExc_BufferError,
-               "%s: cannot import a DLPack tensor: %s (dtype code=%u bits=%u lanes=%u, device "
-               "type=%d id=%d, ndim=%d); the DLManagedTensorVersioned was not consumed and its "
-               "deleter was not called",
-               kLib, what, static_cast<unsigned>(dl.dtype.code),
-               static_cast<unsigned>(dl.dtype.bits), static_cast<unsigned>(dl.dtype.lanes),
-               static_cast<int>(dl.device.device_type), static_cast<int>(dl.device.device_id),
-               static_cast<int>(dl.ndim));
-  return -1;
-}
-
-// The storage an import needs, in elements from `data`: `offset` elements
-// (the byte_offset) plus one past the farthest element of the view. False
-// when torch cannot represent the view: negative sizes or strides (torch has
-// none), an element count c10 would find overflowing (it multiplies the sizes
-// left to right, so a later zero does not help), row-major strides (for NULL
-// strides) beyond int64, or a byte size beyond int64.
-// Checked up front because at::TensorMaker computes the storage size in a
-// noexcept function: an overflow there would terminate the process.
-bool StorageElements(const DLTensor& dl, uint64_t itemsize, uint64_t offset,
-                     uint64_t* storage_elements, bool* empty) noexcept {
-  bool any_empty = false;
-  uint64_t numel = 1;
-  bool numel_overflows = false;
-  for (int32_t i = 0; i < dl.ndim; ++i) {
-    if (dl.shape[i] < 0) return false;
-    if (dl.shape[i] == 0) any_empty = true;
-    if (dl.strides != nullptr && dl.strides[i] < 0) return false;
-    numel_overflows |= MulOverflows(numel, static_cast<uint64_t>(dl.shape[i]), &numel);
-  }
-  if (numel_overflows || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return false;
-  }
-  if (dl.strides == nullptr) {
-    // Row-major strides are products of the later sizes (zeros count as one):
-    // they must fit in int64 even where a zero size leaves no elements. The
-    // largest is the first one: the product over every dimension but the first.
-    uint64_t span = 1;
-    for (int32_t i = 1; i < dl.ndim; ++i) {
-      if (MulOverflows(span, static_cast<uint64_t>(std::max<int64_t>(dl.shape[i], 1)), &span) ||
-          span > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return false;
-      }
-    }
-  }
-  uint64_t elements = 0;  // one past the farthest element, from the first one
-  if (any_empty) {
-    elements = 0;
-  } else if (dl.strides != nullptr) {
-    for (int32_t i = 0; i < dl.ndim; ++i) {
-      uint64_t step = 0;
-      if (MulOverflows(static_cast<uint64_t>(dl.shape[i] - 1),
-                       static_cast<uint64_t>(dl.strides[i]), &step) ||
-          AddOverflows(elements, step, &elements)) {
-        return false;
-      }
-    }
-    if (AddOverflows(elements, 1, &elements)) return false;
-  } else {
-    elements = numel;
-  }
-  uint64_t bytes = 0;
-  if (AddOverflows(elements, offset, &elements) || MulOverflows(elements, itemsize, &bytes) ||
-      bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return false;
-  }
-  *storage_elements = elements;
-  *empty = any_empty;
-  return true;
-}
-
 // Ownership rule: on failure (-1) ownership has NOT been taken and the deleter
 // has NOT been called; the caller still owns `src` and must delete it. This is
 // what torch 2.13's own implementation does for bad dtypes and devices (its
@@ -473,27 +474,21 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
     }
     *out_py = nullptr;
     const DLTensor& dl = src->dl_tensor;
-    // A different major version may have a different layout after `flags`.
+    // The contract's preamble (tcde_contract.h), with this build's dtype and device
+    // answers in between. A different major version may have a different layout after
+    // `flags`. torch has no read-only tensors: importing read-only memory (a constant
+    // buffer, a read-only mapping) as a writable tensor would let any in-place op write to
+    // it. torch 2.13 ignores the flag; we refuse. IS_COPIED (the producer made a copy)
+    // and the sub-byte padding flag need nothing.
     if (src->version.major != DLPACK_MAJOR_VERSION) {
-      PyErr_Format(PyExc_BufferError,
-                   "%s: DLManagedTensorVersioned has DLPack major version %u, this library reads "
-                   "%d; the tensor was not consumed and its deleter was not called",
-                   kLib, static_cast<unsigned>(src->version.major), DLPACK_MAJOR_VERSION);
-      return -1;
+      return TcdeRaiseWrongMajor(kLib, static_cast<unsigned>(src->version.major));
     }
-    // torch has no read-only tensors: importing read-only memory (a constant
-    // buffer, a read-only mapping) as a writable tensor would let any in-place
-    // op write to it. torch 2.13 ignores the flag; we refuse. IS_COPIED (the
-    // producer made a copy) and the sub-byte padding flag need nothing.
     if ((src->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0) {
-      return RaiseBadImport(
-          "it is flagged READ_ONLY, and torch tensors are always writable (copy it into "
-          "writable memory first, or have the producer export it writable)",
-          dl);
+      return TcdeRaiseBadImport(kLib, TCDE_IMPORT_READ_ONLY, &dl);
     }
     c10::ScalarType scalar_type{};
     if (!tcde::FromDLDataType(dl.dtype, &scalar_type)) {
-      return RaiseBadImport("torch has no dtype for this DLPack dtype", dl);
+      return TcdeRaiseBadImport(kLib, TCDE_IMPORT_NO_DTYPE, &dl);
     }
     if (const char* backend = tcde::BackendServing(dl.device.device_type)) {
       // torch itself would make a tensor of it on a device none of its kernels run on
@@ -510,36 +505,24 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
     }
     c10::Device device(c10::DeviceType::CPU);
     if (!tcde::FromDLDevice(dl.device, &device)) {
-      return RaiseBadImport("this library cannot create torch tensors on that device", dl);
+      return TcdeRaiseBadImport(kLib, TCDE_IMPORT_NO_DEVICE, &dl);
     }
-    if (dl.ndim < 0 || (dl.ndim > 0 && dl.shape == nullptr)) {
-      return RaiseBadImport("ndim is negative or shape is NULL", dl);
-    }
-    const at::IntArrayRef sizes(dl.shape, static_cast<size_t>(dl.ndim));
-    const auto itemsize = static_cast<uint64_t>(c10::elementSize(scalar_type));
     // An element-aligned byte_offset is a storage offset, as in torch 2.13: the
     // storage starts at `data` and covers the offset plus the view's extent.
     // (Not at::TensorMaker's storage_offset(): in the torch releases this library
     // serves it adds the offset to the storage size in elements, not bytes, a
     // too-small storage that views, copies and torch.save read past.) torch 2.13
     // refuses an unaligned offset; so do we: the elements would be misaligned.
-    if (dl.byte_offset % itemsize != 0) {
-      return RaiseBadImport(
-          "byte_offset is not a multiple of the element size (torch needs aligned elements)",
-          dl);
-    }
-    const uint64_t storage_offset = dl.byte_offset / itemsize;
+    const auto itemsize = static_cast<uint64_t>(c10::elementSize(scalar_type));
     uint64_t storage_elements = 0;
-    bool empty = false;
-    if (!StorageElements(dl, itemsize, storage_offset, &storage_elements, &empty)) {
-      return RaiseBadImport(
-          "negative sizes or strides, or an element count or memory extent beyond int64 "
-          "(torch supports neither)",
-          dl);
+    int empty_view = 0;
+    if (const char* problem =
+            TcdeImportLayoutProblem(&dl, itemsize, &storage_elements, &empty_view)) {
+      return TcdeRaiseBadImport(kLib, problem, &dl);
     }
-    if (dl.data == nullptr && !empty) {
-      return RaiseBadImport("data is NULL but the tensor has elements", dl);
-    }
+    const bool empty = empty_view != 0;
+    const at::IntArrayRef sizes(dl.shape, static_cast<size_t>(dl.ndim));
+    const uint64_t storage_offset = dl.byte_offset / itemsize;
     // Built directly (what at::for_blob(...).make_tensor() does, without the
     // builder, its dispatch-key and tracer guards, which need nothing here, and
     // its second pass over the sizes): a storage from `data` covering the offset
@@ -645,14 +628,14 @@ LayoutProblem ContiguousLayout(const int64_t* sizes, int32_t ndim, uint64_t item
       return LayoutProblem::kNegative;
     }
     shape[i] = size;
-    overflow |= MulOverflows(numel, static_cast<uint64_t>(size), &numel);
+    overflow |= TcdeMulOverflows(numel, static_cast<uint64_t>(size), &numel);
   }
-  overflow |= numel > kMax || MulOverflows(numel, itemsize, nbytes) || *nbytes > kMax;
+  overflow |= numel > kMax || TcdeMulOverflows(numel, itemsize, nbytes) || *nbytes > kMax;
   uint64_t stride = 1;
   for (int32_t i = ndim - 1; i >= 0; --i) {
     strides[i] = static_cast<int64_t>(stride);
     if (i > 0) {
-      overflow |= MulOverflows(stride, static_cast<uint64_t>(std::max<int64_t>(shape[i], 1)),
+      overflow |= TcdeMulOverflows(stride, static_cast<uint64_t>(std::max<int64_t>(shape[i], 1)),
                                &stride) ||
                   stride > kMax;
     }
@@ -881,6 +864,7 @@ void* CurrentGpuStream(c10::DeviceIndex index) {
 C10_NOINLINE int CurrentWorkStreamOther(DLDeviceType device_type, int32_t device_id,
                                         void** out) noexcept {
   if (out == nullptr) {
+    if (!TcdeCallerHoldsGil()) return -1;  // no error without the GIL (tcde_contract.h)
     PyErr_Format(PyExc_ValueError, "%s: current_work_stream: out is NULL", kLib);
     return -1;
   }
@@ -890,6 +874,7 @@ C10_NOINLINE int CurrentWorkStreamOther(DLDeviceType device_type, int32_t device
     return 0;
   }
   if (const char* backend = tcde::StreamBackendServing(device_type)) {
+    if (!TcdeCallerHoldsGil()) return -1;
     PyErr_Format(PyExc_ValueError,
                  "%s: current_work_stream: device type %d is a GPU whose stream its "
                  TCDE_BACKEND_NAME " build (torch %d.%d) does not know (NULL would put the "
@@ -904,6 +889,7 @@ C10_NOINLINE int CurrentWorkStreamOther(DLDeviceType device_type, int32_t device
   (void)device_id;
   return 0;
 #else
+  if (!TcdeCallerHoldsGil()) return -1;
   if (!tcde::AnswersStream(device_type)) {
     PyErr_Format(PyExc_ValueError,
                  "%s: current_work_stream: device type %d is not a device this library was "
@@ -934,6 +920,9 @@ int CurrentWorkStream(DLDeviceType device_type, int32_t device_id, void** out) {
       return 0;
     } catch (...) {
       *out = nullptr;
+      // (No GIL: the exception's text has nowhere to go; torch's own python_error
+      // already holds whatever Python error it caught.)
+      if (!TcdeCallerHoldsGil()) return -1;
       return RaiseCurrentException(PyExc_RuntimeError);
     }
   }

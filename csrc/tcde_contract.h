@@ -9,7 +9,8 @@
  *   - the import preamble (TcdeImportLayoutProblem) and its messages;
  *   - the no-GIL error rule (TcdeKeepErrorFor).
  *
- * Include it after Python.h and a dlpack.h (>= 1.2); it includes nothing of torch. Every
+ * Include it after a dlpack.h (>= 1.2), and after Python.h for the part that calls Python
+ * (again, where it was first included before Python.h); it includes nothing of torch. Every
  * function is static inline: each translation unit gets its own copy, no symbol leaves. */
 #ifndef TCDE_CONTRACT_H_
 #define TCDE_CONTRACT_H_
@@ -311,6 +312,31 @@ static inline const char* TcdeImportLayoutProblem(const DLTensor* dl, uint64_t i
   return NULL;
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* Errors without the GIL                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The members a caller may reach without the GIL (the allocator, current_work_stream)
+ * keep a Python error only for a caller that held the GIL: one that did not has nowhere
+ * to see it, and a Python thread that had released it would find it later as an
+ * unrelated SystemError. Such a member ends with `if (rc != 0 && !caller_held)
+ * PyErr_Clear();` while it still holds the GIL it took, or sets no error at all where
+ * TcdeCallerHoldsGil() says the caller does not hold it. */
+
+
+/* The largest device index c10::DeviceIndex (int8_t) holds: a larger id is refused with
+ * the table's own ValueError, never handed to torch (which raises "Overflow when
+ * unpacking DeviceIndex", or wraps it to another device). */
+#define TCDE_MAX_DEVICE_INDEX 127
+
+#endif /* TCDE_CONTRACT_H_ */
+
+/* The part that calls Python: defined once Python.h is in (include this header again after
+ * it where it came first). */
+#if defined(Py_PYTHON_H) && !defined(TCDE_CONTRACT_PYTHON_H_)
+#define TCDE_CONTRACT_PYTHON_H_
+
 /* BufferError naming what was wrong with an import (`what`) and the tensor; returns -1.
  * The caller still owns the tensor: nothing was consumed, no deleter ran. */
 static inline int TcdeRaiseBadImport(const char* lib, const char* what, const DLTensor* dl) {
@@ -333,20 +359,18 @@ static inline int TcdeRaiseWrongMajor(const char* lib, unsigned major) {
   return -1;
 }
 
-/* ------------------------------------------------------------------------ */
-/* Errors without the GIL                                                   */
-/* ------------------------------------------------------------------------ */
-
-/* The members a caller may reach without the GIL (the allocator, current_work_stream)
- * keep a Python error only for a caller that held the GIL: one that did not has nowhere
- * to see it, and a Python thread that had released it would find it later as an
- * unrelated SystemError. Such a member ends with `if (rc != 0 && !caller_held)
- * PyErr_Clear();` while it still holds the GIL it took, or never sets the error at all
- * when it must not take the GIL. */
-
-/* The largest device index c10::DeviceIndex (int8_t) holds: a larger id is refused with
- * the table's own ValueError, never handed to torch (which raises "Overflow when
- * unpacking DeviceIndex", or wraps it to another device). */
-#define TCDE_MAX_DEVICE_INDEX 127
-
-#endif /* TCDE_CONTRACT_H_ */
+/* Whether the calling thread holds the GIL (has an attached thread state); 0 after
+ * Py_Finalize. The limited API has no PyGILState_Check: PyGILState_Ensure tells (it
+ * returns PyGILState_LOCKED to a thread that held it; one that did not takes it and gives
+ * it back at once). Error paths only. */
+static inline int TcdeCallerHoldsGil(void) {
+  if (!Py_IsInitialized()) return 0;
+#if defined(Py_LIMITED_API)
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  PyGILState_Release(gil);
+  return gil == PyGILState_LOCKED;
+#else
+  return PyGILState_Check();
+#endif
+}
+#endif /* TCDE_CONTRACT_PYTHON_H_ */
