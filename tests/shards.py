@@ -140,6 +140,7 @@ SHARDS: tuple[Shard, ...] = (
         tests=(
             f"{INTEGRATION}/test_compile_newer_torch.py",
             "tests/gpu/test_cuda_torch_without_gpu.py",
+            *_in("test_portable_table.py", "test_exchange_suite_on_the_cuda_torch_211"),
         ),
         envs=("py*-torch2.1*-build-*", "py3.12-torch2.11.0-import-*"),
     ),

@@ -8,7 +8,7 @@ must step around both (docs/facts.md), which these loops check: every float8 / f
 sub-byte dtype of the torch exported owning and non-owning, round trips, the allocator,
 imports with the producer's deleter calls counted. Refusing a ``meta`` tensor leaks the
 same way on torch < 2.10 (576-608 bytes per call on 2.2.2 and 2.8.0; 2.9.1's refusals
-leak too: issue 42, finding 7), so meta and memoryless tensors are looped over as well.
+leak too: issue 42, finding 7), so meta tensors are looped over as well.
 2.8.0, 2.9.1 and 2.13 also run them inside the whole exchange suite
 (test_portable_table.py); 2.2.2, below the matrix, only here.
 """
