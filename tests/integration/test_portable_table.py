@@ -3,8 +3,9 @@
 - every API it is built for compiles warning-free and exports exactly the three symbols,
   importing nothing of torch; its build info names the Python ABI;
 - the exchange suite against it on torch 2.13 (the conformance suite runs from
-  test_conformance_suite.py) and on PyPI's torch 2.2, 2.4, 2.8 (legacy ``DLManagedTensor``
-  capsules) and 2.9;
+  test_conformance_suite.py), on PyPI's torch 2.2, 2.4, 2.8 (legacy ``DLManagedTensor``
+  capsules) and 2.9, and on the GPU machine's torch without its GPU (2.11.0+cu130, CPython
+  3.12: where the dispatch zoo's CUDA labels matter, issue 42);
 - the allocator and current_work_stream from C threads that hold no GIL, and from Python
   threads through ``ctypes.CDLL`` (which releases it);
 - deleters from threads without the GIL, and after the interpreter has finalised; the
@@ -167,6 +168,15 @@ def test_exchange_suite_on_older_torch(portable_library: Path, version: str) -> 
     imports neither byte_offset nor the float8/fp4 codes."""
     env = suite_env(version)
     assert run_exchange_suite(env.python, portable_library) >= MIN_SUITE_PASSED_OLD
+
+
+def test_exchange_suite_on_the_cuda_torch_211(portable_library: Path) -> None:
+    """PyPI's CUDA build of torch 2.11 on a host without a GPU (the GPU machine's twin,
+    devtools.envs.gpu_carry.twin_env): a CUDA build where host memory labelled as a GPU's
+    (the zoo's dispatch_device liars) would reach a consumer's kernel."""
+    from devtools.envs.gpu_carry import twin_env
+
+    assert run_exchange_suite(twin_env().python, portable_library) >= MIN_SUITE_PASSED_213
 
 
 def _native_caller(tmp_path: Path) -> Path:
