@@ -591,8 +591,9 @@ static DLManagedTensorVersioned* ExportChecked(const State* s, PyObject* obj, in
 
 /* Any torch.Tensor (subclasses included) exported: see ExportChecked. Where Python may
  * answer for the tensor (a subclass, a mode), everything runs in a TrustedScope, and the
- * export is checked against the C++ storage. torch < 2.10 exports through aten.as_strided,
- * which a dispatch mode answers; from 2.10 only the owning export's detach() reaches one. */
+ * export is checked against the C++ storage. torch 2.2-2.8 export through aten.as_strided,
+ * which a dispatch mode answers (2.9.1 does not: docs/facts.md); the table asks for modes
+ * on every torch < 2.10, and from 2.10 for the owning export, whose detach() a mode sees. */
 DLManagedTensorVersioned* ExportTensor(const State* s, PyObject* obj, int owning) {
   if (obj == NULL || !PyType_IsSubtype(Py_TYPE(obj), s->entry.tensor_type)) {
     RaiseNotATensor(obj);
