@@ -149,7 +149,7 @@ static int ServesExportDevice(const State* s, int32_t device_type) {
 
 /* A self-contained export of a tensor without elements (data NULL, nothing
  * to own), for the tensors torch's exporter refuses although DLPack describes
- * them: torch 2.4-2.8 export through aten.as_strided, which a wrapper subclass
+ * them: torch 2.2-2.8 export through aten.as_strided, which a wrapper subclass
  * may not implement. It describes no memory, whatever the tensor answers. NULL
  * (no error set) when `obj` has elements or is on a device the table does not
  * serve. Error path only; inside the export's TrustedScope. */

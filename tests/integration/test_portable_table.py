@@ -144,17 +144,21 @@ def test_builds_warning_free_and_exports_three_symbols(
 
 
 def test_source_includes_only_python_and_dlpack() -> None:
-    """Every file of the portable table (and the contract header it shares with the native
-    one) includes Python.h, dlpack.h, the C standard library and the table's own headers:
+    """Every file of the portable table (and the headers it shares with the native table)
+    includes Python.h, dlpack.h, the C standard library and the table's own headers:
     nothing of torch."""
-    sources = [*sorted((CSRC / "portable").glob("*.[ch]")), CSRC / "tcde_contract.h"]
+    shared = ("../tcde_contract.h", "../tcde_borrowed_dims.h")
+    sources = [*sorted((CSRC / "portable").glob("*.[ch]"))]
+    sources += [CSRC / "portable" / name for name in shared]
+    pattern = re.compile(r"^#include\s+[<\"]([^>\"]+)[>\"]", re.MULTILINE)
     includes: set[str] = set()
     for path in sources:
-        includes |= set(re.findall(r"^#include\s+[<\"]([^>\"]+)[>\"]", path.read_text(), re.MULTILINE))
-    allowed = {"Python.h", "dlpack/dlpack.h", "portable.h", "../tcde_contract.h"}
+        includes |= set(pattern.findall(path.read_text()))
+    allowed = {"Python.h", "dlpack/dlpack.h", "portable.h", *shared}
     assert allowed <= includes
     # Everything else is the C standard library.
-    assert {name for name in includes - allowed if "/" in name or "torch" in name or "tcde" in name} == set()
+    others = includes - allowed
+    assert {name for name in others if "/" in name or "torch" in name or "tcde" in name} == set()
 
 
 def test_exchange_suite_on_torch213(portable_library: Path) -> None:
