@@ -170,7 +170,8 @@ retry:
   DLTensor* dl = &managed->dl_tensor;
   /* The dtype as torch exports it (the codes of the table above, for every dtype
    * the allocator makes). */
-  int as_requested = dl->dtype.code == alloc_dtype->dl.code && dl->dtype.bits == alloc_dtype->dl.bits &&
+  int as_requested = dl->dtype.code == alloc_dtype->dl.code &&
+                     dl->dtype.bits == alloc_dtype->dl.bits &&
               dl->dtype.lanes == alloc_dtype->dl.lanes && dl->ndim == ndim &&
               dl->byte_offset == 0 &&
               dl->device.device_type == (host ? kDLCPU : prototype->device.device_type) &&

@@ -262,7 +262,8 @@ static const Dtype* CheckExportable(const State* s, PyObject* obj, int cpp_answe
     return NULL;
   }
   Py_DECREF(layout);
-  const int is_nested = TruthOf(TensorAttribute(s->tensor_base.get_is_nested, s->names.is_nested, obj, cpp_answers));
+  const int is_nested = TruthOf(
+      TensorAttribute(s->tensor_base.get_is_nested, s->names.is_nested, obj, cpp_answers));
   if (is_nested != 0) {
     if (is_nested > 0) {
       PyErr_Format(PyExc_BufferError,
@@ -321,7 +322,9 @@ static PyObject* ExportBytes(const State* s, PyObject* obj) {
   }
   PyObject* detached = CallWithOneArg(s->tensor_base.detach, obj);
   PyObject* bytes =
-      detached == NULL ? NULL : CallWithTwoArgs(s->tensor_base.view, detached, s->dtypes[s->uint8_index].dtype);
+      detached == NULL
+          ? NULL
+          : CallWithTwoArgs(s->tensor_base.view, detached, s->dtypes[s->uint8_index].dtype);
   Py_XDECREF(detached);
   PyObject* capsule = bytes == NULL ? NULL : CallToDlpack(s, bytes);
   Py_XDECREF(bytes);

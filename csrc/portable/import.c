@@ -67,7 +67,10 @@ static PyObject* ViewOf(const State* s, PyObject* flat, const DLTensor* dl, cons
       PyTuple_SetItem(shape, i, size);
       PyTuple_SetItem(stride, i, step);
     }
-    if (ok) result = PyObject_CallFunction(s->entry.as_strided, "OOOL", flat, shape, stride, (long long)offset);
+    if (ok) {
+      result = PyObject_CallFunction(s->entry.as_strided, "OOOL", flat, shape, stride,
+                                     (long long)offset);
+    }
   }
   Py_XDECREF(shape);
   Py_XDECREF(stride);
@@ -80,7 +83,9 @@ static const unsigned char kNoElements = 0;
 
 static int ServesImportDevice(const State* s, const DLDevice* device) {
   if (device->device_type == kDLCPU) return 1;
-  if ((int32_t)device->device_type == s->caps.gpu_type && s->caps.gpu_type != 0) return device->device_id >= 0;
+  if ((int32_t)device->device_type == s->caps.gpu_type && s->caps.gpu_type != 0) {
+    return device->device_id >= 0;
+  }
   return 0;
 }
 
@@ -115,7 +120,9 @@ int ManagedTensorToPyObjectNoSync(DLManagedTensorVersioned* src, void** out_py) 
                  kLib, (int)device_type, (int)dl->device.device_id, GpuName(device_type));
     return -1;
   }
-  if (!ServesImportDevice(s, &dl->device)) return TcdeRaiseBadImport(kLib, TCDE_IMPORT_NO_DEVICE, dl);
+  if (!ServesImportDevice(s, &dl->device)) {
+    return TcdeRaiseBadImport(kLib, TCDE_IMPORT_NO_DEVICE, dl);
+  }
   const uint64_t itemsize = dtype->itemsize;
   int empty = 0;
   uint64_t storage_elements = 0;

@@ -111,7 +111,8 @@ static State* BuildState(void) {
     int major = 0, minor = 0;
     if (sscanf(PyBytes_AsString(bytes), "%d.%d", &major, &minor) != 2) major = minor = 0;
     Py_DECREF(bytes);
-    s->caps.torch_has_dlpack13 = s->caps.versioned_import && (major > 2 || (major == 2 && minor >= 10));
+    s->caps.torch_has_dlpack13 =
+        s->caps.versioned_import && (major > 2 || (major == 2 && minor >= 10));
     /* Measured (docs/facts.md): 2.2.2 never releases a data-NULL import, 2.3.1 and
      * later do. An unparsable version is taken for a new one. */
     s->caps.null_data_import_leaks = major == 2 && minor < 3;
@@ -150,7 +151,8 @@ static State* BuildState(void) {
   if ((s->entry.device_ctor = GetAttr(s->entry.torch_module, "device", 0)) == NULL) goto fail;
   if ((s->tensor_base.get_layout = DescriptorGetter(tensor_base, "layout")) == NULL) goto fail;
   if ((s->tensor_base.get_dtype = DescriptorGetter(tensor_base, "dtype")) == NULL) goto fail;
-  if ((s->tensor_base.get_is_nested = DescriptorGetter(tensor_base, "is_nested")) == NULL) goto fail;
+  s->tensor_base.get_is_nested = DescriptorGetter(tensor_base, "is_nested");
+  if (s->tensor_base.get_is_nested == NULL) goto fail;
   if ((s->tensor_base.get_device = DescriptorGetter(tensor_base, "device")) == NULL) goto fail;
   {
     PyObject* nn = GetAttr(s->entry.torch_module, "nn", 1);
@@ -178,7 +180,8 @@ static State* BuildState(void) {
     if (storage_base == NULL && PyErr_Occurred()) goto fail;
     if (storage_base != NULL) {
       s->storage_base.data_ptr = GetAttr(storage_base, "data_ptr", 1);
-      s->storage_base.nbytes = s->storage_base.data_ptr == NULL ? NULL : GetAttr(storage_base, "nbytes", 1);
+      s->storage_base.nbytes =
+          s->storage_base.data_ptr == NULL ? NULL : GetAttr(storage_base, "nbytes", 1);
       s->storage_base.get_device =
           s->storage_base.nbytes == NULL ? NULL : DescriptorGetter(storage_base, "device");
       Py_DECREF(storage_base);
@@ -190,7 +193,9 @@ static State* BuildState(void) {
   /* torch.device("cpu") is seen by torch function modes: made with them off, so that
    * loading the table asks nothing of a mode (a strict one would refuse the load). */
   {
-    PyObject* scope = s->modes.disable_torch_function == NULL ? NULL : CallNoArgs(s->modes.disable_torch_function);
+    PyObject* scope = s->modes.disable_torch_function == NULL
+                          ? NULL
+                          : CallNoArgs(s->modes.disable_torch_function);
     PyObject* entered = scope == NULL ? NULL : PyObject_CallMethod(scope, "__enter__", NULL);
     if (scope != NULL && entered == NULL) {
       Py_DECREF(scope);
@@ -299,7 +304,8 @@ PyObject* CallWithTwoArgs(PyObject* callable, PyObject* arg0, PyObject* arg1) {
  * as either. */
 PyObject* CallToDlpack(const State* s, PyObject* tensor) {
 #if !TCDE_VECTORCALL
-  if (!PyCFunction_Check(s->entry.to_dlpack) || !(PyCFunction_GetFlags(s->entry.to_dlpack) & METH_O)) {
+  if (!PyCFunction_Check(s->entry.to_dlpack) ||
+      !(PyCFunction_GetFlags(s->entry.to_dlpack) & METH_O)) {
     PyObject* args = PyTuple_Pack(1, tensor);
     if (args == NULL) return NULL;
     PyObject* capsule = PyObject_Call(s->entry.to_dlpack, args, NULL);
