@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import ROOT, clean_env, run_python, suite_python
+from tests.integration.test_gilless_refusals import CUDA_TWIN, torch_python
 
 pytestmark = pytest.mark.slow
 
@@ -211,20 +212,20 @@ AMBIENT_SETTINGS = ["cuda-default", "meta-default", "float64-default", "function
 
 
 @pytest.mark.parametrize("how", AMBIENT_SETTINGS)
-@pytest.mark.parametrize("version", ["running", "2.8.0", "2.2.2"])
+@pytest.mark.parametrize("version", ["running", "2.8.0", "2.2.2", CUDA_TWIN])
 def test_a_host_request_ignores_the_ambient_device_dtype_and_modes(
     portable_library: Path, version: str, how: str
 ) -> None:
     """Issue 42, finding 9: whatever the default device (cuda on a CUDA torch without a
-    GPU: 2.8.0 and 2.2.2 are CUDA builds), default dtype or mode, a host float32 request
-    gets host float32 memory of its shape, and nothing touches CUDA."""
+    GPU: 2.8.0, 2.2.2 and the 2.11 twin are CUDA builds), default dtype or mode, a host
+    float32 request gets host float32 memory of its shape, and nothing touches CUDA."""
     from tests.helpers import CUDA_SPY
 
     code = AMBIENT.replace("{spy}", CUDA_SPY)
     proc = run_python(
         code,
         args=[str(portable_library), str(ROOT / "tests"), str(ROOT / "python"), how],
-        env=clean_env(), python=suite_python(version), timeout=300,
+        env=clean_env(), python=torch_python(version), timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
