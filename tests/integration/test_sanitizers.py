@@ -35,6 +35,7 @@ from tests.integration.test_conformance_suite import (
     SUITE_ENV,
 )
 from tests.integration.test_conformance_suite import SUITE as CONFORMANCE_SUITE
+from tests.integration.test_dispatch_zoo_native import MIN_ZOO_PASSED, ZOO
 
 from _torch_c_dlpack_ext_core.buildrequest import (
     BuildPolicy,
@@ -60,15 +61,6 @@ FAULTS = Path(__file__).resolve().parent / "fixtures" / "sanitizer_faults.c"
 #: far fewer means most of the suite skipped.
 MIN_SUITE_PASSED = 300
 GNU = toolchain_for("linux")
-#: The dispatch zoo's files (issue 42) and the fewest of their tests that must pass under
-#: the sanitizers (64 at the time of writing: 24 cases x 2 exports, the property, the
-#: findings; DTensor or FunctionalTensor may skip where a torch cannot make them).
-ZOO = (
-    "tests/exchange_suite/test_zoo.py",
-    "tests/exchange_suite/test_zoo_property.py",
-    "tests/exchange_suite/test_dispatch_findings.py",
-)
-MIN_ZOO_PASSED = 56
 
 
 def _compiler() -> tuple[str, ...]:
