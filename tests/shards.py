@@ -130,7 +130,7 @@ SHARDS: tuple[Shard, ...] = (
             *_in("test_leak_loops.py", "*[2.8.0*"),
             *_in("test_leak_loops.py", "*[2.9.1*"),
             *_in("test_portable_allocator_calls.py", "*[2.8.0*"),
-            *_in("test_gilless_refusals.py", "*[portable-2.8.0*"),
+            *_in("test_gilless_refusals.py", "*[portable-2.8.0*", "*[native-cuda-2.8.0*"),
             f"{INTEGRATION}/test_dispatch_zoo_native.py",
         ),
         envs=("py*-torch2.6.0-import-*", "py*-torch2.8.0-import-*", "py*-torch2.9.1-import-*"),

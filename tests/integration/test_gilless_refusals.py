@@ -15,7 +15,7 @@ naming the library.
 
 The portable table runs on the running torch (2.13, CPU), PyPI's 2.8.0 and 2.2.2 and the
 GPU machine's 2.11.0+cu130 (CUDA builds on a host without a GPU); the native library for
-the running torch (CPU build).
+the running torch (CPU build) and the native CUDA library of torch 2.8.0.
 Each check runs in a subprocess: a crash is a return code, not a dead test runner.
 """
 
@@ -107,7 +107,27 @@ CASES = [
     ("portable", "2.2.2"),
     ("portable", CUDA_TWIN),
     ("native", "running"),
+    ("native-cuda", "2.8.0"),
 ]
+
+
+def _native_cuda_library(build_cache: Path) -> Path:
+    """The native CUDA library of PyPI's torch 2.8.0 (compiled against its env's CUDA
+    header wheels, as test_compile_real_torch.py's CUDA variant is; a cache hit there)."""
+    from tests.helpers import suite_env
+    from tests.integration.test_compile_real_torch import timed_compile
+
+    from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
+
+    env = suite_env("2.8.0")
+    output_dir = build_cache / "torch2.8.0-cuda"
+    entry = timed_compile(
+        torch=TorchInstall.from_path(env.torch_dir),
+        backend="cuda",
+        output_dir=output_dir,
+        gpu_home=env.site_packages / "nvidia" / "cuda_runtime",
+    )
+    return output_dir / entry.file
 
 
 def _caller(tmp_path: Path) -> Path:
@@ -133,8 +153,10 @@ def test_refusals_without_the_gil_return_minus_one_on_both_tables(
 ) -> None:
     if table == "portable":
         library: Path = request.getfixturevalue("portable_library")
-    else:
+    elif table == "native":
         library = request.getfixturevalue("torch213_library")[0]
+    else:
+        library = _native_cuda_library(request.getfixturevalue("build_cache"))
     proc = run_python(
         SCRIPT,
         args=[str(library), str(_caller(tmp_path)), str(ROOT / "tests"), str(ROOT / "python")],
