@@ -105,9 +105,17 @@ def test_every_dltensor_stays_valid_until_control_returns(
     assert all(fields.shape == (3, 1, 4) for fields in seen), seen
 
 
-#: The producer's buffer for the import test: 8 float32, imported from byte 8 on.
-_IMPORT_FLOATS = 8
-_IMPORT_OFFSET = 8
+#: The producer's buffer for the import tests, in bytes.
+_IMPORT_BYTES = 32
+
+#: (id, DLPack dtype code, bits, byte_offset, torch dtype name) of each import under
+#: FakeTensorMode: a byte_offset, and a float8 tensor (torch < 2.10 imports both through
+#: a follow-up view the table makes).
+IMPORTS_UNDER_FAKE = [
+    ("byte_offset", DLDataTypeCode.kDLFloat, 32, 8, "float32"),
+    ("float8", DLDataTypeCode.kDLFloat8_e4m3fn, 8, 0, "float8_e4m3fn"),
+    ("float8-byte_offset", DLDataTypeCode.kDLFloat8_e4m3fn, 8, 4, "float8_e4m3fn"),
+]
 
 
 def _tensors_over(start: int, size: int) -> list[str]:
@@ -126,22 +134,29 @@ def _tensors_over(start: int, size: int) -> list[str]:
     return found
 
 
+@pytest.mark.parametrize(
+    ("code", "bits", "offset", "dtype_name"),
+    [case[1:] for case in IMPORTS_UNDER_FAKE],
+    ids=[case[0] for case in IMPORTS_UNDER_FAKE],
+)
 def test_an_import_under_fake_mode_leaves_no_tensor_over_the_producers_memory(
-    api: DLPackExchangeAPI,
+    api: DLPackExchangeAPI, code: int, bits: int, offset: int, dtype_name: str
 ) -> None:
     fake_mode = pytest.importorskip("torch._subclasses.fake_tensor").FakeTensorMode
-    buffer = (ctypes.c_float * _IMPORT_FLOATS)(*range(_IMPORT_FLOATS))
+    if getattr(torch, dtype_name, None) is None:
+        pytest.skip(f"torch {torch.__version__} has no {dtype_name}")
+    buffer = (ctypes.c_uint8 * _IMPORT_BYTES)(*range(_IMPORT_BYTES))
     start, size = ctypes.addressof(buffer), ctypes.sizeof(buffer)
     deleted = []
     deleter = DELETER(lambda pointer: deleted.append(1))
-    shape = (ctypes.c_int64 * 1)(_IMPORT_FLOATS - _IMPORT_OFFSET // 4)
+    shape = (ctypes.c_int64 * 1)((_IMPORT_BYTES - offset) * 8 // bits)
     managed = DLManagedTensorVersioned()
     managed.version.major, managed.version.minor = 1, 3
     managed.deleter = deleter
     tensor = managed.dl_tensor
-    tensor.data, tensor.byte_offset, tensor.ndim, tensor.shape = start, _IMPORT_OFFSET, 1, shape
+    tensor.data, tensor.byte_offset, tensor.ndim, tensor.shape = start, offset, 1, shape
     tensor.device.device_type = DLDeviceType.kDLCPU
-    tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes = DLDataTypeCode.kDLFloat, 32, 1
+    tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes = code, bits, 1
     out = ctypes.c_void_p()
     caught: BaseException | None = None
     with fake_mode():
@@ -151,9 +166,10 @@ def test_an_import_under_fake_mode_leaves_no_tensor_over_the_producers_memory(
             caught = exc
     if caught is None:
         imported = steal_pyobject(out.value or 0)
+        assert imported.dtype == getattr(torch, dtype_name), imported.dtype
         first, _ = storage_of(imported)
-        assert first + imported.storage_offset() * 4 == start + _IMPORT_OFFSET
-        assert imported.tolist() == [2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+        assert first + imported.storage_offset() * bits // 8 == start + offset
+        assert imported.view(torch.uint8).tolist() == list(range(offset, _IMPORT_BYTES))
         del imported
         gc.collect()
         assert deleted == [1], "the producer's deleter did not run once"

@@ -421,12 +421,48 @@ def export_non_owning(api: DLPackExchangeAPI, obj: object) -> TensorFields:
     return fields_of(export_dltensor(api, obj))
 
 
+def _sanitized() -> bool:
+    """An AddressSanitizer runtime is in this process (preloaded for a sanitizer build of
+    the table: tests/integration/test_sanitizers.py)."""
+    try:
+        return hasattr(ctypes.CDLL(None), "__asan_init")
+    except OSError:
+        return False
+
+
+#: Under a sanitizer build the described bytes are read before they are judged, so that
+#: AddressSanitizer itself reports a read past the storage.
+SANITIZED = _sanitized()
+#: The most bytes read at each edge of an extent too large to read whole (2**64 bytes).
+_EDGE = 1 << 16
+
+
+def read_described(low: int, high: int, storage: tuple[int, int] | None) -> None:
+    """Read the bytes [low, high) an export describes: all of them when the extent is
+    small, else both its edges and the bytes around each end of ``storage`` that lie in it
+    (where a read past the storage starts)."""
+    if high - low <= 2 * _EDGE:
+        ctypes.string_at(low, high - low)
+        return
+    windows = [(low, low + _EDGE), (high - _EDGE, high)]
+    if storage is not None:
+        start, size = storage
+        windows += [(start - _EDGE, start + 1), (start + size - 1, start + size + _EDGE)]
+    for begin, end in windows:
+        first, last = max(begin, low), min(end, high)
+        if last > first:
+            ctypes.string_at(first, last - first)
+
+
 def check_export(fields: TensorFields, storage: tuple[int, int] | None, what: str) -> None:
     """``fields`` describe bytes of ``storage`` (first address, byte size; None: none) in
-    host memory; then every described byte is read."""
+    host memory; every described byte is read (under a sanitizer build first, so that
+    AddressSanitizer reports a read past the storage itself)."""
     low, high = described_extent(fields)
     if low == high:
         return  # nothing described: zero-element exports keep torch's behaviour
+    if SANITIZED and (fields.device_type == HOST[0] or torch.version.cuda is None):
+        read_described(low, high, storage)
     assert storage is not None, (
         f"{what}: a tensor without memory of its own was exported as [{low:#x}, {high:#x}) "
         f"({high - low} bytes): {fields}"
@@ -443,7 +479,7 @@ def check_export(fields: TensorFields, storage: tuple[int, int] | None, what: st
     assert (fields.device_type, fields.device_id) == HOST, (
         f"{what}: host memory labelled as device {(fields.device_type, fields.device_id)}"
     )
-    ctypes.string_at(low, high - low)
+    read_described(low, high, storage)
 
 
 def check_refusal(error: BufferError, what: str) -> None:

@@ -13,8 +13,9 @@ does not serve, a negative size), both tables answer -1 and do not crash, from:
 and only a caller that held the GIL (``ctypes.PYFUNCTYPE``) gets the table's ``ValueError``,
 naming the library.
 
-The portable table runs on the running torch (2.13, CPU), PyPI's 2.8.0 (a CUDA build on a
-host without a GPU) and 2.2.2; the native library for the running torch (CPU build).
+The portable table runs on the running torch (2.13, CPU), PyPI's 2.8.0 and 2.2.2 and the
+GPU machine's 2.11.0+cu130 (CUDA builds on a host without a GPU); the native library for
+the running torch (CPU build) and the native CUDA library of torch 2.8.0.
 Each check runs in a subprocess: a crash is a return code, not a dead test runner.
 """
 
@@ -82,14 +83,51 @@ for device_type, device_id in streams:
 print(json.dumps(report))
 """
 
+#: The GPU machine's torch without its GPU: PyPI's 2.11.0+cu130 on CPython 3.12
+#: (devtools.envs.gpu_carry.twin_env), a CUDA build where torch 2.11's own table crashes
+#: on a refused stream without the GIL.
+CUDA_TWIN = "2.11.0-cuda"
+
+
+def torch_python(version: str) -> Path | str:
+    """:func:`tests.helpers.suite_python`, and :data:`CUDA_TWIN`'s interpreter."""
+    if version == CUDA_TWIN:
+        from devtools.envs.gpu_carry import twin_env
+
+        return Path(twin_env().python)
+    return suite_python(version)
+
+
 #: (table, torch) pairs: the portable table on the torches of the trust checks (2.8.0 is
-#: a CUDA build on a host without a GPU), the native library on the running torch.
+#: a CUDA build on a host without a GPU) and the CUDA twin, the native library on the
+#: running torch.
 CASES = [
     ("portable", "running"),
     ("portable", "2.8.0"),
     ("portable", "2.2.2"),
+    ("portable", CUDA_TWIN),
     ("native", "running"),
+    ("native-cuda", "2.8.0"),
 ]
+
+
+def _native_cuda_library(build_cache: Path) -> Path:
+    """The native CUDA library of PyPI's torch 2.8.0 (compiled against its env's CUDA
+    header wheels, as test_compile_real_torch.py's CUDA variant is; a cache hit there)."""
+    from tests.helpers import suite_env
+    from tests.integration.test_compile_real_torch import timed_compile
+
+    from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
+
+    env = suite_env("2.8.0")
+    output_dir = build_cache / "torch2.8.0-cuda"
+    entry = timed_compile(
+        torch=TorchInstall.from_path(env.torch_dir),
+        backend="cuda",
+        output_dir=output_dir,
+        gpu_home=env.site_packages / "nvidia" / "cuda_runtime",
+    )
+    return output_dir / entry.file
 
 
 def _caller(tmp_path: Path) -> Path:
@@ -115,12 +153,14 @@ def test_refusals_without_the_gil_return_minus_one_on_both_tables(
 ) -> None:
     if table == "portable":
         library: Path = request.getfixturevalue("portable_library")
-    else:
+    elif table == "native":
         library = request.getfixturevalue("torch213_library")[0]
+    else:
+        library = _native_cuda_library(request.getfixturevalue("build_cache"))
     proc = run_python(
         SCRIPT,
         args=[str(library), str(_caller(tmp_path)), str(ROOT / "tests"), str(ROOT / "python")],
-        env=clean_env(), python=suite_python(version), timeout=300,
+        env=clean_env(), python=torch_python(version), timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, (
         f"{table} table on torch {version}: the process died ({proc.returncode}):\n"

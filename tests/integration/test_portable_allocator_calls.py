@@ -1,8 +1,8 @@
 """What the portable table's allocator asks torch for: the call it makes is its cost.
 
-A ``TorchFunctionMode`` sees every ``torch.empty`` call the allocator makes, with the
-arguments as the allocator passed them, on PyPI's torch 2.2.2, 2.8.0 and the running
-torch 2.13:
+A recorder in place of ``torch.empty`` (installed before the table loads) sees every call
+the allocator makes, with the arguments as the allocator passed them, on PyPI's torch
+2.2.2, 2.8.0 and the running torch 2.13:
 
 - the sizes go as separate ints (``torch.empty(2, 3)``), never as one tuple: torch's
   argument parser tries a tuple as an int first and raises and clears a formatted
@@ -25,13 +25,14 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import ROOT, clean_env, run_python, suite_python
+from tests.integration.test_gilless_refusals import CUDA_TWIN, torch_python
 
 pytestmark = pytest.mark.slow
 
-#: Allocates each prototype with torch.empty replaced, before the table loads (it looks
-#: torch.empty up once), by a recorder; prints what torch.empty was asked and what the
-#: allocator returned, as JSON. (Not a TorchFunctionMode: the allocator ignores modes,
-#: issue 42 finding 9, so a recording mode would see nothing.)
+#: Allocates each prototype with torch.empty replaced, before the table is loaded (it takes
+#: torch.empty from the module), by a recorder; prints what torch.empty was asked and what
+#: the allocator returned, as JSON. (Not a TorchFunctionMode: a host request runs outside
+#: every mode, issue 42.)
 RECORD = r"""
 import ctypes, json, sys
 import torch
@@ -60,7 +61,7 @@ def allocate(shape, code=2, bits=32):
     proto.device.device_type = 1
     out = ctypes.POINTER(DLManagedTensorVersioned)()
     sink = ErrorSink()
-    calls.clear()
+    del calls[:]
     status = api.managed_tensor_allocator(ctypes.byref(proto), ctypes.byref(out), None,
                                           sink.callback)
     assert status == 0, sink.errors
@@ -211,20 +212,20 @@ AMBIENT_SETTINGS = ["cuda-default", "meta-default", "float64-default", "function
 
 
 @pytest.mark.parametrize("how", AMBIENT_SETTINGS)
-@pytest.mark.parametrize("version", ["running", "2.8.0", "2.2.2"])
+@pytest.mark.parametrize("version", ["running", "2.8.0", "2.2.2", CUDA_TWIN])
 def test_a_host_request_ignores_the_ambient_device_dtype_and_modes(
     portable_library: Path, version: str, how: str
 ) -> None:
     """Issue 42, finding 9: whatever the default device (cuda on a CUDA torch without a
-    GPU: 2.8.0 and 2.2.2 are CUDA builds), default dtype or mode, a host float32 request
-    gets host float32 memory of its shape, and nothing touches CUDA."""
+    GPU: 2.8.0, 2.2.2 and the 2.11 twin are CUDA builds), default dtype or mode, a host
+    float32 request gets host float32 memory of its shape, and nothing touches CUDA."""
     from tests.helpers import CUDA_SPY
 
     code = AMBIENT.replace("{spy}", CUDA_SPY)
     proc = run_python(
         code,
         args=[str(portable_library), str(ROOT / "tests"), str(ROOT / "python"), how],
-        env=clean_env(), python=suite_python(version), timeout=300,
+        env=clean_env(), python=torch_python(version), timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

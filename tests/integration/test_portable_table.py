@@ -566,8 +566,9 @@ def test_cpu_exchanges_leave_cuda_uninitialised(portable_library: Path) -> None:
     assert proc.stdout.split()[-2:] == ["initialized", "False"], proc.stdout
 
 
-#: The allocator calls torch.empty: modes answer it. Fake tensors are refused; a changed
-#: default dtype or device must not change what the prototype asked for.
+#: The allocator calls torch.empty, outside every mode (issue 42, finding 9): under
+#: FakeTensorMode too it returns host memory; a changed default dtype or device must not
+#: change what the prototype asked for.
 ALLOCATOR_MODES = r"""
 import ctypes, sys
 import torch
@@ -598,9 +599,8 @@ def allocate(bits=32):
 plain = (1, 2, 32, (4, 3), (3, 1))
 assert allocate() == plain, allocate()
 with FakeTensorMode():
-    errors = allocate()
-assert [kind for kind, _ in errors] == ["RuntimeError"], errors
-assert "not plain memory" in errors[0][1], errors
+    under_fake = allocate()
+assert under_fake == plain, under_fake
 torch.set_default_dtype(torch.float64)
 assert allocate() == plain, allocate()
 assert allocate(64) == (1, 2, 64, (4, 3), (3, 1)), allocate(64)
