@@ -6,6 +6,7 @@
 #pragma once
 
 #include "tcde_dlpack.h"  // must precede ATen: see the comment in that header
+#include "tcde_contract.h"
 
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
@@ -17,58 +18,29 @@
 namespace tcde {
 
 // DLPack dtype of an ATen scalar type. Returns false for types DLPack cannot
-// express (quantized, bit-packed "bits" types). The rule; ToDLDataType() below
-// answers from a table computed from it.
+// express (quantized, bit-packed "bits" types). The rule, from the contract's one dtype
+// list (tcde_contract.h, TCDE_DTYPES_*); ToDLDataType() below answers from a table
+// computed from it.
+#define TCDE_TO_DL_CASE(name, scalar, code_, bits_, lanes_, flags) \
+  case c10::ScalarType::scalar:                                    \
+    code = code_;                                                  \
+    bits = bits_;                                                  \
+    lanes = lanes_;                                                \
+    break;
 constexpr bool ToDLDataTypeRule(c10::ScalarType type, DLDataType* out) noexcept {
-  using c10::ScalarType;
   uint8_t code = 0;
   uint8_t bits = 0;
   uint16_t lanes = 1;
   switch (type) {
-    case ScalarType::Bool: code = kDLBool; bits = 8; break;
-    case ScalarType::Byte: code = kDLUInt; bits = 8; break;
-    case ScalarType::Char: code = kDLInt; bits = 8; break;
-    case ScalarType::Short: code = kDLInt; bits = 16; break;
-    case ScalarType::Int: code = kDLInt; bits = 32; break;
-    case ScalarType::Long: code = kDLInt; bits = 64; break;
-    case ScalarType::UInt16: code = kDLUInt; bits = 16; break;
-    case ScalarType::UInt32: code = kDLUInt; bits = 32; break;
-    case ScalarType::UInt64: code = kDLUInt; bits = 64; break;
-    case ScalarType::Half: code = kDLFloat; bits = 16; break;
-    case ScalarType::Float: code = kDLFloat; bits = 32; break;
-    case ScalarType::Double: code = kDLFloat; bits = 64; break;
-    case ScalarType::BFloat16: code = kDLBfloat; bits = 16; break;
-    case ScalarType::ComplexHalf: code = kDLComplex; bits = 32; break;
-    case ScalarType::ComplexFloat: code = kDLComplex; bits = 64; break;
-    case ScalarType::ComplexDouble: code = kDLComplex; bits = 128; break;
-    case ScalarType::Float8_e5m2: code = kDLFloat8_e5m2; bits = 8; break;
-    case ScalarType::Float8_e4m3fn: code = kDLFloat8_e4m3fn; bits = 8; break;
-    case ScalarType::Float8_e5m2fnuz: code = kDLFloat8_e5m2fnuz; bits = 8; break;
-    case ScalarType::Float8_e4m3fnuz: code = kDLFloat8_e4m3fnuz; bits = 8; break;
-    // Sub-byte integer types are stored one element per byte; torch 2.13
-    // exports them as 8-bit (u)ints, and so do we.
-    case ScalarType::UInt1:
-    case ScalarType::UInt2:
-    case ScalarType::UInt3:
-    case ScalarType::UInt4:
-    case ScalarType::UInt5:
-    case ScalarType::UInt6:
-    case ScalarType::UInt7: code = kDLUInt; bits = 8; break;
+    TCDE_DTYPES_ALWAYS(TCDE_TO_DL_CASE)
 #if TCDE_TORCH_AT_LEAST(2, 6)
-    case ScalarType::Int1:
-    case ScalarType::Int2:
-    case ScalarType::Int3:
-    case ScalarType::Int4:
-    case ScalarType::Int5:
-    case ScalarType::Int6:
-    case ScalarType::Int7: code = kDLInt; bits = 8; break;
+    TCDE_DTYPES_SINCE_2_6(TCDE_TO_DL_CASE)
 #endif
 #if TCDE_TORCH_AT_LEAST(2, 7)
-    case ScalarType::Float8_e8m0fnu: code = kDLFloat8_e8m0fnu; bits = 8; break;
+    TCDE_DTYPES_SINCE_2_7(TCDE_TO_DL_CASE)
 #endif
 #if TCDE_TORCH_AT_LEAST(2, 8)
-    // One byte holds two FP4 values: torch 2.13 reports bits=4, lanes=2.
-    case ScalarType::Float4_e2m1fn_x2: code = kDLFloat4_e2m1fn; bits = 4; lanes = 2; break;
+    TCDE_DTYPES_SINCE_2_8(TCDE_TO_DL_CASE)
 #endif
     default:
       return false;
@@ -78,6 +50,7 @@ constexpr bool ToDLDataTypeRule(c10::ScalarType type, DLDataType* out) noexcept 
   out->lanes = lanes;
   return true;
 }
+#undef TCDE_TO_DL_CASE
 
 namespace detail {
 
@@ -110,8 +83,9 @@ inline bool ToDLDataType(c10::ScalarType type, DLDataType* out) noexcept {
   return true;
 }
 
-// ATen scalar type of a DLPack dtype; false when ATen has no such type.
-inline bool FromDLDataType(DLDataType dtype, c10::ScalarType* out) noexcept {
+// ATen scalar type of a DLPack dtype; false when ATen has no such type. A switch (imports
+// call it), held to the contract's list below.
+constexpr bool FromDLDataType(DLDataType dtype, c10::ScalarType* out) noexcept {
   using c10::ScalarType;
   if (dtype.lanes != 1) {
 #if TCDE_TORCH_AT_LEAST(2, 8)
@@ -176,6 +150,46 @@ inline bool FromDLDataType(DLDataType dtype, c10::ScalarType* out) noexcept {
     default: return false;
   }
 }
+
+namespace detail {
+
+// One row of the contract's dtype list, as this torch's ATen has it.
+struct DtypeRow {
+  c10::ScalarType type;
+  DLDataType dtype;
+  unsigned flags;
+};
+
+#define TCDE_DTYPE_ROW(name, scalar, code, bits, lanes, flags) \
+  DtypeRow{c10::ScalarType::scalar, DLDataType{code, bits, lanes}, flags},
+inline constexpr DtypeRow kDtypeRows[] = {
+    TCDE_DTYPES_ALWAYS(TCDE_DTYPE_ROW)
+#if TCDE_TORCH_AT_LEAST(2, 6)
+    TCDE_DTYPES_SINCE_2_6(TCDE_DTYPE_ROW)
+#endif
+#if TCDE_TORCH_AT_LEAST(2, 7)
+    TCDE_DTYPES_SINCE_2_7(TCDE_DTYPE_ROW)
+#endif
+#if TCDE_TORCH_AT_LEAST(2, 8)
+    TCDE_DTYPES_SINCE_2_8(TCDE_DTYPE_ROW)
+#endif
+};
+#undef TCDE_DTYPE_ROW
+
+// FromDLDataType() imports every dtype of the list that is not export-only as its own
+// scalar type.
+constexpr bool ImportsEveryListedDtype() noexcept {
+  for (const DtypeRow& row : kDtypeRows) {
+    if ((row.flags & kTcdeDtypeExportOnly) != 0) continue;
+    c10::ScalarType imported{};
+    if (!FromDLDataType(row.dtype, &imported) || imported != row.type) return false;
+  }
+  return true;
+}
+static_assert(ImportsEveryListedDtype(),
+              "FromDLDataType() disagrees with the dtype list of tcde_contract.h");
+
+}  // namespace detail
 
 // Device types follow torch's own answers, member by member and minor by minor
 // (docs/facts.md, "torch's device-type rules"; the same rules as data in

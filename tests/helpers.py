@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_SOURCE = ROOT / "python" / PACKAGE
 CORE_SOURCE = ROOT / "python" / CORE_PACKAGE
 CSRC = ROOT / "csrc"
-PORTABLE_SOURCE = CSRC / "portable" / "portable_api.c"
+#: The portable table's sources (the driver compiles every ``*.c`` of the folder).
+PORTABLE_SOURCES = tuple(sorted((CSRC / "portable").glob("*.c")))
 FAKE_LIBRARY_SOURCE = (
     Path(__file__).resolve().parent / "integration" / "fixtures" / "fake_exchange.c"
 )
@@ -149,7 +150,7 @@ def build_portable_library(
         cc, "-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
         "-Wall", "-Wextra", "-Werror", *api, '-DTCDE_TOOLCHAIN="test build"',
         f"-I{include}", f"-I{tvm_ffi.libinfo.find_dlpack_include_path()}", *extra_flags,
-        "-o", str(out), str(PORTABLE_SOURCE),
+        "-o", str(out), *map(str, PORTABLE_SOURCES),
         f"-Wl,--version-script={CSRC / 'exports.map'}",
     ]  # fmt: skip
     subprocess.run(command, check=True, timeout=120)

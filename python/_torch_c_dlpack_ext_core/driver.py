@@ -135,6 +135,9 @@ _THPVARIABLE_HEADS: tuple[tuple[tuple[int, int], tuple[int, int], str], ...] = (
 )
 #: Where the portable library's sources are, in the source dir (``csrc/``).
 PORTABLE_DIR = "portable"
+#: The header of the one contract both tables keep, in ``csrc/`` (the portable table
+#: includes it from ``portable/``).
+CONTRACT_HEADER = "tcde_contract.h"
 #: What a build does unless its caller says otherwise: audit, echo, no owner checks.
 DEFAULT_POLICY = BuildPolicy()
 
@@ -916,6 +919,8 @@ class PortablePlan(_Outputs):
             "schema": _CACHE_SCHEMA,
             "table": "portable",
             "sources": _source_digests(self.source_dir),
+            # The contract header both tables share (csrc/tcde_contract.h), beside portable/.
+            "contract": sha256_of(self.source_dir.parent / CONTRACT_HEADER),
             "exports": sha256_of(self.version_script),
             "python": [self.python, _python_headers_identity(self.python_include)],
             "compiler": [self.cc, self.compiler_banner],

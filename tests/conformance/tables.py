@@ -160,6 +160,29 @@ DEVIATIONS: dict[str, Deviation] = {
         "sets *out to NULL on every refusal",
         "a caller that forgets the status cannot use a stale pointer",
     ),
+    "outside-storage-export": Deviation(
+        "(2.11, 2.13) exports the sizes and strides a tensor subclass answers through "
+        "__torch_dispatch__ (dispatch_sizes_strides_policy), even beyond its storage: 4 MiB "
+        "described over a 16-byte storage",
+        "BufferError where the described extent (lowest to highest byte of sizes x strides "
+        "+ offset) leaves the C++ storage, naming the library and the remedy "
+        "(t.as_subclass(torch.Tensor))",
+        "a consumer would read and write past the storage",
+    ),
+    "storage-device-export": Deviation(
+        "(2.11 CUDA build) labels a CPU storage with the device a dispatch_device subclass "
+        "answers through __torch_dispatch__ (host memory exported as kDLCUDA)",
+        "BufferError: an export is labelled with its storage's device or refused",
+        "a consumer would launch a GPU kernel on host memory",
+    ),
+    "stream-error-without-gil": Deviation(
+        "(2.11) current_work_stream sets a Python error for a refused request even when its "
+        "caller does not hold the GIL (a crash from a C thread)",
+        "-1 with no error left for a caller without the GIL; the table's ValueError for a "
+        "caller that holds it (both tables alike)",
+        "an error set without the GIL corrupts the interpreter or crashes",
+        kept_from_torch=True,
+    ),
     "allocator-error-kind": Deviation(
         "reports every allocator failure with kind MemoryError",
         "ValueError for a prototype torch cannot represent (dtype, device, negative sizes, "

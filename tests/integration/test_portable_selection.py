@@ -207,7 +207,8 @@ def test_the_combined_wheel_and_each_variant_carry_the_portable_table(
         "python": "abi3",
     }
     assert "torch_c_dlpack_ext/libs/libtorch_c_dlpack_ext-portable.so" in names
-    assert "torch_c_dlpack_ext/csrc/portable/portable_api.c" in names  # for the JIT
+    assert "torch_c_dlpack_ext/csrc/portable/export.c" in names  # for the JIT
+    assert "torch_c_dlpack_ext/csrc/tcde_contract.h" in names
     (variant,) = [p for p in made if is_variant_name(p.name)]
     with zipfile.ZipFile(variant) as archive:
         listed = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))["libraries"]

@@ -10,8 +10,9 @@
 - loading the table allocates nothing and asks nothing of the default device, dtype or
   modes: it loads under a default device of ``meta`` (or ``cuda`` on a CUDA torch with no
   GPU, without a CUDA call), a default dtype of float64, ``FakeTensorMode``, a dispatch
-  mode that refuses ``empty``, and inside ``with torch.device("meta")``; and the package
-  publishes it there;
+  mode that refuses ``empty``, function and dispatch modes that raise on anything (issue
+  42, finding 10), and inside ``with torch.device("meta")``; and the package publishes it
+  there;
 - torch 2.2's importer never releases a data-NULL import: every zero-element import
   through the table still reaches the producer's deleter.
 
@@ -210,6 +211,18 @@ elif how == "refuse-empty":
                 raise RuntimeError("this mode refuses empty")
             return func(*args, **(kwargs or {}))
     scope = RefuseEmpty()
+elif how == "strict-function-mode":
+    from torch.overrides import TorchFunctionMode
+    class Strict(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            raise RuntimeError(f"this mode refuses everything: {func}")
+    scope = Strict()
+elif how == "strict-dispatch-mode":
+    from torch.utils._python_dispatch import TorchDispatchMode
+    class Strict(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            raise RuntimeError(f"this mode refuses everything: {func}")
+    scope = Strict()
 with scope:
     lib = ctypes.PyDLL(sys.argv[1])
     lib.TorchDLPackExchangeAPIPtr.restype = ctypes.c_int64
@@ -228,7 +241,17 @@ print(problem, address != 0, fields.strides == tensor.stride(), "cuda-calls:",
       len(globals().get("CUDA_CALLS", [])))
 """
 
-MODES = ["meta-default", "float64-default", "fake", "meta-context", "refuse-empty"]
+#: strict-*: modes that raise on anything they see (issue 42, finding 10: the load called
+#: torch.device("cpu"), which a function mode sees, and published nothing under one).
+MODES = [
+    "meta-default",
+    "float64-default",
+    "fake",
+    "meta-context",
+    "refuse-empty",
+    "strict-function-mode",
+    "strict-dispatch-mode",
+]
 
 
 @pytest.mark.parametrize("how", [*MODES, "cuda-default"])
@@ -271,6 +294,46 @@ def test_package_publishes_the_table_under_a_default_device(
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert proc.stdout.split()[-4:] == ["portable", "True", "0", "0"], proc.stdout
+
+
+#: The whole package imported under a mode that raises on anything: the portable table is
+#: still published (issue 42, finding 10).
+PACKAGE_IN_STRICT_MODE = r"""
+import sys, warnings
+import torch
+kind = sys.argv[1]
+if kind == "function":
+    from torch.overrides import TorchFunctionMode as Mode
+    class Strict(Mode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            raise RuntimeError(f"this mode refuses everything: {func}")
+else:
+    from torch.utils._python_dispatch import TorchDispatchMode as Mode
+    class Strict(Mode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            raise RuntimeError(f"this mode refuses everything: {func}")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with Strict():
+        import torch_c_dlpack_ext
+status = torch_c_dlpack_ext.status()
+print(status.kind.value, torch.Tensor.__dict__.get("__dlpack_c_exchange_api__") is not None,
+      len(caught), [str(w.message)[:200] for w in caught])
+"""
+
+
+@pytest.mark.parametrize("kind", ["function", "dispatch"])
+def test_package_publishes_the_table_under_a_strict_mode(
+    tmp_path: Path, portable_library: Path, kind: str
+) -> None:
+    root = bundle_portable(make_package(tmp_path / "pkg"), portable_library)
+    env = suite_env("2.8.0")
+    proc = run_python(
+        PACKAGE_IN_STRICT_MODE, pythonpath=[root], env=clean_env(), python=env.python,
+        args=[kind], timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert proc.stdout.split()[:3] == ["portable", "True", "0"], proc.stdout
 
 
 #: 10^4 zero-element imports with data NULL, through the table: each reaches the

@@ -5,6 +5,9 @@
   both run tests/exchange_suite and the differential conformance suite
   (tests/conformance/test_diff_*.py) with the runtimes preloaded (Python and torch are not
   instrumented: ``LD_PRELOAD``, :func:`preload_libraries`), and any finding aborts the run;
+- the dispatch zoo (tests/exchange_suite/test_zoo*.py, test_dispatch_findings.py: issue
+  42) runs on its own too, so that its count is checked: every byte an export describes
+  is read before it is judged, and a read past the storage is AddressSanitizer's report;
 - the harness is checked with it: a heap overflow and a signed overflow in a fixture library
   built with the same flags stop a process run with the same environment;
 - the ABI audits accept the sanitizer runtimes' symbols (``__asan_*``, ``__ubsan_*``) for
@@ -32,6 +35,7 @@ from tests.integration.test_conformance_suite import (
     SUITE_ENV,
 )
 from tests.integration.test_conformance_suite import SUITE as CONFORMANCE_SUITE
+from tests.integration.test_dispatch_zoo_native import MIN_ZOO_PASSED, ZOO
 
 from _torch_c_dlpack_ext_core.buildrequest import (
     BuildPolicy,
@@ -271,6 +275,21 @@ def _conformance_suite(library: Path, log_dir: Path) -> None:
     assert int(total.group(1)) >= MIN_CASES_213, output[-3000:]
     differential = sum(n for name, n in counts.items() if name.endswith("differential"))
     assert differential >= MIN_DIFFERENTIAL_CASES, counts
+
+
+def _zoo(library: Path, log_dir: Path) -> None:
+    output = run_sanitized_suite(list(ZOO), library, log_dir)
+    passed = re.search(r"(\d+) passed", output.strip().splitlines()[-1])
+    assert passed is not None, output[-3000:]
+    assert int(passed.group(1)) >= MIN_ZOO_PASSED, output[-3000:]
+
+
+def test_dispatch_zoo_portable(portable_asan: Path, tmp_path: Path) -> None:
+    _zoo(portable_asan, tmp_path)
+
+
+def test_dispatch_zoo_native(native_asan: Path, tmp_path: Path) -> None:
+    _zoo(native_asan, tmp_path)
 
 
 def test_exchange_suite_portable(portable_asan: Path, tmp_path: Path) -> None:

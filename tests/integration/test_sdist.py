@@ -96,7 +96,7 @@ def test_sdist_builds_a_platform_wheel_against_the_envs_torch(
             in archive.read("torch_c_dlpack_ext-0.2.0.dist-info/WHEEL").decode()
         )
         assert "torch_c_dlpack_ext/csrc/exchange_api.cc" in archive.namelist()
-        assert "torch_c_dlpack_ext/csrc/portable/portable_api.c" in archive.namelist()
+        assert "torch_c_dlpack_ext/csrc/portable/export.c" in archive.namelist()
     # The build never imported torch: its modules would have needed numpy & co here.
     _run([str(python), "-m", "pip", "install", "--isolated", "--no-index", "--no-deps", str(wheel)])
 
