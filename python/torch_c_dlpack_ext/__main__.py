@@ -215,11 +215,13 @@ def collect(device: str = "cpu") -> Report:
         "warnings": list(status.warnings),
     }
     if status.portable:
-        from ._decide import PORTABLE_COST, cost_line
+        from ._costs import MEASURED_ON, PORTABLE_COST
+        from ._decide import cost_line
 
         native = status.native_speed
         report["decision"]["cost"] = {
             **PORTABLE_COST,
+            "measured_on": MEASURED_ON,
             "native_speed": native,
             "summary": cost_line(native),
         }

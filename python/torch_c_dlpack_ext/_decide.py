@@ -1,8 +1,7 @@
 """The selection policy (the pure decision): which library ``import torch_c_dlpack_ext``
 loads, ``(TorchInfo, manifest, settings) -> Decision`` (:func:`decide`, whose docstring is
 the spec; table-tested): defer, native, JIT, the portable table (``DecisionKind.PORTABLE``,
-``Decision.portable`` as the last resort) or unavailable; and :data:`PORTABLE_COST`, the
-per-call figures the diagnostics print.
+``Decision.portable`` as the last resort) or unavailable.
 
 Pure: no I/O, no imports of torch. The caller reads the environment, the running
 torch and the manifest, and acts on the returned :class:`Decision`.
@@ -39,7 +38,6 @@ from _torch_c_dlpack_ext_core.version import __version__
 from ._torchinfo import OWN_LIBRARY, TorchInfo
 
 __all__ = [
-    "PORTABLE_COST",
     "Decision",
     "DecisionKind",
     "SettingProblem",
@@ -136,31 +134,18 @@ class Decision(NamedTuple):
     portable: ManifestEntry | None = None
 
 
-#: The per-call cost of the two kinds of table, in ns (medians), export
-#: (``from_py_object`` and its deleter) / allocator (float32[16], CPU), as ``nox -s bench``
-#: measured them on torch 2.13 CPU: the native library from benchmarks/results/
-#: exchange.json ("ours"), the portable table as shipped (abi3) from
-#: benchmarks/results/portable.json (its torch 2.13 comparison), both from one run.
-#: tests/unit/test_bench_readme.py pins these figures to those files, so a new benchmark
-#: run that moves them fails until they are copied here.
-PORTABLE_COST = {
-    "native_export_ns": 32,
-    "native_allocator_ns": 108,
-    "portable_export_ns": 901,
-    "portable_allocator_ns": 976,
-}
-
-
 def cost_line(native: str = "") -> str:
     """The portable table's per-call cost beside the native one, for status and the
     diagnostics, then ``native``: how to get native speed here, or why it is out of
     reach (:func:`native_speed`)."""
-    c = PORTABLE_COST
+    from ._costs import MEASURED_ON
+    from ._costs import PORTABLE_COST as c
+
     return (
         f"portable table: ~{c['portable_export_ns']} ns per export and "
         f"~{c['portable_allocator_ns']} ns per allocation, against ~{c['native_export_ns']} "
-        f"and ~{c['native_allocator_ns']} ns for the native library (nox -s bench, torch 2.13 "
-        "CPU)" + (f"; {native}" if native else "")
+        f"and ~{c['native_allocator_ns']} ns for the native library (nox -s bench: "
+        f"{MEASURED_ON})" + (f"; {native}" if native else "")
     )
 
 

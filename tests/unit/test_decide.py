@@ -1023,7 +1023,8 @@ def test_unparsable_huge_version_names_the_cause(version: str) -> None:
 
 
 def test_status_names_the_portable_table_its_cost_and_how_to_get_native_speed() -> None:
-    from torch_c_dlpack_ext._decide import PORTABLE_COST, cost_line
+    from torch_c_dlpack_ext._costs import MEASURED_ON, PORTABLE_COST
+    from torch_c_dlpack_ext._decide import cost_line
     from torch_c_dlpack_ext._status import Status
 
     status = Status(
@@ -1040,7 +1041,7 @@ def test_status_names_the_portable_table_its_cost_and_how_to_get_native_speed() 
     # The running torch (the test environment's) has its headers: the JIT is offered.
     assert f"for native speed set {P}JIT=1" in text, text
     assert f"~{PORTABLE_COST['native_export_ns']} and" in cost_line()
-    assert "nox -s bench" in cost_line()
+    assert f"nox -s bench: {MEASURED_ON}" in cost_line()
     assert "cost" not in str(Status(kind=K.LOAD, library=Path("/x/lib.so")))
     assert Status(kind=K.LOAD, torch=torch_info()).native_speed == ""
 
