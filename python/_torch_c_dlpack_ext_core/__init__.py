@@ -8,7 +8,9 @@ developer tools, the tests and the benchmarks import these modules normally, whi
 
 - :mod:`.naming`: the one definition of file names, labels, variable prefixes, paths;
 - :mod:`.errors`: every error class of the shipped code (the public subset is
-  re-exported by :mod:`torch_c_dlpack_ext.errors`);
+  re-exported by :mod:`torch_c_dlpack_ext.errors`); :mod:`.installsource`: where an
+  installation came from (PEP 610's record); :mod:`.remedies`: the commands remedies name
+  (reinstall, build from source);
 - :mod:`.manifest`: the manifest schema, reading, writing and verification;
 - :mod:`.dlpack_ctypes`: ctypes mirrors of the DLPack structs and the exchange table;
 - :mod:`.run`: the one subprocess helper;

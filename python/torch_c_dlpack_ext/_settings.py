@@ -26,7 +26,7 @@ from _torch_c_dlpack_ext_core.errors import ConfigError, TorchCDLPackExtWarning
 from _torch_c_dlpack_ext_core.files import file_kind
 from _torch_c_dlpack_ext_core.naming import ENV_PREFIX, Backend, env_var, parse_backend
 
-from ._decide import SettingProblem, Settings
+from ._model import SettingProblem, Settings
 
 __all__ = [
     "BUILD_TIME_VARIABLES",

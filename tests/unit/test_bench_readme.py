@@ -94,7 +94,7 @@ def test_the_readme_costs_are_the_cost_figures_the_runtime_prints() -> None:
     """The native and portable figures README shows are PORTABLE_COST's, rounded alike, and
     the runtime names the machine they came from."""
     from torch_c_dlpack_ext._costs import MEASURED_ON, PORTABLE_COST
-    from torch_c_dlpack_ext._decide import cost_line
+    from torch_c_dlpack_ext._wording import cost_line
 
     table = render_paths_table(_documents())
     assert table is not None

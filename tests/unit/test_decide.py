@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from _torch_c_dlpack_ext_core.errors import InstallSource, ManifestError, PackageInArchiveError
+from _torch_c_dlpack_ext_core.errors import ManifestError, PackageInArchiveError
+from _torch_c_dlpack_ext_core.installsource import InstallKind, InstallSource
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend, library_filename
 from _torch_c_dlpack_ext_core.version import __version__
@@ -1024,8 +1025,8 @@ def test_unparsable_huge_version_names_the_cause(version: str) -> None:
 
 def test_status_names_the_portable_table_its_cost_and_how_to_get_native_speed() -> None:
     from torch_c_dlpack_ext._costs import MEASURED_ON, PORTABLE_COST
-    from torch_c_dlpack_ext._decide import cost_line
     from torch_c_dlpack_ext._status import Status
+    from torch_c_dlpack_ext._wording import cost_line
 
     status = Status(
         kind=K.PORTABLE,
@@ -1139,7 +1140,7 @@ def test_native_speed_offers_the_jit_only_where_it_can_serve(
     says: tuple[str, ...],
     never: tuple[str, ...],
 ) -> None:
-    from torch_c_dlpack_ext._decide import native_speed
+    from torch_c_dlpack_ext._wording import native_speed
 
     text = native_speed(info, read_settings(env), headers=headers)
     for fragment in says:
@@ -1151,7 +1152,7 @@ def test_native_speed_offers_the_jit_only_where_it_can_serve(
 def test_the_range_native_speed_names_is_the_one_the_decision_names() -> None:
     """One source for the range (naming.TORCH_RANGE): the reason on the same screen and
     the native-speed line say the same numbers."""
-    from torch_c_dlpack_ext._decide import native_speed
+    from torch_c_dlpack_ext._wording import native_speed
 
     info = torch_info("2.2.2+cu121")
     reason = decide(info, FULL, Settings()).reason
@@ -1160,7 +1161,7 @@ def test_the_range_native_speed_names_is_the_one_the_decision_names() -> None:
 
 
 def test_native_speed_of_a_library_override() -> None:
-    from torch_c_dlpack_ext._decide import native_speed
+    from torch_c_dlpack_ext._wording import native_speed
 
     text = native_speed(torch_info(), Settings(library=Path("/x/portable.so"), jit=True))
     assert text == f"for native speed point {P}LIBRARY at a native library, or unset it"
@@ -1198,8 +1199,8 @@ def test_the_status_looks_for_the_running_torchs_headers(
 #: Where a copy came from (its installation record), and what its remedies may pin.
 SOURCES = {
     "index": InstallSource(installer="pip"),
-    "dir": InstallSource("dir", "/home/me/src/torch-c-dlpack-ext"),
-    "unrecorded": InstallSource("unrecorded", "/home/me/src/torch-c-dlpack-ext/python"),
+    "dir": InstallSource(InstallKind.DIR, "/home/me/src/torch-c-dlpack-ext"),
+    "unrecorded": InstallSource(InstallKind.UNRECORDED, "/home/me/src/torch-c-dlpack-ext/python"),
 }
 #: Decisions whose remedy names an installation command.
 REMEDIES = {
