@@ -118,6 +118,13 @@ def _parser() -> argparse.ArgumentParser:
         help="with --device cuda: every step on CPU tensors with a few calls, where no GPU is; "
         "the result goes to <work dir>/results-dry-run and is never rendered",
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another checkout (its python/ folder is read) whose import the import benchmark "
+        "times too, in the same interleaved rounds: a change against the tree before it",
+    )
     parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
     return parser
 
@@ -157,6 +164,7 @@ def _main(args: argparse.Namespace) -> int:
         work_dir=work_dir,
         results_dir=results_dir,
         progress=progress,
+        baseline=args.baseline.resolve() if args.baseline is not None else None,
     )
     runners = _runners()
     for kind in () if args.readme_only else kinds:
