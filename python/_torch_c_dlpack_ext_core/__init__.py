@@ -17,8 +17,10 @@ developer tools, the tests and the benchmarks import these modules normally, whi
 - :mod:`.trust`: what may be loaded (OpenSSH's StrictModes: owner and mode of the file
   and of every directory above it); :mod:`.buildlock`: the build lock and its owner,
   and what killed builds left;
-- :mod:`.driver`, :mod:`.torchinstall`, :mod:`.headers`: the compiler driver, a torch
-  installation read from its files, the headers a build finds;
+- :mod:`.driver`, :mod:`.torchinstall`, :mod:`.headers`: the compiler driver (the
+  native plan; the portable plan in :mod:`.portableplan`, the steps both builds take in
+  :mod:`.buildsteps`, the torch checks in :mod:`.torchchecks`), a torch installation
+  read from its files, the headers a build finds;
 - :mod:`.toolchains`: gnu, darwin, msvc behind one ``Toolchain`` protocol (compiler,
   argv, library names, the ELF ABI audit);
 - :mod:`.version`: the one source of the version.

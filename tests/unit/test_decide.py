@@ -892,10 +892,10 @@ def test_a_bundled_library_still_serves_its_torch_outside_the_range() -> None:
 
 
 def test_the_supported_range_is_the_layouts_the_driver_checks() -> None:
-    from _torch_c_dlpack_ext_core import driver
+    from _torch_c_dlpack_ext_core import torchchecks
     from _torch_c_dlpack_ext_core.naming import TORCH_RANGE
 
-    heads = driver._THPVARIABLE_HEADS
+    heads = torchchecks.THPVARIABLE_HEADS
     assert (heads[0][0], heads[-1][1]) == TORCH_RANGE
     # Contiguous: each range starts one minor after the previous one ends.
     for (_, end, _), (start, _, _) in zip(heads, heads[1:]):
