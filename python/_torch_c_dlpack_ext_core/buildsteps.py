@@ -38,6 +38,7 @@ __all__ = [
     "CACHE_SCHEMA",
     "DEFAULT_POLICY",
     "MAX_RECORD_BYTES",
+    "PORTABLE_DIR",
     "PlanOutputs",
     "cached_entry",
     "check_sanitizers",
@@ -338,3 +339,7 @@ def locked_build(
             return cached
         announce()
         return build()
+
+
+#: Where the portable library's sources are, in the source dir (``csrc/``).
+PORTABLE_DIR = "portable"

@@ -50,11 +50,13 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .buildrequest import BuildPolicy, BuildRequest, PortableRequest
 from .buildsteps import (
     CACHE_SCHEMA,
     DEFAULT_POLICY,
+    PORTABLE_DIR,
     PlanOutputs,
     check_sanitizers,
     find_python_exports,
@@ -88,12 +90,14 @@ from .naming import (
     Backend,
     library_filename,
 )
-from .portableplan import PORTABLE_DIR, PortablePlan, compile_portable_library, plan_portable
 from .stableabi import audit_stable_abi
 from .toolchains import AuditOutcome, CompileJob, toolchain_for
 from .toolchains.sanitizers import Sanitizer, parse_sanitizers, tagged_filename
 from .torchchecks import LAYOUT_HEADER, check_abi, check_tensor_layout
 from .torchinstall import TorchInstall
+
+if TYPE_CHECKING:
+    from .portableplan import PortablePlan, compile_portable_library, plan_portable
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -110,6 +114,19 @@ __all__ = [
     "plan_build",
     "plan_portable",
 ]
+
+#: The portable table's names, re-exported from :mod:`.portableplan` on first use (PEP 562),
+#: so a native build never imports the portable plan.
+_PORTABLE_NAMES = frozenset({"PortablePlan", "compile_portable_library", "plan_portable"})
+
+
+def __getattr__(name: str) -> object:
+    if name in _PORTABLE_NAMES:
+        from . import portableplan
+
+        return getattr(portableplan, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Torch's CMake config asks dependents for C++20 from 2.12 on (``CXX_STANDARD 20`` in
 #: TorchConfig.cmake of PyPI's 2.12.0-2.15.0; 17 in 2.10.0 and 2.11.0).

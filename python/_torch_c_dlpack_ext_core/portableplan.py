@@ -21,6 +21,7 @@ from .buildrequest import BuildPolicy, PortableRequest
 from .buildsteps import (
     CACHE_SCHEMA,
     DEFAULT_POLICY,
+    PORTABLE_DIR,
     PlanOutputs,
     check_sanitizers,
     find_python_exports,
@@ -41,15 +42,10 @@ from .toolchains import CompileJob, toolchain_for
 from .toolchains.sanitizers import Sanitizer, tagged_filename
 
 __all__ = [
-    "PORTABLE_DIR",
     "PortablePlan",
     "compile_portable_library",
     "plan_portable",
 ]
-
-
-#: Where the portable library's sources are, in the source dir (``csrc/``).
-PORTABLE_DIR = "portable"
 
 
 @dataclasses.dataclass(frozen=True)

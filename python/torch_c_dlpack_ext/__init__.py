@@ -24,7 +24,8 @@ cost figures (``_costs``, generated); the selector's records (``_model``); gathe
 facts (``_torchinfo``, ``_settings``; ``_library`` loads off the common path,
 ``_install`` reads the installation record); the wording of remedies and warnings
 (``_wording``); the JIT (``_jit``); the policy (``_decide``, pure); the status record
-(``_status``); acting on a decision (``_apply``); the import boundary's wording
+(``_status``); acting on a decision (``_apply``); an explicit compile request
+(``_compile``); the import boundary's wording
 (``_boundary``); this module; the diagnostics (``__main__``). The import's common path
 runs this module and ``_loader`` only.
 """
@@ -317,7 +318,7 @@ def build_for_current_torch() -> Path:
     Returns the library's path; raises a :class:`~torch_c_dlpack_ext.errors.BuildError`
     (or another :mod:`~torch_c_dlpack_ext.errors` class) saying what is missing.
     """
-    from ._apply import build_for_current_torch as build
+    from ._compile import build_for_current_torch as build
 
     _STATE["status"], library = build(os.environ)
     return library

@@ -2,7 +2,7 @@
 settings, the running torch, the manifest), decides with :func:`._decide.decide` and acts
 on the decision (fallbacks, the legacy int, a ``LIBRARY`` override, the JIT), announcing
 what it has to say as one warning (worded by :mod:`._wording`); it also builds the status
-(:func:`status_of`) and runs :func:`build_for_current_torch`.
+(:func:`status_of`).
 
 :func:`._loader.load_common` handles the common case; this module runs when
 anything is unusual (a ``TORCH_C_DLPACK_EXT_*`` variable, an attribute on
@@ -22,19 +22,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from _torch_c_dlpack_ext_core.errors import (
-    ConfigError,
     LibraryLoadError,
     ManifestError,
     TorchCDLPackExtError,
-    TorchInstallError,
 )
 from _torch_c_dlpack_ext_core.files import load_manifest, read_verified
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import MANIFEST_NAME, PORTABLE, Backend, env_var
 
 from ._decide import decide, manifest_needed
-from ._loader import CAPSULE_ATTR, ENV_PREFIX, LEGACY_INT_ATTR, LOCK, make_capsule, publish
+from ._loader import CAPSULE_ATTR, LEGACY_INT_ATTR, LOCK, make_capsule, publish
 from ._model import Decision, DecisionKind, Settings, TorchInfo
+from ._settings import settings_of
 from ._torchinfo import check_legacy_pointer, describe_torch
 from ._wording import (
     announce,
@@ -61,10 +60,8 @@ if TYPE_CHECKING:
     from ._status import Status, StatusFields
 
 __all__ = [
-    "build_for_current_torch",
     "deferred_status",
     "select_and_load",
-    "settings_of",
     "status_of",
     "torch_import_failed",
 ]
@@ -427,16 +424,6 @@ def _common_path_status(library: Path | None, kind: DecisionKind = DecisionKind.
     )
 
 
-def settings_of(environ: Mapping[str, str]) -> Settings:
-    """The runtime settings in ``environ``: ``Settings()`` when no ``TORCH_C_DLPACK_EXT_*``
-    variable is set (the common case parses nothing), else :func:`._settings.read_settings`."""
-    if not any(name.startswith(ENV_PREFIX) for name in environ):
-        return Settings()
-    from ._settings import read_settings
-
-    return read_settings(environ)
-
-
 def select_and_load(environ: Mapping[str, str], package_dir: Path) -> StatusFields:
     """Run the whole selector once: read settings, torch and (if needed) the manifest,
     decide, and act. Never raises for a bad environment, a bad installation, a bad
@@ -474,37 +461,3 @@ def select_and_load(environ: Mapping[str, str], package_dir: Path) -> StatusFiel
             source = install_source(package_dir)
             decision = decide(info, manifest, settings, source=source)
         return _Action(torch, info, decision, settings, package_dir).run()
-
-
-def build_for_current_torch(environ: Mapping[str, str]) -> tuple[Status, Path]:
-    """Build, load and publish for the running torch; the body of
-    :func:`torch_c_dlpack_ext.build_for_current_torch`. Raises what the build raises."""
-    from . import _jit
-    from ._library import open_library
-    from ._status import Status
-
-    try:
-        import torch
-    except ImportError as exc:
-        raise TorchInstallError(
-            f"cannot build for the current torch: torch is not importable ({exc}); install it"
-        ) from None
-
-    with LOCK:
-        info = describe_torch(torch)
-        settings = settings_of(environ)
-        for problem in settings.problems:
-            # A bad BACKEND must not quietly become the detected backend.
-            if problem.variable in (env_var("BACKEND"), env_var("CACHE_DIR")):
-                raise ConfigError(f"cannot build for the current torch: {problem.message}")
-        backend = settings.backend or info.backend
-        loaded = open_library(*_jit.build(torch, info, backend, settings))
-        publish(torch, loaded.pointer)
-        status = Status(
-            kind=DecisionKind.JIT,
-            library=loaded.path,
-            torch=info,
-            reason=f"built for torch {info.version} ({backend.value}) on request",
-            settings=settings,
-        )
-        return status, loaded.path

@@ -269,3 +269,11 @@ def read_settings(environ: Mapping[str, str]) -> Settings:
         problems=tuple(problems),
         in_force=in_force,
     )
+
+
+def settings_of(environ: Mapping[str, str]) -> Settings:
+    """The runtime settings in ``environ``: ``Settings()`` when no ``TORCH_C_DLPACK_EXT_*``
+    variable is set (the common case parses nothing), else :func:`read_settings`."""
+    if not any(name.startswith(ENV_PREFIX) for name in environ):
+        return Settings()
+    return read_settings(environ)
