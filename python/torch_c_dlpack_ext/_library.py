@@ -62,7 +62,6 @@ __all__ = [
     "open_library",
     "override_mismatch",
     "parse_build_info",
-    "python_mismatch",
     "read_library",
     "short_path",
 ]
@@ -313,7 +312,7 @@ def build_mismatch(
         f"point {var} at a library built for this torch, set {env_var('JIT')}=1 instead, "
         "or unset it"
     )
-    python_or_portable = python_mismatch(built, name, info)
+    python_or_portable = _python_mismatch(built, name, info)
     if python_or_portable is not None or built.get("table") == PORTABLE:
         # The portable table is torch-agnostic: no torch minor, ABI or backend to match.
         return python_or_portable
@@ -365,7 +364,9 @@ def build_mismatch(
     return None
 
 
-def python_mismatch(built: dict[str, object], name: str, info: TorchInfo) -> tuple[str, str] | None:
+def _python_mismatch(
+    built: dict[str, object], name: str, info: TorchInfo
+) -> tuple[str, str] | None:
     """Why a library whose build info is ``built`` may not be loaded by this interpreter
     (its ``python``: an abi3 library on a free-threaded build, a 3.14t one elsewhere), or,
     for the portable table, by this torch (it calls ``torch._C._to_dlpack``)."""

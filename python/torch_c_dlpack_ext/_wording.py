@@ -49,11 +49,9 @@ __all__ = [
     "describe_torch_build",
     "details_elsewhere",
     "gpu_library_remedy",
-    "importer_stacklevel",
     "native_out_of_reach",
     "native_speed",
     "one_line",
-    "range_text",
     "reinstall",
     "report_remedy",
     "run_as_diagnostics",
@@ -78,7 +76,7 @@ def cost_line(native: str = "") -> str:
     )
 
 
-def range_text() -> str:
+def _range_text() -> str:
     (lo, hi) = TORCH_RANGE
     return f"{lo[0]}.{lo[1]}-{hi[0]}.{hi[1]}"
 
@@ -102,13 +100,13 @@ def native_out_of_reach(info: TorchInfo, backend: Backend) -> str | None:
     if version < lo:
         return (
             f"torch {info.version} is older than any native build (torch-c-dlpack-ext "
-            f"{__version__} builds for torch {range_text()}; torch 2.10 and later provide "
+            f"{__version__} builds for torch {_range_text()}; torch 2.10 and later provide "
             "__dlpack_c_exchange_api__ themselves)"
         )
     if version > hi:
         return (
             f"torch {info.version} is newer than any native build of torch-c-dlpack-ext "
-            f"{__version__} (torch {range_text()}): a later release may build for it"
+            f"{__version__} (torch {_range_text()}): a later release may build for it"
         )
     return None
 
@@ -233,7 +231,7 @@ def compiled_wheel_remedy(source: InstallSource | None = None) -> str:
 _PACKAGE_PREFIX = os.path.dirname(__file__) + os.sep
 
 
-def importer_stacklevel() -> int:
+def _importer_stacklevel() -> int:
     """The ``stacklevel`` that points a warning at the first caller outside this
     package (the line that imported it), whatever path led here. Like ``warnings``
     itself, importlib's frames are skipped without being counted."""
@@ -341,7 +339,7 @@ def announce(messages: Sequence[str]) -> str | None:
     if run_as_diagnostics():
         return text
     try:
-        warnings.warn(text, TorchCDLPackExtWarning, stacklevel=importer_stacklevel())
+        warnings.warn(text, TorchCDLPackExtWarning, stacklevel=_importer_stacklevel())
     except Warning:  # the user's filters made it an error (-W error): they asked for that
         raise
     except Exception:  # it cannot be displayed (closed stderr, a failing hook):
