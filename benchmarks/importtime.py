@@ -20,11 +20,12 @@ code measured the same as the day before's, A/B in one interleaved run).
 Each variant records the ``packaging`` its import left loaded (newer releases import
 faster: 24.2 ~5.0 ms, 25.0 ~4.7 ms, 26.4 ~3.9 ms on the AMD machine without torch).
 
-The targets are ratios within one run (rounds interleave the variants, so machine load
-hits all of them alike): defer path median <= 3 x the empty package's, load path median
-<= 0.5 x 0.1.5's (the aim is 0.4). Each sample also records the thread's CPU time
-around the import (``time.thread_time_ns``), which a loaded machine inflates less than
-the wall clock; the same ratios of CPU time are reported beside them.
+The targets are ratios within one run (rounds interleave the variants, each round starting
+at the next one, so machine load and the order hit all of them alike): defer path median <=
+3 x the empty package's, load path median <= 0.5 x 0.1.5's (the aim is 0.4). Each sample
+also records the thread's CPU time around the import (``time.thread_time_ns``), which a
+loaded machine inflates less than the wall clock; the same ratios of CPU time are reported
+beside them.
 
 Each sample is taken inside its own subprocess with ``time.perf_counter_ns`` around the
 import statement alone, so interpreter start-up and ``import torch`` are excluded. An
@@ -289,7 +290,11 @@ def run_import(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[Tar
         _sample(variant, pycache)
     for round_number in range(repeats):
         ctx.progress(f"import: round {round_number + 1}/{repeats}")
-        for variant in variants:
+        # Each round starts at another variant: on a loaded machine the process that runs
+        # after another torch's measured 10 % slower or faster than the next one (the same
+        # files A/B, 2026-12-08), so a fixed order would bias every ratio.
+        shift = round_number % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
             result = _sample(variant, pycache)
             samples[variant.name].append(result["ns"] / 1e6)
             cpu_samples[variant.name].append(result["cpu_ns"] / 1e6)
