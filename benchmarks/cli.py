@@ -10,12 +10,11 @@ from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import ConfigError, TorchCDLPackExtError
 
-from .pages import write_pages
+from .pages import KINDS, write_pages
 from .report import (
     Progress,
     Table,
     describe_machine,
-    read_result,
     targets_table,
     write_result,
 )
@@ -45,7 +44,6 @@ def _runners() -> dict[str, Runner]:
 
 
 #: Benchmark kinds in the order they run and appear in docs/benchmarks.md.
-KINDS = ("exchange", "portable", "import", "build", "size")
 
 
 def parse_only(value: str | None) -> tuple[str, ...]:
@@ -120,6 +118,13 @@ def _parser() -> argparse.ArgumentParser:
         help="with --device cuda: every step on CPU tensors with a few calls, where no GPU is; "
         "the result goes to <work dir>/results-dry-run and is never rendered",
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another checkout (its python/ folder is read) whose import the import benchmark "
+        "times too, in the same interleaved rounds: a change against the tree before it",
+    )
     parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
     return parser
 
@@ -159,6 +164,7 @@ def _main(args: argparse.Namespace) -> int:
         work_dir=work_dir,
         results_dir=results_dir,
         progress=progress,
+        baseline=args.baseline.resolve() if args.baseline is not None else None,
     )
     runners = _runners()
     for kind in () if args.readme_only else kinds:
@@ -185,14 +191,6 @@ def _main(args: argparse.Namespace) -> int:
     # files change, so the committed pages and results never drift apart.
     committed = results_dir == (ROOT / "benchmarks" / "results").resolve()
     if args.write_readme or args.readme_only or committed:
-        documents = [
-            read_result(results_dir / f"{kind}.json")
-            for kind in KINDS
-            if (results_dir / f"{kind}.json").is_file()
-        ]
-        for page in write_pages(documents, ROOT):
-            progress(
-                f"{page.relative_to(ROOT)}: generated tables rewritten from "
-                f"{len(documents)} result file(s)"
-            )
+        for page in write_pages(results_dir):
+            progress(f"{page.relative_to(ROOT)}: generated figures rewritten from {results_dir}")
     return 0

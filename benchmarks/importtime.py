@@ -20,11 +20,12 @@ code measured the same as the day before's, A/B in one interleaved run).
 Each variant records the ``packaging`` its import left loaded (newer releases import
 faster: 24.2 ~5.0 ms, 25.0 ~4.7 ms, 26.4 ~3.9 ms on the AMD machine without torch).
 
-The targets are ratios within one run (rounds interleave the variants, so machine load
-hits all of them alike): defer path median <= 3 x the empty package's, load path median
-<= 0.5 x 0.1.5's (the aim is 0.4). Each sample also records the thread's CPU time
-around the import (``time.thread_time_ns``), which a loaded machine inflates less than
-the wall clock; the same ratios of CPU time are reported beside them.
+The targets are ratios within one run (rounds interleave the variants, each round starting
+at the next one, so machine load and the order hit all of them alike): defer path median <=
+3 x the empty package's, load path median <= 0.5 x 0.1.5's (the aim is 0.4). Each sample
+also records the thread's CPU time around the import (``time.thread_time_ns``), which a
+loaded machine inflates less than the wall clock; the same ratios of CPU time are reported
+beside them.
 
 Each sample is taken inside its own subprocess with ``time.perf_counter_ns`` around the
 import statement alone, so interpreter start-up and ``import torch`` are excluded. An
@@ -69,6 +70,8 @@ __all__ = ["PROBE", "ImportVariant", "empty_package", "package_with_library", "r
 DEFER = "defer (torch 2.13, ours)"
 EMPTY = "defer (torch 2.13, empty package)"
 LOAD = f"load (torch {OLD_TORCH}, ours)"
+#: The same path of the ``--baseline`` checkout (the tree a change is measured against).
+BASELINE_LOAD = f"load (torch {OLD_TORCH}, baseline tree)"
 #: The targets: ours / reference, medians of the same run.
 DEFER_LIMIT = 3.0
 LOAD_LIMIT = 0.5
@@ -104,9 +107,12 @@ class ImportVariant:
     expected_root: Path
 
 
-def package_with_library(library: BuiltLibrary, destination: Path) -> Path:
-    """A copy of the package source with ``library`` bundled and listed in its manifest,
-    the layout a wheel installs. Returns the directory to put on ``PYTHONPATH``."""
+def package_with_library(
+    library: BuiltLibrary, destination: Path, *, source: Path = ROOT / "python"
+) -> Path:
+    """A copy of the package source (under ``source``: this checkout's ``python/``, or a
+    baseline's) with ``library`` bundled and listed in its manifest, the layout a wheel
+    installs. Returns the directory to put on ``PYTHONPATH``."""
     if destination.exists():
         shutil.rmtree(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
@@ -115,7 +121,7 @@ def package_with_library(library: BuiltLibrary, destination: Path) -> Path:
         package = staging / PACKAGE
         for name in (PACKAGE, CORE_PACKAGE):  # the wheel installs both
             shutil.copytree(
-                ROOT / "python" / name, staging / name, ignore=shutil.ignore_patterns("__pycache__")
+                source / name, staging / name, ignore=shutil.ignore_patterns("__pycache__")
             )
         relative = f"{LIBS_DIR}/{library.path.name}"
         (package / LIBS_DIR).mkdir(exist_ok=True)
@@ -236,6 +242,18 @@ def _variants(ctx: BenchContext, errors: dict[str, str]) -> list[ImportVariant]:
                 expected_root=package_root,
             )
         )
+        if ctx.baseline is not None:
+            baseline_root = package_with_library(
+                ours, ctx.work_dir / "import" / "baseline", source=ctx.baseline / "python"
+            )
+            variants.append(
+                ImportVariant(
+                    name=BASELINE_LOAD,
+                    python=env.python,
+                    pythonpath=(baseline_root,),
+                    expected_root=baseline_root,
+                )
+            )
     except (TorchCDLPackExtError, ImportError) as exc:
         errors["ours"] = f"{type(exc).__name__}: {exc}"
         ctx.progress(f"import: our load path is unavailable: {errors['ours']}")
@@ -272,7 +290,11 @@ def run_import(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[Tar
         _sample(variant, pycache)
     for round_number in range(repeats):
         ctx.progress(f"import: round {round_number + 1}/{repeats}")
-        for variant in variants:
+        # Each round starts at another variant: on a loaded machine the process that runs
+        # after another torch's measured 10 % slower or faster than the next one (the same
+        # files A/B, 2026-12-08), so a fixed order would bias every ratio.
+        shift = round_number % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
             result = _sample(variant, pycache)
             samples[variant.name].append(result["ns"] / 1e6)
             cpu_samples[variant.name].append(result["cpu_ns"] / 1e6)
@@ -365,6 +387,21 @@ def run_import(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[Tar
         },
         "errors": errors,
     }
+    if BASELINE_LOAD in samples and LOAD in samples:
+        # This tree's load path against the baseline's, wall and CPU time (no target: a
+        # refactor must not be slower, which these say).
+        data["against_baseline"] = {
+            "baseline": str(ctx.baseline),
+            "wall": ratio(LOAD, BASELINE_LOAD, published=True),
+            "cpu": ratio(LOAD, BASELINE_LOAD, published=True, cpu=True),
+            "baseline_vs_legacy_wall": ratio(BASELINE_LOAD, legacy, published=True)
+            if legacy
+            else None,
+            "baseline_vs_legacy_cpu": ratio(BASELINE_LOAD, legacy, published=True, cpu=True)
+            if legacy
+            else None,
+        }
+        ctx.progress(f"import: this tree / the baseline's, load path: {data['against_baseline']}")
     return data, [table], targets
 
 

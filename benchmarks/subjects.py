@@ -16,6 +16,8 @@ import time
 import zipfile
 from pathlib import Path
 
+from devtools.base.hostenv import find_cpython
+
 from _torch_c_dlpack_ext_core.errors import ConfigError, TorchInstallError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend
@@ -36,7 +38,6 @@ __all__ = [
     "build_portable",
     "cuda_torch_env",
     "fetch_legacy_release",
-    "find_python",
     "old_torch_env",
     "running_torch_dir",
     "subprocess_env",
@@ -76,6 +77,9 @@ class BenchContext:
     work_dir: Path
     results_dir: Path
     progress: Progress
+    #: Another checkout whose package the import benchmark also times, interleaved with
+    #: this one's (``--baseline DIR``: a refactor against the tree before it); None: none.
+    baseline: Path | None = None
 
 
 def subprocess_env(
@@ -166,34 +170,13 @@ def old_torch_env(version: str = OLD_TORCH) -> OldTorchEnv:
     return OldTorchEnv(python=Path(env.python), torch_dir=Path(env.torch_dir), version=env.version)
 
 
-def find_python(version: str) -> Path | None:
-    """A CPython ``version`` (``"3.12"``) of this machine: this interpreter, one uv finds,
-    or one pyenv installed (its shims hide the others from uv); None when there is none."""
-    if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
-        return Path(sys.executable)
-    uv = shutil.which("uv")
-    if uv:
-        found = run([uv, "python", "find", "--no-python-downloads", version], echo=False,
-                    timeout=60, check=False)  # fmt: skip
-        if found.returncode == 0 and found.stdout.strip():
-            return Path(found.stdout.strip())
-    pyenv = shutil.which("pyenv")
-    if pyenv:
-        root = run([pyenv, "root"], echo=False, timeout=60, check=False)
-        versions = Path(root.stdout.strip()) / "versions"
-        candidates = sorted(versions.glob(f"{version}.*/bin/python{version}"))
-        if root.returncode == 0 and candidates:
-            return candidates[-1]
-    return None
-
-
 def cuda_torch_env() -> OldTorchEnv:
     """The cached environment with PyPI's torch :data:`CUDA_TORCH` (its CUDA build, with
     the CUDA wheels ``import torch`` needs) on CPython :data:`CUDA_TORCH_PYTHON`; a
     :class:`ConfigError` when this machine has no such CPython."""
     from devtools.envs.torchenv import torch_env
 
-    python = find_python(CUDA_TORCH_PYTHON)
+    python = find_cpython(CUDA_TORCH_PYTHON)
     if python is None:
         raise ConfigError(
             f"no CPython {CUDA_TORCH_PYTHON} found (uv python find, pyenv) for the torch "

@@ -25,7 +25,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from _torch_c_dlpack_ext_core.errors import BUILD_REQUIREMENTS, build_requirements_command
+from _torch_c_dlpack_ext_core.remedies import BUILD_REQUIREMENTS, build_requirements_command
 
 __all__ = ["BUILD_REQUIREMENTS", "TRACEBACK_PREFIX", "TRACEBACK_VARIABLE", "brief_error",
            "error_boundary"]  # fmt: skip

@@ -1,17 +1,17 @@
 """CONTRIBUTING.md's map of the code, generated from the docstrings it describes.
 
-The part of CONTRIBUTING.md between :data:`BEGIN` and :data:`END` is, in this order: the
-layers table (each layer of :data:`LAYERS_SOURCE`'s ``ALLOWED`` table, the one the import
-graph test enforces: what it may import, and its ``__init__`` docstring), one table per
-layer of :data:`TREES` (the core, the face, the build backend: a row per module and per
-sub-package), then ``devtools/``'s rooms table (each room's ``__init__`` docstring: what it
-owns, and its "May import:" line) and its modules table, room by room, bottom up. One rule
-for every row: a module or package is summed up by its docstring's first paragraph (a
-package by its ``__init__``'s), so to change a row, change that paragraph; a module without
-a docstring is an error. ``python -m devtools map`` (``nox -s map``) rewrites that part;
-``--check`` (run by ``nox -s lint`` and a unit test) fails when it differs from the
-docstrings. The sources are read with :mod:`ast`, never imported, so the map costs no
-import of a package.
+CONTRIBUTING.md's generated section (a cog block, :mod:`devtools.base.generated`) is, in
+this order: the layers table (each layer of :data:`LAYERS_SOURCE`'s ``ALLOWED`` table, the
+one the import graph test enforces: what it may import, and its ``__init__`` docstring),
+one table per layer of :data:`TREES` (the core, the face, the build backend: a row per
+module and per sub-package), then ``devtools/``'s rooms table (each room's ``__init__``
+docstring: what it owns, and its "May import:" line) and its modules table, room by room,
+bottom up. One rule for every row: a module or package is summed up by its docstring's
+first paragraph (a package by its ``__init__``'s), so to change a row, change that
+paragraph; a module without a docstring is an error. ``python -m devtools map`` (``nox -s
+map``) rewrites that part; ``--check`` (run by ``nox -s lint`` and a unit test) fails when
+it differs from the docstrings. The sources are read with :mod:`ast`, never imported, so
+the map costs no import of a package.
 """
 
 from __future__ import annotations
@@ -23,10 +23,7 @@ from pathlib import Path
 from devtools.base.errors import DevToolError
 from devtools.base.paths import ROOT
 
-__all__ = ["BEGIN", "END", "LAYERS_SOURCE", "ROOMS", "TREES", "render", "replace_map"]
-
-BEGIN = "<!-- map:begin (generated from the docstrings by `nox -s map`; edit those) -->"
-END = "<!-- map:end -->"
+__all__ = ["LAYERS_SOURCE", "ROOMS", "TREES", "render"]
 
 #: The file holding ``ALLOWED``, the layers and what each may import (read with ast).
 LAYERS_SOURCE = Path("tests") / "unit" / "test_import_graph.py"
@@ -163,19 +160,11 @@ def _rooms(root: Path) -> tuple[list[str], list[str]]:
 
 
 def render(root: Path = ROOT) -> str:
-    """The generated part, markers included."""
-    lines = [BEGIN, "", *_layers(root), ""]
+    """The generated part (what CONTRIBUTING.md's cog block writes)."""
+    lines = [*_layers(root), ""]
     for tree, caption in TREES:
         lines += [f"{caption} (`{tree}/`):", "", "| path | job |", "|---|---|"]
         lines += [*tree_rows(root, tree), ""]
     rooms, modules = _rooms(root)
-    lines += ["`devtools/`, room by room:", "", *rooms, "", *modules, "", END]
-    return "\n".join(lines)
-
-
-def replace_map(text: str, generated: str) -> str:
-    """``text`` (CONTRIBUTING.md) with its marked part replaced by ``generated``."""
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise DevToolError(f"CONTRIBUTING.md lacks the markers {BEGIN!r} ... {END!r}")
-    return text[:start] + generated + text[end + len(END) :]
+    lines += ["`devtools/`, room by room:", "", *rooms, "", *modules]
+    return "\n".join(lines) + "\n"

@@ -60,6 +60,7 @@ from devtools.base import ghactions
 from devtools.base.errors import CellsNotBuiltError
 from devtools.base.paths import ROOT
 from devtools.build import cellbuild as build
+from devtools.build import cellresults
 from devtools.build.host import host_platform_name
 from devtools.matrix.cells import Cell, PortableCell, group_dir, portable_cells
 from devtools.matrix.model import Matrix
@@ -176,17 +177,17 @@ def select_cells(
     return cells
 
 
-def print_table(results: Sequence[build.CellResult]) -> None:
+def print_table(results: Sequence[cellresults.CellResult]) -> None:
     """The final table: cell, status, seconds, size, and the note clipped at a word."""
     width = max([len(r.cell) for r in results] + [4])
     print(f"{'cell':<{width}}  {'status':<8} {'seconds':>8} {'size':>10}  note")
     for r in results:
-        note = build.clip(r.reason) if r.reason else ""
+        note = cellresults.clip(r.reason) if r.reason else ""
         size = f"{r.size}" if r.size else "-"
         print(f"{r.cell:<{width}}  {r.status:<8} {r.seconds:>8.1f} {size:>10}  {note}")
 
 
-def markdown_table(results: Sequence[build.CellResult], *, title: str) -> str:
+def markdown_table(results: Sequence[cellresults.CellResult], *, title: str) -> str:
     """:func:`print_table`'s table as Markdown under a ``title`` heading (the job
     summary): the whole first line of each note, ``|`` escaped."""
 
@@ -200,7 +201,7 @@ def markdown_table(results: Sequence[build.CellResult], *, title: str) -> str:
         "| --- | --- | ---: | ---: | --- |",
     ]
     for r in results:
-        note = build.clip(r.reason, 300) if r.reason else ""
+        note = cellresults.clip(r.reason, 300) if r.reason else ""
         size = f"{r.size}" if r.size else "-"
         lines.append(f"| `{r.cell}` | {r.status} | {r.seconds:.1f} | {size} | {cell(note)} |")
     return "\n".join(lines) + "\n\n"
@@ -279,12 +280,14 @@ def run(args: argparse.Namespace) -> int:
             f"none of the {len(cells)} selected cell(s) was built"
             + (f" (nor the groups' {len(chosen)} portable table(s))" if chosen else "")
             + ": "
-            + "; ".join(f"{r.cell}: {r.status} ({build.clip(r.reason, 120)})" for r in results[:6])
+            + "; ".join(
+                f"{r.cell}: {r.status} ({cellresults.clip(r.reason, 120)})" for r in results[:6]
+            )
             + (f"; and {len(results) - 6} more" if len(results) > 6 else "")
             + f" (report: {report_file})"
         )
     if args.libs_dir is not None:
-        entries = build.copy_libs(every, results, build_dir, args.libs_dir.resolve())
+        entries = cellresults.copy_libs(every, results, build_dir, args.libs_dir.resolve())
         print(f"copied {len(entries)} librar(y/ies) and their manifest to {args.libs_dir}")
     if not args.no_assemble:
         from devtools.build import wheels

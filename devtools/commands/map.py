@@ -1,7 +1,8 @@
-"""``python -m devtools map [--check] [--file FILE]``: CONTRIBUTING.md's map of the code
-(layers, the core, the face, the build backend, devtools' rooms and modules), regenerated
-from the docstrings (:mod:`devtools.docmap`); ``--check`` changes nothing and exits 1 when
-the map is stale."""
+"""``python -m devtools map [--check] [--file FILE ...]``: every generated section of the
+committed files (:data:`devtools.base.generated.FILES`: CONTRIBUTING.md's map of the code,
+the benchmark figures on README.md and docs/benchmarks.md, the runtime's cost figures),
+re-rendered by cog from its source; ``--check`` changes nothing and exits 1 when any is
+stale."""
 
 from __future__ import annotations
 
@@ -9,31 +10,27 @@ import argparse
 import sys
 from pathlib import Path
 
-from devtools.base.paths import ROOT
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--file", type=Path, default=ROOT / "CONTRIBUTING.md", help="default: CONTRIBUTING.md"
+        "--file",
+        type=Path,
+        action="append",
+        help="a file with cog blocks (repeatable; default: every file of generated.FILES)",
     )
-    parser.add_argument("--check", action="store_true", help="only say whether it is current")
+    parser.add_argument("--check", action="store_true", help="only say whether all are current")
 
 
 def run(args: argparse.Namespace) -> int:
-    from _torch_c_dlpack_ext_core.files import atomic_write_bytes
-    from devtools.docmap import render, replace_map
+    from devtools.base.generated import StaleFiles, regenerate
 
-    text = args.file.read_text(encoding="utf-8")
-    updated = replace_map(text, render())
-    if updated == text:
-        print(f"{args.file.name}: the map is current", file=sys.stderr)
-        return 0
-    if args.check:
-        print(
-            f"{args.file.name}: the map differs from the docstrings; run `nox -s map`",
-            file=sys.stderr,
-        )
+    try:
+        changed = regenerate(args.file, check=args.check)
+    except StaleFiles as error:
+        print(error, file=sys.stderr)
         return 1
-    atomic_write_bytes(args.file, updated.encode("utf-8"))
-    print(f"{args.file.name}: map rewritten", file=sys.stderr)
+    for path in changed:
+        print(f"{path.name}: generated sections rewritten", file=sys.stderr)
+    if not changed:
+        print("generated sections: all current", file=sys.stderr)
     return 0

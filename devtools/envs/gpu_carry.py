@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-import sysconfig
 import tarfile
 import tempfile
 import zipfile
@@ -49,6 +47,7 @@ from _torch_c_dlpack_ext_core.headers import cuda_header_wheels
 from _torch_c_dlpack_ext_core.naming import python_target_tags
 from _torch_c_dlpack_ext_core.run import run
 from devtools.base.errors import ProvisionError
+from devtools.base.hostenv import find_cpython
 from devtools.base.wheelnames import parse_wheel_name
 from devtools.envs.torchenv import TorchEnv, torch_env
 
@@ -263,33 +262,6 @@ def extract_consumer_tests(carry: Path, dest: Path) -> Path:
 #: The twin's requirements besides torch's: what the GPU machine has, what is carried to
 #: it, and the CUDA headers its nvcc provides there.
 TWIN_EXTRA = ("pytest", "hypothesis", "ninja", *WHEELS, *cuda_header_wheels(TORCH_CUDA).split())
-
-
-def find_cpython(version: str) -> Path | None:
-    """A CPython ``version`` (``"3.12"``) of this host: this one, one uv finds without
-    downloading, or one pyenv installed (its shims hide the others from uv)."""
-    running = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    if running == version and not sysconfig.get_config_var("Py_GIL_DISABLED"):
-        return Path(sys.executable)
-    uv = shutil.which("uv")
-    if uv is not None:
-        found = subprocess.run(
-            [uv, "python", "find", "--no-python-downloads", version],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-        if found.returncode == 0 and found.stdout.strip():
-            return Path(found.stdout.strip())
-    pyenv = shutil.which("pyenv")
-    if pyenv is not None:
-        root = subprocess.run(
-            [pyenv, "root"], capture_output=True, text=True, timeout=60, check=False
-        )
-        installed = sorted(
-            Path(root.stdout.strip()).glob(f"versions/{version}.*/bin/python{version}")
-        )
-        if root.returncode == 0 and installed:
-            return installed[-1]
-    return None
 
 
 def twin_env() -> TorchEnv:

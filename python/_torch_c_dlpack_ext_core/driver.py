@@ -30,7 +30,10 @@ the torch installation's files (never from whether torch imports here), and:
 
 What differs per platform (compiler, argv, library names, audit) is the
 :class:`~.toolchains.Toolchain` of the plan's platform; the headers are found by
-:mod:`.headers`. This module holds the plan, the torch checks and the cache.
+:mod:`.headers`. This module holds the native library's plan and its command line; the
+steps both libraries' builds take (the cache, the lock, publication) are
+:mod:`.buildsteps`', the torch checks :mod:`.torchchecks`', and the portable library's
+plan :mod:`.portableplan`'s (re-exported here).
 
 Command line::
 
@@ -44,32 +47,34 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
-import shlex
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .buildlock import (
-    SCRATCH_PREFIX,
-    clean_stale_scratch,
-    clean_stale_temps,
-    hold,
-)
 from .buildrequest import BuildPolicy, BuildRequest, PortableRequest
+from .buildsteps import (
+    CACHE_SCHEMA,
+    DEFAULT_POLICY,
+    PORTABLE_DIR,
+    PlanOutputs,
+    check_sanitizers,
+    find_python_exports,
+    find_sources,
+    locked_build,
+    publish_build,
+    python_headers_identity,
+    source_digests,
+    without_locations,
+)
 from .errors import (
-    ABIMismatchError,
     BackendUnavailableError,
     BuildError,
     CommandError,
-    ConfigError,
-    ManifestError,
     TorchCDLPackExtError,
     TorchInstallError,
 )
-from .files import atomic_write_bytes, read_verified, reserve_temp_file, sha256_of
+from .files import sha256_of
 from .headers import (
     cuda_mismatch_note,
     find_dlpack_include,
@@ -80,23 +85,19 @@ from .headers import (
 from .manifest import ManifestEntry
 from .naming import (
     ABI3,
-    ANY,
     LIMITED_API_VERSION,
     NATIVE_BACKENDS,
-    PACKAGE,
-    SOURCE_SUFFIXES,
     Backend,
-    host_platform_tag,
     library_filename,
 )
-from .run import run
 from .stableabi import audit_stable_abi
-from .toolchains import TOOLCHAINS, AuditOutcome, CompileJob, Toolchain, toolchain_for
-from .toolchains.protocol import SCRATCH_PLACEHOLDER
+from .toolchains import AuditOutcome, CompileJob, toolchain_for
 from .toolchains.sanitizers import Sanitizer, parse_sanitizers, tagged_filename
+from .torchchecks import LAYOUT_HEADER, check_abi, check_tensor_layout
 from .torchinstall import TorchInstall
-from .trust import TrustedOwners, check_trusted, read_trusted
-from .version import __version__
+
+if TYPE_CHECKING:
+    from .portableplan import PortablePlan, compile_portable_library, plan_portable
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -114,32 +115,22 @@ __all__ = [
     "plan_portable",
 ]
 
-#: Bump when the driver changes what it produces, so old cache records stop matching.
-#: 2: libraries for a CPython with the GIL are built with the limited API (python "abi3").
-#: 3: the key names no input's location (placeholders and content digests instead).
-_CACHE_SCHEMA = 3
+#: The portable table's names, re-exported from :mod:`.portableplan` on first use (PEP 562),
+#: so a native build never imports the portable plan.
+_PORTABLE_NAMES = frozenset({"PortablePlan", "compile_portable_library", "plan_portable"})
+
+
+def __getattr__(name: str) -> object:
+    if name in _PORTABLE_NAMES:
+        from . import portableplan
+
+        return getattr(portableplan, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 #: Torch's CMake config asks dependents for C++20 from 2.12 on (``CXX_STANDARD 20`` in
 #: TorchConfig.cmake of PyPI's 2.12.0-2.15.0; 17 in 2.10.0 and 2.11.0).
 _CXX20_FROM = (2, 12)
-#: csrc/ declares the head of torch's ``THPVariable`` itself (``tcde_python.h``); the driver
-#: checks the installation's header against it before compiling such sources.
-_LAYOUT_HEADER = "tcde_python.h"
-_TORCH_VARIABLE_HEADER = "torch/csrc/autograd/python_variable.h"
-#: The head of ``struct THPVariable`` (comments and blanks removed) per torch minor range,
-#: read from python_variable.h of PyPI's wheels: 2.4.1, 2.5.1, 2.6.0, 2.7.1, 2.8.0, 2.9.1
-#: hold a ``c10::MaybeOwned<at::Tensor>``; 2.10.0, 2.11.0, 2.12.0, 2.12.1, 2.13.0, 2.14.0,
-#: 2.14.1 and 2.15.0 the tensor itself. Keep in step with csrc/tcde_python.h.
-_THPVARIABLE_HEADS: tuple[tuple[tuple[int, int], tuple[int, int], str], ...] = (
-    ((2, 4), (2, 9), "PyObject_HEAD c10::MaybeOwned<at::Tensor> cdata;"),
-    ((2, 10), (2, 15), "PyObject_HEAD at::Tensor cdata;"),
-)
-#: Where the portable library's sources are, in the source dir (``csrc/``).
-PORTABLE_DIR = "portable"
-#: The header of the one contract both tables keep, in ``csrc/`` (the portable table
-#: includes it from ``portable/``).
-CONTRACT_HEADER = "tcde_contract.h"
-#: What a build does unless its caller says otherwise: audit, echo, no owner checks.
-DEFAULT_POLICY = BuildPolicy()
 
 
 def _torch_libraries(backend: Backend, *, torch_python: bool) -> tuple[str, ...]:
@@ -164,48 +155,8 @@ def _torch_libraries(backend: Backend, *, torch_python: bool) -> tuple[str, ...]
     return ("c10", "torch_cpu", "torch", "torch_python", *gpu)
 
 
-class _Outputs:
-    """What a plan publishes and how it is compiled, native or portable: the library
-    (:attr:`output`), its build record (:attr:`sidecar`) and the toolchain's argv
-    (:meth:`command`), from the plan's :attr:`filename`, ``output_dir``, ``platform`` and
-    :meth:`job`."""
-
-    output_dir: Path
-    #: ``sys.platform`` of the target; selects :attr:`platform_toolchain`.
-    platform: str
-
-    @property
-    def filename(self) -> str:
-        raise NotImplementedError  # each plan names its library
-
-    def job(self) -> CompileJob:
-        raise NotImplementedError  # each plan says what to compile
-
-    @property
-    def platform_toolchain(self) -> Toolchain:
-        """The toolchain that builds for :attr:`platform`."""
-        return toolchain_for(self.platform)
-
-    @property
-    def output(self) -> Path:
-        return self.output_dir / self.filename
-
-    @property
-    def sidecar(self) -> Path:
-        return self.output_dir / f"{self.filename}.build.json"
-
-    def command(self, output: Path | str, scratch: Path | str = SCRATCH_PLACEHOLDER) -> list[str]:
-        """The compiler argv of CONTRIBUTING.md's build contract, writing ``output``.
-
-        ``scratch``: a private directory for what the build writes besides the
-        library (MSVC's objects, import library and .exp; the macOS export list).
-        Linux uses none.
-        """
-        return self.platform_toolchain.command(self.job(), output, scratch)
-
-
 @dataclasses.dataclass(frozen=True)
-class BuildPlan(_Outputs):
+class BuildPlan(PlanOutputs):
     """Everything one compile needs, resolved and validated; builds nothing by itself."""
 
     torch: TorchInstall
@@ -327,146 +278,23 @@ class BuildPlan(_Outputs):
         headers at different paths; those paths do not change the library (it embeds
         none: no rpath), so the command is keyed with placeholders for them, and each
         input by its identity instead: the source files' sha256, ``dlpack.h``'s sha256,
-        the Python headers' (:func:`_python_headers_identity`), the torch build's
+        the Python headers' (:func:`python_headers_identity`), the torch build's
         (:attr:`.TorchInstall.identity`), the compiler's path and banner, the GPU
         toolkit's version (a define in the command).
         """
         digest = hashlib.sha256()
         record = {
-            "schema": _CACHE_SCHEMA,
-            "sources": _source_digests(self.source_dir, skip=PORTABLE_DIR),
+            "schema": CACHE_SCHEMA,
+            "sources": source_digests(self.source_dir, skip=PORTABLE_DIR),
             "torch": self.torch.identity,
             "backend": self.backend.value,
-            "python": [self.python, _python_headers_identity(self.python_include)],
+            "python": [self.python, python_headers_identity(self.python_include)],
             "compiler": [self.cxx, self.compiler_banner],
-            "command": _without_locations(self.command("{output}"), self._input_locations()),
+            "command": without_locations(self.command("{output}"), self._input_locations()),
             "dlpack": [self.dlpack_version, sha256_of(self.dlpack_include / "dlpack" / "dlpack.h")],
         }
         digest.update(json.dumps(record, sort_keys=True, default=str).encode("utf-8"))
         return digest.hexdigest()
-
-
-def _without_locations(command: Sequence[str], places: Mapping[str, Path]) -> list[str]:
-    """``command`` with each of ``places`` (a whole path, or a path followed by a
-    separator) written as its placeholder. The longest path goes first, so an input
-    installed inside another's folder gets its own placeholder; the separator rule keeps
-    ``.../site-packages/torch`` from matching ``.../site-packages/torch_c_dlpack_ext``."""
-    ordered = sorted(places.items(), key=lambda item: len(str(item[1])), reverse=True)
-    patterns = [
-        (re.compile(re.escape(str(path)) + r"(?=$|[/\\])"), placeholder)
-        for placeholder, path in ordered
-    ]
-    portable = []
-    for arg in command:
-        text = arg
-        for pattern, placeholder in patterns:
-            # A placeholder holds no backslash, so it is a literal replacement.
-            text = pattern.sub(placeholder, text)
-        portable.append(text)
-    return portable
-
-
-def _python_headers_identity(include: Path) -> dict[str, str]:
-    """sha256 of the headers that say which CPython the include dir is for
-    (``patchlevel.h``: its version; ``pyconfig.h``: its configuration), where present."""
-    return {
-        name: sha256_of(include / name)
-        for name in ("patchlevel.h", "pyconfig.h")
-        if (include / name).is_file()
-    }
-
-
-def _source_digests(source_dir: Path, *, skip: str = "") -> dict[str, str]:
-    """sha256 of each source file under ``source_dir``, except those in its folder
-    ``skip`` (the native library's key leaves out ``portable/``, which it never reads, so a
-    change to the portable table rebuilds no native cell)."""
-    return {
-        path.relative_to(source_dir).as_posix(): sha256_of(path)
-        for path in sorted(source_dir.rglob("*"))
-        if path.is_file()
-        and path.suffix in SOURCE_SUFFIXES
-        and not (skip and path.relative_to(source_dir).parts[0] == skip)
-    }
-
-
-def find_sources(source_dir: Path | None = None) -> tuple[Path, tuple[Path, ...]]:
-    """The C++ sources to compile: ``(directory, its *.cc files)``.
-
-    Default: ``csrc/`` shipped inside the installed package (``torch_c_dlpack_ext/csrc``:
-    wheels and sdists put it there), else the repository's ``csrc/``. Raises
-    :class:`BuildError` when the directory holds no ``.cc`` file.
-    """
-    if source_dir is None:
-        python_dir = Path(__file__).resolve().parent.parent
-        candidates = [python_dir / PACKAGE / "csrc", python_dir.parent / "csrc"]
-        source_dir = next((c for c in candidates if any(c.glob("*.cc"))), candidates[-1])
-    sources = tuple(sorted(source_dir.glob("*.cc")))
-    if not sources:
-        raise BuildError(
-            f"no C++ sources (*.cc) in {source_dir}; pass source_dir=<the project's csrc/> "
-            "or reinstall torch-c-dlpack-ext (its wheel ships them in torch_c_dlpack_ext/csrc/)"
-        )
-    return source_dir.resolve(), sources
-
-
-def _thpvariable_head(header: Path) -> str | None:
-    """``struct THPVariable``'s members up to ``cdata;``, comments and blanks removed."""
-    text = header.read_text(encoding="utf-8", errors="replace")
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-    text = re.sub(r"//[^\n]*", " ", text)
-    match = re.search(r"\bstruct\s+THPVariable\s*\{(.*?\bcdata\s*;)", text, re.S)
-    if match is None:
-        return None
-    # 2.4.1 spells it ``PyObject_HEAD;`` (an empty declaration), later releases without.
-    return " ".join(match.group(1).split()).replace("PyObject_HEAD;", "PyObject_HEAD")
-
-
-def check_tensor_layout(torch: TorchInstall) -> str:
-    """The head of ``THPVariable`` in ``torch``'s headers, if csrc/tcde_python.h declares it.
-
-    Raises :class:`TorchInstallError` naming the checked releases when the torch minor
-    is outside the checked range, or when its ``python_variable.h`` declares another head
-    than the one checked for that minor (a dev or vendor build that changed it).
-    """
-    checked = ", ".join(f"{lo[0]}.{lo[1]}-{hi[0]}.{hi[1]}" for lo, hi, _ in _THPVARIABLE_HEADS)
-    minor = (torch.major, torch.minor)
-    expected = next((head for lo, hi, head in _THPVARIABLE_HEADS if lo <= minor <= hi), None)
-    fix = (
-        f"the THPVariable layout csrc/{_LAYOUT_HEADER} declares was checked for torch "
-        f"{checked} (PyPI's releases); use one of those, or read {_TORCH_VARIABLE_HEADER} "
-        f"of this torch and extend csrc/{_LAYOUT_HEADER} and _THPVARIABLE_HEADS in "
-        "_torch_c_dlpack_ext_core/driver.py"
-    )
-    if expected is None:
-        raise TorchInstallError(f"torch {torch.version} at {torch.root} is not supported: {fix}")
-    header = torch.root / "include" / _TORCH_VARIABLE_HEADER
-    found = _thpvariable_head(header) if header.is_file() else None
-    if found != expected:
-        what = f"declares {found!r}" if found else "has no struct THPVariable"
-        if not header.is_file():
-            what = "is missing"
-        raise TorchInstallError(
-            f"torch {torch.version} at {torch.root}: {header} {what}, but torch "
-            f"{torch.major}.{torch.minor} was checked with {expected!r}; {fix}"
-        )
-    return expected
-
-
-def _check_abi(install: TorchInstall, cxx11_abi: bool | None, platform: str) -> None:
-    if cxx11_abi is None:
-        return
-    if install.cxx11_abi is None:
-        raise ABIMismatchError(
-            f"cxx11_abi={int(cxx11_abi)} was requested but the C++ dual ABI does not apply on "
-            f"{platform}; leave cxx11_abi unset"
-        )
-    if cxx11_abi != install.cxx11_abi:
-        raise ABIMismatchError(
-            f"cxx11_abi={int(cxx11_abi)} was requested but torch {install.version} at "
-            f"{install.root} uses _GLIBCXX_USE_CXX11_ABI={int(bool(install.cxx11_abi))}; a library "
-            "built with another ABI fails to load. Leave cxx11_abi unset (it is read from the "
-            "installation) or point torch at an installation built with the ABI you want"
-        )
 
 
 def plan_build(request: BuildRequest) -> BuildPlan:
@@ -481,7 +309,7 @@ def plan_build(request: BuildRequest) -> BuildPlan:
     """
     platform = sys.platform if request.platform is None else request.platform
     toolchain = toolchain_for(platform)
-    _check_sanitizers(toolchain, request.sanitizers)
+    check_sanitizers(toolchain, request.sanitizers)
     environ = os.environ if request.environ is None else request.environ
     backend, torch, python = request.backend, request.torch, request.python
     if backend not in NATIVE_BACKENDS:
@@ -501,10 +329,10 @@ def plan_build(request: BuildRequest) -> BuildPlan:
             f"({marker} is not in {install.lib_dir}); build the cpu backend for it, or point "
             f"torch at an installation of a {backend.value} build of torch"
         )
-    _check_abi(install, request.cxx11_abi, platform)
+    check_abi(install, request.cxx11_abi, platform)
     std = "c++20" if (install.major, install.minor) >= _CXX20_FROM else "c++17"
     src_dir, sources = find_sources(request.source_dir)
-    if (src_dir / _LAYOUT_HEADER).is_file():
+    if (src_dir / LAYOUT_HEADER).is_file():
         check_tensor_layout(install)
     dlpack_dir, dlpack_version = find_dlpack_include(request.dlpack_include)
     missing = toolchain.missing_link_libraries(
@@ -529,7 +357,7 @@ def plan_build(request: BuildRequest) -> BuildPlan:
     python_import_lib = toolchain.python_import_library(
         request.python_lib, limited_api=target == ABI3
     )
-    exports = _python_exports(py_include, target, request.python_exports)
+    exports = find_python_exports(py_include, target, request.python_exports)
     return BuildPlan(
         torch=install,
         backend=backend,
@@ -554,154 +382,6 @@ def plan_build(request: BuildRequest) -> BuildPlan:
         notes=tuple(filter(None, [cuda_mismatch_note(install, gpu_toolkit)])),
         sanitizers=request.sanitizers,
     )
-
-
-def _check_sanitizers(toolchain: Toolchain, sanitizers: tuple[Sanitizer, ...]) -> None:
-    """Raise :class:`~.errors.ConfigError` when ``toolchain`` builds no library with one of
-    ``sanitizers`` (:attr:`.toolchains.Toolchain.sanitizers`)."""
-    unsupported = [member.value for member in sanitizers if member not in toolchain.sanitizers]
-    if not unsupported:
-        return
-    able = [name for name, other in TOOLCHAINS.items() if set(sanitizers) <= other.sanitizers]
-    raise ConfigError(
-        f"the {toolchain.name} toolchain builds no {','.join(unsupported)} sanitizer build; "
-        f"leave sanitizers unset, or build on a platform whose toolchain does "
-        f"({', '.join(able) or 'none'})"
-    )
-
-
-def _python_exports(include: Path, target: str, explicit: Path | None) -> Path | None:
-    """What exports the target Python's C API, for the ELF audit: ``explicit``; ``None``
-    (the running interpreter) for abi3, which every CPython >= 3.9 with the GIL exports
-    (the stable ABI audit checks the rest); for a free-threaded target another
-    interpreter's ``libpython3.Xt.so`` or ``python3.Xt`` in the prefix holding
-    ``include`` (``<prefix>/include/python3.Xt``)."""
-    import sysconfig
-
-    if explicit is not None:
-        return explicit
-    if target == ABI3:
-        return None
-    if Path(sysconfig.get_paths()["include"]).resolve() == include.resolve():
-        return None
-    prefix = include.parent.parent
-    name = include.name  # python3.14t
-    for candidate in (
-        *sorted((prefix / "lib").glob(f"lib{name}.so*")),
-        prefix / "bin" / name,
-    ):
-        if candidate.is_file():
-            return candidate
-    if not sys.platform.startswith("linux"):
-        return None  # no ELF audit there
-    raise BuildError(
-        f"no lib{name}.so or bin/{name} under {prefix}: the ABI audit of a {target} "
-        "library checks its Python symbols against that interpreter; pass "
-        "python_exports=<its libpython or executable>"
-    )
-
-
-#: The most a build record may be (they are about 2 kB).
-_MAX_RECORD_BYTES = 1 << 20
-
-
-def _cached_entry(
-    plan: BuildPlan | PortablePlan, key: str, owners: TrustedOwners | None = None
-) -> ManifestEntry | None:
-    """The entry an earlier build recorded for ``key``, if its library is intact. With
-    ``owners`` (a caller that loads the library: the JIT), the record and the library are
-    read only from files they alone could have written (:mod:`.trust`; an
-    :class:`~.errors.UntrustedPathError` otherwise): the record carries the library's
-    sha256 itself, so it proves nothing about who wrote either."""
-    try:
-        if owners is None:
-            raw = plan.sidecar.read_bytes()
-        else:
-            raw = read_trusted(plan.sidecar, _MAX_RECORD_BYTES, owners)
-        record = json.loads(raw)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict) or record.get("key") != key:
-        return None
-    try:
-        entry = ManifestEntry.from_json(record.get("entry"))
-        if entry.file != plan.filename:
-            return None
-        read_verified(entry, plan.output_dir, owners=owners)
-    except ManifestError:
-        return None
-    return entry
-
-
-def _publish(
-    plan: BuildPlan | PortablePlan,
-    key: str,
-    *,
-    what: str,
-    compiler_hint: str,
-    echo: bool,
-    stale_after: float,
-    check: Callable[[Path], None],
-    entry_of: Callable[[Path, str], ManifestEntry],
-) -> ManifestEntry:
-    """The steps every build takes, native or portable: remove what killed builds left,
-    compile ``plan`` to a temporary name, ``check`` it (the audits), describe it
-    (``entry_of(temporary, platform)``), rename it into place and write its record.
-    ``what``: how a failure names the compile; ``compiler_hint``: what to check when the
-    compiler wrote nothing. On failure no library is left at the output path."""
-    # What killed builds of this library left (their pid is dead, or they are older than
-    # the lock timeout); under the lock, so no live build of it is writing.
-    for stale in clean_stale_temps(plan.output_dir, f".{plan.filename}.", stale_after):
-        if echo:
-            print(f"removed {stale.name}, left by a killed build", file=sys.stderr, flush=True)
-    # The umask's mode for an executable (0755 under 022), not mkstemp's 0600: the cache
-    # is meant to be shared. Taken from the new file, because the linker may replace it.
-    tmp, mode = reserve_temp_file(plan.output_dir, prefix=f".{plan.filename}.", suffix=".tmp")
-    clean_stale_scratch(Path(tempfile.gettempdir()), SCRATCH_PREFIX)
-    scratch = tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
-    toolchain = plan.platform_toolchain
-    try:
-        scratch_dir = Path(scratch.name)
-        job = plan.job()
-        toolchain.prepare_scratch(job, scratch_dir)
-        command = toolchain.command(job, tmp, scratch_dir)
-        started = time.monotonic()
-        try:
-            run(command, echo=echo)
-        except CommandError as exc:
-            raise BuildError.from_command(f"{what} failed", exc, tail=6000) from None
-        if echo:
-            print(
-                f"compiled {plan.filename} in {time.monotonic() - started:.1f} s",
-                file=sys.stderr,
-                flush=True,
-            )
-        if tmp.stat().st_size == 0:
-            raise BuildError(
-                f"{what}: {shlex.join(command[: 1 + len(job.cxx_args)])} exited 0 but "
-                f"wrote no library; {compiler_hint}",
-                command=command,
-            )
-        check(tmp)
-        # A cross toolchain's libraries are for its target, not for this host.
-        entry = entry_of(tmp, toolchain.target_platform or host_platform_tag())
-        tmp.chmod(mode)
-        os.replace(tmp, plan.output)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    finally:
-        scratch.cleanup()
-    # "package": the version whose sources were built; a reader that cannot compute the
-    # key (a read-only cache) checks it beside the entry's torch, backend, ABIs.
-    record = {
-        "key": key,
-        "entry": entry.to_json(),
-        "command": plan.command(plan.output),
-        "package": __version__,
-    }
-    atomic_write_bytes(plan.sidecar, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
-    return entry
 
 
 def _build(plan: BuildPlan, key: str, policy: BuildPolicy) -> ManifestEntry:
@@ -751,7 +431,7 @@ def _build(plan: BuildPlan, key: str, policy: BuildPolicy) -> ManifestEntry:
             sha256=sha256_of(tmp),
         )
 
-    return _publish(
+    return publish_build(
         plan,
         key,
         what=f"compiling {plan.filename} against torch {plan.torch.version}",
@@ -761,34 +441,6 @@ def _build(plan: BuildPlan, key: str, policy: BuildPolicy) -> ManifestEntry:
         check=check,
         entry_of=entry_of,
     )
-
-
-def _locked_build(
-    plan: BuildPlan | PortablePlan,
-    key: str,
-    policy: BuildPolicy,
-    *,
-    announce: Callable[[], None],
-    build: Callable[[], ManifestEntry],
-) -> ManifestEntry:
-    """Under ``plan``'s lock: its cached build when the record matches ``key`` (read from
-    files ``policy.owners`` alone could write, when given), else ``announce()`` and
-    ``build()``. With owners, the output directory is checked before the lock file is made
-    there: a directory another user can write is refused (they could swap what is built,
-    or plant a record and a library)."""
-    owners = policy.owners
-    plan.output_dir.mkdir(parents=True, exist_ok=True)
-    if owners is not None:
-        check_trusted(plan.output_dir, owners, directory=True)
-    lock_path = Path(str(plan.output) + ".lock")
-    with hold(lock_path, policy.timeout, f"the build of {plan.filename}"):
-        cached = _cached_entry(plan, key, owners)
-        if cached is not None:
-            if policy.echo:
-                print(f"{plan.filename} is up to date (cache hit)", file=sys.stderr, flush=True)
-            return cached
-        announce()
-        return build()
 
 
 def compile_library(
@@ -829,241 +481,12 @@ def compile_library(
                 for note in plan.notes:
                     print(f"note: {note}", file=sys.stderr, flush=True)
 
-        return _locked_build(
+        return locked_build(
             plan, key, policy, announce=announce, build=lambda: _build(plan, key, policy)
         )
     except CommandError as exc:
         # A tool run the steps above do not translate themselves: still a failed build.
         raise BuildError(str(exc), command=exc.cmd, output=exc.stderr or exc.stdout) from None
-
-
-# The portable library: torch-free, C11, Python.h and dlpack/dlpack.h only.
-
-
-@dataclasses.dataclass(frozen=True)
-class PortablePlan(_Outputs):
-    """One compile of the portable library (``csrc/portable/*.c``): the torch-free C
-    plan beside :class:`BuildPlan`, built by the same toolchain (its C compiler), with the
-    same discipline (plan first, temp name, audit, rename, cache record)."""
-
-    cc: str
-    compiler_banner: str
-    #: ``gcc 12.2.0``: recorded in the library (``TCDE_TOOLCHAIN``) and the manifest.
-    toolchain: str
-    dlpack_include: Path
-    dlpack_version: str
-    python_include: Path
-    #: ``abi3``, ``abi3.12`` (the limited API of 3.12: vectorcall) or a free-threaded
-    #: ``3.14t`` (:func:`.headers.python_target_of_headers` of the headers).
-    python: str
-    sources: tuple[Path, ...]
-    #: ``csrc/portable``.
-    source_dir: Path
-    #: ``csrc/exports.map``: the native library's three exports, the same three here.
-    version_script: Path
-    output_dir: Path
-    platform: str
-    python_import_lib: Path | None = None
-    cc_args: tuple[str, ...] = ()
-    python_exports: Path | None = None
-    sanitizers: tuple[Sanitizer, ...] = ()
-
-    @property
-    def limited_api(self) -> int | None:
-        """``Py_LIMITED_API`` of an abi3 build (``None``: the full API)."""
-        from .naming import parse_python_target
-
-        if not self.python.startswith(ABI3):
-            return None
-        major, minor, _ = parse_python_target(self.python)
-        return (major << 24) | (minor << 16)
-
-    @property
-    def filename(self) -> str:
-        from .naming import portable_library_filename
-
-        name = portable_library_filename(self.python, platform=self.platform)
-        return tagged_filename(name, self.sanitizers)
-
-    def job(self) -> CompileJob:
-        defines = [] if self.limited_api is None else [f"Py_LIMITED_API=0x{self.limited_api:08x}"]
-        return CompileJob(
-            cxx=self.cc,
-            std="c11",
-            defines=(*defines, f'TCDE_TOOLCHAIN="{self.toolchain}"'),
-            includes=(self.dlpack_include, self.python_include),
-            sources=self.sources,
-            source_dir=self.source_dir,
-            lib_dir=None,
-            libraries=(),
-            filename=self.filename,
-            python_import_lib=self.python_import_lib,
-            cxx_args=self.cc_args,
-            language="c",
-            version_script=self.version_script,
-            sanitizers=self.sanitizers,
-        )
-
-    def cache_key(self) -> str:
-        """sha256 over what decides the library's bytes (sources, headers, compiler,
-        command with locations as placeholders), as :meth:`BuildPlan.cache_key`."""
-        places = {
-            "<sources>": self.source_dir,
-            "<exports>": self.version_script,
-            "<dlpack>": self.dlpack_include,
-            "<python-include>": self.python_include,
-        }
-        if self.python_import_lib is not None:
-            places["<python-lib>"] = self.python_import_lib
-        record = {
-            "schema": _CACHE_SCHEMA,
-            "table": "portable",
-            "sources": _source_digests(self.source_dir),
-            # The contract header both tables share (csrc/tcde_contract.h), beside portable/.
-            "contract": sha256_of(self.source_dir.parent / CONTRACT_HEADER),
-            "exports": sha256_of(self.version_script),
-            "python": [self.python, _python_headers_identity(self.python_include)],
-            "compiler": [self.cc, self.compiler_banner],
-            "command": _without_locations(self.command("{output}"), places),
-            "dlpack": [self.dlpack_version, sha256_of(self.dlpack_include / "dlpack" / "dlpack.h")],
-        }
-        return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def plan_portable(request: PortableRequest) -> PortablePlan:
-    """Resolve and check everything the portable library's compile needs: no torch.
-
-    ``request.source_dir``: the ``csrc/`` holding ``portable/*.c`` and ``exports.map`` (default:
-    :func:`find_sources`' directory). ``python``: ``abi3`` (default for a GIL CPython's
-    headers), ``abi3.12`` (the limited API of 3.12, needs those headers) or, checked
-    against the headers, a free-threaded ``3.14t``. Raises :class:`BuildError` (a missing
-    C compiler is a :class:`~.errors.CompilerNotFoundError`)."""
-    platform = sys.platform if request.platform is None else request.platform
-    environ = os.environ if request.environ is None else request.environ
-    python = request.python
-    toolchain = toolchain_for(platform)
-    _check_sanitizers(toolchain, request.sanitizers)
-    csrc = request.source_dir if request.source_dir is not None else find_sources()[0]
-    portable_dir = csrc / PORTABLE_DIR
-    sources = tuple(sorted(portable_dir.glob("*.c")))
-    if not sources:
-        raise BuildError(
-            f"no portable table sources (*.c) in {portable_dir}; pass source_dir=<the "
-            "project's csrc/> or reinstall torch-c-dlpack-ext"
-        )
-    version_script = csrc / "exports.map"
-    dlpack_dir, dlpack_version = find_dlpack_include(request.dlpack_include)
-    compiler = toolchain.find_c_compiler(request.cc, environ)
-    py_include = find_python_include(request.python_include)
-    target = python_target_of_headers(py_include)
-    if python is not None and python != target:
-        from .naming import parse_python_target
-
-        wanted = parse_python_target(python)
-        if not (target == ABI3 and wanted[2] == "abi3" and _headers_at_least(py_include, wanted)):
-            raise BuildError(
-                f"python={python!r} was requested, but the headers in {py_include} make a "
-                f"{target!r} library; pass python_include=<the include dir of the CPython "
-                f"that {python!r} names>"
-            )
-        target = python
-    python_import_lib = toolchain.python_import_library(
-        request.python_lib, limited_api=target.startswith(ABI3)
-    )
-    return PortablePlan(
-        cc=compiler.path,
-        compiler_banner=compiler.banner,
-        toolchain=compiler.identity,
-        dlpack_include=dlpack_dir,
-        dlpack_version=dlpack_version,
-        python_include=py_include,
-        python=target,
-        sources=tuple(s.resolve() for s in sources),
-        source_dir=portable_dir.resolve(),
-        version_script=version_script.resolve(),
-        output_dir=request.output_dir.resolve(),
-        platform=platform,
-        python_import_lib=python_import_lib,
-        cc_args=compiler.args,
-        python_exports=_python_exports(py_include, target, request.python_exports),
-        sanitizers=request.sanitizers,
-    )
-
-
-def _headers_at_least(include: Path, wanted: tuple[int, int, str]) -> bool:
-    """The CPython headers in ``include`` are of ``wanted``'s version or later (an abi3.12
-    build needs 3.12's)."""
-    text = (include / "patchlevel.h").read_text(encoding="utf-8", errors="replace")
-    major = re.search(r"#define\s+PY_MAJOR_VERSION\s+(\d+)", text)
-    minor = re.search(r"#define\s+PY_MINOR_VERSION\s+(\d+)", text)
-    return bool(major and minor) and (int(major.group(1)), int(minor.group(1))) >= wanted[:2]  # type: ignore[union-attr]
-
-
-def compile_portable_library(
-    request: PortableRequest,
-    policy: BuildPolicy = DEFAULT_POLICY,
-    *,
-    on_compile: Callable[[PortablePlan], None] | None = None,
-) -> ManifestEntry:
-    """Compile the portable library (the torch-agnostic table) ``request`` names and
-    return its manifest entry (``torch``, ``torch_build``, ``backend``: ``any``).
-    ``policy`` and ``on_compile``: as :func:`compile_library` takes them (the JIT's policy
-    names ``owners``). The same steps as the native library's: under the output's lock a
-    cache hit compiles nothing; otherwise it compiles to a temporary name, audits (the
-    toolchain's torch-free audit: no torch library or symbol; and, for an abi3 library,
-    the stable ABI audit), and renames into place."""
-    try:
-        built = plan_portable(request)
-        key = built.cache_key()
-        return _locked_build(
-            built,
-            key,
-            policy,
-            announce=lambda: None if on_compile is None else on_compile(built),
-            build=lambda: _build_portable(built, key, policy),
-        )
-    except CommandError as exc:
-        raise BuildError(str(exc), command=exc.cmd, output=exc.stderr or exc.stdout) from None
-
-
-def _build_portable(plan: PortablePlan, key: str, policy: BuildPolicy) -> ManifestEntry:
-    def check(tmp: Path) -> None:
-        if policy.audit:
-            plan.platform_toolchain.audit_torch_free(
-                tmp,
-                cc=(plan.cc, *plan.cc_args),
-                python_exports=plan.python_exports,
-                sanitizers=plan.sanitizers,
-            )
-            if plan.limited_api is not None:
-                audit_stable_abi(tmp, name=plan.filename, required=policy.stable_abi_audit)
-
-    def entry_of(tmp: Path, platform: str) -> ManifestEntry:
-        return ManifestEntry(
-            file=plan.filename,
-            torch=ANY,
-            torch_build=ANY,
-            backend=None,
-            cxx11_abi=None,
-            dlpack=plan.dlpack_version,
-            toolchain=plan.toolchain,
-            gpu_toolkit=None,
-            platform=platform,
-            python=plan.python,
-            size=tmp.stat().st_size,
-            sha256=sha256_of(tmp),
-        )
-
-    return _publish(
-        plan,
-        key,
-        what=f"compiling the portable table {plan.filename}",
-        compiler_hint="is CC a C compiler? Set it to gcc or clang",
-        echo=policy.echo,
-        stale_after=policy.timeout,
-        check=check,
-        entry_of=entry_of,
-    )
 
 
 def _parse_abi(value: str) -> bool:

@@ -85,7 +85,7 @@ CAPSULE_NAME = b"dlpack_exchange_api"
 #: The legacy int attribute (torch main for a few weeks; read by tvm-ffi 0.1.0-0.1.3).
 LEGACY_INT_ATTR = "__c_dlpack_exchange_api__"
 #: The torch minors this version builds for, oldest and newest: the THPVariable layouts
-#: the driver checks (``driver._THPVARIABLE_HEADS``, a unit test keeps the two equal).
+#: the driver checks (``torchchecks.THPVARIABLE_HEADS``, a unit test keeps the two equal).
 #: 2.4-2.9 need the library; 2.10 and later provide the API themselves.
 TORCH_RANGE = ((2, 4), (2, 15))
 #: The files of ``csrc/`` a build reads: the driver hashes them into its cache key and

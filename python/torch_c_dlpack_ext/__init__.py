@@ -17,6 +17,17 @@ on: it imports the package, then reads the attributes):
 
 Import never compiles, spawns processes or touches the network unless
 ``TORCH_C_DLPACK_EXT_JIT=1`` asks it to build a library.
+
+Rooms, each one job, bottom up (each imports only rooms above it in this list, and the
+core): the common path's loader (``_loader``, imports nothing of the package) and the
+cost figures (``_costs``, generated); the selector's records (``_model``); gathering the
+facts (``_torchinfo``, ``_settings``; ``_library`` loads off the common path,
+``_install`` reads the installation record); the wording of remedies and warnings
+(``_wording``); the JIT (``_jit``); the policy (``_decide``, pure); the status record
+(``_status``); acting on a decision (``_apply``); an explicit compile request
+(``_compile``); the import boundary's wording
+(``_boundary``); this module; the diagnostics (``__main__``). The import's common path
+runs this module and ``_loader`` only.
 """
 
 from __future__ import annotations
@@ -34,8 +45,8 @@ if TYPE_CHECKING:
     from _torch_c_dlpack_ext_core.version import __version__
 
     from . import errors
-    from ._decide import DecisionKind
     from ._loader import CommonLoad
+    from ._model import DecisionKind
     from ._status import Status, StatusFields
 
     class _State(TypedDict, total=False):
@@ -67,7 +78,7 @@ _LAZY = {
     "__version__": ("_torch_c_dlpack_ext_core.version", "__version__"),
     "errors": ("torch_c_dlpack_ext.errors", None),
     "Status": ("torch_c_dlpack_ext._status", "Status"),
-    "DecisionKind": ("torch_c_dlpack_ext._decide", "DecisionKind"),
+    "DecisionKind": ("torch_c_dlpack_ext._model", "DecisionKind"),
     "TorchCDLPackExtWarning": ("_torch_c_dlpack_ext_core.errors", "TorchCDLPackExtWarning"),
 }
 
@@ -79,8 +90,8 @@ def _torch_defers(torch: ModuleType) -> bool:
     # Answered in this module alone: importing any submodule costs more than the whole
     # question (the first import from the package's directory was measured at ~0.3 ms, an
     # empty package's whole import at ~0.17 ms). Anything unusual (another torch, someone
-    # else's capsule, an odd value) goes to the selector, whose `_capsule` and
-    # `_torchinfo` check and report it fully.
+    # else's capsule, an odd value) goes to the selector, whose `_torchinfo` checks and
+    # reports it fully.
     try:
         # Only a torch that has the API itself (2.10+): on an older one the capsule was
         # set by someone else, and the selector validates its pointer before deferring.
@@ -307,7 +318,7 @@ def build_for_current_torch() -> Path:
     Returns the library's path; raises a :class:`~torch_c_dlpack_ext.errors.BuildError`
     (or another :mod:`~torch_c_dlpack_ext.errors` class) saying what is missing.
     """
-    from ._apply import build_for_current_torch as build
+    from ._compile import build_for_current_torch as build
 
     _STATE["status"], library = build(os.environ)
     return library

@@ -200,9 +200,9 @@ def collect(device: str = "cpu") -> Report:
         report["bundled"] = [e.to_json() for e in entries]
     except ManifestError as exc:
         # The fix for how this copy was installed (the core's check cannot know it).
-        from _torch_c_dlpack_ext_core.errors import reinstall_remedy
+        from _torch_c_dlpack_ext_core.remedies import reinstall_remedy
 
-        from ._apply import install_source
+        from ._install import install_source
 
         remedy = reinstall_remedy(install_source(package_dir))
         report["bundled"] = {"error": f"{exc.cause}; {remedy}"}
@@ -215,11 +215,13 @@ def collect(device: str = "cpu") -> Report:
         "warnings": list(status.warnings),
     }
     if status.portable:
-        from ._decide import PORTABLE_COST, cost_line
+        from ._costs import MEASURED_ON, PORTABLE_COST
+        from ._wording import cost_line
 
         native = status.native_speed
         report["decision"]["cost"] = {
             **PORTABLE_COST,
+            "measured_on": MEASURED_ON,
             "native_speed": native,
             "summary": cost_line(native),
         }

@@ -48,7 +48,7 @@ def contained_status(exc: BaseException) -> StatusFields | None:
     except Exception:  # cannot be displayed (closed stderr, a failing hook)
         pass  # the status below still records the text
     try:
-        from ._decide import DecisionKind as Kind
+        from ._model import DecisionKind as Kind
 
         return {
             "kind": Kind.UNAVAILABLE,
@@ -61,10 +61,10 @@ def contained_status(exc: BaseException) -> StatusFields | None:
 
 
 def _report_remedy() -> str:
-    """How to report it (``_apply.report_remedy``: never the diagnostics' own command
+    """How to report it (``_wording.report_remedy``: never the diagnostics' own command
     in the diagnostics), or the diagnostics' command where the selector is broken too."""
     try:
-        from ._apply import report_remedy
+        from ._wording import report_remedy
 
         return report_remedy()
     except Exception:  # the selector is what failed

@@ -1,30 +1,20 @@
 """The selection policy (the pure decision): which library ``import torch_c_dlpack_ext``
 loads, ``(TorchInfo, manifest, settings) -> Decision`` (:func:`decide`, whose docstring is
 the spec; table-tested): defer, native, JIT, the portable table (``DecisionKind.PORTABLE``,
-``Decision.portable`` as the last resort) or unavailable; and :data:`PORTABLE_COST`, the
-per-call figures the diagnostics print.
+``Decision.portable`` as the last resort) or unavailable.
 
-Pure: no I/O, no imports of torch. The caller reads the environment, the running
-torch and the manifest, and acts on the returned :class:`Decision`.
+Pure: a function of the gathered facts (:mod:`._model`'s records), no I/O, no imports of
+torch. The caller reads the environment, the running torch and the manifest, and acts on
+the returned :class:`Decision`; the remedies' wording is :mod:`._wording`'s. The records
+are re-exported here, the policy's vocabulary.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
-from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING
 
-from _torch_c_dlpack_ext_core.errors import (
-    ConfigError,
-    InstallSource,
-    ManifestError,
-    PackageInArchiveError,
-    brief,
-    build_from_source_command,
-    reinstall_command,
-    reinstall_remedy,
-)
+from _torch_c_dlpack_ext_core.errors import ConfigError, ManifestError, PackageInArchiveError
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import (
     NATIVE_BACKENDS,
@@ -36,264 +26,30 @@ from _torch_c_dlpack_ext_core.naming import (
 )
 from _torch_c_dlpack_ext_core.version import __version__
 
-from ._torchinfo import OWN_LIBRARY, TorchInfo
+from ._model import OWN_LIBRARY, Decision, DecisionKind, SettingProblem, Settings, TorchInfo
+from ._wording import (
+    broken_manifest_remedy,
+    build_remedy,
+    compiled_wheel_remedy,
+    describe_entry,
+    describe_torch_build,
+    gpu_library_remedy,
+    native_out_of_reach,
+    reinstall,
+)
+
+if TYPE_CHECKING:
+    from _torch_c_dlpack_ext_core.installsource import InstallSource
 
 __all__ = [
-    "PORTABLE_COST",
     "Decision",
     "DecisionKind",
     "SettingProblem",
     "Settings",
+    "TorchInfo",
     "decide",
-    "describe_entry",
-    "gpu_library_remedy",
     "manifest_needed",
-    "native_out_of_reach",
-    "native_speed",
 ]
-
-
-class SettingProblem(NamedTuple):
-    """One variable that could not be honoured, and why."""
-
-    variable: str
-    message: str
-
-
-class Settings(NamedTuple):
-    """The runtime overrides in force. Read by :func:`._settings.read_settings`; ``Settings()`` is
-    what an environment without any ``TORCH_C_DLPACK_EXT_*`` variable gives."""
-
-    #: Load nothing, change nothing.
-    disable: bool = False
-    #: Load our library even when torch already provides the API (replaces the attribute).
-    force: bool = False
-    #: Load this file instead of consulting the manifest (no sha256 check is possible).
-    library: Path | None = None
-    #: Use this backend instead of the detected one.
-    backend: Backend | None = None
-    #: Build a library for the running torch when no bundled one applies.
-    jit: bool = False
-    #: Where JIT builds go (``None``: :func:`._naming.default_cache_dir`).
-    cache_dir: Path | None = None
-    #: One more account whose files a JIT cache or ``LIBRARY`` may belong to (a uid; ``None``:
-    #: only root and this process's user; :mod:`_torch_c_dlpack_ext_core.trust`).
-    trusted_owner: int | None = None
-    #: Seconds a JIT build waits for another process's build of the same library
-    #: (``None``: the driver's default).
-    lock_timeout: float | None = None
-    #: Load the portable table even where a native library (or torch's own table, on
-    #: torch >= 2.10) would serve: for tests and comparisons (``TORCH_C_DLPACK_EXT_PORTABLE``).
-    portable: bool = False
-    #: Variables that were set but could not be honoured.
-    problems: tuple[SettingProblem, ...] = ()
-    #: Every prefixed variable that was set (name -> value), for diagnostics.
-    in_force: tuple[tuple[str, str], ...] = ()
-
-
-class DecisionKind(str, enum.Enum):
-    """What the selector decided to do."""
-
-    #: torch provides ``__dlpack_c_exchange_api__`` itself: load nothing, change nothing.
-    DEFER = "defer"
-    #: torch has only the legacy int ``__c_dlpack_exchange_api__``: publish a capsule for it.
-    PUBLISH_LEGACY = "publish_legacy"
-    #: Load ``Decision.entry`` (then ``fallbacks`` in order), or the ``LIBRARY`` override.
-    LOAD = "load"
-    #: No bundled library applies and the user opted into building one for this torch.
-    JIT = "jit"
-    #: No native library serves this torch: load the portable table (``Decision.entry``;
-    #: ``None``: build it with the JIT, which ``JIT`` opted into), which calls torch
-    #: through its Python-level functions (``torch._C._to_dlpack``...).
-    PORTABLE = "portable"
-    #: ``TORCH_C_DLPACK_EXT_DISABLE`` is set: load nothing, change nothing.
-    DISABLED = "disabled"
-    #: Nothing applies: load nothing; ``reason`` and ``remedy`` say why and what to do.
-    UNAVAILABLE = "unavailable"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class Decision(NamedTuple):
-    """The selector's verdict. Immutable, so it can be stored in ``Status`` as is."""
-
-    kind: DecisionKind
-    #: Backend the choice was made for (detected, or ``TORCH_C_DLPACK_EXT_BACKEND``).
-    backend: Backend | None = None
-    #: First library to try (``LOAD`` from the manifest).
-    entry: ManifestEntry | None = None
-    #: Libraries to try, in order, if ``entry`` fails to load.
-    fallbacks: tuple[ManifestEntry, ...] = ()
-    #: ``TORCH_C_DLPACK_EXT_LIBRARY`` (``LOAD`` without a manifest entry).
-    library: Path | None = None
-    reason: str = ""
-    remedy: str = ""
-    #: Messages the caller must announce as warnings.
-    warnings: tuple[str, ...] = ()
-    #: The portable library to load where ``LOAD``'s libraries or the ``JIT`` build
-    #: fail (``None``: none is bundled for this Python, or torch lacks ``_to_dlpack``).
-    portable: ManifestEntry | None = None
-
-
-#: The per-call cost of the two kinds of table, in ns (medians), export
-#: (``from_py_object`` and its deleter) / allocator (float32[16], CPU), as ``nox -s bench``
-#: measured them on torch 2.13 CPU: the native library from benchmarks/results/
-#: exchange.json ("ours"), the portable table as shipped (abi3) from
-#: benchmarks/results/portable.json (its torch 2.13 comparison), both from one run.
-#: tests/unit/test_bench_readme.py pins these figures to those files, so a new benchmark
-#: run that moves them fails until they are copied here.
-PORTABLE_COST = {
-    "native_export_ns": 32,
-    "native_allocator_ns": 108,
-    "portable_export_ns": 901,
-    "portable_allocator_ns": 976,
-}
-
-
-def cost_line(native: str = "") -> str:
-    """The portable table's per-call cost beside the native one, for status and the
-    diagnostics, then ``native``: how to get native speed here, or why it is out of
-    reach (:func:`native_speed`)."""
-    c = PORTABLE_COST
-    return (
-        f"portable table: ~{c['portable_export_ns']} ns per export and "
-        f"~{c['portable_allocator_ns']} ns per allocation, against ~{c['native_export_ns']} "
-        f"and ~{c['native_allocator_ns']} ns for the native library (nox -s bench, torch 2.13 "
-        "CPU)" + (f"; {native}" if native else "")
-    )
-
-
-def _range_text() -> str:
-    (lo, hi) = TORCH_RANGE
-    return f"{lo[0]}.{lo[1]}-{hi[0]}.{hi[1]}"
-
-
-def native_out_of_reach(info: TorchInfo, backend: Backend) -> str | None:
-    """Why no native library can be built for this torch, JIT or not (``None``: the JIT
-    could build one where a C++ compiler and torch's headers exist): no native library
-    exists for its backend (XPU), its version names no release, or it lies outside
-    :data:`TORCH_RANGE`, the ``THPVariable`` layouts the driver checks (the one source of
-    the range: the decision's reason and the status's native-speed line both read it)."""
-    if backend not in NATIVE_BACKENDS:
-        return f"no native library exists for {backend.value} torches"
-    try:
-        version = info.major_minor
-    except ConfigError:
-        return (
-            f"torch's version {brief(info.version)} names no release (a dev build?), so no "
-            "native library can be matched to it or built for it"
-        )
-    (lo, hi) = TORCH_RANGE
-    if version < lo:
-        return (
-            f"torch {info.version} is older than any native build (torch-c-dlpack-ext "
-            f"{__version__} builds for torch {_range_text()}; torch 2.10 and later provide "
-            "__dlpack_c_exchange_api__ themselves)"
-        )
-    if version > hi:
-        return (
-            f"torch {info.version} is newer than any native build of torch-c-dlpack-ext "
-            f"{__version__} (torch {_range_text()}): a later release may build for it"
-        )
-    return None
-
-
-def native_speed(
-    info: TorchInfo | None, settings: Settings | None = None, *, headers: str = ""
-) -> str:
-    """Where the portable table serves: how to get the native library's speed instead, or
-    why it is out of reach here. The JIT is offered only where it could build a native
-    library for this torch (:func:`native_out_of_reach`; ``headers``: why torch's C++
-    headers cannot be compiled against, ``""`` where they can or nobody looked) and is not
-    set already; ``PORTABLE`` and ``LIBRARY`` chose the portable table themselves."""
-    settings = settings or Settings()
-    if settings.portable:
-        return f"for native speed unset {env_var('PORTABLE')}, which asks for the portable table"
-    if settings.library is not None:
-        return f"for native speed point {env_var('LIBRARY')} at a native library, or unset it"
-    if info is None:
-        return ""
-    jit = env_var("JIT")
-    beyond = native_out_of_reach(info, settings.backend or info.backend) or headers
-    if beyond:
-        return f"native speed is out of reach: {beyond}"
-    if settings.jit:
-        # JIT was set and a native library was in reach: its build failed, and the
-        # import's warning (status().warnings) said why.
-        return f"{jit} is set, but its build of the native library failed (the warning says why)"
-    return (
-        f"for native speed set {jit}=1, which builds the native library once where a C++ "
-        "compiler and torch's headers exist"
-    )
-
-
-def describe_entry(entry: ManifestEntry) -> str:
-    """``torch 2.6 cuda cxx11abi0`` — how messages name a library (``the portable
-    table (abi3)`` for the torch-agnostic one)."""
-    if entry.backend is None:
-        return f"the portable table ({entry.python})"
-    abi = "" if entry.cxx11_abi is None else f" cxx11abi{int(entry.cxx11_abi)}"
-    return f"torch {entry.torch} {entry.backend.value}{abi}"
-
-
-def _describe_torch(info: TorchInfo, backend: Backend) -> str:
-    abi = "" if info.cxx11_abi is None else f" cxx11abi{int(info.cxx11_abi)}"
-    return f"torch {info.version} ({backend.value}{abi})"
-
-
-def gpu_library_remedy(backend: Backend, source: InstallSource | None = None) -> str:
-    """What to do when a GPU torch has no usable library of its backend (``source``: where
-    this installation came from; a pinned version only for an index install)."""
-    if source is None or source.kind == "index":
-        install = (
-            f"install a torch-c-dlpack-ext wheel that bundles it ({reinstall_command(source)})"
-        )
-    else:
-        install = (
-            f"build it from this installation's source ({build_from_source_command(source=source)})"
-        )
-    return (
-        f"set {env_var('JIT')}=1 to build the {backend.value} library for this torch, or "
-        f"{install}; "
-        f"{env_var('BACKEND')}=cpu uses the CPU library, which serves CPU tensors only"
-    )
-
-
-def _build_remedy(manifest: Sequence[ManifestEntry], source: InstallSource | None = None) -> str:
-    manifest = [e for e in manifest if e.backend is not None]
-    if manifest:
-        listed = "; ".join(describe_entry(e) for e in manifest[:8])
-        more = f" and {len(manifest) - 8} more" if len(manifest) > 8 else ""
-        have = f"This installation bundles libraries for: {listed}{more}."
-    else:
-        have = "This installation bundles no libraries (a universal wheel)."
-    return (
-        f"{have} Build one from source after installing torch: "
-        f"{build_from_source_command(source=source)}; or set {env_var('JIT')}=1 to build one "
-        "on first import"
-    )
-
-
-def _broken_manifest_remedy(source: InstallSource | None = None) -> str:
-    return (
-        f"{reinstall_remedy(source)}; or set {env_var('JIT')}=1 to build a library for this torch"
-    )
-
-
-def compiled_wheel_remedy(source: InstallSource | None = None) -> str:
-    """How to get an installation that bundles the portable table: a compiled wheel from
-    the index where this copy came from one (the version pinned), else a build from this
-    installation's source, which compiles it where a C compiler exists."""
-    if source is None or source.kind == "index":
-        return (
-            "install a compiled torch-c-dlpack-ext wheel, which bundles the portable table "
-            f"({reinstall_command(source)})"
-        )
-    return (
-        "build torch-c-dlpack-ext from source, which compiles the portable table where a C "
-        f"compiler exists ({build_from_source_command(source=source)})"
-    )
 
 
 def _rule_bad_settings(info: TorchInfo, settings: Settings) -> Decision | None:
@@ -632,7 +388,7 @@ def _forced_portable(
             backend=backend,
             reason=f"{var} asks for the portable table and {missing}; {jit} builds it",
         )
-    install = reinstall_remedy(source) if broken else compiled_wheel_remedy(source)
+    install = reinstall(source) if broken else compiled_wheel_remedy(source)
     return Decision(
         kind=DecisionKind.UNAVAILABLE,
         backend=backend,
@@ -650,8 +406,8 @@ def _broken_manifest(
     opted in), and the remedy offers the JIT only for that."""
     beyond = native_out_of_reach(info, backend)
     if beyond is None:
-        return _nothing_matches(settings, backend, broken, _broken_manifest_remedy(source))
-    remedy = reinstall_remedy(source)
+        return _nothing_matches(settings, backend, broken, broken_manifest_remedy(source))
+    remedy = reinstall(source)
     if info.has_to_dlpack:
         remedy += f"; or set {env_var('JIT')}=1 to build the portable table"
     decision = Decision(
@@ -732,7 +488,7 @@ def _match_manifest(
             backend=backend,
             entry=primary[0],
             fallbacks=tuple(primary[1:]),
-            reason=f"{describe_entry(primary[0])} matches {_describe_torch(info, backend)}",
+            reason=f"{describe_entry(primary[0])} matches {describe_torch_build(info, backend)}",
         )
     if backend not in NATIVE_BACKENDS:
         # XPU: no native library exists for it (rule 8b).
@@ -740,12 +496,12 @@ def _match_manifest(
             kind=DecisionKind.UNAVAILABLE,
             backend=backend,
             reason=f"no native library serves a {backend.value} torch "
-            f"({_describe_torch(info, backend)})",
+            f"({describe_torch_build(info, backend)})",
             remedy=compiled_wheel_remedy(source),
         )
     cpu = matching(Backend.CPU) if backend is not Backend.CPU else []
     if cpu:
-        why = f"no bundled {backend.value} library for {_describe_torch(info, backend)}"
+        why = f"no bundled {backend.value} library for {describe_torch_build(info, backend)}"
         if settings.jit:
             return Decision(
                 kind=DecisionKind.JIT,
@@ -765,8 +521,8 @@ def _match_manifest(
     return _nothing_matches(
         settings,
         backend,
-        f"no bundled library matches {_describe_torch(info, backend)}",
-        _build_remedy(listed, source),
+        f"no bundled library matches {describe_torch_build(info, backend)}",
+        build_remedy(listed, source),
     )
 
 

@@ -33,8 +33,7 @@ from _torch_c_dlpack_ext_core.naming import Backend, env_var, library_filename, 
 from _torch_c_dlpack_ext_core.trust import TrustedOwners, read_trusted
 from _torch_c_dlpack_ext_core.version import __version__
 
-from ._decide import Settings
-from ._torchinfo import TorchInfo
+from ._model import Settings, TorchInfo
 
 if TYPE_CHECKING:
     from types import ModuleType

@@ -2,8 +2,10 @@
 load: it reads the file when no verified bytes are given, loads the file itself where a
 memory file may not be mapped executable or ``/proc`` is not mounted, and quotes a library's
 ``TorchCDLPackExtLoadProblem()`` when its table export returns NULL), the loaded libraries
-as objects (:class:`LoadedLibrary`, :func:`loaded_library`), and the load steps' messages
-(:func:`load_error`, :func:`check_elf_image`, :func:`short_path`).
+as objects (:class:`LoadedLibrary`, :func:`loaded_library`), the load steps' messages
+(:func:`load_error`, :func:`check_elf_image`, :func:`short_path`), and what a library's
+build info says it serves (:func:`build_info_in`, read from its bytes before dlopen;
+:func:`override_mismatch`, why a ``LIBRARY`` override must not be published here).
 
 :func:`open_library` is the selector's load (a ``LIBRARY`` override, a manifest entry
 the common path left to it, a JIT build): the same steps as :mod:`._loader`'s common path
@@ -18,8 +20,18 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.naming import (
+    PORTABLE,
+    Backend,
+    env_var,
+    python_serves,
+    running_python,
+)
 
 from ._loader import (
     EXPORT_BUILD_INFO,
@@ -35,16 +47,21 @@ from ._loader import (
     private_copy,
     table_pointer,
 )
+from ._model import Settings, TorchInfo
 
 if TYPE_CHECKING:
     from _torch_c_dlpack_ext_core.trust import TrustedOwners
 
 __all__ = [
     "LoadedLibrary",
+    "build_info_in",
+    "build_mismatch",
     "check_elf_image",
     "load_error",
     "loaded_library",
     "open_library",
+    "override_mismatch",
+    "parse_build_info",
     "read_library",
     "short_path",
 ]
@@ -239,3 +256,136 @@ def open_library(path: Path, data: bytes | None = None) -> LoadedLibrary:
             LIBRARIES[key] = (name, handle, pointer, version)
             _VIEWS[key] = loaded
         return loaded
+
+
+def override_mismatch(
+    loaded: LoadedLibrary, info: TorchInfo, settings: Settings
+) -> tuple[str, str] | None:
+    """Why a ``TORCH_C_DLPACK_EXT_LIBRARY`` library must not be published on this torch
+    (reason, remedy), from its ``TorchCDLPackExtBuildInfo``; ``None`` if it may.
+
+    The manifest's checks, done on what the library says it is: another torch minor is
+    always refused (``THPVariable``'s layout and ATen's ABI differ between minors, so
+    the first call could crash); another Python ABI (``"python"``: ``abi3`` on a
+    free-threaded CPython, ``3.13t`` on 3.13 with the GIL, another version: the
+    interpreter's is its build's, ``Py_GIL_DISABLED``), which can crash at dlopen; another
+    C++ ABI too; another backend than the one this
+    torch needs (the CPU library on a GPU torch would answer ``current_work_stream``
+    without torch's stream) unless ``TORCH_C_DLPACK_EXT_BACKEND`` asks for exactly it.
+    A library that does not say its backend is refused on a GPU torch for that reason.
+    """
+    return build_mismatch(parse_build_info(loaded.build_info()), loaded.path, info, settings)
+
+
+#: How ``TorchCDLPackExtBuildInfo``'s JSON (csrc/build_info.cc) stands in the file: a
+#: NUL-terminated string constant that begins with the torch build.
+_BUILD_INFO_IN_FILE = re.compile(
+    rb'\{(?:"table": "[a-z]{1,20}", )?"torch": "[^"\x00]{1,200}", "torch_major": '
+    rb"[^\x00]{1,2000}?\}\x00"
+)
+
+
+def build_info_in(data: bytes) -> dict[str, object]:
+    """The build info a library's bytes hold (its ``TorchCDLPackExtBuildInfo`` string
+    constant), read without loading it; ``{}`` when there is none."""
+    match = _BUILD_INFO_IN_FILE.search(data)
+    return parse_build_info(match.group()[:-1].decode("utf-8", "replace") if match else None)
+
+
+def parse_build_info(raw: str | None) -> dict[str, object]:
+    import json
+
+    try:
+        described = json.loads(raw) if raw else None
+    except (ValueError, RecursionError):
+        described = None
+    return described if isinstance(described, dict) else {}
+
+
+def build_mismatch(
+    built: dict[str, object], path: Path, info: TorchInfo, settings: Settings
+) -> tuple[str, str] | None:
+    """:func:`override_mismatch` on a build info already read (``{}``: nothing known)."""
+    var = env_var("LIBRARY")
+    name = short_path(path)
+    fix = (
+        f"point {var} at a library built for this torch, set {env_var('JIT')}=1 instead, "
+        "or unset it"
+    )
+    python_or_portable = _python_mismatch(built, name, info)
+    if python_or_portable is not None or built.get("table") == PORTABLE:
+        # The portable table is torch-agnostic: no torch minor, ABI or backend to match.
+        return python_or_portable
+    major, minor = built.get("torch_major"), built.get("torch_minor")
+    if isinstance(major, int) and isinstance(minor, int):
+        try:
+            running = info.major_minor
+        except TorchCDLPackExtError:
+            running = None
+        if running is not None and (major, minor) != running:
+            return (
+                f"{name} (from {var}) was built for torch {major}.{minor}, this is torch "
+                f"{info.version}: a library works only with the torch minor it was built for",
+                fix,
+            )
+    abi = built.get("cxx11_abi")
+    if (
+        isinstance(abi, int)
+        and not isinstance(abi, bool)
+        and info.cxx11_abi is not None
+        and bool(abi) != info.cxx11_abi
+    ):
+        return (
+            f"{name} (from {var}) was built for the cxx11 ABI {abi}, this torch uses "
+            f"{int(info.cxx11_abi)}",
+            fix,
+        )
+    wanted = settings.backend or info.backend
+    backend = built.get("backend")
+    if backend != wanted.value and (backend is not None or wanted is not Backend.CPU):
+        known = isinstance(backend, str) and backend in {b.value for b in Backend}
+        said = f"the {backend} backend" if known else "an unknown backend"
+        asked = (
+            f"{env_var('BACKEND')} asks for {wanted.value}"
+            if settings.backend is not None
+            else f"this torch needs {wanted.value}"
+            + (
+                " (a GPU torch gets a library that answers its streams)"
+                if wanted is not Backend.CPU
+                else ""
+            )
+        )
+        return (
+            f"{name} (from {var}) was built for {said}, {asked}",
+            f"point {var} at a {wanted.value} library"
+            + (f", set {env_var('BACKEND')}={backend} to use it anyway" if known else "")
+            + ", or unset it",
+        )
+    return None
+
+
+def _python_mismatch(
+    built: dict[str, object], name: str, info: TorchInfo
+) -> tuple[str, str] | None:
+    """Why a library whose build info is ``built`` may not be loaded by this interpreter
+    (its ``python``: an abi3 library on a free-threaded build, a 3.14t one elsewhere), or,
+    for the portable table, by this torch (it calls ``torch._C._to_dlpack``)."""
+    var = env_var("LIBRARY")
+    python = built.get("python")
+    version_info, freethreaded = info.python or running_python()
+    if isinstance(python, str) and not python_serves(python, version_info, freethreaded):
+        build = "a free-threaded" if freethreaded else "a GIL"
+        return (
+            f"{name} (from {var}) was built for Python {python}, this is {build} CPython "
+            f"{version_info[0]}.{version_info[1]}: its objects' layout would not match, and "
+            "loading it could crash the process",
+            f"point {var} at a library built for this Python, set {env_var('JIT')}=1 to "
+            "build one for it, or unset it",
+        )
+    if built.get("table") == PORTABLE and not info.has_to_dlpack:
+        return (
+            f"{name} is the portable table, which calls torch._C._to_dlpack; torch "
+            f"{info.version} has none",
+            f"unset {var}",
+        )
+    return None

@@ -26,7 +26,7 @@ from _torch_c_dlpack_ext_core.errors import ConfigError, TorchCDLPackExtWarning
 from _torch_c_dlpack_ext_core.files import file_kind
 from _torch_c_dlpack_ext_core.naming import ENV_PREFIX, Backend, env_var, parse_backend
 
-from ._decide import SettingProblem, Settings
+from ._model import SettingProblem, Settings
 
 __all__ = [
     "BUILD_TIME_VARIABLES",
@@ -269,3 +269,11 @@ def read_settings(environ: Mapping[str, str]) -> Settings:
         problems=tuple(problems),
         in_force=in_force,
     )
+
+
+def settings_of(environ: Mapping[str, str]) -> Settings:
+    """The runtime settings in ``environ``: ``Settings()`` when no ``TORCH_C_DLPACK_EXT_*``
+    variable is set (the common case parses nothing), else :func:`read_settings`."""
+    if not any(name.startswith(ENV_PREFIX) for name in environ):
+        return Settings()
+    return read_settings(environ)

@@ -12,8 +12,7 @@ import dataclasses
 from pathlib import Path
 from typing import TypedDict
 
-from ._decide import Decision, DecisionKind, Settings
-from ._torchinfo import TorchInfo
+from ._model import Decision, DecisionKind, Settings, TorchInfo
 
 __all__ = ["Status", "StatusFields"]
 
@@ -77,15 +76,15 @@ class Status:
     @property
     def native_speed(self) -> str:
         """Where the portable table serves, how to get the native library's speed instead,
-        or why it is out of reach for this torch (``_decide.native_speed``: the JIT only
+        or why it is out of reach for this torch (``_wording.native_speed``: the JIT only
         where it could build for this torch, whose headers are looked for now); ``""``
         elsewhere."""
         if not self.portable or self.torch is None:
             return ""
         import sys
 
-        from ._decide import native_speed
         from ._jit import headers_problem
+        from ._wording import native_speed
 
         headers = headers_problem(sys.modules.get("torch"))
         return native_speed(self.torch, self.settings, headers=headers)
@@ -112,7 +111,7 @@ class Status:
         if self.library is not None:
             lines.append(f"  library: {clip(str(self.library))}")
         if self.portable:
-            from ._decide import cost_line
+            from ._wording import cost_line
 
             lines.append(f"  cost:    {whole(cost_line(self.native_speed))}")
         if self.reason:

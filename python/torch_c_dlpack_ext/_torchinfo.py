@@ -1,10 +1,12 @@
-"""A small frozen description of the running torch (:class:`TorchInfo`): built once, passed
-around, easy to fake. Its backend is the build flavour (``torch.version.hip``, ``.xpu``,
+"""Describing the running torch (:func:`describe_torch` makes its :class:`~._model.TorchInfo`):
+built once, passed around. Its backend is the build flavour (``torch.version.hip``, ``.xpu``,
 ``.cuda``, else cpu), never a device query, which would initialise CUDA; it also judges an
 exchange table someone else put on ``torch.Tensor`` and where it comes from.
 
 It also judges the two attributes other code may have put on ``torch.Tensor`` before
-us: a capsule is trusted only if ``PyCapsule_IsValid`` accepts it under the name
+us, reading a capsule it did not make without trusting it (through private prototypes:
+``ctypes.pythonapi``'s shared functions may have been configured differently by other
+packages): a capsule is trusted only if ``PyCapsule_IsValid`` accepts it under the name
 ``dlpack_exchange_api``, and a legacy int only if it is an int64 address inside a
 loaded shared object whose table passes :func:`check_table`. Anything else is
 *bogus*: reported, and never deferred to or dereferenced. The table check itself is
@@ -16,14 +18,13 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from _torch_c_dlpack_ext_core.naming import (
     CAPSULE_ATTR,
     LEGACY_INT_ATTR,
     Backend,
     running_python,
-    torch_minor,
 )
 
 from ._loader import (
@@ -37,9 +38,12 @@ from ._loader import (
     backend_of,
     check_table,
     cxx11_abi_of,
+    pythonapi_function,
 )
+from ._model import OWN_LIBRARY, TorchInfo
 
 if TYPE_CHECKING:
+    from _ctypes import CFuncPtr, _CDataType
     from types import ModuleType
 
 __all__ = [
@@ -54,6 +58,7 @@ __all__ = [
     "check_legacy_pointer",
     "check_table",
     "check_table_pointer",
+    "describe_torch",
     "detect_backend",
     "mapped_image_base",
     "table_origin",
@@ -72,7 +77,7 @@ def mapped_image_base(address: int) -> int | None:
     """Base address of the loaded shared object (or executable) one of whose segments
     holds ``address``; ``None`` if none does. Never reads ``address`` itself.
 
-    ``dladdr`` on Linux and macOS (:func:`._capsule.image_of`);
+    ``dladdr`` on Linux and macOS (:func:`image_of`);
     ``GetModuleHandleExW(FROM_ADDRESS)`` on Windows.
     """
     if not 0 < address < 1 << 63:
@@ -85,8 +90,6 @@ def mapped_image_base(address: int) -> int | None:
         # GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | _UNCHANGED_REFCOUNT
         found = get_module(0x4 | 0x2, ctypes.c_void_p(address), ctypes.byref(module))
         return int(module.value) if found and module.value else None
-    from ._capsule import image_of  # only for a table from outside (not the common case)
-
     image = image_of(address)
     if image is None:
         return None
@@ -137,9 +140,6 @@ def _exporting_image(name: bytes, address: int) -> ctypes.CDLL | None:
     return handle if export() == address else None
 
 
-#: :func:`_table_provenance` of a table from a torch-c-dlpack-ext library of this package
-#: (it exports ``TorchCDLPackExtBuildInfo``).
-OWN_LIBRARY = "a torch-c-dlpack-ext library"
 #: What a library exporting ``TorchDLPackExchangeAPIPtr`` but no build info is.
 FOREIGN_LIBRARY = (
     "a library exporting TorchDLPackExchangeAPIPtr without this package's build info: "
@@ -269,8 +269,6 @@ def _judge_attributes(tensor: object) -> tuple[bool, bool, tuple[str, ...], str]
     except Exception as exc:
         capsule, problems = missing, [f"reading torch.Tensor.{CAPSULE_ATTR} raised {exc!r:.100}"]
     if capsule is not missing:  # someone set one (not the common case): judge it
-        from ._capsule import capsule_pointer, is_exchange_capsule
-
         if is_exchange_capsule(capsule):
             where = f"torch.Tensor.{CAPSULE_ATTR}'s pointer"
             try:
@@ -301,66 +299,94 @@ def _judge_attributes(tensor: object) -> tuple[bool, bool, tuple[str, ...], str]
     return False, True, tuple(problems), ""
 
 
-class TorchInfo(NamedTuple):
-    """What the selector needs to know about the running torch (``_replace`` makes a
-    changed copy, as the tests do)."""
+def describe_torch(torch: ModuleType) -> TorchInfo:
+    """Describe an imported ``torch`` module.
 
-    #: ``torch.__version__`` including its local part (``2.6.0+cu124``, ``2.8.0a0+abc``).
-    version: str
-    #: Backend by :func:`detect_backend`.
-    backend: Backend
-    #: ``torch.compiled_with_cxx11_abi()``; ``None`` where not applicable (Windows, macOS).
-    cxx11_abi: bool | None
-    #: ``torch.version.cuda`` / ``torch.version.hip`` (``None`` when absent).
-    cuda_version: str | None
-    hip_version: str | None
-    #: ``torch.Tensor`` has a *valid* capsule attribute (torch >= 2.10, or set earlier).
-    has_capsule: bool
-    #: ``torch.Tensor`` has no valid capsule but a *valid* legacy int attribute.
-    has_legacy_int: bool
-    #: Why an attribute that is present was judged bogus (then it is ignored, not trusted).
-    bogus_attributes: tuple[str, ...] = ()
-    #: Who made the valid capsule: ``""`` for torch, :data:`OWN_LIBRARY` when it is the
-    #: table of a library of this package (an earlier import in this process), else the
-    #: image that published it (``libtorch_c_dlpack_addon_torch28-cpu.so (...)``).
-    capsule_origin: str = ""
-    #: ``torch._C._to_dlpack`` exists: the portable table can serve this torch.
-    has_to_dlpack: bool = True
-    #: ``((major, minor), free-threaded build)`` of the interpreter whose libraries are
-    #: chosen (:func:`~_torch_c_dlpack_ext_core.naming.running_python`); ``None``: the
-    #: running one (tests give others).
-    python: tuple[tuple[int, int], bool] | None = None
+    Asks no device anything (:func:`detect_backend`). Raises what torch raises (no
+    ``__version__``, a failing ``compiled_with_cxx11_abi``): the caller reports that
+    torch cannot be described.
+    """
+    abi = cxx11_abi_of(torch)
+    version_mod = getattr(torch, "version", None)
+    version = torch.__version__
+    if not isinstance(version, str):
+        raise TypeError(f"torch.__version__ is {type(version).__name__}, not a string")
+    has_capsule, has_legacy_int, bogus, origin = _judge_attributes(torch.Tensor)
+    cuda, hip = getattr(version_mod, "cuda", None), getattr(version_mod, "hip", None)
+    return TorchInfo(
+        version=str(version),
+        backend=detect_backend(torch),
+        cxx11_abi=abi,
+        cuda_version=cuda if isinstance(cuda, str) else None,
+        hip_version=hip if isinstance(hip, str) else None,
+        has_capsule=has_capsule,
+        has_legacy_int=has_legacy_int,
+        bogus_attributes=bogus,
+        # torch's own table is the default (""); anything else is named.
+        capsule_origin="" if origin.startswith("torch") else origin,
+        has_to_dlpack=callable(getattr(getattr(torch, "_C", None), "_to_dlpack", None)),
+        python=running_python(),
+    )
 
-    @property
-    def major_minor(self) -> tuple[int, int]:
-        return torch_minor(self.version)
 
-    @classmethod
-    def from_torch(cls, torch: ModuleType) -> TorchInfo:
-        """Describe an imported ``torch`` module.
+_FUNCTIONS: dict[str, CFuncPtr] = {}
 
-        Asks no device anything (:func:`detect_backend`). Raises what torch raises (no
-        ``__version__``, a failing ``compiled_with_cxx11_abi``): the caller reports that
-        torch cannot be described.
-        """
-        abi = cxx11_abi_of(torch)
-        version_mod = getattr(torch, "version", None)
-        version = torch.__version__
-        if not isinstance(version, str):
-            raise TypeError(f"torch.__version__ is {type(version).__name__}, not a string")
-        has_capsule, has_legacy_int, bogus, origin = _judge_attributes(torch.Tensor)
-        cuda, hip = getattr(version_mod, "cuda", None), getattr(version_mod, "hip", None)
-        return cls(
-            version=str(version),
-            backend=detect_backend(torch),
-            cxx11_abi=abi,
-            cuda_version=cuda if isinstance(cuda, str) else None,
-            hip_version=hip if isinstance(hip, str) else None,
-            has_capsule=has_capsule,
-            has_legacy_int=has_legacy_int,
-            bogus_attributes=bogus,
-            # torch's own table is the default (""); anything else is named.
-            capsule_origin="" if origin.startswith("torch") else origin,
-            has_to_dlpack=callable(getattr(getattr(torch, "_C", None), "_to_dlpack", None)),
-            python=running_python(),
-        )
+
+def _capsule_function(name: str, restype: type[_CDataType]) -> CFuncPtr:
+    """The private prototype of ``PyCapsule_<name>`` (object, name) -> ``restype``, made once."""
+    function = _FUNCTIONS.get(name)
+    if function is None:
+        made = pythonapi_function(f"PyCapsule_{name}", restype, ctypes.py_object, ctypes.c_char_p)
+        function = _FUNCTIONS.setdefault(name, made)
+    return function
+
+
+def is_exchange_capsule(value: object) -> bool:
+    """Whether ``value`` is a PyCapsule named ``dlpack_exchange_api`` holding a pointer:
+    ``PyCapsule_IsValid``, which checks the exact type first, so any object is safe."""
+    return bool(_capsule_function("IsValid", ctypes.c_int)(value, CAPSULE_NAME))
+
+
+def capsule_pointer(capsule: object) -> int:
+    """The pointer of a capsule :func:`is_exchange_capsule` accepted."""
+    return int(_capsule_function("GetPointer", ctypes.c_void_p)(capsule, CAPSULE_NAME) or 0)
+
+
+_DLADDR: list[tuple[CFuncPtr, type[ctypes.Structure]]] = []
+
+
+def _dladdr() -> tuple[CFuncPtr, type[ctypes.Structure]]:
+    """``(dladdr, Dl_info type)``, made on first use (only for a table from outside)."""
+    if not _DLADDR:
+
+        class DlInfo(ctypes.Structure):
+            _fields_ = (
+                ("dli_fname", ctypes.c_char_p),
+                ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p),
+                ("dli_saddr", ctypes.c_void_p),
+            )
+
+        prototype = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(DlInfo))
+        try:
+            function = prototype(("dladdr", ctypes.pythonapi))
+        except AttributeError:  # glibc < 2.34 keeps it in libdl
+            function = prototype(("dladdr", ctypes.CDLL("libdl.so.2")))
+        _DLADDR.append((function, DlInfo))
+    return _DLADDR[0]
+
+
+def image_of(address: int) -> tuple[int, bytes] | None:
+    """``(base address, file name)`` of the loaded shared object (or executable) one of
+    whose segments holds ``address``; ``None`` if none does. Never reads ``address``.
+
+    ``dladdr`` (POSIX; glibc checks the address against each loaded segment), through
+    ``ctypes.pythonapi``, the process's handle ctypes already opened (no dlopen).
+    """
+    if sys.platform == "win32" or not 0 < address < 1 << 63:
+        return None
+    function, info_type = _dladdr()
+    info = info_type()
+    if function(ctypes.c_void_p(address), ctypes.byref(info)) and info.dli_fbase:
+        return int(info.dli_fbase), info.dli_fname or b""
+    return None

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
+from devtools.base.hostenv import find_cpython
 from tests.helpers import clean_env, devtools_env, run_python
 
 pytestmark = [
@@ -42,33 +41,6 @@ CELLS = [
     f"linux_x86_64-{label}"
     for label in ("t24_cpu", "t24_cuda", "t26_cpu_abi0", "t26_cuda_abi0", "t28_cpu", "t28_cuda")
 ]
-
-
-def find_interpreter(version: str) -> Path | None:
-    """A CPython ``version`` (``"3.9"``) of this machine: this one, one uv finds, or one
-    pyenv installed (its shims hide the others from uv)."""
-    if f"{sys.version_info[0]}.{sys.version_info[1]}" == version and not sysconfig.get_config_var(
-        "Py_GIL_DISABLED"
-    ):
-        return Path(sys.executable)
-    uv = shutil.which("uv")
-    if uv:
-        proc = subprocess.run(
-            [uv, "python", "find", "--no-python-downloads", version],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-        if proc.returncode == 0 and proc.stdout.strip():
-            return Path(proc.stdout.strip())
-    pyenv = shutil.which("pyenv")
-    if pyenv:
-        proc = subprocess.run(
-            [pyenv, "root"], capture_output=True, text=True, timeout=60, check=False
-        )
-        versions = Path(proc.stdout.strip()) / "versions"
-        found = sorted(versions.glob(f"{version}.*/bin/python{version}"))
-        if proc.returncode == 0 and found:
-            return found[-1]
-    return None
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +152,7 @@ def test_abi3_wheel_loads_and_round_trips_through_tvm_ffi(
 ) -> None:
     from devtools.envs.torchenv import torch_env
 
-    interpreter = find_interpreter(python)
+    interpreter = find_cpython(python)
     if interpreter is None:
         pytest.skip(f"no CPython {python} on this machine (uv python find, pyenv)")
     env = torch_env(

@@ -180,11 +180,12 @@ def test_the_whole_remedy_in_the_table_and_the_json(tmp_path: Path) -> None:
     """Issue 31, item 13: a universal wheel's build command (over 300 characters) is shown
     whole: wrapped in the table, verbatim in ``--json``; and the diagnostics never send
     the user to the diagnostics."""
-    from _torch_c_dlpack_ext_core.errors import InstallSource, build_from_source_command
+    from _torch_c_dlpack_ext_core.installsource import InstallKind, InstallSource
+    from _torch_c_dlpack_ext_core.remedies import build_from_source_command
 
     root = make_package(tmp_path)  # an empty manifest: a universal wheel
     # No installation record beside it (no dist-info): built from its sources, not pinned.
-    command = build_from_source_command(source=InstallSource("unrecorded", str(root)))
+    command = build_from_source_command(source=InstallSource(InstallKind.UNRECORDED, str(root)))
     table = diagnose(root, **{P + "FORCE": "1"})
     assert table.returncode == 1, table.stderr[-2000:]
     assert command in " ".join(table.stdout.split()), table.stdout

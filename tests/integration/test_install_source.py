@@ -17,12 +17,8 @@ from typing import Any
 import pytest
 from tests.helpers import clean_env, make_package, run_python
 
-from _torch_c_dlpack_ext_core.errors import (
-    InstallSource,
-    build_from_source_command,
-    install_source_of,
-    reinstall_command,
-)
+from _torch_c_dlpack_ext_core.installsource import InstallKind, InstallSource, install_source_of
+from _torch_c_dlpack_ext_core.remedies import build_from_source_command, reinstall_command
 from _torch_c_dlpack_ext_core.version import __version__
 
 P = "TORCH_C_DLPACK_EXT_"
@@ -144,5 +140,5 @@ def test_the_commands_by_source() -> None:
     assert install_source_of("not json") == InstallSource()
     assert reinstall_command() == f"pip install --force-reinstall --no-deps {PINNED}"
     spaced = install_source_of(json.dumps({"url": "file:///a%20b/x", "dir_info": {}}))
-    assert spaced == InstallSource("dir", "/a b/x")
+    assert spaced == InstallSource(InstallKind.DIR, "/a b/x")
     assert build_from_source_command(source=spaced).endswith(" '/a b/x'")

@@ -18,7 +18,7 @@ from tests.helpers import clean_env, make_package, run_python
 
 from _torch_c_dlpack_ext_core.naming import library_filename
 from torch_c_dlpack_ext._jit import cache_key, python_tag
-from torch_c_dlpack_ext._torchinfo import TorchInfo
+from torch_c_dlpack_ext._torchinfo import describe_torch
 
 torch = pytest.importorskip("torch")
 
@@ -45,7 +45,7 @@ time.sleep(300)
 
 
 def test_a_jit_build_behind_a_stuck_holder_says_so_and_gives_up(tmp_path: Path) -> None:
-    info = TorchInfo.from_torch(torch)
+    info = describe_torch(torch)
     major, minor = info.major_minor
     cache = tmp_path / "cache"
     output_dir = cache / cache_key(info, info.backend, python_tag())

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from devtools.base.wheelnames import is_variant_name
 from devtools.build import cellbuild as build
-from devtools.build import wheels
+from devtools.build import cellresults, wheels
 from devtools.envs.torchenv import TorchEnv
 from devtools.matrix.cells import group_dir, portable_cells
 from tests.helpers import CSRC, ROOT, make_package, run_python
@@ -180,7 +180,7 @@ def test_the_combined_wheel_and_each_variant_carry_the_portable_table(
     chosen = [_cell("linux_x86_64-t28_cpu")]
     build_dir = tmp_path / "build" / "cells"
     results = [build.build_one(cell, build_dir) for cell in chosen]
-    build._write_group_manifests(chosen, {r.cell: r for r in results}, build_dir)
+    cellresults.write_group_manifests(chosen, {r.cell: r for r in results}, build_dir)
     (portable,) = portable_cells(chosen)
     results += build.build_portable_cells([portable], build_dir)
     assert [r.status for r in results] == ["built", "built"], results

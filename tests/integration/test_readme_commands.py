@@ -74,7 +74,7 @@ def source_install(
 ) -> tuple[Path, str]:
     """The "Installing from source" block run in a fresh directory; (dir, output)."""
     (block,) = code_blocks("### Installing from source")
-    from _torch_c_dlpack_ext_core.errors import pinned_requirement
+    from _torch_c_dlpack_ext_core.installsource import pinned_requirement
 
     lines = [line for line in block.splitlines() if line.strip()]
     assert lines[0] == "python3 -m venv venv && . venv/bin/activate", lines

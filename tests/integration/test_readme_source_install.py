@@ -44,7 +44,7 @@ import pytest
 from tests.helpers import clean_env
 from tests.unit.test_readme_recipes import source_recipe
 
-from _torch_c_dlpack_ext_core.errors import pinned_requirement
+from _torch_c_dlpack_ext_core.installsource import pinned_requirement
 
 pytestmark = [
     pytest.mark.slow,

@@ -1,4 +1,4 @@
-"""detect_backend and TorchInfo.from_torch on fake torch modules (one test points at the real
+"""detect_backend and describe_torch on fake torch modules (one test points at the real
 torch's own table, if it has one): which attributes on ``torch.Tensor`` are trusted."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from _torch_c_dlpack_ext_core.errors import LibraryLoadError
 from _torch_c_dlpack_ext_core.naming import Backend
 from torch_c_dlpack_ext._torchinfo import (
-    TorchInfo,
     check_legacy_pointer,
+    describe_torch,
     detect_backend,
     mapped_image_base,
 )
@@ -81,13 +81,13 @@ def test_torchinfo_says_whether_the_portable_table_can_serve() -> None:
     """``torch._C._to_dlpack`` is what the portable table calls: its absence is the one
     torch the portable table cannot serve."""
     torch = fake_torch(False, types.SimpleNamespace())
-    assert TorchInfo.from_torch(torch).has_to_dlpack is False
+    assert describe_torch(torch).has_to_dlpack is False
     torch._C = types.SimpleNamespace(_to_dlpack=lambda tensor: tensor)
-    assert TorchInfo.from_torch(torch).has_to_dlpack is True
+    assert describe_torch(torch).has_to_dlpack is True
 
 
 def test_torchinfo_from_fake_torch_without_version_attributes() -> None:
-    info = TorchInfo.from_torch(fake_torch(False, types.SimpleNamespace()))
+    info = describe_torch(fake_torch(False, types.SimpleNamespace()))
     assert info.backend is Backend.CPU
     assert (info.cuda_version, info.hip_version) == (None, None)
     assert info.cxx11_abi is False
@@ -124,7 +124,7 @@ def test_torchinfo_trusts_a_valid_capsule() -> None:
         types.SimpleNamespace(hip="6.2"),
         tensor_attrs={"__dlpack_c_exchange_api__": table},
     )
-    info = TorchInfo.from_torch(torch)
+    info = describe_torch(torch)
     assert info.backend is Backend.ROCM
     assert info.has_capsule
     assert info.bogus_attributes == ()
@@ -148,7 +148,7 @@ def test_a_well_named_capsule_with_a_bogus_pointer_is_not_trusted(pointer: Any) 
             "__dlpack_c_exchange_api__": _new_capsule(address, ctypes.addressof(_NAME), None)
         },
     )
-    info = TorchInfo.from_torch(torch)
+    info = describe_torch(torch)
     assert not info.has_capsule
     (problem,) = info.bogus_attributes
     assert problem.startswith("torch.Tensor.__dlpack_c_exchange_api__'s pointer"), problem
@@ -172,7 +172,7 @@ class _Raises:
     ids=["int", "none", "object", "long-string", "other-name", "raises"],
 )
 def test_a_bogus_capsule_is_not_trusted_and_is_named(value: Any, says: str) -> None:
-    info = TorchInfo.from_torch(
+    info = describe_torch(
         fake_torch(
             False, types.SimpleNamespace(), tensor_attrs={"__dlpack_c_exchange_api__": value}
         )
@@ -208,7 +208,7 @@ def test_a_bogus_capsule_is_not_trusted_and_is_named(value: Any, says: str) -> N
     ids=["one", "2**64", "negative", "near-int64-max", "bool", "str", "float", "heap", "code"],
 )
 def test_a_bogus_legacy_int_is_never_dereferenced(value: Any, says: str) -> None:
-    info = TorchInfo.from_torch(
+    info = describe_torch(
         fake_torch(
             False, types.SimpleNamespace(), tensor_attrs={"__c_dlpack_exchange_api__": value}
         )
@@ -227,7 +227,7 @@ def test_a_real_table_passes_as_a_legacy_int() -> None:
     if own is None:
         pytest.skip(f"torch {torch.__version__} has no exchange API of its own to point at")
     pointer = _get_pointer(own, b"dlpack_exchange_api")
-    info = TorchInfo.from_torch(
+    info = describe_torch(
         fake_torch(
             False, types.SimpleNamespace(), tensor_attrs={"__c_dlpack_exchange_api__": pointer}
         )
@@ -259,7 +259,7 @@ def test_a_torch_that_cannot_be_described_raises(change: dict[str, Any], says: s
     for key, value in change.items():
         setattr(torch, key, value)
     with pytest.raises(Exception, match=says):
-        TorchInfo.from_torch(torch)
+        describe_torch(torch)
 
 
 def _lookalike_tables(limit: int = 2000) -> list[int]:

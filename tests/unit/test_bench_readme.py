@@ -1,20 +1,26 @@
-"""The pages' figures are generated from benchmarks/results: docs/benchmarks.md's tables
-and the per-call costs in README.md's table of paths. No drift, and one run writes both."""
+"""The figures users see are generated from benchmarks/results by one mechanism (cog
+blocks, devtools/base/generated.py): docs/benchmarks.md's tables, the per-call costs in
+README.md's table of paths, and the runtime's cost figures (torch_c_dlpack_ext/_costs.py,
+which status() and the diagnostics print). No drift, no hand copy, and one run writes all."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cli import KINDS
-from benchmarks.pages import PATHS_END, PATHS_START, render_paths_table, write_pages
+import pytest
+from benchmarks.pages import KINDS, render_paths_table
 from benchmarks.portable import PYTHON_ALLOCATION, SHIPPED, TORCH213
-from benchmarks.report import SECTION_END, SECTION_START, read_result, render_results_section
+from benchmarks.report import read_result
+from devtools.base import generated
+from devtools.base.generated import StaleFiles, regenerate
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
-REGENERATE = "run `nox -s bench -- --readme-only` (or python -m benchmarks --readme-only)"
+#: The files whose cog blocks render benchmark figures.
+FIGURE_FILES = ("README.md", "docs/benchmarks.md", "python/torch_c_dlpack_ext/_costs.py")
 
 
 def _documents() -> list[dict[str, Any]]:
@@ -27,31 +33,68 @@ def _documents() -> list[dict[str, Any]]:
     return documents
 
 
-def _between(text: str, start: str, end: str) -> str:
-    return text[text.index(start) : text.index(end) + len(end)]
+def _copies(tmp_path: Path) -> list[Path]:
+    """Copies of the figure files, each generated section replaced by "stale"."""
+    copies = []
+    for name in FIGURE_FILES:
+        text = (ROOT / name).read_text(encoding="utf-8")
+        parts = text.split("[[[end]]]")
+        for i, part in enumerate(parts[:-1]):
+            code, _, _output = part.rpartition("]]]")
+            stale = " -->\nstale\n<!-- " if name.endswith(".md") else "\nstale = 1\n# "
+            parts[i] = f"{code}]]]{stale}"
+        copy = tmp_path / name.replace("/", "_")
+        copy.write_text("[[[end]]]".join(parts), encoding="utf-8")
+        copies.append(copy)
+    return copies
 
 
-def test_committed_benchmarks_page_matches_committed_results() -> None:
-    """docs/benchmarks.md's tables are generated: they must not drift from the results."""
-    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
-    assert _between(page, SECTION_START, SECTION_END) == render_results_section(_documents()), (
-        f"docs/benchmarks.md's tables differ from benchmarks/results; {REGENERATE}"
-    )
+def test_every_generated_section_is_current() -> None:
+    """CONTRIBUTING's map, the pages' figures and the runtime's figures match their sources
+    (what ``nox -s lint`` checks)."""
+    assert regenerate(check=True) == [], "run `nox -s map`"
+    assert set(FIGURE_FILES) <= set(generated.FILES)
 
 
-def test_committed_readme_costs_match_committed_results() -> None:
-    """README's table of paths, with each path's per-call cost, is generated too."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    table = render_paths_table(_documents())
-    assert table is not None, "benchmarks/results lacks exchange.json or portable.json"
-    assert _between(readme, PATHS_START, PATHS_END) == table, (
-        f"README.md's per-call costs differ from benchmarks/results; {REGENERATE}"
-    )
+def test_a_stale_section_fails_the_check_and_one_run_rewrites_all(tmp_path: Path) -> None:
+    copies = _copies(tmp_path)
+    before = [copy.read_text(encoding="utf-8") for copy in copies]
+    with pytest.raises(StaleFiles, match="run `nox -s map`"):
+        regenerate(copies, check=True)
+    assert [copy.read_text(encoding="utf-8") for copy in copies] == before  # check writes nothing
+
+    assert regenerate(copies) == copies
+    for copy, name in zip(copies, FIGURE_FILES):
+        assert "stale" not in copy.read_text(encoding="utf-8")
+        assert copy.read_text(encoding="utf-8") == (ROOT / name).read_text(encoding="utf-8")
+
+
+def test_a_new_benchmark_result_moves_the_runtimes_figures(tmp_path: Path) -> None:
+    """A run that measures another native cost rewrites _costs.py (no hand copy), and a
+    results folder lacking a kind renders it from the committed results."""
+    exchange = json.loads((RESULTS / "exchange.json").read_text(encoding="utf-8"))
+    ours = exchange["data"]["current"]["providers"]["ours"]
+    ours["from_py_object"]["median"] = 12345.4
+    exchange["machine"]["cpu_model"] = "Elsewhere CPU"
+    (tmp_path / "exchange.json").write_text(json.dumps(exchange), encoding="utf-8")
+    costs = tmp_path / "_costs.py"
+    shutil.copyfile(ROOT / "python" / "torch_c_dlpack_ext" / "_costs.py", costs)
+
+    assert regenerate([costs], results_dir=tmp_path) == [costs]
+    namespace: dict[str, Any] = {}
+    exec(costs.read_text(encoding="utf-8"), namespace)
+    assert namespace["PORTABLE_COST"]["native_export_ns"] == 12345
+    # The portable figures came from the committed portable.json (this folder has none).
+    from torch_c_dlpack_ext._costs import PORTABLE_COST
+
+    assert namespace["PORTABLE_COST"]["portable_export_ns"] == PORTABLE_COST["portable_export_ns"]
 
 
 def test_the_readme_costs_are_the_cost_figures_the_runtime_prints() -> None:
-    """The native and portable figures README shows are PORTABLE_COST's, rounded alike."""
-    from torch_c_dlpack_ext._decide import PORTABLE_COST
+    """The native and portable figures README shows are PORTABLE_COST's, rounded alike, and
+    the runtime names the machine they came from."""
+    from torch_c_dlpack_ext._costs import MEASURED_ON, PORTABLE_COST
+    from torch_c_dlpack_ext._wording import cost_line
 
     table = render_paths_table(_documents())
     assert table is not None
@@ -65,48 +108,19 @@ def test_the_readme_costs_are_the_cost_figures_the_runtime_prints() -> None:
     )
     assert rows["**native**"].endswith(f"| {native} |")
     assert rows["**portable table**"].endswith(f"| {portable} |")
-
-
-def test_one_run_rewrites_both_pages(tmp_path: Path) -> None:
-    (tmp_path / "docs").mkdir()
-    shutil.copyfile(ROOT / "docs" / "benchmarks.md", tmp_path / "docs" / "benchmarks.md")
-    stale = f"{PATHS_START}\n| stale |\n{PATHS_END}"
-    (tmp_path / "README.md").write_text(f"# P\n\n{stale}\n\n## Next\n", encoding="utf-8")
-    bench = (tmp_path / "docs" / "benchmarks.md").read_text(encoding="utf-8")
-    old = _between(bench, SECTION_START, SECTION_END)
-    (tmp_path / "docs" / "benchmarks.md").write_text(
-        bench.replace(old, f"{SECTION_START}\nstale\n{SECTION_END}"), encoding="utf-8"
-    )
-
-    written = write_pages(_documents(), tmp_path)
-
-    assert written == [tmp_path / "docs" / "benchmarks.md", tmp_path / "README.md"]
-    readme = (tmp_path / "README.md").read_text(encoding="utf-8")
-    assert "stale" not in readme
-    assert readme.endswith("\n\n## Next\n")
-    assert (tmp_path / "docs" / "benchmarks.md").read_text(encoding="utf-8") == bench
-
-
-def test_a_run_without_the_exchange_result_leaves_readme_alone(tmp_path: Path) -> None:
-    (tmp_path / "docs").mkdir()
-    shutil.copyfile(ROOT / "docs" / "benchmarks.md", tmp_path / "docs" / "benchmarks.md")
-    (tmp_path / "README.md").write_text("# P\n", encoding="utf-8")
-    documents = [d for d in _documents() if d["kind"] != "exchange"]
-
-    assert write_pages(documents, tmp_path) == [tmp_path / "docs" / "benchmarks.md"]
-    assert (tmp_path / "README.md").read_text(encoding="utf-8") == "# P\n"
+    portable_result = read_result(RESULTS / "portable.json")
+    assert portable_result["machine"]["cpu_model"] in MEASURED_ON
+    assert MEASURED_ON in cost_line()
 
 
 def test_the_runtimes_cost_figures_are_the_committed_benchmarks() -> None:
-    """``PORTABLE_COST`` (what status() and the diagnostics print) is the medians of the
-    committed results: the native library from exchange.json, the shipped abi3 portable
-    build on the same torch 2.13 from portable.json. A benchmark run that moves them fails
-    here until copied."""
-    from torch_c_dlpack_ext._decide import PORTABLE_COST
+    """``PORTABLE_COST`` is the medians of the committed results, rounded: the native
+    library from exchange.json, the shipped abi3 portable build on the same torch 2.13
+    from portable.json."""
+    from torch_c_dlpack_ext._costs import PORTABLE_COST
 
-    results = ROOT / "benchmarks" / "results"
-    native = read_result(results / "exchange.json")["data"]["current"]["providers"]["ours"]
-    portable = read_result(results / "portable.json")["data"]["comparisons"][TORCH213]
+    native = read_result(RESULTS / "exchange.json")["data"]["current"]["providers"]["ours"]
+    portable = read_result(RESULTS / "portable.json")["data"]["comparisons"][TORCH213]
     shipped = portable["providers"][SHIPPED]
     measured = {
         "native_export_ns": native["from_py_object"]["median"],
@@ -114,12 +128,7 @@ def test_the_runtimes_cost_figures_are_the_committed_benchmarks() -> None:
         "portable_export_ns": shipped["from_py_object"]["median"],
         "portable_allocator_ns": shipped["allocator"]["median"],
     }
-    # The figures are printed rounded to what a reader can use: within 1% (or 1 ns).
-    for name, value in measured.items():
-        assert abs(PORTABLE_COST[name] - value) <= max(1.0, value / 100), (
-            f"PORTABLE_COST[{name!r}] is {PORTABLE_COST[name]}, the benchmark says "
-            f"{value:.0f}: copy it from benchmarks/results into _decide.py"
-        )
+    assert {name: round(value) for name, value in measured.items()} == PORTABLE_COST
 
 
 def test_the_readme_figures_come_from_one_run_and_the_bare_python_calls() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from tests.conftest import FakeTorch
 
-from _torch_c_dlpack_ext_core import driver
+from _torch_c_dlpack_ext_core import buildsteps, driver
 from _torch_c_dlpack_ext_core.driver import BuildPlan, BuildRequest, plan_build
 from _torch_c_dlpack_ext_core.files import atomic_write_bytes
 
@@ -98,7 +98,7 @@ def test_locations_become_placeholders_on_path_boundaries() -> None:
         f"-L{sp / 'torch'}",
         f"{sp / 'torchvision'}",
     ]
-    assert driver._without_locations(command, places) == [
+    assert buildsteps.without_locations(command, places) == [
         "-I<dlpack>",
         "-I<torch>/include",
         "-Wl,--version-script=<sources>/exports.map",

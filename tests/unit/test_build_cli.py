@@ -12,6 +12,7 @@ import pytest
 from devtools.base import cli
 from devtools.base.errors import CellsNotBuiltError
 from devtools.build import cellbuild as build
+from devtools.build import cellresults
 from devtools.build import host as buildhost
 from devtools.commands import build as command
 
@@ -26,7 +27,7 @@ NOTE = (
 
 
 def test_clip_cuts_at_a_word_boundary() -> None:
-    clipped = build.clip(NOTE, 60)
+    clipped = cellresults.clip(NOTE, 60)
     assert len(clipped) <= 60
     assert clipped.endswith(" \N{HORIZONTAL ELLIPSIS}")
     kept = clipped.removesuffix(" \N{HORIZONTAL ELLIPSIS}")
@@ -35,17 +36,19 @@ def test_clip_cuts_at_a_word_boundary() -> None:
 
 
 def test_clip_keeps_short_text_and_takes_the_first_line() -> None:
-    assert build.clip("no ROCm toolchain\nsecond line") == "no ROCm toolchain"
-    assert build.clip("") == ""
-    assert build.clip("x" * 200, 20) == "x" * 19 + "\N{HORIZONTAL ELLIPSIS}"
+    assert cellresults.clip("no ROCm toolchain\nsecond line") == "no ROCm toolchain"
+    assert cellresults.clip("") == ""
+    assert cellresults.clip("x" * 200, 20) == "x" * 19 + "\N{HORIZONTAL ELLIPSIS}"
 
 
 def test_table_note_column_is_clipped(capsys: pytest.CaptureFixture[str]) -> None:
-    result = build.CellResult(cell="linux_x86_64-t26_cuda_abi0", status="skipped", reason=NOTE)
+    result = cellresults.CellResult(
+        cell="linux_x86_64-t26_cuda_abi0", status="skipped", reason=NOTE
+    )
     command.print_table([result])
     line = capsys.readouterr().out.splitlines()[1]
     note = line.split("  ")[-1]
-    assert note == build.clip(NOTE)
+    assert note == cellresults.clip(NOTE)
     assert len(note) < len(NOTE)
 
 
@@ -156,7 +159,9 @@ def test_the_report_never_overwrites_an_artifact(
         index.write_text('{"variants": {}}\n', encoding="utf-8")
         return [index]
 
-    built = build.CellResult(cell="linux_x86_64-t28_cpu", status="built", size=1, entry=_ENTRY)
+    built = cellresults.CellResult(
+        cell="linux_x86_64-t28_cpu", status="built", size=1, entry=_ENTRY
+    )
     monkeypatch.setattr(build, "build_cells", lambda *a, **k: [built])
     monkeypatch.setattr(wheels, "assemble_dist", assemble)
     cells = ["--cells", "linux_x86_64-t28_cpu"]
@@ -186,11 +191,13 @@ _ENTRY = ManifestEntry(
 
 
 def test_the_report_records_a_cells_entry_as_its_manifest_json() -> None:
-    built = build.CellResult(cell="linux_x86_64-t28_cpu", status="built", size=1, entry=_ENTRY)
+    built = cellresults.CellResult(
+        cell="linux_x86_64-t28_cpu", status="built", size=1, entry=_ENTRY
+    )
     record = json.loads(json.dumps(built.to_json()))
     assert record["entry"] == _ENTRY.to_json()
     assert ManifestEntry.from_json(record["entry"]) == _ENTRY
-    skipped = build.CellResult(cell="linux_x86_64-t28_cpu", status="skipped", reason="no")
+    skipped = cellresults.CellResult(cell="linux_x86_64-t28_cpu", status="skipped", reason="no")
     assert skipped.to_json() == {
         "cell": "linux_x86_64-t28_cpu",
         "status": "skipped",
@@ -206,8 +213,8 @@ def test_a_failed_cell_counts_its_time_as_set_up_only_when_it_failed_in_the_set_
     import time
 
     started = time.monotonic() - 5
-    during = build.CellResult.failed("c", OSError("no torch"), started, None)
-    after = build.CellResult.failed("c", OSError("compile"), started, 2.0)
+    during = cellresults.CellResult.failed("c", OSError("no torch"), started, None)
+    after = cellresults.CellResult.failed("c", OSError("compile"), started, 2.0)
     assert (during.status, during.reason) == ("failed", "OSError: no torch")
     assert during.setup_seconds == during.seconds >= 5
     assert (after.setup_seconds, after.seconds >= 5) == (2.0, True)

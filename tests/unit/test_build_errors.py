@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from build_backend._boundary import brief_error
 
-from _torch_c_dlpack_ext_core import errors
 from _torch_c_dlpack_ext_core.errors import (
     TAIL_CHARS,
     TAIL_LINES,
@@ -97,18 +96,19 @@ def test_the_backend_paragraph_shows_the_tail() -> None:
 
 
 def test_remedies_pin_this_version_and_name_the_build_requirements() -> None:
+    from _torch_c_dlpack_ext_core import installsource, remedies
     from _torch_c_dlpack_ext_core.version import __version__
 
     pinned = f"torch-c-dlpack-ext=={__version__}"
-    assert errors.pinned_requirement() == pinned
-    assert errors.reinstall_command() == f"pip install --force-reinstall --no-deps {pinned}"
-    command = errors.build_from_source_command((3, 11))
+    assert installsource.pinned_requirement() == pinned
+    assert remedies.reinstall_command() == f"pip install --force-reinstall --no-deps {pinned}"
+    command = remedies.build_from_source_command((3, 11))
     assert command == (
         'pip install "packaging>=24" "filelock>=3.12" "apache-tvm-ffi>=0.1.6" '
         '"pyproject-metadata>=0.9" && pip install --force-reinstall --no-deps '
         f"--no-build-isolation --no-binary torch-c-dlpack-ext {pinned}"
     )
-    assert '"tomli>=1.1"' in errors.build_from_source_command((3, 9))
+    assert '"tomli>=1.1"' in remedies.build_from_source_command((3, 9))
 
 
 # --- $CXX is a command ------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from torch_c_dlpack_ext._apply import build_info_in
+from torch_c_dlpack_ext._library import build_info_in
 
 ROOT = Path(__file__).resolve().parents[2]
 

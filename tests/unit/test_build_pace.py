@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from devtools.base import cli
 from devtools.build import host as buildhost
-from devtools.build.cellbuild import CellResult, eta_seconds
+from devtools.build.cellresults import CellResult, eta_seconds
 from devtools.build.host import COMPILE_MEMORY_BYTES, available_memory, jobs_for
 from devtools.commands.build import select_cells, without_freethreaded
 from devtools.matrix.reader import load_matrix

@@ -18,7 +18,7 @@ from build_backend._wheel import assemble_wheel
 from devtools.base.errors import MatrixError
 from devtools.base.wheelnames import is_variant_name, parse_wheel_name
 from devtools.build import cellbuild as build
-from devtools.build import wheels
+from devtools.build import cellresults, wheels
 from devtools.envs import torchenv
 from devtools.matrix.cells import (
     Cell,
@@ -152,10 +152,10 @@ def test_the_build_records_each_librarys_cell_and_assembly_reads_it(tmp_path: Pa
     results = [build.build_one(cell, build_dir) for cell in chosen]
     assert [r.status for r in results] == ["built", "built"], results
     assert [r.entry and r.entry.cell for r in results] == [c.id for c in chosen]
-    build._write_group_manifests(chosen, {r.cell: r for r in results}, build_dir)
+    cellresults.write_group_manifests(chosen, {r.cell: r for r in results}, build_dir)
     group = group_dir(build_dir, chosen[0])
     assert [e.cell for e in load_manifest(group / MANIFEST_NAME)] == [c.id for c in chosen]
-    copied = build.copy_libs(chosen, results, build_dir, tmp_path / "job-libs")
+    copied = cellresults.copy_libs(chosen, results, build_dir, tmp_path / "job-libs")
     assert [e.cell for e in copied] == [c.id for c in chosen]
     assert load_manifest(tmp_path / "job-libs" / MANIFEST_NAME) == tuple(copied)
     made = wheels.assemble_dist(

@@ -26,7 +26,7 @@ from _torch_c_dlpack_ext_core.files import write_manifest
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from torch_c_dlpack_ext import _loader
 from torch_c_dlpack_ext._decide import DecisionKind, Settings, decide
-from torch_c_dlpack_ext._torchinfo import TorchInfo
+from torch_c_dlpack_ext._torchinfo import describe_torch
 
 
 def test_names_are_the_cores() -> None:
@@ -393,7 +393,7 @@ def test_the_common_path_picks_what_the_selector_picks(
     *fields, more = described
     torch = _fake_torch(*fields, **more)
     decision = decide(
-        TorchInfo.from_torch(torch),
+        describe_torch(torch),
         files.load_manifest(package_dir / "manifest.json"),
         Settings(),
     )
@@ -444,7 +444,7 @@ def test_an_xpu_torch_is_xpu_never_cpu() -> None:
     """Issue 30: an XPU torch was taken for a CPU build and given the CPU library."""
     torch = _fake_torch("2.8.0+xpu", None, None, True, xpu="20250101")
     assert _loader.backend_of(torch) == "xpu"
-    assert TorchInfo.from_torch(torch).backend is naming.Backend.XPU
+    assert describe_torch(torch).backend is naming.Backend.XPU
 
 
 @given(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from _torch_c_dlpack_ext_core import driver, headers
+from _torch_c_dlpack_ext_core import driver, headers, torchchecks
 from _torch_c_dlpack_ext_core.driver import (
     BuildPlan,
     BuildPolicy,
@@ -397,7 +397,7 @@ def test_the_real_header_declares_the_checked_heads() -> None:
     assert "TCDE_TORCH_AT_LEAST(2, 16)" in header
     assert "!TCDE_TORCH_AT_LEAST(2, 4)" in header
     assert "#elif TCDE_TORCH_AT_LEAST(2, 10)" in header
-    ranges = [(lo, hi) for lo, hi, _ in driver._THPVARIABLE_HEADS]
+    ranges = [(lo, hi) for lo, hi, _ in torchchecks.THPVARIABLE_HEADS]
     assert ranges == [((2, 4), (2, 9)), ((2, 10), (2, 15))]
 
 

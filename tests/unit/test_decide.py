@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from _torch_c_dlpack_ext_core.errors import InstallSource, ManifestError, PackageInArchiveError
+from _torch_c_dlpack_ext_core.errors import ManifestError, PackageInArchiveError
+from _torch_c_dlpack_ext_core.installsource import InstallKind, InstallSource
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend, library_filename
 from _torch_c_dlpack_ext_core.version import __version__
@@ -891,10 +892,10 @@ def test_a_bundled_library_still_serves_its_torch_outside_the_range() -> None:
 
 
 def test_the_supported_range_is_the_layouts_the_driver_checks() -> None:
-    from _torch_c_dlpack_ext_core import driver
+    from _torch_c_dlpack_ext_core import torchchecks
     from _torch_c_dlpack_ext_core.naming import TORCH_RANGE
 
-    heads = driver._THPVARIABLE_HEADS
+    heads = torchchecks.THPVARIABLE_HEADS
     assert (heads[0][0], heads[-1][1]) == TORCH_RANGE
     # Contiguous: each range starts one minor after the previous one ends.
     for (_, end, _), (start, _, _) in zip(heads, heads[1:]):
@@ -1023,8 +1024,9 @@ def test_unparsable_huge_version_names_the_cause(version: str) -> None:
 
 
 def test_status_names_the_portable_table_its_cost_and_how_to_get_native_speed() -> None:
-    from torch_c_dlpack_ext._decide import PORTABLE_COST, cost_line
+    from torch_c_dlpack_ext._costs import MEASURED_ON, PORTABLE_COST
     from torch_c_dlpack_ext._status import Status
+    from torch_c_dlpack_ext._wording import cost_line
 
     status = Status(
         kind=K.PORTABLE,
@@ -1040,7 +1042,7 @@ def test_status_names_the_portable_table_its_cost_and_how_to_get_native_speed() 
     # The running torch (the test environment's) has its headers: the JIT is offered.
     assert f"for native speed set {P}JIT=1" in text, text
     assert f"~{PORTABLE_COST['native_export_ns']} and" in cost_line()
-    assert "nox -s bench" in cost_line()
+    assert f"nox -s bench: {MEASURED_ON}" in cost_line()
     assert "cost" not in str(Status(kind=K.LOAD, library=Path("/x/lib.so")))
     assert Status(kind=K.LOAD, torch=torch_info()).native_speed == ""
 
@@ -1138,7 +1140,7 @@ def test_native_speed_offers_the_jit_only_where_it_can_serve(
     says: tuple[str, ...],
     never: tuple[str, ...],
 ) -> None:
-    from torch_c_dlpack_ext._decide import native_speed
+    from torch_c_dlpack_ext._wording import native_speed
 
     text = native_speed(info, read_settings(env), headers=headers)
     for fragment in says:
@@ -1150,7 +1152,7 @@ def test_native_speed_offers_the_jit_only_where_it_can_serve(
 def test_the_range_native_speed_names_is_the_one_the_decision_names() -> None:
     """One source for the range (naming.TORCH_RANGE): the reason on the same screen and
     the native-speed line say the same numbers."""
-    from torch_c_dlpack_ext._decide import native_speed
+    from torch_c_dlpack_ext._wording import native_speed
 
     info = torch_info("2.2.2+cu121")
     reason = decide(info, FULL, Settings()).reason
@@ -1159,7 +1161,7 @@ def test_the_range_native_speed_names_is_the_one_the_decision_names() -> None:
 
 
 def test_native_speed_of_a_library_override() -> None:
-    from torch_c_dlpack_ext._decide import native_speed
+    from torch_c_dlpack_ext._wording import native_speed
 
     text = native_speed(torch_info(), Settings(library=Path("/x/portable.so"), jit=True))
     assert text == f"for native speed point {P}LIBRARY at a native library, or unset it"
@@ -1197,8 +1199,8 @@ def test_the_status_looks_for_the_running_torchs_headers(
 #: Where a copy came from (its installation record), and what its remedies may pin.
 SOURCES = {
     "index": InstallSource(installer="pip"),
-    "dir": InstallSource("dir", "/home/me/src/torch-c-dlpack-ext"),
-    "unrecorded": InstallSource("unrecorded", "/home/me/src/torch-c-dlpack-ext/python"),
+    "dir": InstallSource(InstallKind.DIR, "/home/me/src/torch-c-dlpack-ext"),
+    "unrecorded": InstallSource(InstallKind.UNRECORDED, "/home/me/src/torch-c-dlpack-ext/python"),
 }
 #: Decisions whose remedy names an installation command.
 REMEDIES = {

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_c_dlpack_ext._apply import _sentence
+from torch_c_dlpack_ext._wording import sentence as _sentence
 
 ROOT = Path(__file__).resolve().parents[2]
 NUMPY = "ignore:Failed to initialize NumPy"  # torch 2.13 without numpy says so at import

@@ -12,6 +12,7 @@ import pytest
 from devtools import docmap
 from devtools.base import cli
 from devtools.base.errors import DevToolError
+from devtools.base.generated import regenerate
 from devtools.base.paths import ROOT
 
 CONTRIBUTING = ROOT / "CONTRIBUTING.md"
@@ -29,11 +30,18 @@ def _checkout(tmp_path: Path) -> Path:
     return root
 
 
+def _with_map(text: str, generated: str) -> str:
+    """CONTRIBUTING.md's text with its cog block's output replaced by ``generated``."""
+    code_end = text.index("]]] -->\n", text.index("from devtools.docmap import render"))
+    start = code_end + len("]]] -->\n")
+    return text[:start] + generated + text[text.index("<!-- [[[end]]] -->", start) :]
+
+
 def test_contributing_map_matches_the_docstrings() -> None:
     text = CONTRIBUTING.read_text(encoding="utf-8")
-    assert text.count(docmap.BEGIN) == 1
-    assert text.count(docmap.END) == 1
-    assert docmap.replace_map(text, docmap.render()) == text, "run `nox -s map`"
+    assert text.count("[[[cog") == 1
+    assert text.count("[[[end]]]") == 1
+    assert _with_map(text, docmap.render()) == text, "run `nox -s map`"
 
 
 def test_every_layer_room_and_module_is_on_the_map() -> None:
@@ -99,9 +107,9 @@ def test_a_changed_source_makes_the_check_fail(
     changed = docmap.render(root)
     assert changed != docmap.render()
     stale = tmp_path / "CONTRIBUTING.md"
-    stale.write_text(docmap.replace_map(CONTRIBUTING.read_text(encoding="utf-8"), changed))
+    stale.write_text(_with_map(CONTRIBUTING.read_text(encoding="utf-8"), changed))
     assert cli.main(["map", "--check", "--file", str(stale)]) == 1
-    assert docmap.replace_map(stale.read_text(encoding="utf-8"), changed) == stale.read_text(
+    assert _with_map(stale.read_text(encoding="utf-8"), changed) == stale.read_text(
         encoding="utf-8"
     )  # --check writes nothing
     assert cli.main(["map", "--file", str(stale)]) == 0
@@ -160,6 +168,19 @@ def test_rest_markup_becomes_markdown() -> None:
     ]
 
 
-def test_a_file_without_markers_is_refused() -> None:
-    with pytest.raises(DevToolError, match="markers"):
-        docmap.replace_map("# no map here\n", docmap.render())
+def test_a_file_without_a_cog_block_is_refused(tmp_path: Path) -> None:
+    page = tmp_path / "CONTRIBUTING.md"
+    page.write_text("# no map here\n", encoding="utf-8")
+    with pytest.raises(DevToolError, match="no cog block"):
+        regenerate([page])
+    assert cli.main(["map", "--file", str(page)]) != 0
+    assert page.read_text(encoding="utf-8") == "# no map here\n"
+
+
+def test_a_failing_block_names_the_file_and_writes_nothing(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    text = "<!-- [[[cog\nraise ValueError('broken source')\n]]] -->\nold\n<!-- [[[end]]] -->\n"
+    page.write_text(text, encoding="utf-8")
+    with pytest.raises(DevToolError, match="broken source"):
+        regenerate([page])
+    assert page.read_text(encoding="utf-8") == text

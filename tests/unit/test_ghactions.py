@@ -13,6 +13,7 @@ import pytest
 from devtools.base import cli, ghactions
 from devtools.base.errors import MatrixError, ReleaseError
 from devtools.build import cellbuild as build
+from devtools.build import cellresults
 from devtools.commands import build as command
 from devtools.matrix.reader import load_matrix
 from devtools.release import verify
@@ -249,12 +250,12 @@ def _fake_builds(monkeypatch: pytest.MonkeyPatch, *, raise_on: str | None = None
     monkeypatch.setattr(build, "skip_reason", lambda *a: None)
     monkeypatch.setattr(build, "cross_target", lambda *a: None)
 
-    def build_one(cell: object, build_dir: Path, cross: object) -> build.CellResult:
+    def build_one(cell: object, build_dir: Path, cross: object) -> cellresults.CellResult:
         cell_id = str(cell.id)  # type: ignore[attr-defined]
         print(f"compiling {cell_id}")
         if cell_id == raise_on:
             raise ConfigError("a bug in the step")
-        return build.CellResult(cell=cell_id, status="failed", seconds=1.0, reason=GCC_TAIL)
+        return cellresults.CellResult(cell=cell_id, status="failed", seconds=1.0, reason=GCC_TAIL)
 
     monkeypatch.setattr(build, "build_one", build_one)
 
@@ -317,8 +318,10 @@ def test_a_cells_group_is_closed_when_its_build_raises(
 
 def test_markdown_table_of_the_cells() -> None:
     results = [
-        build.CellResult(cell="linux_x86_64-t28_cpu", status="built", seconds=12.34, size=4096),
-        build.CellResult(cell="win_amd64-t28_cpu", status="skipped", reason="a | b\nsecond"),
+        cellresults.CellResult(
+            cell="linux_x86_64-t28_cpu", status="built", seconds=12.34, size=4096
+        ),
+        cellresults.CellResult(cell="win_amd64-t28_cpu", status="skipped", reason="a | b\nsecond"),
     ]
     assert command.markdown_table(results, title="build: 2 cell(s)") == (
         "### build: 2 cell(s)\n"
@@ -361,10 +364,10 @@ def test_an_unwritable_summary_does_not_break_the_build(
     assert "Traceback" not in err
 
 
-def _parallel_build(cell: object, build_dir: Path, cross: object) -> build.CellResult:
+def _parallel_build(cell: object, build_dir: Path, cross: object) -> cellresults.CellResult:
     # Runs in a worker process: whether it may open a group of its own.
     mark = os.environ.get(ghactions.GROUP_MARK, "")
-    return build.CellResult(
+    return cellresults.CellResult(
         cell=str(cell.id),  # type: ignore[attr-defined]
         status="failed",
         reason=f"CompileError: mark={mark!r}\n{GCC_TAIL}",

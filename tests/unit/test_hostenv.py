@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,33 @@ def test_requires_python_reads_and_validates(tmp_path: Path) -> None:
     pyproject.write_text('[project]\nname = "x"\nrequires-python = "three"\n')
     with pytest.raises(ConfigError, match="not a specifier"):
         hostenv.requires_python(pyproject)
+
+
+def test_find_cpython_finds_this_interpreter_and_refuses_what_no_tool_has(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The one CPython finder (the GPU twin, the benchmarks and the abi3 test all use it):
+    this interpreter for its own version; no uv and no pyenv on PATH, nothing else."""
+    running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert hostenv.find_cpython(running) == Path(sys.executable)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert hostenv.find_cpython("3.2") is None
+
+
+def test_find_cpython_asks_pyenv_through_the_run_helper(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where uv finds nothing, pyenv's newest installed patch release of the version."""
+    for patch in ("3.7.1", "3.7.17"):
+        python = tmp_path / "root" / "versions" / patch / "bin" / "python3.7"
+        python.parent.mkdir(parents=True)
+        python.touch()
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "pyenv").write_text(f"#!/bin/sh\necho {tmp_path / 'root'}\n")
+    (tools / "pyenv").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tools))
+    assert (
+        hostenv.find_cpython("3.7")
+        == tmp_path / "root" / "versions" / "3.7.17" / "bin" / "python3.7"
+    )

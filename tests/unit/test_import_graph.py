@@ -18,7 +18,12 @@ Inside ``devtools`` the same rule holds between its rooms (sub-packages, table
 ``rehearse``, ``commands``): a room imports itself and the rooms below it, and its
 ``__init__`` says which (a "May import:" line) and imports nothing. The longest chain of
 imports inside ``devtools`` is pinned (:data:`DEVTOOLS_MAX_LEVELS`), so a new import that
-makes a reader follow one more module to understand a command fails here.
+makes a reader follow one more module to understand a command fails here. So is the
+longest chain inside the runtime package ``torch_c_dlpack_ext``
+(:data:`RUNTIME_MAX_LEVELS`): its rooms are records (``_model``) and the cost figures at
+the bottom, then gathering (``_torchinfo``, ``_settings``, ``_library``, ``_install``), the
+wording (``_wording``), the policy (``_decide``), acting (``_apply``), the package and its
+diagnostics.
 """
 
 from __future__ import annotations
@@ -66,6 +71,11 @@ ROOMS: dict[str, set[str]] = {
 #: The most modules one chain of imports inside ``devtools`` may pass through (a module
 #: importing nothing of devtools is 1). Before the rooms it was 12.
 DEVTOOLS_MAX_LEVELS = 6
+#: The same for the runtime package ``torch_c_dlpack_ext`` (``__main__`` -> the package ->
+#: ``_apply`` -> ``_decide`` -> ``_wording`` -> ``_costs``). It was 10 (``__main__`` ->
+#: ``__init__`` -> ``_boundary`` -> ``_apply`` -> ``_status`` -> ``_jit`` -> ``_decide`` ->
+#: ``_torchinfo`` -> ``_capsule`` -> ``_loader``) before each of its modules had one job.
+RUNTIME_MAX_LEVELS = 6
 
 
 def _module_name(path: Path) -> str:
@@ -237,18 +247,22 @@ def test_a_room_init_is_a_docstring_naming_what_it_may_import(room: str) -> None
     assert named & set(ROOMS) == ROOMS[room] - {""}, (room, line)
 
 
-def _levels(graph: dict[str, list[tuple[str, int]]]) -> dict[str, list[str]]:
-    """Each devtools module -> its longest chain of devtools imports (itself first)."""
+def _levels(graph: dict[str, list[tuple[str, int]]], top: str = "devtools") -> dict[str, list[str]]:
+    """Each module of the package ``top`` -> its longest chain of imports inside ``top``
+    (itself first)."""
     chains: dict[str, list[str]] = {}
+
+    def inside(name: str) -> bool:
+        return name == top or name.startswith(top + ".")
 
     def chain(node: str) -> list[str]:
         if node not in chains:
-            below = [chain(t) for t, _ in graph[node] if t.startswith("devtools") and t != node]
+            below = [chain(t) for t, _ in graph[node] if inside(t) and t != node]
             chains[node] = [node, *max(below, key=len, default=[])]
         return chains[node]
 
     for name in graph:
-        if name == "devtools" or name.startswith("devtools."):
+        if inside(name):
             chain(name)
     return chains
 
@@ -267,3 +281,19 @@ def test_the_chain_check_counts_a_deeper_chain(monkeypatch: pytest.MonkeyPatch) 
     deeper = _levels(GRAPH)["devtools.__main__"]
     assert deeper == ["devtools.__main__", "devtools.docmap", *longest]
     assert len(deeper) > DEVTOOLS_MAX_LEVELS
+
+
+def test_runtime_import_chains_stay_short() -> None:
+    longest = max(_levels(GRAPH, "torch_c_dlpack_ext").values(), key=len)
+    assert len(longest) <= RUNTIME_MAX_LEVELS, " -> ".join(longest)
+    # The graph is read: the diagnostics import the package, which imports the selector.
+    assert longest[:2] == ["torch_c_dlpack_ext.__main__", "torch_c_dlpack_ext"], longest
+
+
+def test_the_runtime_chain_check_counts_a_deeper_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pin can fail: the status record importing the policy again (as it once did,
+    for the native-speed line) is one level more."""
+    status, decide = "torch_c_dlpack_ext._status", "torch_c_dlpack_ext._decide"
+    monkeypatch.setitem(GRAPH, status, [*GRAPH[status], (decide, 1)])
+    longest = max(_levels(GRAPH, "torch_c_dlpack_ext").values(), key=len)
+    assert len(longest) > RUNTIME_MAX_LEVELS, longest

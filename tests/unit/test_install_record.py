@@ -11,15 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from _torch_c_dlpack_ext_core.errors import (
-    InstallSource,
-    install_source_of,
-    reinstall_command,
-    reinstall_remedy,
-)
+from _torch_c_dlpack_ext_core.installsource import InstallKind, InstallSource, install_source_of
 from _torch_c_dlpack_ext_core.naming import PACKAGE
+from _torch_c_dlpack_ext_core.remedies import reinstall_command, reinstall_remedy
 from _torch_c_dlpack_ext_core.version import __version__
-from torch_c_dlpack_ext._apply import install_source
+from torch_c_dlpack_ext._install import install_source
 
 PINNED = f"torch-c-dlpack-ext=={__version__}"
 CHECKOUT = "/home/me/src/torch-c-dlpack-ext"
@@ -28,28 +24,28 @@ CHECKOUT = "/home/me/src/torch-c-dlpack-ext"
 @pytest.mark.parametrize(
     ("direct_url", "installer", "expected"),
     [
-        (None, "pip\n", InstallSource("index", "", "pip")),
-        (None, "uv", InstallSource("index", "", "uv")),
-        (None, "", InstallSource("index", "", "")),
-        (None, None, InstallSource("unrecorded", "/site")),
-        ("not json", None, InstallSource("unrecorded", "/site")),
-        ("not json", "pip", InstallSource("index", "", "pip")),
-        ('{"url": 5}', "pip", InstallSource("index", "", "pip")),
+        (None, "pip\n", InstallSource(InstallKind.INDEX, "", "pip")),
+        (None, "uv", InstallSource(InstallKind.INDEX, "", "uv")),
+        (None, "", InstallSource(InstallKind.INDEX, "", "")),
+        (None, None, InstallSource(InstallKind.UNRECORDED, "/site")),
+        ("not json", None, InstallSource(InstallKind.UNRECORDED, "/site")),
+        ("not json", "pip", InstallSource(InstallKind.INDEX, "", "pip")),
+        ('{"url": 5}', "pip", InstallSource(InstallKind.INDEX, "", "pip")),
         (
             json.dumps({"url": f"file://{CHECKOUT}", "dir_info": {}}),
             None,  # a PEP 610 record says where it came from, INSTALLER or not
-            InstallSource("dir", CHECKOUT),
+            InstallSource(InstallKind.DIR, CHECKOUT),
         ),
         (
             json.dumps({"url": f"file://{CHECKOUT}", "dir_info": {"editable": True}}),
             "uv",
-            InstallSource("dir", CHECKOUT, "uv"),
+            InstallSource(InstallKind.DIR, CHECKOUT, "uv"),
         ),
         (
             # A hostile INSTALLER: its first line, printable, at most 40 characters.
             None,
             "pip\x1b[31m" + "x" * 100 + "\nsecond line",
-            InstallSource("index", "", "pip[31m" + "x" * 33),
+            InstallSource(InstallKind.INDEX, "", "pip[31m" + "x" * 33),
         ),
     ],
 )
@@ -75,7 +71,7 @@ def _dist_info(site: Path, *, installer: str | None, direct_url: object = None) 
 def test_a_source_tree_on_sys_path_has_no_record(tmp_path: Path) -> None:
     (tmp_path / PACKAGE).mkdir()
     source = install_source(tmp_path / PACKAGE)
-    assert source == InstallSource("unrecorded", str(tmp_path))
+    assert source == InstallSource(InstallKind.UNRECORDED, str(tmp_path))
 
 
 def test_an_unpacked_wheel_has_no_record(tmp_path: Path) -> None:
@@ -83,19 +79,19 @@ def test_an_unpacked_wheel_has_no_record(tmp_path: Path) -> None:
     installer writes one (PEP 376 / the installation-metadata spec)."""
     (tmp_path / PACKAGE).mkdir()
     _dist_info(tmp_path, installer=None)
-    assert install_source(tmp_path / PACKAGE).kind == "unrecorded"
+    assert install_source(tmp_path / PACKAGE).kind == InstallKind.UNRECORDED
 
 
 def test_an_installers_record_without_direct_url_is_an_index_install(tmp_path: Path) -> None:
     (tmp_path / PACKAGE).mkdir()
     _dist_info(tmp_path, installer="pip\n")
-    assert install_source(tmp_path / PACKAGE) == InstallSource("index", "", "pip")
+    assert install_source(tmp_path / PACKAGE) == InstallSource(InstallKind.INDEX, "", "pip")
 
 
 def test_a_direct_url_record_names_its_directory(tmp_path: Path) -> None:
     (tmp_path / PACKAGE).mkdir()
     _dist_info(tmp_path, installer="uv", direct_url={"url": f"file://{CHECKOUT}", "dir_info": {}})
-    assert install_source(tmp_path / PACKAGE) == InstallSource("dir", CHECKOUT, "uv")
+    assert install_source(tmp_path / PACKAGE) == InstallSource(InstallKind.DIR, CHECKOUT, "uv")
 
 
 def test_only_an_index_install_is_told_a_pinned_version() -> None:
@@ -104,10 +100,10 @@ def test_only_an_index_install_is_told_a_pinned_version() -> None:
         "reinstall torch-c-dlpack-ext (installed by pip from a package index): "
         f"pip install --force-reinstall --no-deps {PINNED}"
     )
-    directory = reinstall_remedy(InstallSource("dir", CHECKOUT, "pip"))
+    directory = reinstall_remedy(InstallSource(InstallKind.DIR, CHECKOUT, "pip"))
     assert f"installed by pip from the directory {CHECKOUT}" in directory
     assert directory.endswith(f"pip install --force-reinstall --no-deps {CHECKOUT}")
-    unrecorded = InstallSource("unrecorded", "/home/me/src/torch-c-dlpack-ext/python")
+    unrecorded = InstallSource(InstallKind.UNRECORDED, "/home/me/src/torch-c-dlpack-ext/python")
     text = reinstall_remedy(unrecorded)
     assert text.startswith(
         "reinstall torch-c-dlpack-ext (no installation record for this copy at "

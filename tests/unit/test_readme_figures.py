@@ -10,10 +10,6 @@ import re
 from pathlib import Path
 
 import pytest
-from benchmarks.pages import PATHS_END, PATHS_START
-from benchmarks.report import SECTION_END, SECTION_START
-from devtools.build.sizes import BEGIN as SIZES_START
-from devtools.build.sizes import END as SIZES_END
 from devtools.envs.footprint import BEGIN as FOOTPRINT_START
 from devtools.envs.footprint import END as FOOTPRINT_END
 from devtools.matrix.reader import load_matrix
@@ -34,18 +30,17 @@ MEASURED = re.compile(
 )
 
 
+#: A cog block (devtools/base/generated.py): its code, then its output.
+COG_BLOCK = re.compile(r"\[\[\[cog.*?\[\[\[end\]\]\]", re.DOTALL)
+
+
 def _generated() -> str:
-    start, end = BENCH_PAGE.index(SECTION_START), BENCH_PAGE.index(SECTION_END)
-    return BENCH_PAGE[start:end].replace("\\_", "_")
+    return "".join(m.group(0) for m in COG_BLOCK.finditer(BENCH_PAGE)).replace("\\_", "_")
 
 
 def _prose(text: str) -> str:
-    generated = (
-        (SECTION_START, SECTION_END),
-        (PATHS_START, PATHS_END),
-        (FOOTPRINT_START, FOOTPRINT_END),
-        (SIZES_START, SIZES_END),
-    )
+    text = COG_BLOCK.sub("", text)
+    generated = ((FOOTPRINT_START, FOOTPRINT_END),)
     for start, end in generated:
         if start in text:
             text = text[: text.index(start)] + text[text.index(end) + len(end) :]

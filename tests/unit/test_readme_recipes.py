@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from _torch_c_dlpack_ext_core.errors import BUILD_REQUIREMENTS, pinned_requirement
+from _torch_c_dlpack_ext_core.installsource import pinned_requirement
+from _torch_c_dlpack_ext_core.remedies import BUILD_REQUIREMENTS
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -13,12 +13,13 @@ import pytest
 from tests.conftest import FakeTorch
 
 from _torch_c_dlpack_ext_core import headers
-from _torch_c_dlpack_ext_core.errors import GPUHeadersNotFoundError, build_from_source_command
+from _torch_c_dlpack_ext_core.errors import GPUHeadersNotFoundError
 from _torch_c_dlpack_ext_core.headers import find_gpu_toolkit
 from _torch_c_dlpack_ext_core.naming import Backend
+from _torch_c_dlpack_ext_core.remedies import build_from_source_command
 from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 from torch_c_dlpack_ext import __main__ as diagnostics
-from torch_c_dlpack_ext import _apply, _jit
+from torch_c_dlpack_ext import _apply, _jit, _wording
 from torch_c_dlpack_ext._decide import Decision, DecisionKind, Settings, decide
 from torch_c_dlpack_ext._status import Status
 from torch_c_dlpack_ext._torchinfo import TorchInfo
@@ -95,7 +96,7 @@ def test_the_diagnostics_table_wraps_the_whole_remedy(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     message = headers_error(fake_torch, tmp_path, monkeypatch)
-    monkeypatch.setattr(_apply, "_run_as_diagnostics", lambda: True)
+    monkeypatch.setattr(_wording, "run_as_diagnostics", lambda: True)
     status = jit_failure(monkeypatch, message)
     assert "python -m torch_c_dlpack_ext" not in status.remedy, status.remedy
     report = {
@@ -128,7 +129,7 @@ def test_outside_the_diagnostics_the_remedy_points_to_them(
     fake_torch: FakeTorch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     message = headers_error(fake_torch, tmp_path, monkeypatch)
-    monkeypatch.setattr(_apply, "_run_as_diagnostics", lambda: False)
+    monkeypatch.setattr(_wording, "run_as_diagnostics", lambda: False)
     status = jit_failure(monkeypatch, message)
     assert "python -m torch_c_dlpack_ext shows details" in status.remedy, status.remedy
 

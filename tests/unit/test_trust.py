@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from tests.helpers import torch_info
 
-from _torch_c_dlpack_ext_core import driver, naming, trust
+from _torch_c_dlpack_ext_core import buildsteps, driver, naming, trust
 from _torch_c_dlpack_ext_core.errors import LibraryLoadError, UntrustedPathError
 from _torch_c_dlpack_ext_core.files import read_verified
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
@@ -398,7 +398,7 @@ def test_the_checked_descriptor_is_the_one_read(tree: Path) -> None:
 
 @ROOT_ONLY
 def test_the_driver_does_not_trust_a_cached_build_another_user_wrote(tmp_path: Path) -> None:
-    """driver._cached_entry (the writable JIT path): same rule as the read-only one."""
+    """buildsteps.cached_entry (the writable JIT path): same rule as the read-only one."""
     plant(tmp_path, b"\x7fELF planted")
     (tmp_path / f"{LIB_NAME}.build.json").write_text(
         json.dumps({**json.loads((tmp_path / f"{LIB_NAME}.build.json").read_text()), "key": "k"})
@@ -408,9 +408,9 @@ def test_the_driver_does_not_trust_a_cached_build_another_user_wrote(tmp_path: P
         sidecar=tmp_path / f"{LIB_NAME}.build.json", output_dir=tmp_path, filename=LIB_NAME
     )
     with pytest.raises(UntrustedPathError, match=f"refusing to load {tmp_path / LIB_NAME}"):
-        driver._cached_entry(plan, "k", TrustedOwners())  # type: ignore[arg-type]
+        buildsteps.cached_entry(plan, "k", TrustedOwners())  # type: ignore[arg-type]
     os.chown(tmp_path / LIB_NAME, 0, 0)
-    entry = driver._cached_entry(plan, "k", TrustedOwners())  # type: ignore[arg-type]
+    entry = buildsteps.cached_entry(plan, "k", TrustedOwners())  # type: ignore[arg-type]
     assert entry is not None
     assert read_verified(entry, tmp_path, owners=TrustedOwners())[1] == b"\x7fELF planted"
 

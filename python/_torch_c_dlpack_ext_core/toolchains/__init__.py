@@ -20,14 +20,10 @@ the tests make: flags, names, the runtime symbols the audits accept from them).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from types import MappingProxyType
+import importlib
+from collections.abc import Iterator, Mapping
 
 from ..naming import toolchain_name
-from .cross import GNU_AARCH64
-from .darwin import DARWIN
-from .gnu import GNU
-from .msvc import MSVC
 from .protocol import AuditOutcome, CompileJob, Compiler, Toolchain, TorchFiles
 
 __all__ = [
@@ -40,10 +36,33 @@ __all__ = [
     "toolchain_for",
 ]
 
+#: Where each toolchain is defined: name -> (module, attribute), in the registry's order.
+_DEFINED_IN = {
+    "gnu": (".gnu", "GNU"),
+    "darwin": (".darwin", "DARWIN"),
+    "msvc": (".msvc", "MSVC"),
+    "gnu-aarch64": (".cross", "GNU_AARCH64"),
+}
+
+
+class _Registry(Mapping[str, Toolchain]):
+    """The toolchains by name, each module imported when its toolchain is first asked for:
+    a build on Linux never imports the MSVC or the macOS toolchain."""
+
+    def __getitem__(self, name: str) -> Toolchain:
+        module, attribute = _DEFINED_IN[name]
+        toolchain: Toolchain = getattr(importlib.import_module(module, __name__), attribute)
+        return toolchain
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_DEFINED_IN)
+
+    def __len__(self) -> int:
+        return len(_DEFINED_IN)
+
+
 #: Every toolchain, by name (the values of :data:`..naming.PLATFORM_TOOLCHAINS`).
-TOOLCHAINS: Mapping[str, Toolchain] = MappingProxyType(
-    {toolchain.name: toolchain for toolchain in (GNU, DARWIN, MSVC, GNU_AARCH64)}
-)
+TOOLCHAINS: Mapping[str, Toolchain] = _Registry()
 
 
 def toolchain_for(platform: str) -> Toolchain:
