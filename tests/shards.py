@@ -6,13 +6,20 @@ Each test belongs to the first shard whose patterns match its id, else to ``core
 needs no downloaded torch at all. A pattern is a test id where ``*`` matches anything and
 no other character is special (a module path alone stands for all its tests); a shard
 also lists the environments of ``devtools.envs.torchenv`` (directory names, ``*`` as
-above) its tests may use. Under
-``--shard`` the suite refuses, before anything is downloaded, an environment the running
-test's shard does not list: a test in the wrong shard fails at once, naming the shard
-that has its environment, instead of filling a runner's disk.
+above) its tests may use. Under ``--shard`` the suite refuses, before anything is
+downloaded, an environment the running test's shard does not list: a test in the wrong
+shard fails at once, naming the shard that has its environment, instead of filling a
+runner's disk. The shard travels to subprocesses too (``python -m devtools build``, the
+rehearsals): ``--shard`` sets ``TCDE_SHARD``, which ``devtools.envs.torchenv`` obeys
+before it downloads anything (``devtools.envs.shardcheck``).
 
-``quick`` is no shard but a subset for contributors: ``core``'s tests that are not marked
-``slow``, and one real-torch round trip (torch 2.8.0).
+This module is the one list of shard names: ci.yml's jobs, ``--shard``'s help,
+``.ci/rehearse-shard`` and docs/test-footprint.md's tables take them from here (and
+``tests/unit/test_ci_shards.py`` checks ci.yml against it).
+
+``round-trip`` is no shard but the pull requests' one real-torch job: the round trip on
+PyPI's torch 2.8.0 (also part of ``main``). ``quick`` is a subset for contributors:
+``core``'s tests that are not marked ``slow``, and that round trip.
 
 What each shard needs on disk and how long it takes is measured (docs/test-footprint.md,
 ``--footprint``); ci.yml's disk guards hold those numbers.
@@ -24,28 +31,38 @@ import dataclasses
 import re
 from collections.abc import Iterable
 
-__all__ = ["QUICK", "SHARDS", "Shard", "in_quick", "shard_named", "shard_of"]
+__all__ = [
+    "QUICK",
+    "ROUND_TRIP",
+    "SHARDS",
+    "Shard",
+    "in_quick",
+    "selectable",
+    "selects",
+    "shard_named",
+    "shard_of",
+]
 
 INTEGRATION = "tests/integration"
 
 
 @dataclasses.dataclass(frozen=True)
 class Shard:
-    """A group of tests and the environments they may use."""
+    """A group of tests and the environments they may use, both as glob patterns."""
 
     name: str
-    #: What its tests need, in a few words (ci.yml's job names repeat it).
-    summary: str
-    tests: tuple[str, ...]
-    envs: tuple[str, ...]
+    #: Test ids (``*`` matches anything; a module path stands for all its tests).
+    test_patterns: tuple[str, ...]
+    #: torch environment directory names its tests may use (``*`` matches anything).
+    env_patterns: tuple[str, ...]
     #: Tests of the shard left out of it (``quick``: the slow ones), by marker.
     without_markers: tuple[str, ...] = ()
 
     def has_test(self, nodeid: str) -> bool:
-        return any(_match(pattern, nodeid) for pattern in self.tests)
+        return any(_match(pattern, nodeid) for pattern in self.test_patterns)
 
     def allows(self, env_name: str) -> bool:
-        return any(_glob(pattern).fullmatch(env_name) for pattern in self.envs)
+        return any(_glob(pattern).fullmatch(env_name) for pattern in self.env_patterns)
 
 
 def _glob(pattern: str) -> re.Pattern[str]:
@@ -64,32 +81,36 @@ def _in(module: str, *tests: str) -> tuple[str, ...]:
 
 #: In matching order; ``core`` (last) takes every test no other shard claims.
 SHARDS: tuple[Shard, ...] = (
+    # Free-threaded CPython 3.14t and 3.13t (built from Debian's sources), torch 2.9.1 cp314t.
     Shard(
         "freethreaded",
-        "free-threaded CPython 3.14t and 3.13t (built from Debian's sources), torch 2.9.1 cp314t",
-        tests=(
+        test_patterns=(
             f"{INTEGRATION}/test_freethreaded_build.py",
             f"{INTEGRATION}/test_portable_freethreaded.py",
             *_in("test_abi3_interpreters.py", "test_free_threaded_wheel_*"),
             *_in("test_portable_selection.py", "test_the_driver_builds_a_free_threaded_*"),
         ),
-        envs=("py3.1*t-torch*", "tree-py3.1*t-torch*"),
+        env_patterns=("py3.1*t-torch*", "tree-py3.1*t-torch*"),
     ),
+    # The abi3 wheel on CPython 3.9, 3.10, 3.12, 3.13 with torch 2.4.1, 2.6.0, 2.8.0; the
+    # wheel itself is built by ``python -m devtools build`` from header trees.
     Shard(
         "abi3",
-        "the abi3 wheel on CPython 3.9, 3.10, 3.12, 3.13 with torch 2.4.1, 2.6.0, 2.8.0",
-        tests=(f"{INTEGRATION}/test_abi3_interpreters.py",),
-        envs=(
+        test_patterns=(f"{INTEGRATION}/test_abi3_interpreters.py",),
+        env_patterns=(
             "py3.9-torch2.4.1-import-*",
             "py3.10-torch2.8.0-import-*",
             "py3.12-torch2.6.0-import-*",
             "py3.13-torch2.8.0-import-*",
+            "tree-py3.11-torch2.4.1-*",
+            "tree-py3.11-torch2.6.0-*",
+            "tree-py3.11-torch2.8.0-*",
         ),
     ),
+    # torch 2.2.2, 2.3.1 and 2.4.1 (CUDA 12.1 wheels), Debian's torch.
     Shard(
         "old",
-        "torch 2.2.2, 2.3.1 and 2.4.1 (CUDA 12.1 wheels), Debian's torch",
-        tests=(
+        test_patterns=(
             *_in("test_portable_table.py", "*[2.2.2*", "*[2.4.1*"),
             *_in("test_portable_trust.py", "*[2.2.2*"),
             *_in("test_portable_vs_native.py", "*[2.4.1*"),
@@ -101,12 +122,17 @@ SHARDS: tuple[Shard, ...] = (
             *_in("test_portable_allocator_calls.py", "*[2.2.2*"),
             f"{INTEGRATION}/test_portable_real_torch.py",
         ),
-        envs=("py*-torch2.2.2-import-*", "py*-torch2.3.1-import-*", "py*-torch2.4.1-import-*"),
+        env_patterns=(
+            "py*-torch2.2.2-import-*",
+            "py*-torch2.3.1-import-*",
+            "py*-torch2.4.1-import-*",
+        ),
     ),
+    # torch 2.6.0, 2.8.0 and 2.9.1 (CUDA 12.4 and 12.8 wheels), wheels and release flows
+    # (the rehearsal's subprocesses make header trees and an unsuffixed 2.8.0 env).
     Shard(
         "main",
-        "torch 2.6.0, 2.8.0 and 2.9.1 (CUDA 12.4 and 12.8 wheels), wheels and release flows",
-        tests=(
+        test_patterns=(
             *_in("test_portable_table.py", "*[2.8.0*", "*[2.9.1*", "test_cpu_exchanges_*"),
             *_in("test_portable_trust.py", "*[2.8.0*", "test_package_publishes_*"),
             *_in("test_portable_vs_native.py", "*[2.8.0*"),
@@ -129,43 +155,73 @@ SHARDS: tuple[Shard, ...] = (
             *_in("test_leak_loops.py", "*[2.8.0*"),
             *_in("test_portable_allocator_calls.py", "*[2.8.0*"),
         ),
-        envs=("py*-torch2.6.0-import-*", "py*-torch2.8.0-import-*", "py*-torch2.9.1-import-*"),
+        env_patterns=(
+            "py*-torch2.6.0-import-*",
+            "py*-torch2.8.0-import-*",
+            "py3.11-torch2.8.0-import",
+            "py*-torch2.9.1-import-*",
+            "tree-py3.11-torch2.6.0-*",
+            "tree-py3.11-torch2.8.0-*",
+        ),
     ),
+    # torch 2.10-2.15 to compile against, and the GPU machine's twin (torch 2.11.0+cu130).
     Shard(
         "newer",
-        "torch 2.10-2.15 to compile against, and the GPU machine's twin (torch 2.11.0+cu130)",
-        tests=(
+        test_patterns=(
             f"{INTEGRATION}/test_compile_newer_torch.py",
             "tests/gpu/test_cuda_torch_without_gpu.py",
         ),
-        envs=("py*-torch2.1*-build-*", "py3.12-torch2.11.0-import-*"),
+        env_patterns=("py*-torch2.1*-build-*", "py3.12-torch2.11.0-import-*"),
     ),
-    Shard("core", "no downloaded torch (torch 2.13 of the test session)", tests=("*",), envs=()),
+    # No downloaded torch (the test session's torch 2.13), but for the aarch64 cross
+    # build's header tree (torch 2.4.1's headers, no libraries).
+    Shard("core", test_patterns=("*",), env_patterns=("tree-linux_aarch64-py3.11-torch2.4.1",)),
 )
 
-#: The contributors' subset (``nox -s quick``): core without its slow tests, and one
-#: real-torch round trip (our library compiled against PyPI's torch 2.8.0, imported
-#: there, and the exchange suite run on it).
+#: The pull requests' real-torch job: our library compiled against PyPI's torch 2.8.0,
+#: imported there, and the exchange suite run on it (the test is ``main``'s too).
+ROUND_TRIP = Shard(
+    "round-trip",
+    test_patterns=(*_in("test_compile_real_torch.py", "test_old_torch_*[2.8.0*"),),
+    env_patterns=("py*-torch2.8.0-import-*",),
+)
+
+#: The contributors' subset (``nox -s quick``): core without its slow tests, and the
+#: round trip.
 QUICK = Shard(
     "quick",
-    "core's tests not marked slow, and one round trip on real torch 2.8.0",
-    tests=(*_in("test_compile_real_torch.py", "test_old_torch_*[2.8.0*"),),
-    envs=("py*-torch2.8.0-import-*",),
+    test_patterns=ROUND_TRIP.test_patterns,
+    env_patterns=ROUND_TRIP.env_patterns,
     without_markers=("slow",),
 )
 
 
+def selectable() -> tuple[Shard, ...]:
+    """What ``--shard`` takes: the shards, then :data:`ROUND_TRIP` and :data:`QUICK`."""
+    return (*SHARDS, ROUND_TRIP, QUICK)
+
+
 def shard_named(name: str) -> Shard:
-    """The shard (or :data:`QUICK`) called ``name``; ``KeyError`` naming the choices."""
-    for shard in (*SHARDS, QUICK):
+    """The shard (or :data:`ROUND_TRIP`, :data:`QUICK`) called ``name``; ``KeyError``
+    naming the choices."""
+    for shard in selectable():
         if shard.name == name:
             return shard
-    raise KeyError(f"no shard {name!r}; the shards: {', '.join(s.name for s in (*SHARDS, QUICK))}")
+    raise KeyError(f"no shard {name!r}; the shards: {', '.join(s.name for s in selectable())}")
 
 
 def shard_of(nodeid: str) -> Shard:
     """The shard of test ``nodeid``: the first of :data:`SHARDS` whose patterns match."""
     return next(shard for shard in SHARDS if shard.has_test(nodeid))
+
+
+def selects(shard: Shard, nodeid: str, markers: Iterable[str]) -> bool:
+    """Whether ``--shard`` ``shard`` runs test ``nodeid`` (with ``markers``)."""
+    if shard is QUICK:
+        return in_quick(nodeid, markers)
+    if shard is ROUND_TRIP:
+        return shard.has_test(nodeid)
+    return shard_of(nodeid) is shard
 
 
 def in_quick(nodeid: str, markers: Iterable[str]) -> bool:
