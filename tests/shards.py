@@ -32,6 +32,9 @@ import re
 from collections.abc import Iterable
 
 __all__ = [
+    "CI_JOBS",
+    "HEAVY_JOBS",
+    "PULL_REQUEST_JOBS",
     "QUICK",
     "ROUND_TRIP",
     "SHARDS",
@@ -57,6 +60,12 @@ class Shard:
     env_patterns: tuple[str, ...]
     #: Tests of the shard left out of it (``quick``: the slow ones), by marker.
     without_markers: tuple[str, ...] = ()
+    #: Its CI job's CPythons (the default one, nox's, last) and the Debian packages its
+    #: tests need, which the job installs with sudo (``.ci/matrix`` hands them to ci.yml).
+    pythons: tuple[str, ...] = ("3.11",)
+    apt: tuple[str, ...] = ()
+    #: Whether it has tests marked ``needs_root`` (its CI job runs them with sudo).
+    root_tests: bool = False
 
     def has_test(self, nodeid: str) -> bool:
         return any(_match(pattern, nodeid) for pattern in self.test_patterns)
@@ -81,7 +90,10 @@ def _in(module: str, *tests: str) -> tuple[str, ...]:
 
 #: In matching order; ``core`` (last) takes every test no other shard claims.
 SHARDS: tuple[Shard, ...] = (
-    # Free-threaded CPython 3.14t and 3.13t (built from Debian's sources), torch 2.9.1 cp314t.
+    # Free-threaded CPython 3.14t (built from Debian's sources) with torch 2.9.1's cp314t
+    # wheel. The 3.13t cases run where the dev cache has a 3.13t CPython and torch env
+    # (`python -m devtools freethreaded 3.13t`); the job provisions 3.14t only, so they
+    # skip there, each skip in its record.
     Shard(
         "freethreaded",
         test_patterns=(
@@ -91,6 +103,19 @@ SHARDS: tuple[Shard, ...] = (
             *_in("test_portable_selection.py", "test_the_driver_builds_a_free_threaded_*"),
         ),
         env_patterns=("py3.1*t-torch*", "tree-py3.1*t-torch*"),
+        # Building CPython from Debian's sources (devtools.envs.freethreaded).
+        apt=(
+            "debian-archive-keyring",
+            "libssl-dev",
+            "zlib1g-dev",
+            "libffi-dev",
+            "libbz2-dev",
+            "liblzma-dev",
+            "libsqlite3-dev",
+            "libreadline-dev",
+            "libncurses-dev",
+            "uuid-dev",
+        ),
     ),
     # The abi3 wheel on CPython 3.9, 3.10, 3.12, 3.13 with torch 2.4.1, 2.6.0, 2.8.0; the
     # wheel itself is built by ``python -m devtools build`` from header trees.
@@ -106,6 +131,7 @@ SHARDS: tuple[Shard, ...] = (
             "tree-py3.11-torch2.6.0-*",
             "tree-py3.11-torch2.8.0-*",
         ),
+        pythons=("3.9", "3.10", "3.12", "3.13", "3.11"),
     ),
     # torch 2.2.2, 2.3.1 and 2.4.1 (CUDA 12.1 wheels), Debian's torch.
     Shard(
@@ -122,6 +148,7 @@ SHARDS: tuple[Shard, ...] = (
             *_in("test_portable_allocator_calls.py", "*[2.2.2*"),
             f"{INTEGRATION}/test_portable_real_torch.py",
         ),
+        root_tests=True,  # Debian's torch in a debootstrap root
         env_patterns=(
             "py*-torch2.2.2-import-*",
             "py*-torch2.3.1-import-*",
@@ -172,10 +199,17 @@ SHARDS: tuple[Shard, ...] = (
             "tests/gpu/test_cuda_torch_without_gpu.py",
         ),
         env_patterns=("py*-torch2.1*-build-*", "py3.12-torch2.11.0-import-*"),
+        pythons=("3.12", "3.11"),
     ),
     # No downloaded torch (the test session's torch 2.13), but for the aarch64 cross
     # build's header tree (torch 2.4.1's headers, no libraries).
-    Shard("core", test_patterns=("*",), env_patterns=("tree-linux_aarch64-py3.11-torch2.4.1",)),
+    Shard(
+        "core",
+        test_patterns=("*",),
+        env_patterns=("tree-linux_aarch64-py3.11-torch2.4.1",),
+        apt=("g++-aarch64-linux-gnu",),  # tests/integration/test_cross_aarch64.py
+        root_tests=True,  # other uids (trust), mounts (a read-only source tree)
+    ),
 )
 
 #: The pull requests' real-torch job: our library compiled against PyPI's torch 2.8.0,
@@ -194,6 +228,14 @@ QUICK = Shard(
     env_patterns=ROUND_TRIP.env_patterns,
     without_markers=("slow",),
 )
+
+
+#: CI's test jobs, the pull requests' first (every pull request runs them), then the
+#: heavy shards (run on main, nightly, by hand, and on pull requests that touch what they
+#: test): ci.yml's two matrices, in this order (tests/unit/test_ci_shards.py checks it).
+PULL_REQUEST_JOBS: tuple[Shard, ...] = (SHARDS[-1], ROUND_TRIP)
+HEAVY_JOBS: tuple[Shard, ...] = SHARDS[:-1]
+CI_JOBS: tuple[Shard, ...] = (*PULL_REQUEST_JOBS, *HEAVY_JOBS)
 
 
 def selectable() -> tuple[Shard, ...]:

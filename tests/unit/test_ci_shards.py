@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from devtools.envs.footprint import GIB, read_run
+from devtools.testkit.footprint import GIB, read_run
 from tests.shards import QUICK, SHARDS, Shard, in_quick, shard_named, shard_of
 
 ROOT = Path(__file__).resolve().parents[2]

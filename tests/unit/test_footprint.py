@@ -1,4 +1,4 @@
-"""The footprint report's measurements and tables (devtools.envs.diskuse, .footprint, and
+"""The footprint report's measurements and tables (devtools.testkit.diskuse, .footprint, and
 ``pytest --footprint``), on small real folders: hard links counted once, the new entries
 of a cache, a wheel's label, the sampled peak, the record's round trip and its Markdown."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from devtools.base.errors import ProvisionError
-from devtools.envs import diskuse, footprint
+from devtools.testkit import diskuse, footprint
 from tests.helpers import ROOT
 
 BLOCK = 4096

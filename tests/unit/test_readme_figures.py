@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from benchmarks.pages import PATHS_END, PATHS_START
 from benchmarks.report import SECTION_END, SECTION_START
-from devtools.envs.footprint import BEGIN as FOOTPRINT_START
-from devtools.envs.footprint import END as FOOTPRINT_END
 from devtools.matrix.reader import load_matrix
+from devtools.testkit.footprint import BEGIN as FOOTPRINT_START
+from devtools.testkit.footprint import END as FOOTPRINT_END
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_PAGE = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
