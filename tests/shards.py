@@ -191,7 +191,7 @@ SHARDS: tuple[Shard, ...] = (
                 "test_a_table_*",
                 "*[native-*",
                 "*[portable-forced-*",
-            ),  # fmt: skip
+            ),
             "tests/conformance/test_import_totality.py::test_import_tvm_ffi_*",
             f"{INTEGRATION}/test_wheels.py",
             f"{INTEGRATION}/test_variants.py",

@@ -221,8 +221,8 @@ def test_the_matrix_is_the_shards_ci_jobs_pull_requests_first() -> None:
 @pytest.mark.parametrize("name", [shard.name for shard in CI_JOBS])
 def test_each_job_asks_for_the_disk_and_time_its_record_was_measured_to_need(name: str) -> None:
     shard = shard_named(name)
-    runs = [read_run(p) for p in (RESULTS / f"{shard.name}.json", RESULTS / f"{shard.name}+root.json")
-            if p.is_file()]  # fmt: skip
+    paths = (RESULTS / f"{shard.name}.json", RESULTS / f"{shard.name}+root.json")
+    runs = [read_run(p) for p in paths if p.is_file()]
     assert runs, f"no committed record of {shard.name}: rehearse it (.ci/rehearse-shard)"
     (job,) = [job for job in _matrix() if job["shard"] == name]
     for run in runs:
@@ -300,12 +300,14 @@ def test_each_test_job_frees_disk_before_its_guard_and_runs_root_tests_with_sudo
 def test_nox_is_pinned_exactly_where_ci_runs_it() -> None:
     constraints = (ROOT / ".ci" / "nox-constraints.txt").read_text(encoding="utf-8")
     pins = [line for line in constraints.splitlines() if line and not line.startswith("#")]
-    assert pins and all(re.fullmatch(r"[a-z0-9-]+==[0-9][0-9.]*", pin) for pin in pins), pins
+    assert pins
+    assert all(re.fullmatch(r"[a-z0-9-]+==[0-9][0-9.]*", pin) for pin in pins), pins
     assert any(pin.startswith("nox==") for pin in pins)
     jobs = _workflow()["jobs"]
     runs = [str(s.get("run", "")) for job in jobs.values() for s in job.get("steps", [])]
     nox = [r for r in runs if "nox " in r]
-    assert nox and all("uvx --constraints .ci/nox-constraints.txt nox" in r for r in nox), nox
+    assert nox
+    assert all("uvx --constraints .ci/nox-constraints.txt nox" in r for r in nox), nox
     assert "-c .ci/nox-constraints.txt" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
 
 
@@ -532,8 +534,8 @@ def test_a_test_that_needs_root_is_skipped_for_anyone_else_saying_so(open_dir: P
     assert "1 skipped" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "needs_root: runs as root only" in proc.stdout
     # CI's sudo step selects exactly these.
-    selected = _probe(tmp_path, "@pytest.mark.needs_root\ndef test_root():\n    pass\n"
-                      "def test_other():\n    pass\n", "-m", "needs_root", "--collect-only")  # fmt: skip
+    both = "@pytest.mark.needs_root\ndef test_root():\n    pass\ndef test_other():\n    pass\n"
+    selected = _probe(tmp_path, both, "-m", "needs_root", "--collect-only")
     assert "1/2 tests collected (1 deselected)" in selected.stdout, selected.stdout[-2000:]
 
 
