@@ -160,6 +160,7 @@ def test_a_job_that_skips_more_than_its_record_fails_listing_each_skip() -> None
     assert report.startswith("### Skips of `main`: 2, more than the record's 1")
     assert "- `t.py::b` **(new)**: not root" in report
 
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
