@@ -7,7 +7,7 @@ before abi3 removed the CPython from cell ids).
 
 The convention, on every page (README, CHANGELOG, CONTRIBUTING, docs/**, ci.yml's
 comments): a measured figure (GiB, GB, MiB, MB, KiB, kB, ms, µs/us, ns, minutes, hours,
-an ``×``/``x`` ratio) may appear only
+a ratio written with ``x`` or the multiplication sign) may appear only
 
 - inside a generated section (``<!-- NAME:begin ... -->`` or ``:start`` ... ``<!-- NAME:end
   -->``);
@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from benchmarks.pages import PATHS_END, PATHS_START
 from benchmarks.report import SECTION_END, SECTION_START
 from devtools.matrix.reader import load_matrix
 
@@ -34,21 +33,25 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH_PAGE = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
 #: Every page: README, CHANGELOG, CONTRIBUTING and docs/**, and ci.yml (its comments).
 PAGES = sorted(
-    [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "CONTRIBUTING.md"]
-    + list((ROOT / "docs").rglob("*.md"))
-    + [ROOT / ".github" / "workflows" / "ci.yml"]
+    [
+        ROOT / "README.md",
+        ROOT / "CHANGELOG.md",
+        ROOT / "CONTRIBUTING.md",
+        *(ROOT / "docs").rglob("*.md"),
+        ROOT / ".github" / "workflows" / "ci.yml",
+    ]
 )
 #: Something that looks like a cell id: ``<platform>-t<major><minor>_<backend>...``.
 CELL_ID = re.compile(r"\b(?:[a-z0-9_]+-)+t\d{2}_[a-z0-9_]+(?:-cp3\d+t)?\b")
 #: A typed measurement: a number (or range) with a unit of size, time or a ratio.
 MEASURED = re.compile(
-    r"(?<![\w.])~?\d+(?:[.,]\d+)?(?:\s?[-–]\s?\d+(?:\.\d+)?)?\s?"
-    r"(?:(?:GiB|GB|MiB|MB|KiB|kB|KB|ms|µs|us|ns|minutes?|min|hours?)\b|[×x](?!\w))"
+    r"(?<![\w.])~?\d+(?:[.,]\d+)?(?:\s?[-\u2013]\s?\d+(?:\.\d+)?)?\s?"
+    r"(?:(?:GiB|GB|MiB|MB|KiB|kB|KB|ms|µs|us|ns|minutes?|min|hours?)\b|[\u00d7x](?!\w))"
 )
 #: The marks of history: on a line, a paragraph or a heading.
 DATE_MARK = re.compile(r"\((?:[^()]*[,;] )?(?:measured|checked) \d{4}-\d{2}-\d{2}\b[^)]*\)")
 #: A bound (``<= 0.85x``, a target or a limit) is no measurement.
-BOUND = re.compile(r"(?:<=|>=|[<>≤≥])\s*$")
+BOUND = re.compile(r"(?:<=|>=|[<>\u2264\u2265])\s*$")
 #: A CHANGELOG release heading with its date.
 DATED_RELEASE = re.compile(r"^#+ \[?\d+\.\d+[^\n]*\b\d{4}-\d{2}-\d{2}\b")
 GENERATED = re.compile(r"<!-- ([\w-]+):(?:begin|start)\b")
@@ -138,14 +141,14 @@ def test_a_measured_figure_is_generated_or_marked_as_history(page: Path) -> None
     [
         ("The import takes 1.4 ms on torch 2.8.", ["1.4 ms"]),
         ("allocator 0.37x, from_py_object 0.44-0.71x", ["0.37x", "0.44-0.71x"]),
-        ("a ratio of 2.2× and 80 µs, 5 ns, 3 us", ["2.2×", "80 µs", "5 ns", "3 us"]),
+        ("a ratio of 2.2\u00d7 and 80 µs, 5 ns, 3 us", ["2.2\u00d7", "80 µs", "5 ns", "3 us"]),
         (
             "sizes: 14 GiB, 3 GB, 64 MiB, 2 MB, 23 KiB",
             ["14 GiB", "3 GB", "64 MiB", "2 MB", "23 KiB"],
         ),
         ("it ran (15-30 min) of CI's 90 minutes", ["15-30 min", "90 minutes"]),
         ("x86_64, 0x7f, py3.11, cu128, 3 cores", []),
-        ("targets: export <= 0.7x, defer ≤ 3x, and 0.4x", ["0.4x"]),
+        ("targets: export <= 0.7x, defer \u2264 3x, and 0.4x", ["0.4x"]),
         ("a section (issue 38, checked 2026-12-04): 7 GiB", []),
         ("The import takes 1.4 ms (measured 2026-12-02, AMD EPYC 2-core).", []),
         ("- first item 1 ms\n  (checked 2026-12-04)\n- second 2 ms", ["2 ms"]),
