@@ -561,3 +561,13 @@ def test_a_footprint_file_that_cannot_be_written_is_refused_before_any_test(
     assert expected in proc.stderr, proc.stderr[-2000:]
     assert "test_cli.py::" not in proc.stdout
     assert blocker.read_text(encoding="utf-8") == ""
+
+
+@pytest.mark.parametrize("value", ["", "main", "{}", '{"shard": 1, "envs": "/x", "allowed": []}'])
+def test_a_malformed_shard_variable_is_a_config_error_naming_it(value: str) -> None:
+    from devtools.envs.shardcheck import SHARD_VARIABLE, refuse_outside_shard
+
+    from _torch_c_dlpack_ext_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"\$TCDE_SHARD is not a test shard"):
+        refuse_outside_shard(Path("/x/py3.11-torch2.8.0-import"), {SHARD_VARIABLE: value})
