@@ -123,7 +123,7 @@ def _runs(exchange: dict[str, Any], portable: dict[str, Any]) -> str:
     loads = _load(exchange) + _load(portable)
     load = f", load {min(loads):.1f}-{max(loads):.1f}" if loads else ""
     if _run_line(exchange) == _run_line(portable):
-        return f"one run: {_run_line(exchange)}"
+        return f"one run: {_run_line(exchange)}{load}"
     return (
         f"torch's own and native: {_run_line(exchange)}; the portable table and the Python "
         f"path: {_run_line(portable)}{load}"

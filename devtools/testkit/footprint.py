@@ -242,8 +242,11 @@ def read_runs(folder: Path, order: Sequence[str] = ()) -> list[RunRecord]:
 
 
 def record_path(folder: Path, run: RunRecord) -> Path:
-    """Where ``run``'s committed record lives in ``folder``: ``core.json``, ``core+root.json``."""
-    return folder / f"{run.name}.json"
+    """Where ``run``'s committed record lives in ``folder``: ``core.json``, ``core+root.json``;
+    a root step without a record of its own is judged by its shard's (a record made as root
+    holds the whole shard, the tests marked needs_root among them)."""
+    own = folder / f"{run.name}.json"
+    return own if own.is_file() or not run.root_step else folder / f"{run.shard}.json"
 
 
 def skip_report(run: RunRecord, record: RunRecord) -> tuple[bool, str]:

@@ -252,3 +252,11 @@ def test_pytest_writes_the_footprint_of_a_run(tmp_path: Path) -> None:
     assert run.shard == "all"
     assert list(run.areas)[:2] == ["uv cache", "torch envs"]
     assert re.search(r"=+ footprint =+", proc.stdout), proc.stdout[-2000:]
+
+
+def test_a_root_step_without_its_own_record_is_judged_by_its_shards(tmp_path: Path) -> None:
+    root_step = dataclasses.replace(_run(), root_step=True, as_root=True)
+    assert footprint.record_path(tmp_path, root_step) == tmp_path / "main.json"
+    (tmp_path / "main+root.json").write_text("{}")
+    assert footprint.record_path(tmp_path, root_step) == tmp_path / "main+root.json"
+    assert footprint.record_path(tmp_path, _run()) == tmp_path / "main.json"
