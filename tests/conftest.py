@@ -19,8 +19,15 @@
 
 Two options of this suite: ``--shard NAME`` runs one shard (``tests/shards.py``: the tests
 grouped by the torch environments they need; ``quick`` is the contributors' subset) and
-refuses any environment the shard does not list; ``--footprint FILE`` writes what each
-test module and environment added to the disk and how long it took (``tests/footprint.py``).
+refuses any environment the shard does not list, in this process and (through
+``TCDE_SHARD``) in its subprocesses; ``--footprint FILE`` writes what each test module and
+environment added to the disk, how long it took and each skip's reason
+(``tests/footprint.py``).
+
+One marker of this suite: ``needs_root`` (a test that must run as root: other uids,
+mounts, chroots). Run by anyone else it is skipped, saying so; CI runs these tests in a
+step of their own with ``sudo`` (``pytest -m needs_root``), the others as the runner's
+unprivileged user (``-m "not needs_root"``).
 
 This file is also the parent conftest of ``tests/exchange_suite``, which runs
 inside old-torch environments that lack this project's dependencies: project
@@ -52,14 +59,24 @@ FakeTorch = Callable[..., Path]
 Progress = Callable[[str], None]
 
 
+NEEDS_ROOT = "needs_root"
+
+
+def _shard_names() -> str:
+    try:
+        from tests.shards import selectable
+    except ImportError:  # inside an old-torch env (the exchange suite): no shards there
+        return "tests/shards.py"
+    return ", ".join(shard.name for shard in selectable())
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("torch-c-dlpack-ext")
     group.addoption(
         "--shard",
         default=None,
         metavar="NAME",
-        help="run one shard of the suite (tests/shards.py: core, old, main, abi3, newer, "
-        "freethreaded) or the contributors' subset (quick)",
+        help=f"run one shard of the suite (tests/shards.py: {_shard_names()})",
     )
     group.addoption(
         "--footprint",
@@ -71,6 +88,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{NEEDS_ROOT}: must run as root (other uids, mounts, chroots); skipped for anyone "
+        "else, run by CI in a sudo step (pytest -m needs_root)",
+    )
     name = config.getoption("shard", default=None)
     shard = None
     if name is not None:
@@ -81,12 +103,38 @@ def pytest_configure(config: pytest.Config) -> None:
         except KeyError as exc:
             raise pytest.UsageError(f"--shard: {exc.args[0]}") from None
         config.pluginmanager.register(ShardGuard(shard), "tcde-shard")
+        _shard_for_subprocesses(shard)
     out = config.getoption("footprint", default=None)
     if out is not None:
         from tests.footprint import FootprintPlugin
 
         plugin = FootprintPlugin(config, _writable_record(out), name or "all")
         config.pluginmanager.register(plugin, "tcde-footprint")
+
+
+def _shard_for_subprocesses(shard: Any) -> None:
+    """``$TCDE_SHARD``: devtools (here and in the subprocesses the tests start) refuses an
+    env outside ``shard`` too (``devtools.envs.shardcheck``)."""
+    try:
+        from devtools.base.hostenv import dev_cache_root
+        from devtools.envs.shardcheck import SHARD_VARIABLE, shard_value
+    except ImportError:  # inside an old-torch env (the exchange suite): nothing to guard
+        return
+    os.environ[SHARD_VARIABLE] = shard_value(
+        shard.name, dev_cache_root() / "envs", shard.env_patterns
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``needs_root`` tests, saying why, for anyone but root."""
+    if not hasattr(os, "geteuid") or os.geteuid() == 0:
+        return
+    skip = pytest.mark.skip(
+        reason=f"{NEEDS_ROOT}: runs as root only (CI: the sudo step, pytest -m {NEEDS_ROOT})"
+    )
+    for item in items:
+        if item.get_closest_marker(NEEDS_ROOT) is not None:
+            item.add_marker(skip)
 
 
 def _writable_record(value: str) -> Path:
@@ -119,11 +167,9 @@ class ShardGuard:
         self.envs: Path | None = None
 
     def selected(self, item: pytest.Item) -> bool:
-        from tests.shards import in_quick, shard_of
+        from tests.shards import selects
 
-        if self.shard.name == "quick":
-            return in_quick(item.nodeid, [mark.name for mark in item.iter_markers()])
-        return bool(shard_of(item.nodeid).name == self.shard.name)
+        return selects(self.shard, item.nodeid, [mark.name for mark in item.iter_markers()])
 
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
@@ -164,7 +210,7 @@ class ShardGuard:
         having = [s.name for s in SHARDS if s.allows(root.name)]
         pytest.fail(
             f"{self.current} uses the torch env {root.name}, which shard {self.shard.name!r} "
-            f"does not provide (it provides {', '.join(self.shard.envs) or 'none'}); "
+            f"does not provide (it provides {', '.join(self.shard.env_patterns) or 'none'}); "
             f"list the test under the shard that has it in tests/shards.py "
             f"({', '.join(having) or 'none has it yet: add it to one'})",
             pytrace=False,

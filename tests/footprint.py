@@ -1,7 +1,7 @@
 """The footprint report of a test run (``pytest --footprint FILE``): per test module its
 time, outcomes and what it added to the disk, per torch environment what its creation
 added to uv's cache, the filesystem's peak; written as JSON for
-``devtools.envs.footprint`` (tables: ``python -m devtools footprint``), and summed up at
+``devtools.testkit.footprint`` (tables: ``python -m devtools footprint``), and summed up at
 the end of the terminal output.
 
 Registered by ``tests/conftest.py`` only when ``--footprint`` is given. The disk figures
@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -43,7 +44,7 @@ class FootprintPlugin:
 
     def __init__(self, config: pytest.Config, out: Path, shard: str) -> None:
         from devtools.base.hostenv import dev_cache_root
-        from devtools.envs import diskuse
+        from devtools.testkit import diskuse
 
         self.config = config
         self.out = out
@@ -57,6 +58,7 @@ class FootprintPlugin:
         self.envs: list[Any] = []
         self.envs_seen: set[str] = set()
         self.current: _Module | None = None
+        self.skips: list[Any] = []
         self.env_starts: dict[str, tuple[float, Any]] = {}
 
     # -- the run ------------------------------------------------------------------------
@@ -92,10 +94,15 @@ class FootprintPlugin:
         else:
             return
         self.current.outcomes[outcome] = self.current.outcomes.get(outcome, 0) + 1
+        if outcome == "skipped":
+            from devtools.testkit.footprint import Skip
+
+            self.skips.append(Skip(report.nodeid, _skip_reason(report)))
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from devtools.envs import footprint, torchenv
+        from devtools.envs import torchenv
+        from devtools.testkit import footprint
 
         self._close_module()
         torchenv.remove_observer(self)
@@ -115,6 +122,9 @@ class FootprintPlugin:
             areas=self._area_sizes(),
             modules=tuple(self.modules),
             envs=tuple(self.envs),
+            skips=tuple(self.skips),
+            as_root=hasattr(os, "geteuid") and os.geteuid() == 0,
+            root_step=self.config.option.markexpr == "needs_root",
         )
         footprint.write_run(self.out, run)
         self.run = run
@@ -123,7 +133,7 @@ class FootprintPlugin:
         run = getattr(self, "run", None)
         if run is None:
             return
-        from devtools.envs.footprint import gib
+        from devtools.testkit.footprint import gib
 
         terminalreporter.section("footprint")
         terminalreporter.write_line(
@@ -172,14 +182,14 @@ class FootprintPlugin:
         return self.diskuse.CacheEntries.now(self.folders)
 
     def _wheel(self, entry: Path) -> Any:
-        from devtools.envs.footprint import Wheel
+        from devtools.testkit.footprint import Wheel
 
         # Its own counter: a wheel's size does not depend on what was counted before.
         return Wheel(self.diskuse.wheel_label(entry), self.diskuse.InodeCounter().count(entry))
 
     def _env_record(self, root: Path, wheels: tuple[Any, ...], module: str) -> Any:
         from devtools.envs import torchenv
-        from devtools.envs.footprint import EnvRecord
+        from devtools.testkit.footprint import EnvRecord
 
         try:
             record = json.loads((root / torchenv.MARKER).read_text(encoding="utf-8"))
@@ -203,7 +213,7 @@ class FootprintPlugin:
         )
 
     def _close_module(self) -> None:
-        from devtools.envs.footprint import ModuleRecord
+        from devtools.testkit.footprint import ModuleRecord
 
         module, self.current = self.current, None
         if module is None:
@@ -253,6 +263,15 @@ class FootprintPlugin:
         return {name: counter.count(path) for name, path in self._areas().items()}
 
 
+def _skip_reason(report: pytest.TestReport) -> str:
+    """What pytest says of a skip: the reason without its ``Skipped: `` prefix."""
+    if hasattr(report, "wasxfail"):
+        return f"xfail: {report.wasxfail}"
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
 def _cuda_of(root: Path) -> str | None:
     for version_py in sorted(root.glob("lib/python3*/site-packages/torch/version.py")) + sorted(
         root.glob("torch/version.py")
@@ -265,8 +284,6 @@ def _cuda_of(root: Path) -> str | None:
 
 
 def _build_cache() -> Path:
-    import os
-
     override = os.environ.get("TCDE_TEST_BUILD_CACHE")
     return Path(override) if override else ROOT / ".cache" / "test-builds"
 

@@ -31,7 +31,8 @@ lines go to stderr, or to :func:`set_progress`'s sink (``tests/conftest.py`` sen
 to pytest's terminal, past its output capture). Observers (:func:`add_observer`) hear of
 every env and tree before it is used or made and after it is ready: the test suite's
 shard check refuses an env its shard does not provide, and its footprint report measures
-what each env added to the disk.
+what each env added to the disk. A test shard set in ``$TCDE_SHARD`` (by ``pytest
+--shard``, also for subprocesses) is obeyed here too (:mod:`devtools.envs.shardcheck`).
 
 Command line: ``python -m devtools torchenv 2.6.0 --importable [--extra pytest]``
 prints the env's path (:mod:`devtools.commands.torchenv`).
@@ -60,6 +61,7 @@ from _torch_c_dlpack_ext_core.run import run
 from devtools.base.errors import ProvisionError
 from devtools.base.hostenv import dev_cache_root, venv_python
 from devtools.base.steps import Progress, find_uv
+from devtools.envs.shardcheck import refuse_outside_shard
 
 __all__ = [
     "COMPILE_ONLY_DROPPED",
@@ -158,6 +160,8 @@ def remove_observer(observer: EnvObserver) -> None:
 def _observed(root: Path, create: Callable[[], dict[str, object]]) -> None:
     for observer in tuple(_OBSERVERS):
         observer.before(root)
+    # After the observers (the test process's own check names the running test).
+    refuse_outside_shard(root)
     created = _create_once(root, create)
     for observer in tuple(_OBSERVERS):
         observer.after(root, created)

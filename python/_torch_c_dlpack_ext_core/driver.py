@@ -76,6 +76,7 @@ from .errors import (
 )
 from .files import sha256_of
 from .headers import (
+    check_target_pyconfig,
     cuda_mismatch_note,
     find_dlpack_include,
     find_gpu_toolkit,
@@ -347,6 +348,9 @@ def plan_build(request: BuildRequest) -> BuildPlan:
     compiler = toolchain.find_compiler(request.cxx, environ)
     gpu_includes, gpu_toolkit = find_gpu_toolkit(backend, install, request.gpu_home, environ)
     py_include = find_python_include(request.python_include)
+    triplet = getattr(toolchain, "triplet", None)  # a cross build's target
+    if isinstance(triplet, str):
+        check_target_pyconfig(py_include, triplet)
     target = python_target_of_headers(py_include)
     if python is not None and python != target:
         raise BuildError(

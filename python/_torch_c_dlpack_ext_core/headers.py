@@ -21,6 +21,7 @@ from .torchinstall import TorchInstall
 
 __all__ = [
     "MIN_DLPACK",
+    "check_target_pyconfig",
     "cuda_header_wheels",
     "cuda_mismatch_note",
     "cuda_wheel_home",
@@ -314,6 +315,29 @@ def find_python_include(python_include: Path | None = None) -> Path:
             "(e.g. apt install python3-dev) or pass python_include=<dir holding Python.h>"
         )
     return include.resolve()
+
+
+def check_target_pyconfig(include: Path, triplet: str) -> None:
+    """A cross build for ``triplet`` (``aarch64-linux-gnu``) with the headers in
+    ``include``: Debian's and Ubuntu's CPython headers are multiarch, their ``pyconfig.h``
+    only includes ``<TRIPLET/python3.X/pyconfig.h>`` for the architecture compiled for.
+    Raises :class:`BuildError` saying what to install when the target's is absent."""
+    wanted = f"{triplet}/{include.name}/pyconfig.h"
+    if f"<{wanted}>" not in _read_python_header(include, "pyconfig.h"):
+        return
+    places = (include.parent / wanted, Path("/usr") / triplet / "include" / include.name)
+    if (include.parent / wanted).is_file() or (places[1] / "pyconfig.h").is_file():
+        return
+    version = include.name.removeprefix("python")
+    arch = {"aarch64": "arm64"}.get(triplet.split("-", 1)[0], triplet.split("-", 1)[0])
+    raise BuildError(
+        f"the CPython headers in {include} are Debian's multiarch ones: their pyconfig.h "
+        f"includes <{wanted}>, the {triplet} configuration, which is not installed "
+        f"(looked in {places[0].parent} and {places[1]}). Install it (dpkg "
+        f"--add-architecture {arch} && apt-get update && apt-get install "
+        f"libpython{version}-dev:{arch}), or build with a CPython whose headers are not "
+        "multiarch (uv python install, pyenv, python.org), or pass python_include=<dir>"
+    )
 
 
 def _read_python_header(include_dir: Path, name: str) -> str:

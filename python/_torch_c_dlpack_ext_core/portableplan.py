@@ -35,7 +35,12 @@ from .buildsteps import (
 )
 from .errors import BuildError, CommandError
 from .files import sha256_of
-from .headers import find_dlpack_include, find_python_include, python_target_of_headers
+from .headers import (
+    check_target_pyconfig,
+    find_dlpack_include,
+    find_python_include,
+    python_target_of_headers,
+)
 from .manifest import ManifestEntry
 from .naming import ABI3, ANY
 from .stableabi import audit_stable_abi
@@ -164,6 +169,9 @@ def plan_portable(request: PortableRequest) -> PortablePlan:
     dlpack_dir, dlpack_version = find_dlpack_include(request.dlpack_include)
     compiler = toolchain.find_c_compiler(request.cc, environ)
     py_include = find_python_include(request.python_include)
+    triplet = getattr(toolchain, "triplet", None)  # a cross build's target
+    if isinstance(triplet, str):
+        check_target_pyconfig(py_include, triplet)
     target = python_target_of_headers(py_include)
     if python is not None and python != target:
         from .naming import parse_python_target

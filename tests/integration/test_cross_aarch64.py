@@ -58,6 +58,16 @@ def cross_compiler() -> None:
     reason = _install_cross_compiler()
     if reason is not None:
         pytest.skip(reason)
+    # Debian's own CPython (multiarch headers) needs the target's pyconfig.h installed.
+    import sysconfig
+
+    from _torch_c_dlpack_ext_core.errors import BuildError
+    from _torch_c_dlpack_ext_core.headers import check_target_pyconfig
+
+    try:
+        check_target_pyconfig(Path(sysconfig.get_paths()["include"]), "aarch64-linux-gnu")
+    except BuildError as exc:
+        pytest.skip(str(exc))
 
 
 def test_cross_build_of_one_aarch64_cell(

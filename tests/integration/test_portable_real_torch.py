@@ -227,6 +227,7 @@ def trixie(progress: Callable[[str], None]) -> tuple[Path, Path]:
     return root, house
 
 
+@pytest.mark.needs_root  # debootstrap, chroot, mount /proc
 def test_trixie_python3_torch(
     trixie: tuple[Path, Path], portable_wheel: Path, progress: Callable[[str], None]
 ) -> None:

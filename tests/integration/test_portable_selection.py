@@ -26,10 +26,7 @@ from _torch_c_dlpack_ext_core import driver
 from _torch_c_dlpack_ext_core.files import write_manifest
 from _torch_c_dlpack_ext_core.naming import LIBS_DIR, MANIFEST_NAME, PACKAGE
 
-pytestmark = pytest.mark.skipif(
-    not (CSRC / "portable").is_dir() or shutil.which("cc") is None,
-    reason="needs csrc/portable (the portable-c branch) and a C compiler",
-)
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
 
 #: Imports the package, then round-trips a tensor through the published table.
 ROUND_TRIP = r"""

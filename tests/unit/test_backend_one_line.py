@@ -162,6 +162,7 @@ def _read_only_mount_available() -> bool:
     return probe.returncode == 0
 
 
+@pytest.mark.needs_root
 @pytest.mark.skipif(
     not _read_only_mount_available(), reason="needs root and a private mount namespace"
 )

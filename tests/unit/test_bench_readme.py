@@ -131,17 +131,34 @@ def test_the_runtimes_cost_figures_are_the_committed_benchmarks() -> None:
     assert {name: round(value) for name, value in measured.items()} == PORTABLE_COST
 
 
+def _footnote(table: str) -> str:
+    return next(line for line in table.splitlines() if line.startswith("Medians"))
+
+
 def test_the_readme_figures_come_from_one_run_and_the_bare_python_calls() -> None:
     """Native and portable figures measured on one machine on one day (they once came from
     two), with the machine's load; the last row is the bare Python path, the footnote says so."""
     documents = _documents()
     table = render_paths_table(documents)
     assert table is not None
-    footnote = next(line for line in table.splitlines() if line.startswith("Medians"))
-    assert "(one run: " in footnote
-    assert ", load " in footnote
-    assert "the bare `x.__dlpack__()` and `to_dlpack(torch.empty(16))`" in footnote
     portable = next(d for d in documents if d["kind"] == "portable")
+    exchange = next(d for d in documents if d["kind"] == "exchange")
+    # The footnote names what the results say: each run's machine and day, and the load
+    # range of both; the machine named once when both results are one run's.
+    footnote = _footnote(table)
+    for document in (exchange, portable):
+        machine = document["machine"]
+        assert footnote.count(machine["cpu_model"]) == 1, footnote
+        assert str(machine["date_utc"])[:10] in footnote
+    loads = [document["machine"]["load_average_1_5_15"][0] for document in (exchange, portable)]
+    loads += [document["load_average_after"][0] for document in (exchange, portable)]
+    assert f"{min(loads):.1f}-{max(loads):.1f}" in footnote
+    # Seeded: the portable result from another machine is named beside the exchange one.
+    moved = {**portable, "machine": {**portable["machine"], "cpu_model": "Another CPU"}}
+    other = render_paths_table([exchange, moved])
+    assert other is not None
+    assert "Another CPU" in _footnote(other)
+    assert exchange["machine"]["cpu_model"] in _footnote(other)
     python = portable["data"]["comparisons"][TORCH213]["python_path"]
     export, allocation = (python[name]["median"] for name in ("__dlpack__()", PYTHON_ALLOCATION))
     last = next(line for line in table.splitlines() if "**unavailable**" in line)

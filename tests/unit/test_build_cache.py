@@ -169,6 +169,7 @@ print(json.dumps(None if found is None else str(found[0])))
 
 
 @linux_only
+@pytest.mark.needs_root
 @pytest.mark.skipif(
     not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("setpriv") is None,
     reason="switching to another user needs root and setpriv",

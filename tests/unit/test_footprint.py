@@ -1,19 +1,21 @@
-"""The footprint report's measurements and tables (devtools.envs.diskuse, .footprint, and
+"""The footprint report's measurements and tables (devtools.testkit.diskuse, .footprint, and
 ``pytest --footprint``), on small real folders: hard links counted once, the new entries
 of a cache, a wheel's label, the sampled peak, the record's round trip and its Markdown."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from devtools.base.errors import ProvisionError
-from devtools.envs import diskuse, footprint
+from devtools.testkit import diskuse, footprint
 from tests.helpers import ROOT
 
 BLOCK = 4096
@@ -72,13 +74,24 @@ def test_a_wheel_is_named_by_its_dist_info_and_python_tag(tmp_path: Path) -> Non
     assert diskuse.wheel_label(tmp_path / "c") == "c"
 
 
+def _sampled(sampler: diskuse.DiskSampler) -> None:
+    """Wait until the sampler's own thread has sampled twice more (one may have begun
+    before the caller's change)."""
+    seen = sampler.samples
+    deadline = time.monotonic() + 30
+    while sampler.samples < seen + 2:
+        assert time.monotonic() < deadline, "the sampler did not sample"
+        time.sleep(0.01)
+
+
 def test_the_sampler_keeps_the_peak_of_a_file_written_and_removed(tmp_path: Path) -> None:
-    sampler = diskuse.DiskSampler(tmp_path, interval_s=3600)
+    """The thread samples by itself: nothing here calls note() while the file exists."""
+    sampler = diskuse.DiskSampler(tmp_path, interval_s=0.01)
     try:
         start = sampler.take_peak()
         big = _write(tmp_path / "big", 32 << 20)
         os.sync()
-        sampler.note()
+        _sampled(sampler)
         big.unlink()
         os.sync()
         # Other writers share this filesystem: the peak is at least ours.
@@ -125,15 +138,40 @@ def test_a_record_reads_back_as_written(tmp_path: Path) -> None:
     run = _run()
     footprint.write_run(tmp_path / "main.json", run)
     assert footprint.read_run(tmp_path / "main.json") == run
+    skipped = dataclasses.replace(run, skips=(footprint.Skip("t::x", "why"),), job_seconds=9.5)
+    footprint.write_run(tmp_path / "main.json", skipped)
+    assert footprint.read_run(tmp_path / "main.json") == skipped
+
+
+def test_a_job_that_skips_more_than_its_record_fails_listing_each_skip() -> None:
+    record = dataclasses.replace(_run(), skips=(footprint.Skip("t.py::a", "no GPU"),))
+    same = footprint.skip_report(record, record)
+    assert same == (
+        True,
+        "### Skips of `main`: 1, within the record's 1\n\n- `t.py::a`: no GPU\n",
+    )
+    more = dataclasses.replace(
+        record,
+        modules=(dataclasses.replace(record.modules[0], outcomes={"passed": 2, "skipped": 2}),),
+        skips=(footprint.Skip("t.py::a", "no GPU"), footprint.Skip("t.py::b", "not root")),
+    )
+    ok, report = footprint.skip_report(more, record)
+    assert not ok
+    assert report.startswith("### Skips of `main`: 2, more than the record's 1")
+    assert "- `t.py::b` **(new)**: not root" in report
 
 
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda d: d.update(schema=0), "schema 0"),
-        (lambda d: d["modules"][0].update(seconds="slow"), "seconds is not a number"),
-        (lambda d: d["envs"][0].update(wheels={}), "wheels is not a list"),
-        (lambda d: d.pop("one_filesystem"), "one_filesystem is not a boolean"),
+        (lambda d: d.update(schema=1), "schema is not 2"),
+        (lambda d: d["modules"][0].update(seconds="slow"), r"modules\[0\]\.seconds is not"),
+        (lambda d: d["envs"][0].update(wheels={}), r"envs\[0\]\.wheels is not"),
+        (lambda d: d.pop("one_filesystem"), "lacks one_filesystem"),
+        (lambda d: d.update(one_filesystem=1), "one_filesystem is not of type bool"),
+        (lambda d: d["modules"][0].update(disk_peak=True), r"disk_peak is not of type int"),
+        (lambda d: d.update(surprise=1), "unknown keys surprise"),
+        (lambda d: d.update(skips=[{"test": "x"}]), r"skips\[0\] lacks reason"),
     ],
 )
 def test_a_damaged_record_is_refused_naming_the_field(
@@ -150,9 +188,15 @@ def test_a_damaged_record_is_refused_naming_the_field(
 def test_the_tables_name_the_heavy_module_the_env_and_the_cuda_set() -> None:
     page = footprint.render_docs([_run()])
     assert (
-        "| `main` | 12 passed, 1 skipped | 5.0 min | 6.0 of 20.0 | 5.0 | 4.0 | 4.0 | 0.0 "
-        "| 2026-12-04, Python 3.11.7 |" in page
+        "| `main` | 12 passed, 1 skipped | 5.0 min |  | 6.0 of 20.0 | 5.0 | 4.0 | 4.0 | 0.0 "
+        "| 2026-12-04, Python 3.11.7, as an unprivileged user |" in page
     )
+    rehearsed = dataclasses.replace(_run(), job_seconds=480.0, as_root=True, root_step=True)
+    assert "| `main+root` | 12 passed, 1 skipped | 5.0 min | 8.0 min | 6.0 of 20.0 " in (
+        footprint.render_docs([rehearsed])
+    )
+    # The module table's peak column says whose peak it is.
+    assert "| peak during the module, above the run's start (GiB) |" in page
     assert (
         "| `tests/integration/test_x.py` | 3 passed, 1 skipped | 1.2 min | 4.0 | 4.0 | 5.0 "
         "| `py3.11-torch2.8.0-import-xabc` |" in page
@@ -164,7 +208,7 @@ def test_the_tables_name_the_heavy_module_the_env_and_the_cuda_set() -> None:
     assert footprint.whole_suite([_run()]) == (4 << 30) + (7 << 20)
     assert "keeps about 4.0 GiB" in page
     summary = footprint.render_run(_run())
-    assert summary.startswith("### Footprint of shard `main`")
+    assert summary.startswith("### Footprint of `main`")
     assert "disk peak 5.0 GiB above the start" in summary
 
 
@@ -201,6 +245,18 @@ def test_pytest_writes_the_footprint_of_a_run(tmp_path: Path) -> None:
         "tests/unit/test_version.py",
     ]
     assert all(m.outcomes.get("passed") for m in run.modules)
+    assert run.skips is not None
+    assert len(run.skips) == run.outcomes().get("skipped", 0)
+    assert run.as_root is (os.geteuid() == 0)
+    assert run.root_step is False
     assert run.shard == "all"
     assert list(run.areas)[:2] == ["uv cache", "torch envs"]
     assert re.search(r"=+ footprint =+", proc.stdout), proc.stdout[-2000:]
+
+
+def test_a_root_step_without_its_own_record_is_judged_by_its_shards(tmp_path: Path) -> None:
+    root_step = dataclasses.replace(_run(), root_step=True, as_root=True)
+    assert footprint.record_path(tmp_path, root_step) == tmp_path / "main.json"
+    (tmp_path / "main+root.json").write_text("{}")
+    assert footprint.record_path(tmp_path, root_step) == tmp_path / "main+root.json"
+    assert footprint.record_path(tmp_path, _run()) == tmp_path / "main.json"

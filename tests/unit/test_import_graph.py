@@ -14,7 +14,7 @@ cycle a reader must untangle). The layers, bottom up:
 - ``benchmarks`` and ``tests``: anything.
 
 Inside ``devtools`` the same rule holds between its rooms (sub-packages, table
-:data:`ROOMS`, bottom up: ``base``, ``matrix``, ``envs``, ``build``, ``release``,
+:data:`ROOMS`, bottom up: ``base``, ``matrix``, ``envs``, ``testkit``, ``build``, ``release``,
 ``rehearse``, ``commands``): a room imports itself and the rooms below it, and its
 ``__init__`` says which (a "May import:" line) and imports nothing. The longest chain of
 imports inside ``devtools`` is pinned (:data:`DEVTOOLS_MAX_LEVELS`), so a new import that
@@ -62,10 +62,11 @@ ROOMS: dict[str, set[str]] = {
     "base": set(),
     "matrix": {"base"},
     "envs": {"base", "matrix"},
+    "testkit": {"base"},
     "build": {"base", "matrix", "envs"},
     "release": {"base", "matrix", "envs", "build"},
     "rehearse": {"base", "matrix", "envs", "build", "release"},
-    "commands": {"base", "matrix", "envs", "build", "release", "rehearse", ""},
+    "commands": {"base", "matrix", "envs", "testkit", "build", "release", "rehearse", ""},
     "": {"base"},
 }
 #: The most modules one chain of imports inside ``devtools`` may pass through (a module

@@ -350,7 +350,7 @@ def test_a_dangling_or_looping_symlink_manifest(tmp_path: Path) -> None:
 
 def test_an_unreadable_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = with_entry(tmp_path)
-    if os.geteuid() != 0:  # pragma: no cover - CI runs as root, where mode 000 still reads
+    if os.geteuid() != 0:  # as anyone but root (a CI runner, a contributor); root reads mode 000
         path.chmod(0)
     else:
         # root reads a mode-000 file, so make the open fail as it would for anyone else.
@@ -405,7 +405,7 @@ def test_verify_refuses_an_unreadable_library(
     library = package / "libs" / "libx.so"
     real_open = os.open
 
-    # Tests run as root, where mode 000 still reads: fail the open as it would for others.
+    # The same for every uid (root reads mode 000): fail the open as it would for others.
     def refuse(target: object, *args: object, **kwargs: object) -> int:
         if str(target) == str(library):
             raise PermissionError(13, "Permission denied")

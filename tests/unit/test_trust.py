@@ -43,10 +43,7 @@ from torch_c_dlpack_ext._decide import Settings
 from torch_c_dlpack_ext._library import read_library
 from torch_c_dlpack_ext._settings import read_settings
 
-ROOT_ONLY = pytest.mark.skipif(
-    not hasattr(os, "geteuid") or os.geteuid() != 0,
-    reason="changing owners and switching to other uids needs root",
-)
+ROOT_ONLY = pytest.mark.needs_root  # changing owners and switching to other uids
 POSIX_ONLY = pytest.mark.skipif(
     not hasattr(os, "geteuid"), reason="owners and modes are not checked on Windows"
 )

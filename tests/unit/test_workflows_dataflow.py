@@ -474,7 +474,7 @@ def test_d6_disk_guard_fails_loudly(tmp_path: Path) -> None:
     short = guard("1000000")
     assert short.returncode == 1
     assert "::error title=runner disk::" in short.stdout
-    assert "needs 1000000 GB" in short.stdout
+    assert "needs 1000000 GiB" in short.stdout
 
 
 # --- D7: the `cells` input reaches the job's build as cell ids ----------------------

@@ -3,17 +3,21 @@ once (uv hard-links every environment's files from its cache), new cache entries
 two moments, and the filesystem's used bytes sampled for their peak.
 
 Used by the test suite's footprint report (``tests/footprint.py``,
-:mod:`devtools.envs.footprint`). Every function reads; nothing here writes or deletes.
+:mod:`devtools.testkit.footprint`). Every function reads; nothing here writes or deletes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import stat
 import threading
 from collections.abc import Iterable, Mapping
+from email.parser import BytesHeaderParser
 from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from devtools.base.hostenv import dev_cache_root
 from devtools.base.steps import find_uv
@@ -152,33 +156,36 @@ def _names(folder: Path) -> frozenset[str]:
 
 def wheel_label(entry: Path) -> str:
     """What an entry of uv's ``archive-v0`` holds: ``torch 2.8.0 cp311`` (distribution,
-    version and Python tag from its ``.dist-info``), else the entry's own name."""
+    version and Python tag from its ``.dist-info``: the folder's name as
+    :func:`packaging.utils.parse_wheel_filename` reads it, the ``WHEEL`` file as
+    :mod:`email.parser` reads it), else the entry's own name."""
     infos = sorted(entry.glob("*.dist-info"))
     if not infos:
         return entry.name
-    name, _, version = infos[0].name.removesuffix(".dist-info").partition("-")
-    tag = ""
+    stem = infos[0].name.removesuffix(".dist-info")
     try:
-        for line in (infos[0] / "WHEEL").read_text(encoding="utf-8").splitlines():
-            if line.startswith("Tag:"):
-                tag = line.split(":", 1)[1].strip().split("-")[0]
-                break
+        name, version, _, _ = parse_wheel_filename(f"{stem}-py3-none-any.whl")
+    except InvalidWheelFilename:
+        return entry.name
+    try:
+        with (infos[0] / "WHEEL").open(encoding="utf-8") as wheel:
+            tags = BytesHeaderParser().parsebytes(wheel.read().encode()).get_all("Tag", [])
     except OSError:
-        pass
-    label = f"{name.replace('_', '-').lower()} {version}"
+        tags = []
+    label = f"{name} {version}"
     # A CPython tag (cp311, cp314t) tells one torch wheel from another; py2/py3 does not.
-    return f"{label} {tag}" if tag.startswith("cp") else label
+    python = str(tags[0]).split("-")[0] if tags else ""
+    return f"{label} {python}" if python.startswith("cp") else label
 
 
 def filesystem_used(path: Path) -> int:
     """The used bytes of the filesystem holding ``path`` (what ``df`` shows as used)."""
-    info = os.statvfs(path)
-    return (info.f_blocks - info.f_bfree) * info.f_frsize
+    return shutil.disk_usage(path).used
 
 
 def filesystem_size(path: Path) -> int:
-    info = os.statvfs(path)
-    return info.f_blocks * info.f_frsize
+    """The size in bytes of the filesystem holding ``path``."""
+    return shutil.disk_usage(path).total
 
 
 class DiskSampler:
@@ -190,6 +197,8 @@ class DiskSampler:
         self.interval_s = interval_s
         self._lock = threading.Lock()
         self._peak = filesystem_used(path)
+        #: How many times the thread has sampled (a test waits on it).
+        self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="disk-sampler", daemon=True)
         self._thread.start()
@@ -197,6 +206,7 @@ class DiskSampler:
     def _sample(self) -> None:
         while not self._stop.wait(self.interval_s):
             self.note()
+            self.samples += 1
 
     def note(self) -> int:
         """Sample now; the used bytes."""

@@ -3,7 +3,7 @@ torch environment added to the disk and how long it took, per shard run (``pytes
 --footprint FILE``, written by ``tests/footprint.py``), and docs/test-footprint.md's tables
 rendered from the committed runs (``python -m devtools footprint``).
 
-A run's disk figures come from two measurements (:mod:`devtools.envs.diskuse`): the
+A run's disk figures come from two measurements (:mod:`devtools.testkit.diskuse`): the
 filesystem's used bytes, sampled every half second for the peak (exact on a filesystem the
 run has to itself, as on a CI runner or a rehearsal's loop-mounted image; elsewhere they
 include everyone's writes), and the new entries of the caches, each inode counted once.
@@ -11,9 +11,12 @@ include everyone's writes), and the new entries of the caches, each inode counte
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import json
 import re
+import types
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -25,19 +28,23 @@ __all__ = [
     "EnvRecord",
     "ModuleRecord",
     "RunRecord",
+    "Skip",
     "Wheel",
     "gib",
     "read_run",
     "read_runs",
+    "record_path",
     "render_docs",
     "render_run",
     "replace_generated",
+    "skip_report",
     "whole_suite",
     "write_run",
 ]
 
-#: The record's format; a change that old readers would misread bumps it.
-SCHEMA = 1
+#: The record's format; a change that old readers would misread bumps it (2: the skips
+#: with their reasons, whether the run was root's, the rehearsed job's whole time).
+SCHEMA = 2
 GIB = 1 << 30
 #: The generated part of docs/test-footprint.md lies between these lines.
 BEGIN = (
@@ -84,6 +91,14 @@ class EnvRecord:
 
 
 @dataclasses.dataclass(frozen=True)
+class Skip:
+    """A skipped test and the reason pytest gave."""
+
+    test: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
 class ModuleRecord:
     """One test module of a run, in run order."""
 
@@ -124,6 +139,20 @@ class RunRecord:
     areas: Mapping[str, int]
     modules: tuple[ModuleRecord, ...]
     envs: tuple[EnvRecord, ...]
+    #: Each skipped test with its reason; ``None`` where the run did not record them.
+    skips: tuple[Skip, ...] | None = None
+    #: Whether the tests ran as root (uid 0).
+    as_root: bool = False
+    #: Whether this is the job's ``sudo`` step (``pytest -m needs_root``), recorded beside
+    #: the runner's step of the same shard.
+    root_step: bool = False
+    #: The rehearsed CI job's whole time, setup included (``.ci/rehearse-shard``).
+    job_seconds: float | None = None
+
+    @property
+    def name(self) -> str:
+        """The run's name in the tables: the shard, ``+root`` for its root step."""
+        return f"{self.shard}+root" if self.root_step else self.shard
 
     def outcomes(self) -> dict[str, int]:
         total: dict[str, int] = {}
@@ -142,121 +171,103 @@ def write_run(path: Path, run: RunRecord) -> None:
     atomic_write_bytes(path, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
 
 
-def _fail(path: Path, what: str) -> ProvisionError:
-    return ProvisionError(f"{path}: not a footprint record of schema {SCHEMA} ({what})")
+def _load_record(kind: type, value: object, where: str) -> object:
+    """``value`` (parsed JSON) as the dataclass ``kind``: its fields by their types, no
+    unknown keys, the fields without a default present."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} is not an object")
+    hints = typing.get_type_hints(kind)
+    fields = {f.name: f for f in dataclasses.fields(kind)}
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {', '.join(map(str, unknown))}")
+    missing = [n for n, f in fields.items() if n not in value and f.default is dataclasses.MISSING]
+    if missing:
+        raise ValueError(f"{where} lacks {', '.join(missing)}")
+    loaded = {str(name): _load(hints[name], value[name], f"{where}.{name}") for name in value}
+    made: object = kind(**loaded)
+    return made
 
 
-def _table(value: object, path: Path, what: str) -> dict[str, object]:
-    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise _fail(path, f"{what} is not an object")
-    return {str(k): v for k, v in value.items()}
+#: JSON's scalars as the record's field types read them.
+_SCALARS: Mapping[type, tuple[type, ...]] = {
+    str: (str,),
+    bool: (bool,),
+    int: (int,),
+    float: (int, float),
+}
 
 
-def _list(value: object, path: Path, what: str) -> list[object]:
-    if not isinstance(value, list):
-        raise _fail(path, f"{what} is not a list")
-    return list(value)
-
-
-def _int(value: object, path: Path, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(path, f"{what} is not an integer")
-    return value
-
-
-def _float(value: object, path: Path, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(path, f"{what} is not a number")
-    return float(value)
-
-
-def _str(value: object, path: Path, what: str) -> str:
-    if not isinstance(value, str):
-        raise _fail(path, f"{what} is not a string")
-    return value
-
-
-def _wheels(value: object, path: Path) -> tuple[Wheel, ...]:
-    wheels = []
-    for item in _list(value, path, "wheels"):
-        table = _table(item, path, "a wheel")
-        wheels.append(
-            Wheel(_str(table.get("label"), path, "label"), _int(table.get("size"), path, "size"))
-        )
-    return tuple(wheels)
+def _load(kind: object, value: object, where: str) -> object:
+    """``value`` (parsed JSON) as the type ``kind`` of a record's field: a dataclass, a
+    ``tuple[X, ...]``, a ``Mapping[str, X]``, an optional, ``str``, ``int``, ``float``,
+    ``bool``. :class:`ValueError` naming ``where`` on anything else."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        return _load_record(kind, value, where)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (other,) = [a for a in args if a is not type(None)]
+        return _load(other, value, where)
+    if origin is tuple and isinstance(value, list):
+        return tuple(_load(args[0], item, f"{where}[{i}]") for i, item in enumerate(value))
+    if origin is collections.abc.Mapping and isinstance(value, dict):
+        return {str(k): _load(args[1], v, f"{where}.{k}") for k, v in value.items()}
+    accepted = _SCALARS.get(kind, ()) if isinstance(kind, type) else ()
+    if isinstance(value, accepted) and (kind is bool or not isinstance(value, bool)):
+        return float(value) if kind is float else value  # type: ignore[arg-type]
+    raise ValueError(f"{where} is not of type {getattr(kind, '__name__', kind)}")
 
 
 def read_run(path: Path) -> RunRecord:
-    """The run recorded in ``path``; :class:`ProvisionError` if it is not one."""
+    """The run recorded in ``path`` (a :class:`RunRecord` of schema :data:`SCHEMA`);
+    :class:`ProvisionError` if it is not one."""
     try:
-        data = _table(json.loads(path.read_text(encoding="utf-8")), path, "the file")
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.pop("schema", None) != SCHEMA:
+            raise ValueError(f"schema is not {SCHEMA}")
+        run = typing.cast("RunRecord", _load(RunRecord, data, "the record"))
     except (OSError, ValueError) as exc:
-        raise _fail(path, str(exc)) from None
-    if data.get("schema") != SCHEMA:
-        raise _fail(path, f"schema {data.get('schema')!r}")
-    modules = []
-    for item in _list(data.get("modules"), path, "modules"):
-        m = _table(item, path, "a module")
-        outcomes = _table(m.get("outcomes"), path, "outcomes")
-        modules.append(
-            ModuleRecord(
-                module=_str(m.get("module"), path, "module"),
-                seconds=_float(m.get("seconds"), path, "seconds"),
-                outcomes={k: _int(v, path, "an outcome") for k, v in outcomes.items()},
-                disk_added=_int(m.get("disk_added"), path, "disk_added"),
-                disk_peak=_int(m.get("disk_peak"), path, "disk_peak"),
-                cache_added=_int(m.get("cache_added"), path, "cache_added"),
-                new_wheels=_wheels(m.get("new_wheels"), path),
-                envs_made=tuple(
-                    _str(e, path, "an env") for e in _list(m.get("envs_made"), path, "envs_made")
-                ),
-                envs_used=tuple(
-                    _str(e, path, "an env") for e in _list(m.get("envs_used"), path, "envs_used")
-                ),
-            )
-        )
-    envs = []
-    for item in _list(data.get("envs"), path, "envs"):
-        e = _table(item, path, "an env")
-        seconds, cuda = e.get("seconds"), e.get("cuda")
-        envs.append(
-            EnvRecord(
-                name=_str(e.get("name"), path, "name"),
-                module=_str(e.get("module"), path, "module"),
-                seconds=None if seconds is None else _float(seconds, path, "seconds"),
-                cuda=None if cuda is None else _str(cuda, path, "cuda"),
-                kind=_str(e.get("kind"), path, "kind"),
-                wheels=_wheels(e.get("wheels"), path),
-                own=_int(e.get("own"), path, "own"),
-            )
-        )
-    areas = _table(data.get("areas"), path, "areas")
-    one_filesystem = data.get("one_filesystem")
-    if not isinstance(one_filesystem, bool):
-        raise _fail(path, "one_filesystem is not a boolean")
-    return RunRecord(
-        shard=_str(data.get("shard"), path, "shard"),
-        python=_str(data.get("python"), path, "python"),
-        platform=_str(data.get("platform"), path, "platform"),
-        started=_str(data.get("started"), path, "started"),
-        seconds=_float(data.get("seconds"), path, "seconds"),
-        one_filesystem=one_filesystem,
-        filesystem_size=_int(data.get("filesystem_size"), path, "filesystem_size"),
-        disk_start=_int(data.get("disk_start"), path, "disk_start"),
-        disk_peak=_int(data.get("disk_peak"), path, "disk_peak"),
-        disk_end=_int(data.get("disk_end"), path, "disk_end"),
-        areas={k: _int(v, path, "an area") for k, v in areas.items()},
-        modules=tuple(modules),
-        envs=tuple(envs),
-    )
+        raise ProvisionError(f"{path}: not a footprint record of schema {SCHEMA} ({exc})") from None
+    return run
 
 
 def read_runs(folder: Path, order: Sequence[str] = ()) -> list[RunRecord]:
     """Every run recorded in ``folder/*.json``: the shards named in ``order`` first, in
-    that order, then the others by name."""
+    that order (each shard's runner step before its root step), then the others by name."""
     runs = [read_run(path) for path in sorted(folder.glob("*.json"))]
     rank = {name: i for i, name in enumerate(order)}
-    return sorted(runs, key=lambda run: (rank.get(run.shard, len(rank)), run.shard))
+    return sorted(runs, key=lambda run: (rank.get(run.shard, len(rank)), run.shard, run.root_step))
+
+
+def record_path(folder: Path, run: RunRecord) -> Path:
+    """Where ``run``'s committed record lives in ``folder``: ``core.json``, ``core+root.json``;
+    a root step without a record of its own is judged by its shard's (a record made as root
+    holds the whole shard, the tests marked needs_root among them)."""
+    own = folder / f"{run.name}.json"
+    return own if own.is_file() or not run.root_step else folder / f"{run.shard}.json"
+
+
+def skip_report(run: RunRecord, record: RunRecord) -> tuple[bool, str]:
+    """Whether ``run`` skipped no more tests than its committed ``record``, and Markdown
+    listing each of its skips with its reason (a CI job's summary); the skips the record
+    does not have are marked new."""
+    skipped = run.outcomes().get("skipped", 0)
+    allowed = record.outcomes().get("skipped", 0)
+    known = {skip.test for skip in record.skips or ()}
+    ok = skipped <= allowed
+    verdict = "within" if ok else "more than"
+    lines = [
+        f"### Skips of `{run.name}`: {skipped}, {verdict} the record's {allowed}",
+        "",
+    ]
+    for skip in run.skips or ():
+        new = " **(new)**" if record.skips is not None and skip.test not in known else ""
+        lines.append(f"- `{skip.test}`{new}: {skip.reason}")
+    if run.skips is None:
+        lines.append("- (this run did not record its skips)")
+    return ok, "\n".join(lines) + "\n"
 
 
 def replace_generated(text: str, generated: str) -> str:
@@ -305,7 +316,7 @@ def _module_rows(run: RunRecord) -> list[str]:
 
 MODULE_HEADER = [
     "| module | tests | time | cache added (GiB) | disk added (GiB) "
-    "| shard's peak so far (GiB) | envs made |",
+    "| peak during the module, above the run's start (GiB) | envs made |",
     "|---|---|---:|---:|---:|---:|---|",
 ]
 
@@ -315,7 +326,7 @@ def render_run(run: RunRecord) -> str:
     elsewhere = "" if run.one_filesystem else "; caches on other filesystems not counted"
     areas = ", ".join(f"{name} {gib(size)} GiB" for name, size in run.areas.items())
     lines = [
-        f"### Footprint of shard `{run.shard}`",
+        f"### Footprint of `{run.name}`",
         "",
         f"{_counts(run.outcomes())} in {_minutes(run.seconds)}; disk peak "
         f"{gib(run.disk_peak)} GiB above the start, {gib(run.disk_end)} GiB at the end "
@@ -348,9 +359,9 @@ def _envs(runs: Sequence[RunRecord]) -> dict[str, tuple[EnvRecord, list[str], bo
         in_process = {name for module in run.modules for name in module.envs_used}
         for env in run.envs:
             if env.name in envs:
-                envs[env.name][1].append(run.shard)
+                envs[env.name][1].append(run.name)
             else:
-                envs[env.name] = (env, [run.shard], env.name in in_process)
+                envs[env.name] = (env, [run.name], env.name in in_process)
     return envs
 
 
@@ -358,8 +369,10 @@ def _shard_row(run: RunRecord) -> str:
     used = f"{gib(run.disk_start + run.disk_peak)} of {gib(run.filesystem_size)}"
     sizes = [used, gib(run.disk_peak), gib(run.disk_end)]
     sizes += [gib(run.areas.get("uv cache", 0)), gib(run.areas.get("torch envs", 0))]
-    measured = f"{run.started[:10]}, Python {run.python}"
-    return _row([f"`{run.shard}`", _counts(run.outcomes()), _minutes(run.seconds), *sizes,
+    job = "" if run.job_seconds is None else _minutes(run.job_seconds)
+    user = "root" if run.as_root else "an unprivileged user"
+    measured = f"{run.started[:10]}, Python {run.python}, as {user}"
+    return _row([f"`{run.name}`", _counts(run.outcomes()), _minutes(run.seconds), job, *sizes,
                  measured])  # fmt: skip
 
 
@@ -396,12 +409,13 @@ def render_docs(runs: Sequence[RunRecord]) -> str:
     lines = [
         "### Shards",
         "",
-        "| shard | tests | time | filesystem's peak (GiB used) | peak above the tests' start "
-        "(GiB) | at the end (GiB) | uv cache (GiB) | torch envs (GiB) | measured |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| job step | tests | pytest's time | whole job, setup included (rehearsed) "
+        "| filesystem's peak (GiB used) | peak above the tests' start (GiB) "
+        "| at the end (GiB) | uv cache (GiB) | torch envs (GiB) | measured |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
         *(_shard_row(run) for run in runs),
         "",
-        f"All shards together: {len(wheels)} distinct wheels unpacked in uv's cache "
+        f"All runs together: {len(wheels)} distinct wheels unpacked in uv's cache "
         f"({gib(sum(wheels.values()))} GiB), {len(envs)} torch environments with "
         f"{gib(env_own)} GiB of their own (beyond their hard links into uv's cache). One "
         f"machine that runs them all (`nox -s tests`) keeps about {gib(whole_suite(runs))} "
@@ -420,7 +434,7 @@ def render_docs(runs: Sequence[RunRecord]) -> str:
         *_cuda_set_rows(runs),
     ]
     for run in runs:
-        lines += ["", f"### Shard `{run.shard}`, module by module", "", *MODULE_HEADER]
+        lines += ["", f"### `{run.name}`, module by module", "", *MODULE_HEADER]
         lines += _module_rows(run)
     return "\n".join(lines) + "\n"
 
