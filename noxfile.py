@@ -140,7 +140,7 @@ def footprint(session: nox.Session) -> None:
     (record one with ``nox -s tests -- --shard NAME --footprint docs/footprint/NAME.json``
     on a clean machine); ``nox -s footprint -- --check`` only says whether they are
     current."""
-    session.install("packaging>=24", "filelock>=3.12")
+    session.install("packaging>=24", "filelock>=3.12", "cogapp>=3.4")
     _devtools(session, "footprint")
 
 

@@ -35,6 +35,7 @@ FILES = (
     "README.md",
     "docs/benchmarks.md",
     "docs/building.md",
+    "docs/test-footprint.md",
     "python/torch_c_dlpack_ext/_costs.py",
 )
 

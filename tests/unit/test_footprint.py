@@ -212,12 +212,15 @@ def test_the_tables_name_the_heavy_module_the_env_and_the_cuda_set() -> None:
     assert "disk peak 5.0 GiB above the start" in summary
 
 
-def test_the_page_keeps_what_is_outside_the_markers() -> None:
-    page = f"intro\n{footprint.BEGIN}\nold\n{footprint.END}\noutro\n"
-    updated = footprint.replace_generated(page, "new\n")
-    assert updated == f"intro\n{footprint.BEGIN}\n\nnew\n\n{footprint.END}\noutro\n"
-    with pytest.raises(ProvisionError, match="lacks the markers"):
-        footprint.replace_generated("no markers", "new\n")
+def test_the_page_is_a_generated_section_of_the_one_mechanism() -> None:
+    """docs/test-footprint.md's tables are a cog block (devtools.base.generated), so
+    ``nox -s lint`` (``map --check``) fails when they drift from the records."""
+    from devtools.base.generated import FILES
+
+    assert "docs/test-footprint.md" in FILES
+    page = (ROOT / "docs" / "test-footprint.md").read_text("utf-8")
+    assert "cog.out(footprint_section())" in page
+    assert footprint.footprint_section() in page
 
 
 def test_the_committed_page_is_rendered_from_the_committed_runs() -> None:
