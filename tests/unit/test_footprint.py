@@ -347,3 +347,12 @@ def test_the_skip_check_judges_a_jobs_steps_together(tmp_path: Path) -> None:
     alone = skips("old.json")
     assert alone.returncode == 1, alone.stdout + alone.stderr
     assert "`old`: 1, more than the record's 0" in alone.stdout
+    # Steps of two jobs are not one job; a job without a committed record is refused.
+    footprint.write_run(done / "core+root.json", _skipping(_run(), shard="core", root_step=True))
+    mixed = skips("old.json", "core+root.json")
+    assert mixed.returncode == 10, mixed.stdout + mixed.stderr
+    assert "--skips: runs of one job's shard, not of core, old" in mixed.stderr
+    unrecorded = skips("core+root.json")
+    assert unrecorded.returncode == 12, unrecorded.stdout + unrecorded.stderr
+    assert "no committed record" in unrecorded.stderr
+    assert "for the core job: rehearse it" in unrecorded.stderr
