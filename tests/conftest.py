@@ -60,6 +60,9 @@ Progress = Callable[[str], None]
 
 
 NEEDS_ROOT = "needs_root"
+#: Why a ``needs_root`` test is skipped for anyone but root; a CI job's skip check does not
+#: count it where the job's sudo step ran (devtools.testkit.footprint.ROOT_ONLY_REASON).
+ROOT_ONLY = f"{NEEDS_ROOT}: runs as root only (CI: the sudo step, pytest -m {NEEDS_ROOT})"
 
 
 def _shard_names() -> str:
@@ -129,9 +132,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Skip ``needs_root`` tests, saying why, for anyone but root."""
     if not hasattr(os, "geteuid") or os.geteuid() == 0:
         return
-    skip = pytest.mark.skip(
-        reason=f"{NEEDS_ROOT}: runs as root only (CI: the sudo step, pytest -m {NEEDS_ROOT})"
-    )
+    skip = pytest.mark.skip(reason=ROOT_ONLY)
     for item in items:
         if item.get_closest_marker(NEEDS_ROOT) is not None:
             item.add_marker(skip)

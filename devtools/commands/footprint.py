@@ -4,8 +4,9 @@ section (devtools/base/generated.py) rendered from the runs recorded in
 of tests/shards.py's CI jobs, the pull requests' first); ``--check`` changes nothing and
 exits 1 when the page is stale (``nox -s map`` re-renders it with every generated section).
 ``--summary RUN.json`` prints one run as Markdown instead (a CI job's summary); ``--skips
-RUN.json`` lists its skips with their reasons and exits 1 when there are more than its
-committed record's in ``--results`` (a CI job's skip check)."""
+RUN.json [ROOT_RUN.json]`` lists the skips of a job's steps (the runner's, its sudo step's)
+with their reasons and exits 1 when together they skipped more than the job's committed
+records in ``--results`` (a CI job's skip check)."""
 
 from __future__ import annotations
 
@@ -31,27 +32,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skips",
         type=Path,
-        help="list this run's skips with their reasons; exit 1 when it skipped more than "
-        "its record in --results",
+        nargs="+",
+        metavar="RUN.json",
+        help="list the skips of one job's runs (its runner's step, its sudo step's) with "
+        "their reasons; exit 1 when together they skipped more than its records in --results",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     from devtools.base.generated import StaleFiles, regenerate
-    from devtools.testkit.footprint import read_run, record_path, render_run, skip_report
+    from devtools.testkit.footprint import job_records, read_run, render_run, skip_report
 
     if args.summary is not None:
         sys.stdout.write(render_run(read_run(args.summary)))
         return 0
     if args.skips is not None:
-        done = read_run(args.skips)
-        recorded = record_path(args.results, done)
-        if not recorded.is_file():
-            raise DevToolError(
-                f"no committed record {recorded} for {done.name}: rehearse the job "
-                "(.ci/rehearse-shard) and commit its record"
-            )
-        ok, report = skip_report(done, read_run(recorded))
+        done = [read_run(path) for path in args.skips]
+        shards = sorted({run.shard for run in done})
+        if len(shards) != 1:
+            raise DevToolError(f"--skips: runs of one job's shard, not of {', '.join(shards)}")
+        ok, report = skip_report(done, job_records(args.results, shards[0]))
         sys.stdout.write(report)
         return 0 if ok else 1
     try:

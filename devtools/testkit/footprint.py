@@ -34,9 +34,9 @@ __all__ = [
     "Wheel",
     "footprint_section",
     "gib",
+    "job_records",
     "read_run",
     "read_runs",
-    "record_path",
     "render_docs",
     "render_run",
     "shard_order",
@@ -56,6 +56,9 @@ SHARDS_FILE = ROOT / "tests" / "shards.py"
 #: Modules below both thresholds are summed in one row per shard.
 SHOWN_SECONDS = 10.0
 SHOWN_BYTES = 50 << 20
+#: How a skip of a test marked ``needs_root`` for anyone but root begins (tests/conftest.py's
+#: ``ROOT_ONLY``): CI's sudo step runs those tests.
+ROOT_ONLY_REASON = "needs_root: runs as root only"
 
 
 def gib(size: int) -> str:
@@ -242,32 +245,63 @@ def read_runs(folder: Path, order: Sequence[str] = ()) -> list[RunRecord]:
     return sorted(runs, key=lambda run: (rank.get(run.shard, len(rank)), run.shard, run.root_step))
 
 
-def record_path(folder: Path, run: RunRecord) -> Path:
-    """Where ``run``'s committed record lives in ``folder``: ``core.json``, ``core+root.json``;
-    a root step without a record of its own is judged by its shard's (a record made as root
-    holds the whole shard, the tests marked needs_root among them)."""
-    own = folder / f"{run.name}.json"
-    return own if own.is_file() or not run.root_step else folder / f"{run.shard}.json"
+def job_records(folder: Path, shard: str) -> list[RunRecord]:
+    """The committed records a CI job of ``shard`` is judged by: ``SHARD.json`` (made as
+    root before the sudo step existed, it holds the whole shard, the tests marked
+    needs_root among them), and ``SHARD+root.json`` where its sudo step has one of its own;
+    :class:`ProvisionError` when ``SHARD.json`` is missing."""
+    own = folder / f"{shard}.json"
+    if not own.is_file():
+        raise ProvisionError(
+            f"no committed record {own} for the {shard} job: rehearse it "
+            "(.ci/rehearse-shard) and commit its record"
+        )
+    root = folder / f"{shard}+root.json"
+    return [read_run(own), *([read_run(root)] if root.is_file() else [])]
 
 
-def skip_report(run: RunRecord, record: RunRecord) -> tuple[bool, str]:
-    """Whether ``run`` skipped no more tests than its committed ``record``, and Markdown
-    listing each of its skips with its reason (a CI job's summary); the skips the record
-    does not have are marked new."""
-    skipped = run.outcomes().get("skipped", 0)
-    allowed = record.outcomes().get("skipped", 0)
-    known = {skip.test for skip in record.skips or ()}
+def _excused(skip: Skip, run: RunRecord, runs: Sequence[RunRecord]) -> bool:
+    """Whether ``skip`` of ``run`` is the runner's step skipping a needs_root test for
+    needing root (:data:`ROOT_ONLY_REASON`) where ``runs`` (a job's steps) include the
+    sudo step, which runs exactly those tests (``-m needs_root``) and counts its own skips."""
+    return (
+        not run.root_step
+        and skip.reason.startswith(ROOT_ONLY_REASON)
+        and any(other.root_step for other in runs)
+    )
+
+
+def _counted_skips(runs: Sequence[RunRecord]) -> int:
+    """The tests ``runs`` (a job's steps) skipped together, the excused skips left out."""
+    return sum(
+        run.outcomes().get("skipped", 0)
+        - sum(_excused(skip, run, runs) for skip in run.skips or ())
+        for run in runs
+    )
+
+
+def skip_report(runs: Sequence[RunRecord], records: Sequence[RunRecord]) -> tuple[bool, str]:
+    """Whether a CI job's steps (``runs``: the runner's, and its sudo step's) skipped no
+    more tests together than its committed ``records`` (:func:`job_records`), and Markdown
+    listing each of their skips with its reason (the job's summary); the skips no record
+    has are marked new. Judged together, the sudo step cannot spend the skips that the
+    whole shard's record allows the runner's step, and the reverse."""
+    skipped, allowed = _counted_skips(runs), _counted_skips(records)
+    known = {skip.test for record in records for skip in record.skips or ()}
+    unlisted = any(record.skips is None for record in records)
     ok = skipped <= allowed
     verdict = "within" if ok else "more than"
-    lines = [
-        f"### Skips of `{run.name}`: {skipped}, {verdict} the record's {allowed}",
-        "",
-    ]
-    for skip in run.skips or ():
-        new = " **(new)**" if record.skips is not None and skip.test not in known else ""
-        lines.append(f"- `{skip.test}`{new}: {skip.reason}")
-    if run.skips is None:
-        lines.append("- (this run did not record its skips)")
+    names = " + ".join(f"`{run.name}`" for run in runs)
+    lines = [f"### Skips of {names}: {skipped}, {verdict} the record's {allowed}", ""]
+    for run in runs:
+        for skip in run.skips or ():
+            if _excused(skip, run, runs):
+                note = " (the sudo step ran it)"
+            else:
+                note = "" if unlisted or skip.test in known else " **(new)**"
+            lines.append(f"- `{skip.test}`{note}: {skip.reason}")
+        if run.skips is None:
+            lines.append(f"- (`{run.name}` did not record its skips)")
     return ok, "\n".join(lines) + "\n"
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from devtools.base.errors import ProvisionError
 from devtools.testkit import diskuse, footprint
-from tests.helpers import ROOT
+from tests.helpers import ROOT, devtools_env
 
 BLOCK = 4096
 
@@ -145,20 +145,75 @@ def test_a_record_reads_back_as_written(tmp_path: Path) -> None:
 
 def test_a_job_that_skips_more_than_its_record_fails_listing_each_skip() -> None:
     record = dataclasses.replace(_run(), skips=(footprint.Skip("t.py::a", "no GPU"),))
-    same = footprint.skip_report(record, record)
+    same = footprint.skip_report([record], [record])
     assert same == (
         True,
         "### Skips of `main`: 1, within the record's 1\n\n- `t.py::a`: no GPU\n",
     )
-    more = dataclasses.replace(
-        record,
-        modules=(dataclasses.replace(record.modules[0], outcomes={"passed": 2, "skipped": 2}),),
-        skips=(footprint.Skip("t.py::a", "no GPU"), footprint.Skip("t.py::b", "not root")),
-    )
-    ok, report = footprint.skip_report(more, record)
+    more = _skipping(record, ("t.py::a", "no GPU"), ("t.py::b", "not root"))
+    ok, report = footprint.skip_report([more], [record])
     assert not ok
     assert report.startswith("### Skips of `main`: 2, more than the record's 1")
     assert "- `t.py::b` **(new)**: not root" in report
+
+
+def _skipping(
+    run: footprint.RunRecord, *skips: tuple[str, str], **change: object
+) -> footprint.RunRecord:
+    """``run`` with these (test, reason) skips, in its outcomes too, and ``change``."""
+    first = dataclasses.replace(run.modules[0], outcomes={"passed": 2, "skipped": len(skips)})
+    listed = tuple(footprint.Skip(*skip) for skip in skips)
+    return dataclasses.replace(run, **{"modules": (first, *run.modules[1:]), "skips": listed,
+                                       **change})  # fmt: skip
+
+
+#: The Debian-root test of the ``old`` shard, marked needs_root.
+DEBIAN = "tests/integration/test_portable_real_torch.py::test_trixie_python3_torch"
+
+
+def test_a_needs_root_test_the_runner_skipped_counts_as_run_where_the_sudo_step_ran() -> None:
+    from tests.conftest import ROOT_ONLY
+
+    # old.json: recorded as root before needs_root existed, every test run, 0 skips (and
+    # no list of them: the record predates that too).
+    record = _skipping(_run(), shard="old", as_root=True, skips=None)
+    assert record.outcomes()["skipped"] == 0
+    runner = _skipping(record, (DEBIAN, ROOT_ONLY), as_root=False)
+    sudo = _skipping(record, root_step=True)
+    ok, report = footprint.skip_report([runner, sudo], [record])
+    assert ok, report
+    assert report.startswith("### Skips of `old` + `old+root`: 0, within the record's 0")
+    assert f"- `{DEBIAN}` (the sudo step ran it): {ROOT_ONLY}" in report
+    # Without the sudo step nothing ran it: a lost test.
+    assert footprint.skip_report([runner], [record])[0] is False
+    # The sudo step skipping it, or the runner's step skipping another test, is a loss too.
+    lost = _skipping(sudo, (DEBIAN, "no Debian root on this host: debootstrap failed"))
+    assert footprint.skip_report([runner, lost], [record])[0] is False
+    extra = _skipping(runner, (DEBIAN, ROOT_ONLY), ("t.py::gpu", "no GPU"))
+    ok, report = footprint.skip_report([extra, sudo], [record])
+    assert not ok
+    assert report.startswith("### Skips of `old` + `old+root`: 1, more than the record's 0")
+    assert "- `t.py::gpu`: no GPU" in report
+    # Only the reason the needs_root marker gives is excused.
+    mimic = _skipping(runner, (DEBIAN, "runs as root only"))
+    assert footprint.skip_report([mimic, sudo], [record])[0] is False
+
+
+def test_the_sudo_step_cannot_spend_the_skips_the_shards_root_record_allows_its_runner() -> None:
+    # core.json: recorded as root, 1 skip (no GPU) in the whole shard.
+    record = _skipping(_run(), ("t.py::gpu", "no GPU"), shard="core", as_root=True)
+    runner = _skipping(record, ("t.py::gpu", "no GPU"), as_root=False)
+    sudo = _skipping(record, root_step=True)
+    assert footprint.skip_report([runner, sudo], [record])[0] is True
+    # Judged alone, each step is within the shard's 1; together they lost a test.
+    setpriv = _skipping(sudo, ("tests/unit/test_build_cache.py::t", "no setpriv"))
+    ok, report = footprint.skip_report([runner, setpriv], [record])
+    assert not ok
+    assert report.startswith("### Skips of `core` + `core+root`: 2, more than the record's 1")
+    # A runner's record with its +root one allows their skips added up.
+    runner_record = dataclasses.replace(runner, as_root=False)
+    root_record = _skipping(sudo, ("tests/unit/test_build_cache.py::t", "no setpriv"))
+    assert footprint.skip_report([runner, setpriv], [runner_record, root_record])[0] is True
 
 
 @pytest.mark.parametrize(
@@ -257,9 +312,47 @@ def test_pytest_writes_the_footprint_of_a_run(tmp_path: Path) -> None:
     assert re.search(r"=+ footprint =+", proc.stdout), proc.stdout[-2000:]
 
 
-def test_a_root_step_without_its_own_record_is_judged_by_its_shards(tmp_path: Path) -> None:
-    root_step = dataclasses.replace(_run(), root_step=True, as_root=True)
-    assert footprint.record_path(tmp_path, root_step) == tmp_path / "main.json"
-    (tmp_path / "main+root.json").write_text("{}")
-    assert footprint.record_path(tmp_path, root_step) == tmp_path / "main+root.json"
-    assert footprint.record_path(tmp_path, _run()) == tmp_path / "main.json"
+def test_a_job_is_judged_by_its_shards_records(tmp_path: Path) -> None:
+    with pytest.raises(ProvisionError, match=r"no committed record .*main\.json for the main job"):
+        footprint.job_records(tmp_path, "main")
+    footprint.write_run(tmp_path / "main.json", _run())
+    assert footprint.job_records(tmp_path, "main") == [_run()]
+    root = dataclasses.replace(_run(), root_step=True, as_root=True)
+    footprint.write_run(tmp_path / "main+root.json", root)
+    assert footprint.job_records(tmp_path, "main") == [_run(), root]
+
+
+def test_the_skip_check_judges_a_jobs_steps_together(tmp_path: Path) -> None:
+    from tests.conftest import ROOT_ONLY
+
+    records, done = tmp_path / "records", tmp_path / "done"
+    records.mkdir()
+    done.mkdir()
+    record = _skipping(_run(), shard="old", as_root=True)
+    footprint.write_run(records / "old.json", record)
+    footprint.write_run(done / "old.json", _skipping(record, (DEBIAN, ROOT_ONLY), as_root=False))
+    footprint.write_run(done / "old+root.json", _skipping(record, root_step=True))
+
+    def skips(*runs: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "devtools", "footprint", "--results", str(records),
+             "--skips", *(str(done / run) for run in runs)],
+            cwd=ROOT, env=devtools_env(), capture_output=True, text=True, timeout=120,
+            check=False,
+        )  # fmt: skip
+
+    both = skips("old.json", "old+root.json")
+    assert both.returncode == 0, both.stdout + both.stderr
+    assert "`old` + `old+root`: 0, within the record's 0" in both.stdout
+    alone = skips("old.json")
+    assert alone.returncode == 1, alone.stdout + alone.stderr
+    assert "`old`: 1, more than the record's 0" in alone.stdout
+    # Steps of two jobs are not one job; a job without a committed record is refused.
+    footprint.write_run(done / "core+root.json", _skipping(_run(), shard="core", root_step=True))
+    mixed = skips("old.json", "core+root.json")
+    assert mixed.returncode == 10, mixed.stdout + mixed.stderr
+    assert "--skips: runs of one job's shard, not of core, old" in mixed.stderr
+    unrecorded = skips("core+root.json")
+    assert unrecorded.returncode == 12, unrecorded.stdout + unrecorded.stderr
+    assert "no committed record" in unrecorded.stderr
+    assert "for the core job: rehearse it" in unrecorded.stderr
