@@ -470,7 +470,7 @@ def test_a_subprocess_refuses_an_env_outside_the_shard_before_any_download(
         SHARD_VARIABLE: shard_value(old.name, tmp_path / "envs", old.env_patterns),
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "devtools", "torchenv", "2.8.0", "--importable"],
+        [sys.executable, "-m", "devtools", "torchenv", "2.8.0", "--kind", "importable"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode != 0
