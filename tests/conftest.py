@@ -363,10 +363,16 @@ def env_observer(request: pytest.FixtureRequest) -> EnvObserver:
     run's shard guard and footprint recorder, those of :data:`ENV_WATCHERS` this run has
     (none: an observer that does nothing). Envs made in subprocesses are guarded by
     ``$TCDE_SHARD`` and found by the footprint recorder when their test module ends."""
+    return env_watchers(request.config.pluginmanager)
+
+
+def env_watchers(plugins: Any) -> EnvObserver:
+    """The :data:`ENV_WATCHERS` registered with ``plugins`` (a plugin manager) as one
+    observer, in that order (the shard guard refuses before the recorder starts)."""
     from devtools.envs.torchenv import Observers
 
-    plugins = (request.config.pluginmanager.getplugin(name) for name in ENV_WATCHERS)
-    return Observers(tuple(plugin for plugin in plugins if plugin is not None))
+    found = (plugins.getplugin(name) for name in ENV_WATCHERS)
+    return Observers(tuple(plugin for plugin in found if plugin is not None))
 
 
 @pytest.fixture(scope="session")
