@@ -270,9 +270,9 @@ def _variants(ctx: BenchContext, errors: dict[str, str]) -> list[ImportVariant]:
 
 def _with_cuda_headers() -> OldTorchEnv:
     """The same torch with the CUDA headers, to compile the CUDA library against (cached)."""
-    from devtools.envs.torchenv import torch_env
+    from devtools.envs.torchenv import EnvKind, torch_env
 
-    env = torch_env(OLD_TORCH, importable=False, extra=CUDA_HEADERS)
+    env = torch_env(OLD_TORCH, kind=EnvKind.NO_DEPS, extra=CUDA_HEADERS)
     return OldTorchEnv(python=Path(env.python), torch_dir=Path(env.torch_dir), version=env.version)
 
 

@@ -164,9 +164,9 @@ def old_torch_env(version: str = OLD_TORCH) -> OldTorchEnv:
     ``packaging`` and ``filelock`` are added because both our package and 0.1.5 import
     them at import time.
     """
-    from devtools.envs.torchenv import torch_env
+    from devtools.envs.torchenv import EnvKind, torch_env
 
-    env = torch_env(version, importable=True, extra=("packaging", "filelock"))
+    env = torch_env(version, kind=EnvKind.IMPORTABLE, extra=("packaging", "filelock"))
     return OldTorchEnv(python=Path(env.python), torch_dir=Path(env.torch_dir), version=env.version)
 
 
@@ -174,7 +174,7 @@ def cuda_torch_env() -> OldTorchEnv:
     """The cached environment with PyPI's torch :data:`CUDA_TORCH` (its CUDA build, with
     the CUDA wheels ``import torch`` needs) on CPython :data:`CUDA_TORCH_PYTHON`; a
     :class:`ConfigError` when this machine has no such CPython."""
-    from devtools.envs.torchenv import torch_env
+    from devtools.envs.torchenv import EnvKind, torch_env
 
     python = find_cpython(CUDA_TORCH_PYTHON)
     if python is None:
@@ -185,7 +185,7 @@ def cuda_torch_env() -> OldTorchEnv:
         )
     env = torch_env(
         CUDA_TORCH,
-        importable=True,
+        kind=EnvKind.IMPORTABLE,
         python=CUDA_TORCH_PYTHON,
         interpreter=python,
         extra=CUDA_TORCH_EXTRAS,

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from devtools.envs.torchenv import TorchEnv
+    from devtools.envs.torchenv import EnvObserver, TorchEnv
 
     from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 
@@ -184,17 +184,9 @@ class ShardGuard:
     def pytest_sessionstart(self) -> None:
         try:
             from devtools.base.hostenv import dev_cache_root
-            from devtools.envs import torchenv
         except ImportError:  # inside an old-torch env (the exchange suite): nothing to guard
             return
         self.envs = dev_cache_root() / "envs"
-        torchenv.add_observer(self)
-
-    def pytest_sessionfinish(self) -> None:
-        if self.envs is not None:
-            from devtools.envs import torchenv
-
-            torchenv.remove_observer(self)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
@@ -361,26 +353,61 @@ def portable_library(build_cache: Path) -> Path:
     return build_portable_library(build_cache / "portable-abi3")
 
 
+#: The plugins that watch the torch envs this process makes: ``--shard``'s guard and
+#: ``--footprint``'s recorder (registered under these names when asked for).
+ENV_WATCHERS = ("tcde-shard", "tcde-footprint")
+
+
 @pytest.fixture(scope="session")
-def old_torch_env() -> Callable[[str], TorchEnv]:
+def env_observer(request: pytest.FixtureRequest) -> EnvObserver:
+    """The ``observer`` to pass every ``torch_env``/``torch_tree`` call a test makes: the
+    run's shard guard and footprint recorder, those of :data:`ENV_WATCHERS` this run has
+    (none: an observer that does nothing). Envs made in subprocesses are guarded by
+    ``$TCDE_SHARD`` and found by the footprint recorder when their test module ends."""
+    return env_watchers(request.config.pluginmanager)
+
+
+def env_watchers(plugins: Any) -> EnvObserver:
+    """The :data:`ENV_WATCHERS` registered with ``plugins`` (a plugin manager) as one
+    observer, in that order (the shard guard refuses before the recorder starts)."""
+    from devtools.envs.torchenv import Observers
+
+    found = (plugins.getplugin(name) for name in ENV_WATCHERS)
+    return Observers(tuple(plugin for plugin in found if plugin is not None))
+
+
+@pytest.fixture(scope="session")
+def old_torch_env(env_observer: EnvObserver) -> Callable[[str], TorchEnv]:
     """Factory: ``old_torch_env("2.6.0")`` -> the suite's importable env with PyPI's torch
     2.6.0 (``tests.helpers.suite_env``: created once under the dev cache, then reused)."""
     from tests.helpers import suite_env
 
     def make(version: str) -> TorchEnv:
-        env: TorchEnv = suite_env(version)
+        env: TorchEnv = suite_env(version, observer=env_observer)
         return env
 
     return make
 
 
 @pytest.fixture(scope="session")
-def torch23_env() -> TorchEnv:
+def suite_interpreter(env_observer: EnvObserver) -> Callable[[str], Path | str]:
+    """Factory: ``suite_interpreter("2.8.0")`` -> the Python of that release's suite env,
+    ``suite_interpreter("running")`` -> this one (``tests.helpers.suite_python``)."""
+    from tests.helpers import suite_python
+
+    def interpreter(version: str) -> Path | str:
+        return suite_python(version, observer=env_observer)
+
+    return interpreter
+
+
+@pytest.fixture(scope="session")
+def torch23_env(env_observer: EnvObserver) -> TorchEnv:
     """PyPI's torch 2.3.1 (older than the matrix) for CPython 3.11, the suite's importable
     env, with apache-tvm-ffi (created once under the dev cache; skips on another CPython)."""
     from tests.helpers import OLD_TORCH, suite_env
 
     if sys.version_info[:2] != (3, 11):
         pytest.skip(f"the torch {OLD_TORCH} env is made for CPython 3.11; this is {sys.version}")
-    env: TorchEnv = suite_env(OLD_TORCH, python="3.11")
+    env: TorchEnv = suite_env(OLD_TORCH, python="3.11", observer=env_observer)
     return env

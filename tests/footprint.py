@@ -40,7 +40,8 @@ class _Module:
 
 
 class FootprintPlugin:
-    """The pytest plugin and the torchenv observer of one footprint run."""
+    """The pytest plugin and the torchenv observer of one footprint run (the tests pass
+    it to torchenv through ``tests/conftest.py``'s ``env_observer``)."""
 
     def __init__(self, config: pytest.Config, out: Path, shard: str) -> None:
         from devtools.base.hostenv import dev_cache_root
@@ -65,14 +66,11 @@ class FootprintPlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        from devtools.envs import torchenv
-
         self.started = time.monotonic()
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.sampler = self.diskuse.DiskSampler(ROOT)
         self.disk_start = self.sampler.take_peak()
         self.peak = self.disk_start
-        torchenv.add_observer(self)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
@@ -101,11 +99,9 @@ class FootprintPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from devtools.envs import torchenv
         from devtools.testkit import footprint
 
         self._close_module()
-        torchenv.remove_observer(self)
         self.sampler.stop()
         disk_end = self.diskuse.filesystem_used(ROOT)
         run = footprint.RunRecord(

@@ -345,27 +345,34 @@ SUITE_EXTRAS = ("pytest", "psutil", "hypothesis", TVM_FFI)
 SUITE_CUDA_HEADERS = {"2.8.0": "12.8"}
 
 
-def suite_env(version: str, *, python: str | None = None) -> Any:
+def suite_env(version: str, *, observer: Any, python: str | None = None) -> Any:
     """The suite's importable env of PyPI's torch ``version`` (a
     ``devtools.envs.torchenv.TorchEnv``; made once, then cached): :data:`SUITE_EXTRAS`
     and, for :data:`SUITE_CUDA_HEADERS`, the CUDA header wheels. ``python``: default this
-    interpreter's."""
-    from devtools.envs.torchenv import torch_env
+    interpreter's. ``observer``: the ``env_observer`` fixture (the run's shard guard and
+    footprint recorder)."""
+    from devtools.envs.torchenv import EnvKind, torch_env
 
     from _torch_c_dlpack_ext_core.headers import cuda_header_wheels
 
     cuda = SUITE_CUDA_HEADERS.get(version)
     headers = tuple(cuda_header_wheels(cuda).split()) if cuda else ()
-    return torch_env(version, importable=True, python=python, extra=SUITE_EXTRAS + headers)
+    return torch_env(
+        version,
+        kind=EnvKind.IMPORTABLE,
+        python=python,
+        extra=SUITE_EXTRAS + headers,
+        observer=observer,
+    )
 
 
-def suite_python(version: str) -> Path | str:
+def suite_python(version: str, *, observer: Any) -> Path | str:
     """The interpreter of torch ``version`` for a test parametrized over releases:
     ``"running"`` is this one (the test session's torch), any other the Python of its
-    :func:`suite_env`."""
+    :func:`suite_env` (``observer``: as there)."""
     if version == "running":
         return sys.executable
-    return Path(suite_env(version).python)
+    return Path(suite_env(version, observer=observer).python)
 
 
 def bundle_portable(root: Path, library: Path, *, python: str = "abi3") -> Path:

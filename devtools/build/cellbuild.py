@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
 from _torch_c_dlpack_ext_core.naming import Backend
@@ -46,14 +47,20 @@ from devtools.build.host import (
 from devtools.matrix.cells import Cell, PortableCell, group_dir
 from devtools.matrix.reader import load_matrix
 
+if TYPE_CHECKING:
+    from devtools.envs.torchenv import EnvObserver
+
 __all__ = ["build_cells", "build_one", "build_portable_cells", "build_portable_one"]
 
 
-def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResult:
+def build_one(
+    cell: Cell, build_dir: Path, cross: str | None = None, observer: EnvObserver | None = None
+) -> CellResult:
     """Provision the cell's torch and compile its library (a cache hit compiles nothing);
     ``cross``: the cross target (:func:`cross_target`), whose torch wheels the tree holds
     and whose toolchain compiles. The library's manifest entry names the cell (its id),
-    which is how wheel assembly finds the cell again."""
+    which is how wheel assembly finds the cell again. ``observer``: told of the cell's
+    torch tree (:func:`devtools.envs.torchenv.torch_tree`'s)."""
     from _torch_c_dlpack_ext_core.driver import (
         BuildPolicy,
         BuildRequest,
@@ -75,6 +82,7 @@ def build_one(cell: Cell, build_dir: Path, cross: str | None = None) -> CellResu
             extra=cell.wheel.toolkit_requirements,
             index_url=None if cell.wheel.index == "pypi" else cell.wheel.index_url,
             platform=cross,
+            observer=observer,
         )
         gpu_home = None
         if cell.backend is Backend.CUDA:

@@ -49,7 +49,7 @@ from _torch_c_dlpack_ext_core.run import run
 from devtools.base.errors import ProvisionError
 from devtools.base.hostenv import find_cpython
 from devtools.base.wheelnames import parse_wheel_name
-from devtools.envs.torchenv import TorchEnv, torch_env
+from devtools.envs.torchenv import EnvKind, EnvObserver, TorchEnv, torch_env
 
 __all__ = [
     "CARRY_DIR",
@@ -264,12 +264,17 @@ def extract_consumer_tests(carry: Path, dest: Path) -> Path:
 TWIN_EXTRA = ("pytest", "hypothesis", "ninja", *WHEELS, *cuda_header_wheels(TORCH_CUDA).split())
 
 
-def twin_env() -> TorchEnv:
+def twin_env(observer: EnvObserver | None = None) -> TorchEnv:
     """The GPU machine without its GPU (created once, cached): PyPI's torch 2.11.0+cu130,
     importable, on CPython 3.12 (this host's, else one uv provides), with
-    :data:`TWIN_EXTRA`."""
+    :data:`TWIN_EXTRA`. ``observer``: as :func:`~devtools.envs.torchenv.torch_env`'s."""
     return torch_env(
-        TORCH, importable=True, python=PYTHON, interpreter=find_cpython(PYTHON), extra=TWIN_EXTRA
+        TORCH,
+        kind=EnvKind.IMPORTABLE,
+        python=PYTHON,
+        interpreter=find_cpython(PYTHON),
+        extra=TWIN_EXTRA,
+        observer=observer,
     )
 
 

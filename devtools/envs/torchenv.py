@@ -1,17 +1,18 @@
 """Cached virtual environments holding a given torch release (tests, ``nox -s build``, benchmarks).
 
-``torch_env("2.6.0", importable=True)`` returns a venv with PyPI's torch 2.6.0,
-created once with uv and reused afterwards:
+``torch_env("2.6.0", kind=EnvKind.IMPORTABLE)`` returns a venv with PyPI's torch 2.6.0,
+created once with uv and reused afterwards. Its :class:`EnvKind` says what it holds:
 
-* always: ``torch==<version>`` installed ``--no-deps`` (enough to compile against);
-* ``importable=True``: also torch's own runtime requirements, read from the
+* always: ``torch==<version>`` installed ``--no-deps`` (enough to compile against;
+  :attr:`EnvKind.NO_DEPS` is just that);
+* :attr:`EnvKind.IMPORTABLE`: also torch's own runtime requirements, read from the
   installed torch's ``METADATA`` with their pins, minus the ones ``import torch``
   does not need (:data:`NOT_NEEDED_TO_IMPORT`: NVTX, NVRTC, cuSOLVER, triton; see
   docs/facts.md), plus numpy (< 2 for torch < 2.3: :func:`numpy_for`); the env is
   checked with ``import torch; torch.ones(2)`` and, while that fails, the skipped
   requirements are added back one at a time in that order (torch 2.2-2.4 need NVTX,
   and nothing more: their triton alone is 0.4-0.55 GB);
-* ``compile_only=True`` (not importable): only what a build reads. torch is installed
+* :attr:`EnvKind.COMPILE_ONLY`: only what a build reads. torch is installed
   without uv's cache and its GPU kernels (:data:`COMPILE_ONLY_DROPPED`,
   ``libtorch_cuda*.so``: 0.5-1.1 GB a release, never linked by a build) are deleted, so
   the env costs ~0.6 GB and uv's cache keeps nothing of it: for releases the suite only
@@ -20,7 +21,7 @@ created once with uv and reused afterwards:
 
 Environments live under ``$TCDE_DEV_CACHE/envs`` (default
 ``~/.cache/torch-c-dlpack-ext-dev/envs``), one directory per (Python, torch,
-importable or compile-only, extra). Creation holds a file lock, and a marker file written last
+kind, extra). Creation holds a file lock, and a marker file written last
 says the env is complete: an env a killed run left half-built has no marker and
 is rebuilt. Packages come through uv's cache, which this module never deletes,
 so several envs share one copy of the multi-GB NVIDIA wheels (hard links).
@@ -28,19 +29,21 @@ so several envs share one copy of the multi-GB NVIDIA wheels (hard links).
 Creating an env takes minutes on a cold cache, so it reports progress: which env,
 what is being installed, the elapsed time, and a line every 30 s while uv runs. The
 lines go to stderr, or to :func:`set_progress`'s sink (``tests/conftest.py`` sends them
-to pytest's terminal, past its output capture). Observers (:func:`add_observer`) hear of
-every env and tree before it is used or made and after it is ready: the test suite's
-shard check refuses an env its shard does not provide, and its footprint report measures
-what each env added to the disk. A test shard set in ``$TCDE_SHARD`` (by ``pytest
+to pytest's terminal, past its output capture). The caller's ``observer`` (an
+:class:`EnvObserver`, several as :class:`Observers`; a parameter, never a registry here)
+hears of the env or tree before it is used or made and after it is ready: the test
+suite's shard check refuses an env its shard does not provide, and its footprint report
+measures what each env added to the disk. A test shard set in ``$TCDE_SHARD`` (by ``pytest
 --shard``, also for subprocesses) is obeyed here too (:mod:`devtools.envs.shardcheck`).
 
-Command line: ``python -m devtools torchenv 2.6.0 --importable [--extra pytest]``
+Command line: ``python -m devtools torchenv 2.6.0 --kind importable [--extra pytest]``
 prints the env's path (:mod:`devtools.commands.torchenv`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import json
 import re
@@ -67,12 +70,12 @@ __all__ = [
     "COMPILE_ONLY_DROPPED",
     "MARKER",
     "NOT_NEEDED_TO_IMPORT",
+    "EnvKind",
     "EnvObserver",
+    "Observers",
     "TorchEnv",
     "TorchTree",
-    "add_observer",
     "numpy_for",
-    "remove_observer",
     "set_progress",
     "torch_env",
     "torch_tree",
@@ -109,6 +112,18 @@ UV_PLATFORMS = {
 }
 
 
+class EnvKind(enum.Enum):
+    """What an env holds besides ``torch==<version>`` installed ``--no-deps``; the value
+    is the kind's name in the footprint report."""
+
+    #: torch alone, through uv's cache: enough to compile against.
+    NO_DEPS = "no-deps"
+    #: Also what ``import torch`` needs (checked by importing it).
+    IMPORTABLE = "importable"
+    #: torch alone, without its GPU kernels and kept out of uv's cache: a build reads it.
+    COMPILE_ONLY = "compile-only"
+
+
 @dataclasses.dataclass(frozen=True)
 class TorchEnv:
     """A complete environment holding one torch release."""
@@ -118,7 +133,7 @@ class TorchEnv:
     site_packages: Path
     torch_dir: Path
     version: str
-    importable: bool
+    kind: EnvKind
 
 
 #: Which env is being created, what is installing, the elapsed time; a "still running"
@@ -132,7 +147,7 @@ def set_progress(sink: Callable[[str], None] | None) -> None:
 
 
 class EnvObserver(Protocol):
-    """Told of every env and tree this module hands out."""
+    """Told of the env or tree of each call it is passed to."""
 
     def before(self, root: Path) -> None:
         """``root`` is about to be used, and made first if it is not complete; raising
@@ -143,42 +158,45 @@ class EnvObserver(Protocol):
         creation record)."""
 
 
-_OBSERVERS: list[EnvObserver] = []
+@dataclasses.dataclass(frozen=True)
+class Observers:
+    """Several observers as one, told in their order."""
+
+    members: tuple[EnvObserver, ...]
+
+    def before(self, root: Path) -> None:
+        for observer in self.members:
+            observer.before(root)
+
+    def after(self, root: Path, created: bool) -> None:
+        for observer in self.members:
+            observer.after(root, created)
 
 
-def add_observer(observer: EnvObserver) -> None:
-    """Tell ``observer`` of every env and tree from now on."""
-    _OBSERVERS.append(observer)
-
-
-def remove_observer(observer: EnvObserver) -> None:
-    """Stop telling ``observer`` (one that is not there: nothing happens)."""
-    if observer in _OBSERVERS:
-        _OBSERVERS.remove(observer)
-
-
-def _observed(root: Path, create: Callable[[], dict[str, object]]) -> None:
-    for observer in tuple(_OBSERVERS):
+def _observed(
+    root: Path, create: Callable[[], dict[str, object]], observer: EnvObserver | None
+) -> None:
+    if observer is not None:
         observer.before(root)
-    # After the observers (the test process's own check names the running test).
+    # After the observer (the test process's own check names the running test).
     refuse_outside_shard(root)
     created = _create_once(root, create)
-    for observer in tuple(_OBSERVERS):
+    if observer is not None:
         observer.after(root, created)
+
+
+#: The env name's suffix of each kind (the names of envs already cached).
+_NAME_SUFFIX = {EnvKind.NO_DEPS: "", EnvKind.IMPORTABLE: "-import", EnvKind.COMPILE_ONLY: "-build"}
 
 
 def _env_name(
     version: str,
     python: str,
-    importable: bool,
+    kind: EnvKind,
     extra: Sequence[str],
     index_url: str | None = None,
-    *,
-    compile_only: bool = False,
 ) -> str:
-    name = f"py{python}-torch{version}" + ("-import" if importable else "")
-    if compile_only:
-        name += "-build"
+    name = f"py{python}-torch{version}" + _NAME_SUFFIX[kind]
     if index_url:
         name += "-i" + hashlib.sha256(index_url.encode()).hexdigest()[:8]
     if extra:
@@ -293,11 +311,10 @@ def _create(
     version: str,
     *,
     python: str,
-    importable: bool,
+    kind: EnvKind,
     extra: Sequence[str],
     index_url: str | None = None,
     interpreter: Path | None = None,
-    compile_only: bool = False,
 ) -> dict[str, object]:
     if interpreter is None:
         running = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -307,8 +324,9 @@ def _create(
     _uv(uv, "venv", "--quiet", "--python", str(interpreter or python), str(root))
     env_py = str(venv_python(root))
     index = ["--index-url", index_url] if index_url else []
+    importable = kind is EnvKind.IMPORTABLE
     record: dict[str, object] = {"torch": version, "python": python, "importable": importable}
-    if compile_only:
+    if kind is EnvKind.COMPILE_ONLY:
         # Through a temporary cache: what stays is the env's own copy, without the GPU
         # kernels, and uv's cache (a CI runner's disk) holds nothing of this torch.
         PROGRESS.log(
@@ -372,23 +390,23 @@ def _create_once(root: Path, create: Callable[[], dict[str, object]]) -> bool:
 def torch_env(
     version: str,
     *,
-    importable: bool,
+    kind: EnvKind,
     python: str | None = None,
     extra: Sequence[str] = (),
     index_url: str | None = None,
     interpreter: Path | None = None,
-    compile_only: bool = False,
+    observer: EnvObserver | None = None,
 ) -> TorchEnv:
     """The cached env with PyPI's ``torch==version`` (created on first use).
 
     ``python``: ``"3.11"`` style (default: this interpreter's). ``interpreter``: the
     CPython ``python`` names, where uv cannot find it by version (pyenv's shims hide
-    theirs). ``importable``: also install what ``import torch`` needs (verified).
-    ``compile_only``: only what a build reads (torch's GPU kernels deleted, nothing kept
-    in uv's cache; not with ``importable``). ``extra``: more requirements.
+    theirs). ``kind``: what besides torch (:class:`EnvKind`). ``extra``: more
+    requirements.
     ``index_url``: take torch from this index instead of PyPI (PyTorch's per-backend
-    indexes; the env name records it). Raises :class:`ConfigError` for a malformed
-    version or both ``importable`` and ``compile_only``, and :class:`CommandError` when
+    indexes; the env name records it). ``observer``: told before the env is used or made
+    and after it is ready (:class:`EnvObserver`). Raises :class:`ConfigError` for a malformed
+    version or a ``kind`` that is not an :class:`EnvKind`, and :class:`CommandError` when
     uv fails (e.g. no such torch release).
     """
     python = python or f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -398,17 +416,15 @@ def torch_env(
         raise ConfigError(f"python {python!r} is not a version like '3.11' or '3.14t'")
     if python.endswith("t") and interpreter is None:
         raise ConfigError(f"an environment of free-threaded {python} needs that interpreter")
-    if importable and compile_only:
+    if not isinstance(kind, EnvKind):
         raise ConfigError(
-            f"torch {version}: a compile-only env has no GPU kernels and cannot be importable;"
-            " ask for one or the other"
+            f"torch {version}: kind={kind!r} is not an environment kind; pass one of "
+            + ", ".join(f"EnvKind.{k.name}" for k in EnvKind)
         )
     extra = tuple(extra)
     envs = dev_cache_root() / "envs"
     envs.mkdir(parents=True, exist_ok=True)
-    root = envs / _env_name(
-        version, python, importable, extra, index_url, compile_only=compile_only
-    )
+    root = envs / _env_name(version, python, kind, extra, index_url)
     _observed(
         root,
         lambda: _create(
@@ -416,12 +432,12 @@ def torch_env(
             find_uv(),
             version,
             python=python,
-            importable=importable,
+            kind=kind,
             extra=extra,
             index_url=index_url,
             interpreter=interpreter,
-            compile_only=compile_only,
         ),
+        observer,
     )
     site = _site_packages(root)
     return TorchEnv(
@@ -430,7 +446,7 @@ def torch_env(
         site_packages=site,
         torch_dir=site / "torch",
         version=version,
-        importable=importable,
+        kind=kind,
     )
 
 
@@ -456,6 +472,7 @@ def torch_tree(
     extra: Sequence[str] = (),
     index_url: str | None = None,
     platform: str | None = None,
+    observer: EnvObserver | None = None,
 ) -> TorchTree:
     """The cached folder holding ``torch==version`` (``--no-deps``) and ``extra``, as
     torch's wheel for CPython ``python`` ships it (created on first use).
@@ -463,6 +480,7 @@ def torch_tree(
     ``platform``: a matrix platform of :data:`UV_PLATFORMS` (``linux_aarch64``) whose
     wheels the tree holds instead of this host's (a cross build compiles against them;
     nothing in the tree is ever imported or run here); the tree's name records it.
+    ``observer``: as :func:`torch_env`'s.
 
     A build compiles against torch's headers and libraries, which are the same in the
     wheels of every CPython of a release, so no interpreter of ``python`` is needed:
@@ -487,7 +505,7 @@ def torch_tree(
     envs = dev_cache_root() / "envs"
     envs.mkdir(parents=True, exist_ok=True)
     where = f"{platform}-" if platform is not None else ""
-    root = envs / ("tree-" + where + _env_name(version, python, False, extra, index_url))
+    root = envs / ("tree-" + where + _env_name(version, python, EnvKind.NO_DEPS, extra, index_url))
 
     def create() -> dict[str, object]:
         started = time.monotonic()
@@ -514,7 +532,7 @@ def torch_tree(
             "seconds": round(time.monotonic() - started, 1),
         }
 
-    _observed(root, create)
+    _observed(root, create, observer)
     return TorchTree(
         root=root, site_packages=root, torch_dir=root / "torch", version=version, python=python
     )

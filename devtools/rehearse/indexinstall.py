@@ -227,7 +227,7 @@ def install_scenarios(
 ) -> list[Check]:
     """The scenarios of the module docstring, against ``server`` serving ``files``;
     ``old_torch``: the real old torch release (X.Y.Z) to install."""
-    from devtools.envs.torchenv import torch_env
+    from devtools.envs.torchenv import EnvKind, torch_env
 
     checks = []
     new_python = _new_torch_env(work, deadline)
@@ -247,7 +247,7 @@ def install_scenarios(
 
     old_minor = ".".join(old_torch.split(".")[:2])
     log(f"preparing an env with a real torch {old_torch} (cached)")
-    old = torch_env(old_torch, importable=True)
+    old = torch_env(old_torch, kind=EnvKind.IMPORTABLE)
     site = work / "site-torch-old"
     log(f"scenario: torch {old_torch}, install from the rehearsal index")
     report = _pip_from_index(old.python, server, work / "report-old.json", deadline, target=site)

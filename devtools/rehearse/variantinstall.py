@@ -552,12 +552,12 @@ def variant_rehearsal(dist: Path, work: Path, *, old_torch: str) -> list[CheckRo
 def _rehearsal_sets(
     files: ReleaseFiles, old_torch: str
 ) -> Iterator[tuple[str, list[VariantCase], Path | str, bool]]:
-    from devtools.envs.torchenv import torch_env
+    from devtools.envs.torchenv import EnvKind, torch_env
 
     yield "variants, stand-in torches", variant_cases(files), sys.executable, True
     minor = ".".join(old_torch.split(".")[:2])
     if any(w.label == f"t{minor.replace('.', '')}" for w in files.wheels if w.variant):
-        env = torch_env(old_torch, importable=True)
+        env = torch_env(old_torch, kind=EnvKind.IMPORTABLE)
         cases = [
             VariantCase(
                 old_torch,

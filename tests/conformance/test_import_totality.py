@@ -989,10 +989,8 @@ TVM_TORCH = "2.8.0"
 
 
 @pytest.fixture(scope="module")
-def tvm_env() -> Any:
-    from tests.helpers import suite_env
-
-    return suite_env(TVM_TORCH)
+def tvm_env(old_torch_env: Any) -> Any:
+    return old_torch_env(TVM_TORCH)
 
 
 @pytest.mark.slow

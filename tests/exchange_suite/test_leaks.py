@@ -1,7 +1,7 @@
 """No reference or memory leaks over many calls of every member that owns memory.
 
-Each loop warms up, then compares the process's footprint before and after many calls
-(:class:`Footprint`):
+Each loop warms up, then compares the process's memory use before and after many calls
+(:class:`MemoryUse`):
 
 - the bytes malloc has handed out and not got back (glibc's ``mallinfo2``): exact, so a
   few hundred calls show a leak of a few hundred bytes each. Torch's own refusal of a
@@ -129,7 +129,7 @@ def rss() -> int:
     return int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-class Footprint(NamedTuple):
+class MemoryUse(NamedTuple):
     """What the process holds: RSS, malloc's bytes in use (None without glibc's
     mallinfo2) and Python's allocated blocks."""
 
@@ -138,13 +138,13 @@ class Footprint(NamedTuple):
     blocks: int
 
     @classmethod
-    def now(cls) -> Footprint:
+    def now(cls) -> MemoryUse:
         gc.collect()
         return cls(rss(), None if _HEAP is None else _HEAP(), sys.getallocatedblocks())
 
     def check_growth(self, calls: int, what: str) -> None:
         """Fail naming each measure that grew past its slack since ``self``."""
-        after = Footprint.now()
+        after = MemoryUse.now()
         problems = []
         if after.heap is not None and self.heap is not None:
             grown = after.heap - self.heap
@@ -159,8 +159,8 @@ class Footprint(NamedTuple):
 
 @contextlib.contextmanager
 def no_growth(calls: int, what: str) -> Iterator[None]:
-    """Check that the block's ``calls`` calls leave the footprint as it found it."""
-    before = Footprint.now()
+    """Check that the block's ``calls`` calls leave the memory use as it found it."""
+    before = MemoryUse.now()
     yield
     before.check_growth(calls, what)
 
@@ -461,12 +461,12 @@ def test_imports_release_the_producer(
             del tensor
 
     run(100)
-    before = Footprint.now()
+    before = MemoryUse.now()
     run(BYTE_VIEW_CALLS)
     gc.collect()
     imports = BYTE_VIEW_CALLS + 100
     # First the deleter: a producer whose deleter never runs holds its tensors, which
-    # the footprint would report less plainly.
+    # the memory use would report less plainly.
     assert (producer.deleted, producer.outstanding) == (imports, 0), (
         f"the producer's deleter ran {producer.deleted} times for {imports} imports"
     )

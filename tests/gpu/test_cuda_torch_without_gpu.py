@@ -34,13 +34,15 @@ MUST_RUN = {
 }
 
 
-def test_tests_gpu_pass_on_a_cuda_torch_without_a_gpu(build_cache: Path, tmp_path: Path) -> None:
+def test_tests_gpu_pass_on_a_cuda_torch_without_a_gpu(
+    build_cache: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     torch = pytest.importorskip("torch")
     if torch.version.cuda is not None or getattr(torch.version, "hip", None):
         pytest.skip("already under a GPU build of torch: tests/gpu runs here as it is")
     from devtools.envs.gpu_carry import SDIST, gather, twin_env
 
-    twin = twin_env()
+    twin = twin_env(request.getfixturevalue("env_observer"))
     carry = build_cache / "gpu-carry"
     version = SDIST.split("==")[1]
     if not list(carry.glob(f"apache_tvm_ffi-{version}.tar.gz")):

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from devtools.base.hostenv import find_cpython
+from devtools.envs.torchenv import EnvObserver
 from tests.helpers import clean_env, devtools_env, run_python
 
 pytestmark = [
@@ -148,15 +149,20 @@ def _install_target(python: Path, site: Path, *args: str) -> None:
 
 @pytest.mark.parametrize(("python", "torch"), CASES, ids=[f"py{p}-torch{t}" for p, t in CASES])
 def test_abi3_wheel_loads_and_round_trips_through_tvm_ffi(
-    abi3_dist: Path, tmp_path: Path, python: str, torch: str
+    abi3_dist: Path, tmp_path: Path, python: str, torch: str, env_observer: EnvObserver
 ) -> None:
-    from devtools.envs.torchenv import torch_env
+    from devtools.envs.torchenv import EnvKind, torch_env
 
     interpreter = find_cpython(python)
     if interpreter is None:
         pytest.skip(f"no CPython {python} on this machine (uv python find, pyenv)")
     env = torch_env(
-        torch, importable=True, python=python, interpreter=interpreter, extra=["apache-tvm-ffi"]
+        torch,
+        kind=EnvKind.IMPORTABLE,
+        python=python,
+        interpreter=interpreter,
+        extra=["apache-tvm-ffi"],
+        observer=env_observer,
     )
     site = tmp_path / "site"
     # The Quick start: the two dependencies first, then the package from dist/ only.
@@ -192,12 +198,12 @@ FREE_THREADED_CELLS = ["linux_x86_64-t29_cpu-cp314t", "linux_x86_64-t29_cuda-cp3
 
 
 def test_free_threaded_wheel_loads_and_round_trips_through_tvm_ffi(
-    tmp_path: Path, build_cache: Path
+    tmp_path: Path, build_cache: Path, env_observer: EnvObserver
 ) -> None:
     """The cp314t wheel: its libraries compiled against free-threaded CPython 3.14's
     headers and torch 2.9.1's cp314t wheel, run there with the GIL off."""
     from devtools.build.host import freethreaded_python
-    from devtools.envs.torchenv import torch_env
+    from devtools.envs.torchenv import EnvKind, torch_env
 
     found = freethreaded_python("3.14t")
     if isinstance(found, str):
@@ -214,10 +220,11 @@ def test_free_threaded_wheel_loads_and_round_trips_through_tvm_ffi(
     assert [n for n in combined if "-cp314-cp314t-" in n], combined
     env = torch_env(
         "2.9.1",
-        importable=True,
+        kind=EnvKind.IMPORTABLE,
         python="3.14t",
         interpreter=found.executable,
         extra=["apache-tvm-ffi"],
+        observer=env_observer,
     )
     site = tmp_path / "site"
     _install_target(env.python, site, "--index-url", "https://pypi.org/simple",

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from devtools.envs.torchenv import torch_env
+from devtools.envs.torchenv import EnvKind, EnvObserver, torch_env
 
 from _torch_c_dlpack_ext_core.driver import (
     BuildRequest,
@@ -57,9 +57,12 @@ NEWER_TORCH = [
 ]
 
 
-def _install(version: str, cuda: str) -> TorchInstall:
+def _install(version: str, cuda: str, observer: EnvObserver) -> TorchInstall:
     env = torch_env(
-        version, importable=False, compile_only=True, extra=cuda_header_wheels(cuda).split()
+        version,
+        kind=EnvKind.COMPILE_ONLY,
+        extra=cuda_header_wheels(cuda).split(),
+        observer=observer,
     )
     return TorchInstall.from_path(env.torch_dir)
 
@@ -74,8 +77,10 @@ def _cmake_standard(install: TorchInstall) -> str:
 
 
 @pytest.mark.parametrize(("version", "cuda"), NEWER_TORCH, ids=[v for v, _ in NEWER_TORCH])
-def test_compile_and_audit_cpu_and_cuda(build_cache: Path, version: str, cuda: str) -> None:
-    install = _install(version, cuda)
+def test_compile_and_audit_cpu_and_cuda(
+    build_cache: Path, version: str, cuda: str, env_observer: EnvObserver
+) -> None:
+    install = _install(version, cuda, env_observer)
     assert install.version.startswith(version)
     assert install.cuda_version == cuda
     assert install.cxx11_abi is True
@@ -106,10 +111,12 @@ def test_compile_and_audit_cpu_and_cuda(build_cache: Path, version: str, cuda: s
         assert "libpython" not in needed
 
 
-def test_the_header_itself_stops_a_build_for_an_unchecked_torch(tmp_path: Path) -> None:
+def test_the_header_itself_stops_a_build_for_an_unchecked_torch(
+    tmp_path: Path, env_observer: EnvObserver
+) -> None:
     """Past the driver (e.g. a hand-written build), csrc/tcde_python.h's #error names the
     checked releases: a torch/version.h claiming 2.16 in front of torch 2.15's headers."""
-    install = _install("2.15.0", "13.2")
+    install = _install("2.15.0", "13.2", env_observer)
     # The header defining TORCH_VERSION_MINOR (2.15: torch/headeronly/version.h, reached
     # through torch/csrc/api/include/torch/version.h), shadowed by a copy saying 16.
     defining = [

@@ -18,10 +18,11 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.helpers import suite_env
+from devtools.envs.torchenv import TorchEnv
 
 from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
@@ -82,8 +83,10 @@ def test_conformance_torch213(torch213_library: tuple[Path, ManifestEntry]) -> N
     assert differential >= MIN_DIFFERENTIAL_CASES, counts
 
 
-def test_conformance_invariants_on_torch28(build_cache: Path) -> None:
-    env = suite_env(OLD_TORCH)
+def test_conformance_invariants_on_torch28(
+    build_cache: Path, old_torch_env: Callable[[str], TorchEnv]
+) -> None:
+    env = old_torch_env(OLD_TORCH)
     install = TorchInstall.from_path(env.root)
     # Its own output dir: this env's torch path is another cache key than the exchange
     # suite's 2.8 env, and one dir for both would rebuild each on every run.
@@ -104,12 +107,12 @@ def test_conformance_portable_torch213(portable_library: Path) -> None:
 
 @pytest.mark.parametrize("version", [OLD_TORCH, "2.9.1"])
 def test_conformance_portable_invariants_on_older_torch(
-    portable_library: Path, version: str
+    portable_library: Path, version: str, old_torch_env: Callable[[str], TorchEnv]
 ) -> None:
     """The portable table on torch 2.8 (legacy capsules both ways) and 2.9 (versioned, but
     no byte_offset or float8 import); CUDA torches without a GPU here, so the suite's
     host-only half applies (tables.Tables.runs_as_host_only)."""
-    env = suite_env(version)
+    env = old_torch_env(version)
     counts = run_conformance_suite(env.python, portable_library)
     assert counts["total"] >= MIN_CASES_28, counts
     assert not any(name.endswith("differential") for name in counts), counts

@@ -25,6 +25,7 @@ import json
 import subprocess
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.helpers import ROOT, clean_env, run_python, suite_python
@@ -89,13 +90,14 @@ print(json.dumps(report))
 CUDA_TWIN = "2.11.0-cuda"
 
 
-def torch_python(version: str) -> Path | str:
-    """:func:`tests.helpers.suite_python`, and :data:`CUDA_TWIN`'s interpreter."""
+def torch_python(version: str, observer: Any) -> Path | str:
+    """:func:`tests.helpers.suite_python`, and :data:`CUDA_TWIN`'s interpreter
+    (``observer``: the ``env_observer`` fixture)."""
     if version == CUDA_TWIN:
         from devtools.envs.gpu_carry import twin_env
 
-        return Path(twin_env().python)
-    return suite_python(version)
+        return Path(twin_env(observer).python)
+    return suite_python(version, observer=observer)
 
 
 #: (table, torch) pairs: the portable table on the torches of the trust checks (2.8.0 is
@@ -111,7 +113,7 @@ CASES = [
 ]
 
 
-def _native_cuda_library(build_cache: Path) -> Path:
+def _native_cuda_library(build_cache: Path, observer: Any) -> Path:
     """The native CUDA library of PyPI's torch 2.8.0 (compiled against its env's CUDA
     header wheels, as test_compile_real_torch.py's CUDA variant is; a cache hit there)."""
     from tests.helpers import suite_env
@@ -119,7 +121,7 @@ def _native_cuda_library(build_cache: Path) -> Path:
 
     from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
 
-    env = suite_env("2.8.0")
+    env = suite_env("2.8.0", observer=observer)
     output_dir = build_cache / "torch2.8.0-cuda"
     entry = timed_compile(
         torch=TorchInstall.from_path(env.torch_dir),
@@ -150,17 +152,18 @@ def test_refusals_without_the_gil_return_minus_one_on_both_tables(
     request: pytest.FixtureRequest,
     table: str,
     version: str,
+    env_observer: Any,
 ) -> None:
     if table == "portable":
         library: Path = request.getfixturevalue("portable_library")
     elif table == "native":
         library = request.getfixturevalue("torch213_library")[0]
     else:
-        library = _native_cuda_library(request.getfixturevalue("build_cache"))
+        library = _native_cuda_library(request.getfixturevalue("build_cache"), env_observer)
     proc = run_python(
         SCRIPT,
         args=[str(library), str(_caller(tmp_path)), str(ROOT / "tests"), str(ROOT / "python")],
-        env=clean_env(), python=torch_python(version), timeout=300,
+        env=clean_env(), python=torch_python(version, env_observer), timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, (
         f"{table} table on torch {version}: the process died ({proc.returncode}):\n"

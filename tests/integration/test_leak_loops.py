@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.helpers import ROOT, clean_env, suite_python
+from tests.helpers import ROOT, clean_env
 
 pytestmark = pytest.mark.slow
 
@@ -47,8 +48,10 @@ def run_leak_loops(python: Path | str, library: Path) -> str:
 
 
 @pytest.mark.parametrize("version", ["2.2.2", "2.8.0", "2.9.1", "running"])
-def test_leak_loops_portable(portable_library: Path, version: str) -> None:
-    python = suite_python(version)
+def test_leak_loops_portable(
+    portable_library: Path, version: str, suite_interpreter: Callable[[str], Path | str]
+) -> None:
+    python = suite_interpreter(version)
     summary = run_leak_loops(python, portable_library)
     passed = re.search(r"(\d+) passed", summary)
     assert passed is not None, summary

@@ -109,14 +109,12 @@ def test_no_cuda_query_on_the_running_torch(
 
 
 @pytest.fixture(scope="module")
-def cuda_library_env(build_cache: Path) -> tuple[Any, Path, ManifestEntry]:
+def cuda_library_env(build_cache: Path, old_torch_env: Any) -> tuple[Any, Path, ManifestEntry]:
     """PyPI's torch 2.8.0 (a CUDA 12.8 build), importable, with the CUDA headers the CUDA
     library compiles against; and that library, compiled (cached by the driver)."""
-    from tests.helpers import suite_env
-
     from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library
 
-    env = suite_env(OLD)
+    env = old_torch_env(OLD)
     out = build_cache / "no-cuda-at-import-torch2.8.0-cuda"
     entry = compile_library(BuildRequest(torch=Path(env.torch_dir), backend="cuda", output_dir=out))
     assert entry.backend is Backend.CUDA

@@ -21,10 +21,12 @@ dispatch mode that answers ``empty`` elsewhere, it gets host memory and touches 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from tests.helpers import ROOT, clean_env, run_python, suite_python
+from tests.helpers import ROOT, clean_env, run_python
 from tests.integration.test_gilless_refusals import CUDA_TWIN, torch_python
 
 pytestmark = pytest.mark.slow
@@ -92,8 +94,12 @@ def _row_major(shape: list[int]) -> list[int]:
 
 
 @pytest.fixture(scope="module", params=["running", "2.8.0", "2.2.2"])
-def recorded(request: pytest.FixtureRequest, portable_library: Path) -> dict[str, dict]:
-    python = suite_python(request.param)
+def recorded(
+    request: pytest.FixtureRequest,
+    portable_library: Path,
+    suite_interpreter: Callable[[str], Path | str],
+) -> dict[str, dict]:
+    python = suite_interpreter(request.param)
     proc = run_python(
         RECORD,
         args=[str(portable_library), str(ROOT / "tests"), str(ROOT / "python")],
@@ -214,7 +220,7 @@ AMBIENT_SETTINGS = ["cuda-default", "meta-default", "float64-default", "function
 @pytest.mark.parametrize("how", AMBIENT_SETTINGS)
 @pytest.mark.parametrize("version", ["running", "2.8.0", "2.2.2", CUDA_TWIN])
 def test_a_host_request_ignores_the_ambient_device_dtype_and_modes(
-    portable_library: Path, version: str, how: str
+    portable_library: Path, version: str, how: str, env_observer: Any
 ) -> None:
     """Issue 42, finding 9: whatever the default device (cuda on a CUDA torch without a
     GPU: 2.8.0, 2.2.2 and the 2.11 twin are CUDA builds), default dtype or mode, a host
@@ -225,7 +231,7 @@ def test_a_host_request_ignores_the_ambient_device_dtype_and_modes(
     proc = run_python(
         code,
         args=[str(portable_library), str(ROOT / "tests"), str(ROOT / "python"), how],
-        env=clean_env(), python=torch_python(version), timeout=300,
+        env=clean_env(), python=torch_python(version, env_observer), timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.helpers import TVM_FFI, build_portable_library, clean_env, run_python
@@ -156,17 +157,23 @@ def _free_threaded(version: str) -> tuple[Path, Path]:
     return found.executable, found.include_dir
 
 
-def _torch_python(version: str, interpreter: Path) -> Path:
-    """The free-threaded torch env's python: created for 3.14t, only reused for others."""
+def _torch_python(version: str, interpreter: Path, observer: Any) -> Path:
+    """The free-threaded torch env's python: created for 3.14t, only reused for others
+    (``observer``: the ``env_observer`` fixture)."""
     from devtools.envs import torchenv
 
     extra = (TVM_FFI.split("==")[0],)
     if version != "3.14t":
-        name = torchenv._env_name(TORCH, version, True, extra)
+        name = torchenv._env_name(TORCH, version, torchenv.EnvKind.IMPORTABLE, extra)
         if not (torchenv.dev_cache_root() / "envs" / name / "bin" / "python").is_file():
             pytest.skip(f"no torch {TORCH} env for {version} in the dev cache ({name})")
     env = torchenv.torch_env(
-        TORCH, importable=True, python=version, interpreter=interpreter, extra=extra
+        TORCH,
+        kind=torchenv.EnvKind.IMPORTABLE,
+        python=version,
+        interpreter=interpreter,
+        extra=extra,
+        observer=observer,
     )
     return Path(env.python)
 
@@ -192,9 +199,11 @@ def _driver(tmp_path: Path, python: Path, include: Path, extra_flags: tuple[str,
 
 
 @pytest.mark.parametrize("version", ["3.14t", "3.13t"])
-def test_sixteen_threads_export_import_and_allocate_at_once(tmp_path: Path, version: str) -> None:
+def test_sixteen_threads_export_import_and_allocate_at_once(
+    tmp_path: Path, version: str, env_observer: Any
+) -> None:
     interpreter, include = _free_threaded(version)
-    python = _torch_python(version, interpreter)
+    python = _torch_python(version, interpreter, env_observer)
     library = build_portable_library(tmp_path / "lib", limited_api=None, python_include=include)
     driver = _driver(tmp_path, python, include)
     proc = run_python(
@@ -205,11 +214,13 @@ def test_sixteen_threads_export_import_and_allocate_at_once(tmp_path: Path, vers
     assert "stress ok False" in proc.stdout, proc.stdout + proc.stderr[-3000:]
 
 
-def test_first_non_owning_exports_of_one_tensor_free_nothing_handed_out(tmp_path: Path) -> None:
+def test_first_non_owning_exports_of_one_tensor_free_nothing_handed_out(
+    tmp_path: Path, env_observer: Any
+) -> None:
     """dltensor_from_py_object_no_sync from 16 threads on one fresh tensor: the shape and
     strides each thread got stay valid (AddressSanitizer: no heap-use-after-free)."""
     interpreter, include = _free_threaded("3.14t")
-    python = _torch_python("3.14t", interpreter)
+    python = _torch_python("3.14t", interpreter, env_observer)
     cc = shutil.which("gcc")
     asan = "" if cc is None else subprocess.run(
         [cc, "-print-file-name=libasan.so"], capture_output=True, text=True, check=False

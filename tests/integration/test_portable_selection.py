@@ -168,7 +168,7 @@ def test_the_driver_audits_the_portable_library_as_torch_free(tmp_path: Path) ->
 
 @pytest.mark.usefixtures("fake_compile")
 def test_the_combined_wheel_and_each_variant_carry_the_portable_table(
-    tmp_path: Path,
+    tmp_path: Path, env_observer: Any
 ) -> None:
     """Issue 30 item 3: the portable library, built by the driver as the group's
     portable cell, ships in the combined wheel (with its torch-agnostic manifest entry);
@@ -176,7 +176,7 @@ def test_the_combined_wheel_and_each_variant_carry_the_portable_table(
     combined wheel serves with it is served by the variant as well."""
     chosen = [_cell("linux_x86_64-t28_cpu")]
     build_dir = tmp_path / "build" / "cells"
-    results = [build.build_one(cell, build_dir) for cell in chosen]
+    results = [build.build_one(cell, build_dir, observer=env_observer) for cell in chosen]
     cellresults.write_group_manifests(chosen, {r.cell: r for r in results}, build_dir)
     (portable,) = portable_cells(chosen)
     results += build.build_portable_cells([portable], build_dir)

@@ -27,7 +27,9 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.helpers import (
@@ -36,8 +38,6 @@ from tests.helpers import (
     build_portable_library,
     clean_env,
     run_python,
-    suite_env,
-    suite_python,
 )
 from tests.integration.test_compile_real_torch import run_exchange_suite
 
@@ -166,21 +166,24 @@ def test_exchange_suite_on_torch213(portable_library: Path) -> None:
 
 
 @pytest.mark.parametrize("version", ["2.2.2", "2.4.1", OLD_TORCH, "2.9.1"])
-def test_exchange_suite_on_older_torch(portable_library: Path, version: str) -> None:
+def test_exchange_suite_on_older_torch(
+    portable_library: Path, version: str, old_torch_env: Callable[[str], Any]
+) -> None:
     """torch 2.2-2.8 export and import legacy DLManagedTensor capsules only (2.2, older
     than any native build, is served by this table alone); 2.9 has versioned capsules but
     imports neither byte_offset nor the float8/fp4 codes."""
-    env = suite_env(version)
+    env = old_torch_env(version)
     assert run_exchange_suite(env.python, portable_library) >= MIN_SUITE_PASSED_OLD
 
 
-def test_exchange_suite_on_the_cuda_torch_211(portable_library: Path) -> None:
+def test_exchange_suite_on_the_cuda_torch_211(portable_library: Path, env_observer: Any) -> None:
     """PyPI's CUDA build of torch 2.11 on a host without a GPU (the GPU machine's twin,
     devtools.envs.gpu_carry.twin_env): a CUDA build where host memory labelled as a GPU's
     (the zoo's dispatch_device liars) would reach a consumer's kernel."""
     from devtools.envs.gpu_carry import twin_env
 
-    assert run_exchange_suite(twin_env().python, portable_library) >= MIN_SUITE_PASSED_213
+    python = twin_env(env_observer).python
+    assert run_exchange_suite(python, portable_library) >= MIN_SUITE_PASSED_213
 
 
 def _native_caller(tmp_path: Path) -> Path:
@@ -308,9 +311,12 @@ print("scheduled")
 
 @pytest.mark.parametrize("torch_version", ["running", OLD_TORCH])
 def test_deleters_after_finalize(
-    tmp_path: Path, portable_library: Path, torch_version: str
+    tmp_path: Path,
+    portable_library: Path,
+    torch_version: str,
+    suite_interpreter: Callable[[str], Path | str],
 ) -> None:
-    python = suite_python(torch_version)
+    python = suite_interpreter(torch_version)
     caller = _native_caller(tmp_path)
     proc = run_python(
         AFTER_FINALIZE,
@@ -344,9 +350,12 @@ print("cuda build" if torch.version.cuda else "cpu build")
 
 @pytest.mark.parametrize("torch_version", ["running", OLD_TORCH])
 def test_allocator_and_stream_after_finalize(
-    tmp_path: Path, portable_library: Path, torch_version: str
+    tmp_path: Path,
+    portable_library: Path,
+    torch_version: str,
+    suite_interpreter: Callable[[str], Path | str],
 ) -> None:
-    python = suite_python(torch_version)
+    python = suite_interpreter(torch_version)
     proc = run_python(
         LATE_CALLS,
         args=[str(portable_library), str(_native_caller(tmp_path)), str(ROOT / "tests"),
@@ -555,8 +564,10 @@ print("initialized", torch.cuda.is_initialized())
 """
 
 
-def test_cpu_exchanges_leave_cuda_uninitialised(portable_library: Path) -> None:
-    env = suite_env(OLD_TORCH)
+def test_cpu_exchanges_leave_cuda_uninitialised(
+    portable_library: Path, old_torch_env: Callable[[str], Any]
+) -> None:
+    env = old_torch_env(OLD_TORCH)
     proc = run_python(
         NO_CUDA_INIT,
         args=[str(portable_library), str(ROOT / "tests"), str(ROOT / "python")],

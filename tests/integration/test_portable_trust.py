@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.helpers import (
@@ -33,11 +35,12 @@ from tests.helpers import (
     clean_env,
     make_package,
     run_python,
-    suite_env,
-    suite_python,
 )
 
 pytestmark = pytest.mark.slow
+
+#: The ``suite_interpreter`` fixture: a release -> its suite env's Python.
+Interpreters = Callable[[str], "Path | str"]
 
 #: The torches the trust checks run on: the oldest the suite has, a legacy-capsule one
 #: (both served by the portable table in the field), and the running one (2.13, with its
@@ -45,11 +48,11 @@ pytestmark = pytest.mark.slow
 TORCHES = ["2.2.2", "2.8.0", "running"]
 
 
-def _run(code: str, library: Path, version: str, *args: str, timeout: float = 600) -> str:
+def _run(code: str, library: Path, python: Path | str, *args: str, timeout: float = 600) -> str:
     proc = run_python(
         code,
         args=[str(library), str(ROOT / "tests"), str(ROOT / "python"), *args],
-        env=clean_env(), python=suite_python(version), timeout=timeout,
+        env=clean_env(), python=python, timeout=timeout,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return proc.stdout.strip().splitlines()[-1]
@@ -129,8 +132,10 @@ print(json.dumps(report))
 
 
 @pytest.mark.parametrize("version", TORCHES)
-def test_lying_tensors_export_their_real_memory(portable_library: Path, version: str) -> None:
-    report = json.loads(_run(LIARS, portable_library, version))
+def test_lying_tensors_export_their_real_memory(
+    portable_library: Path, version: str, suite_interpreter: Interpreters
+) -> None:
+    report = json.loads(_run(LIARS, portable_library, suite_interpreter(version)))
     print(f"\ntorch {report['torch']}: {report['cases']} liar cases", file=sys.stderr)
     assert report["cases"] >= 40, report
     assert report["problems"] == [], json.dumps(report["problems"], indent=1)
@@ -175,8 +180,10 @@ print(exported, len(refused))
 
 
 @pytest.mark.parametrize("version", TORCHES)
-def test_float8_exports_never_reach_torchs_refusal(portable_library: Path, version: str) -> None:
-    exported, refused = _run(NO_REFUSAL, portable_library, version).split()
+def test_float8_exports_never_reach_torchs_refusal(
+    portable_library: Path, version: str, suite_interpreter: Interpreters
+) -> None:
+    exported, refused = _run(NO_REFUSAL, portable_library, suite_interpreter(version)).split()
     assert int(exported) >= (0 if version == "2.2.2" else 4), exported
     assert refused == "0"
 
@@ -257,13 +264,14 @@ MODES = [
 @pytest.mark.parametrize("how", [*MODES, "cuda-default"])
 @pytest.mark.parametrize("version", TORCHES)
 def test_table_loads_under_any_default_and_mode(
-    portable_library: Path, version: str, how: str
+    portable_library: Path, version: str, how: str, suite_interpreter: Interpreters
 ) -> None:
     if how == "cuda-default" and version == "running":
         pytest.skip("the running torch 2.13 is a CPU build: cuda-default runs on 2.2 and 2.8")
     code = LOAD_UNDER.replace("{spy}", CUDA_SPY if how == "cuda-default" else "")
     # No load problem, a table, an export with the tensor's own strides, no CUDA call.
-    assert _run(code, portable_library, version, how) == "None True True cuda-calls: 0"
+    python = suite_interpreter(version)
+    assert _run(code, portable_library, python, how) == "None True True cuda-calls: 0"
 
 
 #: The whole package on a torch no native library serves: the portable table published
@@ -284,10 +292,10 @@ print(status.kind.value, torch.Tensor.__dict__.get("__dlpack_c_exchange_api__") 
 
 @pytest.mark.parametrize("device", ["meta", "cuda"])
 def test_package_publishes_the_table_under_a_default_device(
-    tmp_path: Path, portable_library: Path, device: str
+    tmp_path: Path, portable_library: Path, device: str, old_torch_env: Callable[[str], Any]
 ) -> None:
     root = bundle_portable(make_package(tmp_path / "pkg"), portable_library)
-    env = suite_env("2.8.0")
+    env = old_torch_env("2.8.0")
     code = PACKAGE_UNDER.replace("{spy}", CUDA_SPY)
     proc = run_python(
         code, pythonpath=[root], env=clean_env(), python=env.python, args=[device], timeout=300
@@ -324,10 +332,10 @@ print(status.kind.value, torch.Tensor.__dict__.get("__dlpack_c_exchange_api__") 
 
 @pytest.mark.parametrize("kind", ["function", "dispatch"])
 def test_package_publishes_the_table_under_a_strict_mode(
-    tmp_path: Path, portable_library: Path, kind: str
+    tmp_path: Path, portable_library: Path, kind: str, old_torch_env: Callable[[str], Any]
 ) -> None:
     root = bundle_portable(make_package(tmp_path / "pkg"), portable_library)
-    env = suite_env("2.8.0")
+    env = old_torch_env("2.8.0")
     proc = run_python(
         PACKAGE_IN_STRICT_MODE, pythonpath=[root], env=clean_env(), python=env.python,
         args=[kind], timeout=300,
@@ -370,6 +378,9 @@ print(torch.__version__, calls[0], n)
 
 
 @pytest.mark.parametrize("version", TORCHES)
-def test_empty_imports_release_their_producer(portable_library: Path, version: str) -> None:
-    _, called, made = _run(EMPTY_IMPORTS, portable_library, version, "10000").split()
+def test_empty_imports_release_their_producer(
+    portable_library: Path, version: str, suite_interpreter: Interpreters
+) -> None:
+    python = suite_interpreter(version)
+    _, called, made = _run(EMPTY_IMPORTS, portable_library, python, "10000").split()
     assert called == made, f"{called} of {made} deleters called"

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.helpers import ROOT, clean_env, run_python, suite_env
+from tests.helpers import ROOT, clean_env, run_python
 
 from _torch_c_dlpack_ext_core.driver import BuildRequest, compile_library
 from _torch_c_dlpack_ext_core.torchinstall import TorchInstall
@@ -192,7 +192,7 @@ def test_portable_table_matches_the_native_library(
         native, _ = request.getfixturevalue("torch213_library")
         python: Path | str = sys.executable
     else:
-        env = suite_env(version)
+        env = request.getfixturevalue("old_torch_env")(version)
         install = TorchInstall.from_path(env.root)
         output_dir = build_cache / f"torch{version}-portable-vs-native"
         entry = compile_library(BuildRequest(torch=install, backend="cpu", output_dir=output_dir))

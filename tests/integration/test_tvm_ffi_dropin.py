@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,6 @@ from tests.helpers import (
     clean_env,
     make_package,
     run_python,
-    suite_env,
 )
 
 from _torch_c_dlpack_ext_core.manifest import ManifestEntry
@@ -33,10 +33,10 @@ TORCH = "2.8.0"
 
 
 @pytest.fixture(scope="module")
-def tvm_env() -> Any:
+def tvm_env(old_torch_env: Callable[[str], Any]) -> Any:
     # The suite's env: apache-tvm-ffi, and the CUDA headers the CUDA library compiles
     # against (torch 2.8 is a CUDA 12.8 build).
-    return suite_env(TORCH)
+    return old_torch_env(TORCH)
 
 
 @pytest.fixture(scope="module")
@@ -154,19 +154,20 @@ print("reason:", status.reason)
 
 
 def test_a_table_tvm_ffi_published_is_named_as_tvm_ffis(
-    tmp_path: Path, library28: tuple[Path, ManifestEntry]
+    tmp_path: Path, library28: tuple[Path, ManifestEntry], env_observer: Any
 ) -> None:
     """Issue 21 item 1, with real tvm-ffi: its JIT-built addon (it exports
     ``TorchDLPackExchangeAPIPtr`` too) published the table before our import; the status
     names its image and never calls it this package's."""
-    from devtools.envs.torchenv import torch_env
+    from devtools.envs.torchenv import EnvKind, torch_env
 
     # setuptools: tvm-ffi builds its addon with torch.utils.cpp_extension.
     env = torch_env(
         TORCH,
-        importable=True,
+        kind=EnvKind.IMPORTABLE,
         extra=["apache-tvm-ffi", "setuptools", "nvidia-cuda-runtime-cu12==12.8.*",
                "nvidia-cuda-nvcc-cu12==12.8.*"],
+        observer=env_observer,
     )  # fmt: skip
     root = make_package(tmp_path / "pkg", [bundle(*library28)])
     proc = run_python(

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -454,6 +454,49 @@ def test_the_guard_refuses_an_env_of_another_shard_before_it_is_made(tmp_path: P
     assert message.endswith("list the test under the shard that has it in tests/shards.py (main)")
 
 
+def test_the_tests_env_observer_tells_the_shard_guard_and_the_footprint_recorder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """conftest's ``env_observer`` (what the tests pass to torchenv) is the run's shard
+    guard and footprint recorder: an env the shard lacks is refused, naming the test,
+    before the recorder or uv hear of it; an env it has reaches both."""
+    from devtools.base.hostenv import DEV_CACHE_VAR
+    from devtools.envs import torchenv
+    from tests.conftest import ShardGuard, env_watchers
+
+    monkeypatch.setenv(DEV_CACHE_VAR, str(tmp_path))
+
+    def create(path: Path, *args: object, **kwargs: object) -> dict[str, object]:
+        path.mkdir()
+        return {"seconds": 0.0}
+
+    monkeypatch.setattr(torchenv, "_create", create)
+    events: list[tuple[str, str]] = []
+
+    class Recorder:
+        def before(self, root: Path) -> None:
+            events.append(("before", root.name))
+
+        def after(self, root: Path, created: bool) -> None:
+            events.append(("after", root.name))
+
+    guard = ShardGuard(shard_named("old"))
+    guard.envs = tmp_path / "envs"
+    guard.current = "tests/integration/test_x.py::test_y"
+    plugins = {"tcde-shard": guard, "tcde-footprint": Recorder(), "other": Recorder()}
+    observer = env_watchers(SimpleNamespace(getplugin=plugins.get))
+    with pytest.raises(pytest.fail.Exception, match=r"test_y uses the torch env py3\.11-torch2\.8"):
+        torchenv.torch_env("2.8.0", kind=torchenv.EnvKind.NO_DEPS, python="3.11", observer=observer)
+    assert events == []
+    env = torchenv.torch_env(
+        "2.2.2", kind=torchenv.EnvKind.IMPORTABLE, python="3.11", extra=["x"], observer=observer
+    )
+    assert events == [("before", env.root.name), ("after", env.root.name)]
+    assert env.root.name.startswith("py3.11-torch2.2.2-import-")
+    # Without either plugin (no --shard, no --footprint): an observer that does nothing.
+    assert env_watchers(SimpleNamespace(getplugin=lambda name: None)) == torchenv.Observers(())
+
+
 def test_a_subprocess_refuses_an_env_outside_the_shard_before_any_download(
     tmp_path: Path,
 ) -> None:
@@ -470,7 +513,7 @@ def test_a_subprocess_refuses_an_env_outside_the_shard_before_any_download(
         SHARD_VARIABLE: shard_value(old.name, tmp_path / "envs", old.env_patterns),
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "devtools", "torchenv", "2.8.0", "--importable"],
+        [sys.executable, "-m", "devtools", "torchenv", "2.8.0", "--kind", "importable"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode != 0

@@ -14,6 +14,7 @@ import pytest
 from devtools.base.errors import ProvisionError
 from devtools.base.hostenv import DEV_CACHE_VAR
 from devtools.envs import torchenv
+from devtools.envs.torchenv import EnvKind
 
 from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 
@@ -75,7 +76,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeUv:
 
 def test_a_failed_import_adds_back_one_requirement_at_a_time_and_stops(fake: FakeUv) -> None:
     record = torchenv._create(
-        fake.root, "uv", "2.3.1", python="3.11", importable=True, extra=("pytest",)
+        fake.root, "uv", "2.3.1", python="3.11", kind=EnvKind.IMPORTABLE, extra=("pytest",)
     )
     installs = fake.installs()
     assert installs[-1] == ("nvidia-nvtx-cu12==12.1.105",)
@@ -92,7 +93,7 @@ def test_a_torch_that_never_imports_is_a_provision_error_naming_the_last_failure
 ) -> None:
     fake.import_needs = {"libtorch_global_deps"}
     with pytest.raises(ProvisionError, match=r"fails even with .*triton==2\.3\.1.*not found"):
-        torchenv._create(fake.root, "uv", "2.3.1", python="3.11", importable=True, extra=())
+        torchenv._create(fake.root, "uv", "2.3.1", python="3.11", kind=EnvKind.IMPORTABLE, extra=())
     assert [args[-1] for args in fake.installs()[-4:]] == SKIPPED
 
 
@@ -112,9 +113,8 @@ def test_skipped_requirements_come_in_the_order_they_are_added_back(tmp_path: Pa
 
 def test_a_compile_only_env_drops_the_gpu_kernels_and_bypasses_uvs_cache(fake: FakeUv) -> None:
     record = torchenv._create(
-        fake.root, "uv", "2.15.0", python="3.11", importable=False, extra=("x-headers",),
-        compile_only=True,
-    )  # fmt: skip
+        fake.root, "uv", "2.15.0", python="3.11", kind=EnvKind.COMPILE_ONLY, extra=("x-headers",)
+    )
     (torch_install,) = [c for c in fake.installs() if "torch==2.15.0" in c]
     assert "--no-cache" in fake.calls[1]
     assert torch_install[-1] == "torch==2.15.0"
@@ -129,15 +129,27 @@ def test_a_compile_only_env_drops_the_gpu_kernels_and_bypasses_uvs_cache(fake: F
     assert fake.installs()[-1] == ("x-headers",)
 
 
-def test_a_compile_only_env_has_its_own_name_and_is_never_importable(
+def test_each_kind_keeps_the_name_of_the_envs_already_cached() -> None:
+    names = {kind: torchenv._env_name("2.15.0", "3.11", kind, ()) for kind in EnvKind}
+    assert names == {
+        EnvKind.NO_DEPS: "py3.11-torch2.15.0",
+        EnvKind.IMPORTABLE: "py3.11-torch2.15.0-import",
+        EnvKind.COMPILE_ONLY: "py3.11-torch2.15.0-build",
+    }
+
+
+def test_an_importable_compile_only_env_cannot_be_asked_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(DEV_CACHE_VAR, str(tmp_path))
-    with pytest.raises(ConfigError, match=r"compile-only env .* cannot be importable"):
-        torchenv.torch_env("2.15.0", importable=True, compile_only=True)
-    assert torchenv._env_name("2.15.0", "3.11", False, (), compile_only=True) == (
-        "py3.11-torch2.15.0-build"
-    )
+    # The two booleans that could say both are gone: their keywords are refused.
+    with pytest.raises(TypeError, match="importable"):
+        torchenv.torch_env("2.15.0", importable=True, compile_only=True)  # type: ignore[call-arg]
+    # A kind is one of EnvKind's: a bool or a string is refused, naming the kinds.
+    for kind in (True, "compile-only"):
+        with pytest.raises(ConfigError, match=r"not an environment kind.*EnvKind\.COMPILE_ONLY"):
+            torchenv.torch_env("2.15.0", kind=kind)  # type: ignore[arg-type]
+    assert not (tmp_path / "envs").exists()
 
 
 class Recorder:
@@ -162,13 +174,9 @@ def test_observers_hear_of_each_env_before_and_after_and_whether_it_was_made(
 
     monkeypatch.setattr(torchenv, "_create", fake_create)
     recorder = Recorder()
-    torchenv.add_observer(recorder)
-    try:
-        torchenv.torch_env("2.6.0", importable=False, python="3.11")
-        torchenv.torch_env("2.6.0", importable=False, python="3.11")
-    finally:
-        torchenv.remove_observer(recorder)
-    torchenv.torch_env("2.6.0", importable=False, python="3.11")
+    torchenv.torch_env("2.6.0", kind=EnvKind.NO_DEPS, python="3.11", observer=recorder)
+    torchenv.torch_env("2.6.0", kind=EnvKind.NO_DEPS, python="3.11", observer=recorder)
+    torchenv.torch_env("2.6.0", kind=EnvKind.NO_DEPS, python="3.11")
     assert recorder.events == [
         ("before", "py3.11-torch2.6.0", False),
         ("after", "py3.11-torch2.6.0", True),
@@ -191,11 +199,47 @@ def test_an_observer_that_refuses_stops_the_env_before_any_work(
 
     monkeypatch.setattr(torchenv, "_create", no_create)
     refuser = Refuses()
-    torchenv.add_observer(refuser)
-    try:
-        with pytest.raises(ConfigError, match=r"not here: py3\.11-torch2\.6\.0-import"):
-            torchenv.torch_env("2.6.0", importable=True, python="3.11")
-    finally:
-        torchenv.remove_observer(refuser)
+    with pytest.raises(ConfigError, match=r"not here: py3\.11-torch2\.6\.0-import"):
+        torchenv.torch_env("2.6.0", kind=EnvKind.IMPORTABLE, python="3.11", observer=refuser)
     assert not (tmp_path / "envs" / "py3.11-torch2.6.0-import").exists()
     assert json.dumps(refuser.events) == "[]"
+
+
+def test_two_observers_each_hear_only_of_the_envs_they_were_passed_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The observer is the caller's, passed per call: two in one process (two plugins, two
+    threads) never hear of each other's envs, and an Observers group tells each member."""
+    monkeypatch.setenv(DEV_CACHE_VAR, str(tmp_path))
+
+    def fake_create(path: Path, *args: object, **kwargs: object) -> dict[str, object]:
+        (path / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+        return {"seconds": 0.0}
+
+    monkeypatch.setattr(torchenv, "_create", fake_create)
+    first, second, both = Recorder(), Recorder(), Recorder()
+    torchenv.torch_env("2.6.0", kind=EnvKind.NO_DEPS, python="3.11", observer=first)
+    (tmp_path / "envs" / "tree-py3.11-torch2.6.0").mkdir(parents=True)
+    (tmp_path / "envs" / "tree-py3.11-torch2.6.0" / torchenv.MARKER).write_text("{}")
+    torchenv.torch_tree("2.6.0", python="3.11", observer=torchenv.Observers((second, both)))
+    torchenv.torch_env(
+        "2.6.0", kind=EnvKind.IMPORTABLE, python="3.11", observer=torchenv.Observers((both,))
+    )
+    assert [e[1] for e in first.events] == ["py3.11-torch2.6.0"] * 2
+    assert [e[1] for e in second.events] == ["tree-py3.11-torch2.6.0"] * 2
+    assert [e[1] for e in both.events] == ["tree-py3.11-torch2.6.0"] * 2 + [
+        "py3.11-torch2.6.0-import"
+    ] * 2
+
+
+def test_torchenv_keeps_no_observer_of_its_own() -> None:
+    """No registry: nothing to add an observer to, and no module-level container that
+    could hold one."""
+    assert not hasattr(torchenv, "add_observer")
+    assert not hasattr(torchenv, "remove_observer")
+    containers = {
+        name: value
+        for name, value in vars(torchenv).items()
+        if isinstance(value, (list, set)) and not name.startswith("__")
+    }
+    assert containers == {}, containers

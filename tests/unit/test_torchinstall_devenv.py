@@ -84,7 +84,7 @@ def test_bad_versions_are_rejected_before_any_work(
 ) -> None:
     monkeypatch.setenv(DEV_CACHE_VAR, str(tmp_path))
     with pytest.raises(ConfigError, match="not a release version"):
-        torchenv.torch_env(version, importable=False)
+        torchenv.torch_env(version, kind=torchenv.EnvKind.NO_DEPS)
     assert not (tmp_path / "envs").exists()
 
 
@@ -100,7 +100,9 @@ def test_a_complete_env_is_reused_without_running_uv(
     root = tmp_path / "envs" / "py3.11-torch2.6.0-import-x383da34b"
     (root / "lib" / "python3.11" / "site-packages" / "torch").mkdir(parents=True)
     (root / ".torchenv-complete.json").write_text(json.dumps({"torch": "2.6.0"}))
-    env = torchenv.torch_env("2.6.0", importable=True, python="3.11", extra=("pytest", "psutil"))
+    env = torchenv.torch_env(
+        "2.6.0", kind=torchenv.EnvKind.IMPORTABLE, python="3.11", extra=("pytest", "psutil")
+    )
     assert env.root == root
     assert env.torch_dir == root / "lib" / "python3.11" / "site-packages" / "torch"
     assert env.python == root / "bin" / "python"
@@ -119,11 +121,11 @@ def test_an_env_without_marker_is_rebuilt(tmp_path: Path, monkeypatch: pytest.Mo
         return {"seconds": 0.0}
 
     monkeypatch.setattr(torchenv, "_create", fake_create)
-    env = torchenv.torch_env("2.6.0", importable=False, python="3.11")
+    env = torchenv.torch_env("2.6.0", kind=torchenv.EnvKind.NO_DEPS, python="3.11")
     assert calls == [root]
     assert (root / ".torchenv-complete.json").is_file()
     assert not (root / "half-written").exists()
-    assert env.importable is False
+    assert env.kind is torchenv.EnvKind.NO_DEPS
 
 
 def test_a_failed_creation_leaves_nothing_that_looks_ready(
@@ -137,7 +139,7 @@ def test_a_failed_creation_leaves_nothing_that_looks_ready(
 
     monkeypatch.setattr(torchenv, "_create", failing_create)
     with pytest.raises(ProvisionError, match="simulated"):
-        torchenv.torch_env("2.6.0", importable=False, python="3.11")
+        torchenv.torch_env("2.6.0", kind=torchenv.EnvKind.NO_DEPS, python="3.11")
     assert not (tmp_path / "envs" / "py3.11-torch2.6.0").exists()
 
 
