@@ -304,7 +304,9 @@ def describe_baseline(baseline: Path) -> str:
     machine), or the folder's name where it is no git checkout."""
     result = run(["git", "-C", baseline, "rev-parse", "--short", "HEAD"], echo=False, check=False)
     commit = result.stdout.strip()
-    dirty = run(["git", "-C", baseline, "status", "--porcelain", "--", "csrc"], echo=False, check=False)
+    dirty = run(
+        ["git", "-C", baseline, "status", "--porcelain", "--", "csrc"], echo=False, check=False
+    )
     if result.returncode != 0 or not commit:
         return baseline.name
     return f"{commit} (csrc/ modified)" if dirty.stdout.strip() else commit
@@ -415,7 +417,9 @@ def _prepare_current(ctx: BenchContext) -> Comparison:
     except (TorchCDLPackExtError, ImportError) as exc:
         errors["ours"] = f"{type(exc).__name__}: {exc}"
         ctx.progress(f"exchange: our library is unavailable: {errors['ours']}")
-    _add_baseline(ctx, providers, errors, python=python, torch_dir=running_torch_dir(), key="current")
+    _add_baseline(
+        ctx, providers, errors, python=python, torch_dir=running_torch_dir(), key="current"
+    )
     return Comparison(
         key="current", python=python, harness=harness, providers=providers, errors=errors,
         extra={},

@@ -198,7 +198,11 @@ def build_baseline_library(
     will load it. A :class:`ConfigError` when ``baseline`` is no checkout of this project."""
     from .harness import python_include_dir
 
-    missing = [part for part in ("python/_torch_c_dlpack_ext_core", "csrc") if not (baseline / part).is_dir()]
+    missing = [
+        part
+        for part in ("python/_torch_c_dlpack_ext_core", "csrc")
+        if not (baseline / part).is_dir()
+    ]
     if missing:
         raise ConfigError(
             f"--baseline {baseline}: no {' or '.join(missing)} there; pass a checkout of "

@@ -106,7 +106,9 @@ def test_the_baseline_is_built_by_its_own_driver_from_its_own_csrc(
 
 
 def test_a_folder_that_is_no_checkout_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"--baseline .*no python/_torch_c_dlpack_ext_core or csrc"):
+    with pytest.raises(
+        ConfigError, match=r"--baseline .*no python/_torch_c_dlpack_ext_core or csrc"
+    ):
         build_baseline_library(tmp_path, tmp_path / "out", python=Path(sys.executable))
 
 
@@ -196,14 +198,15 @@ def test_with_a_baseline_the_exchange_times_its_library_in_the_same_run(
     titles = [t.title for t in tables]
     assert sum("vs the baseline tree's (before" in title for title in titles) == 2
     by_name = {t.description: t for t in targets}
-    export = by_name["from_py_object: ours on torch 2.13.0+cpu / the baseline tree's (median of repeats)"]
+    against = "ours on torch 2.13.0+cpu / the baseline tree's (median of repeats)"
+    export = by_name[f"from_py_object: {against}"]
     assert (export.limit, export.status) == (BASELINE_LIMIT, "missed")
-    dltensor = by_name[
-        "dltensor_from_py_object: ours on torch 2.13.0+cpu / the baseline tree's (median of repeats)"
-    ]
-    assert dltensor.status == "met"
+    assert by_name[f"dltensor_from_py_object: {against}"].status == "met"
     # The baseline tree is held to the targets against 0.1.5 too, beside this tree.
-    assert any(t.description.startswith("from_py_object: the baseline tree / torch-c-dlpack-ext 0.1.5") for t in targets)
+    assert any(
+        t.description.startswith("from_py_object: the baseline tree / torch-c-dlpack-ext 0.1.5")
+        for t in targets
+    )
 
 
 def test_without_a_baseline_the_exchange_records_keep_their_shape(
