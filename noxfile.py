@@ -352,11 +352,11 @@ def bench(session: nox.Session) -> None:
     (docs/benchmarks.md).
 
     ``nox -s bench -- [--only exchange,portable,import,build,size] [--quick] [--full]
-    [--write-readme | --readme-only]``. pip (not uv) installs torch 2.13 here, like the tests
-    session; torch 2.8, torch-c-dlpack-ext 0.1.5 and, for the portable table, PyPI's torch
-    2.11.0 (its CUDA build, on a CPython 3.12 that uv or pyenv finds) are fetched into
-    cached environments by the benchmarks themselves (from Python 3.9, the session runs
-    under a newer one, as ``tests`` does). Full runs write
+    [--write-readme | --readme-only] [--baseline DIR]``. pip (not uv) installs torch 2.13
+    here, like the tests session; torch 2.8, torch-c-dlpack-ext 0.1.5 and, for the
+    portable table, PyPI's torch 2.11.0 (its CUDA build, on a CPython 3.12 that uv or
+    pyenv finds) are fetched into cached environments by the benchmarks themselves (from
+    Python 3.9, the session runs under a newer one, as ``tests`` does). Full runs write
     benchmarks/results/*.json and re-render the generated tables from them
     (docs/benchmarks.md, and README's per-call costs);
     ``--quick`` runs write under build/bench/.

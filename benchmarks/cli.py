@@ -122,8 +122,11 @@ def _parser() -> argparse.ArgumentParser:
         "--baseline",
         type=Path,
         default=None,
-        help="another checkout (its python/ folder is read) whose import the import benchmark "
-        "times too, in the same interleaved rounds: a change against the tree before it",
+        help="another checkout measured beside this one in the same interleaved rounds (a "
+        "change against the tree before it): the import benchmark times its python/ "
+        "package; the exchange and portable benchmarks the native and portable libraries "
+        "its own driver builds from its csrc/, and report this tree / the baseline's per "
+        "member (export members: at most 1.05x)",
     )
     parser.add_argument("--traceback", action="store_true", help="show tracebacks of errors")
     return parser

@@ -9,6 +9,11 @@ Both run in one interleaved run: a worker process per torch environment, driven 
 repeat at a time (each repeat of one right after the same repeat of the other), and
 inside each repeat every function is timed for every provider in turn.
 
+With ``--baseline DIR`` each comparison also times the native library that checkout's
+driver builds from its csrc/ for the same torch (provider ``"baseline"``), in the same
+repeats, and reports ours / the baseline's per member (:func:`against_baseline`): what a
+change to csrc/ costs, measured against the tree before it.
+
 Both also time the Python-level equivalents (``__dlpack__()``, ``to_dlpack``,
 ``from_dlpack``, ``to_dlpack(torch.empty(16))``) with timeit in every repeat, to show what
 the C API saves.
@@ -25,15 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import CommandError, TorchCDLPackExtError
+from _torch_c_dlpack_ext_core.run import run
 
 from .exchange_worker import HARNESS_FUNCTIONS, add_repeat
 from .harness import build_harness
 from .report import Table, format_ns, format_ratio
-from .stats import Target, ratio, summarize
+from .stats import Target, paired_ratios, ratio, summarize
 from .subjects import (
     OLD_TORCH,
     ROOT,
     BenchContext,
+    build_baseline_library,
     build_our_library,
     fetch_legacy_release,
     old_torch_env,
@@ -42,9 +49,15 @@ from .subjects import (
 )
 
 __all__ = [
+    "BASELINE",
+    "BASELINE_LIMIT",
     "PYTHON_EQUIVALENTS",
     "Comparison",
     "ExchangeSettings",
+    "against_baseline",
+    "baseline_table",
+    "baseline_targets",
+    "describe_baseline",
     "run_exchange",
     "run_interleaved",
     "summarize_worker_output",
@@ -59,6 +72,15 @@ PYTHON_EQUIVALENTS = {
 }
 
 FUNCTION_ORDER = HARNESS_FUNCTIONS
+
+#: The provider name of the ``--baseline`` checkout's library.
+BASELINE = "baseline"
+#: What a change may cost the export members against the baseline tree (issue 42: the
+#: checks cost the export paths <= 5 %); reported, never asserted.
+BASELINE_LIMIT = 1.05
+#: The members that limit applies to: the allocator makes its own tensor, the stream query
+#: and the loop's own overhead do no export.
+EXPORT_MEMBERS = ("from_py_object", "dltensor_from_py_object")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -277,6 +299,109 @@ def _python_table(title: str, summary: dict[str, Any]) -> Table:
     )
 
 
+def describe_baseline(baseline: Path) -> str:
+    """The ``--baseline`` checkout as the records name it: its commit (no path of this
+    machine), or the folder's name where it is no git checkout."""
+    result = run(["git", "-C", baseline, "rev-parse", "--short", "HEAD"], echo=False, check=False)
+    commit = result.stdout.strip()
+    dirty = run(
+        ["git", "-C", baseline, "status", "--porcelain", "--", "csrc"], echo=False, check=False
+    )
+    if result.returncode != 0 or not commit:
+        return baseline.name
+    return f"{commit} (csrc/ modified)" if dirty.stdout.strip() else commit
+
+
+def _add_baseline(
+    ctx: BenchContext,
+    providers: list[dict[str, str]],
+    errors: dict[str, str],
+    *,
+    python: Path,
+    torch_dir: Path,
+    key: str,
+) -> None:
+    """With ``--baseline``, add the baseline checkout's native library for ``torch_dir``
+    to ``providers`` (or why it could not be built to ``errors``)."""
+    if ctx.baseline is None:
+        return
+    try:
+        ctx.progress(f"exchange: compiling the baseline's library from {ctx.baseline} (cached)")
+        library = build_baseline_library(
+            ctx.baseline, ctx.work_dir / "libs" / "baseline" / key, python=python,
+            torch_dir=torch_dir,
+        )  # fmt: skip
+        providers.append({"name": BASELINE, "kind": "library", "path": str(library)})
+    except (TorchCDLPackExtError, ImportError) as exc:
+        errors[BASELINE] = f"{type(exc).__name__}: {exc}"
+        ctx.progress(f"exchange: the baseline's library is unavailable: {errors[BASELINE]}")
+
+
+def against_baseline(output: dict[str, Any], ours: str, baseline: str) -> dict[str, Any]:
+    """Per member, ``ours`` / ``baseline`` repeat by repeat (both timed in each repeat of
+    one worker's ``output``), summarized, with the ratio of their fastest repeats
+    (``"fastest"``); empty when either provider has no samples."""
+    samples = output.get("samples", {})
+    new, old = samples.get(ours, {}), samples.get(baseline, {})
+    ratios: dict[str, Any] = {}
+    for function in FUNCTION_ORDER:
+        if function == "loop_overhead" or function not in new or function not in old:
+            continue
+        summary = paired_ratios(new[function], old[function])
+        if summary is not None:
+            ratios[function] = {
+                **summary.to_json(),
+                "fastest": ratio(min(new[function]), min(old[function])),
+            }
+    return ratios
+
+
+def baseline_table(title: str, summary: dict[str, Any], ours: str, baseline: str) -> Table:
+    """Ours against the baseline tree's library, per member: medians, the median of the
+    per-repeat ratios with their range, and the ratio of the fastest repeats."""
+    providers = summary.get("providers", {})
+    rows = []
+    for function, ratios in summary.get("against_baseline", {}).items():
+        rows.append(
+            (
+                function,
+                format_ns(providers.get(baseline, {}).get(function, {}).get("median")),
+                format_ns(providers.get(ours, {}).get(function, {}).get("median")),
+                format_ratio(ratios["median"]),
+                f"{format_ratio(ratios['min'])}-{format_ratio(ratios['max'])}",
+                format_ratio(ratios.get("fastest")),
+            )
+        )
+    return Table(
+        title=title,
+        headers=(
+            "function",
+            "baseline tree ns",
+            "this tree ns",
+            "this / baseline (median of repeats)",
+            "range of repeats",
+            "fastest repeats",
+        ),
+        rows=tuple(rows),
+    )
+
+
+def baseline_targets(summary: dict[str, Any], label: str) -> list[Target]:
+    """Each export member at most :data:`BASELINE_LIMIT` x the baseline tree's (the median
+    of the per-repeat ratios)."""
+    ratios = summary.get("against_baseline", {})
+    return [
+        Target(
+            description=f"{function}: {label} / the baseline tree's (median of repeats)",
+            value=ratios.get(function, {}).get("median"),
+            limit=BASELINE_LIMIT,
+            comparison="<=",
+            unit="x",
+        )
+        for function in EXPORT_MEMBERS
+    ]
+
+
 def _prepare_current(ctx: BenchContext) -> Comparison:
     python = Path(sys.executable)
     ctx.progress(f"exchange: building the C harness for {python}")
@@ -292,6 +417,9 @@ def _prepare_current(ctx: BenchContext) -> Comparison:
     except (TorchCDLPackExtError, ImportError) as exc:
         errors["ours"] = f"{type(exc).__name__}: {exc}"
         ctx.progress(f"exchange: our library is unavailable: {errors['ours']}")
+    _add_baseline(
+        ctx, providers, errors, python=python, torch_dir=running_torch_dir(), key="current"
+    )
     return Comparison(
         key="current", python=python, harness=harness, providers=providers, errors=errors,
         extra={},
@@ -316,6 +444,7 @@ def _prepare_old(ctx: BenchContext) -> Comparison:
     except (TorchCDLPackExtError, ImportError) as exc:
         errors["ours"] = f"{type(exc).__name__}: {exc}"
         ctx.progress(f"exchange: our library is unavailable: {errors['ours']}")
+    _add_baseline(ctx, providers, errors, python=env.python, torch_dir=env.torch_dir, key="old")
     return Comparison(
         key="old", python=env.python, harness=harness, providers=providers, errors=errors,
         extra={"legacy_version": legacy.version},
@@ -329,13 +458,23 @@ RATIO_TARGETS = {"from_py_object": 0.85, "round_trip": 0.9, "allocator": 0.9}
 AT_MOST_AS_SLOW = ("dltensor_from_py_object", "to_py_object")
 
 
-def _ratio_targets(summary: dict[str, Any], baseline: str, label: str) -> list[Target]:
+def _ratio_targets(
+    summary: dict[str, Any],
+    baseline: str,
+    label: str,
+    *,
+    ours: str = "ours",
+    ours_label: str = "ours",
+) -> list[Target]:
+    """The per-member targets of provider ``ours`` against ``baseline`` (with
+    ``--baseline``, also the baseline tree's, so a change can be held to "no worse than
+    today")."""
     limits = {**dict.fromkeys(AT_MOST_AS_SLOW, 1.0), **RATIO_TARGETS}
     return [
         Target(
-            description=f"{function}: ours / {label} (fastest repeats)",
+            description=f"{function}: {ours_label} / {label} (fastest repeats)",
             value=ratio(
-                _median(summary, "ours", function, "min"),
+                _median(summary, ours, function, "min"),
                 _median(summary, baseline, function, "min"),
             ),
             limit=limit,
@@ -359,6 +498,8 @@ def run_exchange(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[T
     }
     tables: list[Table] = []
     targets: list[Target] = []
+    if ctx.baseline is not None:
+        data["baseline"] = describe_baseline(ctx.baseline)
 
     comparisons = [_prepare_current(ctx)]
     try:
@@ -379,6 +520,10 @@ def run_exchange(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[T
         summary = summarize_worker_output(outputs[comparison.key])
         summary["errors"].update(comparison.errors)
         summary.update(comparison.extra)
+        if ctx.baseline is not None:
+            summary["against_baseline"] = against_baseline(
+                outputs[comparison.key], "ours", BASELINE
+            )
         summaries[comparison.key] = summary
         data[comparison.key] = summary
         data["torch_versions"].append(summary["torch"])
@@ -395,6 +540,15 @@ def run_exchange(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[T
     )
     tables.append(_python_table(f"C API vs Python path on torch {current['torch']}", current))
     targets += _ratio_targets(current, "torch", f"torch {current['torch']}'s own")
+    if ctx.baseline is not None:
+        tables.append(
+            baseline_table(
+                f"Exchange overhead on torch {current['torch']}: this tree's library vs the "
+                f"baseline tree's ({data['baseline']}, the same interleaved run)",
+                current, "ours", BASELINE,
+            )
+        )  # fmt: skip
+        targets += baseline_targets(current, f"ours on torch {current['torch']}")
     for function, equivalent in (
         ("from_py_object", "__dlpack__()"),
         ("to_py_object", "from_dlpack(capsule)"),
@@ -424,4 +578,18 @@ def run_exchange(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[T
         targets += _ratio_targets(
             old, "legacy", f"torch-c-dlpack-ext {old['legacy_version']} on torch {old['torch']}"
         )
+        if ctx.baseline is not None:
+            tables.append(
+                baseline_table(
+                    f"Exchange overhead on torch {old['torch']}: this tree's library vs the "
+                    f"baseline tree's ({data['baseline']}, the same interleaved run)",
+                    old, "ours", BASELINE,
+                )
+            )  # fmt: skip
+            targets += baseline_targets(old, f"ours on torch {old['torch']}")
+            targets += _ratio_targets(
+                old, "legacy",
+                f"torch-c-dlpack-ext {old['legacy_version']} on torch {old['torch']}",
+                ours=BASELINE, ours_label="the baseline tree",
+            )  # fmt: skip
     return data, tables, targets

@@ -17,6 +17,9 @@ env, from the repository root):
   ``x.__dlpack__()`` and ``to_dlpack(torch.empty(16))`` and, separately, the keyword forms
   ``x.__dlpack__(max_version=(1, 0))`` and ``to_dlpack(torch.empty((16,), dtype=f32,
   device=cpu))``;
+* with ``--baseline DIR``, times beside them the abi3 build that checkout's driver makes
+  from its csrc/ (:data:`BASELINE_BUILD`), in the same repeats, and reports the shipped
+  build / the baseline's per member (``exchange.against_baseline``);
 * reports each ratio as the median of its per-repeat ratios, with their range, and the
   targets of issue 36 for the abi3 build as shipped: export (from_py + deleter) <= 0.7x
   ``x.__dlpack__()``; allocator <= 1.0x ``to_dlpack(torch.empty(16))``; and writes
@@ -34,14 +37,31 @@ from typing import Any
 
 from _torch_c_dlpack_ext_core.errors import TorchCDLPackExtError
 
-from .exchange import Comparison, ExchangeSettings, run_interleaved, summarize_worker_output
+from .exchange import (
+    Comparison,
+    ExchangeSettings,
+    against_baseline,
+    baseline_table,
+    baseline_targets,
+    describe_baseline,
+    run_interleaved,
+    summarize_worker_output,
+)
 from .harness import build_harness
 from .report import Table, format_ns, format_ratio
 from .stats import Target, paired_ratios
-from .subjects import CUDA_TORCH, CUDA_TORCH_PYTHON, BenchContext, build_portable, cuda_torch_env
+from .subjects import (
+    CUDA_TORCH,
+    CUDA_TORCH_PYTHON,
+    BenchContext,
+    build_baseline_library,
+    build_portable,
+    cuda_torch_env,
+)
 
 __all__ = [
     "ABI312",
+    "BASELINE_BUILD",
     "KEYWORD_ALLOCATION",
     "KEYWORD_EXPORT",
     "PYTHON_ALLOCATION",
@@ -59,6 +79,8 @@ SHIPPED = "portable abi3 (3.9, as shipped)"
 ABI312 = "portable abi3.12 (vectorcall, not shipped)"
 BUILDS = {SHIPPED: "abi3", ABI312: "abi3.12"}
 TORCH_OWN = "torch's own"
+#: The ``--baseline`` checkout's abi3 build, timed beside :data:`SHIPPED`.
+BASELINE_BUILD = "portable abi3 (baseline tree)"
 #: The comparison the README's figures and ``PORTABLE_COST`` come from (the exchange
 #: benchmark's torch): this interpreter's torch 2.13 CPU.
 TORCH213 = "torch213"
@@ -118,6 +140,16 @@ def _comparison(key: str, python: Path, version: tuple[int, int], ctx: BenchCont
             ctx.progress(f"portable: {name} is unavailable for {key}: {errors[name]}")
             continue
         providers.append({"name": name, "kind": "library", "path": str(library)})
+    if ctx.baseline is not None:
+        try:
+            library = build_baseline_library(
+                ctx.baseline, ctx.work_dir / "portable" / key / "baseline", python=python
+            )
+        except TorchCDLPackExtError as exc:
+            errors[BASELINE_BUILD] = f"{type(exc).__name__}: {exc}"
+            ctx.progress(f"portable: the baseline's build is unavailable for {key}: {exc}")
+        else:
+            providers.append({"name": BASELINE_BUILD, "kind": "library", "path": str(library)})
     return Comparison(
         key=key, python=python, harness=harness, providers=providers, errors=errors, extra={}
     )
@@ -264,6 +296,8 @@ def run_portable(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[T
         "comparisons": {},
         "errors": {},
     }
+    if ctx.baseline is not None:
+        data["baseline"] = describe_baseline(ctx.baseline)
     ctx.progress("portable: building the portable libraries (the driver, cached) and harnesses")
     comparisons = [_comparison(TORCH213, Path(sys.executable), sys.version_info[:2], ctx)]
     try:
@@ -287,4 +321,15 @@ def run_portable(ctx: BenchContext) -> tuple[dict[str, Any], list[Table], list[T
         data["comparisons"][comparison.key] = summary
         tables += _tables(summary, settings.repeats)
         targets += _targets(summary, settings.repeats)
+        if ctx.baseline is not None:
+            summary["against_baseline"] = against_baseline(output, SHIPPED, BASELINE_BUILD)
+            where = f"torch {summary['torch']}, CPython {summary['python']}"
+            tables.append(
+                baseline_table(
+                    f"Portable table ({where}): this tree's abi3 build vs the baseline "
+                    f"tree's ({data['baseline']}, the same interleaved run)",
+                    summary, SHIPPED, BASELINE_BUILD,
+                )
+            )  # fmt: skip
+            targets += baseline_targets(summary, f"{SHIPPED} on {where}")
     return data, tables, targets

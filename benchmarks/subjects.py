@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -34,6 +35,7 @@ __all__ = [
     "BuiltLibrary",
     "LegacyRelease",
     "OldTorchEnv",
+    "build_baseline_library",
     "build_our_library",
     "build_portable",
     "cuda_torch_env",
@@ -77,8 +79,10 @@ class BenchContext:
     work_dir: Path
     results_dir: Path
     progress: Progress
-    #: Another checkout whose package the import benchmark also times, interleaved with
-    #: this one's (``--baseline DIR``: a refactor against the tree before it); None: none.
+    #: Another checkout measured beside this one in the same interleaved rounds
+    #: (``--baseline DIR``: a change against the tree before it): the import benchmark
+    #: times its package, the exchange and portable benchmarks the libraries its own driver
+    #: builds from its csrc/ (:func:`build_baseline_library`); None: none.
     baseline: Path | None = None
 
 
@@ -147,6 +151,81 @@ def build_our_library(
     )
     seconds = time.perf_counter() - started
     return BuiltLibrary(path=output_dir / entry.file, entry=entry, seconds=seconds)
+
+
+#: Run by this interpreter with only the baseline checkout's python/ on its path: the
+#: baseline's own driver compiles the baseline's csrc/ with the flags and layout that tree
+#: ships (this tree's driver may expect files the older csrc/ lacks). Prints the library's
+#: path as JSON on its last line.
+_BASELINE_BUILD = """\
+import json, sys
+from pathlib import Path
+from _torch_c_dlpack_ext_core.buildrequest import BuildPolicy, BuildRequest, PortableRequest
+from _torch_c_dlpack_ext_core.driver import compile_library, compile_portable_library
+
+args = json.loads(sys.argv[1])
+output_dir = Path(args["output_dir"])
+common = dict(
+    output_dir=output_dir,
+    python_include=Path(args["python_include"]),
+    source_dir=Path(args["source_dir"]),
+)
+if args["torch"] is not None:
+    entry = compile_library(
+        BuildRequest(torch=Path(args["torch"]), backend=args["backend"], **common)
+    )
+else:
+    entry = compile_portable_library(
+        PortableRequest(python=args["target"], **common),
+        BuildPolicy(stable_abi_audit=False if args["target"] != "abi3" else None),
+    )
+print(json.dumps(str(output_dir / entry.file)))
+"""
+
+
+def build_baseline_library(
+    baseline: Path,
+    output_dir: Path,
+    *,
+    python: Path,
+    torch_dir: Path | None = None,
+    backend: Backend = Backend.CPU,
+    target: str = "abi3",
+) -> Path:
+    """The library the checkout ``baseline`` builds from its own csrc/ with its own driver
+    (cached by that driver): native for the torch at ``torch_dir``, or without one the
+    portable table for ``target``; against the headers of the interpreter ``python`` that
+    will load it. A :class:`ConfigError` when ``baseline`` is no checkout of this project."""
+    from .harness import python_include_dir
+
+    missing = [
+        part
+        for part in ("python/_torch_c_dlpack_ext_core", "csrc")
+        if not (baseline / part).is_dir()
+    ]
+    if missing:
+        raise ConfigError(
+            f"--baseline {baseline}: no {' or '.join(missing)} there; pass a checkout of "
+            "torch-c-dlpack-ext (the tree to measure this one against)"
+        )
+    request = {
+        "output_dir": str(output_dir.resolve()),
+        "python_include": str(python_include_dir(python)),
+        "source_dir": str((baseline / "csrc").resolve()),
+        "torch": None if torch_dir is None else str(torch_dir.resolve()),
+        "backend": backend.value,
+        "target": target,
+    }
+    # Run in the output folder: `-c` puts the working directory first on sys.path, and this
+    # tree's must not shadow the baseline's driver.
+    output_dir.mkdir(parents=True, exist_ok=True)
+    result = run(
+        [sys.executable, "-c", _BASELINE_BUILD, json.dumps(request)],
+        cwd=output_dir,
+        env=subprocess_env(pythonpath=(baseline.resolve() / "python",), keep_settings=True),
+        echo=False,
+    )
+    return Path(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
