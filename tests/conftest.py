@@ -61,7 +61,7 @@ Progress = Callable[[str], None]
 
 NEEDS_ROOT = "needs_root"
 #: Why a ``needs_root`` test is skipped for anyone but root; a CI job's skip check does not
-#: count it where the job's sudo step ran (devtools.testkit.footprint.ROOT_ONLY_REASON).
+#: count it where the job's sudo step ran (devtools.testkit.footprinttables.ROOT_ONLY_REASON).
 ROOT_ONLY = f"{NEEDS_ROOT}: runs as root only (CI: the sudo step, pytest -m {NEEDS_ROOT})"
 
 

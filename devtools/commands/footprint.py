@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from devtools.base.generated import StaleFiles, regenerate
-    from devtools.testkit.footprint import job_records, read_run, render_run, skip_report
+    from devtools.testkit.footprint import job_records, read_run
+    from devtools.testkit.footprinttables import render_run, skip_report
 
     if args.summary is not None:
         sys.stdout.write(render_run(read_run(args.summary)))

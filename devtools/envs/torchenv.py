@@ -1,23 +1,8 @@
 """Cached virtual environments holding a given torch release (tests, ``nox -s build``, benchmarks).
 
 ``torch_env("2.6.0", kind=EnvKind.IMPORTABLE)`` returns a venv with PyPI's torch 2.6.0,
-created once with uv and reused afterwards. Its :class:`EnvKind` says what it holds:
-
-* always: ``torch==<version>`` installed ``--no-deps`` (enough to compile against;
-  :attr:`EnvKind.NO_DEPS` is just that);
-* :attr:`EnvKind.IMPORTABLE`: also torch's own runtime requirements, read from the
-  installed torch's ``METADATA`` with their pins, minus the ones ``import torch``
-  does not need (:data:`NOT_NEEDED_TO_IMPORT`: NVTX, NVRTC, cuSOLVER, triton; see
-  docs/facts.md), plus numpy (< 2 for torch < 2.3: :func:`numpy_for`); the env is
-  checked with ``import torch; torch.ones(2)`` and, while that fails, the skipped
-  requirements are added back one at a time in that order (torch 2.2-2.4 need NVTX,
-  and nothing more: their triton alone is 0.4-0.55 GB);
-* :attr:`EnvKind.COMPILE_ONLY`: only what a build reads. torch is installed
-  without uv's cache and its GPU kernels (:data:`COMPILE_ONLY_DROPPED`,
-  ``libtorch_cuda*.so``: 0.5-1.1 GB a release, never linked by a build) are deleted, so
-  the env costs ~0.6 GB and uv's cache keeps nothing of it: for releases the suite only
-  compiles against;
-* ``extra``: more requirements (``pytest``, ``psutil``).
+created once with uv and reused afterwards. What each :class:`EnvKind` holds, the env's
+name and its requirements are :mod:`devtools.envs.envspec`'s (re-exported here).
 
 Environments live under ``$TCDE_DEV_CACHE/envs`` (default
 ``~/.cache/torch-c-dlpack-ext-dev/envs``), one directory per (Python, torch,
@@ -30,7 +15,7 @@ Creating an env takes minutes on a cold cache, so it reports progress: which env
 what is being installed, the elapsed time, and a line every 30 s while uv runs. The
 lines go to stderr, or to :func:`set_progress`'s sink (``tests/conftest.py`` sends them
 to pytest's terminal, past its output capture). The caller's ``observer`` (an
-:class:`EnvObserver`, several as :class:`Observers`; a parameter, never a registry here)
+:class:`EnvObserver`, several as :class:`Observers`: :mod:`devtools.envs.envobserver`)
 hears of the env or tree before it is used or made and after it is ready: the test
 suite's shard check refuses an env its shard does not provide, and its footprint report
 measures what each env added to the disk. A test shard set in ``$TCDE_SHARD`` (by ``pytest
@@ -43,8 +28,6 @@ prints the env's path (:mod:`devtools.commands.torchenv`).
 from __future__ import annotations
 
 import dataclasses
-import enum
-import hashlib
 import json
 import re
 import shutil
@@ -52,11 +35,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
-
-from packaging.markers import default_environment
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
 
 from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
 from _torch_c_dlpack_ext_core.files import atomic_write_bytes
@@ -64,6 +42,16 @@ from _torch_c_dlpack_ext_core.run import run
 from devtools.base.errors import ProvisionError
 from devtools.base.hostenv import dev_cache_root, venv_python
 from devtools.base.steps import Progress, find_uv
+from devtools.envs.envobserver import EnvObserver, Observers
+from devtools.envs.envspec import (
+    COMPILE_ONLY_DROPPED,
+    NOT_NEEDED_TO_IMPORT,
+    EnvKind,
+    drop_gpu_kernels,
+    env_name,
+    import_requirements,
+    numpy_for,
+)
 from devtools.envs.shardcheck import refuse_outside_shard
 
 __all__ = [
@@ -81,20 +69,6 @@ __all__ = [
     "torch_tree",
 ]
 
-#: Requirements of torch that ``import torch`` of a torch >= 2.5 does not load (checked,
-#: see docs/facts.md), in the order an env whose smoke import fails adds them back, one
-#: at a time: smallest first (torch 2.2-2.4 link libnvToolsExt, so NVTX is enough there;
-#: triton, 0.4-0.55 GB, has never been needed).
-NOT_NEEDED_TO_IMPORT = (
-    "nvidia-nvtx-cu12",
-    "nvidia-cuda-nvrtc-cu12",
-    "nvidia-cusolver-cu12",
-    "triton",
-)
-#: What a compile-only env deletes from torch's ``lib/``: the GPU kernels, which a build
-#: never links (the gnu toolchain links libc10, libtorch_cpu and libc10_cuda/_hip) and
-#: the ABI audit does not need (it reads the libraries that are there, smallest first).
-COMPILE_ONLY_DROPPED = ("libtorch_cuda*.so*", "libtorch_hip*.so*")
 #: The file a complete env or tree holds, written last: its creation record (JSON).
 MARKER = ".torchenv-complete.json"
 _VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?([a-z0-9.+]*)$")
@@ -110,18 +84,6 @@ UV_PLATFORMS = {
     "linux_aarch64": "aarch64-manylinux_2_28",
     "linux_x86_64": "x86_64-manylinux_2_28",
 }
-
-
-class EnvKind(enum.Enum):
-    """What an env holds besides ``torch==<version>`` installed ``--no-deps``; the value
-    is the kind's name in the footprint report."""
-
-    #: torch alone, through uv's cache: enough to compile against.
-    NO_DEPS = "no-deps"
-    #: Also what ``import torch`` needs (checked by importing it).
-    IMPORTABLE = "importable"
-    #: torch alone, without its GPU kernels and kept out of uv's cache: a build reads it.
-    COMPILE_ONLY = "compile-only"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,33 +108,6 @@ def set_progress(sink: Callable[[str], None] | None) -> None:
     PROGRESS.set_sink(sink)
 
 
-class EnvObserver(Protocol):
-    """Told of the env or tree of each call it is passed to."""
-
-    def before(self, root: Path) -> None:
-        """``root`` is about to be used, and made first if it is not complete; raising
-        here stops the call before anything is downloaded."""
-
-    def after(self, root: Path, created: bool) -> None:
-        """``root`` is complete; ``created``: this call made it (its marker holds the
-        creation record)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Observers:
-    """Several observers as one, told in their order."""
-
-    members: tuple[EnvObserver, ...]
-
-    def before(self, root: Path) -> None:
-        for observer in self.members:
-            observer.before(root)
-
-    def after(self, root: Path, created: bool) -> None:
-        for observer in self.members:
-            observer.after(root, created)
-
-
 def _observed(
     root: Path, create: Callable[[], dict[str, object]], observer: EnvObserver | None
 ) -> None:
@@ -183,26 +118,6 @@ def _observed(
     created = _create_once(root, create)
     if observer is not None:
         observer.after(root, created)
-
-
-#: The env name's suffix of each kind (the names of envs already cached).
-_NAME_SUFFIX = {EnvKind.NO_DEPS: "", EnvKind.IMPORTABLE: "-import", EnvKind.COMPILE_ONLY: "-build"}
-
-
-def _env_name(
-    version: str,
-    python: str,
-    kind: EnvKind,
-    extra: Sequence[str],
-    index_url: str | None = None,
-) -> str:
-    name = f"py{python}-torch{version}" + _NAME_SUFFIX[kind]
-    if index_url:
-        name += "-i" + hashlib.sha256(index_url.encode()).hexdigest()[:8]
-    if extra:
-        digest = hashlib.sha256("\n".join(sorted(extra)).encode()).hexdigest()[:8]
-        name += f"-x{digest}"
-    return name
 
 
 def _site_packages(root: Path) -> Path:
@@ -221,49 +136,6 @@ def _uv(uv: str, *args: str) -> None:
         if line.strip().startswith(("Prepared", "Installed", "Resolved", "Using")):
             PROGRESS.log(f"  uv: {line.strip()}")
     PROGRESS.log(f"  done in {time.monotonic() - started:.1f} s")
-
-
-def import_requirements(
-    site_packages: Path, version: str, python: str
-) -> tuple[list[str], list[str]]:
-    """torch's requirements from its METADATA, split into (needed to import, not needed:
-    in :data:`NOT_NEEDED_TO_IMPORT`'s order).
-
-    Markers are evaluated for this machine and the env's Python; torch's own extras
-    are not requested, but a requirement's extras are kept (torch >= 2.11 needs
-    ``cuda-toolkit[cublas,cudart,...]``: without them libcufile etc. are missing).
-    """
-    dist_infos = sorted(site_packages.glob("torch-*.dist-info/METADATA"))
-    if not dist_infos:
-        raise ProvisionError(f"no torch-*.dist-info in {site_packages}: the torch install failed")
-    text = dist_infos[0].read_text(encoding="utf-8")
-    environment: dict[str, str] = {str(k): str(v) for k, v in default_environment().items()}
-    version = python.removesuffix("t")  # markers know no free-threaded spelling
-    environment.update(python_version=version, python_full_version=f"{version}.0", extra="")
-    needed: list[str] = []
-    skipped: list[str] = []
-    for line in text.splitlines():
-        if not line.startswith("Requires-Dist:"):
-            continue
-        req = Requirement(line.split(":", 1)[1].strip())
-        if req.marker is not None and not req.marker.evaluate(environment):
-            continue
-        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
-        spec = f"{req.name}{extras}{req.specifier}"
-        (skipped if canonicalize_name(req.name) in NOT_NEEDED_TO_IMPORT else needed).append(spec)
-    # In the order they are added back when the smoke import fails.
-    skipped.sort(
-        key=lambda spec: NOT_NEEDED_TO_IMPORT.index(canonicalize_name(Requirement(spec).name))
-    )
-    return needed, skipped
-
-
-def numpy_for(version: str) -> str:
-    """The numpy requirement of an importable env of torch ``version``: torch < 2.3 was
-    built against numpy 1.x and prints a page of warnings on import beside numpy 2
-    (checked: torch 2.2.2 with numpy 2.4)."""
-    release = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
-    return "numpy<2" if release < (2, 3) else "numpy"
 
 
 def _last_line(exc: CommandError) -> str:
@@ -295,16 +167,6 @@ def _add_until_import_works(
     )
 
 
-def _drop_gpu_kernels(torch_dir: Path) -> dict[str, int]:
-    """Delete :data:`COMPILE_ONLY_DROPPED` from ``torch_dir/lib``; their sizes by name."""
-    dropped: dict[str, int] = {}
-    for pattern in COMPILE_ONLY_DROPPED:
-        for path in sorted((torch_dir / "lib").glob(pattern)):
-            dropped[path.name] = path.stat().st_size
-            path.unlink()
-    return dropped
-
-
 def _create(
     root: Path,
     uv: str,
@@ -334,7 +196,7 @@ def _create(
         )
         _uv(uv, "pip", "install", "--no-cache", "--python", env_py, "--no-deps", *index,
             f"torch=={version}")  # fmt: skip
-        dropped = _drop_gpu_kernels(_site_packages(root) / "torch")
+        dropped = drop_gpu_kernels(_site_packages(root) / "torch")
         PROGRESS.log(
             f"  dropped {', '.join(dropped) or 'nothing'} ({sum(dropped.values()) >> 20} MiB)"
         )
@@ -424,7 +286,7 @@ def torch_env(
     extra = tuple(extra)
     envs = dev_cache_root() / "envs"
     envs.mkdir(parents=True, exist_ok=True)
-    root = envs / _env_name(version, python, kind, extra, index_url)
+    root = envs / env_name(version, python, kind, extra, index_url)
     _observed(
         root,
         lambda: _create(
@@ -505,7 +367,7 @@ def torch_tree(
     envs = dev_cache_root() / "envs"
     envs.mkdir(parents=True, exist_ok=True)
     where = f"{platform}-" if platform is not None else ""
-    root = envs / ("tree-" + where + _env_name(version, python, EnvKind.NO_DEPS, extra, index_url))
+    root = envs / ("tree-" + where + env_name(version, python, EnvKind.NO_DEPS, extra, index_url))
 
     def create() -> dict[str, object]:
         started = time.monotonic()

@@ -160,11 +160,11 @@ def _free_threaded(version: str) -> tuple[Path, Path]:
 def _torch_python(version: str, interpreter: Path, observer: Any) -> Path:
     """The free-threaded torch env's python: created for 3.14t, only reused for others
     (``observer``: the ``env_observer`` fixture)."""
-    from devtools.envs import torchenv
+    from devtools.envs import envspec, torchenv
 
     extra = (TVM_FFI.split("==")[0],)
     if version != "3.14t":
-        name = torchenv._env_name(TORCH, version, torchenv.EnvKind.IMPORTABLE, extra)
+        name = envspec.env_name(TORCH, version, torchenv.EnvKind.IMPORTABLE, extra)
         if not (torchenv.dev_cache_root() / "envs" / name / "bin" / "python").is_file():
             pytest.skip(f"no torch {TORCH} env for {version} in the dev cache ({name})")
     env = torchenv.torch_env(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from devtools.base.errors import ProvisionError
-from devtools.testkit import diskuse, footprint
+from devtools.testkit import diskuse, footprint, footprinttables
 from tests.helpers import ROOT, devtools_env
 
 BLOCK = 4096
@@ -145,13 +145,13 @@ def test_a_record_reads_back_as_written(tmp_path: Path) -> None:
 
 def test_a_job_that_skips_more_than_its_record_fails_listing_each_skip() -> None:
     record = dataclasses.replace(_run(), skips=(footprint.Skip("t.py::a", "no GPU"),))
-    same = footprint.skip_report([record], [record])
+    same = footprinttables.skip_report([record], [record])
     assert same == (
         True,
         "### Skips of `main`: 1, within the record's 1\n\n- `t.py::a`: no GPU\n",
     )
     more = _skipping(record, ("t.py::a", "no GPU"), ("t.py::b", "not root"))
-    ok, report = footprint.skip_report([more], [record])
+    ok, report = footprinttables.skip_report([more], [record])
     assert not ok
     assert report.startswith("### Skips of `main`: 2, more than the record's 1")
     assert "- `t.py::b` **(new)**: not root" in report
@@ -180,23 +180,23 @@ def test_a_needs_root_test_the_runner_skipped_counts_as_run_where_the_sudo_step_
     assert record.outcomes()["skipped"] == 0
     runner = _skipping(record, (DEBIAN, ROOT_ONLY), as_root=False)
     sudo = _skipping(record, root_step=True)
-    ok, report = footprint.skip_report([runner, sudo], [record])
+    ok, report = footprinttables.skip_report([runner, sudo], [record])
     assert ok, report
     assert report.startswith("### Skips of `old` + `old+root`: 0, within the record's 0")
     assert f"- `{DEBIAN}` (the sudo step ran it): {ROOT_ONLY}" in report
     # Without the sudo step nothing ran it: a lost test.
-    assert footprint.skip_report([runner], [record])[0] is False
+    assert footprinttables.skip_report([runner], [record])[0] is False
     # The sudo step skipping it, or the runner's step skipping another test, is a loss too.
     lost = _skipping(sudo, (DEBIAN, "no Debian root on this host: debootstrap failed"))
-    assert footprint.skip_report([runner, lost], [record])[0] is False
+    assert footprinttables.skip_report([runner, lost], [record])[0] is False
     extra = _skipping(runner, (DEBIAN, ROOT_ONLY), ("t.py::gpu", "no GPU"))
-    ok, report = footprint.skip_report([extra, sudo], [record])
+    ok, report = footprinttables.skip_report([extra, sudo], [record])
     assert not ok
     assert report.startswith("### Skips of `old` + `old+root`: 1, more than the record's 0")
     assert "- `t.py::gpu`: no GPU" in report
     # Only the reason the needs_root marker gives is excused.
     mimic = _skipping(runner, (DEBIAN, "runs as root only"))
-    assert footprint.skip_report([mimic, sudo], [record])[0] is False
+    assert footprinttables.skip_report([mimic, sudo], [record])[0] is False
 
 
 def test_the_sudo_step_cannot_spend_the_skips_the_shards_root_record_allows_its_runner() -> None:
@@ -204,16 +204,16 @@ def test_the_sudo_step_cannot_spend_the_skips_the_shards_root_record_allows_its_
     record = _skipping(_run(), ("t.py::gpu", "no GPU"), shard="core", as_root=True)
     runner = _skipping(record, ("t.py::gpu", "no GPU"), as_root=False)
     sudo = _skipping(record, root_step=True)
-    assert footprint.skip_report([runner, sudo], [record])[0] is True
+    assert footprinttables.skip_report([runner, sudo], [record])[0] is True
     # Judged alone, each step is within the shard's 1; together they lost a test.
     setpriv = _skipping(sudo, ("tests/unit/test_build_cache.py::t", "no setpriv"))
-    ok, report = footprint.skip_report([runner, setpriv], [record])
+    ok, report = footprinttables.skip_report([runner, setpriv], [record])
     assert not ok
     assert report.startswith("### Skips of `core` + `core+root`: 2, more than the record's 1")
     # A runner's record with its +root one allows their skips added up.
     runner_record = dataclasses.replace(runner, as_root=False)
     root_record = _skipping(sudo, ("tests/unit/test_build_cache.py::t", "no setpriv"))
-    assert footprint.skip_report([runner, setpriv], [runner_record, root_record])[0] is True
+    assert footprinttables.skip_report([runner, setpriv], [runner_record, root_record])[0] is True
 
 
 @pytest.mark.parametrize(
@@ -241,14 +241,14 @@ def test_a_damaged_record_is_refused_naming_the_field(
 
 
 def test_the_tables_name_the_heavy_module_the_env_and_the_cuda_set() -> None:
-    page = footprint.render_docs([_run()])
+    page = footprinttables.render_docs([_run()])
     assert (
         "| `main` | 12 passed, 1 skipped | 5.0 min |  | 6.0 of 20.0 | 5.0 | 4.0 | 4.0 | 0.0 "
         "| 2026-12-04, Python 3.11.7, as an unprivileged user |" in page
     )
     rehearsed = dataclasses.replace(_run(), job_seconds=480.0, as_root=True, root_step=True)
     assert "| `main+root` | 12 passed, 1 skipped | 5.0 min | 8.0 min | 6.0 of 20.0 " in (
-        footprint.render_docs([rehearsed])
+        footprinttables.render_docs([rehearsed])
     )
     # The module table's peak column says whose peak it is.
     assert "| peak during the module, above the run's start (GiB) |" in page
@@ -260,9 +260,9 @@ def test_the_tables_name_the_heavy_module_the_env_and_the_cuda_set() -> None:
     assert "| 12.8 | 2.8.0 | nvidia-cudnn-cu12 9.10.2.21 | 1.0 |" in page
     assert "2 distinct wheels unpacked in uv's cache (4.0 GiB)" in page
     # The wheels, the env's own bytes (no nox venv or pip cache in this record).
-    assert footprint.whole_suite([_run()]) == (4 << 30) + (7 << 20)
+    assert footprinttables.whole_suite([_run()]) == (4 << 30) + (7 << 20)
     assert "keeps about 4.0 GiB" in page
-    summary = footprint.render_run(_run())
+    summary = footprinttables.render_run(_run())
     assert summary.startswith("### Footprint of `main`")
     assert "disk peak 5.0 GiB above the start" in summary
 
@@ -275,7 +275,7 @@ def test_the_page_is_a_generated_section_of_the_one_mechanism() -> None:
     assert "docs/test-footprint.md" in FILES
     page = (ROOT / "docs" / "test-footprint.md").read_text("utf-8")
     assert "cog.out(footprint_section())" in page
-    assert footprint.footprint_section() in page
+    assert footprinttables.footprint_section() in page
 
 
 def test_the_committed_page_is_rendered_from_the_committed_runs() -> None:

@@ -72,6 +72,12 @@ ROOMS: dict[str, set[str]] = {
 #: The most modules one chain of imports inside ``devtools`` may pass through (a module
 #: importing nothing of devtools is 1). Before the rooms it was 12.
 DEVTOOLS_MAX_LEVELS = 6
+#: The most lines a ``devtools`` module may have: a longer one is a room doing several jobs
+#: (issue 45; three were over it: testkit/footprint.py, envs/torchenv.py and
+#: rehearse/variantinstall.py, before the first two were split by concern).
+DEVTOOLS_MAX_LINES = 400
+#: The one ``devtools`` module allowed over :data:`DEVTOOLS_MAX_LINES`, until it is split.
+DEVTOOLS_LONG_MODULE = "devtools.rehearse.variantinstall"
 #: The same for the runtime package ``torch_c_dlpack_ext`` (``__main__`` -> the package ->
 #: ``_apply`` -> ``_decide`` -> ``_wording`` -> ``_costs``). It was 10 (``__main__`` ->
 #: ``__init__`` -> ``_boundary`` -> ``_apply`` -> ``_status`` -> ``_jit`` -> ``_decide`` ->
@@ -218,6 +224,30 @@ def test_every_devtools_package_is_a_room() -> None:
     assert packages == set(ROOMS) - {""}
     loose = {name for name in MODULES if name.startswith("devtools.") and not _room(name)}
     assert loose == {"devtools.__main__", "devtools.docmap"}
+
+
+def _long_modules(modules: dict[str, Path], limit: int) -> dict[str, int]:
+    """``devtools`` modules of ``modules`` longer than ``limit`` lines -> their lines."""
+    lines = {
+        name: len(path.read_text(encoding="utf-8").splitlines())
+        for name, path in modules.items()
+        if name.startswith("devtools.")
+    }
+    return {name: n for name, n in lines.items() if n > limit}
+
+
+def test_at_most_one_devtools_module_is_long() -> None:
+    long = _long_modules(MODULES, DEVTOOLS_MAX_LINES)
+    assert set(long) <= {DEVTOOLS_LONG_MODULE}, long
+
+
+def test_the_length_check_counts_lines(tmp_path: Path) -> None:
+    """The pin can fail: a module one line over the limit is long, one at it is not."""
+    over, at = tmp_path / "over.py", tmp_path / "at.py"
+    over.write_text("x = 1\n" * (DEVTOOLS_MAX_LINES + 1), encoding="utf-8")
+    at.write_text("x = 1\n" * DEVTOOLS_MAX_LINES, encoding="utf-8")
+    modules = {"devtools.over": over, "devtools.at": at, "benchmarks.long": over}
+    assert _long_modules(modules, DEVTOOLS_MAX_LINES) == {"devtools.over": DEVTOOLS_MAX_LINES + 1}
 
 
 @pytest.mark.parametrize("room", sorted(ROOMS))

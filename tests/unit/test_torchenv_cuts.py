@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from devtools.base.errors import ProvisionError
 from devtools.base.hostenv import DEV_CACHE_VAR
-from devtools.envs import torchenv
+from devtools.envs import envspec, torchenv
 from devtools.envs.torchenv import EnvKind
 
 from _torch_c_dlpack_ext_core.errors import CommandError, ConfigError
@@ -130,7 +130,7 @@ def test_a_compile_only_env_drops_the_gpu_kernels_and_bypasses_uvs_cache(fake: F
 
 
 def test_each_kind_keeps_the_name_of_the_envs_already_cached() -> None:
-    names = {kind: torchenv._env_name("2.15.0", "3.11", kind, ()) for kind in EnvKind}
+    names = {kind: envspec.env_name("2.15.0", "3.11", kind, ()) for kind in EnvKind}
     assert names == {
         EnvKind.NO_DEPS: "py3.11-torch2.15.0",
         EnvKind.IMPORTABLE: "py3.11-torch2.15.0-import",
