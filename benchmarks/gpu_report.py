@@ -130,7 +130,7 @@ def _run_line(document: dict[str, Any]) -> str:
 
 
 def render_gpu_section(document: dict[str, Any] | None) -> str:
-    """docs/benchmarks.md's GPU section (between its markers) for a real run, or "not
+    """docs/benchmarks.md's GPU section (a cog block's output) for a real run, or "not
     measured yet" without one."""
     if document is None:
         body = [NOT_MEASURED]
@@ -153,7 +153,7 @@ def _cost(data: dict[str, Any], table: str) -> str:
 
 
 def render_readme_costs(document: dict[str, Any] | None) -> str:
-    """README's GPU costs under the table of paths (between its markers), or nothing
+    """README's GPU costs under the table of paths (a cog block's output), or nothing
     between the markers without a real run."""
     if document is None:
         return ""
