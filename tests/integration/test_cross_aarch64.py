@@ -109,7 +109,7 @@ def test_cross_build_of_one_aarch64_cell(
     wheels = sorted(p.name for p in out.glob("*.whl"))
     combined = [n for n in wheels if n.endswith("_aarch64.whl") and "-cp39-abi3-" in n]
     assert len(combined) == 1, wheels
-    assert any(n.endswith("_aarch64-t24_cpu.whl") for n in wheels), wheels
+    assert any(n.endswith("_aarch64-t24.whl") for n in wheels), wheels  # the minor's variant
     with zipfile.ZipFile(out / combined[0]) as archive:
         manifest = json.loads(archive.read("torch_c_dlpack_ext/manifest.json"))
         names = archive.namelist()
