@@ -131,15 +131,11 @@ int RaiseExportProblem(ExportProblem problem, const at::Tensor& t) {
       // torch served (a jagged one has no to_padded_tensor() on torch 2.4).
       if (t.layout() == c10::kJagged) {
         PyErr_Format(PyExc_BufferError,
-                     "%s: cannot export a jagged nested tensor through DLPack, which describes "
-                     "one strided array; export its packed values and offsets (t.values(), "
-                     "t.offsets()) or its components (t.unbind()) one by one",
+                     TCDE_EXPORT_JAGGED_NESTED,
                      kLib);
       } else {
         PyErr_Format(PyExc_BufferError,
-                     "%s: cannot export a nested tensor through DLPack, which describes one "
-                     "strided array; export a padded copy (t.to_padded_tensor(0.0)) or its "
-                     "components (t.unbind()) one by one",
+                     TCDE_EXPORT_NESTED,
                      kLib);
       }
       break;

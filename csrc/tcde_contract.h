@@ -227,6 +227,16 @@ static inline const char* TcdeDescribedMessage(TcdeDescribedProblem problem) TCD
   return "%s: no problem";
 }
 
+/* What an export of a nested tensor says (a format string: the library's name first). */
+#define TCDE_EXPORT_JAGGED_NESTED                                                         \
+  "%s: cannot export a jagged nested tensor through DLPack, which describes one strided " \
+  "array; export its packed values and offsets (t.values(), t.offsets()) or its "         \
+  "components (t.unbind()) one by one"
+#define TCDE_EXPORT_NESTED                                                                \
+  "%s: cannot export a nested tensor through DLPack, which describes one strided array; " \
+  "export a padded copy (t.to_padded_tensor(0.0)) or its components (t.unbind()) one by " \
+  "one"
+
 /* ------------------------------------------------------------------------ */
 /* The import preamble                                                      */
 /* ------------------------------------------------------------------------ */

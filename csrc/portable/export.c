@@ -248,9 +248,7 @@ static const Dtype* CheckExportable(const State* s, PyObject* obj, int cpp_answe
   if (!strided) {
     if (jagged) {
       PyErr_Format(PyExc_BufferError,
-                   "%s: cannot export a jagged nested tensor through DLPack, which describes "
-                   "one strided array; export its packed values and offsets (t.values(), "
-                   "t.offsets()) or its components (t.unbind()) one by one",
+                   TCDE_EXPORT_JAGGED_NESTED,
                    kLib);
     } else {
       PyErr_Format(PyExc_BufferError,
@@ -267,9 +265,7 @@ static const Dtype* CheckExportable(const State* s, PyObject* obj, int cpp_answe
   if (is_nested != 0) {
     if (is_nested > 0) {
       PyErr_Format(PyExc_BufferError,
-                   "%s: cannot export a nested tensor through DLPack, which describes one "
-                   "strided array; export a padded copy (t.to_padded_tensor(0.0)) or its "
-                   "components (t.unbind()) one by one",
+                   TCDE_EXPORT_NESTED,
                    kLib);
     }
     return NULL;
